@@ -1,0 +1,1 @@
+"""Node-side collectors: tail DeepSpeed logs, poll NVML, send records to the dashboard."""

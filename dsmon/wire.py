@@ -1,0 +1,121 @@
+"""The JSON-lines form of records: one codec for ``dsmon parse``, the spool and the ingest API.
+
+A record becomes one JSON object: ``{"kind": ..., "src": {...}, "ts": ..., "step": ..., <fields>}``.
+``decode`` is strict: an unknown kind, a missing required field or a field of the wrong shape
+raises :class:`WireError` naming the field, so the ingest server can answer 400 with a reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from dsmon.records import (
+    KINDS,
+    FlopsProfileRecord,
+    ModuleAggregate,
+    ModuleProfile,
+    Record,
+    Source,
+    StepRecord,
+)
+
+
+class WireError(ValueError):
+    """A JSON object that is not a valid record; the message names the offending field."""
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no inf/nan: they become null rather than invalid JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _clean(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    return value
+
+
+def to_dict(rec: Record) -> dict[str, Any]:
+    """The record as a plain JSON-ready dict, ``kind`` first."""
+    out: dict[str, Any] = {"kind": rec.KIND}
+    for f in dataclasses.fields(rec):
+        out[f.name] = _clean(getattr(rec, f.name))
+    return out
+
+
+def encode(rec: Record) -> str:
+    """One line of JSON (no newline)."""
+    return json.dumps(to_dict(rec), ensure_ascii=False, separators=(",", ":"))
+
+
+def _source(value: Any) -> Source:
+    if not isinstance(value, Mapping):
+        raise WireError("field 'src': expected an object")
+    try:
+        return Source(**value)
+    except TypeError as exc:
+        raise WireError(f"field 'src': {exc}") from None
+
+
+def _nested(name: str, value: Any) -> Any:
+    """Rebuild the tuple- and dataclass-valued fields that JSON flattened to lists."""
+    if name == "top_modules":
+        return tuple(ModuleAggregate(**v) for v in value)
+    if name == "modules":
+        return tuple(ModuleProfile(**v) for v in value)
+    if name == "lr":
+        return tuple(float(v) for v in value)
+    if name == "mom":
+        return tuple(tuple(float(x) for x in v) for v in value)
+    return value
+
+
+_NESTED = {
+    FlopsProfileRecord: ("top_modules", "modules"),
+    StepRecord: ("lr", "mom"),
+}
+
+
+def from_dict(obj: Mapping[str, Any]) -> Record:
+    """Build a record from its dict form; raises :class:`WireError` on any bad field."""
+    if not isinstance(obj, Mapping):
+        raise WireError("record: expected a JSON object")
+    kind = obj.get("kind")
+    cls = KINDS.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise WireError(f"field 'kind': unknown record kind {kind!r}")
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in obj.items():
+        if key == "kind":
+            continue
+        if key not in names:
+            raise WireError(f"field {key!r}: not a field of kind {kind!r}")
+        if key == "src":
+            kwargs[key] = _source(value)
+        elif key in _NESTED.get(cls, ()) and value is not None:
+            try:
+                kwargs[key] = _nested(key, value)
+            except (TypeError, ValueError) as exc:
+                raise WireError(f"field {key!r}: {exc}") from None
+        else:
+            kwargs[key] = value
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise WireError(f"kind {kind!r}: {exc}") from None
+
+
+def decode(line: str) -> Record:
+    """Parse one JSON line into a record."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise WireError(f"not JSON: {exc}") from None
+    return from_dict(obj)
