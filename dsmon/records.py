@@ -360,6 +360,8 @@ class AutotuneSummaryRecord(Record):
     num_experiments: int | None = None
     best_metric_val: float | None = None
     best_exp_name: str | None = None
+    tuning_duration_s: float | None = None  # "Tuning completed in H:MM:SS.ffffff"
+    total_experiments: int | None = None  # "... Total number of experiments: N."
 
 
 EVENT_NAMES = (

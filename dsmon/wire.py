@@ -28,8 +28,21 @@ class WireError(ValueError):
     """A JSON object that is not a valid record; the message names the offending field."""
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    """A dataclass's field names, computed once per class (encoding is a hot path)."""
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
+
+
 def _clean(value: Any) -> Any:
     """JSON has no inf/nan: they become null rather than invalid JSON."""
+    if value is None or value.__class__ in (str, int, bool):
+        return value
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, Mapping):
@@ -37,15 +50,15 @@ def _clean(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_clean(v) for v in value]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _clean(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {name: _clean(getattr(value, name)) for name in _field_names(type(value))}
     return value
 
 
 def to_dict(rec: Record) -> dict[str, Any]:
     """The record as a plain JSON-ready dict, ``kind`` first."""
     out: dict[str, Any] = {"kind": rec.KIND}
-    for f in dataclasses.fields(rec):
-        out[f.name] = _clean(getattr(rec, f.name))
+    for name in _field_names(type(rec)):
+        out[name] = _clean(getattr(rec, name))
     return out
 
 

@@ -21,7 +21,7 @@ NEED_MORE: list[Record] = []
 
 #: Kinds whose records belong to an optimizer step that the context assigns.
 STEPPED_KINDS = frozenset(
-    {"timer", "coordinator_event", "loss_scale", "comm_op", "memory", "flops_profile"}
+    {"timer", "coordinator_event", "loss_scale", "comm_op", "memory", "flops_profile", "throughput"}
 )
 
 
@@ -58,43 +58,102 @@ class Diagnostics:
 
 
 class StepClock:
-    """Assigns optimizer steps to lines that carry none (timer lines, overflow messages, ...).
+    """Tells which optimizer step a line without a step number belongs to.
 
-    Each engine global timer line closes one optimizer step, so the clock counts them in
-    ``rel``. ``base`` maps that count to DeepSpeed's step number: it is set by an anchor (a
-    ``step=N`` or ``global_step=N`` line, which are printed inside step N) or by the start of
-    the run (launcher or engine-init lines before any step). Until then step numbers are
-    unknown; the log parser holds those records and fixes them when ``base`` is found.
+    DeepSpeed prints exactly one engine global timer line per optimizer step (at the gradient
+    accumulation boundary, overflow steps included), so the clock counts them in ``rel``.
+    ``base`` turns that count into DeepSpeed's step number; it comes from an anchor (``step=N``,
+    ``global_step=N``: printed inside step N) or from the run's start (step 1 is next).
+
+    Until the count is known to advance (``counting``: a global timer line was seen) a stamp
+    would be a guess, so none is given: the log parser holds such records. ``blind`` records
+    that the count cannot work: two anchors named different steps while ``rel`` stood still,
+    which is a log without wall_clock_breakdown. docs/step-assignment.md has the whole story.
     """
 
     def __init__(self) -> None:
         self.rel = 0
-        self.micro = 0
+        self.micro: int | None = None
         self.base: int | None = None
+        self.counting = False
+        self.blind = False
+        self.rebased = 0
+        self.at_boundary = False
+        self.retro = False
+        self._anchored: tuple[int, int] | None = None
+        self._strong = False
+
+    def resolved(self) -> bool:
+        """Whether a stamp can be decided now (a number, or known to be unknowable)."""
+        return self.blind or (self.base is not None and self.counting)
+
+    def stamp(self, rel: int) -> int | None:
+        """The step of a record read while ``rel`` global lines had been seen, if knowable."""
+        if self.blind or self.base is None or not self.counting:
+            return None
+        return self.base + rel
 
     def current(self) -> int | None:
-        """The step now in progress, if known."""
-        return None if self.base is None else self.base + self.rel
+        """The step now in progress, if knowable."""
+        return self.stamp(self.rel)
 
     def mark_start(self) -> None:
-        """The log shows the run starting: the first step is step 1."""
+        """The log shows the run starting (launcher, engine init): step 1 is next."""
         if self.base is None and self.rel == 0:
             self.base = 1
+            self.micro = 0
+            self._anchored = (0, 1)
 
-    def anchor(self, step_in_progress: int) -> None:
-        """A line tells the number of the step in progress (``step=N`` is printed in step N)."""
-        self.base = step_in_progress - self.rel
+    def anchor(self, step_in_progress: int, weak: bool = False) -> None:
+        """A line names the step in progress (``step=N`` is printed inside step N).
+
+        Args:
+            step_in_progress: the step number the line names.
+            weak: the ThroughputTimer's own count, which restarts at 0 when a run resumes
+                from a checkpoint; it only counts until a ``step=`` line has been seen.
+        """
+        if weak and self._strong:
+            return
+        self._strong = self._strong or not weak
+        if not self.counting and self._anchored is not None:
+            last_rel, last_step = self._anchored
+            if last_rel == self.rel and last_step != step_in_progress:
+                self.blind = True  # steps went by without a global timer line
+        base = step_in_progress - self.rel
+        if self.counting and self.base is not None and base != self.base:
+            self.rebased += 1  # resumed run, lost lines: later stamps follow the anchor
+        self.base = base
+        self._anchored = (self.rel, step_in_progress)
 
     def end_step(self) -> None:
         """An engine global timer line: the step in progress is complete."""
         self.rel += 1
         self.micro = 0
+        self.counting = True
+        self.blind = False
+        self.at_boundary = True
 
-    def next_micro(self) -> int:
-        """Index of the micro-batch whose micro timer line is being read."""
+    def next_micro(self) -> int | None:
+        """0-based index of the micro-batch whose timer line is being read (None mid-window)."""
+        self.at_boundary = False
         m = self.micro
-        self.micro += 1
+        if m is not None:
+            self.micro = m + 1
         return m
+
+    def stamp_previous(self) -> None:
+        """The line being read reports on the step that just ended (``Engine after step``).
+
+        Only right after a global timer line; the log parser then stamps this line's records
+        with the previous count.
+        """
+        if self.at_boundary and self.rel > 0:
+            self.retro = True
+
+    def take_retro(self) -> bool:
+        """Whether the last line asked for :meth:`stamp_previous` (and forget it)."""
+        retro, self.retro = self.retro, False
+        return retro
 
 
 class ParseContext:
@@ -107,6 +166,9 @@ class ParseContext:
         self.clock = StepClock()
         self.last_ts: str | None = None
         self.diag = Diagnostics()
+        #: True while a line is offered for the last time (no continuation will be joined), so
+        #: a parser parses what it has instead of returning NEED_MORE.
+        self.final = False
 
     def src(self, line: LogLine, k: int = 0, rank: int | None = None) -> Source:
         """The Source of the ``k``-th record made from ``line``."""

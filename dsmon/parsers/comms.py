@@ -1,21 +1,189 @@
-"""Placeholder for the CommsParser (being written)."""
+"""The comms logger: one line per collective (``verbose``) and the ``log_summary()`` tables.
+
+With ``comms_logger.verbose`` every profiled collective is logged as it completes::
+
+    comm op: all_reduce | [Caller Func: allreduce_bucket] | time (ms): 61.08 | msg size: 3.56 MB |
+    algbw (Gbps): 1.01 | busbw (Gbps): 0.50
+
+(the caller part only with ``debug``; before v0.10.1 the line began ``rank=0 | `` and had two spaces
+before the pipes after the bandwidths). Each becomes a :class:`~dsmon.records.CommOpRecord`.
+
+``deepspeed.comm.log_summary()`` prints a table: a header row, then for each op (``op`` or, with
+debug, ``op | [Caller Func: f]``) one row per message size in 20-character columns. Each row becomes a
+:class:`~dsmon.records.CommSummaryRecord`. ``show_straggler=True`` adds a second table with the
+straggler columns. A table ends at the first line that is neither an op line nor a row.
+
+Message sizes are DeepSpeed's rounded 1024-based figures; see :mod:`dsmon.units` for how they map
+to bytes.
+"""
 
 from __future__ import annotations
 
-from dsmon.parsers.base import ParseContext
+import re
+from collections.abc import Callable
+from typing import Any
+
+from dsmon import units
+from dsmon.parsers.base import NEED_MORE, ParseContext
 from dsmon.parsers.lines import LogLine
-from dsmon.records import Record
+from dsmon.records import CommOpRecord, CommSummaryRecord, Record
+
+_VERBOSE = re.compile(r"^(?:rank=(?P<rank>\d+)\s*\|\s*)?comm op: (?P<rest>.*)$")
+_CALLER = re.compile(r"^\[Caller Func: (?P<caller>[^\]]*)\]$")
+_HEADER = re.compile(
+    r"^Comm\. Op\s+Message Size\s+Count\s+(?P<first>Total Latency\(ms\)|Total comm lat\(ms\))"
+)
+_OP = re.compile(r"^(?P<op>[A-Za-z_][\w.]*)(?:\s*\|\s*\[Caller Func: (?P<caller>[^\]]*)\])?\s*$")
+#: A line shaped like a table row (blank first column) even if its figures do not parse.
+_ROWISH = re.compile(r"^ {8,}\S")
+_NUM = r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|[-+]?(?:inf|nan)"
+_ROW = re.compile(
+    rf"^\s+(?P<size>\d+(?:\.\d+)?\s?[KMGTPEZY]?B)\s+(?P<count>\d+)\s+(?P<a>{_NUM})\s+"
+    rf"(?P<b>{_NUM})\s+(?P<c>{_NUM})\s+(?P<d>{_NUM})\s*$"
+)
+
+#: Verbose-line keys -> CommOpRecord fields and readers.
+_OP_FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "time (ms)": ("latency_ms", units.parse_float),
+    "msg size": ("msg_size_bytes", units.parse_size_bytes),
+    "algbw (Gbps)": ("algbw_gbps", units.parse_float),
+    "busbw (Gbps)": ("busbw_gbps", units.parse_float),
+}
+
+#: Row columns after the count, per table kind.
+_ROW_FIELDS = {
+    "summary": ("total_latency_ms", "avg_latency_ms", "algbw_avg_gbps", "busbw_avg_gbps"),
+    "straggler": ("total_latency_ms", "total_straggler_ms", "avg_latency_ms", "avg_straggler_ms"),
+}
+
+
+def _bad(ctx: ParseContext, kind: str, line: LogLine, what: str) -> None:
+    """Count an unreadable value, naming file, line and field."""
+    ctx.diag.note(ctx.diag.unparsed, kind, f"{ctx.where(line)}: field {what!r}", line.text)
 
 
 class CommsParser:
-    """Not yet implemented: claims no line."""
+    """Reads verbose comm-op lines and ``log_summary()`` tables."""
 
-    in_block = False
+    def __init__(self) -> None:
+        self.in_block = False
+        self._table = "summary"
+        self._summaries = 0
+        self._op: str | None = None
+        self._caller: str | None = None
 
     def feed(self, line: LogLine, ctx: ParseContext) -> list[Record] | None:
-        """Claims nothing yet."""
+        """Records from one logical line; see :mod:`dsmon.parsers.base`."""
+        text = line.text
+        m = _HEADER.match(text)
+        if m:
+            self._start_table(
+                "summary" if m.group("first").startswith("Total Lat") else "straggler"
+            )
+            return []
+        if self.in_block:
+            out = self._table_line(line, ctx)
+            if out is not None:
+                return out
+            self.in_block = False  # neither an op nor a row: the table is complete
+        m = _VERBOSE.match(text)
+        if m:
+            return self._verbose(m, line, ctx)
         return None
 
     def finish(self, ctx: ParseContext) -> list[Record]:
-        """Nothing pending."""
+        """End of input: every row was emitted when read, nothing is pending."""
+        self.in_block = False
         return []
+
+    # --- verbose lines ------------------------------------------------------------------
+
+    def _verbose(self, m: re.Match[str], line: LogLine, ctx: ParseContext) -> list[Record]:
+        """One ``comm op: NAME | ... | busbw (Gbps): B`` line."""
+        parts = [p.strip() for p in m.group("rest").split("|")]
+        op, caller, fields = parts[0], None, parts[1:]
+        if fields and (c := _CALLER.match(fields[0])):
+            caller, fields = c.group("caller"), fields[1:]
+        values, complete = self._op_values(fields, line, ctx)
+        if not complete and not ctx.final:
+            return NEED_MORE  # the line stops before its last field: cut by terminal wrapping
+        if not op or values.get("latency_ms") is None:
+            ctx.unparsed(CommOpRecord.KIND, line)
+            return []
+        if not complete:
+            _bad(ctx, CommOpRecord.KIND, line, "busbw (Gbps)")  # cut short: keep what is there
+        rank = int(m.group("rank")) if m.group("rank") else None
+        rec = CommOpRecord(
+            src=ctx.src(line, rank=rank), ts=ctx.ts(line), op=op, caller=caller, **values
+        )
+        return [rec]
+
+    @staticmethod
+    def _op_values(
+        fields: list[str], line: LogLine, ctx: ParseContext
+    ) -> tuple[dict[str, Any], bool]:
+        """The named figures of a verbose line, and whether its last one (busbw) was there."""
+        values: dict[str, Any] = {}
+        complete = False
+        for part in fields:
+            key, sep, raw = part.partition(":")
+            known = _OP_FIELDS.get(key.strip())
+            if known is None or not sep:
+                continue
+            name, parse = known
+            value = parse(raw)
+            if value is None and raw.strip():
+                _bad(ctx, CommOpRecord.KIND, line, key.strip())
+            values[name] = value
+            complete = complete or (name == "busbw_gbps" and bool(raw.strip()))
+        return values, complete
+
+    # --- summary tables -----------------------------------------------------------------
+
+    def _start_table(self, kind: str) -> None:
+        """A table header: ``summary`` tables are counted, a straggler one joins the last."""
+        if kind == "summary":
+            self._summaries += 1
+        self._table = kind
+        self._op = self._caller = None
+        self.in_block = True
+
+    def _table_line(self, line: LogLine, ctx: ParseContext) -> list[Record] | None:
+        """An op line or a row of the current table; None for anything else."""
+        if line.ts is not None:
+            return None
+        m = _ROW.match(line.text)
+        if m:
+            return self._row(m, line, ctx)
+        m = _OP.match(line.text)
+        if m:
+            self._op, self._caller = m.group("op"), m.group("caller")
+            return []
+        if _ROWISH.match(line.text):
+            ctx.unparsed(CommSummaryRecord.KIND, line)  # a row, but unreadable: skip it
+            return []
+        return None
+
+    def _row(self, m: re.Match[str], line: LogLine, ctx: ParseContext) -> list[Record]:
+        """One message-size row under the current op."""
+        kind = CommSummaryRecord.KIND
+        if self._op is None:
+            _bad(ctx, kind, line, "op")
+            return []
+        size = units.parse_size_bytes(m.group("size"))
+        figures: dict[str, Any] = {
+            name: units.parse_float(m.group(g))
+            for name, g in zip(_ROW_FIELDS[self._table], "abcd", strict=True)
+        }
+        rec = CommSummaryRecord(
+            src=ctx.src(line),
+            ts=ctx.ts(line),
+            table=self._table,
+            table_index=max(self._summaries - 1, 0),
+            op=self._op,
+            caller=self._caller,
+            msg_size_bytes=size,
+            count=int(m.group("count")),
+            **figures,
+        )
+        return [rec]

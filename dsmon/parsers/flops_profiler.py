@@ -1,21 +1,394 @@
-"""Placeholder for the FlopsProfilerParser (being written)."""
+"""The flops-profiler block: summary, aggregated top modules and the detailed module tree.
+
+DeepSpeed prints the block with ``print()`` on rank 0 (or writes it to ``output_file``) once per
+micro-step of the profiled step. It is long and un-prefixed, so lines of other processes may land
+inside it; those carry their own logger header and are left to the other parsers. One
+:class:`~dsmon.records.FlopsProfileRecord` is made per block, and only when the block is whole:
+its closing dashed line arrived, or its module tree closed. A block cut by the end of input or by
+the next block's title is counted (``ctx.cut_block``) and dropped, because a half summary would
+chart as if the missing figures were never measured.
+
+Both layouts are read: labels left-justified to 70 columns since v0.10.1 (60 before, with
+``params per gpu`` and factors like ``2.0``), and module entries as ``X = Y% Params`` (v0.10.1+) or
+``X, Y% Params`` (before). Values go through :mod:`dsmon.units`. In the module tree the model
+itself has path ``""`` (as in ``named_modules()``); a container whose numbers PyTorch does not
+print (``ModuleList``) keeps them None.
+"""
 
 from __future__ import annotations
 
-from dsmon.parsers.base import ParseContext
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from dsmon import units
+from dsmon.parsers.base import NEED_MORE, Diagnostics, ParseContext
 from dsmon.parsers.lines import LogLine
-from dsmon.records import Record
+from dsmon.parsers.log import LogParser
+from dsmon.records import FlopsProfileRecord, ModuleAggregate, ModuleProfile, Record
+
+KIND = FlopsProfileRecord.KIND
+
+_TITLE = re.compile(r"^-{5,} (?:DeepSpeed )?Flops Profiler -{5,}\s*$")
+_AT_STEP = re.compile(r"^Profile Summary at step (\d+):?\s*$")
+_AGG_TITLE = re.compile(r"^-{5,} Aggregated Profile per GPU -{5,}\s*$")
+_DETAIL_TITLE = re.compile(r"^-{5,} Detailed Profile(?: per GPU)? -{5,}\s*$")
+_CLOSE = re.compile(r"^-{40,}\s*$")
+_LABELLED = re.compile(r"^(?P<label>[^:|\[\]]+?):(?P<gap>\s+)(?P<value>\S.*?)\s*$")
+_FACTOR = re.compile(r"= (\d+(?:\.\d+)?) \*")
+_DEPTH = re.compile(r"^depth (\d+):\s*$")
+_TOP = re.compile(r"^Top (?:\d+ )?modules in terms of")
+_AGG_ROW = re.compile(r"^\s+(?P<metric>params|MACs|flops|fwd latency)\s+- (?P<body>.*?)\s*$")
+_PAIR = re.compile(r"'([^']+)':\s*'([^']*)'")
+_ROOT = re.compile(r"^(?P<indent>\s*)(?P<cls>[A-Za-z_][\w.]*)\((?P<rest>.*)$")
+_CHILD = re.compile(
+    r"^(?P<indent>\s*)\((?P<name>[^()]*)\): (?:\d+ x )?(?P<cls>[A-Za-z_][\w.]*)\((?P<rest>.*)$"
+)
+_CLOSE_PAREN = re.compile(r"^(?P<indent>\s*)\)\s*$")
+_NEW_STATS = re.compile(
+    r"^(?P<params>[^,=]+?) = (?P<params_pct>\S+)% Params, (?P<macs>[^,=]+?) = (?P<macs_pct>\S+)%"
+    r" MACs, (?P<lat>[^,=]+?) = (?P<lat_pct>\S+)% latency, (?P<flops>[^,]+?)(?:, (?P<extra>.*))?$"
+)
+_OLD_STATS = re.compile(
+    r"^(?P<params>[^,]+?), (?P<params_pct>\S+)% Params, (?P<macs>[^,]+?), (?P<macs_pct>\S+)% MACs,"
+    r" (?P<lat>[^,]+?), (?P<lat_pct>\S+)% (?:latency|time), (?P<flops>[^,]+?)(?:, ?(?P<extra>.*))?$"
+)
+#: Fixed prose inside the block: the notation paragraph and the detailed-tree legend.
+_PROSE = re.compile(
+    r"^(?:Notations:|data parallel size \(dp_size\)|number of (?:parameters|floating)"
+    r"|fwd latency \(forward|step \(weights update|Note:|Each module profile is listed"
+    r"|params, percentage of total|[123]\. (?:A module|Number of floating|The fwd latency)"
+    r"|no __flops__ attribute)"
+)
+
+Parse = Callable[[str], Any]
+_INT, _PARAMS, _MACS, _COUNT = units.parse_int, units.parse_params, units.parse_macs, units.parse_si
+_MS, _RATE = units.parse_duration_ms, units.parse_flops_rate
+
+#: Summary label (normalised by :func:`_normalise`) -> (record field, value reader).
+SUMMARY_FIELDS: dict[str, tuple[str, Parse]] = {
+    "world size": ("world_size", _INT),
+    "data parallel size": ("data_parallel_size", _INT),
+    "model parallel size": ("model_parallel_size", _INT),
+    "batch size per GPU": ("batch_size_per_gpu", _INT),
+    "params per GPU": ("params_per_gpu", _PARAMS),
+    "params of model = params per GPU * mp_size": ("params_total", _PARAMS),
+    "params of model": ("params_total", _PARAMS),
+    "fwd MACs per GPU": ("fwd_macs_per_gpu", _MACS),
+    "fwd flops per GPU": ("fwd_flops_per_gpu", _COUNT),
+    "fwd flops per GPU = N * fwd MACs per GPU": ("fwd_flops_per_gpu", _COUNT),
+    "fwd flops of model = fwd flops per GPU * mp_size": ("fwd_flops_total", _COUNT),
+    "fwd latency": ("fwd_latency_ms", _MS),
+    "fwd FLOPS per GPU = fwd flops per GPU / fwd latency": ("fwd_flops_per_s_per_gpu", _RATE),
+    "bwd latency": ("bwd_latency_ms", _MS),
+    "bwd FLOPS per GPU = N * fwd flops per GPU / bwd latency": ("bwd_flops_per_s_per_gpu", _RATE),
+    "fwd+bwd FLOPS per GPU = N * fwd flops per GPU / (fwd+bwd latency)": (
+        "fwd_bwd_flops_per_s_per_gpu",
+        _RATE,
+    ),
+    "step latency": ("step_latency_ms", _MS),
+    "iter latency": ("iter_latency_ms", _MS),
+    "FLOPS per GPU = N * fwd flops per GPU / iter latency": ("flops_per_s_per_gpu", _RATE),
+    "samples/second": ("samples_per_s", units.parse_float),
+}
+
+#: How the bwd_factor is read off a label's ``= N *``: the fwd+bwd and iter factors are N - 1.
+_FACTOR_OFFSET = {"bwd_flops_per_s_per_gpu": 0, "fwd_bwd_flops_per_s_per_gpu": 1}
+_FACTOR_OFFSET["flops_per_s_per_gpu"] = 1
+
+_AGG_METRICS: dict[str, tuple[str, Parse]] = {
+    "params": ("params", _PARAMS),
+    "MACs": ("macs", _MACS),
+    "flops": ("flops", _COUNT),
+    "fwd latency": ("fwd_latency", _MS),
+}
+
+
+def _normalise(label: str) -> tuple[str, float | None]:
+    """A label in one spelling for every version, and the ``= N *`` factor it carried."""
+    text = " ".join(label.split())
+    text = re.sub(r"per gpu\b", "per GPU", text, flags=re.IGNORECASE)
+    text = text.replace("paralel size", "parallel size")
+    m = _FACTOR.search(text)
+    if not m:
+        return text, None
+    return _FACTOR.sub("= N *", text, count=1), float(m.group(1))
+
+
+def _bad(ctx: ParseContext, line: LogLine, what: str) -> None:
+    """Count an unreadable value, naming file, line and field."""
+    where = f"{ctx.where(line)}: field {what!r}"
+    ctx.diag.note(ctx.diag.unparsed, KIND, where, line.text)
+
+
+@dataclass(slots=True)
+class _Block:
+    """What has been read of one block so far."""
+
+    head: LogLine
+    ts: str | None
+    section: str = "summary"
+    values: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, str] = field(default_factory=dict)
+    top: list[ModuleAggregate] = field(default_factory=list)
+    depth: int | None = None
+    modules: list[ModuleProfile] = field(default_factory=list)
+    stack: list[tuple[int, str]] = field(default_factory=list)
+    awaiting_stats: bool = False
+    tree_done: bool = False
 
 
 class FlopsProfilerParser:
-    """Not yet implemented: claims no line."""
+    """Reads flops-profiler blocks from a log or a profiler ``output_file``."""
 
-    in_block = False
+    def __init__(self) -> None:
+        self._block: _Block | None = None
+        self.in_block = False
+
+    def _start(self, block: _Block | None) -> None:
+        """Enter a new block, or leave the current one (None)."""
+        self._block = block
+        self.in_block = block is not None
 
     def feed(self, line: LogLine, ctx: ParseContext) -> list[Record] | None:
-        """Claims nothing yet."""
-        return None
+        """Records from one logical line; see :mod:`dsmon.parsers.base`."""
+        text = line.text
+        if _TITLE.match(text):
+            out = self._close(ctx, line)
+            self._start(_Block(head=line, ts=ctx.ts(line)))
+            return out
+        block = self._block
+        if block is None or line.ts is not None or line.traceback:
+            return None
+        if _CLOSE.match(text):
+            return self._emit(ctx)
+        return self._feed_block(block, line, ctx)
 
     def finish(self, ctx: ParseContext) -> list[Record]:
-        """Nothing pending."""
+        """End of input: a block whose tree closed is kept, any other is counted as cut."""
+        return self._close(ctx, None)
+
+    def _close(self, ctx: ParseContext, line: LogLine | None) -> list[Record]:
+        """A block is interrupted: keep it if its tree is complete, else count it as cut."""
+        block = self._block
+        if block is None:
+            return []
+        if block.tree_done:
+            return self._emit(ctx)
+        self._start(None)
+        ctx.cut_block(KIND, line if line is not None else block.head)
         return []
+
+    def _emit(self, ctx: ParseContext) -> list[Record]:
+        """The block is complete: one record for it."""
+        block = self._block
+        assert block is not None
+        self._start(None)
+        rec = FlopsProfileRecord(
+            src=ctx.src(block.head),
+            ts=block.ts,
+            extra=dict(block.extra),
+            top_modules=tuple(block.top),
+            modules=tuple(block.modules),
+            **block.values,
+        )
+        return [rec]
+
+    def _feed_block(self, block: _Block, line: LogLine, ctx: ParseContext) -> list[Record] | None:
+        """A line inside a block: switch section or hand it to the section's reader."""
+        text = line.text
+        m = _AT_STEP.match(text)
+        if m:
+            block.values["profile_step"] = int(m.group(1))
+            block.section = "summary"
+            return []
+        if _AGG_TITLE.match(text):
+            block.section = "aggregated"
+            return []
+        if _DETAIL_TITLE.match(text):
+            block.section = "detailed"
+            return []
+        if not text.strip() or _PROSE.match(text):
+            return []
+        if block.section == "summary":
+            return self._summary(block, line, ctx)
+        if block.section == "aggregated":
+            return self._aggregated(block, line, ctx)
+        if block.section == "detailed":
+            return self._tree(block, line, ctx)
+        return None
+
+    def _summary(self, block: _Block, line: LogLine, ctx: ParseContext) -> list[Record] | None:
+        """One ``label:   value`` line of the summary."""
+        m = _LABELLED.match(line.text)
+        if not m:
+            return None
+        label, factor = _normalise(m.group("label"))
+        known = SUMMARY_FIELDS.get(label)
+        if known is None:
+            if len(m.group("gap")) < 2:
+                return None  # not padded like the summary: someone else's "x: y" line
+            block.extra[m.group("label").strip()] = m.group("value")
+            return []
+        name, parse = known
+        value = parse(m.group("value"))
+        if value is None:
+            _bad(ctx, line, label)
+        block.values[name] = value
+        self._note_width(block, m)
+        self._note_factor(block, name, factor)
+        return []
+
+    @staticmethod
+    def _note_width(block: _Block, m: re.Match[str]) -> None:
+        """The label column width, from the first line whose label is shorter than it."""
+        if "width" in block.values:
+            return
+        width = m.start("value") - 2
+        if width > m.end("label") + 2:
+            block.values["width"] = width
+
+    @staticmethod
+    def _note_factor(block: _Block, name: str, factor: float | None) -> None:
+        """``bwd_factor`` from the first FLOPS label that printed one."""
+        if factor is None or name not in _FACTOR_OFFSET or "bwd_factor" in block.values:
+            return
+        block.values["bwd_factor"] = factor - _FACTOR_OFFSET[name]
+
+    def _aggregated(self, block: _Block, line: LogLine, ctx: ParseContext) -> list[Record] | None:
+        """``depth N:`` and its ``params - {...}`` / ``MACs - {...}`` / ``fwd latency`` rows."""
+        m = _DEPTH.match(line.text)
+        if m:
+            block.depth = int(m.group(1))
+            return []
+        if _TOP.match(line.text):
+            return []
+        m = _AGG_ROW.match(line.text)
+        if not m:
+            return None
+        if block.depth is None:
+            _bad(ctx, line, "depth")
+            return []
+        metric, parse = _AGG_METRICS[m.group("metric")]
+        for cls, raw in _PAIR.findall(m.group("body")):
+            value = parse(raw)
+            if value is None:
+                _bad(ctx, line, f"{metric}[{cls}]")
+            block.top.append(
+                ModuleAggregate(depth=block.depth, metric=metric, module_class=cls, value=value)
+            )
+        return []
+
+    def _tree(self, block: _Block, line: LogLine, ctx: ParseContext) -> list[Record] | None:
+        """One line of the printed module tree."""
+        text = line.text
+        awaiting, block.awaiting_stats = block.awaiting_stats, False
+        if awaiting and block.modules and self._container_stats(block, text):
+            return []
+        m = _CLOSE_PAREN.match(text)
+        if m:
+            _close_container(block, len(m.group("indent")))
+            return []
+        m = _CHILD.match(text) if block.stack else _ROOT.match(text)
+        if not m or block.tree_done:
+            return None
+        return self._module(block, m, line, ctx)
+
+    def _module(
+        self, block: _Block, m: re.Match[str], line: LogLine, ctx: ParseContext
+    ) -> list[Record]:
+        """A module's opening line: a container (``Cls(``) or a leaf with its numbers."""
+        indent = len(m.group("indent"))
+        rest = m.group("rest").rstrip()
+        if rest and not rest.endswith(")"):
+            if not ctx.final:
+                return NEED_MORE  # a leaf cut by terminal wrapping
+            rest += ")"  # no continuation will come: read what is there
+        stack = block.stack
+        while len(stack) > 1 and stack[-1][0] >= indent:
+            stack.pop()
+        name = m.groupdict().get("name") or ""
+        path = ".".join([n for _, n in stack[1:]] + [name]) if stack else ""
+        module = ModuleProfile(path=path, module_class=m.group("cls"), depth=len(stack))
+        if rest:
+            module = _with_stats(module, rest[:-1], ctx, line)
+            block.tree_done = not stack  # a model that is a single leaf module
+        else:
+            stack.append((indent, name))
+            block.awaiting_stats = True
+        block.modules.append(module)
+        return []
+
+    @staticmethod
+    def _container_stats(block: _Block, text: str) -> bool:
+        """The numbers line right under a container's ``Cls(`` line, if this is one."""
+        stats = _match_stats(text.strip())
+        if stats is None:
+            return False
+        block.modules[-1] = _apply_stats(block.modules[-1], stats)
+        return True
+
+
+def _close_container(block: _Block, indent: int) -> None:
+    """A ``)`` line: leave the container opened at that indent; the root's ends the tree."""
+    stack = block.stack
+    if stack and indent <= stack[0][0]:
+        block.tree_done = True
+        return
+    while len(stack) > 1 and stack[-1][0] >= indent:
+        stack.pop()
+
+
+def _match_stats(text: str) -> re.Match[str] | None:
+    """The profiler's numbers in either the v0.10.1+ or the older layout."""
+    return _NEW_STATS.match(text) or _OLD_STATS.match(text)
+
+
+def _with_stats(
+    module: ModuleProfile, inner: str, ctx: ParseContext, line: LogLine
+) -> ModuleProfile:
+    """A leaf's numbers (and original extra repr) from the text inside its parentheses."""
+    stats = _match_stats(inner.strip())
+    if stats is not None:
+        return _apply_stats(module, stats)
+    if "% Params" in inner:
+        _bad(ctx, line, f"module {module.path or module.module_class}")
+    return replace(module, extra=inner.strip() or None)
+
+
+def _apply_stats(module: ModuleProfile, m: re.Match[str]) -> ModuleProfile:
+    """Fill a module's figures from a matched numbers text."""
+    return replace(
+        module,
+        params=units.parse_params(m.group("params")),
+        params_pct=units.parse_float(m.group("params_pct")),
+        macs=units.parse_macs(m.group("macs")),
+        macs_pct=units.parse_float(m.group("macs_pct")),
+        fwd_latency_ms=units.parse_duration_ms(m.group("lat")),
+        fwd_latency_pct=units.parse_float(m.group("lat_pct")),
+        fwd_flops_per_s=units.parse_flops_rate(m.group("flops")),
+        extra=(m.group("extra") or "").strip() or None,
+    )
+
+
+def parse_profile_file(
+    text: str, run: str, file: str | None, node: str | None = None
+) -> tuple[list[FlopsProfileRecord], Diagnostics]:
+    """Parse the whole text of a profiler ``output_file``.
+
+    DeepSpeed rewrites that file on every profile, so its byte position is no identity: each
+    record's ``src.sub`` is the block's ``profile_step`` (a rewrite at another step is a new
+    record, a re-read of the same one is not), and ``step`` is the profile step, as the file
+    has no step clock of its own.
+    """
+    parser = LogParser(run, file, node, parsers=[FlopsProfilerParser()])
+    found = list(parser.feed_lines(text.splitlines()))
+    return [_file_record(r) for r in found if isinstance(r, FlopsProfileRecord)], parser.diag
+
+
+def _file_record(rec: FlopsProfileRecord) -> FlopsProfileRecord:
+    """Key a record from the rewritten output file by its profile step (see above)."""
+    step = rec.profile_step
+    src = replace(rec.src, offset=None, sub=step or 0)
+    return replace(rec, src=src, step=step)

@@ -65,6 +65,8 @@ def _looks_like_host(token: str, rest: str, known: set[str]) -> bool:
     Host names carry a digit, a dash or a dot (``worker-1``, ``node001``, ``10.0.0.2``, Slurm's
     ``0``), or are followed by a logger/rank header, or were seen as hosts before.
     """
+    if token.endswith(("Error", "Exception", "Warning")):
+        return False  # ``torch.cuda.OutOfMemoryError: CUDA out of memory`` is an exception line
     if token in known:
         return True
     if rest.startswith("["):

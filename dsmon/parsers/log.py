@@ -9,6 +9,7 @@ records that carry none (``base.StepClock``). It does no I/O: the caller feeds l
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from dsmon.parsers.base import NEED_MORE, STEPPED_KINDS, Diagnostics, ParseContext, SubParser
@@ -21,6 +22,7 @@ MAX_HELD = 5000
 MAX_JOINS = 4
 _START_LOGGERS = frozenset({"runner.py", "launch.py"})
 _START_TEXTS = ("DeepSpeed info:", "Initializing TorchBackend", "DeepSpeedEngine configuration")
+_END_TEXTS = ("Process ", "Killing subprocess")
 
 
 def default_parsers() -> list[SubParser]:
@@ -70,8 +72,10 @@ class LogParser:
         self._cleaner = LineCleaner()
         self._lineno = 0
         self._carry: LogLine | None = None
-        self._joins = 0
-        self._held: list[tuple[Record, int]] = []
+        self._chain: list[LogLine] = []
+        self._saved: _DiagSnapshot | None = None
+        self._held: list[tuple[Record, int | None]] = []  # rel to stamp with, None: keep
+        self._gave_up = False
 
     @property
     def diag(self) -> Diagnostics:
@@ -84,9 +88,7 @@ class LogParser:
         self.ctx.diag.lines += 1
         out: list[Record] = []
         for logical in self._cleaner.clean(raw, self._lineno, offset):
-            rest = self._join_carry(logical, out) if self._carry is not None else logical
-            if rest is not None:
-                self._dispatch(rest, out)
+            self._take(logical, out)
         return self._assign_steps(out)
 
     def feed_lines(self, lines: Iterable[str]) -> Iterator[Record]:
@@ -99,30 +101,82 @@ class LogParser:
         """End of input: flush wrapped lines and open blocks, release held records."""
         out: list[Record] = []
         if self._carry is not None:
-            carry, self._carry = self._carry, None
-            self._dispatch(carry, out, final=True)
+            self._end_chain(out)
         for p in self._parsers:
             out.extend(p.finish(self.ctx))
         out = self._assign_steps(out)
-        out.extend(rec for rec, _ in self._held)
+        out.extend(rec for rec, _ in self._held)  # never numbered: no anchor, no count
         self.ctx.diag.records += len(self._held)
         self._held.clear()
         return out
 
-    def _join_carry(self, logical: LogLine, out: list[Record]) -> LogLine | None:
-        """Join a terminal-wrapped line with its continuation, or give up on the join."""
-        carry = self._carry
-        assert carry is not None
-        self._carry = None
-        if logical.prefixed or not logical.text or self._joins >= MAX_JOINS:
-            self._dispatch(carry, out, final=True)
-            return logical
-        carry.text += logical.text
-        self._dispatch(carry, out, final=self._joins + 1 >= MAX_JOINS)
-        return None
+    def _take(self, logical: LogLine, out: list[Record]) -> None:
+        """One logical line: the continuation of a terminal-wrapped line, or a line of its own.
 
-    def _dispatch(self, line: LogLine, out: list[Record], final: bool = False) -> None:
-        """Offer a logical line to the parser inside a block first, then to all in order."""
+        A parser that finds a line cut short returns NEED_MORE; the line is then joined with the
+        next ones while they carry no header of their own (at most MAX_JOINS). A join that no
+        parser takes, or that a parser counts as unparsed, was no continuation after all (the
+        line just happened to end early): it is undone, the first line is parsed as it is and
+        the others are taken again as the lines they are.
+        """
+        if self._carry is None:
+            self._dispatch(logical, out)
+            if self._carry is not None:
+                self._chain = [logical]
+                self._saved = _DiagSnapshot(self.ctx.diag)
+            return
+        if logical.prefixed or not logical.text or len(self._chain) > MAX_JOINS:
+            self._end_chain(out)
+            self._take(logical, out)
+            return
+        joined = dataclasses.replace(self._carry, text=self._carry.text + logical.text)
+        self._carry = None
+        mark = self._mark(out)
+        taken = self._dispatch(joined, out)
+        if self._carry is not None:
+            self._chain.append(logical)  # still cut: wait for the next piece
+        elif self._failed(taken, mark, out):
+            self._undo_chain(out, [logical])
+        else:
+            self._chain = []
+
+    def _end_chain(self, out: list[Record]) -> None:
+        """No continuation follows: parse the wrapped line as it is, or undo a failed join."""
+        carry, self._carry = self._carry, None
+        assert carry is not None
+        mark = self._mark(out)
+        taken = self._dispatch(carry, out, final=True)
+        if len(self._chain) > 1 and self._failed(taken, mark, out):
+            self._undo_chain(out, [])
+        self._chain = []
+
+    def _mark(self, out: list[Record]) -> tuple[int, int]:
+        """Records made so far and unparsed lines counted so far, to judge a join."""
+        return len(out) + len(self._held), _total(self.ctx.diag.unparsed)
+
+    def _failed(self, taken: bool, mark: tuple[int, int], out: list[Record]) -> bool:
+        """A join failed if no parser took it, or one counted it unparsed and made nothing.
+
+        A parser that salvaged records from a broken join keeps them (undoing would count
+        the step clock twice); only a join that produced nothing is undone.
+        """
+        made, unparsed = self._mark(out)
+        return made == mark[0] and (not taken or unparsed != mark[1])
+
+    def _undo_chain(self, out: list[Record], more: list[LogLine]) -> None:
+        """Parse the first line of a failed join on its own, then take the others again."""
+        chain, self._chain = self._chain, []
+        if self._saved is not None:
+            self._saved.restore(self.ctx.diag)
+        self._dispatch(chain[0], out, final=True)
+        for piece in chain[1:] + more:
+            self._take(piece, out)
+
+    def _dispatch(self, line: LogLine, out: list[Record], final: bool = False) -> bool:
+        """Offer a logical line to the parser inside a block first, then to all in order.
+
+        Returns whether a parser took the line.
+        """
         ctx = self.ctx
         if line.ts is not None:
             ctx.last_ts = line.ts
@@ -130,6 +184,7 @@ class LogParser:
         if clock.base is None and clock.rel == 0 and _is_start(line):
             clock.mark_start()
         rel = clock.rel
+        ctx.final = final
         for p in self._ordered():
             recs = p.feed(line, ctx)
             if recs is None:
@@ -137,13 +192,13 @@ class LogParser:
             if recs is NEED_MORE:
                 if not final:
                     self._carry = line
-                    self._joins += 1
-                    return
+                    return True
                 recs = []
-            self._joins = 0
+            if clock.take_retro():
+                rel -= 1
             self._stamp(recs, rel, out)
-            return
-        self._joins = 0
+            return True
+        return False
 
     def _ordered(self) -> Iterable[SubParser]:
         """Parsers in a block get the line before the others."""
@@ -153,34 +208,77 @@ class LogParser:
         return active + [p for p in self._parsers if not p.in_block]
 
     def _stamp(self, recs: list[Record], rel: int, out: list[Record]) -> None:
-        """Give stepped records the step in progress when their line was read."""
-        base = self.ctx.clock.base
+        """Give stepped records the step in progress when their line was read, or hold them.
+
+        While records are held, the others wait behind them, so records leave in file order.
+        """
+        clock = self.ctx.clock
         for rec in recs:
-            if rec.step is None and rec.KIND in STEPPED_KINDS:
-                if base is None:
-                    self._held.append((rec, rel))
-                    continue
-                rec = dataclasses.replace(rec, step=base + rel)
-            out.append(rec)
+            needs = rec.step is None and rec.KIND in STEPPED_KINDS
+            if not clock.resolved() and not self._gave_up and (needs or self._held):
+                self._held.append((rec, rel if needs else None))
+                continue
+            out.append(_with_step(rec, clock.stamp(rel)) if needs else rec)
 
     def _assign_steps(self, out: list[Record]) -> list[Record]:
-        """Release held records once the clock has a base (or too many are held)."""
+        """Release held records once the clock can decide (or too many are held)."""
         if self._held:
-            base = self.ctx.clock.base
-            if base is not None:
-                fixed = [dataclasses.replace(r, step=base + rel) for r, rel in self._held]
+            clock = self.ctx.clock
+            if clock.resolved():
+                fixed = [
+                    rec if rel is None else _with_step(rec, clock.stamp(rel))
+                    for rec, rel in self._held
+                ]
                 self._held.clear()
                 out = fixed + out
             elif len(self._held) > MAX_HELD:
                 out = [r for r, _ in self._held] + out
                 self._held.clear()
+                self._gave_up = True  # from now on unnumbered records are not held back
         self.ctx.diag.records += len(out)
         return out
 
 
+class _DiagSnapshot:
+    """The unparsed/cut counts before a tentative join, to undo a join that failed."""
+
+    def __init__(self, diag: Diagnostics) -> None:
+        self.unparsed = diag.unparsed.copy()
+        self.cut = diag.cut.copy()
+        self.examples = {kind: list(ex) for kind, ex in diag.examples.items()}
+
+    def restore(self, diag: Diagnostics) -> None:
+        """Put the counts back as they were."""
+        diag.unparsed = self.unparsed
+        diag.cut = self.cut
+        diag.examples = self.examples
+
+
+def _total(counts: Counter[str]) -> int:
+    return sum(counts.values())
+
+
+def _with_step(rec: Record, step: int | None) -> Record:
+    """The record with its step, unchanged when the step is unknown.
+
+    The record was made by a parser for this line and has not been handed out yet, so its
+    step is filled in place: ``dataclasses.replace`` would copy every record of a large log.
+    """
+    if step is not None:
+        object.__setattr__(rec, "step", step)
+    return rec
+
+
 def _is_start(line: LogLine) -> bool:
-    """Launcher or engine-init output: the log begins with the run, not in the middle."""
-    return line.logger in _START_LOGGERS or line.text.startswith(_START_TEXTS)
+    """Launcher or engine-init output: the log begins with the run, not in the middle.
+
+    The launcher also speaks at the end of a run (``Process N exits successfully``, ``Killing
+    subprocess``), which says nothing about where the log starts.
+    """
+    text = line.text
+    if line.logger in _START_LOGGERS:
+        return not text.startswith(_END_TEXTS) and "exits with return code" not in text
+    return text.startswith(_START_TEXTS)
 
 
 def parse_text(
