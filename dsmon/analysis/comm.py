@@ -1,0 +1,194 @@
+"""How much of a step is communication, and which collectives cost what.
+
+The engine timers measure communication that the step waits for (``bwd_allreduce``, the
+gradient reduction after backward, and ZeRO-1/2's ``optimizer_allgather`` inside the
+optimizer step): this is *exposed* communication, the part that did not overlap with
+compute. Communication hidden in hooks during backward (``overlap_comm``) or in ZeRO-3's
+parameter prefetch is invisible to these timers, so the share is a lower bound on what the
+network does and an upper bound on what it costs. The comms logger (``comm_op`` and
+``comm_summary`` records) gives the per-collective view.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+#: The comms logger's own barrier before printing its table: not the training's traffic.
+LOGGER_OPS = frozenset({"log_summary_barrier"})
+COMM_SHARE_COLUMNS = ("step", "rank", "exposed_comm_ms", "total_ms", "comm_share")
+COMM_OPS_COLUMNS = (
+    "op",
+    "count",
+    "total_bytes",
+    "total_latency_ms",
+    "avg_latency_ms",
+    "algbw_gbps",
+    "busbw_gbps",
+)
+
+
+def comm_share(breakdown: pd.DataFrame) -> pd.DataFrame:
+    """Exposed communication per step: ``bwd_allreduce`` (+ ``optimizer_allgather``) vs total.
+
+    Args:
+        breakdown: :func:`dsmon.analysis.steps.step_breakdown` output.
+
+    Returns:
+        Columns :data:`COMM_SHARE_COLUMNS`; ``comm_share`` is a fraction of ``total_ms``
+        (0.25 = a quarter of the step), NaN when the step has no timing.
+    """
+    if breakdown.empty:
+        return pd.DataFrame(columns=list(COMM_SHARE_COLUMNS))
+    comm = breakdown["bwd_allreduce_ms"].astype("float64")
+    if "optimizer_allgather_ms" in breakdown.columns:
+        comm = comm.add(breakdown["optimizer_allgather_ms"].astype("float64"), fill_value=0.0)
+    total = breakdown["total_ms"].astype("float64")
+    share = comm / total.where(total > 0)
+    out = pd.DataFrame(
+        {
+            "step": breakdown["step"],
+            "rank": breakdown["rank"],
+            "exposed_comm_ms": comm,
+            "total_ms": total,
+            "comm_share": share,
+        }
+    )
+    return out.reset_index(drop=True)
+
+
+def _last_summary_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows of the last ``log_summary()`` table per file: each table is cumulative so far."""
+    rows = frame[frame["table"] == "summary"] if "table" in frame.columns else frame
+    if rows.empty:
+        return rows
+    files = rows["file"].astype(object).where(rows["file"].notna(), "")
+    last = rows.groupby(files)["table_index"].transform("max")
+    return rows[rows["table_index"] == last]
+
+
+def _weighted(values: pd.Series, weights: pd.Series) -> float:
+    """Mean of ``values`` weighted by ``weights``, over rows where both are known."""
+    ok = values.notna() & weights.notna()
+    w = weights[ok].astype("float64")
+    if not ok.any() or w.sum() == 0:
+        return float("nan")
+    return float((values[ok].astype("float64") * w).sum() / w.sum())
+
+
+def _from_summary(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per-op totals from summary-table rows (one row per op, caller and message size)."""
+    out = []
+    for op, g in rows.groupby("op", sort=True):
+        count = g["count"].astype("float64")
+        nbytes = (g["msg_size_bytes"].astype("float64") * count).sum(min_count=1)
+        latency = g["total_latency_ms"].astype("float64").sum(min_count=1)
+        n = count.sum(min_count=1)
+        out.append(
+            (
+                op,
+                n,
+                nbytes,
+                latency,
+                latency / n if n else float("nan"),
+                _weighted(g["algbw_avg_gbps"], g["count"]),
+                _weighted(g["busbw_avg_gbps"], g["count"]),
+            )
+        )
+    return pd.DataFrame(out, columns=list(COMM_OPS_COLUMNS))
+
+
+def _from_ops(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per-op totals from verbose comms-logger lines (one row per collective call)."""
+    g = rows.groupby("op", sort=True)
+    out = pd.DataFrame(
+        {
+            "count": g.size().astype("float64"),
+            "total_bytes": g["msg_size_bytes"].sum(min_count=1).astype("float64"),
+            "total_latency_ms": g["latency_ms"].sum(min_count=1).astype("float64"),
+            "avg_latency_ms": g["latency_ms"].mean().astype("float64"),
+            "algbw_gbps": g["algbw_gbps"].mean().astype("float64"),
+            "busbw_gbps": g["busbw_gbps"].mean().astype("float64"),
+        }
+    )
+    return out.rename_axis("op").reset_index()[list(COMM_OPS_COLUMNS)]
+
+
+def comm_ops(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per collective: calls, bytes moved, latency and bandwidth.
+
+    Args:
+        frame: a ``comm_summary`` frame (the ``log_summary()`` table; only the last table
+            of each file is used, since each one repeats the totals so far) or a
+            ``comm_op`` frame (one row per verbose comms-logger line).
+
+    Returns:
+        Columns :data:`COMM_OPS_COLUMNS`, one row per op sorted by name; bandwidths are
+        call-weighted means in Gbps as DeepSpeed prints them. The logger's own
+        ``log_summary_barrier`` is left out.
+    """
+    if frame.empty or "op" not in frame.columns:
+        return pd.DataFrame(columns=list(COMM_OPS_COLUMNS))
+    frame = frame[~frame["op"].isin(LOGGER_OPS)]
+    if "total_latency_ms" in frame.columns:
+        out = _from_summary(_last_summary_table(frame))
+    else:
+        out = _from_ops(frame)
+    return out.astype({"count": "Int64"})
+
+
+def overlap_estimate(compute_ms: float, comm_ms: float, step_ms: float) -> float | None:
+    """The fraction of communication that ran under compute, from three durations.
+
+    If nothing overlapped, a step takes ``compute + comm``; every millisecond it is shorter
+    than that was communication hidden under compute. The result is clipped to [0, 1];
+    None when ``comm_ms`` is not positive or a value is missing (NaN).
+    """
+    values = (compute_ms, comm_ms, step_ms)
+    if any(v is None or v != v for v in values) or comm_ms <= 0:
+        return None
+    hidden = compute_ms + comm_ms - step_ms
+    return min(1.0, max(0.0, hidden / comm_ms))
+
+
+def timer_ratios(breakdown: pd.DataFrame) -> pd.DataFrame:
+    """Per step: ``bwd_allreduce`` as % of ``bwd_inner``, ``optimizer_allgather`` as % of ``fwd``.
+
+    The tuning guide reads a breakdown as "allgather = 60 ms (24 % of fwd)"; these are those
+    percentages for every step (NaN where a timer is missing or its base is 0).
+    """
+    cols = ["step", "rank", "allreduce_pct_of_bwd_inner", "allgather_pct_of_fwd"]
+    if breakdown.empty:
+        return pd.DataFrame(columns=cols)
+
+    def pct(num: str, den: str) -> pd.Series:
+        if num not in breakdown.columns or den not in breakdown.columns:
+            return pd.Series(float("nan"), index=breakdown.index)
+        base = breakdown[den].astype("float64")
+        return 100.0 * breakdown[num].astype("float64") / base.where(base > 0)
+
+    out = breakdown[["step", "rank"]].copy()
+    out["allreduce_pct_of_bwd_inner"] = pct("bwd_allreduce_ms", "bwd_inner_ms")
+    out["allgather_pct_of_fwd"] = pct("optimizer_allgather_ms", "fwd_ms")
+    return out.reset_index(drop=True)[cols]
+
+
+def step_overlap(breakdown: pd.DataFrame, comm_op_frame: pd.DataFrame) -> pd.DataFrame:
+    """Per step: T_compute, T_comm, T_step and the overlap estimate (share of the smaller).
+
+    T_comm is the comms logger's summed latency of the step's collectives, T_compute is
+    ``fwd + bwd_inner + step`` and T_step is ``total_ms``; overlap is
+    ``(T_compute + T_comm - T_step) / min(T_compute, T_comm)`` clipped to [0, 1]. Empty
+    without verbose comms-logger lines (``comm_op`` records carry the step).
+    """
+    cols = ["step", "compute_ms", "comm_ms", "step_ms", "overlap"]
+    if breakdown.empty or comm_op_frame.empty or "latency_ms" not in comm_op_frame.columns:
+        return pd.DataFrame(columns=cols)
+    comm = comm_op_frame.dropna(subset=["step"]).groupby("step")["latency_ms"].sum(min_count=1)
+    bd = breakdown.groupby("step")[["fwd_ms", "bwd_inner_ms", "step_ms", "total_ms"]].median()
+    out = pd.DataFrame({"compute_ms": bd["fwd_ms"] + bd["bwd_inner_ms"] + bd["step_ms"]})
+    out["comm_ms"] = comm.reindex(out.index).astype("float64")
+    out["step_ms"] = bd["total_ms"]
+    smaller = out[["compute_ms", "comm_ms"]].min(axis=1)
+    hidden = out["compute_ms"] + out["comm_ms"] - out["step_ms"]
+    out["overlap"] = (hidden / smaller.where(smaller > 0)).clip(0.0, 1.0)
+    return out.dropna(subset=["comm_ms"]).rename_axis("step").reset_index()[cols]

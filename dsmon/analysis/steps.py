@@ -1,0 +1,134 @@
+"""Step-time breakdowns from the engine's wall-clock timer lines.
+
+DeepSpeed's engine prints two timer lines per optimizer step when ``wall_clock_breakdown``
+is on: a ``micro`` line per micro-batch (``fwd_microstep`` ...) and a ``global`` line at the
+gradient-accumulation boundary whose values are sums over the whole accumulation window.
+``bwd`` already contains ``bwd_inner`` (autograd) and ``bwd_allreduce`` (the gradient
+reduction), so a step's total is ``fwd + bwd + step``, never the sum of all five. ZeRO-1/2
+add an optimizer line (``optimizer_allgather`` ...) inside ``step``; the breakdown carries
+it along because the allgather is the communication hidden inside the step time.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+#: Engine timers in the order of a step; ``bwd_inner``/``bwd_allreduce`` are parts of ``bwd``.
+PHASES = ("fwd", "bwd", "bwd_inner", "bwd_allreduce", "step")
+PHASE_COLUMNS = tuple(f"{p}_ms" for p in PHASES)
+BREAKDOWN_COLUMNS = ("step", "rank", *PHASE_COLUMNS, "total_ms")
+MICRO_COLUMNS = ("step", "micro_step", "rank", *PHASE_COLUMNS, "total_ms")
+#: ZeRO-1/2 optimizer timers, merged into the breakdown when the log has them.
+OPTIMIZER_TIMERS = ("optimizer_allgather", "optimizer_gradients", "optimizer_step")
+STAT_COLUMNS = ("n", "p50", "p90", "max")
+
+
+def _group(timers: pd.DataFrame, group: str) -> pd.DataFrame:
+    """The timer rows of one group (an empty frame stays empty)."""
+    if timers.empty or "group" not in timers.columns:
+        return timers.iloc[0:0]
+    return timers[timers["group"] == group]
+
+
+def _take(rows: pd.DataFrame, keys: tuple[str, ...], names: dict[str, str]) -> pd.DataFrame:
+    """Key columns plus the renamed timer columns; a timer the log lacks is all-NaN."""
+    out = pd.DataFrame(index=rows.index)
+    for key in keys:
+        out[key] = (
+            rows[key] if key in rows.columns else pd.Series(pd.NA, index=rows.index, dtype="Int64")
+        )
+    for src, dst in names.items():
+        out[dst] = rows[src].astype("float64") if src in rows.columns else float("nan")
+    return out
+
+
+def _dedupe(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """One row per key: the same line read twice (two copies of one log) counts once.
+
+    Rows whose step is unknown cannot be matched and are all kept.
+    """
+    known = frame["step"].notna()
+    kept = frame[known].drop_duplicates(subset=keys, keep="last")
+    out = pd.concat([kept, frame[~known]]) if (~known).any() else kept
+    return out.sort_values(keys, kind="stable", na_position="last").reset_index(drop=True)
+
+
+def _total(frame: pd.DataFrame) -> pd.Series:
+    """Total step time: fwd + bwd + step (bwd already holds bwd_inner and bwd_allreduce)."""
+    return frame[["fwd_ms", "bwd_ms", "step_ms"]].sum(axis=1, min_count=1)
+
+
+def step_breakdown(timers: pd.DataFrame) -> pd.DataFrame:
+    """One row per optimizer step and rank from the ``global`` timer lines.
+
+    Args:
+        timers: the store's timer frame (``Store.frame(run, "timer")``).
+
+    Returns:
+        Columns :data:`BREAKDOWN_COLUMNS` (``total_ms`` = fwd + bwd + step), plus
+        ``optimizer_allgather_ms``/``optimizer_gradients_ms``/``optimizer_step_ms`` when
+        the log has ZeRO-1/2 optimizer timer lines; sorted by step and rank.
+    """
+    names = {f"{p}_ms": f"{p}_ms" for p in PHASES}
+    out = _take(_group(timers, "global"), ("step", "rank"), names)
+    out = _dedupe(out, ["step", "rank"])
+    out["total_ms"] = _total(out)
+    return _with_optimizer(out, _group(timers, "zero_optimizer"))
+
+
+def _with_optimizer(breakdown: pd.DataFrame, opt_rows: pd.DataFrame) -> pd.DataFrame:
+    """Attach the ZeRO optimizer timers of the same step and rank, when there are any."""
+    present = [t for t in OPTIMIZER_TIMERS if f"{t}_ms" in opt_rows.columns]
+    if opt_rows.empty or not present:
+        return breakdown
+    names = {f"{t}_ms": f"{t}_ms" for t in present}
+    opt = _take(opt_rows[opt_rows["step"].notna()], ("step", "rank"), names)
+    opt = opt.drop_duplicates(subset=["step", "rank"], keep="last")
+    return breakdown.merge(opt, on=["step", "rank"], how="left")
+
+
+def micro_breakdown(timers: pd.DataFrame) -> pd.DataFrame:
+    """One row per micro-batch from the ``micro`` timer lines (``fwd_microstep`` -> ``fwd_ms``).
+
+    With gradient accumulation these show how the global sums split over micro-batches;
+    ``micro_step`` is the 0-based index inside the optimizer step.
+    """
+    names = {f"{p}_microstep_ms": f"{p}_ms" for p in PHASES}
+    out = _take(_group(timers, "micro"), ("step", "micro_step", "rank"), names)
+    out = _dedupe(out, ["step", "micro_step", "rank"])
+    out["total_ms"] = _total(out)
+    return out[list(MICRO_COLUMNS)]
+
+
+def step_stats(breakdown: pd.DataFrame) -> pd.DataFrame:
+    """p50/p90/max (and count) of every ``*_ms`` column of a breakdown.
+
+    Medians, not means: the first steps (allocation, JIT warm-up) are many times slower
+    than the rest and would drag a mean far from what the run normally does.
+
+    Returns:
+        One row per timer column (index = column name), columns :data:`STAT_COLUMNS`.
+    """
+    cols = [c for c in breakdown.columns if c.endswith("_ms")]
+    rows = {}
+    for col in cols:
+        values = breakdown[col].dropna().astype("float64")
+        if values.empty:
+            rows[col] = (0, float("nan"), float("nan"), float("nan"))
+        else:
+            rows[col] = (
+                len(values),
+                float(values.quantile(0.5)),
+                float(values.quantile(0.9)),
+                float(values.max()),
+            )
+    out = pd.DataFrame.from_dict(rows, orient="index", columns=list(STAT_COLUMNS))
+    return out.astype({"n": "int64"})
+
+
+def slowest_steps(breakdown: pd.DataFrame, n: int = 5) -> pd.DataFrame:
+    """The ``n`` rows with the largest ``total_ms`` (ties: the earlier step first)."""
+    if breakdown.empty:
+        return breakdown
+    ranked = breakdown.sort_values(["total_ms", "step"], ascending=[False, True], kind="stable")
+    return ranked.head(n).reset_index(drop=True)

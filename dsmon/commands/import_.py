@@ -1,0 +1,94 @@
+"""``dsmon import PATH...``: saved DeepSpeed output into the store, then the run summary.
+
+Replay is "ingest once": the same discovery and parsers the live collectors use, run over
+files and run folders already on disk. Importing is idempotent, so importing a run again
+after it wrote more output adds only what is new.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from dsmon.commands import CommandError, default_store
+from dsmon.ingest import ImportResult, Progress, import_paths
+from dsmon.store import open_store
+from dsmon.store_schema import Store
+from dsmon.summary import render_summary, run_summary
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``import`` command."""
+    p = subparsers.add_parser(
+        "import",
+        help="read saved DeepSpeed output (files or run folders) into the store",
+        description="Import logs, flops-profiler files, csv_monitor folders, autotuner "
+        "results and ds_config.json from files or run folders, then print a run summary.",
+    )
+    p.add_argument("paths", nargs="+", metavar="PATH", help="a file or a run folder")
+    p.add_argument("--run", help="run name for everything imported (default: folder name)")
+    p.add_argument("--store", help="store path or URL (default: $DSMON_STORE or ./dsmon.sqlite)")
+    p.set_defaults(func=run)
+
+
+def progress_bar(bars: list[tqdm[Any]]) -> Callable[[int], Progress]:
+    """A progress factory drawing a byte-count bar on stderr, only when stderr is a terminal."""
+
+    def factory(total: int) -> Progress:
+        bar: tqdm[Any] = tqdm(
+            total=total,
+            unit="B",
+            unit_scale=True,
+            desc="import",
+            file=sys.stderr,
+            disable=not sys.stderr.isatty(),
+        )
+        bars.append(bar)
+        return bar.update
+
+    return factory
+
+
+def import_and_summarise(store: Store, paths: list[Path], run: str | None = None) -> list[str]:
+    """Import ``paths`` into ``store``; returns one report (counts + summary) per run.
+
+    Raises:
+        CommandError: nothing readable was found in the paths.
+    """
+    bars: list[tqdm[Any]] = []
+    try:
+        results = import_paths(store, paths, run, progress_bar(bars))
+    finally:
+        for bar in bars:
+            bar.close()
+    if not any(r.files for r in results):
+        raise CommandError(f"nothing to import in {', '.join(map(str, paths))}")
+    return [_report(store, r) for r in results if r.files]
+
+
+def _report(store: Store, res: ImportResult) -> str:
+    """What one run's import did, then its summary."""
+    head = f"Imported    {res.records} records ({res.inserted} new) from {len(res.files)} file(s)"
+    unparsed = sum(res.diag.unparsed.values()) + sum(res.diag.cut.values())
+    if unparsed:
+        head += f"; {unparsed} lines or blocks not understood (dsmon parse shows them)"
+    try:
+        summary = render_summary(run_summary(store, res.run))
+    except KeyError:
+        summary = f"Run         {res.run}: no records"
+    return f"{head}\n{summary}"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Import, then print each run's summary to stdout."""
+    url = args.store or default_store()
+    with open_store(url) as store:
+        reports = import_and_summarise(store, [Path(p) for p in args.paths], args.run)
+    print(f"Store       {url}")
+    print("\n\n".join(reports))
+    return 0

@@ -1,0 +1,125 @@
+"""``dsmon parse FILE...``: records as JSON lines on stdout, what did not parse on stderr.
+
+The output is the wire form (``dsmon.wire``) that the ingest API accepts, so
+``dsmon parse train.log`` shows exactly what dsmon understood of a log and can be replayed
+into a server. The command streams: a 500 MB log is read one line at a time and records are
+written in batches, since one ``write`` per record would dominate the run time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+from dsmon import wire
+from dsmon.commands import CommandError
+from dsmon.ingest import classify, read_found, read_log, run_name
+from dsmon.parsers.base import Diagnostics
+from dsmon.parsers.log import LogParser
+from dsmon.records import Record
+
+#: Records encoded per ``write`` call.
+WRITE_BATCH = 2048
+STDIN = "-"
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``parse`` command."""
+    p = subparsers.add_parser(
+        "parse",
+        help="print the records in DeepSpeed output as JSON lines",
+        description="Parse DeepSpeed logs (or other saved output) and print one JSON object "
+        "per record on stdout; unparsed lines are summarised on stderr. '-' reads stdin.",
+    )
+    p.add_argument("files", nargs="+", metavar="FILE", help="a log file, or - for stdin")
+    p.add_argument("--run", help="run name in each record (default: the file's folder name)")
+    p.set_defaults(func=run)
+
+
+def check_readable(name: str) -> Path:
+    """The path of a FILE argument, or a CommandError saying why it cannot be read."""
+    path = Path(name)
+    if not path.exists():
+        raise CommandError(f"cannot read {name}: No such file or directory")
+    if path.is_dir():
+        raise CommandError(f"cannot read {name}: Is a directory")
+    if not os.access(path, os.R_OK):
+        raise CommandError(f"cannot read {name}: Permission denied")
+    return path
+
+
+def _records(name: str, run: str | None, diag: Diagnostics) -> Iterator[Record]:
+    """Records of one FILE argument (stdin, a log, or another recognised file)."""
+    if name == STDIN:
+        parser = LogParser(run or "stdin", "<stdin>")
+        yield from read_log(sys.stdin.buffer, parser)
+        diag.merge(parser.diag)
+        return
+    path = Path(name)
+    found = classify(path, path.name, explicit=True)
+    assert found is not None  # explicit files are always readable as a log
+    yield from read_found(found, run or run_name(path), diag)
+
+
+def write_records(records: Iterable[Record], out: TextIO) -> int:
+    """Write records as JSON lines in batches; returns how many."""
+    n = 0
+    batch: list[str] = []
+    for rec in records:
+        batch.append(wire.encode(rec))
+        if len(batch) >= WRITE_BATCH:
+            out.write("\n".join(batch) + "\n")
+            n += len(batch)
+            batch.clear()
+    if batch:
+        out.write("\n".join(batch) + "\n")
+        n += len(batch)
+    return n
+
+
+def format_diagnostics(diag: Diagnostics, n_files: int, n_records: int) -> str:
+    """The stderr report: totals, then unparsed and cut counts per kind with examples."""
+    lines = [
+        f"dsmon parse: {n_files} file(s), {diag.lines} lines, {n_records} records, "
+        f"{sum(diag.unparsed.values())} unparsed lines, {sum(diag.cut.values())} cut blocks"
+    ]
+    for label, bucket in (("unparsed", diag.unparsed), ("cut", diag.cut)):
+        for kind, count in sorted(bucket.items()):
+            lines.append(f"  {label} {kind}: {count}")
+            lines.extend(f"    {ex}" for ex in diag.examples.get(kind, []))
+    return "\n".join(lines)
+
+
+def _parse_all(names: list[str], run: str | None, diag: Diagnostics) -> int:
+    """Write the records of every FILE to stdout; returns how many."""
+    n = 0
+    for name in names:
+        try:
+            n += write_records(_records(name, run, diag), sys.stdout)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise CommandError(f"cannot read {name}: {exc.strerror or exc}") from None
+    sys.stdout.flush()
+    return n
+
+
+def run(args: argparse.Namespace) -> int:
+    """Parse every FILE; exit 0 once all were read, 1 with one line when one cannot be."""
+    for name in args.files:
+        if name != STDIN:
+            check_readable(name)
+    diag = Diagnostics()
+    try:
+        n = _parse_all(args.files, args.run, diag)
+    except BrokenPipeError:
+        # The reader went away (``dsmon parse big.log | head``): not an error of ours.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    print(format_diagnostics(diag, len(args.files), n), file=sys.stderr)
+    return 0

@@ -1,0 +1,258 @@
+"""The record store: one SQLite file that one writer fills and many processes read.
+
+SQLite runs in WAL mode, so the dashboard's readers never block the collector writing
+and vice versa, with a busy timeout for the moments two writers meet. Each record is kept
+as its JSON-lines body plus indexed columns for the queries the dashboard makes (a run's
+records of one kind over a step or time range, or newer than an id). A small bookkeeping
+table, updated in the same transaction as the records, answers :meth:`SQLiteStore.runs`
+without scanning millions of rows. ``open_store`` also accepts ``postgresql://`` URLs
+(``dsmon.store_pg``); what both backends share is in ``dsmon.store_schema``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from dsmon.records import Record
+from dsmon.store_schema import (
+    ROW_COLUMNS,
+    SCHEMA_VERSION,
+    KindStats,
+    RecordFilter,
+    RunInfo,
+    Store,
+    StoreError,
+    batched,
+    run_infos,
+)
+
+__all__ = ["RunInfo", "SQLiteStore", "Store", "StoreError", "open_store", "sqlite_path"]
+
+#: How long a writer waits for another writer's transaction before giving up.
+BUSY_TIMEOUT_S = 30.0
+
+_DDL = (
+    """CREATE TABLE IF NOT EXISTS records (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        key BLOB NOT NULL UNIQUE,
+        run TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        step INTEGER,
+        ts TEXT,
+        node TEXT,
+        rank INTEGER,
+        file TEXT,
+        line INTEGER,
+        body TEXT NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS records_run_kind_step ON records (run, kind, step)",
+    "CREATE INDEX IF NOT EXISTS records_run_kind_ts ON records (run, kind, ts)",
+    "CREATE INDEX IF NOT EXISTS records_run_ts ON records (run, ts)",
+    """CREATE TABLE IF NOT EXISTS run_kinds (
+        run TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        n INTEGER NOT NULL,
+        first_ts TEXT,
+        last_ts TEXT,
+        last_step INTEGER,
+        last_id INTEGER NOT NULL,
+        PRIMARY KEY (run, kind)
+    )""",
+    """CREATE TABLE IF NOT EXISTS run_sources (
+        run TEXT NOT NULL,
+        node TEXT NOT NULL,
+        rank INTEGER NOT NULL,
+        PRIMARY KEY (run, node, rank)
+    )""",
+)
+
+_INSERT = (
+    f"INSERT OR IGNORE INTO records ({', '.join(ROW_COLUMNS)}) "
+    f"VALUES ({', '.join('?' for _ in ROW_COLUMNS)})"
+)
+# Folds the rows of one transaction (id > ?) into the per-run bookkeeping. SQLite's
+# two-argument min()/max() return NULL when either side is NULL, hence the COALESCE.
+_UPDATE_KINDS = """
+INSERT INTO run_kinds (run, kind, n, first_ts, last_ts, last_step, last_id)
+SELECT run, kind, COUNT(*), MIN(ts), MAX(ts), MAX(step), MAX(id)
+FROM records WHERE id > ? GROUP BY run, kind
+ON CONFLICT (run, kind) DO UPDATE SET
+    n = n + excluded.n,
+    first_ts = COALESCE(MIN(first_ts, excluded.first_ts), first_ts, excluded.first_ts),
+    last_ts = COALESCE(MAX(last_ts, excluded.last_ts), last_ts, excluded.last_ts),
+    last_step = COALESCE(MAX(last_step, excluded.last_step), last_step, excluded.last_step),
+    last_id = MAX(last_id, excluded.last_id)
+"""
+# -1 stands for "unknown" in the key columns, since NULLs never collide in a primary key.
+_UPDATE_SOURCES = """
+INSERT OR IGNORE INTO run_sources (run, node, rank)
+SELECT DISTINCT run, COALESCE(node, ''), COALESCE(rank, -1) FROM records WHERE id > ?
+"""
+
+
+def sqlite_path(url: str) -> str:
+    """The file path of a store URL: ``sqlite:///rel/path``, ``sqlite:////abs/path`` or a path."""
+    if url.startswith("sqlite:///"):
+        return url[len("sqlite:///") :]
+    if url.startswith("sqlite://"):
+        raise StoreError(f"{url}: expected sqlite:///PATH (three slashes)")
+    return url
+
+
+class SQLiteStore(Store):
+    """The default store backend.
+
+    One connection per store object, shared by threads under a lock (Streamlit serves
+    sessions from threads). Other processes open their own ``SQLiteStore`` on the same
+    file; WAL lets them read while this one writes.
+
+    Args:
+        path: the database file; created with its schema when missing.
+
+    Raises:
+        StoreError: the file cannot be opened or holds a schema of another version.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        self._lock = threading.Lock()
+        try:
+            self._conn = sqlite3.connect(
+                self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+            )
+            self._setup()
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open store {self.path}: {exc}") from None
+
+    def _setup(self) -> None:
+        """Pragmas for concurrent use, then the schema (or a check of the existing one)."""
+        conn = self._conn
+        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        if self.path != ":memory:":
+            conn.execute("PRAGMA journal_mode = WAL")
+        # NORMAL is durable in WAL mode except for the last commits on power loss.
+        conn.execute("PRAGMA synchronous = NORMAL")
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version not in (0, SCHEMA_VERSION):
+            raise StoreError(
+                f"cannot open store {self.path}: schema version {version}, "
+                f"this dsmon reads version {SCHEMA_VERSION}"
+            )
+        if version == SCHEMA_VERSION:
+            return  # a reader opening an existing store takes no write lock
+        with self._transaction():
+            for stmt in _DDL:
+                conn.execute(stmt)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self._conn)
+
+    def add(self, records: Iterable[Record]) -> int:
+        """Store the records not stored yet, committing every few thousand; returns how many."""
+        inserted = 0
+        for rows in batched(records):
+            with self._lock, _errors(self.path), self._transaction():
+                before, changes = self._max_id(), self._conn.total_changes
+                self._conn.executemany(_INSERT, rows)
+                new = self._conn.total_changes - changes
+                if new:
+                    self._conn.execute(_UPDATE_KINDS, (before,))
+                    self._conn.execute(_UPDATE_SOURCES, (before,))
+                inserted += new
+        return inserted
+
+    def _max_id(self) -> int:
+        row = self._conn.execute("SELECT MAX(id) FROM records").fetchone()
+        return int(row[0] or 0)
+
+    def runs(self) -> list[RunInfo]:
+        """Every run, from the bookkeeping tables (no scan of the records)."""
+        with self._lock, _errors(self.path):
+            stats = self._conn.execute(
+                "SELECT run, kind, n, first_ts, last_ts, last_step, last_id FROM run_kinds"
+            ).fetchall()
+            sources = self._conn.execute("SELECT run, node, rank FROM run_sources").fetchall()
+        return run_infos((KindStats(*row) for row in stats), sources)
+
+    def last_id(self, run: str | None = None) -> int:
+        """Id of the newest record of ``run`` (or of the whole store); 0 if there is none."""
+        with self._lock:
+            if run is None:
+                return self._max_id()
+            row = self._conn.execute(
+                "SELECT MAX(last_id) FROM run_kinds WHERE run = ?", (run,)
+            ).fetchone()
+        return int(row[0] or 0)
+
+    def _select(self, flt: RecordFilter) -> list[tuple[int, str]]:
+        where, params = flt.where("?")
+        sql = f"SELECT id, body FROM records WHERE {where} ORDER BY id"
+        if flt.limit is not None:
+            sql += " LIMIT ?"
+            params.append(flt.limit)
+        with self._lock, _errors(self.path):
+            return self._conn.execute(sql, params).fetchall()
+
+    def close(self) -> None:
+        """Close the connection (further calls fail)."""
+        with self._lock:
+            self._conn.close()
+
+
+@contextmanager
+def _errors(path: str) -> Iterator[None]:
+    """SQLite failures at run time (locked too long, disk full, corrupt file) as StoreError.
+
+    Misuse (a closed store) stays a ``sqlite3.ProgrammingError``: that is a bug, not a
+    condition the user can fix.
+    """
+    try:
+        yield
+    except (sqlite3.OperationalError, sqlite3.DatabaseError) as exc:
+        if isinstance(exc, sqlite3.ProgrammingError):
+            raise
+        raise StoreError(f"store {path}: {exc}") from None
+
+
+class _Transaction:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on error).
+
+    IMMEDIATE takes the write lock up front: a deferred transaction that reads first and
+    writes later can fail with SQLITE_BUSY without waiting, when another writer got there
+    in between.
+    """
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def __enter__(self) -> None:
+        self._conn.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        self._conn.execute("COMMIT" if exc_type is None else "ROLLBACK")
+
+
+def open_store(url: str | Path) -> Store:
+    """Open the store a URL names: a path or ``sqlite:///path`` (SQLite), ``postgresql://...``.
+
+    Raises:
+        StoreError: the URL names an unknown or unavailable backend, or the store cannot be
+            opened.
+    """
+    text = str(url)
+    if text.startswith(("postgresql://", "postgres://")):
+        try:
+            backend = importlib.import_module("dsmon.store_pg")
+        except ImportError as exc:
+            raise StoreError(f"cannot open store {text}: PostgreSQL backend: {exc}") from None
+        store: Store = backend.PgStore(text)
+        return store
+    if "://" in text and not text.startswith("sqlite://"):
+        raise StoreError(f"cannot open store {text}: unknown URL scheme")
+    return SQLiteStore(sqlite_path(text))

@@ -1,0 +1,271 @@
+"""What every store backend shares: the row form of a record, the query filter, the Store contract.
+
+A record is stored as its JSON-lines form (``dsmon.wire``) next to a few indexed columns
+(run, kind, step, ts, node, rank, file, line) and a digest of :func:`dsmon.records.record_key`
+that carries a UNIQUE constraint, so writing the same record twice stores it once. SQLite
+(``dsmon.store``) and PostgreSQL (``dsmon.store_pg``) differ only in SQL dialect and
+connection handling; the mapping between rows and records, the filters and the DataFrame
+view live here so both return the same answers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import TracebackType
+from typing import Any, NamedTuple
+
+import pandas as pd
+
+from dsmon import wire
+from dsmon.frames import records_frame
+from dsmon.records import Record, record_key
+
+#: Bumped when the tables change shape; a store written by another version is refused.
+SCHEMA_VERSION = 1
+#: Records written per transaction: large enough to amortise the commit, small enough
+#: that a reader never waits long and memory stays flat on a 500 MB import.
+BATCH_ROWS = 5000
+
+
+class StoreError(RuntimeError):
+    """The store cannot be opened or used (bad URL, unreadable file, foreign schema)."""
+
+
+class RecordRow(NamedTuple):
+    """The columns one record is stored as (order = the INSERT column order)."""
+
+    key: bytes
+    run: str
+    kind: str
+    step: int | None
+    ts: str | None
+    node: str | None
+    rank: int | None
+    file: str | None
+    line: int | None
+    body: str
+
+
+ROW_COLUMNS = RecordRow._fields
+
+
+def key_digest(rec: Record) -> bytes:
+    """A 16-byte digest of the record's identity: a compact UNIQUE key for any backend.
+
+    The identity tuple holds the file path, which repeated on every row would double the
+    index; 128 bits keep collisions out of reach for any realistic number of records.
+    """
+    text = "\x1f".join(str(part) for part in record_key(rec))
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+
+
+def record_row(rec: Record) -> RecordRow:
+    """The row under which ``rec`` is stored."""
+    s = rec.src
+    body = wire.encode(rec)
+    return RecordRow(
+        key_digest(rec), s.run, rec.KIND, rec.step, rec.ts, s.node, s.rank, s.file, s.line, body
+    )
+
+
+def row_record(body: str) -> Record:
+    """Rebuild a record from its stored body."""
+    return wire.decode(body)
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """What the store knows about one run, cheap enough to ask on every dashboard refresh.
+
+    ``kinds`` counts records per kind; ``last_id`` is the id of the newest record, so a
+    reader can ask for ``records(run, after_id=last_id)`` next time and get only what is new.
+    """
+
+    name: str
+    first_ts: str | None
+    last_ts: str | None
+    n_records: int
+    nodes: tuple[str, ...]
+    ranks: tuple[int, ...]
+    last_step: int | None
+    kinds: dict[str, int] = field(default_factory=dict)
+    last_id: int = 0
+
+
+class KindStats(NamedTuple):
+    """One (run, kind) line of the per-run bookkeeping table."""
+
+    run: str
+    kind: str
+    n: int
+    first_ts: str | None
+    last_ts: str | None
+    last_step: int | None
+    last_id: int
+
+
+def run_infos(stats: Iterable[KindStats], sources: Iterable[tuple[str, Any, Any]]) -> list[RunInfo]:
+    """Fold per-kind statistics and the (run, node, rank) pairs seen into one RunInfo per run."""
+    nodes: dict[str, set[str]] = {}
+    ranks: dict[str, set[int]] = {}
+    for run, node, rank in sources:
+        if node is not None and node != "":
+            nodes.setdefault(run, set()).add(str(node))
+        if rank is not None and rank >= 0:
+            ranks.setdefault(run, set()).add(int(rank))
+    by_run: dict[str, list[KindStats]] = {}
+    for st in stats:
+        by_run.setdefault(st.run, []).append(st)
+    return [
+        _fold(name, rows, nodes.get(name, set()), ranks.get(name, set()))
+        for name, rows in sorted(by_run.items())
+    ]
+
+
+def _fold(name: str, rows: list[KindStats], nodes: set[str], ranks: set[int]) -> RunInfo:
+    """One run's RunInfo from its per-kind rows."""
+    firsts = [r.first_ts for r in rows if r.first_ts is not None]
+    lasts = [r.last_ts for r in rows if r.last_ts is not None]
+    steps = [r.last_step for r in rows if r.last_step is not None]
+    return RunInfo(
+        name=name,
+        first_ts=min(firsts) if firsts else None,
+        last_ts=max(lasts) if lasts else None,
+        n_records=sum(r.n for r in rows),
+        nodes=tuple(sorted(nodes)),
+        ranks=tuple(sorted(ranks)),
+        last_step=max(steps) if steps else None,
+        kinds={r.kind: r.n for r in sorted(rows, key=lambda r: r.kind)},
+        last_id=max(r.last_id for r in rows),
+    )
+
+
+def _iso(value: str | datetime | None) -> str | None:
+    """Timestamps compare as the ISO strings records carry (millisecond precision, no zone)."""
+    if value is None or isinstance(value, str):
+        return value
+    return value.replace(tzinfo=None).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True, slots=True)
+class RecordFilter:
+    """The query every read shares: one run, optionally one kind, step/time/id ranges.
+
+    Ranges are inclusive; ``after_id`` is exclusive (records newer than one already seen).
+    """
+
+    run: str
+    kind: str | None = None
+    step_min: int | None = None
+    step_max: int | None = None
+    ts_min: str | datetime | None = None
+    ts_max: str | datetime | None = None
+    after_id: int | None = None
+    limit: int | None = None
+
+    def where(self, ph: str = "?") -> tuple[str, list[Any]]:
+        """The SQL WHERE clause and its parameters, with ``ph`` as the placeholder."""
+        conds: list[tuple[str, Any]] = [("run = {}", self.run)]
+        optional = (
+            ("kind = {}", self.kind),
+            ("step >= {}", self.step_min),
+            ("step <= {}", self.step_max),
+            ("ts >= {}", _iso(self.ts_min)),
+            ("ts <= {}", _iso(self.ts_max)),
+            ("id > {}", self.after_id),
+        )
+        conds += [(sql, v) for sql, v in optional if v is not None]
+        return " AND ".join(sql.format(ph) for sql, _ in conds), [v for _, v in conds]
+
+
+def batched(records: Iterable[Record], size: int = BATCH_ROWS) -> Iterator[list[RecordRow]]:
+    """Rows in lists of ``size``, so an import streams instead of holding every record."""
+    batch: list[RecordRow] = []
+    for rec in records:
+        batch.append(record_row(rec))
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+class Store(ABC):
+    """The store contract every backend fulfils; reads are built on :meth:`_select`.
+
+    Writes are idempotent (a record's identity is :func:`dsmon.records.record_key`), reads
+    return records in insertion order, and ids grow monotonically so ``after_id`` polling
+    never misses a record.
+    """
+
+    @abstractmethod
+    def add(self, records: Iterable[Record]) -> int:
+        """Store the records not stored yet and commit; returns how many were new."""
+
+    @abstractmethod
+    def runs(self) -> list[RunInfo]:
+        """Every run in the store, by name."""
+
+    @abstractmethod
+    def last_id(self, run: str | None = None) -> int:
+        """Id of the newest record (of ``run``, or of any run); 0 when there is none."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the connection."""
+
+    @abstractmethod
+    def _select(self, flt: RecordFilter) -> list[tuple[int, str]]:
+        """``(id, body)`` of the matching rows in id order, at most ``flt.limit``."""
+
+    def records(
+        self,
+        run: str,
+        kind: str | None = None,
+        *,
+        step_min: int | None = None,
+        step_max: int | None = None,
+        ts_min: str | datetime | None = None,
+        ts_max: str | datetime | None = None,
+        after_id: int | None = None,
+        limit: int | None = None,
+    ) -> list[Record]:
+        """Records of a run in insertion order, filtered as :class:`RecordFilter` describes."""
+        flt = RecordFilter(run, kind, step_min, step_max, ts_min, ts_max, after_id, limit)
+        return [row_record(body) for _, body in self._select(flt)]
+
+    def id_records(self, flt: RecordFilter) -> list[tuple[int, Record]]:
+        """``(id, record)`` pairs: what a client paging with ``after_id`` must be told."""
+        return [(rec_id, row_record(body)) for rec_id, body in self._select(flt)]
+
+    def frame(
+        self,
+        run: str,
+        kind: str,
+        *,
+        step_min: int | None = None,
+        step_max: int | None = None,
+        ts_min: str | datetime | None = None,
+        ts_max: str | datetime | None = None,
+        after_id: int | None = None,
+        limit: int | None = None,
+    ) -> pd.DataFrame:
+        """One row per record of one kind: see :func:`dsmon.frames.records_frame`."""
+        flt = RecordFilter(run, kind, step_min, step_max, ts_min, ts_max, after_id, limit)
+        rows = self._select(flt)
+        return records_frame(kind, [row_record(b) for _, b in rows], [i for i, _ in rows])
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

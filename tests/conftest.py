@@ -1,0 +1,55 @@
+"""Shared fixtures: a store of every backend, and real DeepSpeed runs from tests/data/.
+
+``store`` is parametrized by backend, so every store test runs against each one. A backend
+that cannot run here (no server) is skipped by its opener, not failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from pg_support import open_pg_store
+
+from dsmon.ingest import discover, read_found
+from dsmon.parsers.base import Diagnostics
+from dsmon.records import Record
+from dsmon.store import open_store
+from dsmon.store_schema import Store
+
+DATA = Path(__file__).parent / "data"
+#: The ZeRO-2 run of the corpus (DeepSpeed 0.19.8, 2 ranks, 30 steps): tests/data/z2/.
+Z2 = DATA / "z2"
+
+
+def _open_sqlite(tmp_path: Path) -> Store:
+    return open_store(tmp_path / "store.sqlite")
+
+
+#: Backend name -> opener of an empty store of that backend.
+STORE_BACKENDS: dict[str, Callable[[Path], Store]] = {
+    "sqlite": _open_sqlite,
+    "postgresql": open_pg_store,  # skipped without $DSMON_TEST_PG_URL, except in CI
+}
+
+
+@pytest.fixture(params=list(STORE_BACKENDS))
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """An empty store of each backend."""
+    s = STORE_BACKENDS[request.param](tmp_path)
+    yield s
+    s.close()
+
+
+def read_log(path: Path, run: str) -> list[Record]:
+    """The records of one log file (file name as the Source's file)."""
+    diag = Diagnostics()
+    (found,) = discover(path)
+    return list(read_found(found, run, diag))
+
+
+@pytest.fixture(scope="session")
+def z2_log_records() -> list[Record]:
+    """Records of tests/data/z2/train.log, parsed once per session."""
+    return read_log(Z2 / "train.log", "z2")

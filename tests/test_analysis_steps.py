@@ -1,0 +1,133 @@
+"""Step breakdowns of the real ZeRO-2 run in tests/data/z2 (30 steps, GAS 1, rank 0 timers).
+
+Expected values were read by hand from tests/data/z2/train.log: the 30 global timer lines
+``[Rank 0] time (ms) | fwd: ... | bwd: ... | bwd_inner: ... | bwd_allreduce: ... | step: ...``
+(lines 184, 188, ...), the micro lines just before them and the ZeRO optimizer lines
+``optimizer_allgather: ... | optimizer_gradients: ... | optimizer_step: ...``.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from dsmon.analysis.steps import (
+    BREAKDOWN_COLUMNS,
+    MICRO_COLUMNS,
+    micro_breakdown,
+    slowest_steps,
+    step_breakdown,
+    step_stats,
+)
+from dsmon.frames import records_frame
+from dsmon.records import Record, Source, TimerRecord
+
+
+@pytest.fixture(scope="module")
+def timers(z2_log_records: list[Record]) -> pd.DataFrame:
+    return records_frame("timer", [r for r in z2_log_records if r.KIND == "timer"])
+
+
+@pytest.fixture(scope="module")
+def breakdown(timers: pd.DataFrame) -> pd.DataFrame:
+    return step_breakdown(timers)
+
+
+def test_one_row_per_step(breakdown: pd.DataFrame) -> None:
+    assert list(breakdown.columns) == [
+        *BREAKDOWN_COLUMNS,
+        "optimizer_allgather_ms",
+        "optimizer_gradients_ms",
+        "optimizer_step_ms",
+    ]
+    assert breakdown["step"].tolist() == list(range(1, 31))
+    assert set(breakdown["rank"]) == {0}
+
+
+def test_first_and_last_step_values(breakdown: pd.DataFrame) -> None:
+    first = breakdown.iloc[0]
+    # line 184: fwd: 350.75 | bwd: 754.18 | bwd_inner: 675.36 | bwd_allreduce: 78.63 | step: 190.22
+    assert first[list(BREAKDOWN_COLUMNS[2:7])].tolist() == [350.75, 754.18, 675.36, 78.63, 190.22]
+    assert first["total_ms"] == pytest.approx(350.75 + 754.18 + 190.22)
+    # line 182: optimizer_allgather: 11.76 | optimizer_gradients: 51.28 | optimizer_step: 77.51
+    assert first[
+        ["optimizer_allgather_ms", "optimizer_gradients_ms", "optimizer_step_ms"]
+    ].tolist() == [
+        11.76,
+        51.28,
+        77.51,
+    ]
+    last = breakdown.iloc[-1]
+    # line 362: fwd: 10.95 | bwd: 30.49 | bwd_inner: 21.92 | bwd_allreduce: 8.55 | step: 14.94
+    assert (last["step"], last["fwd_ms"], last["bwd_ms"], last["step_ms"]) == (
+        30,
+        10.95,
+        30.49,
+        14.94,
+    )
+    assert last["optimizer_allgather_ms"] == 5.74
+
+
+def test_step_stats(breakdown: pd.DataFrame) -> None:
+    stats = step_stats(breakdown)
+    assert list(stats.columns) == ["n", "p50", "p90", "max"]
+    # fwd sorted: ... 10.95, 10.99 | 11.03, 11.05 ...: median of 30 = (10.99 + 11.03) / 2
+    assert stats.loc["fwd_ms", "p50"] == pytest.approx(11.01)
+    assert stats.loc["fwd_ms", "max"] == 350.75
+    assert stats.loc["bwd_ms", "p50"] == pytest.approx((30.49 + 30.79) / 2)
+    assert stats.loc["step_ms", "p50"] == pytest.approx((13.36 + 13.44) / 2)
+    assert stats.loc["total_ms", "max"] == pytest.approx(1295.15)
+    assert stats.loc["fwd_ms", "n"] == 30
+
+
+def test_slowest_steps(breakdown: pd.DataFrame) -> None:
+    slow = slowest_steps(breakdown, 3)
+    # step 1 (warm-up), step 21 (18.42 + 49.25 + 17.32), step 27 (19.78 + 48.92 + 15.66)
+    assert slow["step"].tolist() == [1, 21, 27]
+    assert slow["total_ms"].tolist() == pytest.approx([1295.15, 84.99, 84.36])
+
+
+def test_micro_breakdown(timers: pd.DataFrame) -> None:
+    micro = micro_breakdown(timers)
+    assert list(micro.columns) == list(MICRO_COLUMNS)
+    assert len(micro) == 30
+    first = micro.iloc[0]
+    # line 183: fwd_microstep: 350.74 | bwd_microstep: 754.18 | ... | step_microstep: 190.22
+    assert (first["step"], first["micro_step"], first["fwd_ms"], first["step_ms"]) == (
+        1,
+        0,
+        350.74,
+        190.22,
+    )
+    assert micro["micro_step"].tolist() == [0] * 30
+
+
+def _global(step: int | None, line: int, fwd: float, rank: int | None = 0) -> TimerRecord:
+    return TimerRecord(
+        src=Source(run="r", file="f", line=line, rank=rank),
+        step=step,
+        group="global",
+        values_ms={"fwd": fwd, "bwd": 2.0, "step": 1.0},
+    )
+
+
+def test_duplicate_lines_count_once_and_unknown_steps_are_kept() -> None:
+    frame = records_frame(
+        "timer",
+        [_global(1, 10, 5.0), _global(1, 10, 6.0), _global(None, 20, 7.0), _global(None, 30, 8.0)],
+    )
+    out = step_breakdown(frame)
+    assert out["fwd_ms"].tolist() == [6.0, 7.0, 8.0]
+    assert out["step"].tolist()[0] == 1
+    assert out["total_ms"].tolist() == [9.0, 10.0, 11.0]
+    # bwd_inner / bwd_allreduce were not printed: NaN columns, not zeros
+    assert out["bwd_inner_ms"].isna().all()
+
+
+def test_no_timers_gives_empty_frames() -> None:
+    empty = records_frame("timer", [])
+    assert step_breakdown(empty).empty
+    assert list(step_breakdown(empty).columns) == list(BREAKDOWN_COLUMNS)
+    assert micro_breakdown(empty).empty
+    assert step_stats(step_breakdown(empty)).loc["fwd_ms", "n"] == 0
+    assert slowest_steps(step_breakdown(empty), 3).empty

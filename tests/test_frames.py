@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from dsmon.frames import BASE_COLUMNS, field_dtypes, records_frame
+from dsmon.records import Record, Source, StepRecord, ThroughputRecord, TimerRecord
+
+
+def _timer(line: int, group: str, values: dict[str, float], rank: int | None = 0) -> TimerRecord:
+    return TimerRecord(
+        src=Source(run="r", file="train.log", line=line, offset=line * 10, rank=rank),
+        ts=None if line == 3 else f"2026-11-29T14:11:0{line}.250",
+        step=line,
+        group=group,
+        values_ms=values,
+    )
+
+
+def test_timer_values_become_columns_in_order_of_first_appearance() -> None:
+    recs = [
+        _timer(1, "zero_optimizer", {"optimizer_allgather": 11.76, "optimizer_step": 77.51}),
+        _timer(2, "global", {"fwd": 350.75, "step": 190.22}),
+    ]
+    f = records_frame("timer", recs, [7, 8])
+    assert list(f.columns) == [
+        *BASE_COLUMNS,
+        "group",
+        "values_ms",
+        "micro_step",
+        "legacy",
+        "optimizer_allgather_ms",
+        "optimizer_step_ms",
+        "fwd_ms",
+        "step_ms",
+    ]
+    assert f["id"].tolist() == [7, 8]
+    assert f["optimizer_allgather_ms"].iloc[0] == 11.76
+    assert pd.isna(f["optimizer_allgather_ms"].iloc[1])
+    assert f["fwd_ms"].iloc[1] == 350.75
+    assert f["values_ms"].iloc[1] == {"fwd": 350.75, "step": 190.22}
+    assert f["ts"].tolist() == [
+        pd.Timestamp("2026-11-29 14:11:01.250"),
+        pd.Timestamp("2026-11-29 14:11:02.250"),
+    ]
+
+
+def test_missing_values_stay_missing() -> None:
+    recs = [_timer(3, "global", {"fwd": 1.0}, rank=None)]
+    f = records_frame("timer", recs)
+    assert pd.isna(f["rank"].iloc[0])
+    assert pd.isna(f["ts"].iloc[0])
+    assert pd.isna(f["id"].iloc[0])
+    assert pd.isna(f["micro_step"].iloc[0])
+    assert str(f["rank"].dtype) == "Int64"
+    assert str(f["micro_step"].dtype) == "Int64"
+
+
+def test_dtypes_follow_annotations_even_when_empty() -> None:
+    f = records_frame("throughput", [])
+    assert f.empty
+    assert list(f.columns) == [*BASE_COLUMNS, *field_dtypes("throughput")]
+    assert str(f["samples_per_s"].dtype) == "float64"
+    assert str(f["global_step"].dtype) == "Int64"
+    assert str(f["mem_allocated_bytes"].dtype) == "Int64"
+    assert pd.api.types.is_datetime64_any_dtype(f["ts"])
+
+
+def test_tuple_fields_stay_python_objects() -> None:
+    rec = StepRecord(
+        src=Source(run="r", line=5), step=5, skipped=0, lr=(1e-4, 2e-4), mom=((0.9, 0.999),)
+    )
+    f = records_frame("step", [rec])
+    assert f["lr"].iloc[0] == (1e-4, 2e-4)
+    assert f["mom"].iloc[0] == ((0.9, 0.999),)
+    assert f["skipped"].iloc[0] == 0
+
+
+def test_other_kinds_are_ignored_and_unknown_kind_raises() -> None:
+    recs: list[Record] = [
+        ThroughputRecord(src=Source(run="r", line=1), global_step=5, samples_per_s=127.5),
+        _timer(2, "global", {"fwd": 1.0}),
+    ]
+    f = records_frame("throughput", recs, [1, 2])
+    assert f["global_step"].tolist() == [5]
+    assert f["id"].tolist() == [1]
+    with pytest.raises(KeyError):
+        records_frame("nope", [])
+
+
+def test_real_timer_frame(z2_log_records: list[Record]) -> None:
+    timers = [r for r in z2_log_records if r.KIND == "timer"]
+    f = records_frame("timer", timers)
+    assert len(f) == 90
+    assert f["group"].value_counts().to_dict() == {"zero_optimizer": 30, "micro": 30, "global": 30}
+    first = f[f["group"] == "global"].iloc[0]
+    # tests/data/z2/train.log line 184:
+    # [Rank 0] time (ms) | fwd: 350.75 | bwd: 754.18 | bwd_inner: 675.36 | bwd_allreduce: 78.63 | step: 190.22
+    assert (first["line"], first["step"], first["rank"]) == (184, 1, 0)
+    assert (first["fwd_ms"], first["bwd_ms"], first["bwd_allreduce_ms"], first["step_ms"]) == (
+        350.75,
+        754.18,
+        78.63,
+        190.22,
+    )
+    assert first["ts"] == pd.Timestamp("2026-11-29 14:11:04.882")

@@ -1,0 +1,124 @@
+"""The run summary of the real z2 run (tests/data/z2), with figures worked out by hand.
+
+From the 30 global timer lines of tests/data/z2/train.log: median fwd (10.99 + 11.03) / 2 =
+11.01 ms, bwd (30.49 + 30.79) / 2 = 30.64 ms, step (13.36 + 13.44) / 2 = 13.40 ms, total
+(fwd + bwd + step) median 54.555 ms and p90 82.173 ms (linear between 81.93 and 84.36); the
+slowest steps are 1 (350.75 + 754.18 + 190.22 = 1295.15), 21 (84.99) and 27 (84.36). The six
+throughput lines give CurrSamplesPerSec 127.55, 152.31, 141.32, 141.52, 161.05, 143.03
+(median 142.28). The flops profile says ``FLOPS per GPU = ...: 28.05 GFLOPS``.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import DATA, Z2
+
+from dsmon.ingest import import_paths
+from dsmon.store_schema import Store
+from dsmon.summary import config_highlights, render_summary, run_summary
+
+
+@pytest.fixture
+def z2_store(store: Store) -> Store:
+    import_paths(store, [Z2])
+    return store
+
+
+def test_summary_figures(z2_store: Store) -> None:
+    s = run_summary(z2_store, "z2")
+    assert s.info.last_step == 30
+    assert s.timed_steps == 30
+    assert s.median_ms["fwd_ms"] == pytest.approx(11.01)
+    assert s.median_ms["bwd_ms"] == pytest.approx(30.64)
+    assert s.median_ms["step_ms"] == pytest.approx(13.40)
+    assert s.median_ms["total_ms"] == pytest.approx(54.555)
+    assert s.p90_total_ms == pytest.approx(82.173)
+    assert [step for step, _ in s.slowest] == [1, 21, 27]
+    assert s.slowest[0][1] == pytest.approx(1295.15)
+    assert s.samples_per_s == pytest.approx((141.52064961038087 + 143.03119933700992) / 2)
+    assert s.comm_share == pytest.approx(0.2389159, abs=1e-6)
+    assert s.flops_per_s_per_gpu == pytest.approx(28.05e9)
+    assert dict(s.config) == {
+        "zero_stage": "2",
+        "precision": "fp32",
+        "train_batch_size": "8",
+        "micro_batch_per_gpu": "4",
+        "grad_accum": "1",
+        "optimizer": "AdamW",
+    }
+
+
+def test_rendered_summary(z2_store: Store) -> None:
+    text = render_summary(run_summary(z2_store, "z2"))
+    lines = text.splitlines()
+    assert lines[:5] == [
+        "Run         z2",
+        # first: the launcher's WORLD INFO DICT line; last: "Process 24468 exits successfully."
+        "Time        2026-11-29T14:11:01.103 -> 2026-11-29T14:11:09.116 (8.0 s)",
+        "Sources     ranks 0",
+        # "DeepSpeed info: version=0.19.8, ...", "dist_world_size=2"
+        "DeepSpeed   0.19.8, world size 2",
+        "Outcome     2 worker(s) exited successfully",
+    ]
+    assert lines[5].startswith("Records     ")
+    for part in ("flops_profile 1", "throughput 6", "timer 90"):
+        assert part in lines[5]
+    assert "Steps       30 (with timer breakdown: 30)" in lines
+    assert (
+        "Step time   median fwd 11.0 ms | bwd 30.6 ms | step 13.4 ms | total 54.6 ms "
+        "(p90 total 82.2 ms)"
+    ) in lines
+    # 350.75 + 754.18 + 190.22 is 1295.1499999999999 in binary floating point: "1295.1"
+    assert "Slowest     step 1 1295.1 ms, step 21 85.0 ms, step 27 84.4 ms" in lines
+    assert "Comm        exposed communication 23.9% of step time (median)" in lines
+    assert "Throughput  142.3 samples/s (median)" in lines
+    assert "FLOPS       28.05 GFLOPS per GPU (flops profiler)" in lines
+    assert (
+        "Config      zero_stage=2 precision=fp32 train_batch_size=8 micro_batch_per_gpu=4 "
+        "grad_accum=1 optimizer=AdamW"
+    ) in lines
+    assert len(lines) <= 24  # one screen
+
+
+def test_unknown_run(store: Store) -> None:
+    with pytest.raises(KeyError):
+        run_summary(store, "nope")
+
+
+def test_config_highlights_of_other_setups() -> None:
+    cfg = {
+        "train_micro_batch_size_per_gpu": 2,
+        "bf16": {"enabled": True},
+        "zero_optimization": {
+            "stage": 3,
+            "overlap_comm": True,
+            "offload_optimizer": {"device": "cpu"},
+        },
+    }
+    assert config_highlights(cfg) == {
+        "zero_stage": "3",
+        "precision": "bf16",
+        "micro_batch_per_gpu": "2",
+        "offload_optimizer": "cpu",
+        "overlap_comm": "True",
+    }
+    assert config_highlights({"fp16": {"enabled": True}}) == {"precision": "fp16"}
+
+
+def test_outcome_of_a_crash(store: Store) -> None:
+    """tests/data/events_crash_step17: both ranks raise at step 17, the launcher reports code 1."""
+    (res,) = import_paths(store, [DATA / "events_crash_step17"])
+    text = render_summary(run_summary(store, res.run))
+    assert (
+        "Outcome     failed: traceback: RuntimeError: [train.py] deliberate crash at step 17 "
+        "(rank 0) (+1 more); exit codes 1"
+    ) in text.splitlines()
+    # the last global timer line is step 16's; step 17 died before engine.step()
+    assert "Steps       16 (with timer breakdown: 16)" in text.splitlines()
+
+
+def test_outcome_of_a_killed_job(store: Store) -> None:
+    """tests/data/events_sigkill_all: the whole job was SIGKILLed; the log just stops."""
+    (res,) = import_paths(store, [DATA / "events_sigkill_all"])
+    text = render_summary(run_summary(store, res.run))
+    assert "Outcome     no exit seen: still running, or killed with its job" in text.splitlines()
