@@ -1,0 +1,340 @@
+"""One POSTed batch of records, from raw bytes to checked records, or a reason to refuse it.
+
+The ingest server accepts bytes from the network, so everything here assumes hostile or broken
+input: a body is bounded before and after gzip decompression (a 1 MiB gzip bomb inflates to
+1 GiB), every line must decode with :mod:`dsmon.wire`, and every field must have the type the
+record model declares. ``wire.decode`` builds dataclasses, which do not check types, and a
+``"step": "abc"`` that reached the store would break every chart and query later; so the
+checks run here, before anything is stored, and a batch is taken whole or not at all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import types
+import typing
+import zlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from dsmon.records import KINDS, Record
+from dsmon.wire import WireError, from_dict
+
+
+class BatchError(Exception):
+    """A refused batch: the HTTP ``status`` to answer and a one-line reason for the client."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def check_length(content_length: str | None, limit: int) -> None:
+    """Refuse a body by its declared size before reading it (413), or a bad header (400)."""
+    if content_length is None:
+        return
+    try:
+        size = int(content_length)
+    except ValueError:
+        raise BatchError(400, f"Content-Length: not a number: {content_length!r}") from None
+    if size > limit:
+        raise BatchError(413, f"body of {size} bytes exceeds the limit of {limit} bytes")
+
+
+def inflate(body: bytes, encoding: str | None, limit: int) -> bytes:
+    """The body after ``Content-Encoding``, never more than ``limit`` bytes of it.
+
+    Decompression stops as soon as the output passes the limit, so a bomb costs at most
+    ``limit`` bytes of memory. Concatenated gzip members are accepted (``cat a.gz b.gz``).
+
+    Raises:
+        BatchError: 413 when the inflated body is too large, 415 for an unknown encoding,
+            400 for a corrupt or truncated gzip stream.
+    """
+    enc = (encoding or "identity").strip().lower()
+    if enc == "identity":
+        return body
+    if enc not in ("gzip", "x-gzip"):
+        raise BatchError(415, f"Content-Encoding {encoding!r} is not supported (use gzip)")
+    out = bytearray()
+    data = body
+    while data:
+        inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        try:
+            out += inflater.decompress(data, limit + 1 - len(out))
+        except zlib.error as exc:
+            raise BatchError(400, f"gzip body: {exc}") from None
+        if len(out) > limit:
+            raise BatchError(413, f"body inflates to more than the limit of {limit} bytes")
+        if not inflater.eof:
+            raise BatchError(400, "gzip body: truncated stream")
+        data = inflater.unused_data
+    return bytes(out)
+
+
+def parse_batch(body: bytes) -> list[Record]:
+    """Decode and check every JSON line of ``body``; blank lines are ignored.
+
+    Raises:
+        BatchError: 400 ``line N: field 'x': reason`` for the first bad line.
+    """
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad_line = body[: exc.start].count(b"\n") + 1
+        raise BatchError(400, f"line {bad_line}: not UTF-8 at byte {exc.start}") from None
+    records: list[Record] = []
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(parse_line(line))
+        except WireError as exc:
+            raise BatchError(400, f"line {number}: {exc}") from None
+    return records
+
+
+def parse_line(line: str) -> Record:
+    """One JSON line as a checked record; :class:`WireError` names the field at fault."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise WireError(f"not JSON: {exc}") from None
+    if isinstance(obj, dict):
+        _check_required(obj)
+    if _SURROGATE.search(line):
+        _check_unicode(obj)
+    rec = from_dict(obj)
+    check_record(rec)
+    return rec
+
+
+# A \uD800-\uDFFF escape: legal in a pair (an emoji sent as ASCII), poison alone.
+_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _check_unicode(obj: Any) -> None:
+    """Refuse a lone surrogate: no database can store it, so the batch would fail forever."""
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start : exc.end].encode("unicode_escape").decode()
+        raise WireError(f"not valid Unicode: lone surrogate {bad}") from None
+
+
+def check_record(rec: Record) -> None:
+    """Raise :class:`WireError` naming the first field whose value does not fit its type."""
+    _check_fields(rec.src, "src.")
+    src = rec.src
+    if not src.run:
+        raise WireError("field 'src.run': must not be empty")
+    _check_fields(rec)
+    # These are stored in text columns, and PostgreSQL text cannot hold NUL (no real run,
+    # host, path or timestamp contains one; elsewhere JSON escapes it).
+    for name, value in (
+        ("src.run", src.run),
+        ("src.node", src.node),
+        ("src.file", src.file),
+        ("ts", rec.ts),
+    ):
+        if value is not None and "\x00" in value:
+            raise WireError(f"field {name!r}: contains a NUL character")
+
+
+def _check_fields(obj: Any, prefix: str = "") -> None:
+    """Check each field with its compiled predicate; explain only a failure (the slow path)."""
+    for name, ok, tp in _plan(type(obj)):
+        value = getattr(obj, name)
+        if not ok(value):
+            raise WireError(_mismatch(value, tp, prefix + name) or f"field {prefix + name!r}")
+
+
+def _check_required(obj: dict[str, Any]) -> None:
+    """Name a missing required field; the dataclass's own TypeError is less direct."""
+    kind = obj.get("kind")
+    cls = KINDS.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        return  # from_dict reports the unknown kind
+    for name in _required(cls):
+        if name not in obj:
+            raise WireError(f"field {name!r}: required by kind {cls.KIND!r} but missing")
+
+
+# --- compiled checks: a batch of 60,000 records must not spend seconds on reflection ---------
+
+Check = Callable[[Any], bool]
+_PLANS: dict[type, tuple[tuple[str, Check, Any], ...]] = {}
+_REQUIRED: dict[type, tuple[str, ...]] = {}
+
+
+def _plan(cls: type) -> tuple[tuple[str, Check, Any], ...]:
+    """``(field, predicate, annotation)`` for each field of ``cls`` but ``src``, built once."""
+    plan = _PLANS.get(cls)
+    if plan is None:
+        hints = typing.get_type_hints(cls)
+        fields = [f.name for f in dataclasses.fields(cls) if f.name != "src"]
+        plan = _PLANS[cls] = tuple((n, _predicate(hints[n]), hints[n]) for n in fields)
+    return plan
+
+
+def _required(cls: type) -> tuple[str, ...]:
+    names = _REQUIRED.get(cls)
+    if names is None:
+        names = _REQUIRED[cls] = tuple(
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        )
+    return names
+
+
+def _always(value: Any) -> bool:
+    return True
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_EXACT: dict[Any, Check] = {
+    type(None): lambda v: v is None,
+    # JSON writes 2.0 as 2.0 but many senders write 2: an int is a valid float (a bool is not).
+    float: lambda v: type(v) is float or type(v) is int,
+    # Wider integers break the store's BIGINT columns and pandas' Int64 frames.
+    int: lambda v: type(v) is int and _INT64_MIN <= v <= _INT64_MAX,
+    str: lambda v: type(v) is str,
+    bool: lambda v: type(v) is bool,
+}
+
+
+def _predicate(tp: Any) -> Check:
+    """A fast yes/no check for annotation ``tp``: the shapes record fields use."""
+    if tp is Any:
+        return _always
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (types.UnionType, typing.Union):
+        checks = tuple(_predicate(a) for a in args)
+        return lambda v: any(check(v) for check in checks)
+    if origin is Mapping or origin is dict:
+        key_ok, value_ok = (_predicate(a) for a in (args or (Any, Any)))
+        return lambda v: (
+            isinstance(v, Mapping) and all(key_ok(k) and value_ok(x) for k, x in v.items())
+        )
+    if origin is tuple:
+        return _tuple_predicate(args)
+    if tp in _EXACT:
+        return _EXACT[tp]
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        plan = _plan(tp)
+        return lambda v: isinstance(v, tp) and all(ok(getattr(v, n)) for n, ok, _ in plan)
+    return lambda v: isinstance(v, tp)
+
+
+def _tuple_predicate(args: tuple[Any, ...]) -> Check:
+    if len(args) == 2 and args[1] is Ellipsis:
+        item_ok = _predicate(args[0])
+        return lambda v: isinstance(v, tuple | list) and all(item_ok(x) for x in v)
+    checks = tuple(_predicate(a) for a in args)
+    return lambda v: (
+        isinstance(v, tuple | list)
+        and len(v) == len(checks)
+        and all(ok(x) for ok, x in zip(checks, v, strict=True))
+    )
+
+
+# --- explaining a failure ------------------------------------------------------------------
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    """Resolved annotations of a record class (they are strings under postponed evaluation)."""
+    hints = _HINTS.get(cls)
+    if hints is None:
+        hints = _HINTS[cls] = typing.get_type_hints(cls)
+    return hints
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _describe(tp: Any) -> str:
+    """A readable type name for error messages (``int``, ``Mapping[str, float]``)."""
+    if typing.get_origin(tp) is None and hasattr(tp, "__name__"):
+        return str(tp.__name__)
+    return str(tp).replace("typing.", "").replace("collections.abc.", "")
+
+
+def _mismatch(value: Any, tp: Any, name: str) -> str | None:
+    """Why ``value`` does not fit annotation ``tp`` (naming the deepest field), or None."""
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return None
+    if origin in (types.UnionType, typing.Union):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) == 1:
+            return _mismatch(value, inner[0], name)
+        if any(_mismatch(value, a, name) is None for a in inner):
+            return None
+    elif origin is not None:
+        return _mismatch_generic(value, origin, typing.get_args(tp), name)
+    elif _fits_plain(value, tp):
+        if dataclasses.is_dataclass(tp):
+            return _mismatch_nested(value, name)
+        return _out_of_range(value, tp, name)
+    return f"field {name!r}: expected {_describe(tp)}, got {type(value).__name__}"
+
+
+def _fits_plain(value: Any, tp: Any) -> bool:
+    if tp is type(None):
+        return value is None
+    if tp is float:
+        # JSON writes 2.0 as 2.0 but many senders write 2: an int is a valid float.
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, tp)
+
+
+def _out_of_range(value: Any, tp: Any, name: str) -> str | None:
+    if tp is int and type(value) is int and not _INT64_MIN <= value <= _INT64_MAX:
+        return f"field {name!r}: {value} does not fit in 64 bits"
+    return None
+
+
+def _mismatch_generic(value: Any, origin: Any, args: tuple[Any, ...], name: str) -> str | None:
+    if origin is Mapping or origin is dict:
+        if not isinstance(value, Mapping):
+            return f"field {name!r}: expected an object, got {type(value).__name__}"
+        key_tp, value_tp = args if args else (Any, Any)
+        for key, item in value.items():
+            problem = _mismatch(key, key_tp, f"{name} key") or _mismatch(
+                item, value_tp, f"{name}.{key}"
+            )
+            if problem:
+                return problem
+        return None
+    if origin is tuple:
+        if not isinstance(value, tuple | list):
+            return f"field {name!r}: expected an array, got {type(value).__name__}"
+        if len(args) == 2 and args[1] is Ellipsis:
+            args = (args[0],) * len(value)
+        elif len(value) != len(args):
+            return f"field {name!r}: expected {len(args)} items, got {len(value)}"
+        for i, (item, item_tp) in enumerate(zip(value, args, strict=True)):
+            problem = _mismatch(item, item_tp, f"{name}[{i}]")
+            if problem:
+                return problem
+        return None
+    return None if isinstance(value, origin) else f"field {name!r}: expected {origin.__name__}"
+
+
+def _mismatch_nested(value: Any, name: str) -> str | None:
+    """The first bad field of a nested dataclass (a flops-profile module row), if any."""
+    hints = _hints(type(value))
+    for f in dataclasses.fields(value):
+        problem = _mismatch(getattr(value, f.name), hints[f.name], f"{name}.{f.name}")
+        if problem:
+            return problem
+    return None

@@ -1,0 +1,150 @@
+"""``dsmon serve`` as a real process: token handling, and kill -9 with a batch in flight."""
+
+from __future__ import annotations
+
+import gzip
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from dsmon import wire
+from dsmon.records import Record, Source, TimerRecord
+from dsmon.store import open_store
+
+TOKEN = "serve-test-token-0123456789"
+
+
+def batch(i: int, n: int = 400) -> list[Record]:
+    """Batch ``i``: ``n`` timer records at distinct offsets of one log."""
+    return [
+        TimerRecord(
+            src=Source(
+                run="kill9",
+                file="train.log",
+                line=i * n + j + 1,
+                offset=(i * n + j) * 120,
+                node="n1",
+                rank=0,
+            ),
+            step=i * n + j + 1,
+            group="global",
+            values_ms={"fwd": 12.27, "bwd": 30.79, "step": 11.74},
+        )
+        for j in range(n)
+    ]
+
+
+def start(store: Path, token_file: Path) -> tuple[subprocess.Popen[str], int]:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dsmon.cli",
+            "serve",
+            "--store",
+            str(store),
+            "--port",
+            "0",
+            "--token-file",
+            str(token_file),
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "DSMON_TOKEN"},
+    )
+    assert proc.stderr is not None
+    line = proc.stderr.readline()
+    assert line.startswith("dsmon: ingest server on http://127.0.0.1:"), line
+    return proc, int(line.split("http://127.0.0.1:")[1].split(",")[0])
+
+
+def post(port: int, records: list[Record]) -> int:
+    body = gzip.compress("\n".join(wire.encode(r) for r in records).encode())
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        headers = {"Authorization": f"Bearer {TOKEN}", "Content-Encoding": "gzip"}
+        conn.request("POST", "/v1/records", body, headers)
+        resp = conn.getresponse()
+        return resp.status if json.loads(resp.read()).get("accepted") == len(records) else -1
+    finally:
+        conn.close()
+
+
+def test_serve_without_a_token_refuses_to_start(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DSMON_TOKEN")}
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dsmon.cli",
+            "serve",
+            "--store",
+            str(tmp_path / "s.sqlite"),
+            "--port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert res.returncode == 1
+    assert (
+        res.stderr
+        == "dsmon: serve: no token: pass --token-file F, --new-token-file F or set $DSMON_TOKEN\n"
+    )
+
+
+@pytest.mark.slow
+def test_kill_9_with_a_batch_in_flight_loses_nothing_acknowledged(tmp_path: Path) -> None:
+    store_path = tmp_path / "k.sqlite"
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    proc, port = start(store_path, token_file)
+    acked: list[int] = []
+    failed: list[int] = []
+
+    def sender() -> None:
+        for i in range(200):
+            try:
+                status = post(port, batch(i))
+            except OSError:
+                failed.append(i)
+                return
+            (acked if status == 200 else failed).append(i)
+
+    thread = threading.Thread(target=sender)
+    thread.start()
+    while len(acked) < 3 and thread.is_alive():
+        time.sleep(0.005)
+    os.kill(proc.pid, signal.SIGKILL)  # the sender is mid-POST: it loops without pausing
+    proc.wait(30)
+    thread.join(60)
+    assert len(acked) >= 3 and failed, (acked, failed)
+
+    # Everything acknowledged before the kill is in the store, once.
+    with open_store(store_path) as store:
+        keys = [(r.src.line, r.src.offset) for r in store.records("kill9")]
+        assert len(keys) == len(set(keys))
+        assert set(keys) >= {(r.src.line, r.src.offset) for i in acked for r in batch(i)}
+
+    # The sender retries what was not acknowledged, and (at least once) some that was.
+    proc, port = start(store_path, token_file)
+    try:
+        for i in [acked[-1], *failed]:
+            assert post(port, batch(i)) == 200
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    with open_store(store_path) as store:
+        got = store.records("kill9")
+        expected = [r for i in sorted({*acked, *failed}) for r in batch(i)]
+        assert sorted(got, key=lambda r: r.src.offset or 0) == expected

@@ -1,0 +1,180 @@
+"""What only the PostgreSQL backend has to get right (the shared contract runs in test_store.py).
+
+Needs the server of scripts/start-postgres.sh ($DSMON_TEST_PG_URL); skipped without it,
+except in CI where it must run.
+"""
+
+from __future__ import annotations
+
+import gzip
+import http.client
+import json
+import threading
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from pg_support import ThrowawayPgStore, create_schema, drop_schema, pg_url
+
+from dsmon import wire
+from dsmon.records import Record, Source, TimerRecord
+from dsmon.serving import start_ingest_server
+from dsmon.store import open_store
+from dsmon.store_pg import PgStore, redact_url
+from dsmon.store_schema import RecordFilter, StoreError
+
+
+def timers(run: str, start: int, n: int, node: str = "n1") -> list[Record]:
+    return [
+        TimerRecord(
+            src=Source(run=run, file="train.log", line=i + 1, offset=i * 100, node=node, rank=0),
+            ts=f"2026-11-29T14:11:{i % 60:02d}.{i % 1000:03d}",
+            step=i + 1,
+            group="global",
+            values_ms={"fwd": float(i)},
+        )
+        for i in range(start, start + n)
+    ]
+
+
+@pytest.fixture
+def pg() -> Iterator[ThrowawayPgStore]:
+    store = ThrowawayPgStore()
+    yield store
+    store.close()
+
+
+def test_redact_url() -> None:
+    assert redact_url("postgresql://dsmon:s3cr@t@db:5432/x") == "postgresql://dsmon:***@db:5432/x"
+    assert redact_url("postgresql://dsmon@db/x") == "postgresql://dsmon@db/x"
+
+
+def test_open_store_dispatches_postgresql_urls(pg: ThrowawayPgStore) -> None:
+    with open_store(pg.url) as other:
+        assert isinstance(other, PgStore)
+        assert other.add(timers("r", 0, 3)) == 3
+    assert pg.last_id("r") == 3
+
+
+def test_unreachable_server_is_a_store_error_without_the_password() -> None:
+    pg_url()  # skip like the others when no server was started
+    with pytest.raises(StoreError) as err:
+        PgStore("postgresql://dsmon:hunter2@127.0.0.1:1/none")
+    assert "hunter2" not in str(err.value)
+    assert str(err.value).startswith(
+        "store postgresql://dsmon:***@127.0.0.1:1/none: connection failed"
+    )
+
+
+def test_reconnects_after_the_server_drops_the_connection(pg: ThrowawayPgStore) -> None:
+    assert pg.add(timers("r", 0, 10)) == 10
+    assert pg._conn is not None
+    with psycopg.connect(pg_url(), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pg._conn.info.backend_pid,))
+    assert pg.add(timers("r", 5, 10)) == 5  # retried on a new connection, overlap ignored
+    assert [r.step for r in pg.records("r")] == list(range(1, 16))
+
+
+def test_concurrent_writers_never_let_an_after_id_reader_miss_a_record(
+    pg: ThrowawayPgStore,
+) -> None:
+    writers = [PgStore(pg.url) for _ in range(3)]
+    seen: dict[int, Record] = {}
+    done = threading.Event()
+
+    def write(k: int) -> None:
+        for b in range(20):
+            writers[k].add(timers("r", (k * 20 + b) * 25, 25, node=f"n{k}"))
+
+    def read() -> None:
+        cursor = 0
+        while True:
+            last_round = done.is_set()
+            for rec_id, rec in pg.id_records(RecordFilter("r", after_id=cursor)):
+                assert rec_id > cursor
+                seen[rec_id] = rec
+                cursor = rec_id
+            if last_round:
+                return
+
+    threads = [threading.Thread(target=write, args=(k,)) for k in range(3)]
+    reader = threading.Thread(target=read)
+    reader.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    done.set()
+    reader.join()
+    for w in writers:
+        w.close()
+    assert len(seen) == 3 * 20 * 25
+    assert [seen[i] for i in sorted(seen)] == pg.records("r")
+
+
+def test_schema_is_created_once_by_concurrent_openers() -> None:
+    name, url = create_schema()
+    errors: list[Exception] = []
+
+    def open_one() -> None:
+        try:
+            PgStore(url).close()
+        except StoreError as exc:
+            errors.append(exc)
+
+    try:
+        threads = [threading.Thread(target=open_one) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+    finally:
+        drop_schema(name)
+
+
+def test_tables_indexes_and_collation(pg: ThrowawayPgStore) -> None:
+    with psycopg.connect(pg.url, autocommit=True) as conn:
+        indexes = {
+            r[0]
+            for r in conn.execute(
+                "SELECT indexname FROM pg_indexes WHERE schemaname = %s", (pg.schema,)
+            )
+        }
+        collation = conn.execute(
+            "SELECT collation_name FROM information_schema.columns "
+            "WHERE table_schema = %s AND table_name = 'records' AND column_name = 'ts'",
+            (pg.schema,),
+        ).fetchone()
+    assert {
+        "records_run_kind_step",
+        "records_run_kind_ts",
+        "records_run_ts",
+        "records_run_id",
+    } <= indexes
+    assert collation == ("C",)
+
+
+def test_store_of_another_schema_version_is_refused(pg: ThrowawayPgStore) -> None:
+    with psycopg.connect(pg.url, autocommit=True) as conn:
+        conn.execute("UPDATE dsmon_meta SET value = '99' WHERE name = 'schema_version'")
+    with pytest.raises(StoreError, match="schema version 99, this dsmon reads version 1"):
+        PgStore(pg.url)
+
+
+def test_ingest_server_writes_into_postgresql(pg: ThrowawayPgStore) -> None:
+    token = "pg-ingest-token-0123456789"
+    records = timers("served", 0, 50)
+    body = gzip.compress("\n".join(wire.encode(r) for r in records).encode())
+    with start_ingest_server(pg.url, token, "127.0.0.1", 0) as srv:
+        for expected in (50, 0):
+            conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
+            headers = {"Authorization": f"Bearer {token}", "Content-Encoding": "gzip"}
+            conn.request("POST", "/v1/records", body, headers)
+            resp = conn.getresponse()
+            assert (resp.status, json.loads(resp.read())) == (
+                200,
+                {"accepted": 50, "inserted": expected},
+            )
+            conn.close()
+    assert pg.records("served") == records
