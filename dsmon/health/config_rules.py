@@ -1,0 +1,327 @@
+"""Config rules for ZeRO communication, the optimizer and the batch arithmetic.
+
+These are the tuning guide's performance checks (seed 000 sections 11.2-11.4, seed 003's
+ZeRO-3 advice) judged against what DeepSpeed really does: defaults come from the version in
+use, and a rule that does not apply to the configured ZeRO stage says so instead of passing
+silently.
+"""
+
+from __future__ import annotations
+
+from dsmon.health import thresholds as th
+from dsmon.health.config_view import ConfigView, as_float
+from dsmon.health.inputs import HealthInputs
+from dsmon.health.model import Evidence, Finding, Status, format_value, worst
+from dsmon.health.registry import rule
+from dsmon.health.schema import default_for
+from dsmon.health.verdicts import fix_json, needs_config, not_applicable, range_finding
+
+_Z = "zero_optimization"
+
+
+@rule(
+    "zero.overlap_comm",
+    "Communication overlaps computation",
+    "zero_optimization.overlap_comm: without it every step pays compute + communication "
+    "instead of about max(compute, communication). Its default is true for stage 3 only.",
+    "config",
+)
+@needs_config
+def check_overlap_comm(cfg: ConfigView, inputs: HealthInputs) -> Finding:
+    """Warn when ZeRO runs with overlap_comm off, set or by the stage's default."""
+    stage = cfg.get(f"{_Z}.stage")
+    if cfg.stage == 0:
+        return not_applicable("ZeRO is off (stage 0)", stage.evidence())
+    s = cfg.get(f"{_Z}.overlap_comm")
+    ev = (stage.evidence(), s.evidence())
+    if s.value is True:
+        return Finding(Status.PASS, "overlap_comm is on", ev)
+    how = "set to false" if s.explicit else f"off by default for stage {cfg.stage}"
+    summary = f"overlap_comm is {how}: each step pays communication after compute"
+    if cfg.stage < 3:
+        summary += " (on stages 1-2 it costs about 4.5x the bucket sizes in extra memory)"
+    return Finding(Status.WARN, summary, ev, fix_json({_Z: {"overlap_comm": True}}))
+
+
+@rule(
+    "zero.contiguous_gradients",
+    "Gradients are copied into a contiguous buffer",
+    "zero_optimization.contiguous_gradients (default true) avoids memory fragmentation "
+    "during backward on ZeRO stages 2 and 3.",
+    "config",
+)
+@needs_config
+def check_contiguous_gradients(cfg: ConfigView, inputs: HealthInputs) -> Finding:
+    """Warn when stage 2/3 runs with contiguous_gradients switched off."""
+    stage = cfg.get(f"{_Z}.stage")
+    if cfg.stage < 2:
+        return not_applicable(f"stage {cfg.stage} does not partition gradients", stage.evidence())
+    s = cfg.get(f"{_Z}.contiguous_gradients")
+    ev = (stage.evidence(), s.evidence())
+    if s.value is not False:
+        return Finding(Status.PASS, "contiguous_gradients is on", ev)
+    fix = fix_json({_Z: {"contiguous_gradients": True}})
+    return Finding(Status.WARN, "contiguous_gradients is off: gradients fragment memory", ev, fix)
+
+
+@rule(
+    "zero.bucket_sizes",
+    "Communication buckets are 2e8-5e8 elements",
+    "reduce_bucket_size and (stages 1-2) allgather_bucket_size: smaller buckets mean many "
+    "small collectives and launch overhead, larger ones hold more memory.",
+    "config",
+)
+@needs_config
+def check_bucket_sizes(cfg: ConfigView, inputs: HealthInputs) -> Finding:
+    """Judge each bucket size the stage uses against the 2e8-5e8 range."""
+    if cfg.stage == 0:
+        return not_applicable("ZeRO is off (stage 0)", cfg.get(f"{_Z}.stage").evidence())
+    keys = ["reduce_bucket_size"] + (["allgather_bucket_size"] if cfg.stage < 3 else [])
+    findings = [
+        range_finding(
+            cfg.get(f"{_Z}.{k}"),
+            th.BUCKET_MIN,
+            th.BUCKET_MAX,
+            "many small collectives, launch overhead dominates",
+            "buckets hold that many extra gradient elements in memory",
+            th.BUCKET_MIN if (cfg.number(f"{_Z}.{k}") or 0) < th.BUCKET_MIN else th.BUCKET_MAX,
+        )
+        for k in keys
+    ]
+    status = worst(f.status for f in findings)
+    bad = [f for f in findings if f.status is not Status.PASS]
+    summary = "; ".join(f.summary for f in (bad or findings))
+    evidence = tuple(e for f in findings for e in f.evidence[:1]) + findings[0].evidence[1:]
+    fix = "\n".join(f.fix for f in bad if f.fix) or None
+    return Finding(status, summary, evidence, fix)
+
+
+def _zero3_range(cfg: ConfigView, key: str, why_low: str, why_high: str) -> Finding:
+    """A stage-3 parameter against its sane range; not applicable on other stages."""
+    path = f"{_Z}.{key}"
+    if cfg.stage != 3:
+        return not_applicable(f"only read by ZeRO-3 (stage {cfg.stage})")
+    low, high = th.ZERO3_RANGES[key]
+    value = cfg.number(path)
+    default = as_float(default_for(path, cfg.version, 3)) or low
+    suggest = default if value is None or low <= default <= high else low
+    return range_finding(cfg.get(path), low, high, why_low, why_high, suggest)
+
+
+@rule(
+    "zero3.max_live_parameters",
+    "ZeRO-3 keeps a sane number of parameters live",
+    "stage3_max_live_parameters: too few forces released parameters to be gathered again; "
+    "too many keeps tens of GB of gathered parameters on every GPU.",
+    "config",
+)
+@needs_config
+def check_max_live_parameters(cfg: ConfigView, inputs: HealthInputs) -> Finding:
+    """Range check of stage3_max_live_parameters (default 1e9 is already the seed's advice)."""
+    return _zero3_range(
+        cfg,
+        "stage3_max_live_parameters",
+        "released parameters are re-gathered",
+        "that many gathered parameters (2 bytes each in fp16/bf16) stay on every GPU",
+    )
+
+
+@rule(
+    "zero3.prefetch_bucket_size",
+    "ZeRO-3 prefetches in sane buckets",
+    "stage3_prefetch_bucket_size: tiny buckets serialise the all-gathers, huge ones hold "
+    "memory; it cannot usefully exceed stage3_max_live_parameters.",
+    "config",
+)
+@needs_config
+def check_prefetch_bucket_size(cfg: ConfigView, inputs: HealthInputs) -> Finding:
+    """Range check, plus prefetch must not exceed the live-parameter budget."""
+    found = _zero3_range(
+        cfg,
+        "stage3_prefetch_bucket_size",
+        "all-gathers are issued in tiny pieces",
+        "the prefetch holds that many parameters in memory ahead of use",
+    )
+    prefetch = cfg.number(f"{_Z}.stage3_prefetch_bucket_size")
+    live = cfg.number(f"{_Z}.stage3_max_live_parameters")
+    if cfg.stage == 3 and prefetch and live and prefetch > live:
+        ev = (*found.evidence, cfg.get(f"{_Z}.stage3_max_live_parameters").evidence())
+        fix = fix_json({_Z: {"stage3_prefetch_bucket_size": int(min(live, th.BUCKET_MAX))}})
+        return Finding(Status.WARN, "prefetch bucket exceeds stage3_max_live_parameters", ev, fix)
+    return found
+
+
+@rule(
+    "zero3.param_persistence_threshold",
+    "ZeRO-3 persists only small parameters",
+    "stage3_param_persistence_threshold: 0 turns every bias and norm into its own all-gather; "
+    "a huge threshold keeps large tensors unpartitioned on every GPU.",
+    "config",
+)
+@needs_config
+def check_param_persistence(cfg: ConfigView, inputs: HealthInputs) -> Finding:
+    """Range check of stage3_param_persistence_threshold."""
+    return _zero3_range(
+        cfg,
+        "stage3_param_persistence_threshold",
+        "tiny tensors are each gathered separately",
+        "large tensors are replicated on every GPU instead of partitioned",
+    )
+
+
+@rule(
+    "zero3.sub_group_size",
+    "ZeRO-3 optimizer sub-groups are sanely sized",
+    "sub_group_size: the optimizer steps over this many elements at a time; small means many "
+    "launches, large means a big fp32 working set (it does not defragment memory).",
+    "config",
+)
+@needs_config
+def check_sub_group_size(cfg: ConfigView, inputs: HealthInputs) -> Finding:
+    """Range check of sub_group_size."""
+    return _zero3_range(
+        cfg,
+        "sub_group_size",
+        "the optimizer step is split into many small launches",
+        "the optimizer step works on a very large fp32 slice at once",
+    )
+
+
+@rule(
+    "optimizer.fused",
+    "A fused optimizer runs the step",
+    "Adam/AdamW in the config run as FusedAdam, or DeepSpeedCPUAdam with optimizer offload; "
+    "optimizer.params.torch_adam: true falls back to torch.optim (slower on GPUs).",
+    "config",
+)
+@needs_config
+def check_fused_optimizer(cfg: ConfigView, inputs: HealthInputs) -> Finding:
+    """Tell which class DeepSpeed builds for the configured optimizer, and judge it."""
+    kind = str(cfg.section("optimizer").get("type") or "")
+    if kind.lower() not in {"adam", "adamw"}:
+        what = f"optimizer {kind}" if kind else "no optimizer in the config (client optimizer)"
+        return not_applicable(f"{what}: the rule covers Adam/AdamW")
+    torch_adam = cfg.section("optimizer.params").get("torch_adam") is True
+    offload = cfg.offload_optimizer_device
+    device = inputs.facts.device
+    ev = (
+        Evidence("optimizer.type", kind, "set"),
+        Evidence("optimizer.params.torch_adam", torch_adam, "set" if torch_adam else "default"),
+        Evidence("offload_optimizer.device", offload or "none"),
+        Evidence("device", device or "unknown", inputs.facts.sources.get("device", "")),
+    )
+    if not torch_adam:
+        built = "DeepSpeedCPUAdam" if offload else "FusedAdam"
+        return Finding(Status.PASS, f"{kind} runs as {built}", ev)
+    if device == "cpu" and not offload:
+        return Finding(Status.PASS, "torch_adam on a CPU run: torch.optim is the right choice", ev)
+    where = "with optimizer offload" if offload else "on GPUs" if device == "gpu" else ""
+    where = where or "(device unknown: on GPUs this is slower)"
+    fix = fix_json({"optimizer": {"type": kind, "params": {"torch_adam": False}}})
+    summary = f"torch_adam: true {where} runs torch.optim.{'AdamW' if kind.lower() == 'adamw' else 'Adam'}"
+    summary += f" instead of {'DeepSpeedCPUAdam' if offload else 'FusedAdam'}"
+    return Finding(Status.WARN, summary, ev, fix)
+
+
+def _batch_evidence(cfg: ConfigView, inputs: HealthInputs) -> tuple[Evidence, ...]:
+    """The three batch keys and the data-parallel size, as the batch rules cite them."""
+    keys = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+    ev = [cfg.get(k).evidence() for k in keys]
+    dp = inputs.facts.dp_size
+    ev.append(
+        Evidence(
+            "data-parallel size", dp if dp else "unknown", inputs.facts.sources.get("dp_size", "")
+        )
+    )
+    return tuple(ev)
+
+
+def _batch_numbers(cfg: ConfigView) -> tuple[float | None, float | None, float | None]:
+    """train_batch_size, micro batch, accumulation steps as numbers (None when unset/auto)."""
+    tbs, micro, gas = (
+        cfg.number(k) if cfg.get(k).explicit else None
+        for k in (
+            "train_batch_size",
+            "train_micro_batch_size_per_gpu",
+            "gradient_accumulation_steps",
+        )
+    )
+    return tbs, micro, gas
+
+
+@rule(
+    "batch.arithmetic",
+    "train_batch_size = micro x accumulation x data-parallel size",
+    "DeepSpeed asserts train_batch_size == train_micro_batch_size_per_gpu x "
+    "gradient_accumulation_steps x data-parallel world size at initialize.",
+    "config",
+)
+@needs_config
+def check_batch_arithmetic(cfg: ConfigView, inputs: HealthInputs) -> Finding:
+    """Fail when the batch keys cannot agree with each other and the data-parallel size."""
+    tbs, micro, gas = _batch_numbers(cfg)
+    dp = inputs.facts.dp_size
+    ev = _batch_evidence(cfg, inputs)
+    if tbs is None and micro is None:
+        return Finding(
+            Status.FAIL,
+            "neither train_batch_size nor train_micro_batch_size_per_gpu "
+            "is set: deepspeed.initialize refuses the config",
+            ev,
+            fix_json({"train_micro_batch_size_per_gpu": 1}),
+        )
+    if tbs is None or micro is None or (gas is None and dp is None):
+        return Finding(Status.PASS, "DeepSpeed infers the missing batch key at start-up", ev)
+    if gas is None:
+        gas = tbs // (micro * (dp or 1))
+    product = micro * gas
+    if dp is not None and tbs != product * dp:
+        why = (
+            f"{format_value(tbs)} != {format_value(micro)} x {format_value(gas)} x {dp}: "
+            "deepspeed.initialize asserts"
+        )
+        fixed = {"train_batch_size": int(product * dp)}
+        return Finding(Status.FAIL, why, ev, fix_json(fixed))
+    if dp is None and tbs % product:
+        why = f"{format_value(tbs)} is not a multiple of micro x accumulation = {format_value(product)}"
+        return Finding(Status.FAIL, why, ev, fix_json({"train_batch_size": int(product)}))
+    implied = int(tbs // product)
+    note = "" if dp else f": implies a data-parallel size of {implied}; other sizes fail"
+    return Finding(Status.PASS, f"batch keys agree{note}", ev)
+
+
+@rule(
+    "batch.clipping_with_accumulation",
+    "Long gradient accumulation has gradient clipping",
+    "With more than 32 accumulation steps, gradient_clipping guards against exploding "
+    "gradients. Its default became 1.0 in DeepSpeed 0.19.3; before that it was 0 (off).",
+    "config",
+)
+@needs_config
+def check_clipping_with_accumulation(cfg: ConfigView, inputs: HealthInputs) -> Finding:
+    """Warn when GAS > 32 and clipping is off (set to 0, or unset on DeepSpeed < 0.19.3)."""
+    tbs, micro, gas = _batch_numbers(cfg)
+    dp = inputs.facts.dp_size
+    if gas is None and tbs and micro and dp:
+        gas = tbs // (micro * dp)
+    if gas is None and tbs and micro and tbs / micro <= th.GAS_CLIP_LIMIT:
+        bound = Evidence("accumulation steps", f"<= {tbs / micro:g}", "train_batch_size / micro")
+        return Finding(Status.PASS, f"at most {tbs / micro:g} accumulation steps", (bound,))
+    if gas is None:
+        return Finding(Status.UNKNOWN, "accumulation steps unknown (not set, world size unknown)")
+    clip = cfg.get("gradient_clipping")
+    ev = (
+        Evidence("gradient_accumulation_steps", gas),
+        clip.evidence(),
+        Evidence("DeepSpeed version", inputs.facts.version_label),
+    )
+    if gas <= th.GAS_CLIP_LIMIT:
+        return Finding(Status.PASS, f"{int(gas)} accumulation steps (<= {th.GAS_CLIP_LIMIT})", ev)
+    if not clip.explicit and cfg.version is None:
+        why = "gradient_clipping unset: 1.0 on DeepSpeed >= 0.19.3 but 0 (off) before"
+    elif (as_float(clip.value) or 0.0) > 0:
+        return Finding(Status.PASS, f"{int(gas)} accumulation steps, clipping at {clip.value}", ev)
+    else:
+        why = "gradient clipping is off"
+    summary = f"{int(gas)} accumulation steps (> {th.GAS_CLIP_LIMIT}) and {why}"
+    return Finding(Status.WARN, summary, ev, fix_json({"gradient_clipping": 1.0}))

@@ -1,0 +1,251 @@
+"""Build a rule's :class:`HealthInputs` from a store, from parsed records, or from live frames.
+
+The checklist runs in three places (``dsmon check`` on files, ``dsmon check --store``, the
+dashboard), each holding its data differently. All three end in :func:`build_inputs`, so a
+rule sees the same frames (``dsmon.frames.records_frame`` shape, as ``Store.frame`` returns)
+and the same facts wherever it runs. Facts (version, device, world size, nodes, GPU models)
+are read from the run's own events, config dump, flops profile and NVML samples, and each
+remembers where it was learnt so the evidence can say so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import pandas as pd
+
+from dsmon.frames import records_frame
+from dsmon.health.config_view import ConfigView, ds_config_from_effective
+from dsmon.health.inputs import HealthInputs, RunFacts
+from dsmon.health.schema import Version, parse_version
+from dsmon.live import preferred_config
+from dsmon.records import ConfigRecord, Record
+from dsmon.store_schema import Store
+
+#: Record kinds the rules read as frames (configs are read as records).
+FRAME_KINDS = (
+    "timer",
+    "step",
+    "throughput",
+    "iteration",
+    "loss_scale",
+    "comm_summary",
+    "comm_op",
+    "flops_profile",
+    "gpu",
+    "event",
+)
+#: Comm backends that only run on accelerators.
+_GPU_BACKENDS = frozenset({"nccl", "hccl", "rccl", "xccl"})
+
+
+def inputs_from_records(
+    records: Iterable[Record],
+    *,
+    run: str | None = None,
+    config: ConfigView | None = None,
+    now: datetime | None = None,
+) -> HealthInputs:
+    """Inputs from records in memory (``dsmon check LOG``): frames built like the store's."""
+    by_kind: dict[str, list[Record]] = {}
+    for rec in records:
+        by_kind.setdefault(rec.KIND, []).append(rec)
+    frames = {k: records_frame(k, by_kind[k]) for k in FRAME_KINDS if k in by_kind}
+    nodes = {r.src.node for recs in by_kind.values() for r in recs if r.src.node}
+    return build_inputs(
+        frames, by_kind.get("config", []), run=run, config=config, now=now, node_names=nodes
+    )
+
+
+def inputs_from_store(
+    store: Store,
+    run: str,
+    *,
+    config: ConfigView | None = None,
+    now: datetime | None = None,
+) -> HealthInputs:
+    """Inputs for one run of a store (``dsmon check --store PATH --run NAME``)."""
+    frames = {k: store.frame(run, k) for k in FRAME_KINDS}
+    info = next((r for r in store.runs() if r.name == run), None)
+    nodes = set(info.nodes) if info else set()
+    return build_inputs(
+        frames, store.records(run, "config"), run=run, config=config, now=now, node_names=nodes
+    )
+
+
+def inputs_from_frames(
+    frame: Callable[[str], pd.DataFrame],
+    configs: Sequence[Record],
+    *,
+    run: str | None = None,
+    now: datetime | None = None,
+    node_names: Iterable[str] = (),
+) -> HealthInputs:
+    """Inputs from a frame source such as the dashboard's cached ``RunFrames.frame``."""
+    frames = {k: frame(k) for k in FRAME_KINDS}
+    return build_inputs(frames, configs, run=run, now=now, node_names=set(node_names))
+
+
+def build_inputs(
+    frames: Mapping[str, pd.DataFrame],
+    configs: Sequence[Record],
+    *,
+    run: str | None = None,
+    config: ConfigView | None = None,
+    now: datetime | None = None,
+    node_names: set[str] | None = None,
+) -> HealthInputs:
+    """Join frames, the run's facts and its config into one HealthInputs.
+
+    ``config`` (a file the user named) wins over a config recovered from the log; its
+    version is the run's when the log names one.
+    """
+    events = frames.get("event", pd.DataFrame())
+    version = _version(events)
+    effective = _latest(configs, "effective")
+    facts = _facts(frames, events, effective, version, node_names or set())
+    if config is None:
+        config = config_from_records(configs, version)
+    elif config.version is None and version is not None:
+        config = ConfigView(config.raw, origin=config.origin, source=config.source, version=version)
+    return HealthInputs(config=config, facts=facts, frames=dict(frames), now=now, run=run)
+
+
+def config_from_records(configs: Sequence[Record], version: Version | None) -> ConfigView | None:
+    """The config rules read: the user's JSON, else a ds_config file, else the effective dump."""
+    chosen = preferred_config(configs)
+    if chosen is None:
+        return None
+    raw: Mapping[str, Any] = chosen.config
+    if chosen.origin == "effective":
+        raw = ds_config_from_effective(raw)
+    return ConfigView(raw, origin=chosen.origin, source=chosen.src.file, version=version)
+
+
+def _latest(configs: Sequence[Record], origin: str) -> ConfigRecord | None:
+    """The last config record of one origin."""
+    found = [c for c in configs if isinstance(c, ConfigRecord) and c.origin == origin]
+    return found[-1] if found else None
+
+
+def _events(events: pd.DataFrame, name: str) -> list[Mapping[str, Any]]:
+    """The ``detail`` dicts of one event name, in log order."""
+    if events.empty or "name" not in events.columns:
+        return []
+    rows = events[events["name"] == name]
+    return [d for d in rows["detail"] if isinstance(d, Mapping)]
+
+
+def _version(events: pd.DataFrame) -> Version | None:
+    """The DeepSpeed version from ``DeepSpeed info: version=...`` (the last one wins)."""
+    found = [parse_version(str(d.get("version"))) for d in _events(events, "deepspeed_version")]
+    found = [v for v in found if v is not None]
+    return found[-1] if found else None
+
+
+def _first(details: list[Mapping[str, Any]], key: str) -> Any:
+    """The first value of ``key`` among event details that have it."""
+    return next((d[key] for d in details if d.get(key) is not None), None)
+
+
+def _gpu_names(frames: Mapping[str, pd.DataFrame]) -> tuple[str, ...]:
+    """Distinct GPU model names NVML reported, sorted."""
+    gpu = frames.get("gpu", pd.DataFrame())
+    if gpu.empty or "name" not in gpu.columns:
+        return ()
+    return tuple(sorted({str(n) for n in gpu["name"].dropna()}))
+
+
+def _facts(
+    frames: Mapping[str, pd.DataFrame],
+    events: pd.DataFrame,
+    effective: ConfigRecord | None,
+    version: Version | None,
+    node_names: set[str],
+) -> RunFacts:
+    """What the run's own output says about where it runs."""
+    sources: dict[str, str] = {}
+    world = _events(events, "world_info")
+    backend = _first(_events(events, "dist_backend"), "backend")
+    names = _gpu_names(frames)
+    device = _device(backend, names, sources)
+    world_size = _int(_first(world, "dist_world_size"))
+    if world_size is not None:
+        sources["world_size"] = "launcher dist_world_size"
+    nodes = _nodes(world, node_names, sources)
+    dp = _dp_size(frames, effective, world_size, sources)
+    return RunFacts(
+        ds_version=version,
+        device=device,
+        backend=backend,
+        world_size=world_size,
+        dp_size=dp,
+        nodes=nodes,
+        gpu_names=names,
+        sources=sources,
+    )
+
+
+def _device(backend: Any, names: tuple[str, ...], sources: dict[str, str]) -> str | None:
+    """``gpu`` when NVML saw GPUs or the backend is an accelerator one; ``cpu`` for gloo/ccl."""
+    if names:
+        sources["device"] = "NVML samples"
+        return "gpu"
+    if backend is None:
+        return None
+    sources["device"] = f"comm backend {backend}"
+    return "gpu" if str(backend).lower() in _GPU_BACKENDS else "cpu"
+
+
+def _nodes(
+    world: list[Mapping[str, Any]], node_names: set[str], sources: dict[str, str]
+) -> int | None:
+    """Host count: the launcher's world info, else the distinct node names of the records."""
+    info = _first(world, "world_info")
+    if isinstance(info, Mapping) and info:
+        sources["nodes"] = "launcher WORLD INFO DICT"
+        return len(info)
+    nnodes = _int(_first(world, "nnodes"))
+    if nnodes is not None:
+        sources["nodes"] = "launcher nnodes"
+        return nnodes
+    if node_names:
+        sources["nodes"] = "node names of the records"
+        return len(node_names)
+    return None
+
+
+def _dp_size(
+    frames: Mapping[str, pd.DataFrame],
+    effective: ConfigRecord | None,
+    world_size: int | None,
+    sources: dict[str, str],
+) -> int | None:
+    """DeepSpeed's data-parallel size: its config dump, the flops profile, or the world size."""
+    dp = _int(effective.config.get("world_size")) if effective else None
+    if dp is not None:
+        sources["dp_size"] = "config dump world_size"
+        return dp
+    prof = frames.get("flops_profile", pd.DataFrame())
+    if not prof.empty and "data_parallel_size" in prof.columns:
+        dp = (
+            _int(prof["data_parallel_size"].dropna().iloc[-1])
+            if prof["data_parallel_size"].notna().any()
+            else None
+        )
+        if dp is not None:
+            sources["dp_size"] = "flops profiler data parallel size"
+            return dp
+    if world_size is not None:
+        sources["dp_size"] = "world size (assumes no model parallelism)"
+    return world_size
+
+
+def _int(value: Any) -> int | None:
+    """An integer fact, or None for anything that is not one."""
+    try:
+        return None if value is None or pd.isna(value) else int(value)
+    except (TypeError, ValueError):
+        return None

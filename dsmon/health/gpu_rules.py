@@ -1,0 +1,246 @@
+"""GPU rules on NVML samples: utilisation, balance, memory, throttling, hardware errors.
+
+NVML's utilisation is kernel-active time (any kernel running), not SM occupancy, so a high
+figure proves less than it seems while a low one is a clear signal. The samples come from the
+collectors' NVML poller; without them (no NVML, a CPU run) every rule here says UNKNOWN or
+not applicable rather than guessing.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from dsmon.analysis import gpus
+from dsmon.health import thresholds as th
+from dsmon.health.inputs import HealthInputs
+from dsmon.health.model import Evidence, Finding, Status
+from dsmon.health.registry import rule
+from dsmon.health.verdicts import not_applicable
+
+_RAW_KEEP = ("ecc_corrected", "ecc_uncorrected", "xid", "mem_used_bytes")
+
+
+def samples(inputs: HealthInputs) -> pd.DataFrame:
+    """The run's GPU samples in ``analysis.gpus.prepare`` form, error counters kept."""
+    raw = inputs.frame("gpu")
+    if raw.empty or "gpu" in raw.columns:
+        return raw
+    out = gpus.prepare(raw)
+    for col in _RAW_KEEP:
+        if col in raw.columns:
+            out[col] = raw[col].to_numpy()
+    return out
+
+
+def _none(inputs: HealthInputs) -> Finding:
+    """The verdict when there are no samples: n/a on CPU, else UNKNOWN."""
+    if inputs.facts.device == "cpu":
+        return not_applicable("CPU run (no GPUs)")
+    return Finding(Status.UNKNOWN, "no GPU samples: run the collector's NVML poller on each node")
+
+
+def _window(df: pd.DataFrame) -> str:
+    """The time span and sample count of the samples, for evidence."""
+    ts = df["ts"].dropna()
+    if ts.empty:
+        return f"{len(df)} samples"
+    return f"{len(df)} samples, {ts.min():%H:%M:%S}-{ts.max():%H:%M:%S}"
+
+
+def per_gpu_mean(df: pd.DataFrame, col: str) -> pd.Series:
+    """Mean of a metric per GPU label (GPUs with no value left out)."""
+    return df.dropna(subset=[col]).groupby("gpu")[col].mean().astype("float64").sort_values()
+
+
+@rule(
+    "gpu.utilization",
+    "Every GPU is busy at least 75 % of the time",
+    "Mean NVML utilization.gpu (kernel-active time, not SM occupancy) per GPU over the "
+    "samples: below 75 % (seed 004's target) the GPU waits on data, communication or the host.",
+    "gpu",
+    page="gpus",
+)
+def check_utilization(inputs: HealthInputs) -> Finding:
+    """Judge the least busy GPU."""
+    df = samples(inputs)
+    if df.empty:
+        return _none(inputs)
+    util = per_gpu_mean(df, "util_gpu_pct")
+    if util.empty:
+        return Finding(Status.UNKNOWN, "the samples carry no utilisation")
+    low_gpu, low = str(util.index[0]), float(util.iloc[0])
+    ev = tuple(
+        Evidence(f"{g} mean kernel-active", f"{v:.1f} %", _window(df))
+        for g, v in util.head(4).items()
+    )
+    if low >= th.GPU_UTIL_WARN:
+        return Finding(Status.PASS, f"least busy GPU {low_gpu}: {low:.1f} %", ev)
+    status = Status.FAIL if low < th.GPU_UTIL_FAIL else Status.WARN
+    return Finding(
+        status,
+        f"{low_gpu} is kernel-active only {low:.1f} % of the time (< {th.GPU_UTIL_WARN:g} %)",
+        ev,
+        "check comm.share and data loading (num_workers, pin_memory)",
+        "text",
+    )
+
+
+@rule(
+    "gpu.balance",
+    "GPUs are evenly loaded",
+    "Spread of mean utilisation across GPUs: max - min above 0.3 fails (seed 004's rebalancing "
+    "trigger); min/max below 0.8 warns (its 'balance > 0.8' target).",
+    "gpu",
+    page="gpus",
+)
+def check_balance(inputs: HealthInputs) -> Finding:
+    """Compare the most and least busy GPUs, and name mixed GPU models."""
+    df = samples(inputs)
+    if df.empty:
+        return _none(inputs)
+    util = per_gpu_mean(df, "util_gpu_pct")
+    if len(util) < 2:
+        return not_applicable(f"{len(util)} GPU with samples")
+    lo, hi = float(util.iloc[0]), float(util.iloc[-1])
+    spread, balance = (hi - lo) / 100.0, (lo / hi if hi > 0 else 1.0)
+    models = sorted({str(n) for n in df.get("name", pd.Series(dtype=object)).dropna()})
+    ev = (
+        Evidence("busiest", f"{util.index[-1]} {hi:.1f} %", _window(df)),
+        Evidence("least busy", f"{util.index[0]} {lo:.1f} %"),
+        Evidence("max - min", f"{spread:.2f}"),
+        Evidence("min / max", f"{balance:.2f}"),
+        Evidence("GPU models", ", ".join(models) or "unknown", "NVML"),
+    )
+    mixed = (
+        f"; mixed GPU models ({', '.join(models)}) run at the slowest one's pace"
+        if len(models) > 1
+        else ""
+    )
+    if spread > th.GPU_SPREAD_FAIL:
+        return Finding(
+            Status.FAIL,
+            f"utilisation spread {spread:.2f} > {th.GPU_SPREAD_FAIL}{mixed}",
+            ev,
+            "find the straggler on the GPUs page heatmap",
+            "text",
+        )
+    if balance < th.GPU_BALANCE_WARN:
+        return Finding(Status.WARN, f"balance {balance:.2f} < {th.GPU_BALANCE_WARN}{mixed}", ev)
+    return Finding(Status.PASS, f"balance {balance:.2f}, spread {spread:.2f}{mixed}", ev)
+
+
+@rule(
+    "gpu.memory",
+    "GPU memory keeps some headroom",
+    "Peak NVML memory used / total per GPU: above 95 % a fragmentation OOM is near (NVML "
+    "counts PyTorch's cached reserve too, so healthy runs sit high).",
+    "gpu",
+    page="gpus",
+)
+def check_memory(inputs: HealthInputs) -> Finding:
+    """Warn when a GPU's peak memory use is above 95 % of the card."""
+    df = samples(inputs)
+    if df.empty:
+        return _none(inputs)
+    used = df.dropna(subset=["mem_used_pct"]).groupby("gpu")["mem_used_pct"].max().sort_values()
+    if used.empty:
+        return Finding(Status.UNKNOWN, "the samples carry no memory figures")
+    top_gpu, top = str(used.index[-1]), float(used.iloc[-1])
+    ev = (Evidence(f"{top_gpu} peak memory", f"{top:.1f} %", _window(df)),)
+    if top / 100.0 <= th.GPU_MEM_WARN_FRAC:
+        return Finding(Status.PASS, f"peak memory {top:.1f} % ({top_gpu})", ev)
+    fix = '{"zero_optimization": {"stage": 3}}  // or lower train_micro_batch_size_per_gpu'
+    return Finding(Status.WARN, f"{top_gpu} peaked at {top:.1f} % of its memory", ev, fix, "text")
+
+
+def _share(df: pd.DataFrame, mask: int) -> float:
+    """Share of samples with any of ``mask``'s throttle bits set."""
+    known = df["throttle_reasons"].dropna()
+    if known.empty:
+        return 0.0
+    return float(((known.astype("int64") & mask) != 0).mean())
+
+
+@rule(
+    "gpu.throttling",
+    "GPU clocks are not throttled by heat or power faults",
+    "NVML clock-event reasons: HW slowdown, HW thermal and power-brake slowdowns fail above 5 % "
+    "of samples; SW thermal slowdown or temperatures of 85 C and more warn.",
+    "gpu",
+    page="gpus",
+)
+def check_throttling(inputs: HealthInputs) -> Finding:
+    """Judge hardware and thermal throttling; a power cap alone is only reported."""
+    df = samples(inputs)
+    if df.empty:
+        return _none(inputs)
+    hw, thermal = _share(df, th.THROTTLE_HW_BITS), _share(df, 0x20)
+    power = _share(df, 0x4)
+    temp = float(df["temperature_c"].max()) if df["temperature_c"].notna().any() else float("nan")
+    ev = (
+        Evidence("HW slowdown / HW thermal / power brake", f"{hw:.1%} of samples", _window(df)),
+        Evidence("SW thermal slowdown", f"{thermal:.1%} of samples"),
+        Evidence("SW power cap", f"{power:.1%} of samples"),
+        Evidence("max temperature", f"{temp:.0f} C" if temp == temp else "unknown"),
+    )
+    if hw > th.THROTTLE_WARN_SHARE:
+        return Finding(
+            Status.FAIL,
+            f"hardware slowdown in {hw:.1%} of samples: cooling or power delivery problem",
+            ev,
+            "nvidia-smi -q -d PERFORMANCE  # on the node",
+            "text",
+        )
+    if thermal > th.THROTTLE_WARN_SHARE or temp >= th.GPU_TEMP_WARN_C:
+        return Finding(
+            Status.WARN, f"thermal throttling ({thermal:.1%} of samples, max {temp:.0f} C)", ev
+        )
+    note = f"; power-capped in {power:.1%} of samples (normal at full load)" if power else ""
+    return Finding(Status.PASS, f"no thermal or hardware throttling{note}", ev)
+
+
+def _max(df: pd.DataFrame, col: str) -> float | None:
+    """Largest value of a column, None when absent or all missing."""
+    if col not in df.columns or not df[col].notna().any():
+        return None
+    return float(pd.to_numeric(df[col], errors="coerce").max())
+
+
+@rule(
+    "gpu.errors",
+    "No ECC or XID errors",
+    "Uncorrected ECC errors or an XID event mean a GPU returned wrong data or fell off the "
+    "bus; corrected ECC errors that keep rising announce a failing card.",
+    "gpu",
+    page="gpus",
+)
+def check_gpu_errors(inputs: HealthInputs) -> Finding:
+    """Fail on uncorrected ECC or XID; warn when corrected ECC counts rise."""
+    df = samples(inputs)
+    if df.empty:
+        return _none(inputs)
+    xid, unc = _max(df, "xid"), _max(df, "ecc_uncorrected")
+    corr = df.dropna(subset=["ecc_corrected"]) if "ecc_corrected" in df.columns else df.iloc[0:0]
+    rise = (
+        corr.groupby("gpu")["ecc_corrected"].agg(lambda s: s.max() - s.min())
+        if not corr.empty
+        else pd.Series(dtype="float64")
+    )
+    ev = (
+        Evidence("XID", xid if xid else "none", _window(df)),
+        Evidence("uncorrected ECC", unc if unc is not None else "not reported"),
+        Evidence("corrected ECC rise", float(rise.max()) if not rise.empty else "not reported"),
+    )
+    if (xid or 0) > 0 or (unc or 0) > 0:
+        return Finding(
+            Status.FAIL,
+            "GPU hardware errors (XID or uncorrected ECC): drain the node",
+            ev,
+            "nvidia-smi -q -d ECC; dmesg | grep -i xid",
+            "text",
+        )
+    if not rise.empty and rise.max() > 0:
+        return Finding(Status.WARN, "corrected ECC errors are rising", ev)
+    if xid is None and unc is None and rise.empty:
+        return Finding(Status.UNKNOWN, "the samples carry no ECC or XID fields", ev)
+    return Finding(Status.PASS, "no ECC or XID errors", ev)

@@ -1,0 +1,64 @@
+"""Everything a rule may look at, gathered once: the config, facts about the run, the frames.
+
+Rules are pure functions of one :class:`HealthInputs`, so the same rule runs on a config file
+alone (``dsmon check ds_config.json``), on a replayed log, and live on the dashboard; a rule
+whose data is absent answers UNKNOWN instead of guessing. The builders that fill it from a
+store or from parsed records live in :mod:`dsmon.health.gather`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import pandas as pd
+
+from dsmon.health.config_view import ConfigView
+from dsmon.health.schema import Version, version_text
+
+
+@dataclass(frozen=True, slots=True)
+class RunFacts:
+    """What is known about where the run executes, each with how it was learnt.
+
+    ``device`` is ``gpu`` or ``cpu`` (from the comm backend, the accelerator line or NVML
+    samples), ``nodes`` the number of hosts, ``world_size`` the number of ranks and
+    ``dp_size`` the data-parallel size DeepSpeed's batch arithmetic uses (its config's
+    ``world_size``). ``sources`` says, per fact name, where it was learnt.
+    """
+
+    ds_version: Version | None = None
+    device: str | None = None
+    backend: str | None = None
+    world_size: int | None = None
+    dp_size: int | None = None
+    nodes: int | None = None
+    gpu_names: tuple[str, ...] = ()
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def version_label(self) -> str:
+        """The version as evidence shows it (``unknown (judged as 0.19.8)`` when unknown)."""
+        return version_text(self.ds_version)
+
+
+@dataclass(frozen=True, slots=True)
+class HealthInputs:
+    """The data one evaluation of the checklist sees.
+
+    ``frames`` maps a record kind (``timer``, ``step``, ``gpu``...) to the DataFrame
+    ``Store.frame`` returns for it. ``now`` is the evaluation time for live rules (the stall
+    rule); None when replaying a finished run.
+    """
+
+    config: ConfigView | None = None
+    facts: RunFacts = field(default_factory=RunFacts)
+    frames: Mapping[str, pd.DataFrame] = field(default_factory=dict)
+    now: datetime | None = None
+    run: str | None = None
+
+    def frame(self, kind: str) -> pd.DataFrame:
+        """The frame of one kind; an empty frame when the run has none."""
+        df = self.frames.get(kind)
+        return df if df is not None else pd.DataFrame()

@@ -1,0 +1,167 @@
+"""Measured quantities several runtime rules share, computed the same way for all of them.
+
+A rule's evidence must name the steps its numbers cover, and every rule must leave out the
+same warm-up steps (allocation, JIT builds and the loss scaler's first calibration make them
+many times slower). These helpers take the store-shaped frames of a :class:`HealthInputs`,
+call the dashboard's analysis functions (so the checklist and the charts agree), and return
+plain numbers with their step range.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from dsmon.analysis import comm, steps
+from dsmon.health import thresholds as th
+from dsmon.health.inputs import HealthInputs
+
+
+@dataclass(frozen=True, slots=True)
+class StepSeries:
+    """One time per optimizer step (ms, or a relative unit), and what it was measured from."""
+
+    frame: pd.DataFrame  # columns: step, value
+    source: str
+    unit: str
+
+    @property
+    def steps(self) -> tuple[int, int] | None:
+        """First and last step covered."""
+        return step_range(self.frame)
+
+
+def step_range(frame: pd.DataFrame) -> tuple[int, int] | None:
+    """(first, last) of a frame's ``step`` column; None when it has no known step."""
+    if frame.empty or "step" not in frame.columns:
+        return None
+    known = frame["step"].dropna()
+    return (int(known.min()), int(known.max())) if not known.empty else None
+
+
+def range_text(rng: tuple[int, int] | None) -> str:
+    """``steps 3-30`` for evidence; ``steps unknown`` without a range."""
+    if rng is None:
+        return "steps unknown"
+    return f"step {rng[0]}" if rng[0] == rng[1] else f"steps {rng[0]}-{rng[1]}"
+
+
+def breakdown(inputs: HealthInputs) -> pd.DataFrame:
+    """The engine's per-step breakdown without warm-up steps (empty without timer lines)."""
+    bd = steps.step_breakdown(inputs.frame("timer"))
+    if bd.empty:
+        return bd
+    return steady(bd)
+
+
+def steady(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows after the warm-up steps; all rows when that would leave none."""
+    if "step" not in frame.columns:
+        return frame
+    kept = frame[frame["step"].notna() & (frame["step"] > th.WARMUP_STEPS)]
+    return kept if not kept.empty else frame
+
+
+def per_step(bd: pd.DataFrame, column: str) -> pd.Series:
+    """One value per step: the slowest rank's, since the step waits for it."""
+    rows = bd.dropna(subset=["step", column])
+    return rows.groupby("step")[column].max().astype("float64")
+
+
+def step_times(inputs: HealthInputs) -> StepSeries | None:
+    """Step durations: engine timers, else Megatron iteration times, else inverse throughput."""
+    bd = breakdown(inputs)
+    if not bd.empty and bd["total_ms"].notna().any():
+        s = per_step(bd, "total_ms")
+        return StepSeries(_series(s), "engine timers (fwd + bwd + step, slowest rank)", "ms")
+    it = inputs.frame("iteration")
+    if not it.empty and "elapsed_ms" in it.columns and it["elapsed_ms"].notna().any():
+        rows = steady(_stepped(it, "iteration")).dropna(subset=["elapsed_ms"])
+        s = rows.groupby("step")["elapsed_ms"].max().astype("float64")
+        return StepSeries(_series(s), "iteration lines (elapsed time per iteration)", "ms")
+    tp = inputs.frame("throughput")
+    if not tp.empty and "samples_per_s" in tp.columns and tp["samples_per_s"].notna().any():
+        rows = steady(_stepped(tp, "global_step")).dropna(subset=["samples_per_s"])
+        rows = rows[rows["samples_per_s"] > 0]
+        s = (1000.0 / rows.groupby("step")["samples_per_s"].min()).astype("float64")
+        return StepSeries(
+            _series(s), "throughput lines (ms per sample, every steps_per_print)", "ms/sample"
+        )
+    return None
+
+
+def _stepped(frame: pd.DataFrame, alt: str) -> pd.DataFrame:
+    """The frame with ``step`` filled from another step-number column where unknown."""
+    out = frame.copy()
+    if alt in out.columns:
+        out["step"] = out["step"].astype("Float64").fillna(out[alt].astype("Float64"))
+    return out
+
+
+def _series(s: pd.Series) -> pd.DataFrame:
+    """A step-indexed series as a ``step, value`` frame sorted by step."""
+    out = s.rename("value").rename_axis("step").reset_index()
+    out["step"] = out["step"].astype("int64")
+    return out.sort_values("step").reset_index(drop=True)
+
+
+def all_steps(inputs: HealthInputs) -> pd.DataFrame:
+    """The breakdown of every timed step, warm-up included (what the comms logger covers)."""
+    return steps.step_breakdown(inputs.frame("timer"))
+
+
+def comm_ops(inputs: HealthInputs) -> pd.DataFrame:
+    """Per-collective totals from the comms logger (summary table, else verbose lines)."""
+    summary = inputs.frame("comm_summary")
+    if not summary.empty:
+        return comm.comm_ops(summary)
+    return comm.comm_ops(inputs.frame("comm_op"))
+
+
+#: Collectives of the training step proper (init-time broadcasts and barriers left out).
+TRAINING_OPS = (
+    "all_gather",
+    "reduce_scatter",
+    "all_reduce",
+    "all_to_all",
+    "reduce",
+    "send",
+    "recv",
+)
+
+
+def trusted_comm_ops(inputs: HealthInputs, bd_all: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
+    """Comms-logger totals, or (empty, why) when they cannot be wall-clock durations.
+
+    The logger's latencies must fit in the time the timed steps took; on DeepSpeed's CPU
+    accelerator (the corpus runs) they add up to more than the whole run, so a rule that used
+    them would report nonsense like a 200 % communication share.
+    """
+    ops = comm_ops(inputs)
+    if ops.empty:
+        return ops, None
+    total = op_latency_ms(ops, TRAINING_OPS)
+    wall = float(per_step(bd_all, "total_ms").sum()) if not bd_all.empty else 0.0
+    if total is not None and wall > 0 and total > wall:
+        why = (
+            f"comms-logger latencies ({total:.0f} ms) exceed the timed steps' wall time "
+            f"({wall:.0f} ms): not usable as durations"
+        )
+        return ops.iloc[0:0], why
+    return ops, None
+
+
+def op_latency_ms(ops: pd.DataFrame, prefixes: tuple[str, ...]) -> float | None:
+    """Total latency of the ops whose name starts with one of ``prefixes``; None if none ran."""
+    if ops.empty:
+        return None
+    rows = ops[ops["op"].astype(str).str.startswith(prefixes)]
+    if rows.empty:
+        return None
+    return float(rows["total_latency_ms"].astype("float64").sum())
+
+
+def median(values: pd.Series) -> float:
+    """Median as float (NaN for an empty series)."""
+    return float(values.median()) if not values.empty else float("nan")

@@ -1,0 +1,181 @@
+"""Config rules for what DeepSpeed prints: dsmon can only judge what the run lets it see.
+
+Recent DeepSpeed releases print much less by default: since 0.15.2 ``steps_per_print`` has no
+default (no ``step=`` or throughput lines), since 0.17.6 the workers log at WARNING (no step,
+throughput, config-dump or OVERFLOW lines), and the timer breakdown needs
+``wall_clock_breakdown``. A checklist that silently shows UNKNOWN everywhere would be useless,
+so these rules name the switch that makes each signal appear.
+"""
+
+from __future__ import annotations
+
+from dsmon.health import schema
+from dsmon.health.config_view import ConfigView
+from dsmon.health.inputs import HealthInputs
+from dsmon.health.model import Evidence, Finding, Status
+from dsmon.health.registry import rule
+from dsmon.health.verdicts import fix_json, needs_config
+
+_VERBOSE_LEVELS = {"info", "debug"}
+
+
+@rule(
+    "observe.wall_clock_breakdown",
+    "Step-time breakdown is logged",
+    "wall_clock_breakdown (or the flops profiler, which implies it) prints fwd/bwd/step "
+    "timers every step: the data behind the step and communication charts.",
+    "config",
+)
+@needs_config
+def check_wall_clock(cfg: ConfigView, inputs: HealthInputs) -> Finding:
+    """Warn when no timer breakdown will be printed."""
+    wcb = cfg.get("wall_clock_breakdown")
+    fp = cfg.get("flops_profiler.enabled")
+    ev = (wcb.evidence(), fp.evidence())
+    if wcb.value is True:
+        return Finding(Status.PASS, "wall_clock_breakdown is on (timers add a device sync)", ev)
+    if fp.value is True:
+        return Finding(Status.PASS, "the flops profiler turns the timer breakdown on", ev)
+    return Finding(
+        Status.WARN,
+        "no fwd/bwd/step breakdown: dsmon cannot chart step time or the communication share",
+        ev,
+        fix_json({"wall_clock_breakdown": True}),
+    )
+
+
+@rule(
+    "observe.steps_per_print",
+    "Progress and throughput lines are printed",
+    "steps_per_print drives the step= and samples/sec lines; it has had no default since "
+    "DeepSpeed 0.15.2 (it was 10 before), so unset means no such lines at all.",
+    "config",
+)
+@needs_config
+def check_steps_per_print(cfg: ConfigView, inputs: HealthInputs) -> Finding:
+    """Warn when steps_per_print is unset on a version where that silences progress lines."""
+    s = cfg.get("steps_per_print")
+    ev = (s.evidence(), Evidence("DeepSpeed version", inputs.facts.version_label))
+    if s.value is not None:
+        return Finding(Status.PASS, f"progress lines every {s.value} steps", ev)
+    return Finding(
+        Status.WARN,
+        "steps_per_print unset: no step= or throughput lines (no default since 0.15.2)",
+        ev,
+        fix_json({"steps_per_print": 10}),
+    )
+
+
+@rule(
+    "observe.log_level",
+    "DeepSpeed's INFO lines reach the log",
+    "From 0.17.6 the workers log at WARNING, hiding step=, throughput, config-dump and "
+    'OVERFLOW lines; "log_level": "info" (0.19.3+) or set_log_level_from_string brings them back.',
+    "config",
+)
+@needs_config
+def check_log_level(cfg: ConfigView, inputs: HealthInputs) -> Finding:
+    """Warn when INFO lines will be hidden, with the fix that works for the version."""
+    version = cfg.version
+    level = cfg.get("log_level")
+    default = schema.by_version(schema.LOGGER_DEFAULT_LEVEL, version)
+    ev = (
+        level.evidence(),
+        Evidence("DeepSpeed version", inputs.facts.version_label),
+        Evidence("workers' default level", default),
+    )
+    if not inputs.frame("step").empty:
+        return Finding(Status.PASS, "step= lines are in the log: INFO output is visible", ev)
+    supported = version is None or version >= schema.KEY_SINCE["log_level"]
+    if supported and str(level.value).lower() in _VERBOSE_LEVELS:
+        return Finding(Status.PASS, f"log_level {level.value}", ev)
+    if default == "info" and not (supported and level.explicit):
+        return Finding(
+            Status.PASS, f"DeepSpeed {inputs.facts.version_label} logs INFO by default", ev
+        )
+    if supported:
+        return Finding(
+            Status.WARN,
+            "DeepSpeed >= 0.17.6 logs at WARNING: step=, throughput, "
+            "config-dump and OVERFLOW lines are hidden",
+            ev,
+            fix_json({"log_level": "info"}),
+        )
+    fix = (
+        "from deepspeed.utils.logging import set_log_level_from_string\n"
+        'set_log_level_from_string("info")  # before deepspeed.initialize'
+    )
+    return Finding(
+        Status.WARN,
+        f"DeepSpeed {inputs.facts.version_label} logs at WARNING and "
+        "has no log_level key (0.19.3+): raise the level in code",
+        ev,
+        fix,
+        "python",
+    )
+
+
+@rule(
+    "observe.flops_profiler",
+    "The flops profiler measures one step",
+    "flops_profiler.enabled profiles a single step (profile_step): the achieved FLOPS that "
+    "MFU is computed from.",
+    "config",
+)
+@needs_config
+def check_flops_profiler(cfg: ConfigView, inputs: HealthInputs) -> Finding:
+    """Warn when no flops profile will be taken (no MFU)."""
+    on = cfg.get("flops_profiler.enabled")
+    step = cfg.get("flops_profiler.profile_step")
+    ev = (on.evidence(), step.evidence())
+    if on.value is True:
+        return Finding(Status.PASS, f"flops profiler at step {step.value}", ev)
+    fix = fix_json(
+        {
+            "flops_profiler": {
+                "enabled": True,
+                "profile_step": 10,
+                "module_depth": -1,
+                "top_modules": 3,
+                "detailed": False,
+            }
+        }
+    )
+    return Finding(Status.WARN, "no flops profile: dsmon cannot compute MFU", ev, fix)
+
+
+@rule(
+    "observe.comms_logger",
+    "The comms logger is used knowingly",
+    "comms_logger gives per-collective latency and bandwidth, but synchronizes after every "
+    "collective (distorting overlap) and is switched on by the section's mere presence.",
+    "config",
+)
+@needs_config
+def check_comms_logger(cfg: ConfigView, inputs: HealthInputs) -> Finding:
+    """Pass without it (timers suffice); warn on the enabled:false trap and verbose output."""
+    if not cfg.has("comms_logger"):
+        return Finding(
+            Status.PASS,
+            "off: dsmon takes the comm share from the timers; enable it "
+            "for one diagnostic run to see per-op bandwidth",
+            (Evidence("comms_logger", "absent"),),
+        )
+    enabled = cfg.get("comms_logger.enabled")
+    verbose = cfg.get("comms_logger.verbose")
+    ev = (enabled.evidence(), verbose.evidence())
+    if enabled.value is not True:
+        return Finding(
+            Status.WARN,
+            "comms_logger.enabled is false but the section's presence "
+            "turns logging on (DeepSpeed checks 'comms_logger' in config)",
+            ev,
+            "delete the comms_logger section to turn it off",
+            "text",
+        )
+    note = "; verbose prints one line per collective" if verbose.value is True else ""
+    return Finding(
+        Status.PASS,
+        f"on: it synchronizes every collective, so overlap looks worse than it is{note}",
+        ev,
+    )

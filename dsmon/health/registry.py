@@ -1,0 +1,97 @@
+"""The one place rules are registered, and the loop that evaluates them.
+
+Adding a rule is writing one function decorated with :func:`rule` in a module listed in
+:data:`RULE_MODULES` (and its test). Every surface (``dsmon check``, the dashboard panel)
+calls :func:`evaluate`, so they can never disagree about which rules exist or their order.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable
+
+from dsmon.health.inputs import HealthInputs
+from dsmon.health.model import Checklist, CheckResult, Finding, Rule, Status
+
+RuleFunc = Callable[[HealthInputs], Finding]
+
+#: Modules holding rules, in the order their rules are listed.
+RULE_MODULES = (
+    "schema_rules",
+    "config_rules",
+    "precision_rules",
+    "feature_rules",
+    "observability_rules",
+    "runtime_rules",
+    "step_rules",
+    "run_rules",
+    "gpu_rules",
+)
+CATEGORIES = ("config", "runtime", "gpu")
+
+_RULES: dict[str, Rule] = {}
+
+
+def rule(
+    rule_id: str, title: str, checks: str, category: str, page: str | None = None
+) -> Callable[[RuleFunc], RuleFunc]:
+    """Register a rule function under a unique id.
+
+    Args:
+        rule_id: dotted id shown in every surface (``zero.overlap_comm``).
+        title: what a passing rule means, in a few words.
+        checks: one sentence on what the rule looks at and why it matters.
+        category: ``config``, ``runtime`` or ``gpu``.
+        page: the dashboard page with the chart behind a runtime rule.
+
+    Raises:
+        ValueError: the id is taken or the category unknown (a programming error).
+    """
+    if category not in CATEGORIES:
+        raise ValueError(f"rule {rule_id}: unknown category {category!r}")
+
+    def register(func: RuleFunc) -> RuleFunc:
+        if rule_id in _RULES and _RULES[rule_id].func is not func:
+            raise ValueError(f"rule id {rule_id!r} registered twice")
+        _RULES[rule_id] = Rule(rule_id, title, checks, category, func, page)
+        return func
+
+    return register
+
+
+def all_rules() -> tuple[Rule, ...]:
+    """Every registered rule, importing the rule modules first."""
+    for name in RULE_MODULES:
+        importlib.import_module(f"dsmon.health.{name}")
+    return tuple(_RULES.values())
+
+
+def run_rule(r: Rule, inputs: HealthInputs) -> CheckResult:
+    """Evaluate one rule; a rule tripping over malformed data yields UNKNOWN, not a crash.
+
+    Only the errors bad input causes (a string where a number belongs, a missing column) are
+    turned into UNKNOWN; anything else is a bug and propagates.
+    """
+    try:
+        f = r.func(inputs)
+    except (TypeError, ValueError, KeyError, ZeroDivisionError, OverflowError) as exc:
+        f = Finding(Status.UNKNOWN, f"could not evaluate: {type(exc).__name__}: {exc}")
+    return CheckResult(
+        rule_id=r.id,
+        title=r.title,
+        checks=r.checks,
+        category=r.category,
+        status=f.status,
+        summary=f.summary,
+        evidence=f.evidence,
+        fix=f.fix,
+        fix_lang=f.fix_lang,
+        page=r.page,
+        steps=f.steps,
+    )
+
+
+def evaluate(inputs: HealthInputs, rules: Iterable[Rule] | None = None) -> Checklist:
+    """Run every rule (or the given ones) on one set of inputs."""
+    chosen = all_rules() if rules is None else tuple(rules)
+    return Checklist(tuple(run_rule(r, inputs) for r in chosen))

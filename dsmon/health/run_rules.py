@@ -1,0 +1,151 @@
+"""Runtime rules on the run as a whole: did a worker crash, was it killed, has it stalled?
+
+These are the rules a person watching a run needs first. A crash leaves a traceback or a
+non-zero exit code; a job killed from outside leaves only a log that stops; a hung collective
+leaves a log that stops while the GPUs (and the collector) are still alive, and NCCL kills it
+only after 600 s. Each rule says which of these it sees, and the stall rule is judged live only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pandas as pd
+
+from dsmon.health import measures as m
+from dsmon.health import thresholds as th
+from dsmon.health.inputs import HealthInputs
+from dsmon.health.model import Evidence, Finding, Status
+from dsmon.health.registry import rule
+
+_STEP_KINDS = ("timer", "step", "throughput", "iteration")
+
+
+@rule(
+    "run.errors",
+    "No worker crashed",
+    "Worker tracebacks, CUDA out-of-memory, NCCL errors and non-zero exit codes reported by "
+    "the launcher.",
+    "runtime",
+    page="steps",
+)
+def check_errors(inputs: HealthInputs) -> Finding:
+    """Fail on any crash event; pass when the log shows none."""
+    ev_frame = inputs.frame("event")
+    if ev_frame.empty:
+        return Finding(Status.UNKNOWN, "no log events to check (a config was checked alone?)")
+    bad = ev_frame[ev_frame["name"].isin(("traceback", "oom", "nccl_error"))]
+    exits = ev_frame[ev_frame["name"] == "worker_exit"]
+    codes = [d.get("return_code") for d in exits["detail"] if isinstance(d, Mapping)]
+    failed = [c for c in codes if c not in (None, 0)]
+    if bad.empty and not failed:
+        return _clean_end(inputs, ev_frame, exits)
+    ev = tuple(
+        Evidence(
+            f"{r['name']} (rank {_rank(r['rank'])})",
+            str(r["message"])[:160],
+            f"{r['file']}:{r['line']}",
+        )
+        for _, r in bad.head(3).iterrows()
+    )
+    ev += tuple(Evidence("worker exit code", c, "launcher") for c in failed[:3])
+    steps = inputs.frame("step")
+    last = int(steps["step"].max()) if not steps.empty else None
+    summary = f"{len(bad)} error event(s), {len(failed)} failed worker(s)"
+    if last is not None:
+        summary += f"; last step line: step {last}"
+    return Finding(
+        Status.FAIL,
+        summary,
+        ev,
+        "read the first traceback above; it names the rank that failed first",
+        "text",
+    )
+
+
+def _clean_end(inputs: HealthInputs, events: pd.DataFrame, exits: pd.DataFrame) -> Finding:
+    """No error lines: pass, unless a finished log stops without the launcher's exit lines.
+
+    A job killed from outside (SIGKILL, node loss, the scheduler's time limit) leaves no
+    traceback: the log just ends. The launcher prints one exit line per worker when they end,
+    so a replayed launcher log without them did not end normally. Live, it is still running.
+    """
+    launched = bool((events["name"] == "world_info").any())
+    if inputs.now is None and launched and exits.empty:
+        steps = inputs.frame("step")
+        last = f"; last step line: step {int(steps['step'].max())}" if not steps.empty else ""
+        return Finding(
+            Status.WARN,
+            "the log ends without the launcher's exit lines: the job was "
+            f"killed (SIGKILL, time limit, node loss) or the log is incomplete{last}",
+            (Evidence("launcher exit lines", "none", "deepspeed launcher log"),),
+            "check the scheduler's job record and the nodes' kernel logs (OOM killer)",
+            "text",
+        )
+    return Finding(Status.PASS, "no crash, OOM or NCCL error in the log")
+
+
+def _rank(value: object) -> str:
+    """A rank for display (``?`` when unknown)."""
+    return "?" if value is None or pd.isna(value) else str(int(value))  # type: ignore[call-overload]
+
+
+def _last_ts(inputs: HealthInputs, kinds: tuple[str, ...]) -> pd.Timestamp | None:
+    """Newest timestamp among the given kinds' frames."""
+    stamps = [inputs.frame(k)["ts"].max() for k in kinds if "ts" in inputs.frame(k).columns]
+    stamps = [t for t in stamps if pd.notna(t)]
+    return max(stamps) if stamps else None
+
+
+def _finished(inputs: HealthInputs) -> bool:
+    """Whether the launcher reported the workers' exit (successful or not)."""
+    ev = inputs.frame("event")
+    return not ev.empty and bool((ev["name"] == "worker_exit").any())
+
+
+@rule(
+    "run.stalled",
+    "The run is still making steps",
+    "Live: no new step for max(30 s, 5 x the median step time) while the collector still "
+    "delivers data, well before NCCL's 600 s collective timeout kills the job.",
+    "runtime",
+    page="steps",
+)
+def check_stalled(inputs: HealthInputs) -> Finding:
+    """Fail when steps stopped while other data (GPU samples, log lines) keeps arriving."""
+    if inputs.now is None:
+        return Finding(Status.UNKNOWN, "only judged live (replaying a finished log)")
+    if _finished(inputs):
+        return Finding(Status.PASS, "the launcher reported the workers' exit: run finished")
+    last_step = _last_ts(inputs, _STEP_KINDS)
+    if last_step is None:
+        return Finding(Status.UNKNOWN, "no timestamped step data yet")
+    series = m.step_times(inputs)
+    med_s = m.median(series.frame["value"]) / 1000.0 if series and series.unit == "ms" else 0.0
+    limit = max(th.STALL_MIN_S, th.STALL_FACTOR * (med_s if med_s == med_s else 0.0))
+    now = pd.Timestamp(inputs.now)
+    age = (now - last_step).total_seconds()
+    newest = _last_ts(inputs, (*_STEP_KINDS, "gpu", "event", "loss_scale", "comm_op"))
+    alive_age = (now - newest).total_seconds() if newest is not None else age
+    ev = (
+        Evidence("last step data", str(last_step), f"{age:.0f} s ago"),
+        Evidence("stall limit", f"{limit:.0f} s", "max(30 s, 5 x median step)"),
+        Evidence("newest record of any kind", str(newest), f"{alive_age:.0f} s ago"),
+    )
+    if age <= limit:
+        return Finding(Status.PASS, f"last step {age:.0f} s ago (limit {limit:.0f} s)", ev)
+    if alive_age > limit:
+        return Finding(
+            Status.UNKNOWN,
+            f"no data of any kind for {alive_age:.0f} s: the run ended or its collector is down",
+            ev,
+        )
+    left = th.NCCL_TIMEOUT_S - age
+    return Finding(
+        Status.FAIL,
+        f"no step for {age:.0f} s while data still arrives: the run is "
+        f"stalled (NCCL's default timeout fires in about {max(left, 0):.0f} s)",
+        ev,
+        "py-spy dump --pid <trainer pid>  # on each node: find the rank that hangs",
+        "text",
+    )

@@ -1,0 +1,340 @@
+"""Runtime rules on communication and loss scaling, from the run's own records.
+
+Each rule states what its numbers can and cannot see. The engine timers only measure the
+communication a step waits for (with overlap_comm on, ``bwd_allreduce`` is the exposed tail;
+ZeRO-3 all-gathers hide inside fwd/bwd), and the comms logger synchronizes after every
+collective, so it distorts the overlap it is asked to measure. The summaries say so next to
+the figures, as the dashboard's communication page does.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from dsmon.analysis import comm
+from dsmon.health import measures as m
+from dsmon.health import thresholds as th
+from dsmon.health.inputs import HealthInputs
+from dsmon.health.model import Evidence, Finding, Status
+from dsmon.health.registry import rule
+from dsmon.health.verdicts import fix_json, not_applicable
+
+_NO_TIMERS = (
+    "no engine timer lines: turn on wall_clock_breakdown (see observe.wall_clock_breakdown)"
+)
+_NO_COMMS = "no comms-logger output: add a comms_logger section for one diagnostic run"
+_EXPOSED = (
+    "timers measure exposed communication only (bwd_allreduce, + optimizer_allgather on "
+    "ZeRO-1/2): what overlap_comm hides and ZeRO-3's all-gathers inside fwd/bwd are not counted"
+)
+
+
+def _overlap_setting(inputs: HealthInputs) -> Evidence:
+    """The configured overlap_comm, for evidence next to measured communication."""
+    if inputs.config is None:
+        return Evidence("zero_optimization.overlap_comm", "unknown", "no config")
+    return inputs.config.get("zero_optimization.overlap_comm").evidence()
+
+
+@rule(
+    "comm.share",
+    "Communication takes at most 25 % of a step",
+    "Exposed communication (bwd_allreduce, + optimizer_allgather on ZeRO-1/2) as a share of "
+    "fwd + bwd + step, per step, median over the run after warm-up (seed 004's < 25 % target).",
+    "runtime",
+    page="communication",
+)
+def check_comm_share(inputs: HealthInputs) -> Finding:
+    """Median exposed-communication share against the 25 % / 50 % lines."""
+    bd = m.breakdown(inputs)
+    if bd.empty:
+        return Finding(Status.UNKNOWN, _NO_TIMERS)
+    cs = comm.comm_share(bd).dropna(subset=["comm_share"])
+    if cs.empty:
+        return Finding(Status.UNKNOWN, "the timer lines carry no bwd_allreduce figure")
+    share = cs.groupby("step")["comm_share"].max()
+    rng = m.step_range(cs)
+    med, p90 = m.median(share), float(share.quantile(0.9))
+    where = f"{m.range_text(rng)}, slowest rank"
+    ev = (
+        Evidence("exposed comm share p50", f"{med:.1%}", where),
+        Evidence("exposed comm share p90", f"{p90:.1%}", where),
+        Evidence("exposed comm p50", f"{m.median(cs['exposed_comm_ms']):.2f} ms", where),
+        Evidence("step total p50", f"{m.median(cs['total_ms']):.2f} ms", where),
+        _overlap_setting(inputs),
+    )
+    if med <= th.COMM_SHARE_WARN:
+        return Finding(
+            Status.PASS, f"communication is {med:.1%} of a step; {_EXPOSED}", ev, steps=rng
+        )
+    status = Status.FAIL if med > th.COMM_SHARE_FAIL else Status.WARN
+    fix = fix_json(
+        {
+            "zero_optimization": {
+                "overlap_comm": True,
+                "reduce_bucket_size": 500000000,
+                "allgather_bucket_size": 500000000,
+            }
+        }
+    )
+    return Finding(
+        status,
+        f"communication is {med:.1%} of a step (> {th.COMM_SHARE_WARN:.0%}); {_EXPOSED}",
+        ev,
+        fix,
+        steps=rng,
+    )
+
+
+def _phase_shares(
+    inputs: HealthInputs, bd: pd.DataFrame, notes: list[Evidence]
+) -> list[tuple[str, float, str]]:
+    """(label, share, source) for all-gather vs fwd and reduction vs bwd."""
+    out: list[tuple[str, float, str]] = []
+    bd_all = m.all_steps(inputs)
+    ops, distrust = m.trusted_comm_ops(inputs, bd_all)
+    if distrust:
+        notes.append(Evidence("comms logger", "ignored", distrust))
+    fwd, bwd = m.per_step(bd_all, "fwd_ms").sum(), m.per_step(bd_all, "bwd_ms").sum()
+    gather = m.op_latency_ms(ops, ("all_gather",))
+    reduce = m.op_latency_ms(ops, ("reduce_scatter", "all_reduce"))
+    src = "comms logger total latency / summed timers"
+    if gather is not None and fwd > 0:
+        out.append(("all-gather share of fwd", gather / fwd, src))
+    if reduce is not None and bwd > 0:
+        out.append(("reduce-scatter/all-reduce share of bwd", reduce / bwd, src))
+    return out or _timer_phase_shares(bd)
+
+
+def _timer_phase_shares(bd: pd.DataFrame) -> list[tuple[str, float, str]]:
+    """Phase shares from the timers alone (exposed communication only)."""
+    out: list[tuple[str, float, str]] = []
+    bwd_share = (bd["bwd_allreduce_ms"] / bd["bwd_ms"].where(bd["bwd_ms"] > 0)).dropna()
+    if not bwd_share.empty:
+        out.append(("bwd_allreduce share of bwd", m.median(bwd_share), "timers, median per step"))
+    gather_pct = comm.timer_ratios(bd)["allgather_pct_of_fwd"].dropna()
+    if not gather_pct.empty:
+        out.append(
+            (
+                "optimizer_allgather vs fwd",
+                m.median(gather_pct) / 100.0,
+                "ZeRO-1/2 timers, median per step",
+            )
+        )
+    return out
+
+
+@rule(
+    "comm.phase_share",
+    "All-gather and reduction stay under 25 % of their phase",
+    "All-gather time against fwd and reduce-scatter/all-reduce time against bwd (the tuning "
+    "guide's 'allgather = 60 ms (24 % of fwd)'), from the comms logger when present, else "
+    "from the timers.",
+    "runtime",
+    page="communication",
+)
+def check_phase_share(inputs: HealthInputs) -> Finding:
+    """Warn when either collective family exceeds 25 % of its phase."""
+    bd = m.breakdown(inputs)
+    if bd.empty:
+        return Finding(Status.UNKNOWN, _NO_TIMERS)
+    notes: list[Evidence] = []
+    shares = _phase_shares(inputs, bd, notes)
+    if not shares:
+        return Finding(
+            Status.UNKNOWN, "no communication figure per phase in timers or logger", tuple(notes)
+        )
+    rng = m.step_range(bd)
+    ev = tuple(notes) + tuple(
+        Evidence(label, f"{v:.1%}", f"{src}, {m.range_text(rng)}") for label, v, src in shares
+    )
+    high = [f"{label} {v:.1%}" for label, v, _ in shares if v > th.PHASE_COMM_SHARE_WARN]
+    zero3 = inputs.config is not None and inputs.config.stage == 3
+    bucket = "stage3_prefetch_bucket_size" if zero3 else "allgather_bucket_size"
+    fix = fix_json(
+        {
+            "zero_optimization": {
+                "overlap_comm": True,
+                "reduce_bucket_size": 500000000,
+                bucket: 50000000 if zero3 else 500000000,
+            }
+        }
+    )
+    if not high:
+        return Finding(Status.PASS, "each phase's communication is within 25 %", ev, steps=rng)
+    return Finding(Status.WARN, "; ".join(high) + " (> 25 %)", ev, fix, steps=rng)
+
+
+class _UntrustedCommsError(Exception):
+    """The comms logger's figures failed the wall-time sanity check (message says why)."""
+
+
+def _overlap(
+    inputs: HealthInputs, bd: pd.DataFrame
+) -> tuple[float, float, float, float, str] | None:
+    """(overlap, compute, comm, step ms) per step median, and how comm was measured."""
+    per = comm.step_overlap(bd, inputs.frame("comm_op")).dropna(subset=["overlap"])
+    if not per.empty:
+        return (
+            m.median(per["overlap"]),
+            m.median(per["compute_ms"]),
+            m.median(per["comm_ms"]),
+            m.median(per["step_ms"]),
+            "verbose comms-logger lines, per step",
+        )
+    bd_all = m.all_steps(inputs)
+    ops, distrust = m.trusted_comm_ops(inputs, bd_all)
+    if distrust:
+        raise _UntrustedCommsError(distrust)
+    total = m.op_latency_ms(ops, m.TRAINING_OPS)
+    n = bd_all["step"].nunique()
+    if total is None or n == 0:
+        return None
+    compute = m.median(
+        m.per_step(bd, "fwd_ms") + m.per_step(bd, "bwd_inner_ms") + m.per_step(bd, "step_ms")
+    )
+    comm_ms, step_ms = total / n, m.median(m.per_step(bd, "total_ms"))
+    smaller = min(compute, comm_ms)
+    if not smaller > 0:
+        return None
+    value = min(1.0, max(0.0, (compute + comm_ms - step_ms) / smaller))
+    return value, compute, comm_ms, step_ms, f"comms-logger summary spread over {n} steps"
+
+
+@rule(
+    "comm.overlap",
+    "Communication overlaps computation in practice",
+    "Overlap = (T_compute + T_comm - T_step) / min(T_compute, T_comm): 1 when the step takes "
+    "max(compute, comm), 0 when it takes their sum. Needs the comms logger for T_comm.",
+    "runtime",
+    page="communication",
+)
+def check_overlap(inputs: HealthInputs) -> Finding:
+    """Warn when steps take close to compute + comm instead of their max."""
+    bd = m.breakdown(inputs)
+    if bd.empty:
+        return Finding(Status.UNKNOWN, _NO_TIMERS)
+    try:
+        got = _overlap(inputs, bd)
+    except _UntrustedCommsError as exc:
+        return Finding(Status.UNKNOWN, str(exc))
+    if got is None:
+        return Finding(Status.UNKNOWN, _NO_COMMS)
+    value, compute, comm_ms, step_ms, src = got
+    rng = m.step_range(bd)
+    where = m.range_text(rng)
+    ev = (
+        Evidence("overlap", f"{value:.2f}", src),
+        Evidence("T_compute p50", f"{compute:.2f} ms", where),
+        Evidence("T_comm per step", f"{comm_ms:.2f} ms", src),
+        Evidence("T_step p50", f"{step_ms:.2f} ms", where),
+        _overlap_setting(inputs),
+    )
+    caveat = "the comms logger synchronizes every collective, so this is a lower bound"
+    if value >= th.OVERLAP_MIN:
+        return Finding(Status.PASS, f"overlap {value:.2f} ({caveat})", ev, steps=rng)
+    fix = fix_json({"zero_optimization": {"overlap_comm": True}})
+    return Finding(
+        Status.WARN,
+        f"overlap {value:.2f} < {th.OVERLAP_MIN}: steps take about "
+        f"compute + communication ({caveat})",
+        ev,
+        fix,
+        steps=rng,
+    )
+
+
+@rule(
+    "loss_scale.skipped",
+    "Few optimizer steps are skipped for overflow",
+    "The share of optimizer steps skipped because gradients overflowed (the step line's "
+    "cumulative skipped= counter, DeepSpeed's most reliable overflow count).",
+    "runtime",
+    page="steps",
+)
+def check_skipped(inputs: HealthInputs) -> Finding:
+    """Skipped share against 1 % (warn) and 10 % (fail)."""
+    st = inputs.frame("step")
+    rows = st[(st["step"] > 0) & st["skipped"].notna()] if not st.empty else st
+    if rows.empty:
+        return Finding(Status.UNKNOWN, "no step= lines (steps_per_print / log_level)")
+    last = rows.sort_values("step").iloc[-1]
+    n, skipped = int(last["step"]), int(last["skipped"])
+    share = skipped / n
+    ev = (
+        Evidence("skipped steps", skipped, f"step line at step {n}"),
+        Evidence("skipped share", f"{share:.1%}", f"steps 1-{n}"),
+    )
+    if share <= th.SKIPPED_WARN:
+        return Finding(
+            Status.PASS, f"{skipped} of {n} steps skipped ({share:.1%})", ev, steps=(1, n)
+        )
+    status = Status.FAIL if share > th.SKIPPED_FAIL else Status.WARN
+    fix = fix_json({"fp16": {"enabled": False}, "bf16": {"enabled": True}})
+    return Finding(
+        status,
+        f"{skipped} of {n} steps skipped ({share:.1%}): look for inf/nan "
+        "sources (learning rate, data), or use bf16",
+        ev,
+        fix,
+        steps=(1, n),
+    )
+
+
+@rule(
+    "loss_scale.collapse",
+    "The fp16 loss scale stays well above its minimum",
+    "The latest dynamic loss scale against fp16.min_loss_scale: at the minimum, the next "
+    "overflow ends the run ('Current loss scale already at minimum').",
+    "runtime",
+    page="steps",
+)
+def check_scale_collapse(inputs: HealthInputs) -> Finding:
+    """Fail at the minimum, warn within a few halvings of it."""
+    cfg = inputs.config
+    if cfg is not None and not cfg.enabled("fp16"):
+        return not_applicable("fp16 is off (bf16/fp32 use no loss scale)")
+    ls = inputs.frame("loss_scale")
+    floor = (cfg.number("fp16.min_loss_scale") if cfg else None) or 1.0
+    if not ls.empty and (ls["event"] == "min_scale").any():
+        return Finding(
+            Status.FAIL,
+            "the loss scale hit its minimum and the run stopped",
+            (Evidence("min_loss_scale", floor),),
+        )
+    if not ls.empty:  # parsers may release held records late: order by time, then line
+        ls = ls.sort_values(["ts", "line"], kind="stable", na_position="first")
+    scales = ls["new_scale"].dropna() if not ls.empty else pd.Series(dtype="float64")
+    if scales.empty:
+        if inputs.frame("step").empty:
+            return Finding(Status.UNKNOWN, "no loss-scale or step lines (INFO hidden?)")
+        return Finding(Status.PASS, "no loss-scale reductions in the log (increases are silent)")
+    latest = float(scales.iloc[-1])
+    halvings = math.log2(latest / floor) if latest > 0 else 0.0
+    row = ls.loc[scales.index[-1]]
+    where = f"{row['file']}:{row['line']}"
+    where += f", step {int(row['step'])}" if pd.notna(row["step"]) else ""
+    ev = (
+        Evidence("latest loss scale", latest, where),
+        Evidence("min_loss_scale", floor, "config" if cfg else "default"),
+        Evidence("halvings left", f"{halvings:.0f}"),
+    )
+    if halvings <= 0:
+        return Finding(
+            Status.FAIL,
+            "the loss scale is at its minimum: the next overflow ends the run",
+            ev,
+            fix_json({"bf16": {"enabled": True}}),
+        )
+    if halvings < th.SCALE_COLLAPSE_HALVINGS:
+        return Finding(
+            Status.WARN,
+            f"the loss scale is {halvings:.0f} halvings from its minimum",
+            ev,
+            fix_json({"bf16": {"enabled": True}}),
+        )
+    return Finding(
+        Status.PASS, f"loss scale {latest:g}, {halvings:.0f} halvings above the floor", ev
+    )

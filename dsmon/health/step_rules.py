@@ -1,0 +1,178 @@
+"""Runtime rules on step time and compute efficiency: regressions, spikes, MFU.
+
+Step time is taken from the engine timers when the run has them, else from Megatron's
+iteration lines, else from the ThroughputTimer (ms per sample); every rule says which, since
+a run's first steps and its profiled step are not what it normally does.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from dsmon import peaks
+from dsmon.analysis import flops, steps
+from dsmon.health import measures as m
+from dsmon.health import thresholds as th
+from dsmon.health.inputs import HealthInputs
+from dsmon.health.model import Evidence, Finding, Status
+from dsmon.health.registry import rule
+
+_NO_STEPS = "no step timing: needs wall_clock_breakdown, throughput lines or iteration lines"
+
+
+@rule(
+    "steps.regression",
+    "Recent steps are as fast as the run's median",
+    "Median step time of the last 20 % of steps against the whole run's median (after "
+    "warm-up): a slowdown of 20 % warns, 50 % fails.",
+    "runtime",
+    page="steps",
+)
+def check_regression(inputs: HealthInputs) -> Finding:
+    """Compare the recent window's median step time with the run's."""
+    series = m.step_times(inputs)
+    if series is None:
+        return Finding(Status.UNKNOWN, _NO_STEPS)
+    values = series.frame
+    n_recent = max(th.RECENT_MIN_STEPS, int(len(values) * th.RECENT_SHARE))
+    if len(values) < 2 * n_recent:
+        return Finding(Status.UNKNOWN, f"only {len(values)} timed steps: too few to compare")
+    recent = values.tail(n_recent)
+    run_med, recent_med = m.median(values["value"]), m.median(recent["value"])
+    ratio = recent_med / run_med if run_med > 0 else float("nan")
+    rng, recent_rng = series.steps, m.step_range(recent)
+    ev = (
+        Evidence(
+            "run median", f"{run_med:.2f} {series.unit}", f"{m.range_text(rng)}, {series.source}"
+        ),
+        Evidence("recent median", f"{recent_med:.2f} {series.unit}", m.range_text(recent_rng)),
+        Evidence("recent / run", f"{ratio:.2f}x"),
+    )
+    if not ratio > th.REGRESSION_WARN:
+        return Finding(
+            Status.PASS, f"recent steps run at {ratio:.2f}x the run's median", ev, steps=rng
+        )
+    status = Status.FAIL if ratio > th.REGRESSION_FAIL else Status.WARN
+    return Finding(
+        status,
+        f"recent steps are {ratio:.2f}x slower than the run's median: check "
+        "GPU throttling, data loading and other jobs on the nodes",
+        ev,
+        "compare the GPUs page (clocks, throttling) over the same steps",
+        "text",
+        steps=recent_rng,
+    )
+
+
+@rule(
+    "steps.spikes",
+    "No step takes more than 3x the median",
+    "Steps slower than 3x the median step time (after warm-up): checkpoint saves, evaluation, "
+    "data stalls or a straggling rank.",
+    "runtime",
+    page="steps",
+)
+def check_spikes(inputs: HealthInputs) -> Finding:
+    """List the steps slower than SPIKE_FACTOR x the median."""
+    series = m.step_times(inputs)
+    if series is None:
+        return Finding(Status.UNKNOWN, _NO_STEPS)
+    values = series.frame
+    med = m.median(values["value"])
+    spikes = values[values["value"] > th.SPIKE_FACTOR * med].sort_values("value", ascending=False)
+    rng = series.steps
+    ev = [
+        Evidence("median step", f"{med:.2f} {series.unit}", f"{m.range_text(rng)}, {series.source}")
+    ]
+    if spikes.empty:
+        return Finding(
+            Status.PASS, f"no step above {th.SPIKE_FACTOR:g}x the median", tuple(ev), steps=rng
+        )
+    ev += [
+        Evidence(f"step {step}", f"{value:.2f} {series.unit} ({value / med:.1f}x)")
+        for step, value in zip(spikes["step"].head(3), spikes["value"].head(3), strict=True)
+    ]
+    return Finding(
+        Status.WARN,
+        f"{len(spikes)} of {len(values)} steps took over {th.SPIKE_FACTOR:g}x the median",
+        tuple(ev),
+        "open the Steps page's slowest steps; match them with checkpoint or eval times",
+        "text",
+        steps=rng,
+    )
+
+
+def _achieved_tflops(inputs: HealthInputs) -> tuple[float, str] | None:
+    """Achieved TFLOPS per GPU: profiled FLOPs over every step's timers, else the profile's."""
+    prof = inputs.frame("flops_profile")
+    if not prof.empty:
+        row = prof.iloc[-1]
+        fwd, factor = row.get("fwd_flops_per_gpu"), row.get("bwd_factor")
+        bd = m.breakdown(inputs)
+        if pd.notna(fwd) and not bd.empty:
+            micro = flops.micro_batches_per_step(steps.micro_breakdown(inputs.frame("timer")))
+            per = 1.0 + (float(factor) if pd.notna(factor) else 2.0)
+            iter_s = m.per_step(bd, "total_ms") / 1000.0
+            tf = per * float(fwd) * micro / iter_s.where(iter_s > 0) / flops.TERA
+            if tf.notna().any():
+                return m.median(tf.dropna()), "profiled FLOPs x every step's timers (median)"
+        if pd.notna(row.get("flops_per_s_per_gpu")):
+            return float(row["flops_per_s_per_gpu"]) / flops.TERA, "flops profiler, one step"
+    it = inputs.frame("iteration")
+    if (
+        not it.empty
+        and "flops_per_s_per_gpu" in it.columns
+        and it["flops_per_s_per_gpu"].notna().any()
+    ):
+        return m.median(it["flops_per_s_per_gpu"].dropna()) / flops.TERA, "iteration lines (median)"
+    return None
+
+
+@rule(
+    "flops.mfu",
+    "Model FLOPs utilisation is at least 30 %",
+    "Achieved TFLOPS per GPU (flops profiler, or Megatron's TFLOPs) against the dense peak of "
+    "the GPU model and training dtype; well-tuned large runs reach 40-55 % on A100.",
+    "runtime",
+    page="flops",
+)
+def check_mfu(inputs: HealthInputs) -> Finding:
+    """MFU against MFU_WARN; UNKNOWN without a FLOPS figure or a known GPU peak."""
+    got = _achieved_tflops(inputs)
+    if got is None:
+        return Finding(Status.UNKNOWN, "no achieved FLOPS: enable the flops profiler")
+    achieved, src = got
+    if inputs.config is not None:
+        dtype, how = peaks.training_dtype(inputs.config.raw), "config"
+    else:
+        dtype, how = "bf16", "assumed: no ds_config (mixed precision is the norm)"
+    ev = [
+        Evidence("achieved", f"{achieved:.3f} TFLOPS per GPU", src),
+        Evidence("dtype", dtype, how),
+    ]
+    if inputs.facts.device == "cpu":
+        return Finding(
+            Status.PASS, "not applicable: CPU run (no GPU peak to compare with)", tuple(ev)
+        )
+    names = inputs.facts.gpu_names
+    peak = peaks.find_peak(names[0]) if names else None
+    value = peak.tflops.get(dtype) if peak else None
+    if peak is None or value is None:
+        why = "GPU model unknown" if not names else f"no {dtype} peak for {names[0]}"
+        return Finding(Status.UNKNOWN, f"{why}: MFU needs the GPU's peak", tuple(ev))
+    share = achieved / value
+    ev += [
+        Evidence("peak", f"{value:g} TFLOPS ({peak.model}, dense {dtype})", peak.source),
+        Evidence("reference", peaks.A100_REFERENCE.label, peaks.A100_REFERENCE.source),
+        Evidence("seed reference", peaks.SEED_A100_NOTE),
+    ]
+    if share >= th.MFU_WARN:
+        return Finding(Status.PASS, f"MFU {share:.1%}", tuple(ev))
+    return Finding(
+        Status.WARN,
+        f"MFU {share:.1%} < {th.MFU_WARN:.0%}: see the communication "
+        "and GPU rules for where the time goes",
+        tuple(ev),
+        "raise train_micro_batch_size_per_gpu if memory allows; check comm.share",
+        "text",
+    )

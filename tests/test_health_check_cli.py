@@ -1,0 +1,138 @@
+"""``dsmon check``: the checklist in the terminal and as JSON, exit codes, unreadable input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from health_support import CORPUS, SEEDS
+
+from dsmon.cli import main
+from dsmon.ingest import import_paths
+from dsmon.store import open_store
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["check", *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_config_with_warnings_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(capsys, str(CORPUS / "z3_overlap_true" / "ds_config.json"))
+    assert code == 1 and err == ""
+    assert out.splitlines()[0] == (
+        f"dsmon check: {CORPUS / 'z3_overlap_true' / 'ds_config.json'} - DeepSpeed unknown "
+        f"(judged as 0.19.8), config: {CORPUS / 'z3_overlap_true' / 'ds_config.json'} (file)"
+    )
+    assert "WARN  optimizer.fused  A fused optimizer runs the step" in out
+    assert out.rstrip().splitlines()[-1] == "Summary: 0 fail, 2 warn, 15 unknown, 23 pass -> warn"
+
+
+def test_run_folder_with_a_failure_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, str(CORPUS / "fp16_zero2"))
+    assert code == 2
+    assert " - DeepSpeed 0.19.8, 2 rank(s) on 1 node(s), cpu, config: " in out.splitlines()[0]
+    lines = out.splitlines()
+    i = lines.index("FAIL  loss_scale.skipped  Few optimizer steps are skipped for overflow")
+    assert lines[i + 2] == "      - skipped steps = 4 (step line at step 25)"
+    assert "      fix (json):" in lines[i : i + 8]
+
+
+def test_json_output(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "--json", str(CORPUS / "crash_step17"))
+    doc = json.loads(out)
+    assert code == doc["exit_code"] == 2
+    assert doc["status"] == "fail"
+    assert doc["facts"]["deepspeed_version"] == "0.19.8" and doc["facts"]["world_size"] == 2
+    errors = next(r for r in doc["results"] if r["id"] == "run.errors")
+    assert errors["status"] == "fail" and errors["page"] == "steps"
+    assert errors["evidence"][0]["label"] == "traceback (rank 0)"
+    assert sum(doc["counts"].values()) == len(doc["results"]) == 40
+
+
+def test_all_pass_exits_0(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    cfg = {
+        "train_batch_size": 32,
+        "train_micro_batch_size_per_gpu": 4,
+        "steps_per_print": 10,
+        "log_level": "info",
+        "wall_clock_breakdown": True,
+        "flops_profiler": {"enabled": True},
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
+        "zero_optimization": {"stage": 3},
+    }
+    path = tmp_path / "ds_config.json"
+    path.write_text(json.dumps(cfg))
+    code, out, _ = run_cli(capsys, str(path))
+    assert code == 0
+    assert "WARN" not in out and "FAIL" not in out
+
+
+def test_explicit_config_with_a_log_uses_the_log_facts(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(
+        capsys,
+        "--format",
+        "json",
+        str(SEEDS / "seed004_heterogeneous.json"),
+        str(CORPUS / "z0" / "train.log"),
+    )
+    doc = json.loads(out)
+    keys = next(r for r in doc["results"] if r["id"] == "schema.keys")
+    assert keys["status"] == "fail"
+    assert {"label": "judged against DeepSpeed", "value": "0.19.8", "where": ""} in keys["evidence"]
+    assert doc["facts"]["config"]["source"].endswith("seed004_heterogeneous.json")
+    assert code == 2
+
+
+def test_invalid_json_is_one_line_with_position(capsys: pytest.CaptureFixture[str]) -> None:
+    path = SEEDS / "seed004_heterogeneous_as_printed.json"
+    code, out, err = run_cli(capsys, str(path))
+    assert (code, out) == (2, "")
+    assert err == f"dsmon: cannot read {path}: line 2 column 1: not JSON: Expecting ',' delimiter\n"
+
+
+def test_not_a_ds_config(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "package.json"
+    path.write_text('{"name": "x", "version": "1.0.0"}')
+    code, _, err = run_cli(capsys, str(path))
+    assert code == 2
+    assert err == (
+        f"dsmon: cannot read {path}: not a DeepSpeed config: none of its keys "
+        "(name, version) is a DeepSpeed option\n"
+    )
+
+
+def test_missing_input_and_nothing_to_check(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(capsys, "no/such/train.log")
+    assert (code, err) == (2, "dsmon: cannot read no/such/train.log: No such file or directory\n")
+    code, _, err = run_cli(capsys)
+    assert code == 2 and err.startswith("dsmon: check: nothing to check")
+
+
+def test_store_mode_agrees_with_file_mode(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    url = str(tmp_path / "s.sqlite")
+    store = open_store(url)
+    import_paths(store, [CORPUS / "fp16_zero2"])
+    store.close()
+    code, out, _ = run_cli(capsys, "--json", "--store", url, "--run", "fp16_zero2")
+    stored = {r["id"]: r for r in json.loads(out)["results"]}
+    _, out, _ = run_cli(capsys, "--json", str(CORPUS / "fp16_zero2"))
+    files = {r["id"]: r for r in json.loads(out)["results"]}
+    assert code == 2
+    # Live evaluation knows the clock: the launcher's exit lines say the run finished.
+    assert (
+        stored.pop("run.stalled")["summary"]
+        == "the launcher reported the workers' exit: run finished"
+    )
+    files.pop("run.stalled")
+    assert {k: (v["status"], v["summary"]) for k, v in stored.items()} == {
+        k: (v["status"], v["summary"]) for k, v in files.items()
+    }
+    code, _, err = run_cli(capsys, "--store", url, "--run", "nope")
+    assert (
+        code == 2 and err == f"dsmon: cannot read run nope: not in store {url} (runs: fp16_zero2)\n"
+    )

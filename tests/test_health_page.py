@@ -1,0 +1,79 @@
+"""The dashboard's health page (pages/health.py) on a store filled from real corpus runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from dashboard_support import app_at
+from health_support import CORPUS
+from streamlit.testing.v1 import AppTest
+
+from dsmon.ingest import import_paths
+from dsmon.store import open_store
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("health") / "store.sqlite"
+    with open_store(path) as s:
+        import_paths(s, [CORPUS / "fp16_zero2"], run="fp16_zero2")
+        import_paths(s, [CORPUS / "crash_step17"], run="crash_step17")
+    return str(path)
+
+
+@pytest.fixture
+def store(stored: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The store the dashboard opens (app.py reads $DSMON_STORE)."""
+    monkeypatch.setenv("DSMON_STORE", stored)
+    return stored
+
+
+def labels(at: AppTest) -> list[str]:
+    return [e.label for e in at.expander]
+
+
+def test_checklist_of_fp16_run(store: str) -> None:
+    at = app_at(store, "fp16_zero2", "health")
+    assert not at.exception
+    assert at.title[0].value == "Health checklist"
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics == {"Fail": "1", "Warn": "3", "Unknown": "3", "Pass": "33"}
+    assert (
+        labels(at)[0]
+        == ":orange-badge[WARN] **Communication overlaps computation** `zero.overlap_comm`"
+    )
+    skipped = (
+        ":red-badge[FAIL] **Few optimizer steps are skipped for overflow** `loss_scale.skipped`"
+    )
+    assert skipped in labels(at)
+    text = "\n".join(str(m.value) for m in at.markdown)
+    assert "4 of 25 steps skipped (16.0%): look for inf/nan sources" in text
+    assert "- skipped steps = 4 (step line at step 25)" in text
+    codes = [c.value for c in at.code]
+    assert '{"zero_optimization": {"overlap_comm": true}}' in codes
+    assert [s.value for s in at.subheader] == ["Configuration", "Run", "GPUs"]
+    assert ":green-badge[PASS] 23 rules pass" in labels(at)  # configuration: 25 - 2 warnings
+    assert (
+        "- **Every key is a real DeepSpeed option** `schema.keys`: every key is a DeepSpeed option"
+        in text
+    )
+    assert "DeepSpeed 0.19.8, 2 rank(s) on 1 node(s), cpu" in at.caption[0].value
+
+
+def test_crash_is_shown_with_a_link_to_its_chart(store: str) -> None:
+    at = app_at(store, "crash_step17", "health")
+    assert not at.exception
+    assert ":red-badge[FAIL] **No worker crashed** `run.errors`" in labels(at)
+    links = [(p.label, p.proto.page) for p in at.get("page_link")]  # type: ignore[attr-defined]
+    assert ("See the chart: steps", "steps") in links
+    assert ("See the chart: communication", "communication") in links
+
+
+def test_replay_position_changes_the_verdicts(store: str) -> None:
+    # At step 5 no overflow had happened yet (the first is at step 8).
+    at = app_at(store, "fp16_zero2", "health", step="5")
+    assert not at.exception
+    text = "\n".join(str(m.value) for m in at.markdown)
+    assert "0 of 5 steps skipped (0.0%)" in text
+    assert Path(str(at.caption[0].value)).name  # subject line rendered
