@@ -27,6 +27,9 @@ _HOST = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.\-]{0,62}): ")
 _EMBEDDED = re.compile(
     r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d{3}\] \[[A-Z]+\] \[|(?<!\] )\[Rank -?\d+\] (?=time \(ms\))"
 )
+#: Line starts that no launcher prefix has (a logger header, ``[Rank N]``, ``[rankN]:``), so
+#: the prefix search can be skipped for most lines.
+_NO_LAUNCHER_PREFIX = frozenset({"[2", "[R", "[r"})
 _TQDM = re.compile(r"^\s*(?:[\w .:/-]*:\s*)?\d{1,3}%\|")
 
 
@@ -128,6 +131,11 @@ def _segments(raw: str) -> list[str]:
     ``\\r`` separates tqdm redraws; a logger header or a print_dist timer line in mid-line
     marks a second process's output glued to the first.
     """
+    if "\r" not in raw and (raw.find("[", 1) < 0 or _EMBEDDED.search(raw, 1) is None):
+        # the common case, one line as it is: no split, and tqdm only if it draws a bar
+        if not raw.strip() or ("%|" in raw and _TQDM.match(raw)):
+            return [""]
+        return [raw]
     parts = raw.split("\r") if "\r" in raw else [raw]
     out: list[str] = []
     for part in parts:
@@ -151,9 +159,14 @@ class LineCleaner:
         if "\x1b" in raw:
             raw = _ANSI.sub("", raw)
         head = LogLine(text="", line=line, offset=offset)
-        raw = _strip_launcher(raw, head, self._hosts)
+        if raw[:2] not in _NO_LAUNCHER_PREFIX:
+            raw = _strip_launcher(raw, head, self._hosts)
+        segments = _segments(raw)
+        if len(segments) == 1:
+            head.text = _strip_headers(segments[0], head)
+            return [head]
         result: list[LogLine] = []
-        for sub, seg in enumerate(_segments(raw)):
+        for sub, seg in enumerate(segments):
             out = LogLine(
                 text="", line=line, offset=offset, sub=sub, host=head.host, rank=head.rank
             )

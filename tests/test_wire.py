@@ -1,0 +1,76 @@
+"""The JSON-lines codec: every record of the real corpus survives it; bad objects name the field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dsmon import wire
+from dsmon.parsers.log import parse_text
+from dsmon.records import KINDS, Source, ThroughputRecord, TimerRecord
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_real_records_round_trip_and_keep_kind_first() -> None:
+    text = (DATA / "z2" / "train.log").read_text(encoding="utf-8")
+    recs, _ = parse_text(text, run="z2", file="train.log")
+    kinds = {r.KIND for r in recs}
+    assert {"timer", "step", "throughput", "flops_profile", "config", "event"} <= kinds
+    for rec in recs:
+        line = wire.encode(rec)
+        assert "\n" not in line
+        assert line.startswith('{"kind":"' + rec.KIND + '"')
+        assert wire.decode(line) == rec
+
+
+def test_non_finite_values_become_null() -> None:
+    rec = ThroughputRecord(
+        src=Source(run="r", file="f", line=3),
+        running_avg_samples_per_s=float("-inf"),
+        samples_per_s=float("nan"),
+        global_step=2,
+    )
+    obj = json.loads(wire.encode(rec))
+    assert obj["running_avg_samples_per_s"] is None
+    assert obj["samples_per_s"] is None
+    assert obj["global_step"] == 2
+
+
+def test_timer_values_keep_their_names() -> None:
+    rec = TimerRecord(
+        src=Source(run="r", line=1), group="global", values_ms={"fwd": 30.47, "step": 30.25}
+    )
+    obj = json.loads(wire.encode(rec))
+    assert obj["values_ms"] == {"fwd": 30.47, "step": 30.25}
+
+
+@pytest.mark.parametrize(
+    ("obj", "field"),
+    [
+        ({"kind": "nope", "src": {"run": "r"}}, "kind"),
+        ({"kind": "timer", "src": {"run": "r"}, "group": "global", "values_ms": {}, "x": 1}, "x"),
+        ({"kind": "timer", "src": "r", "group": "global", "values_ms": {}}, "src"),
+        ({"kind": "step", "src": {"run": "r"}, "lr": [[1, 2]]}, "lr"),
+    ],
+)
+def test_bad_objects_name_the_field(obj: dict[str, object], field: str) -> None:
+    with pytest.raises(wire.WireError, match=repr(field) if field != "kind" else "kind"):
+        wire.from_dict(obj)
+
+
+def test_missing_required_field_is_an_error() -> None:
+    with pytest.raises(wire.WireError, match="timer"):
+        wire.from_dict({"kind": "timer", "src": {"run": "r"}})
+
+
+def test_every_kind_is_registered_once() -> None:
+    assert len(KINDS) == 16
+    assert all(cls.KIND == kind for kind, cls in KINDS.items())
+
+
+def test_not_json_is_an_error() -> None:
+    with pytest.raises(wire.WireError, match="not JSON"):
+        wire.decode("{oops")
