@@ -32,7 +32,9 @@ from dsmon.parsers.log import LogParser
 
 DEMO_LOG = Path(__file__).resolve().parent.parent / "dsmon" / "data" / "demo" / "train.log"
 _TIMER_FIELD = re.compile(r"\| (\w+): (\d+\.\d\d)")
-_STEP_NUMBERS = re.compile(r"(step=|global_step=|micro_step=|\[train\.py\] step |global_steps )(\d+)")
+_STEP_NUMBERS = re.compile(
+    r"(step=|global_step=|micro_step=|\[train\.py\] step |global_steps )(\d+)"
+)
 
 
 def training_section(text: str) -> tuple[str, str, int]:

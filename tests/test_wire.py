@@ -68,7 +68,7 @@ def test_missing_required_field_is_an_error() -> None:
 
 def test_every_kind_is_registered_once() -> None:
     assert len(KINDS) == 16
-    assert all(cls.KIND == kind for kind, cls in KINDS.items())
+    assert all(kind == cls.KIND for kind, cls in KINDS.items())
 
 
 def test_not_json_is_an_error() -> None:
