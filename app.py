@@ -1,0 +1,172 @@
+"""dsmon dashboard frame: store, run picker, live and replay controls, page navigation.
+
+Run with ``dsmon dashboard`` (or ``streamlit run app.py``); the store is ``$DSMON_STORE``.
+The selected run and replay step live in the URL (``?run=...&step=...``), so a link opens
+the same view. Pages read a :class:`dsmon.live.View` from ``st.session_state``.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+from pathlib import Path
+
+import streamlit as st
+
+from dsmon.analysis.gpus import prepare
+from dsmon.commands import default_store
+from dsmon.live import OPEN, FrameHub, View, is_live, step_cutoff
+from dsmon.store import open_store
+from dsmon.store_schema import RunInfo
+
+ROOT = Path(__file__).resolve().parent
+#: Seconds between live redraws (the fragments' ``run_every``); the sidebar can change it.
+REFRESH_ENV = "DSMON_REFRESH_S"
+REFRESH_CHOICES = (1.0, 1.5, 2.0, 5.0)
+VIEW_KEY = "dsmon_view"
+#: The last run and replay step picked in this session: the menu's page links drop the URL's
+#: query, so they are kept here too and the URL is rewritten from them.
+RUN_KEY = "dsmon_run"
+STEP_KEY = "dsmon_step"
+
+
+@st.cache_resource(show_spinner=False)
+def hub(url: str) -> FrameHub:
+    """One store connection and frame cache per store, shared by every browser session."""
+    return FrameHub(open_store(url), transforms={"gpu": prepare})
+
+
+def default_refresh() -> float:
+    """The refresh period from ``$DSMON_REFRESH_S`` (default 2 s), snapped to the choices."""
+    try:
+        wanted = float(os.environ.get(REFRESH_ENV, "2"))
+    except ValueError:
+        wanted = 2.0
+    return min(REFRESH_CHOICES, key=lambda c: abs(c - wanted))
+
+
+def run_label(info: RunInfo, now: datetime) -> str:
+    """How a run is listed in the picker: name and live/finished."""
+    state = "live" if is_live(info.last_ts, now) else "finished"
+    return f"{info.name} · {state}"
+
+
+def pick_run(runs: list[RunInfo], now: datetime) -> RunInfo:
+    """The sidebar run picker; the choice is written back to the URL."""
+    names = [r.name for r in runs]
+    wanted = st.query_params.get("run") or st.session_state.get(RUN_KEY)
+    index = names.index(wanted) if wanted in names else 0
+    by_name = {r.name: r for r in runs}
+    name = st.sidebar.selectbox(
+        "Run", names, index=index, format_func=lambda n: run_label(by_name[n], now)
+    )
+    st.query_params["run"] = st.session_state[RUN_KEY] = name
+    info = by_name[name]
+    last = info.last_ts.replace("T", " ") if info.last_ts else "no timestamp"
+    last_step = "-" if info.last_step is None else info.last_step
+    st.sidebar.caption(
+        f"Last record {last} · {len(info.nodes) or 'unknown'} node(s) · {len(info.ranks)} rank(s) · "
+        f"{info.n_records:,} records · last step {last_step}"
+    )
+    return info
+
+
+def live_controls(live_now: bool) -> float | None:
+    """Live toggle and period; returns the refresh period, or None when not refreshing."""
+    on = st.sidebar.toggle("Live refresh", value=live_now, help="Redraw charts with new records.")
+    period = st.sidebar.select_slider(
+        "Refresh every (s)", options=list(REFRESH_CHOICES), value=default_refresh(), disabled=not on
+    )
+    return float(period) if on else None
+
+
+def replay_controls(info: RunInfo) -> int | None:
+    """Step slider for a finished run: the dashboard as it stood at that step."""
+    last = info.last_step
+    if last is None or last < 2:
+        return None
+    kept = st.session_state.get(STEP_KEY)
+    wanted = st.query_params.get("step") or (kept[1] if kept and kept[0] == info.name else None)
+    start = int(wanted) if wanted and wanted.isdigit() and 1 <= int(wanted) <= last else last
+    step = st.sidebar.slider("Replay: show the run as of step", 1, last, start)
+    if step >= last:
+        st.query_params.pop("step", None)
+        st.session_state.pop(STEP_KEY, None)
+        return None
+    st.query_params["step"] = str(step)
+    st.session_state[STEP_KEY] = (info.name, str(step))
+    return int(step)
+
+
+def build_view(url: str) -> View | None:
+    """The sidebar and the page context; None when the store holds no run."""
+    h = hub(url)
+    runs = sorted(h.store.runs(), key=lambda r: r.last_ts or "", reverse=True)
+    st.sidebar.title("dsmon")
+    if not runs:
+        return None
+    now = datetime.now()
+    info = pick_run(runs, now)
+    frames = h.run(info.name)
+    frames.refresh()
+    refresh_s = live_controls(is_live(info.last_ts, now))
+    cutoff = OPEN
+    if refresh_s is None:
+        step = replay_controls(info)
+        stepped = frames.frame("timer") if info.kinds.get("timer") else frames.frame("step")
+        cutoff = step_cutoff(stepped, step)
+    st.sidebar.caption(f"Store: {url}")
+    return View(
+        run=info.name, frames=frames, cutoff=cutoff, live=refresh_s is not None, refresh_s=refresh_s
+    )
+
+
+def pages() -> list[st.Page]:
+    """The pages in menu order; the health page joins when its script exists."""
+    listed = [
+        st.Page(ROOT / "pages" / "steps.py", title="Steps", default=True),
+        st.Page(ROOT / "pages" / "communication.py", title="Communication"),
+        st.Page(ROOT / "pages" / "gpus.py", title="GPUs"),
+        st.Page(ROOT / "pages" / "flops.py", title="FLOPS"),
+    ]
+    health = ROOT / "pages" / "health.py"
+    if health.exists():
+        listed.append(st.Page(health, title="Health"))
+    return listed
+
+
+def follow_page_param(listed: list[st.Page], current: st.Page) -> None:
+    """Go to the page a page script asked for when it ran before this frame (``?page=``).
+
+    Streamlit runs a ``pages/`` script directly when a new server's first request is that
+    page's URL (its legacy pages-folder mode, left only once ``st.navigation`` has run); such
+    a page switches here with ``?page=<name>`` so the frame runs first, then comes back.
+    """
+    wanted = st.query_params.get("page")
+    if wanted is None:
+        return
+    del st.query_params["page"]
+    target = next((p for p in listed if p.url_path == wanted), None)
+    if target is not None and target.url_path != current.url_path:
+        st.switch_page(target, query_params=st.query_params.to_dict())
+
+
+def main() -> None:
+    """Render the frame, then the selected page."""
+    st.set_page_config(page_title="dsmon", layout="wide")
+    listed = pages()
+    page = st.navigation(listed)
+    follow_page_param(listed, page)
+    url = os.environ.get("DSMON_STORE") or default_store()
+    view = build_view(url)
+    if view is None:
+        st.info(
+            f"No runs in the store `{url}` yet. Import a log with `dsmon import PATH`, "
+            "or run `dsmon demo`."
+        )
+        return
+    st.session_state[VIEW_KEY] = view
+    page.run()
+
+
+main()

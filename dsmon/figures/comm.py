@@ -1,0 +1,122 @@
+"""Figures of the Communication page: exposed-comm share, per-op bandwidth, timer ratios."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from dsmon.figures.common import COLORS, empty, layout, rank_label, scatter
+
+
+def share_figure(share: pd.DataFrame, title: str = "Exposed communication per step") -> go.Figure:
+    """Exposed comm ms (bars) and its share of the step (line, right axis), per rank."""
+    if share.empty:
+        return empty("No engine timer lines: the comm share needs wall_clock_breakdown.", title)
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    for rank, rows in share.groupby("rank", sort=True, dropna=False):
+        label = rank_label(rank, " rank {}")
+        fig.add_trace(
+            go.Bar(
+                x=rows["step"],
+                y=rows["exposed_comm_ms"],
+                name=f"exposed comm ms{label}",
+                marker_color=COLORS["comm"],
+                opacity=0.6,
+            )
+        )
+        fig.add_trace(
+            scatter(
+                len(rows),
+                x=rows["step"],
+                y=100.0 * rows["comm_share"],
+                name=f"% of step{label}",
+                mode="lines",
+            ),
+            secondary_y=True,
+        )
+    fig.update_yaxes(title_text="ms", secondary_y=False)
+    fig.update_yaxes(title_text="% of step", secondary_y=True, rangemode="tozero")
+    fig.update_xaxes(title_text="optimizer step")
+    return layout(fig, title)
+
+
+def bandwidth_figure(
+    ops: pd.DataFrame,
+    link_gbps: float | None = None,
+    link_name: str = "",
+    title: str = "Bandwidth per collective (Gbps)",
+) -> go.Figure:
+    """Bars of each op's algbw and busbw, with the link's nominal bandwidth as a line."""
+    if ops.empty:
+        return empty(
+            'No comms-logger output in this run (enable "comms_logger" and call log_summary()).',
+            title,
+        )
+    fig = go.Figure()
+    for col, name in (("algbw_gbps", "algbw"), ("busbw_gbps", "busbw")):
+        text = None
+        if link_gbps:  # each bar labelled with its share of the link, the number that matters
+            text = [f"{100 * v / link_gbps:.1f} % of link" if pd.notna(v) else "" for v in ops[col]]
+        fig.add_trace(go.Bar(x=ops["op"], y=ops[col], name=name, text=text, textposition="outside"))
+    if link_gbps:
+        fig.add_hline(
+            y=link_gbps,
+            line_dash="dash",
+            annotation_text=f"expected: {link_name} ({link_gbps:g} Gbps)",
+        )
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(title_text="Gbps")
+    return layout(fig, title)
+
+
+def latency_figure(
+    ops: pd.DataFrame, title: str = "Total latency per collective (ms)"
+) -> go.Figure:
+    """Where communication time went, op by op, with call counts in the hover."""
+    if ops.empty:
+        return empty("No comms-logger output in this run.", title)
+    fig = go.Figure(
+        go.Bar(
+            x=ops["op"],
+            y=ops["total_latency_ms"],
+            customdata=ops[["count", "avg_latency_ms"]],
+            hovertemplate="%{x}: %{y:.2f} ms over %{customdata[0]:.0f} calls (avg %{customdata[1]:.2f} ms)<extra></extra>",
+            marker_color=COLORS["comm"],
+        )
+    )
+    fig.update_yaxes(title_text="ms")
+    return layout(fig, title, showlegend=False)
+
+
+def ratio_figure(
+    ratios: pd.DataFrame, title: str = "Communication timers against the compute they sit in (%)"
+) -> go.Figure:
+    """bwd_allreduce as % of bwd_inner and optimizer_allgather as % of fwd, per step."""
+    cols = [
+        c for c in ("allreduce_pct_of_bwd_inner", "allgather_pct_of_fwd") if c in ratios.columns
+    ]
+    if ratios.empty or not cols:
+        return empty("No engine timer lines.", title)
+    names = {
+        "allreduce_pct_of_bwd_inner": "bwd_allreduce / bwd_inner",
+        "allgather_pct_of_fwd": "optimizer_allgather / fwd",
+    }
+    fig = go.Figure()
+    for rank, by_rank in ratios.groupby("rank", sort=True, dropna=False):
+        suffix = rank_label(rank, " (rank {})")
+        for col in cols:
+            rows = by_rank.dropna(subset=[col])
+            if not rows.empty:
+                fig.add_trace(
+                    scatter(
+                        len(rows),
+                        x=rows["step"],
+                        y=rows[col],
+                        name=names[col] + suffix,
+                        mode="lines+markers",
+                    )
+                )
+    fig.update_yaxes(title_text="%", rangemode="tozero")
+    fig.update_xaxes(title_text="optimizer step")
+    return layout(fig, title)

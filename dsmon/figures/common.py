@@ -1,0 +1,145 @@
+"""What every figure shares: trace type by size, an empty-state figure, the layout defaults."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+
+#: Past this many points a trace is drawn with WebGL (plotly.py switches at the same size).
+WEBGL_MIN_POINTS = 1000
+HEIGHT = 360
+COLORS = {
+    "fwd": "#4C78A8",
+    "bwd": "#F58518",
+    "bwd_inner": "#F58518",
+    "bwd_allreduce": "#E45756",
+    "step": "#54A24B",
+    "comm": "#E45756",
+    "throughput": "#72B7B2",
+    "tflops": "#B279A2",
+    "event": "#9D755D",
+}
+
+
+def scatter(n_points: int, **kwargs: Any) -> go.Scatter | go.Scattergl:
+    """A line/marker trace: SVG for small traces, WebGL past :data:`WEBGL_MIN_POINTS`."""
+    if n_points > WEBGL_MIN_POINTS:
+        return go.Scattergl(**kwargs)
+    return go.Scatter(**kwargs)
+
+
+def layout(fig: go.Figure, title: str, height: int = HEIGHT, **kwargs: Any) -> go.Figure:
+    """Apply the dashboard's layout: title, compact margins, legend above the plot."""
+    fig.update_layout(
+        title={"text": title, "x": 0.0, "font": {"size": 15}},
+        height=height,
+        margin={"l": 50, "r": 20, "t": 60, "b": 40},
+        legend={
+            "orientation": "h",
+            "yanchor": "bottom",
+            "y": 1.0,
+            "x": 1.0,
+            "xanchor": "right",
+            "traceorder": "normal",
+        },
+        **kwargs,
+    )
+    return fig
+
+
+def empty(message: str, title: str = "", height: int = 200) -> go.Figure:
+    """A figure that says why there is nothing to draw instead of showing blank axes."""
+    fig = go.Figure()
+    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return layout(fig, title, height=height)
+
+
+def trace_points(fig: go.Figure) -> int:
+    """Total number of x values over all traces: what a refresh ships to the browser."""
+    return sum(len(t.x) for t in fig.data if getattr(t, "x", None) is not None)
+
+
+def fmt_ms(value: Any) -> str:
+    """A millisecond figure as the pages print it; a dash when unknown."""
+    return "—" if value is None or pd.isna(value) else f"{float(value):.2f} ms"
+
+
+def fmt_pct(fraction: Any) -> str:
+    """A fraction (0.25) as a percentage (``25.0 %``); a dash when unknown."""
+    return "—" if fraction is None or pd.isna(fraction) else f"{100 * float(fraction):.1f} %"
+
+
+def rounded(frame: pd.DataFrame, digits: int = 2) -> pd.DataFrame:
+    """A table for display: float columns rounded, everything else as is."""
+    floats = frame.select_dtypes("float").columns
+    return frame.round({c: digits for c in floats})
+
+
+def rank_label(rank: Any, template: str = "rank {}") -> str:
+    """A rank as trace names show it; "" when the rank is unknown (never shown as 0)."""
+    return "" if rank is None or pd.isna(rank) else template.format(int(rank))
+
+
+#: Values above this many times the p90 are cut at that height and listed, so a warm-up
+#: step (step 1 is often 20x the rest: allocation, JIT) does not flatten every other bar.
+OFF_SCALE = 3.0
+
+
+def clip_outliers(
+    fig: go.Figure,
+    frame: pd.DataFrame,
+    x: str,
+    y: str,
+    row: int | None = None,
+    col: int | None = None,
+    unit: str = "ms",
+) -> None:
+    """Cap a y axis at OFF_SCALE x p90 of ``frame[y]`` and name the points past it.
+
+    Nothing changes for fewer than 10 points or when no point is that far out. The listed
+    points stay in the data (hover, tables); only the axis range is cut.
+    """
+    values = frame[y].dropna() if y in frame.columns else pd.Series(dtype="float64")
+    if len(values) < 10:
+        return
+    cap = OFF_SCALE * float(values.quantile(0.9))
+    over = frame[frame[y] > cap]
+    if over.empty or cap <= 0:
+        return
+    fig.update_yaxes(range=[0, cap * 1.05], row=row, col=col)
+    pairs = list(zip(over[x], over[y], strict=True))[:3]
+    listed = ", ".join(f"{x} {float(px):g}: {float(py):.0f} {unit}" for px, py in pairs)
+    more = f" and {len(over) - 3} more" if len(over) > 3 else ""
+    axis = fig.get_subplot(row, col) if row is not None and col is not None else None
+    xref = (
+        f"{axis.xaxis.plotly_name.replace('axis', '')} domain" if axis is not None else "x domain"
+    )
+    yref = (
+        f"{axis.yaxis.plotly_name.replace('axis', '')} domain" if axis is not None else "y domain"
+    )
+    fig.add_annotation(
+        text=f"off scale: {listed}{more}",
+        showarrow=False,
+        x=1,
+        y=1,
+        xref=xref,
+        yref=yref,
+        xanchor="right",
+        yanchor="top",
+        bgcolor="rgba(255,255,255,0.8)",
+    )
+
+
+def epoch_ms(values: Any) -> Any:
+    """Datetimes as milliseconds since the epoch, for a ``type="date"`` axis.
+
+    Plotly serialises datetimes as ~26-character strings but numbers as packed binary: for
+    a thousand points per trace this is a third of the bytes. Naive times stay the wall clock
+    they were (plotly draws epoch numbers as UTC, which is the same digits).
+    """
+    stamps = pd.to_datetime(pd.Series(values))
+    return stamps.astype("datetime64[ms]").astype("int64").to_numpy(dtype="float64")

@@ -1,0 +1,104 @@
+"""Figures of the GPUs page: per-GPU traces, GPUs x time heatmaps, imbalance, throttling."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from dsmon.analysis.gpus import METRIC_BY_KEY
+from dsmon.figures.common import empty, epoch_ms, layout, scatter
+
+NO_SAMPLES = "No GPU samples in this run."
+
+
+def _title(metric: str) -> str:
+    """``label (unit)`` of a metric key."""
+    m = METRIC_BY_KEY[metric]
+    return f"{m.label} ({m.unit})"
+
+
+def lines_figure(series: pd.DataFrame, metric: str) -> go.Figure:
+    """One trace per GPU of one metric (``series`` from ``analysis.gpus.series``)."""
+    title = _title(metric)
+    if series.empty or series["value"].isna().all():
+        return empty(
+            f"{NO_SAMPLES[:-1]} with this field." if not series.empty else NO_SAMPLES, title
+        )
+    fig = go.Figure()
+    for gpu, rows in series.groupby("gpu", sort=True):
+        fig.add_trace(
+            scatter(len(rows), x=epoch_ms(rows["ts"]), y=rows["value"], name=str(gpu), mode="lines")
+        )
+    fig.update_xaxes(type="date")
+    return layout(fig, title)
+
+
+def heatmap_figure(grid: pd.DataFrame, metric: str) -> go.Figure:
+    """GPUs x time grid of one metric (``grid`` from ``analysis.gpus.heatmap``)."""
+    title = f"{_title(metric)}: GPUs x time"
+    if grid.empty:
+        return empty(NO_SAMPLES, title)
+    m = METRIC_BY_KEY[metric]
+    pct = m.unit == "%"
+    fig = go.Figure(
+        go.Heatmap(
+            z=grid.to_numpy(),
+            x=epoch_ms(grid.columns),
+            y=[str(g) for g in grid.index],
+            colorscale="Viridis",
+            zmin=0 if pct else None,
+            zmax=100 if pct else None,
+            colorbar={"title": {"text": m.unit}},
+            hovertemplate="%{y} at %{x}: %{z:.1f} " + m.unit + "<extra></extra>",
+        )
+    )
+    fig.update_yaxes(autorange="reversed")  # first GPU on top, as in the tables
+    fig.update_xaxes(type="date")
+    height = max(260, min(900, 22 * len(grid.index) + 120))
+    return layout(fig, title, height=height)
+
+
+def imbalance_figure(imb: pd.DataFrame, metric: str) -> go.Figure:
+    """Across-GPU spread over time: min-max band with mean, and the CV on a right axis."""
+    title = f"Imbalance across GPUs: {METRIC_BY_KEY[metric].label.split(' (')[0]}"
+    if imb.empty:
+        return empty(NO_SAMPLES, title)
+    unit = METRIC_BY_KEY[metric].unit
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    n, x = len(imb), epoch_ms(imb["ts"])
+    fig.add_trace(scatter(n, x=x, y=imb["max"], name="max", mode="lines", line={"width": 0.5}))
+    fig.add_trace(
+        scatter(
+            n,
+            x=x,
+            y=imb["min"],
+            name="min",
+            mode="lines",
+            line={"width": 0.5},
+            fill="tonexty",
+        )
+    )
+    fig.add_trace(scatter(n, x=x, y=imb["mean"], name="mean", mode="lines"))
+    fig.add_trace(
+        scatter(n, x=x, y=imb["cv"], name="CV (std/mean)", mode="lines", line={"dash": "dot"}),
+        secondary_y=True,
+    )
+    fig.update_xaxes(type="date")
+    fig.update_yaxes(title_text=unit, secondary_y=False)
+    fig.update_yaxes(title_text="CV", secondary_y=True, rangemode="tozero")
+    return layout(fig, title)
+
+
+def throttle_figure(share: pd.DataFrame) -> go.Figure:
+    """Per GPU, % of samples with each clock-event reason active (grouped bars)."""
+    title = "Clock-event (throttle) reasons: % of samples"
+    reasons = [c for c in share.columns if c not in ("gpu", "samples")]
+    if share.empty or not reasons:
+        return empty("No clock-event reasons reported.", title)
+    fig = go.Figure()
+    for reason in reasons:
+        fig.add_trace(go.Bar(x=share["gpu"], y=share[reason], name=reason))
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(title_text="% of samples", range=[0, 100])
+    return layout(fig, title)

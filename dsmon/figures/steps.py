@@ -1,0 +1,282 @@
+"""Figures of the Steps page: the per-step breakdown, micro-steps, distribution, ZeRO timers.
+
+The step axis is shared: the stacked fwd/bwd/step bars, throughput and TFLOPS, and the
+loss-scale events are rows of one figure, so a slow step lines up with the overflow or the
+throughput dip that explains it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from dsmon.analysis.downsample import histogram
+from dsmon.figures.common import COLORS, OFF_SCALE, clip_outliers, empty, layout, scatter
+
+#: Stack order of the breakdown: bwd split into inner/allreduce when both were printed.
+SPLIT_PARTS = (
+    ("fwd_ms", "fwd"),
+    ("bwd_inner_ms", "bwd_inner"),
+    ("bwd_allreduce_ms", "bwd_allreduce"),
+    ("step_ms", "step"),
+)
+PLAIN_PARTS = (("fwd_ms", "fwd"), ("bwd_ms", "bwd"), ("step_ms", "step"))
+
+
+def breakdown_parts(breakdown: pd.DataFrame) -> tuple[tuple[str, str], ...]:
+    """The columns to stack: bwd as inner + allreduce when every step has both, else bwd."""
+    split = all(
+        c in breakdown.columns and breakdown[c].notna().all()
+        for c in ("bwd_inner_ms", "bwd_allreduce_ms")
+    )
+    return SPLIT_PARTS if split and not breakdown.empty else PLAIN_PARTS
+
+
+def _stack(
+    fig: go.Figure, bd: pd.DataFrame, row: int = 1, col: int = 1, legend: bool = True
+) -> None:
+    """Add the stacked per-step bars of one rank."""
+    for column, name in breakdown_parts(bd):
+        if column in bd.columns:
+            fig.add_trace(
+                go.Bar(
+                    x=bd["step"],
+                    y=bd[column],
+                    name=name,
+                    marker_color=COLORS[name],
+                    legendgroup=name,
+                    showlegend=legend,
+                ),
+                row=row,
+                col=col,
+            )
+
+
+def steps_figure(
+    breakdown: pd.DataFrame,
+    throughput: pd.DataFrame | None = None,
+    tflops: pd.DataFrame | None = None,
+    loss_events: pd.DataFrame | None = None,
+    title: str = "Per optimizer step (ms)",
+) -> go.Figure:
+    """Stacked breakdown, throughput/TFLOPS and loss-scale events on one step axis.
+
+    Args:
+        breakdown: one rank's rows of ``step_breakdown`` (already downsampled).
+        throughput: ``step``, ``samples_per_s`` (ThroughputTimer lines), optional.
+        tflops: ``step``, ``tflops`` (achieved TFLOPS per GPU), optional.
+        loss_events: ``step``, ``event``, ``new_scale``, optional.
+        title: the figure title (names the rank shown).
+    """
+    if breakdown.empty:
+        return empty("No engine timer lines (wall_clock_breakdown) in this run.", title)
+    fig = make_subplots(
+        rows=3,
+        cols=1,
+        shared_xaxes=True,
+        row_heights=[0.6, 0.25, 0.15],
+        vertical_spacing=0.04,
+        specs=[[{}], [{"secondary_y": True}], [{}]],
+    )
+    _stack(fig, breakdown)
+    if throughput is not None and not throughput.empty:
+        fig.add_trace(
+            scatter(
+                len(throughput),
+                x=throughput["step"],
+                y=throughput["samples_per_s"],
+                name="samples/s",
+                mode="lines+markers",
+                line={"color": COLORS["throughput"]},
+            ),
+            row=2,
+            col=1,
+        )
+    if tflops is not None and not tflops.empty:
+        fig.add_trace(
+            scatter(
+                len(tflops),
+                x=tflops["step"],
+                y=tflops["tflops"],
+                name="TFLOPS per GPU",
+                mode="lines",
+                line={"color": COLORS["tflops"]},
+            ),
+            row=2,
+            col=1,
+            secondary_y=True,
+        )
+    _loss_row(fig, loss_events)
+    clip_outliers(fig, breakdown, "step", "total_ms", row=1, col=1)
+    fig.update_layout(barmode="stack", bargap=0.05)
+    fig.update_yaxes(title_text="ms", row=1, col=1)
+    fig.update_yaxes(title_text="samples/s", row=2, col=1)
+    fig.update_yaxes(title_text="TFLOPS", row=2, col=1, secondary_y=True)
+    fig.update_yaxes(visible=False, row=3, col=1)
+    fig.update_xaxes(title_text="optimizer step", row=3, col=1)
+    return layout(fig, title, height=560)
+
+
+def _loss_row(fig: go.Figure, loss_events: pd.DataFrame | None) -> None:
+    """Loss-scale events as labelled markers in the bottom row.
+
+    The trace is added even without events: plotly draws no axis for a row without a
+    trace, and the bottom row's x axis is the one that carries the step labels.
+    """
+    events = loss_events if loss_events is not None else pd.DataFrame()
+    if events.empty:
+        events = pd.DataFrame({"step": [], "event": [], "new_scale": []})
+        fig.add_annotation(
+            text="no loss-scale events",
+            showarrow=False,
+            x=0.5,
+            y=0.5,
+            xref="x3 domain",
+            yref="y4 domain",
+        )
+    text = [
+        f"{e}" + (f" → {s:g}" if pd.notna(s) else "")
+        for e, s in zip(events["event"], events["new_scale"], strict=True)
+    ]
+    fig.add_trace(
+        go.Scatter(
+            x=events["step"],
+            y=[0] * len(events),
+            mode="markers",
+            name="loss-scale event",
+            marker={"symbol": "x", "size": 10, "color": COLORS["event"]},
+            text=text,
+            hovertemplate="step %{x}: %{text}<extra></extra>",
+            showlegend=not events.empty,
+        ),
+        row=3,
+        col=1,
+    )
+
+
+def ranks_figure(
+    breakdown: pd.DataFrame, ranks: Sequence[int], title: str = "Per rank, side by side (ms)"
+) -> go.Figure:
+    """The stacked breakdown of several ranks in columns with one shared y axis."""
+    if breakdown.empty or not ranks:
+        return empty("Timer lines come from one rank only in this run.", title)
+    fig = make_subplots(
+        rows=1, cols=len(ranks), shared_yaxes=True, subplot_titles=[f"rank {r}" for r in ranks]
+    )
+    for i, rank in enumerate(ranks, start=1):
+        rows = breakdown[breakdown["rank"] == rank]
+        _stack(fig, rows, col=i, legend=i == 1)
+        clip_outliers(fig, rows, "step", "total_ms", row=1, col=i)
+    fig.update_layout(barmode="stack", bargap=0.05)
+    return layout(fig, title, height=380)
+
+
+def rank_totals_figure(
+    breakdown: pd.DataFrame, title: str = "Step time per rank (fwd + bwd + step, ms)"
+) -> go.Figure:
+    """One line per rank of the total step time: stragglers stand out as the top line."""
+    if breakdown.empty:
+        return empty("No timer lines.", title)
+    fig = go.Figure()
+    for rank, rows in breakdown.groupby("rank", sort=True):
+        fig.add_trace(
+            scatter(
+                len(rows), x=rows["step"], y=rows["total_ms"], name=f"rank {rank}", mode="lines"
+            )
+        )
+    fig.update_xaxes(title_text="optimizer step")
+    return layout(fig, title)
+
+
+def micro_figure(micro: pd.DataFrame, title: str = "Micro-steps (ms per micro-batch)") -> go.Figure:
+    """Stacked micro-step timers, one bar per micro-batch, x = step + micro index."""
+    if micro.empty:
+        return empty("No *_microstep timer lines in this run.", title)
+    n = micro.groupby("step")["micro_step"].transform("max").fillna(0) + 1
+    x = micro["step"] + micro["micro_step"].fillna(0) / n
+    fig = go.Figure()
+    for column, name in breakdown_parts(micro):
+        if column in micro.columns:
+            fig.add_trace(
+                go.Bar(
+                    x=x,
+                    y=micro[column],
+                    name=name,
+                    marker_color=COLORS[name],
+                    customdata=micro["micro_step"],
+                    hovertemplate="step %{x:.2f} (micro %{customdata}): %{y:.2f} ms",
+                )
+            )
+    clip_outliers(fig, micro, "step", "total_ms")
+    fig.update_layout(barmode="stack", bargap=0.05)
+    fig.update_xaxes(title_text="optimizer step (micro-batches spread within it)")
+    return layout(fig, title)
+
+
+def distribution_figure(
+    breakdown: pd.DataFrame,
+    stats: pd.DataFrame | None = None,
+    title: str = "Step-time distribution (fwd + bwd + step)",
+) -> go.Figure:
+    """Histogram of total step time with the p50 / p90 / max lines (``step_stats`` rows) on it.
+
+    Steps past OFF_SCALE x p90 (warm-up) are left out of the bins and counted in a note, so
+    the bins resolve the steps the run normally takes.
+    """
+    if breakdown.empty:
+        return empty("No timer lines.", title)
+    total = breakdown["total_ms"].dropna()
+    cap = OFF_SCALE * float(total.quantile(0.9)) if len(total) >= 10 else float("inf")
+    shown = total[total <= cap]
+    bins = histogram(shown, 40)
+    fig = go.Figure(
+        go.Bar(
+            x=bins["center"],
+            y=bins["count"],
+            width=bins["right"] - bins["left"],
+            name="steps",
+            marker_color=COLORS["fwd"],
+            customdata=bins[["left", "right"]],
+            hovertemplate="%{customdata[0]:.1f}-%{customdata[1]:.1f} ms: %{y} steps<extra></extra>",
+        )
+    )
+    dropped = len(total) - len(shown)
+    note = f" ({dropped} step(s) above {cap:.0f} ms not binned)" if dropped else ""
+    row = (
+        stats.loc["total_ms"].astype("float64").to_dict()
+        if stats is not None and "total_ms" in stats.index
+        else {}
+    )
+    for label, where in (("p50", "top left"), ("p90", "top right"), ("max", "top right")):
+        value = float(row.get(label, float("nan")))
+        if value == value and value <= cap:  # known and on the axis
+            fig.add_vline(
+                x=value,
+                line_dash="dash",
+                annotation_text=f"{label} {value:.1f} ms",
+                annotation_position=where,
+            )
+    fig.update_xaxes(title_text=f"ms{note}")
+    fig.update_yaxes(title_text="steps")
+    return layout(fig, title, showlegend=False)
+
+
+def zero_timers_figure(
+    zero: pd.DataFrame, names: Sequence[str], title: str = "ZeRO optimizer timers (ms)"
+) -> go.Figure:
+    """One line per ZeRO optimizer timer (``optimizer_allgather`` ...) against the step."""
+    if zero.empty or not names:
+        return empty("No ZeRO optimizer timer lines (ZeRO-0, or wall_clock_breakdown off).", title)
+    fig = go.Figure()
+    for name in names:
+        column = f"{name}_ms"
+        if column in zero.columns:
+            rows = zero.dropna(subset=[column])
+            fig.add_trace(
+                scatter(len(rows), x=rows["step"], y=rows[column], name=name, mode="lines+markers")
+            )
+    fig.update_xaxes(title_text="optimizer step")
+    return layout(fig, title)

@@ -1,0 +1,162 @@
+"""Communication: how much of a step waits on collectives, and what each collective costs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from dsmon.analysis import comm, steps
+from dsmon.analysis.downsample import downsample
+from dsmon.figures import comm as fig
+from dsmon.figures.common import fmt_ms, fmt_pct, rounded
+from dsmon.health.config_view import ConfigView
+from dsmon.live import View, preferred_config
+from dsmon.peaks import LINKS, find_link
+
+if "dsmon_view" not in st.session_state:  # opened by URL before app.py ran: run it first
+    st.switch_page(
+        Path(__file__).parents[1] / "app.py",
+        query_params={**st.query_params.to_dict(), "page": Path(__file__).stem},
+    )
+view: View = st.session_state["dsmon_view"]
+
+OVERLAP_ON = (
+    "**overlap_comm is on** ({origin}): gradient reduction runs in backward hooks, overlapped with "
+    "compute, so `bwd_allreduce` is only the *exposed tail* left after backward, not the time spent "
+    "reducing. The share below is a lower bound on communication."
+)
+OVERLAP_OFF = (
+    "**overlap_comm is off** ({origin}): gradients are reduced after backward, so `bwd_allreduce` "
+    "is the reduction's full time and the share below is its real cost."
+)
+ZERO3 = (
+    "**ZeRO-3**: parameter all-gathers run inside `fwd` and `bwd` (prefetched by the coordinator) "
+    "and have no timer of their own; they hide in the compute bars."
+)
+COMMS_LOGGER = (
+    "The comms logger **synchronises the device after every collective it times**, so it removes "
+    "the overlap it measures: its latencies are collectives run in isolation, and a run with it "
+    "on is slower than one without."
+)
+
+
+def caveats() -> None:
+    """What the timers can and cannot show for this run's config, next to the numbers."""
+    cfg = preferred_config(view.frames.records("config"))
+    if cfg is None:
+        st.warning(
+            "No DeepSpeed config in this run's output: cannot tell whether overlap_comm is on. "
+            "With overlap_comm on, `bwd_allreduce` is only the exposed tail."
+        )
+        return
+    conf = ConfigView(cfg.config, origin=cfg.origin, source=cfg.src.file)
+    overlap = conf.get("zero_optimization.overlap_comm")
+    origin = "set in the config" if overlap.explicit else f"default for ZeRO stage {conf.stage}"
+    st.info((OVERLAP_ON if overlap.value else OVERLAP_OFF).format(origin=origin))
+    if conf.stage == 3:
+        st.info(ZERO3)
+
+
+def seed_line(label: str, num: str, den: str, bd: pd.DataFrame) -> str:
+    """The tuning guide's way of reading a timer: ``allgather = 60 ms (24 % of fwd)``, as medians."""
+    if num not in bd.columns or bd[num].isna().all():
+        return f"{label}: not in this log"
+    n, d = bd[num].median(), bd[den].median()
+    share = f" ({100 * n / d:.0f} % of {den[:-3]})" if d and not pd.isna(d) else ""
+    return f"{label} = {n:.2f} ms{share}"
+
+
+def timers_section(bd: pd.DataFrame) -> None:
+    """Exposed communication from the engine timers."""
+    share = comm.comm_share(bd)
+    cols = st.columns(3)
+    cols[0].metric("Exposed comm, p50 share of step", fmt_pct(share["comm_share"].median()))
+    cols[1].metric("bwd_allreduce p50", fmt_ms(bd["bwd_allreduce_ms"].median()))
+    cols[2].metric("Steps timed", f"{bd['step'].nunique()}")
+    st.markdown(
+        "- " + seed_line("optimizer_allgather", "optimizer_allgather_ms", "fwd_ms", bd) + "\n"
+        "- " + seed_line("bwd_allreduce", "bwd_allreduce_ms", "bwd_inner_ms", bd)
+    )
+    st.caption(
+        "Exposed comm = bwd_allreduce (+ ZeRO-1/2 optimizer_allgather), as a share of fwd + bwd + step."
+    )
+    st.plotly_chart(
+        fig.share_figure(downsample(share, "step", ["exposed_comm_ms", "comm_share"], by="rank"))
+    )
+    ratios = comm.timer_ratios(bd)
+    st.plotly_chart(
+        fig.ratio_figure(downsample(ratios, "step", ["allreduce_pct_of_bwd_inner"], by="rank"))
+    )
+
+
+def logger_section(bd: pd.DataFrame) -> None:
+    """Per-collective figures from the comms logger, against the link's nominal bandwidth."""
+    summary = view.frames.frame("comm_summary", view.cutoff)
+    op_rows = view.frames.frame("comm_op", view.cutoff)
+    ops = comm.comm_ops(summary if not summary.empty else op_rows)
+    if ops.empty:
+        st.info(
+            'No comms-logger output in this run. Add `"comms_logger": {"enabled": true}` to the config '
+            "and call `deepspeed.comm.log_summary()`; mind that it synchronises every collective."
+        )
+        return
+    st.warning(COMMS_LOGGER)
+    source = "log_summary() table" if not summary.empty else "verbose per-op lines"
+    st.dataframe(rounded(ops, 3), hide_index=True, width="stretch")
+    st.caption(
+        f"From the {source}. Bandwidths in Gbps as DeepSpeed prints them (algbw = size/time; "
+        "busbw corrects for the collective's traffic pattern)."
+    )
+    names = [link.name for link in LINKS]
+    link = find_link(st.selectbox("Expected link", names, index=names.index(LINKS[3].name)))
+    left, right = st.columns(2)
+    left.plotly_chart(
+        fig.bandwidth_figure(ops, link.gbps if link else None, link.name if link else "")
+    )
+    right.plotly_chart(fig.latency_figure(ops))
+    overlap_section(bd, op_rows)
+
+
+def overlap_section(bd: pd.DataFrame, op_rows: pd.DataFrame) -> None:
+    """The overlap estimate per step, where verbose per-op lines carry the step."""
+    est = comm.step_overlap(bd, op_rows)
+    st.markdown("**Overlap estimate** = (T_compute + T_comm − T_step) / min(T_compute, T_comm)")
+    if est.empty:
+        st.caption(
+            "Needs verbose comms-logger lines (one per collective, with its step) and engine timers."
+        )
+        return
+    st.metric("Overlap, p50 over steps", fmt_pct(est["overlap"].median()))
+    st.caption(
+        "T_compute = fwd + bwd_inner + step, T_comm = the step's summed collective latencies, "
+        "T_step = fwd + bwd + step. With the comms logger on, collectives are synchronised, so "
+        "expect this near 0: it cannot see the overlap a run without the logger would have."
+    )
+    st.dataframe(rounded(est, 3), hide_index=True, width="stretch")
+
+
+@st.fragment(run_every=view.refresh_s)
+def body() -> None:
+    """The page; re-run alone every ``refresh_s`` seconds when live."""
+    if view.live:
+        view.frames.refresh()
+    f, cut = view.frames, view.cutoff
+    bd = f.memo(
+        "steps.breakdown", ["timer"], cut, lambda: steps.step_breakdown(f.frame("timer", cut))
+    )
+    caveats()
+    st.subheader("Share of step time in communication (engine timers)")
+    if bd.empty:
+        st.info(
+            'No engine timer lines: turn on "wall_clock_breakdown": true to see the comm share.'
+        )
+    else:
+        timers_section(bd)
+    st.subheader("Collectives (comms logger)")
+    logger_section(bd)
+
+
+st.header(f"Communication · {view.run}")
+body()

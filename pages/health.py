@@ -1,0 +1,83 @@
+"""Health: the tuning checklist with status, evidence and the fix to copy, updated live."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+import streamlit as st
+from streamlit.errors import StreamlitAPIException
+
+from dsmon.health.model import CheckResult, Status
+from dsmon.health.panel import PAGE_SCRIPTS, SECTIONS, Panel, badge, by_category, panel
+from dsmon.live import View
+
+if "dsmon_view" not in st.session_state:  # opened by URL before app.py ran: run it first
+    st.switch_page(
+        Path(__file__).parents[1] / "app.py",
+        query_params={**st.query_params.to_dict(), "page": Path(__file__).stem},
+    )
+view: View = st.session_state["dsmon_view"]
+
+
+def counts(p: Panel) -> None:
+    """One metric per status, worst first."""
+    c = p.checklist.counts()
+    cols = st.columns(4)
+    for col, status in zip(
+        cols, (Status.FAIL, Status.WARN, Status.UNKNOWN, Status.PASS), strict=True
+    ):
+        col.metric(status.value.capitalize(), c[status.value])
+
+
+def link(result: CheckResult) -> None:
+    """A link to the page whose chart shows the rule's data."""
+    script = PAGE_SCRIPTS.get(result.page or "")
+    if script is None:
+        return
+    try:
+        st.page_link(script, label=f"See the chart: {result.page}", icon=":material/insights:")
+    except StreamlitAPIException:  # the page is not in this app's navigation
+        st.caption(f"Chart: the {result.page} page")
+
+
+def item(result: CheckResult) -> None:
+    """One rule: badge and title as the expander label; summary, evidence, fix inside."""
+    opened = result.status in (Status.FAIL, Status.WARN)
+    with st.expander(
+        f"{badge(result.status)} **{result.title}** `{result.rule_id}`", expanded=opened
+    ):
+        st.markdown(result.summary)
+        st.caption(result.checks)
+        if result.evidence:
+            st.markdown("\n".join(f"- {e.text()}" for e in result.evidence))
+        if result.fix and result.status is not Status.PASS:
+            st.code(result.fix, language=result.fix_lang if result.fix_lang != "text" else None)
+        if result.status is not Status.PASS:
+            link(result)
+
+
+def passes(results: list[CheckResult]) -> None:
+    """The passing rules of a section, together in one collapsed list."""
+    with st.expander(f"{badge(Status.PASS)} {len(results)} rules pass", expanded=False):
+        st.markdown("\n".join(f"- **{r.title}** `{r.rule_id}`: {r.summary}" for r in results))
+
+
+def render() -> None:
+    """The whole checklist for the selected run: problems first, then what passes."""
+    p = panel(view.frames, view.run, view.cutoff, datetime.now() if view.live else None)
+    st.caption(f"Run {view.run}: {p.subject}")
+    counts(p)
+    for category, heading in SECTIONS:
+        problems, passing = by_category(p.checklist, category)
+        if not (problems or passing):
+            continue
+        st.subheader(heading)
+        for result in problems:
+            item(result)
+        if passing:
+            passes(passing)
+
+
+st.title("Health checklist")
+st.fragment(run_every=view.refresh_s if view.live else None)(render)()

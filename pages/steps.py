@@ -1,0 +1,162 @@
+"""Steps: where each optimizer step's time goes, per rank, with throughput and loss scale."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from dsmon.analysis import flops, steps
+from dsmon.analysis.downsample import downsample
+from dsmon.figures import steps as fig
+from dsmon.figures.common import fmt_ms, rounded
+from dsmon.live import View
+
+if "dsmon_view" not in st.session_state:  # opened by URL before app.py ran: run it first
+    st.switch_page(
+        Path(__file__).parents[1] / "app.py",
+        query_params={**st.query_params.to_dict(), "page": Path(__file__).stem},
+    )
+view: View = st.session_state["dsmon_view"]
+PARTS = ("fwd_ms", "bwd_ms", "bwd_inner_ms", "bwd_allreduce_ms", "step_ms", "total_ms")
+ZERO_GROUPS = ("zero_optimizer", "zero3_optimizer")
+
+
+def load() -> dict[str, pd.DataFrame]:
+    """The frames this page draws, memoised on new records and the replay position."""
+    f, cut = view.frames, view.cutoff
+    bd = f.memo(
+        "steps.breakdown", ["timer"], cut, lambda: steps.step_breakdown(f.frame("timer", cut))
+    )
+    micro = f.memo(
+        "steps.micro", ["timer"], cut, lambda: steps.micro_breakdown(f.frame("timer", cut))
+    )
+    tp = f.memo(
+        "steps.tp",
+        ["throughput", "iteration"],
+        cut,
+        lambda: flops.throughput(f.frame("throughput", cut), f.frame("iteration", cut)),
+    )
+    return {
+        "bd": bd,
+        "micro": micro,
+        "tp": tp,
+        "loss": f.frame("loss_scale", cut),
+        "timer": f.frame("timer", cut),
+    }
+
+
+def headline(bd: pd.DataFrame, stats: pd.DataFrame) -> None:
+    """Median phase times of the run (all ranks), as metrics."""
+    cols = st.columns(6)
+    labels = ("fwd p50", "bwd p50", "bwd_inner p50", "bwd_allreduce p50", "step p50", "total p90")
+    keys = (
+        ("fwd_ms", "p50"),
+        ("bwd_ms", "p50"),
+        ("bwd_inner_ms", "p50"),
+        ("bwd_allreduce_ms", "p50"),
+        ("step_ms", "p50"),
+        ("total_ms", "p90"),
+    )
+    for col, label, (row, stat) in zip(cols, labels, keys, strict=True):
+        col.metric(label, fmt_ms(stats.loc[row, stat]) if row in stats.index else "—")
+    st.caption(
+        f"{bd['step'].nunique()} timed steps · ranks {', '.join(str(r) for r in sorted(bd['rank'].dropna().unique()))} · "
+        "engine timers (wall_clock_breakdown); each global value sums the gradient-accumulation window. "
+        "total = fwd + bwd + step (bwd already holds bwd_inner and bwd_allreduce)."
+    )
+
+
+def rank_section(bd: pd.DataFrame, ranks: list[int]) -> int:
+    """Rank chooser and, with several ranks, the side-by-side views; returns the rank shown."""
+    if len(ranks) <= 1:
+        st.caption("Timer lines come from one rank only (DeepSpeed prints them on rank 0).")
+        return ranks[0] if ranks else 0
+    shown = st.multiselect("Ranks side by side", ranks, default=ranks[:4], max_selections=4)
+    st.plotly_chart(fig.ranks_figure(downsample(bd, "step", ["total_ms"], by="rank"), shown))
+    st.plotly_chart(fig.rank_totals_figure(downsample(bd, "step", ["total_ms"], by="rank")))
+    return int(st.selectbox("Rank in the step chart", ranks))
+
+
+def main_chart(data: dict[str, pd.DataFrame], rank: int) -> None:
+    """The shared-step-axis chart of one rank: breakdown, throughput/TFLOPS, loss scale."""
+    bd = data["bd"]
+    one = bd[bd["rank"] == rank] if bd["rank"].notna().any() else bd
+    profiles = view.frames.records("flops_profile", view.cutoff)
+    tflops = pd.DataFrame()
+    if profiles:
+        per_step = flops.micro_batches_per_step(data["micro"])
+        tflops = flops.step_tflops(one, flops.latest_profile(profiles), per_step)  # type: ignore[arg-type]
+    st.plotly_chart(
+        fig.steps_figure(
+            downsample(one, "step", ["total_ms"]),
+            downsample(data["tp"], "step", ["samples_per_s"]),
+            downsample(tflops, "step", ["tflops"]) if not tflops.empty else None,
+            data["loss"],
+            title=f"Per optimizer step, rank {rank} (ms)",
+        )
+    )
+    st.caption(
+        "samples/s: DeepSpeed's ThroughputTimer (global batch, printed every steps_per_print). "
+        "TFLOPS: the flops profiler's FLOPs per micro-batch (backward estimated as 2 x forward) "
+        "divided by each step's fwd + bwd + step time."
+    )
+
+
+def distribution(bd: pd.DataFrame, stats: pd.DataFrame) -> None:
+    """Histogram with p50/p90/max, the stats table and the slowest steps."""
+    left, right = st.columns([3, 2])
+    left.plotly_chart(fig.distribution_figure(bd, stats))
+    right.markdown("**p50 / p90 / max per timer**")
+    right.dataframe(rounded(stats), width="stretch")
+    right.markdown("**Slowest steps**")
+    right.dataframe(
+        rounded(steps.slowest_steps(bd, 5)[["step", "rank", *PARTS]]),
+        hide_index=True,
+        width="stretch",
+    )
+
+
+def zero_timers(timer: pd.DataFrame) -> None:
+    """The ZeRO optimizer's own timer lines against the step."""
+    if timer.empty or "group" not in timer.columns:
+        st.plotly_chart(fig.zero_timers_figure(pd.DataFrame(), []))
+        return
+    zero = timer[timer["group"].isin(ZERO_GROUPS)]
+    timed = zero.drop(columns=["values_ms"], errors="ignore").select_dtypes("number")
+    names = [c[:-3] for c in timed.columns if c.endswith("_ms") and timed[c].notna().any()]
+    st.plotly_chart(fig.zero_timers_figure(zero, names))
+    st.caption(
+        "ZeRO-1/2: optimizer_allgather / optimizer_gradients / optimizer_step; ZeRO-3: optimizer_step. "
+        "Printed only on steps that did not overflow."
+    )
+
+
+@st.fragment(run_every=view.refresh_s)
+def body() -> None:
+    """The page; re-run alone every ``refresh_s`` seconds when live."""
+    if view.live:
+        view.frames.refresh()
+    data = load()
+    bd = data["bd"]
+    if bd.empty:
+        st.info(
+            'No engine timer lines in this run: turn on "wall_clock_breakdown": true in the DeepSpeed config.'
+        )
+        return
+    stats = steps.step_stats(bd)
+    headline(bd, stats)
+    ranks = [int(r) for r in sorted(bd["rank"].dropna().unique())]
+    rank = rank_section(bd, ranks)
+    main_chart(data, rank)
+    st.subheader("Micro-steps")
+    st.plotly_chart(fig.micro_figure(downsample(data["micro"], "step", ["total_ms"], by="rank")))
+    st.subheader("Step-time distribution")
+    distribution(bd, stats)
+    st.subheader("ZeRO optimizer timers")
+    zero_timers(data["timer"])
+
+
+st.header(f"Steps · {view.run}")
+body()

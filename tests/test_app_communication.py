@@ -1,0 +1,74 @@
+"""The Communication page on real DeepSpeed output.
+
+Read by hand from tests/data/z2/train.log (ZeRO-2, overlap_comm not set, so off): median
+optimizer_allgather 4.585 ms against median fwd 11.01 ms (42 %), median bwd_allreduce 8.54 ms
+against bwd_inner 21.54 ms (40 %); per step (bwd_allreduce + optimizer_allgather) /
+(fwd + bwd + step) has median 23.9 %. From tests/data/comms_logger/train.log's log_summary()
+table: all_reduce 20 + 20 calls, 1559.64 + 1536.33 = 3095.97 ms; broadcast 53 calls, 436.26 ms;
+all_gather_into_tensor 20 calls, 918.40 ms.
+"""
+
+from __future__ import annotations
+
+import pytest
+from dashboard_support import app_at, figures, shared_store, texts, trace_names
+
+
+@pytest.fixture(autouse=True)
+def store_url(monkeypatch: pytest.MonkeyPatch) -> str:
+    url = shared_store()
+    monkeypatch.setenv("DSMON_STORE", url)
+    return url
+
+
+def test_exposed_share_and_the_seed_style_lines(store_url: str) -> None:
+    at = app_at(store_url, "z2", "communication")
+    assert not at.exception
+    shown = {m.label: m.value for m in at.metric}
+    assert shown == {
+        "Exposed comm, p50 share of step": "23.9 %",
+        "bwd_allreduce p50": "8.54 ms",
+        "Steps timed": "30",
+    }
+    page = texts(at)
+    assert "optimizer_allgather = 4.58 ms (42 % of fwd)" in page
+    assert "bwd_allreduce = 8.54 ms (40 % of bwd_inner)" in page
+
+
+def test_overlap_caveat_follows_the_config(store_url: str) -> None:
+    at = app_at(store_url, "z2", "communication")
+    caveat = at.info[0].value
+    assert caveat.startswith("**overlap_comm is off** (default for ZeRO stage 2)")
+    assert "No comms-logger output in this run" in at.info[1].value
+
+
+def test_timer_charts(store_url: str) -> None:
+    figs = figures(app_at(store_url, "z2", "communication"))
+    share = figs["Exposed communication per step"]
+    assert trace_names(share) == ["exposed comm ms rank 0", "% of step rank 0"]
+    ratios = figs["Communication timers against the compute they sit in (%)"]
+    assert trace_names(ratios) == [
+        "bwd_allreduce / bwd_inner (rank 0)",
+        "optimizer_allgather / fwd (rank 0)",
+    ]
+
+
+def test_comms_logger_table_with_its_caveat(store_url: str) -> None:
+    at = app_at(store_url, "comms_logger", "communication")
+    assert not at.exception
+    ops = at.dataframe[0].value.set_index("op")
+    assert ops.loc["all_reduce", "count"] == 40
+    assert ops.loc["all_reduce", "total_latency_ms"] == 3095.97
+    assert ops.loc["broadcast", "count"] == 53
+    assert ops.loc["all_gather_into_tensor", "total_latency_ms"] == 918.40
+    assert "synchronises the device after every collective" in at.warning[0].value
+    assert "From the log_summary() table" in texts(at)
+    bw = figures(at)["Bandwidth per collective (Gbps)"]
+    assert trace_names(bw) == ["algbw", "busbw"]
+    assert bw["layout"]["shapes"][0]["y0"] == 256.0  # PCIe 4.0 x16 by default
+
+
+def test_no_timers_no_share(store_url: str) -> None:
+    at = app_at(store_url, "comms_logger", "communication")
+    assert any("No engine timer lines" in i.value for i in at.info)
+    assert not at.metric

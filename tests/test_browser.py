@@ -1,0 +1,225 @@
+"""End to end: ``dsmon dashboard`` as a real server, every page opened in headless Chromium.
+
+The store holds real DeepSpeed runs from tests/data/ plus GPU samples built in
+dashboard_support. The test fails on any Streamlit exception box and on any browser console
+error (a failed request, a JavaScript error), and saves one screenshot per page under
+``artifacts/screenshots/`` (gitignored) for a person to look at.
+
+It needs Debian's ``chromium`` (``/usr/bin/chromium``) and the ``playwright`` Python package
+(no ``playwright install``: the system browser is used). Without them the test is skipped,
+unless ``DSMON_REQUIRE_BROWSER=1`` (CI) makes their absence a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dashboard_support import build_store
+
+ROOT = Path(__file__).resolve().parent.parent
+SHOTS = ROOT / "artifacts" / "screenshots"
+CHROMIUM = os.environ.get("DSMON_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+RUN = "z2"
+CONSOLE_404 = "Failed to load resource: the server responded with a status of 404 (Not Found)"
+#: (url path, menu title, page heading) of every page; health joins when its script exists.
+PAGES = [
+    (slug, title, f"{title} · {RUN}")
+    for slug, title in (
+        ("steps", "Steps"),
+        ("communication", "Communication"),
+        ("gpus", "GPUs"),
+        ("flops", "FLOPS"),
+    )
+]
+if (ROOT / "pages" / "health.py").exists():
+    PAGES.append(("health", "Health", "Health checklist"))
+WIDTH = 1400
+
+pytestmark = pytest.mark.slow
+
+
+def _missing(reason: str) -> None:
+    if os.environ.get("DSMON_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"browser test required but {reason}")
+    pytest.skip(reason)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"dsmon dashboard exited with {proc.returncode}:\n{log.read_text()}")
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                if r.read() == b"ok":
+                    return
+        except OSError:
+            time.sleep(0.3)
+    pytest.fail(f"dashboard not healthy after 90 s:\n{log.read_text()}")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``dsmon dashboard`` on a free loopback port, stopped after the module."""
+    tmp = tmp_path_factory.mktemp("browser")
+    store = build_store(tmp / "store.sqlite")
+    port = _free_port()
+    exe = Path(sys.executable).parent / "dsmon"
+    cmd = [
+        str(exe),
+        "dashboard",
+        "--store",
+        store,
+        "--port",
+        str(port),
+        "--address",
+        "127.0.0.1",
+        "--no-browser",
+    ]
+    log = tmp / "dashboard.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(url, proc, log)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Headless Debian Chromium driven by Playwright."""
+    if not shutil.which(CHROMIUM) and not Path(CHROMIUM).exists():
+        _missing(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _missing("the playwright package is not installed (pip install playwright)")
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def _wait_idle(page: Any) -> None:
+    """Until the app is connected and no script run is in progress."""
+    page.wait_for_selector(
+        '[data-testid="stApp"][data-test-connection-state="CONNECTED"][data-test-script-state="notRunning"]',
+        timeout=60_000,
+    )
+
+
+def _screenshot(page: Any, name: str) -> Path:
+    """The whole page: grow the viewport to the content, let lazy tables draw, shoot."""
+    height = page.evaluate(
+        "Math.max(...Array.from(document.querySelectorAll('[data-testid=stMain], section'))"
+        ".map(e => e.scrollHeight), document.body.scrollHeight)"
+    )
+    page.set_viewport_size({"width": WIDTH, "height": min(int(height) + 40, 12_000)})
+    for table in page.locator('[data-testid="stDataFrame"]').all():
+        table.scroll_into_view_if_needed()
+    page.wait_for_timeout(800)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    path = SHOTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    page.set_viewport_size({"width": WIDTH, "height": 1000})
+    return path
+
+
+def _watch(page: Any) -> list[str]:
+    """Collect console errors, uncaught exceptions and failed requests of a page."""
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
+    page.on("requestfailed", lambda r: errors.append(f"request failed: {r.url}"))
+    page.on(
+        "response",
+        lambda r: errors.append(f"HTTP {r.status}: {r.url}") if r.status >= 400 else None,
+    )
+    return errors
+
+
+def _without_base_path_probes(errors: list[str], slug: str) -> list[str]:
+    """Errors left once Streamlit's base-path probing is set aside.
+
+    Opened at ``/<slug>``, Streamlit's frontend first asks ``/<slug>/_stcore/health`` and
+    ``/<slug>/_stcore/host-config`` (in case the app is served under that prefix) and takes
+    the 404s as the answer; Chromium logs one console error per 404. Only those exact probes
+    are set aside, one console line for each.
+    """
+    probes = [
+        e for e in errors if re.fullmatch(rf"HTTP 404: .*/{slug}/_stcore/(health|host-config)", e)
+    ]
+    rest = [e for e in errors if e not in probes]
+    logged = [e for e in rest if e == "console: " + CONSOLE_404]
+    if len(logged) <= len(probes):
+        rest = [e for e in rest if e != "console: " + CONSOLE_404]
+    return rest
+
+
+def test_every_page_renders_without_errors(server: str, browser: Any) -> None:
+    page = browser.new_page(viewport={"width": WIDTH, "height": 1000})
+    errors = _watch(page)
+    page.goto(f"{server}/?run={RUN}")
+    _wait_idle(page)
+    for slug, title, heading in PAGES:
+        page.locator('[data-testid="stSidebarNav"] a', has_text=title).first.click()
+        page.get_by_role("heading", name=heading).wait_for(timeout=60_000)
+        _wait_idle(page)
+        assert page.locator('[data-testid="stException"]').count() == 0, f"exception on {slug}"
+        assert f"/{slug}" in page.url or slug == "steps"
+        assert f"run={RUN}" in page.url
+        if slug != "health":
+            assert page.locator(".js-plotly-plot").count() >= 1, f"no chart on {slug}"
+        assert _screenshot(page, slug).stat().st_size > 10_000
+    assert errors == []
+
+
+def test_a_link_opens_the_same_view(server: str, browser: Any) -> None:
+    """A URL straight to a page (run in the query) opens that page on that run, error-free."""
+    page = browser.new_page(viewport={"width": WIDTH, "height": 1000})
+    errors = _watch(page)
+    page.goto(f"{server}/communication?run=comms_logger")
+    page.get_by_role("heading", name="Communication · comms_logger").wait_for(timeout=60_000)
+    _wait_idle(page)
+    assert page.locator('[data-testid="stException"]').count() == 0
+    assert page.get_by_text("synchronises the device after every collective").count() == 1
+    _screenshot(page, "communication_comms_logger")
+    # The run picker switches the run and writes it to the URL.
+    page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"]').first.click()
+    page.get_by_role("option", name="z2 · finished").click()
+    page.get_by_role("heading", name="Communication · z2").wait_for(timeout=60_000)
+    _wait_idle(page)
+    assert "run=z2" in page.url
+    assert _without_base_path_probes(errors, "communication") == []
