@@ -42,6 +42,9 @@ _ROW = re.compile(
     rf"(?P<b>{_NUM})\s+(?P<c>{_NUM})\s+(?P<d>{_NUM})\s*$"
 )
 
+#: DeepSpeed prints every verbose figure with ``:.2f``: fewer decimals means a cut line.
+_TWO_DECIMALS = re.compile(r"\s*(?:[-+]?\d+\.\d\d|[-+]?(?:inf|nan))\s*$")
+
 #: Verbose-line keys -> CommOpRecord fields and readers.
 _OP_FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "time (ms)": ("latency_ms", units.parse_float),
@@ -107,6 +110,10 @@ class CommsParser:
         values, complete = self._op_values(fields, line, ctx)
         if not complete and not ctx.final:
             return NEED_MORE  # the line stops before its last field: cut by terminal wrapping
+        if not complete and fields:
+            # a cut line's last field may stop mid-number (``time (ms): 1`` of ``1.23``): keep
+            # only the fields a separator closed, never a number that may be cut
+            values, _ = self._op_values(fields[:-1], line, ctx)
         if not op or values.get("latency_ms") is None:
             ctx.unparsed(CommOpRecord.KIND, line)
             return []
@@ -135,7 +142,7 @@ class CommsParser:
             if value is None and raw.strip():
                 _bad(ctx, CommOpRecord.KIND, line, key.strip())
             values[name] = value
-            complete = complete or (name == "busbw_gbps" and bool(raw.strip()))
+            complete = complete or (name == "busbw_gbps" and _TWO_DECIMALS.match(raw) is not None)
         return values, complete
 
     # --- summary tables -----------------------------------------------------------------
