@@ -122,17 +122,14 @@ def build_view(url: str) -> View | None:
 
 
 def pages() -> list[st.Page]:
-    """The pages in menu order; the health page joins when its script exists."""
-    listed = [
-        st.Page(ROOT / "pages" / "steps.py", title="Steps", default=True),
+    """The pages in menu order: the health checklist first, as the run's front page."""
+    return [
+        st.Page(ROOT / "pages" / "health.py", title="Health", default=True),
+        st.Page(ROOT / "pages" / "steps.py", title="Steps"),
         st.Page(ROOT / "pages" / "communication.py", title="Communication"),
         st.Page(ROOT / "pages" / "gpus.py", title="GPUs"),
         st.Page(ROOT / "pages" / "flops.py", title="FLOPS"),
     ]
-    health = ROOT / "pages" / "health.py"
-    if health.exists():
-        listed.append(st.Page(health, title="Health"))
-    return listed
 
 
 def follow_page_param(listed: list[st.Page], current: st.Page) -> None:

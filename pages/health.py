@@ -79,5 +79,5 @@ def render() -> None:
             passes(passing)
 
 
-st.title("Health checklist")
+st.header(f"Health · {view.run}")
 st.fragment(run_every=view.refresh_s if view.live else None)(render)()

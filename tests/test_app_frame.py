@@ -29,7 +29,7 @@ def test_run_picker_follows_the_url(store_url: str) -> None:
     assert picker.label == "Run"
     assert sorted(picker.options) == sorted(f"{r} · finished" for r in RUNS)
     assert picker.value == "comms_logger"
-    assert at.header[0].value == "Steps · comms_logger"
+    assert at.header[0].value == "Health · comms_logger"  # the checklist is the front page
     caption = at.sidebar.caption[0].value
     assert "1 rank(s)" in caption and "last step 20" in caption
     # Picking another run in the browser is covered by tests/test_browser.py: AppTest drops
@@ -62,10 +62,11 @@ def test_a_live_run_refreshes_and_has_no_replay(
     with open_store(url) as store:
         store.add([StepRecord(src=Source(run="now", file="f", line=1), ts=now, step=1)])
     monkeypatch.setenv("DSMON_STORE", url)
-    at = app_at(url, "now")
-    assert at.sidebar.selectbox[0].options == ["now · live"]
-    assert at.sidebar.toggle[0].value is True
-    assert not at.sidebar.slider
+    front = app_at(url, "now")  # AppTest keeps the sidebar on the first page only
+    assert front.sidebar.selectbox[0].options == ["now · live"]
+    assert front.sidebar.toggle[0].value is True
+    assert not front.sidebar.slider
+    at = app_at(url, "now", "steps")
     assert "No engine timer lines" in at.info[0].value
 
 

@@ -79,11 +79,12 @@ def test_micro_steps_of_gradient_accumulation(store_url: str) -> None:
 
 
 def test_replay_shows_the_run_as_of_a_step(store_url: str) -> None:
-    at = app_at(store_url, "z2", step="10")  # the default page; AppTest keeps the sidebar there
+    front = app_at(store_url, "z2", step="10")  # AppTest keeps the sidebar on the first page
+    assert front.sidebar.slider[0].value == 10
+    at = app_at(store_url, "z2", "steps", step="10")
     shown = {m.label: m.value for m in at.metric}
     assert shown["fwd p50"] == "12.25 ms"
     assert "10 timed steps" in texts(at)
-    assert at.sidebar.slider[0].value == 10
 
 
 def test_empty_state_without_timer_lines(store_url: str) -> None:

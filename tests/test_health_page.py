@@ -36,7 +36,7 @@ def labels(at: AppTest) -> list[str]:
 def test_checklist_of_fp16_run(store: str) -> None:
     at = app_at(store, "fp16_zero2", "health")
     assert not at.exception
-    assert at.title[0].value == "Health checklist"
+    assert at.header[0].value == "Health · fp16_zero2"
     metrics = {m.label: m.value for m in at.metric}
     assert metrics == {"Fail": "1", "Warn": "3", "Unknown": "3", "Pass": "33"}
     assert (
