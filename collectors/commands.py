@@ -1,0 +1,258 @@
+"""``dsmon collect`` and ``dsmon watch``: the node-side commands, added through an entry point.
+
+``collect`` runs on every node of a job and sends what it reads to the dashboard's ingest
+server; ``watch`` is the one-machine form with nothing to configure: it starts an ingest
+server (on a free port, with a fresh token it never has to show), a collector pointed at it,
+and the Streamlit dashboard. Both live here, not in ``dsmon/commands/``, because the core
+never imports node-side code (NVML, watchdog); ``pyproject.toml`` registers this module in the
+``dsmon.commands`` entry-point group, which ``dsmon.cli`` reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import logging
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from collectors.agent import Agent
+from collectors.nvml import NvmlPoller
+from collectors.sender import Sender
+from collectors.spool import Spool
+from collectors.state import StateFile
+from collectors.tailer import Tailer, default_run_name
+from collectors.transport import UrlTransport
+from dsmon.commands import STORE_ENV, CommandError, default_store
+from dsmon.commands.dashboard import (
+    REFRESH_ENV,
+    absolute_store,
+    add_server_options,
+    app_path,
+    streamlit_command,
+)
+from dsmon.serving import ServeError, start_ingest_server
+from dsmon.tokens import TokenError, generate_token, load_token
+
+logger = logging.getLogger(__name__)
+
+#: Where collectors keep their state and spool unless ``--state-dir`` says otherwise.
+STATE_HOME_ENV = "XDG_STATE_HOME"
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``collect`` and ``watch`` commands."""
+    p = subparsers.add_parser(
+        "collect",
+        help="tail DeepSpeed logs and poll NVML on this node, send to the dashboard",
+        description="Follow the logs matching --log (rotation, restarts and outages "
+        "included: every line is delivered once), sample the GPUs, and POST the records "
+        "to the dashboard's ingest server.",
+    )
+    _collector_options(p)
+    p.add_argument("--server", required=True, help="the dashboard's ingest URL (http://HOST:8502)")
+    p.add_argument("--token-file", help="file holding the ingest token (else $DSMON_TOKEN)")
+    p.add_argument("--spool-max-mb", type=float, default=1024, help="on-disk spool bound (1024)")
+    p.set_defaults(func=run_collect)
+    w = subparsers.add_parser(
+        "watch",
+        help="collector and dashboard together on this machine, nothing to configure",
+        description="Follow a training log live: starts the ingest server, a collector "
+        "and the dashboard, all on this machine.",
+    )
+    _collector_options(w, log_flag=False)
+    add_server_options(w)
+    w.add_argument("--store", help="store path or URL (default: $DSMON_STORE or ./dsmon.sqlite)")
+    w.set_defaults(func=run_watch)
+
+
+def _collector_options(p: argparse.ArgumentParser, log_flag: bool = True) -> None:
+    if log_flag:
+        p.add_argument(
+            "--log",
+            action="append",
+            required=True,
+            metavar="GLOB",
+            help="log file or glob to follow (repeatable; quote the glob)",
+        )
+    else:
+        p.add_argument("log", nargs="+", metavar="LOG", help="log file(s) or glob(s) to follow")
+    p.add_argument(
+        "--profile-file",
+        action="append",
+        default=[],
+        metavar="F",
+        help="the flops profiler's output_file, re-read when rewritten (repeatable)",
+    )
+    p.add_argument("--node", help="node name (default: this host's name)")
+    p.add_argument("--run", help="run name (default: the log's folder name)")
+    p.add_argument(
+        "--nvml-interval",
+        type=float,
+        default=1.0,
+        help="seconds between GPU samples, 0 for none (default 1)",
+    )
+    p.add_argument("--state-dir", help="positions and spool (default: $XDG_STATE_HOME/dsmon/...)")
+    p.add_argument(
+        "--from-end", action="store_true", help="skip what the logs hold now; follow only new lines"
+    )
+    p.add_argument("--poll-interval", type=float, default=0.5, help="log poll period (0.5 s)")
+    p.add_argument(
+        "--retry-max",
+        type=float,
+        default=30.0,
+        help="longest wait between retries while the server is away (30 s)",
+    )
+
+
+def default_state_dir(run: str, node: str) -> Path:
+    """``$XDG_STATE_HOME/dsmon/collect/<run>@<node>`` (``~/.local/state`` by default)."""
+    home = os.environ.get(STATE_HOME_ENV) or str(Path.home() / ".local" / "state")
+    safe = re.sub(r"[^A-Za-z0-9_.@-]", "_", f"{run}@{node}")
+    return Path(home) / "dsmon" / "collect" / safe
+
+
+def lock_state_dir(state_dir: Path) -> IO[str]:
+    """Hold the state folder for this process: two collectors on one spool would corrupt it."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    f = open(state_dir / "lock", "w")  # noqa: SIM115 - held open for the process's lifetime
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        raise CommandError(f"collect: {state_dir} is in use by another collector") from None
+    return f
+
+
+def build_agent(args: argparse.Namespace, url: str, token: str, spool_max_bytes: int) -> Agent:
+    """The agent for parsed ``collect``/``watch`` options, sending to ``url``."""
+    transport = UrlTransport(url, token)  # a bad URL fails here, before anything is locked
+    node = args.node or socket.gethostname()
+    run = args.run or default_run_name(args.log[0])
+    state_dir = Path(args.state_dir) if args.state_dir else default_state_dir(run, node)
+    args.lock = lock_state_dir(state_dir)
+    tailer = Tailer(
+        args.log,
+        run=run,
+        node=node,
+        state=StateFile(state_dir / "tail.json"),
+        profile_files=args.profile_file,
+        from_end=args.from_end,
+    )
+    spool = Spool(state_dir / "spool", max_bytes=spool_max_bytes)
+    sender = Sender(transport, spool, backoff_s=(0.5, args.retry_max))
+    poller = _nvml_poller(run, node) if args.nvml_interval > 0 else None
+    print(
+        f"dsmon: collecting run {run!r} on node {node!r} from {' '.join(args.log)} to {url} "
+        f"(state {state_dir})",
+        file=sys.stderr,
+        flush=True,
+    )
+    return Agent(
+        tailer,
+        sender,
+        poller,
+        tail_interval_s=args.poll_interval,
+        nvml_interval_s=args.nvml_interval or 1.0,
+    )
+
+
+def _nvml_poller(run: str, node: str) -> NvmlPoller | None:
+    """The NVML poller, or None with one line when there are no NVML bindings or driver."""
+    try:
+        import pynvml
+    except ImportError:
+        logger.warning("dsmon: nvidia-ml-py is not installed: no GPU samples; logs go on")
+        return None
+    poller = NvmlPoller(pynvml, run=run, node=node)
+    return poller if poller.start() else None
+
+
+def run_collect(args: argparse.Namespace) -> int:
+    """``dsmon collect``: run until SIGINT or SIGTERM."""
+    _log_to_stderr()
+    try:
+        token = load_token(args.token_file)
+    except TokenError as exc:
+        raise CommandError(f"collect: {exc}") from None
+    if token is None:
+        raise CommandError("collect: no token: pass --token-file F or set $DSMON_TOKEN")
+    try:
+        agent = build_agent(args, args.server, token, int(args.spool_max_mb * (1 << 20)))
+    except ValueError as exc:
+        raise CommandError(f"collect: --server: {exc}") from None
+    agent.start()
+    _wait_for_signal(lambda: not agent.alive)
+    agent.stop()
+    return 0
+
+
+def run_watch(args: argparse.Namespace) -> int:
+    """``dsmon watch LOG``: ingest server, collector and dashboard until Ctrl-C."""
+    _log_to_stderr()
+    store = absolute_store(args.store or default_store())
+    token = generate_token()  # only this process's collector needs it: never shown
+    try:
+        ingest = start_ingest_server(store, token, "127.0.0.1", 0)
+    except (ServeError, TokenError) as exc:
+        raise CommandError(f"watch: {exc}") from None
+    try:
+        agent = build_agent(args, ingest.url, token, 1 << 30)
+        ui = _start_dashboard(store, args)
+        try:
+            agent.start()
+            _wait_for_signal(lambda: ui.poll() is not None or not agent.alive)
+            ui_status = ui.poll()  # set when the dashboard ended by itself
+            agent.stop()
+        finally:
+            _end(ui)
+    finally:
+        ingest.stop()
+    if ui_status:
+        raise CommandError(f"watch: the dashboard exited with status {ui_status}")
+    return 0
+
+
+def _start_dashboard(store: str, args: argparse.Namespace) -> subprocess.Popen[bytes]:
+    """The Streamlit dashboard as a child process (this one runs the collector)."""
+    app = app_path()
+    if app is None:
+        raise CommandError("watch: cannot find the dashboard script (app.py)")
+    env = {**os.environ, STORE_ENV: store, REFRESH_ENV: str(args.refresh)}
+    cmd = streamlit_command(app, args.port, args.address, not args.no_browser)
+    print(f"dsmon watch: dashboard on http://{args.address}:{args.port}; Ctrl-C stops", flush=True)
+    return subprocess.Popen(cmd, cwd=app.parent, env=env)
+
+
+def _end(child: subprocess.Popen[bytes]) -> None:
+    if child.poll() is None:
+        child.terminate()
+        try:
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
+def _wait_for_signal(finished: Callable[[], bool]) -> None:
+    """Block until SIGINT/SIGTERM, or until ``finished()`` says there is nothing to wait for."""
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.wait(0.5):
+        if finished():
+            break
+
+
+def _log_to_stderr() -> None:
+    """The collector's warnings (outage, spool full, NVML missing) as plain stderr lines."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)

@@ -1,0 +1,395 @@
+"""Following one log path across its generations: new lines in, records out, none twice.
+
+A *generation* is one file that lived at the path: rotation by rename, deletion and
+re-creation, copytruncate and truncation each start a new one. A generation is identified by
+a fingerprint of its first bytes (filebeat's ``file_identity: fingerprint``), with device and
+inode as a hint, because inodes are reused (elastic/beats#1341). Each generation gets its own
+incremental :class:`~dsmon.parsers.log.LogParser` and its own ``Source.file`` label (``path``
+for the first one seen, ``path#N`` after that), so its byte offsets never collide with an
+earlier generation's in the store.
+
+Only complete lines are parsed: bytes after the last newline wait for theirs (pygtail#50),
+except at the end of a generation, when the last line is complete by definition. A line longer
+than :data:`MAX_LINE_BYTES` is parsed truncated and the rest of it skipped.
+
+**Resuming.** The saved position is the start of the first line whose records are not yet
+known to be delivered. Parser state (the step clock, an open multi-line block) depends on
+everything before it, so a restart re-parses the generation up to that offset *silently* and
+emits from there: the records after a restart are exactly those a run without the restart
+would have produced, with the same keys.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import BinaryIO
+
+from collectors.state import EMPTY_FP, FP_BYTES, Position, fingerprint, same_start
+from dsmon.parsers.log import LogParser
+from dsmon.records import Record
+
+logger = logging.getLogger(__name__)
+
+#: A longer line is parsed cut to this length; the rest is skipped.
+MAX_LINE_BYTES = 1 << 20
+#: Most bytes read from one file in one poll, so one huge file cannot starve the others.
+MAX_READ_PER_POLL = 32 << 20
+#: A path that stays missing this long ends its generation (the file was deleted for good).
+MISSING_LINGER_S = 30.0
+_CHUNK = 1 << 20
+
+ParserFactory = Callable[[str], LogParser]
+
+
+class FileFollower:
+    """Reads one path incrementally and parses what it reads.
+
+    Args:
+        path: the file to follow; it may not exist yet.
+        make_parser: builds the parser of a generation from its ``Source.file`` label.
+        label: the ``Source.file`` of the first generation (default: ``path``).
+        rank: the rank the file belongs to (a per-rank log), given to records that name none.
+        saved: the position saved by an earlier process, to resume from.
+        from_end: with no saved position, skip (silently parse) what the file holds now.
+        on_finished: told the final position of each generation that ends, so the tailer
+            can tell a rotated file it has read already from a new file.
+        clock: monotonic seconds.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        make_parser: ParserFactory,
+        *,
+        label: str | None = None,
+        rank: int | None = None,
+        saved: Position | None = None,
+        from_end: bool = False,
+        on_finished: Callable[[Position], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.path = path
+        self.long_lines = 0
+        self._label = label or (saved.label if saved and saved.label else path)
+        self._rank = rank
+        self._make_parser = make_parser
+        self._saved = saved
+        self._from_end = from_end
+        self._on_finished = on_finished or (lambda pos: None)
+        self._clock = clock
+        self._f: BinaryIO | None = None
+        self._missing_since: float | None = None
+        self._reset(saved.gen if saved else 0)
+
+    @property
+    def label(self) -> str:
+        """The ``Source.file`` of the current generation's records."""
+        return self._label if self._gen == 0 else f"{self._label}#{self._gen}"
+
+    def identity(self) -> tuple[int, int] | None:
+        """Device and inode of the open generation."""
+        return (self._dev, self._ino) if self._f is not None else None
+
+    def position(self) -> Position | None:
+        """The position to save now (the saved one while the file has not been opened)."""
+        if self._f is not None:
+            return self._current()
+        if self._saved is not None or self._gen == 0:
+            return self._saved
+        # Between generations: keep the count, so a file created later is not taken for the
+        # first generation (whose offsets, and so record keys, it would reuse).
+        return Position(self.path, self._gen, 0, 0, EMPTY_FP, 0, 0, 0, self._label)
+
+    def _current(self) -> Position:
+        return Position(
+            self.path, self._gen, self._dev, self._ino, self._fp, self._fp_len,
+            self._offset, self._line, self._label,
+        )  # fmt: skip
+
+    def poll(self) -> list[Record]:
+        """Records from what was written since the last poll, across any rotation."""
+        out: list[Record] = []
+        try:
+            if self._f is None:
+                self._open(out)
+            else:
+                self._check_path(out)
+            if self._f is not None:
+                self._read(out, MAX_READ_PER_POLL)
+        except OSError as exc:
+            # An NFS hiccup or a file vanishing mid-read: keep what was parsed (the position
+            # moved only past those lines) and try again on the next poll.
+            logger.warning("dsmon: %s: %s; retrying", self.path, exc)
+        return out
+
+    def close(self) -> None:
+        """Release the file; the position stays as it is (nothing is flushed or finished)."""
+        if self._f is not None:
+            self._saved = self._current()
+            self._f.close()
+            self._f = None
+
+    # --- one generation ------------------------------------------------------------------
+
+    def _reset(self, gen: int) -> None:
+        self._gen = gen
+        self._parser = self._make_parser(self.label)
+        self._buf = bytearray()
+        self._buf_start = 0
+        self._offset = 0
+        self._line = 0
+        self._skipping = False
+        self._dev = self._ino = 0
+        self._fp, self._fp_len = EMPTY_FP, 0
+
+    def _open(self, out: list[Record]) -> None:
+        """Open the path, resuming a saved position or starting a new generation."""
+        f = _open_quiet(self.path)
+        if f is None:
+            if self._saved is not None and self._saved.fp_len:
+                # Rotated away while the collector was stopped, nothing new at the path yet.
+                gone = self._saved
+                self._finish_elsewhere(gone, out)
+                self._saved = replace(
+                    gone, gen=gone.gen + 1, dev=0, ino=0, fp=EMPTY_FP, fp_len=0, offset=0, line=0
+                )
+            return
+        st = os.fstat(f.fileno())
+        saved, self._saved = self._saved, None
+        if (
+            saved is not None
+            and st.st_size >= saved.offset
+            and same_start(f, saved.fp, saved.fp_len)
+        ):
+            self._adopt(f, saved.gen)
+            self._replay_to(saved.offset, saved.line)
+            return
+        if saved is not None:
+            self._finish_elsewhere(saved, out)
+            self._adopt(f, saved.gen + 1)
+            return
+        self._adopt(f, self._gen)
+        if self._from_end:
+            self._from_end = False
+            self._replay_to(_last_line_end(f, st.st_size), None)
+
+    def _adopt(self, f: BinaryIO, gen: int) -> None:
+        self._reset(gen)
+        st = os.fstat(f.fileno())
+        self._f, self._dev, self._ino = f, st.st_dev, st.st_ino
+        self._fp, self._fp_len = fingerprint(f, st.st_size)
+
+    def _replay_to(self, offset: int, line: int | None) -> None:
+        """Parse ``[0, offset)`` without emitting: rebuilds the parser state of a resume."""
+        assert self._f is not None
+        self._f.seek(0)
+        left = offset
+        while left > 0:
+            data = self._f.read(min(_CHUNK, left))
+            if not data:
+                break
+            left -= len(data)
+            self._consume(data, None)
+        if line is not None and line != self._line:
+            logger.warning(
+                "dsmon: %s: saved position said line %d at byte %d, re-read found line %d",
+                self.path, line, offset, self._line,
+            )  # fmt: skip
+
+    def _read(self, out: list[Record] | None, budget: int) -> None:
+        """Parse what was appended since the last read (at most ``budget`` bytes)."""
+        assert self._f is not None
+        while budget > 0:
+            data = self._f.read(min(_CHUNK, budget))
+            if not data:
+                break
+            budget -= len(data)
+            self._consume(data, out)
+        if self._fp_len < FP_BYTES:
+            size = self._buf_start + len(self._buf)
+            self._fp, self._fp_len = fingerprint(self._f, size)
+
+    def _consume(self, data: bytes, out: list[Record] | None) -> None:
+        """Split bytes into lines and parse the complete ones; ``out=None`` discards records."""
+        buf = self._buf
+        buf += data
+        pos = 0
+        while (nl := buf.find(b"\n", pos)) >= 0:
+            if self._skipping:
+                self._skipping = False
+            else:
+                self._feed(bytes(buf[pos:nl]), self._buf_start + pos, out)
+            self._line += 1
+            pos = nl + 1
+            self._offset = self._buf_start + pos
+        del buf[:pos]
+        self._buf_start += pos
+        if len(buf) > MAX_LINE_BYTES:
+            if not self._skipping:
+                self._feed(bytes(buf[:MAX_LINE_BYTES]), self._offset, out)
+                self._skipping = True
+                self.long_lines += 1
+                logger.warning(
+                    "dsmon: %s:%d: line longer than %d bytes; the rest is skipped",
+                    self.path, self._line + 1, MAX_LINE_BYTES,
+                )  # fmt: skip
+            self._buf_start += len(buf)
+            buf.clear()
+
+    def _feed(self, raw: bytes, offset: int, out: list[Record] | None) -> None:
+        text = raw.decode("utf-8", errors="replace")
+        recs = self._parser.feed(text, offset=offset, line=self._line + 1)
+        if out is not None:
+            out.extend(recs if self._rank is None else with_rank(recs, self._rank))
+
+    # --- generation changes --------------------------------------------------------------
+
+    def _check_path(self, out: list[Record]) -> None:
+        """Notice rotation, replacement, truncation and deletion before reading on."""
+        assert self._f is not None
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            self._path_missing(out)
+            return
+        self._missing_since = None
+        if (st.st_dev, st.st_ino) != (self._dev, self._ino):
+            self._read(out, 1 << 62)  # finish the old file first: nothing written to it is lost
+            self._end_generation(out)
+            self._open(out)
+            return
+        size = os.fstat(self._f.fileno()).st_size
+        if size < self._buf_start + len(self._buf) or not same_start(
+            self._f, self._fp, self._fp_len
+        ):
+            self._truncated(out)
+
+    def _path_missing(self, out: list[Record]) -> None:
+        """Deleted or renamed away: keep reading the open file until the path comes back."""
+        now = self._clock()
+        if self._missing_since is None:
+            self._missing_since = now
+        elif now - self._missing_since >= MISSING_LINGER_S:
+            self._read(out, 1 << 62)
+            self._end_generation(out)
+
+    def _truncated(self, out: list[Record]) -> None:
+        """Truncated in place (copytruncate): read what we missed from the copy, restart at 0."""
+        read_to = self._buf_start + len(self._buf)
+        copy = _find_copy(self.path, -1, -1, self._fp, self._fp_len, read_to)
+        if copy is not None:
+            with copy:
+                copy.seek(read_to)
+                while data := copy.read(_CHUNK):
+                    self._consume(data, out)
+        self._end_generation(out, keep_open=True)
+
+    def _end_generation(self, out: list[Record], *, keep_open: bool = False) -> None:
+        """The file is complete: parse its unterminated last line, finish the parser."""
+        if self._buf and not self._skipping:
+            self._feed(bytes(self._buf), self._offset, out)
+            self._line += 1
+            self._offset = self._buf_start + len(self._buf)
+        recs = self._parser.finish()
+        out.extend(recs if self._rank is None else with_rank(recs, self._rank))
+        f = self._f
+        if f is not None:
+            self._on_finished(self._current())
+            self._f = None
+        self._missing_since = None
+        if f is not None and keep_open:
+            f.seek(0)
+            self._adopt(f, self._gen + 1)
+            return
+        if f is not None:
+            f.close()
+        self._reset(self._gen + 1)
+
+    def _finish_elsewhere(self, saved: Position, out: list[Record]) -> None:
+        """The saved generation is no longer at the path: finish it where it went, if found."""
+        old = _find_copy(self.path, saved.dev, saved.ino, saved.fp, saved.fp_len, saved.offset)
+        if old is None:
+            logger.warning(
+                "dsmon: %s was replaced while the collector was stopped and its old content "
+                "is not beside it; lines written after byte %d of it are lost",
+                self.path, saved.offset,
+            )  # fmt: skip
+            return
+        self._adopt(old, saved.gen)
+        self._replay_to(saved.offset, saved.line)
+        self._read(out, 1 << 62)
+        self._end_generation(out)
+
+
+def with_rank(records: list[Record], rank: int) -> list[Record]:
+    """Records of a per-rank log take the file's rank when their line named none.
+
+    The same rule as ``dsmon import`` (``dsmon.ingest``), so live and replay records agree.
+    """
+    return [
+        r if r.src.rank is not None else replace(r, src=replace(r.src, rank=rank)) for r in records
+    ]
+
+
+def _open_quiet(path: str) -> BinaryIO | None:
+    """Open for reading, or None when the file is not there (yet) or not a readable file."""
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - the follower keeps it open across polls
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return None
+    except PermissionError as exc:
+        logger.warning("dsmon: cannot read %s: %s", path, exc)
+        return None
+    return f
+
+
+def _last_line_end(f: BinaryIO, size: int) -> int:
+    """Offset just after the last newline in the file's first ``size`` bytes (0 if none)."""
+    pos = size
+    while pos > 0:
+        start = max(0, pos - _CHUNK)
+        chunk = os.pread(f.fileno(), pos - start, start)
+        nl = chunk.rfind(b"\n")
+        if nl >= 0:
+            return start + nl + 1
+        pos = start
+    return 0
+
+
+def _find_copy(
+    path: str, dev: int, ino: int, fp: str, fp_len: int, min_size: int = 0
+) -> BinaryIO | None:
+    """Beside ``path``, the rotated or copied file that holds a generation, opened.
+
+    Candidates are the siblings whose name starts like the path's (``train.log.1``,
+    ``train-20240101.log``); the same inode wins, else the same fingerprint (a copy).
+    """
+    p = Path(path)
+    stem = p.name.split(".")[0]
+    try:
+        names = [q for q in p.parent.iterdir() if q.name.startswith(stem) and q.name != p.name]
+    except OSError:
+        return None
+    names.sort(key=lambda q: _same_inode(q, dev, ino), reverse=True)
+    for q in names:
+        f = _open_quiet(str(q))
+        if f is None:
+            continue
+        size = os.fstat(f.fileno()).st_size
+        if size >= max(min_size, fp_len) and same_start(f, fp, fp_len):
+            return f
+        f.close()
+    return None
+
+
+def _same_inode(path: Path, dev: int, ino: int) -> bool:
+    try:
+        st = path.stat()
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == (dev, ino)

@@ -1,0 +1,261 @@
+"""The sender: delivers records to the dashboard's ingest endpoint, at least once.
+
+Records are encoded as JSON lines (``dsmon.wire``), gzipped and POSTed to ``/v1/records`` with
+a bearer token, in batches. The server answers 200 only after its store committed, and the
+store keeps one record per key, so sending a batch twice is harmless: delivery is at-least-once
+and the store holds each record exactly once.
+
+While the server cannot be reached every batch goes to the on-disk :class:`~collectors.spool.Spool`
+instead, and the spool drains in order once the server answers again; retries back off
+exponentially with jitter, so many collectors do not hammer a dashboard that is coming back.
+Each submitted batch carries a callback that runs once its records are durable (acknowledged,
+spooled, or given up on with a warning); the tailer saves its file positions there, so a killed
+collector re-reads exactly what was not yet safe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import logging
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from collectors.spool import Spool
+from collectors.transport import HttpResponse, Transport
+from dsmon.records import Record
+from dsmon.wire import encode
+
+logger = logging.getLogger(__name__)
+
+Callback = Callable[[], None]
+
+#: Seconds one round spends draining the spool, so a large backlog does not stall the rest.
+DRAIN_BUDGET_S = 2.0
+
+
+class ServerUnavailableError(Exception):
+    """The server is unreachable or asked us to come back; the batch must wait."""
+
+
+@dataclass(slots=True)
+class SenderStats:
+    """Counters for the collector's status line and tests."""
+
+    sent: int = 0
+    inserted: int = 0
+    spooled: int = 0
+    rejected: int = 0
+    failures: int = 0
+    last_error: str | None = None
+
+
+@dataclass(slots=True)
+class _Item:
+    """One submitted batch, encoded, with the callback to run once it is durable."""
+
+    lines: list[str]
+    done: Callback | None
+
+
+class Sender:
+    """Batches records to the ingest endpoint, spooling while it is away.
+
+    ``submit`` may be called from any thread; everything else runs in the one sender thread
+    (:meth:`run`), which also owns the spool. Callbacks run in submission order.
+
+    Args:
+        transport: how a body reaches the server (:class:`~collectors.transport.UrlTransport`).
+        spool: where batches wait while the server is away.
+        batch_records: the most records one POST carries.
+        max_delay_s: how long a record may wait for its batch to fill.
+        backoff_s: first and largest wait between attempts after a failure.
+        rng: jitter source (seeded in tests).
+        clock: monotonic seconds.
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        spool: Spool,
+        *,
+        batch_records: int = 2000,
+        max_delay_s: float = 0.2,
+        backoff_s: tuple[float, float] = (0.5, 30.0),
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.transport = transport
+        self.spool = spool
+        self.batch_records = batch_records
+        self.max_delay_s = max_delay_s
+        self.backoff_s = backoff_s
+        self.stats = SenderStats()
+        self._rng = rng or random.Random()
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._queue: deque[tuple[list[Record], Callback | None]] = deque()
+        self._wake = threading.Event()
+        self._failures = 0
+        self._retry_at = 0.0
+
+    def submit(self, records: Sequence[Record], on_durable: Callback | None = None) -> None:
+        """Queue records; ``on_durable`` runs once they are acknowledged or spooled."""
+        with self._lock:
+            self._queue.append((list(records), on_durable))
+        if len(records) >= self.batch_records:
+            self._wake.set()
+
+    def run(self, stop: threading.Event) -> None:
+        """The sender thread: pump until ``stop``, then deliver or spool what is left."""
+        while not stop.is_set():
+            self._wake.wait(self.max_delay_s)
+            self._wake.clear()
+            try:
+                self.pump()
+            except Exception:  # noqa: BLE001 - the sender thread's outermost loop goes on
+                logger.exception("dsmon: sender round failed; continuing")
+        self.flush()
+
+    def wake(self) -> None:
+        """Make :meth:`run` pump now (used when stopping)."""
+        self._wake.set()
+
+    def pump(self) -> None:
+        """One round: send (or spool) what was submitted, then drain the spool if possible."""
+        items = self._take()
+        if items:
+            self._deliver(items)
+        if not self.spool.empty and self._may_try():
+            self._drain()
+
+    def flush(self) -> None:
+        """At shutdown: one last try to send; whatever cannot go now is spooled."""
+        self.pump()
+        self._to_spool(self._take())
+        self.spool.close()
+
+    @property
+    def backlog(self) -> int:
+        """Records submitted but not yet handled by the sender thread."""
+        with self._lock:
+            return sum(len(recs) for recs, _ in self._queue)
+
+    def _take(self) -> list[_Item]:
+        with self._lock:
+            items = list(self._queue)
+            self._queue.clear()
+        return [_Item([encode(r) for r in recs], done) for recs, done in items]
+
+    def _deliver(self, items: list[_Item]) -> None:
+        """Straight to the server when nothing waits before it, else behind the spool.
+
+        Submitted batches are joined into POSTs of up to ``batch_records``; after a failure
+        every batch of the round is spooled, including any already stored (resending those
+        adds nothing, while spooling fewer would need to know which POST held which).
+        """
+        if self.spool.empty and self._may_try():
+            lines = [line for item in items for line in item.lines]
+            try:
+                for start in range(0, len(lines), self.batch_records):
+                    self._post(lines[start : start + self.batch_records])
+            except ServerUnavailableError as exc:
+                self._failed(str(exc))
+            else:
+                self._succeeded()
+                _run_all(items)
+                return
+        self._to_spool(items)
+
+    def _to_spool(self, items: list[_Item]) -> None:
+        """Spool each submitted batch whole (a full spool drops whole batches, counted)."""
+        for item in items:
+            try:
+                if self.spool.append(item.lines):
+                    self.stats.spooled += len(item.lines)
+            except OSError as exc:  # disk full, spool folder gone: drop, loudly
+                self.spool.dropped += len(item.lines)
+                logger.error("dsmon: cannot spool %d records: %s", len(item.lines), exc)
+            if item.done is not None:
+                item.done()
+
+    def _drain(self) -> None:
+        """Send spooled chunks oldest first until empty, failing, or out of this round's time."""
+        until = self._clock() + DRAIN_BUDGET_S
+        while self._clock() < until:
+            chunk = self.spool.peek(self.batch_records)
+            if chunk is None:
+                self._succeeded()
+                return
+            try:
+                if chunk.lines:
+                    self._post(list(chunk.lines))
+            except ServerUnavailableError as exc:
+                self._failed(str(exc))
+                return
+            self.spool.ack(chunk)
+
+    def _post(self, lines: list[str]) -> None:
+        """POST one batch; on 400/413 split it to isolate and drop the records at fault."""
+        if not lines:
+            return
+        body = gzip.compress(("\n".join(lines) + "\n").encode("utf-8"), compresslevel=3)
+        try:
+            resp = self.transport.post(body)
+        except OSError as exc:
+            raise ServerUnavailableError(f"cannot reach {self.transport.url}: {exc}") from None
+        if resp.status == 200:
+            self._count_ok(len(lines), resp)
+        elif resp.status in (400, 413) and len(lines) > 1:
+            half = len(lines) // 2
+            self._post(lines[:half])
+            self._post(lines[half:])
+        elif resp.status in (400, 413):
+            self.stats.rejected += 1
+            reason = resp.body.decode("utf-8", "replace")[:300]
+            logger.warning("dsmon: server refused a record (%d): %s; dropped", resp.status, reason)
+        elif resp.status in (401, 403):
+            raise ServerUnavailableError(
+                f"{self.transport.url} refused the token ({resp.status}): check --token-file"
+            )
+        else:
+            # 5xx, or a 404/405 from something that is not the ingest server (the dashboard's
+            # own port, a proxy): configuration an operator fixes, so keep the records.
+            raise ServerUnavailableError(
+                f"{self.transport.url} answered {resp.status} {resp.reason}"
+            )
+
+    def _count_ok(self, n: int, resp: HttpResponse) -> None:
+        self.stats.sent += n
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            self.stats.inserted += int(json.loads(resp.body).get("inserted", 0))
+
+    def _may_try(self) -> bool:
+        return self._clock() >= self._retry_at
+
+    def _succeeded(self) -> None:
+        if self._failures:
+            logger.warning("dsmon: %s reachable again; spool drained", self.transport.url)
+        self._failures = 0
+
+    def _failed(self, reason: str) -> None:
+        """Back off exponentially with jitter (0.5x to 1.5x) up to the largest wait."""
+        self._failures += 1
+        self.stats.failures += 1
+        self.stats.last_error = reason
+        first, cap = self.backoff_s
+        wait = min(cap, first * 2 ** (self._failures - 1)) * self._rng.uniform(0.5, 1.5)
+        self._retry_at = self._clock() + wait
+        if self._failures == 1 or self._failures % 20 == 0:
+            logger.warning("dsmon: %s; spooling, retry in %.1f s", reason, wait)
+
+
+def _run_all(items: list[_Item]) -> None:
+    for item in items:
+        if item.done is not None:
+            item.done()

@@ -1,0 +1,376 @@
+"""The log tailer: every file matching the collector's globs, followed and parsed, no line twice.
+
+One :class:`~collectors.follower.FileFollower` per path does the reading; this module finds the
+paths (globs are re-scanned, so per-rank logs created later are picked up), re-reads the flops
+profiler's ``output_file`` whole whenever DeepSpeed rewrites it, and keeps the state file.
+
+**Waking and polling.** watchdog wakes the tail loop when a file appears, is renamed or is
+deleted (:class:`Waker`), but the tailer also polls on a timer, always: inotify does not fire
+on NFS and on many container volumes (watchdog#504, #409), and a watch limit may be reached.
+
+**The state file** (:mod:`collectors.state`) holds each path's position as of the last batch
+whose records are *durable* (acknowledged by the server or spooled): ``poll`` returns the
+checkpoint with the batch, and :meth:`Tailer.commit` is called once the batch is safe. A
+killed collector therefore resumes where delivery stopped: what it reads again carries the
+same record keys and is stored once.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import hashlib
+import logging
+import os
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from collectors.follower import FileFollower, ParserFactory
+from collectors.state import Checkpoint, Position, ProfileState, StateFile, same_start
+from dsmon.parsers.log import LogParser
+from dsmon.records import Record
+
+logger = logging.getLogger(__name__)
+
+#: Generations remembered as read, so a rotated file that matches the glob is not re-read.
+MAX_FINISHED = 256
+#: Seconds a rewritten profile file must stay unchanged before it is read (it is written
+#: progressively by print() calls into the open file).
+PROFILE_SETTLE_S = 1.0
+# Per-rank logs of ``deepspeed --enable_each_rank_log``: ``<time>_rank<N>.log`` (as dsmon.ingest).
+_RANK_LOG = re.compile(r"_rank(\d+)\.log$")
+
+ProfileParser = Callable[[str, str], Sequence[Record]]
+
+
+@dataclass(slots=True)
+class TailBatch:
+    """Records read by one poll and the checkpoint to commit once they are delivered."""
+
+    records: list[Record]
+    checkpoint: Checkpoint
+
+
+class ProfileWatcher:
+    """The flops profiler's ``output_file``: a snapshot, not a log.
+
+    DeepSpeed opens it with ``"w"`` and prints the whole profile into it, so it is re-read
+    whole once it has changed and then stayed unchanged for :data:`PROFILE_SETTLE_S`. The
+    parser keys its records by profile step, so a rewrite for another step is stored beside
+    the earlier profile and a re-read of the same one adds nothing.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        parse: ProfileParser,
+        saved: ProfileState | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.path = path
+        self._parse = parse
+        self._clock = clock
+        self._sha = saved.sha if saved else ""
+        self._sig: tuple[int, int, int] | None = None
+        self._changed_at = 0.0
+        self._done_sig: tuple[int, int, int] | None = None
+
+    def state(self) -> ProfileState | None:
+        """What to save: the last content sent."""
+        return ProfileState(self.path, self._sha) if self._sha else None
+
+    def poll(self) -> list[Record]:
+        """The profile's records when a new, settled content is there; else nothing."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return []
+        sig = (st.st_ino, st.st_size, st.st_mtime_ns)
+        now = self._clock()
+        if sig != self._sig:
+            self._sig, self._changed_at = sig, now
+            return []
+        if sig == self._done_sig or now - self._changed_at < PROFILE_SETTLE_S:
+            return []
+        self._done_sig = sig
+        return self._read()
+
+    def _read(self) -> list[Record]:
+        try:
+            data = Path(self.path).read_bytes()
+        except OSError as exc:
+            logger.warning("dsmon: cannot read %s: %s", self.path, exc)
+            return []
+        sha = hashlib.sha1(data, usedforsecurity=False).hexdigest()
+        if sha == self._sha:
+            return []
+        recs = list(self._parse(data.decode("utf-8", errors="replace"), self.path))
+        if recs:  # nothing parsed: not a complete profile yet, wait for the next rewrite
+            self._sha = sha
+        return recs
+
+
+class Tailer:
+    """Follows the files matching ``patterns`` and the profile files, for one run and node.
+
+    Args:
+        patterns: globs or plain paths; a plain path that does not exist yet is waited for.
+        run: the run name of every record.
+        node: the node name (``Source.node``) of records whose line names no host.
+        state: where positions are kept across restarts (None: nowhere, start fresh).
+        profile_files: flops profiler ``output_file`` paths, re-read whole on change.
+        from_end: files present at start with no saved position are read from their end.
+        make_parser: builds a generation's parser from its label (default ``LogParser``).
+        parse_profile: parses a profile file's text given its label.
+        rescan_s: how often the globs are matched again.
+        clock: monotonic seconds.
+    """
+
+    def __init__(
+        self,
+        patterns: Sequence[str],
+        *,
+        run: str,
+        node: str | None = None,
+        state: StateFile | None = None,
+        profile_files: Sequence[str] = (),
+        from_end: bool = False,
+        make_parser: ParserFactory | None = None,
+        parse_profile: ProfileParser | None = None,
+        rescan_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.patterns = list(patterns)
+        self.run = run
+        self.node = node
+        self._state = state
+        self._make_parser = make_parser or (lambda label: LogParser(run, label, node))
+        self._from_end = from_end
+        self._rescan_s = rescan_s
+        self._clock = clock
+        self._last_scan = -1e18
+        # Paths a glob matched that hold a generation already read, by device and inode.
+        self._ignored: dict[str, tuple[int, int]] = {}
+        saved = state.load() if state is not None else Checkpoint()
+        self._finished: deque[Position] = deque(saved.finished, maxlen=MAX_FINISHED)
+        self._followers = {
+            p.path: self._follower(p.path, p, False) for p in saved.files if self._wanted(p.path)
+        }
+        parse = parse_profile or default_profile_parser(run, node)
+        old = {p.path: p for p in saved.profiles}
+        self._profiles = [ProfileWatcher(p, parse, old.get(p), clock) for p in profile_files]
+        self._started = False
+
+    def poll(self) -> TailBatch:
+        """Read whatever is new in every followed file."""
+        out: list[Record] = []
+        for follower in list(self._followers.values()):
+            out.extend(follower.poll())
+        if self._clock() - self._last_scan >= self._rescan_s:
+            self._last_scan = self._clock()
+            out.extend(self._scan())
+        for watcher in self._profiles:
+            out.extend(watcher.poll())
+        return TailBatch(out, self.checkpoint())
+
+    def checkpoint(self) -> Checkpoint:
+        """Positions as of now (to be committed once what was read so far is delivered)."""
+        files = tuple(p for f in self._followers.values() if (p := f.position()) is not None)
+        profiles = tuple(s for w in self._profiles if (s := w.state()) is not None)
+        return Checkpoint(files, tuple(self._finished), profiles)
+
+    def commit(self, ckpt: Checkpoint) -> None:
+        """Save a checkpoint (called by the sender thread once its batch is durable)."""
+        if self._state is not None:
+            self._state.save(ckpt)
+
+    def watch_dirs(self) -> list[tuple[str, bool]]:
+        """Folders worth watching for a prompt wake-up, with whether to watch recursively."""
+        out: dict[str, bool] = {}
+        for pattern in [*self.patterns, *(w.path for w in self._profiles)]:
+            folder, recursive = _watch_root(pattern)
+            out[folder] = out.get(folder, False) or recursive
+        return sorted(out.items())
+
+    def close(self) -> None:
+        """Close every file; positions stay as last committed."""
+        for follower in self._followers.values():
+            follower.close()
+
+    def _scan(self) -> list[Record]:
+        """Start following paths that newly match, unless they hold a generation already read."""
+        out: list[Record] = []
+        first = not self._started
+        self._started = True
+        for path, label in _matches(self.patterns).items():
+            if path in self._followers or self._already_read(path):
+                continue
+            follower = self._follower(path, None, first and self._from_end, label)
+            self._followers[path] = follower
+            out.extend(follower.poll())
+        return out
+
+    def _wanted(self, path: str) -> bool:
+        """A saved path still matches one of the patterns (they may have changed)."""
+        return any(path == p or fnmatch.fnmatchcase(path, p) for p in self.patterns)
+
+    def _follower(
+        self, path: str, saved: Position | None, from_end: bool, label: str | None = None
+    ) -> FileFollower:
+        return FileFollower(
+            path,
+            self._make_parser,
+            label=label,
+            rank=rank_of(path),
+            saved=saved,
+            from_end=from_end,
+            on_finished=self._finished.append,
+            clock=self._clock,
+        )
+
+    def _already_read(self, path: str) -> bool:
+        """A rotated file (``train.log.1``) that the glob matches is one we have read."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            return True
+        ident = (st.st_dev, st.st_ino)
+        if self._ignored.get(path) == ident:
+            return True
+        if any(f.identity() == ident for f in self._followers.values()) or self._was_read(path):
+            logger.info("dsmon: %s holds a log generation already read; not re-read", path)
+            self._ignored[path] = ident
+            return True
+        return False
+
+    def _was_read(self, path: str) -> bool:
+        try:
+            with open(path, "rb") as f:
+                return any(p.fp_len and same_start(f, p.fp, p.fp_len) for p in self._finished)
+        except OSError:
+            return True
+
+
+def _matches(patterns: Iterable[str]) -> dict[str, str]:
+    """Paths matching the globs, each with its label (a plain path is kept before it exists).
+
+    The label, the records' ``Source.file``, is the path relative to the folder the glob
+    starts from (a plain path's bare name): what ``dsmon import`` of that folder (or file)
+    would name it, so live and replayed records of a file carry the same name.
+    """
+    out: dict[str, str] = {}
+    for pattern in patterns:
+        if not glob.has_magic(pattern):
+            out.setdefault(pattern, os.path.basename(pattern) or pattern)
+            continue
+        root = _static_root(pattern)
+        for path in sorted(glob.glob(pattern, recursive=True)):
+            if os.path.isfile(path):
+                out.setdefault(path, os.path.relpath(path, root))
+    return out
+
+
+def _static_root(pattern: str) -> str:
+    """The folder part of a glob before its first wildcard (``.`` when it starts with one)."""
+    parts = Path(pattern).parts
+    magic_at = next(i for i, p in enumerate(parts) if glob.has_magic(p))
+    return str(Path(*parts[:magic_at])) if magic_at else "."
+
+
+def rank_of(path: str) -> int | None:
+    """The rank of a per-rank log (``..._rank3.log`` from ``--enable_each_rank_log``)."""
+    m = _RANK_LOG.search(path)
+    return int(m.group(1)) if m else None
+
+
+def default_run_name(pattern: str) -> str:
+    """The run a log belongs to by default: the name of the folder it (or its glob) is in.
+
+    The same rule as ``dsmon import``, which names a run after the folder of its files.
+    """
+    folder = Path(_static_root(pattern)) if glob.has_magic(pattern) else Path(pattern).parent
+    return folder.resolve().name or "run"
+
+
+def _watch_root(pattern: str) -> tuple[str, bool]:
+    """The nearest existing folder above a glob's first wildcard, and whether to recurse."""
+    parts = Path(pattern).parts
+    magic_at = next((i for i, p in enumerate(parts) if glob.has_magic(p)), None)
+    if magic_at is None:
+        folder, deep = Path(pattern).parent, False
+    else:
+        folder = Path(*parts[:magic_at]) if magic_at else Path(".")
+        deep = magic_at < len(parts) - 1  # a wildcard in a folder part
+    while not folder.is_dir() and folder != folder.parent:
+        # Not there yet: watch the nearest existing folder, shallowly (a deep watch of a
+        # high folder would walk a whole tree); polling finds the file wherever it appears.
+        folder, deep = folder.parent, False
+    return str(folder), deep
+
+
+class Waker:
+    """Sets ``event`` when watchdog sees a file created, renamed or deleted in the folders.
+
+    That is when promptness pays: a new per-rank log, a rotation. Appends are left to the
+    poll on purpose: a training log is written all the time, and waking on every write (each
+    ``print`` is one) cost 2 % of a core in watchdog's own threads at 100 lines/s, while the
+    0.5 s poll already keeps write-to-dashboard under a second. Opens and reads are not
+    watched either: the tailer's own reading would wake it again.
+
+    Best effort only: without watchdog, or when the watch cannot start (inotify limits), the
+    tail loop simply polls on its timer.
+    """
+
+    def __init__(self, event: threading.Event) -> None:
+        self._event = event
+        self._observer: Any = None
+
+    def start(self, folders: Iterable[tuple[str, bool]]) -> bool:
+        """Watch the folders; False when only polling will be used."""
+        try:
+            from watchdog import events
+            from watchdog.observers import Observer
+        except ImportError:
+            logger.info("dsmon: watchdog not installed; polling only")
+            return False
+        handler = events.FileSystemEventHandler()
+        handler.on_any_event = self.dispatch  # type: ignore[method-assign]
+        wanted = [events.FileCreatedEvent, events.FileMovedEvent, events.FileDeletedEvent]
+        observer = Observer()
+        try:
+            for folder, recursive in folders:
+                observer.schedule(handler, folder, recursive=recursive, event_filter=wanted)
+            observer.start()
+        except OSError as exc:
+            logger.warning("dsmon: cannot watch log folders (%s); polling only", exc)
+            return False
+        self._observer = observer
+        return True
+
+    def dispatch(self, event: object) -> None:
+        """Any change seen by watchdog wakes the tail loop."""
+        self._event.set()
+
+    def stop(self) -> None:
+        """Stop watching."""
+        if self._observer is not None:
+            self._observer.stop()
+            self._observer.join(timeout=5)
+            self._observer = None
+
+
+def default_profile_parser(run: str, node: str | None) -> ProfileParser:
+    """The foundation's whole-file flops-profile parser, bound to this run and node."""
+    from dsmon.parsers.flops_profiler import parse_profile_file
+
+    def parse(text: str, label: str) -> Sequence[Record]:
+        records, _ = parse_profile_file(text, run, label, node)
+        return records
+
+    return parse

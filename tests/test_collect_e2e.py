@@ -1,0 +1,275 @@
+"""End to end with real processes: ``dsmon serve`` and ``dsmon collect`` on 127.0.0.1.
+
+A writer (this test) appends the real lines of tests/data/z2/train.log to a log while a
+collector process tails it. The collector is killed with SIGKILL mid-stream and restarted,
+the ingest server is killed with SIGKILL and restarted while the log grows, and at the end the
+store must hold exactly the records an uninterrupted read of the log gives: none missing,
+none twice, every step number right.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from fakes import eight_gpus_two_models
+
+from collectors.agent import Agent
+from collectors.commands import lock_state_dir
+from collectors.nvml import NvmlPoller
+from collectors.sender import Sender
+from collectors.spool import Spool
+from collectors.state import StateFile
+from collectors.tailer import Tailer
+from collectors.transport import UrlTransport
+from dsmon.cli import main
+from dsmon.parsers.log import LogParser
+from dsmon.records import Record
+from dsmon.serving import start_ingest_server
+from dsmon.store import open_store
+from dsmon.tokens import write_token_file
+from dsmon.wire import encode
+
+pytestmark = pytest.mark.slow
+
+Z2_LINES = (Path(__file__).parent / "data" / "z2" / "train.log").read_bytes().splitlines(True)
+TOKEN = "e2e-token-0123456789abcdef"
+DEADLINE_S = 90.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def dsmon(*args: str, log: Path) -> subprocess.Popen[bytes]:
+    out = log.open("ab")
+    cmd = [sys.executable, "-m", "dsmon.cli", *args]
+    return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ})
+
+
+def wait_for(what: str, cond: Callable[[], bool], procs: list[subprocess.Popen[bytes]]) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not cond():
+        for p in procs:
+            assert p.poll() is None, f"{p.args} exited with {p.returncode} while waiting for {what}"
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.1)
+
+
+def expected(run: str, node: str, lines: int = len(Z2_LINES)) -> set[str]:
+    """What an uninterrupted live read of the log's first lines gives (no finish: it may grow)."""
+    parser = LogParser(run, "train.log", node)
+    out: list[Record] = []
+    offset = 0
+    for n, raw in enumerate(Z2_LINES[:lines], start=1):
+        out += parser.feed(raw.decode(), offset=offset, line=n)
+        offset += len(raw)
+    return {encode(r) for r in out}
+
+
+def stored(store_path: Path, run: str) -> list[str]:
+    if not store_path.exists():
+        return []
+    store = open_store(store_path)
+    try:
+        return [encode(r) for r in store.records(run)]
+    finally:
+        store.close()
+
+
+class Cluster:
+    """A server process and collector processes, all stopped at the end of a test."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.port = free_port()
+        self.store = tmp / "store.sqlite"
+        self.token_file = write_token_file(tmp / "token", TOKEN)
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.server: subprocess.Popen[bytes] | None = None
+
+    def start_server(self) -> None:
+        self.server = self._spawn(
+            "serve", "--store", str(self.store), "--port", str(self.port),
+            "--token-file", str(self.token_file), name="server",
+        )  # fmt: skip
+        wait_for("the server to listen", self._listening, [self.server])
+
+    def collector(self, log: Path, node: str) -> subprocess.Popen[bytes]:
+        return self._spawn(
+            "collect", "--log", str(log), "--server", f"http://127.0.0.1:{self.port}",
+            "--token-file", str(self.token_file), "--node", node, "--run", "z2",
+            "--state-dir", str(self.tmp / f"state-{node}"), "--nvml-interval", "0",
+            "--poll-interval", "0.1", "--retry-max", "1", name=f"collect-{node}",
+        )  # fmt: skip
+
+    def _spawn(self, *args: str, name: str) -> subprocess.Popen[bytes]:
+        proc = dsmon(*args, log=self.tmp / f"{name}.out")
+        self.procs.append(proc)
+        return proc
+
+    def _listening(self) -> bool:
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", self.port)) == 0
+
+    def stop_all(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path)
+    yield c
+    c.stop_all()
+
+
+def append(path: Path, lines: list[bytes]) -> None:
+    with path.open("ab") as f:
+        f.writelines(lines)
+
+
+def test_kill_9_of_collector_and_server_loses_and_duplicates_nothing(cluster: Cluster) -> None:
+    log = cluster.tmp / "run" / "train.log"
+    log.parent.mkdir()
+    want = expected("z2", "n1")
+    cluster.start_server()
+    assert cluster.server is not None
+    append(log, Z2_LINES[:120])
+    collector = cluster.collector(log, "n1")
+    first = len(expected("z2", "n1", 120))
+    wait_for("the first records", lambda: len(stored(cluster.store, "z2")) == first, [collector])
+    for i in range(120, 250, 13):  # the writer goes on; the collector is killed mid-stream
+        append(log, Z2_LINES[i : i + 13])
+        time.sleep(0.02)
+    collector.kill()
+    collector.wait()
+    append(log, Z2_LINES[250:300])
+    collector = cluster.collector(log, "n1")
+    upto_300 = len(expected("z2", "n1", 300))
+    wait_for("lines up to 300", lambda: len(stored(cluster.store, "z2")) == upto_300, [collector])
+    cluster.server.kill()  # the ingest server dies, perhaps with a batch in flight
+    cluster.server.wait()
+    append(log, Z2_LINES[300:])
+    time.sleep(1.0)  # the log grows while the server is away: the collector spools
+    cluster.start_server()
+    wait_for("every record", lambda: len(stored(cluster.store, "z2")) >= len(want), [collector])
+    got = stored(cluster.store, "z2")
+    assert len(got) == len(set(got)) == len(want)
+    assert set(got) == want
+    collector.send_signal(signal.SIGTERM)
+    assert collector.wait(timeout=30) == 0
+
+
+def test_three_nodes_report_into_one_server(cluster: Cluster) -> None:
+    cluster.start_server()
+    procs = []
+    for node in ("n1", "n2", "n3"):
+        log = cluster.tmp / node / "train.log"
+        log.parent.mkdir()
+        append(log, Z2_LINES)
+        procs.append(cluster.collector(log, node))
+    want = expected("z2", "n1") | expected("z2", "n2") | expected("z2", "n3")
+    wait_for("three nodes' records", lambda: len(stored(cluster.store, "z2")) >= len(want), procs)
+    got = stored(cluster.store, "z2")
+    assert len(got) == len(want) and set(got) == want
+
+
+def test_watch_runs_collector_and_dashboard_together(cluster: Cluster) -> None:
+    log = cluster.tmp / "run" / "train.log"
+    log.parent.mkdir()
+    append(log, Z2_LINES)
+    ui_port = free_port()
+    watch = cluster._spawn(
+        "watch", str(log), "--no-browser", "--port", str(ui_port), "--store", str(cluster.store),
+        "--state-dir", str(cluster.tmp / "state"), "--nvml-interval", "0", "--node", "n1",
+        name="watch",
+    )  # fmt: skip
+    want = expected("run", "n1")  # the run is named after the log's folder
+    wait_for("the log's records", lambda: len(stored(cluster.store, "run")) >= len(want), [watch])
+    assert set(stored(cluster.store, "run")) == want
+
+    def dashboard_up() -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/_stcore/health") as resp:
+                return bool(resp.read() == b"ok")
+        except OSError:
+            return False
+
+    wait_for("the dashboard", dashboard_up, [watch])
+    watch.send_signal(signal.SIGTERM)
+    assert watch.wait(timeout=60) == 0
+    assert not dashboard_up()
+
+
+def test_agent_threads_deliver_logs_and_gpu_samples(tmp_path: Path) -> None:
+    """In one process: the three named threads, fake NVML (8 GPUs), the real ingest server."""
+    log = tmp_path / "run" / "train.log"
+    log.parent.mkdir()
+    append(log, Z2_LINES[:200])
+    server = start_ingest_server(str(tmp_path / "store.sqlite"), TOKEN, port=0)
+    poller = NvmlPoller(eight_gpus_two_models(), run="z2", node="n1")
+    assert poller.start()
+    state = StateFile(tmp_path / "state" / "tail.json")
+    tailer = Tailer([str(log)], run="z2", node="n1", state=state)
+    sender = Sender(UrlTransport(server.url, TOKEN), Spool(tmp_path / "state" / "spool"))
+    agent = Agent(tailer, sender, poller, tail_interval_s=0.05, nvml_interval_s=0.05)
+    try:
+        agent.start()
+        names = {t.name for t in threading.enumerate()}
+        assert {"dsmon-tail", "dsmon-nvml", "dsmon-send"} <= names
+        append(log, Z2_LINES[200:])
+        want = expected("z2", "n1")
+
+        def logs_stored() -> set[str]:
+            return {encode(r) for r in server.store.records("z2") if r.KIND != "gpu"}
+
+        wait_for("the log's records", lambda: logs_stored() == want, [])
+        wait_for("GPU samples", lambda: len(server.store.records("z2", "gpu")) >= 16, [])
+    finally:
+        agent.stop()
+        server.stop()
+    assert not any(t.name.startswith("dsmon-") and t.is_alive() for t in threading.enumerate())
+    (pos,) = state.load().files
+    assert (pos.offset, pos.line) == (sum(map(len, Z2_LINES)), len(Z2_LINES))
+    gpus = {
+        (r.src.node, r.gpu_index)
+        for r in open_store(tmp_path / "store.sqlite").records("z2", "gpu")
+    }
+    assert gpus == {("n1", i) for i in range(8)}
+
+
+def test_collect_refuses_bad_setups_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    token = write_token_file(tmp_path / "token", TOKEN)
+    base = ["collect", "--log", str(tmp_path / "train.log"), "--state-dir", str(tmp_path / "s")]
+    assert main([*base, "--server", "http://127.0.0.1:1"]) == 1
+    assert capsys.readouterr().err == (
+        "dsmon: collect: no token: pass --token-file F or set $DSMON_TOKEN\n"
+    )
+    assert main([*base, "--server", "ftp://dash", "--token-file", str(token)]) == 1
+    assert capsys.readouterr().err == (
+        "dsmon: collect: --server: 'ftp://dash': expected http(s)://host[:port][/path]\n"
+    )
+    held = lock_state_dir(tmp_path / "s")
+    try:
+        assert main([*base, "--server", "http://127.0.0.1:1", "--token-file", str(token)]) == 1
+    finally:
+        held.close()
+    assert capsys.readouterr().err == (
+        f"dsmon: collect: {tmp_path / 's'} is in use by another collector\n"
+    )
