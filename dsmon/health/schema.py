@@ -65,6 +65,23 @@ _PYDANTIC_ZERO: Version = (0, 7, 0)  # ZeRO config moved to pydantic, extra="for
 _PYDANTIC_PRECISION: Version = (0, 17, 1)  # fp16/bf16 became strict (#6976)
 _PYDANTIC_OTHER: Version = (0, 7, 0)  # comms_logger (0.6.6) and monitor (0.7.0) models
 
+#: Top-level sections DeepSpeed reads (lenient) whose inner keys dsmon does not check.
+_FREE_FORM_SECTIONS = (
+    "amp",
+    "torch_autocast",
+    "eigenvalue",
+    "progressive_layer_drop",
+    "sparse_attention",
+    "elasticity",
+    "compression_training",
+    "data_efficiency",
+    "curriculum_learning",
+    "expert_parallel",
+    "datastates_ckpt",
+    "quantize_training",
+    "nebula",
+)
+
 # fmt: off
 _ZERO_KEYS: dict[str, Any] = {
     "stage": 0, "contiguous_gradients": True, "reduce_scatter": True,
@@ -286,23 +303,7 @@ TOP_LEVEL: dict[str, Any] = {
     "sequence_parallel_size": None,
     "bfloat16": None,  # legacy spelling of bf16
     **{s.path: None for s in _SECTIONS if "." not in s.path},
-    **dict.fromkeys(
-        (
-            "amp",
-            "torch_autocast",
-            "eigenvalue",
-            "progressive_layer_drop",
-            "sparse_attention",
-            "elasticity",
-            "compression_training",
-            "data_efficiency",
-            "curriculum_learning",
-            "expert_parallel",
-            "datastates_ckpt",
-            "quantize_training",
-            "nebula",
-        )
-    ),
+    **dict.fromkeys(_FREE_FORM_SECTIONS),
 }
 # fmt: on
 
@@ -311,19 +312,7 @@ OPAQUE = frozenset(
     {
         "optimizer.params",
         "scheduler.params",
-        "amp",
-        "torch_autocast",
-        "eigenvalue",
-        "progressive_layer_drop",
-        "sparse_attention",
-        "elasticity",
-        "compression_training",
-        "data_efficiency",
-        "curriculum_learning",
-        "expert_parallel",
-        "datastates_ckpt",
-        "quantize_training",
-        "nebula",
+        *_FREE_FORM_SECTIONS,
         "autotuning.arg_mappings",
         "autotuning.model_info",
         "zero_optimization.leaf_module.classes",
