@@ -99,6 +99,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "--address",
         "127.0.0.1",
         "--no-browser",
+        "--no-ingest",  # the UI alone: no ingest port to collide with
     ]
     log = tmp / "dashboard.log"
     with log.open("wb") as out:

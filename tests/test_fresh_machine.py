@@ -3,7 +3,8 @@
 A clone of this repository's HEAD (committed work only) goes into a temporary folder, and
 the README's first line runs there exactly as written, plus ``--port`` (a free one, so a
 dashboard already running here does not collide) and ``--no-browser``. The test waits for
-the demo's summary and for the dashboard to answer, then presses Ctrl-C (SIGINT to the
+the dashboard to answer and for the demo's summary (printed when its live replay of the
+bundled run ends, about 30 s at one step per second), then presses Ctrl-C (SIGINT to the
 process group) and expects it to stop. The second command (install the test extra, run the
 suite) would run this test again inside itself, so it is only checked for form.
 
@@ -132,11 +133,16 @@ def test_readme_first_command_installs_and_runs_the_demo(clone: Path) -> None:
     )
     out = Output(proc)
     try:
-        out.wait_for(lambda: dashboard_healthy(port), INSTALL_TIMEOUT_S)
+        out.wait_for(
+            lambda: (
+                dashboard_healthy(port) and re.search(r"^Steps\s+30\b", out.text, re.M) is not None
+            ),
+            INSTALL_TIMEOUT_S,
+        )
     finally:
         status = stop(proc, signal.SIGINT)
     assert status is not None, f"Ctrl-C did not stop the demo:\n{out.text[-4000:]}"
-    # The bundled run was imported and summarised before the dashboard started.
+    # The bundled run was replayed into the default demo store and summarised.
     assert (clone / ".venv" / "bin" / "dsmon").is_file()
     assert (clone / "dsmon-demo.sqlite").is_file()
     assert re.search(r"^Run\s+demo$", out.text, re.MULTILINE), out.text[-4000:]

@@ -1,26 +1,46 @@
-"""``dsmon dashboard``: the Streamlit dashboard on a store, bound to 127.0.0.1 by default.
+"""``dsmon dashboard``: the Streamlit UI and the ingest server, bound to 127.0.0.1 by default.
 
-The dashboard (``app.py`` with ``pages/``) is a Streamlit script, so this command becomes
-``python -m streamlit run app.py`` (``exec``) with the store in ``$DSMON_STORE``: the core
-package never imports Streamlit, and Ctrl-C or SIGTERM reach the server itself. The server
-listens on loopback unless ``--address`` says otherwise, because the dashboard has no login
-and shows file paths and config of the run.
+The dashboard (``app.py`` with ``pages/``) is a Streamlit script, so the UI always runs as
+``python -m streamlit run app.py`` with the store in ``$DSMON_STORE``: the core package never
+imports Streamlit. By default this process also runs the ingest server (``dsmon.serving``)
+in a thread, so collectors on other nodes can report to the machine people look at with
+nothing else to start; Streamlit is then a child process, and this one supervises both:
+SIGINT/SIGTERM stop both, and a UI that dies takes the ingest down with it so nothing keeps
+a port open behind a dead dashboard. ``--no-ingest`` keeps the UI alone (the process
+becomes Streamlit through ``exec``), for deployments where ``dsmon serve`` runs the ingest
+in its own container. Both listen on loopback unless told otherwise, because the dashboard
+has no login and shows file paths and config of the run.
+
+The supervisor helpers (:func:`start_streamlit`, :func:`end_child`, :func:`wait_for_signal`)
+are public because ``dsmon demo`` and ``dsmon watch`` run the UI the same way.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
+import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from dsmon.commands import STORE_ENV, CommandError, default_store
+from dsmon.serving import DEFAULT_PORT as DEFAULT_INGEST_PORT
+from dsmon.serving import ServeError, start_ingest_server
+from dsmon.store_pg import redact_url
+from dsmon.tokens import TokenError, resolve_token, token_banner
 
 DEFAULT_PORT = 8501
 DEFAULT_ADDRESS = "127.0.0.1"
 #: Seconds between live redraws, handed to the app as ``$DSMON_REFRESH_S``.
 REFRESH_ENV = "DSMON_REFRESH_S"
+#: How long Streamlit gets to stop after SIGTERM before it is killed.
+STOP_TIMEOUT_S = 10.0
+#: How often a supervisor checks on what it waits for besides signals.
+POLL_S = 0.5
 
 
 def app_candidates() -> tuple[Path, ...]:
@@ -38,17 +58,19 @@ def register(subparsers: Any) -> None:
     """Add the ``dashboard`` command."""
     p = subparsers.add_parser(
         "dashboard",
-        help="open the Streamlit dashboard on a store",
+        help="serve the Streamlit dashboard and the ingest API on a store",
         description="Serve the dsmon dashboard (steps, communication, GPUs, FLOPS) for the runs "
-        "in a store; live runs redraw every --refresh seconds.",
+        "in a store, and the ingest API that `dsmon collect` sends to; live runs redraw "
+        "every --refresh seconds.",
     )
     add_server_options(p)
     p.add_argument("--store", help="store path or URL (default: $DSMON_STORE or ./dsmon.sqlite)")
+    add_ingest_options(p)
     p.set_defaults(func=run)
 
 
 def add_server_options(p: argparse.ArgumentParser) -> None:
-    """The options ``dashboard`` and ``demo`` share: port, address, refresh, browser."""
+    """The options ``dashboard``, ``demo`` and ``watch`` share: port, address, refresh, browser."""
     p.add_argument(
         "--port", type=int, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT})"
     )
@@ -61,6 +83,31 @@ def add_server_options(p: argparse.ArgumentParser) -> None:
         "--refresh", type=float, default=2.0, help="live redraw period in seconds (default 2)"
     )
     p.add_argument("--no-browser", action="store_true", help="do not open a browser tab")
+
+
+def add_ingest_options(p: argparse.ArgumentParser) -> None:
+    """The ingest server's options: where it listens, its token, or none at all."""
+    p.add_argument(
+        "--ingest-port",
+        type=int,
+        default=DEFAULT_INGEST_PORT,
+        help=f"TCP port of the ingest API (default {DEFAULT_INGEST_PORT})",
+    )
+    p.add_argument(
+        "--ingest-address",
+        help="interface of the ingest API (default: same as --address); 0.0.0.0 for collectors "
+        "on other nodes",
+    )
+    p.add_argument(
+        "--token-file",
+        help="file holding the ingest token (else $DSMON_TOKEN, $DSMON_TOKEN_FILE, or generated "
+        "and printed)",
+    )
+    p.add_argument(
+        "--no-ingest",
+        action="store_true",
+        help="serve the UI only (the ingest runs elsewhere, e.g. `dsmon serve`)",
+    )
 
 
 def streamlit_command(app: Path, port: int, address: str, open_browser: bool) -> list[str]:
@@ -80,29 +127,47 @@ def absolute_store(store: str) -> str:
     return store if "://" in store else str(Path(store).resolve())
 
 
+def check_port(port: int, flag: str, command: str = "dashboard") -> None:
+    """Refuse a port number TCP cannot have, naming the flag, before anything starts."""
+    if not 0 < port < 65536:
+        raise CommandError(f"{command}: {flag} {port}: not a TCP port (1-65535)")
+
+
+def _launch(
+    store: str, port: int, address: str, refresh_s: float, open_browser: bool, command: str
+) -> tuple[list[str], dict[str, str], Path]:
+    """Command line, environment and folder of the Streamlit server, after checking them.
+
+    It runs from the checkout (or share folder) so Streamlit reads the
+    ``.streamlit/config.toml`` next to ``app.py`` (theme, no telemetry).
+    """
+    check_port(port, "--port", command)
+    app = app_path()
+    if app is None:
+        where = " or ".join(str(p) for p in app_candidates())
+        raise CommandError(f"{command}: cannot find the dashboard script: no {where}")
+    store = absolute_store(store)
+    env = {**os.environ, STORE_ENV: store, REFRESH_ENV: str(refresh_s)}
+    print(
+        f"dsmon {command}: dashboard on http://{address}:{port} (store {redact_url(store)}); "
+        "Ctrl-C stops it.",
+        flush=True,
+    )
+    return streamlit_command(app, port, address, open_browser), env, app.parent
+
+
 def start(store: str, port: int, address: str, refresh_s: float, open_browser: bool) -> int:
     """Replace this process with the dashboard server; returns only by raising.
+
+    Used when nothing else has to run beside the UI: signals and the exit status are then
+    Streamlit's own, and no orphan is left behind.
 
     Raises:
         CommandError: the port is out of range, ``app.py`` is not where it should be, or
             Python cannot be executed.
     """
-    if not 0 < port < 65536:
-        raise CommandError(f"dashboard: --port {port}: not a TCP port (1-65535)")
-    app = app_path()
-    if app is None:
-        where = " or ".join(str(p) for p in app_candidates())
-        raise CommandError(f"dashboard: cannot find the dashboard script: no {where}")
-    store = absolute_store(store)
-    env = {**os.environ, STORE_ENV: store, REFRESH_ENV: str(refresh_s)}
-    print(
-        f"dsmon dashboard on http://{address}:{port} (store {store}); Ctrl-C stops it.", flush=True
-    )
-    # Become the Streamlit server (exec, not a child): signals and the exit status are its
-    # own, and no orphan is left behind. Run from the checkout so Streamlit reads its
-    # .streamlit/config.toml (theme, no telemetry).
-    os.chdir(app.parent)
-    cmd = streamlit_command(app, port, address, open_browser)
+    cmd, env, cwd = _launch(store, port, address, refresh_s, open_browser, "dashboard")
+    os.chdir(cwd)
     try:
         os.execve(cmd[0], cmd, env)
     except OSError as exc:
@@ -110,8 +175,122 @@ def start(store: str, port: int, address: str, refresh_s: float, open_browser: b
     return 0  # not reached: execve replaced this process
 
 
+def start_streamlit(
+    store: str,
+    port: int,
+    address: str,
+    refresh_s: float,
+    open_browser: bool,
+    *,
+    command: str = "dashboard",
+) -> subprocess.Popen[bytes]:
+    """The dashboard as a child process, for a caller that has other work (ingest, replay).
+
+    Raises:
+        CommandError: the port is out of range, ``app.py`` is missing, or Python cannot run;
+            the message starts with ``command``.
+    """
+    cmd, env, cwd = _launch(store, port, address, refresh_s, open_browser, command)
+    try:
+        return subprocess.Popen(cmd, cwd=cwd, env=env)
+    except OSError as exc:
+        raise CommandError(f"{command}: cannot start {cmd[0]}: {exc.strerror or exc}") from None
+
+
+def end_child(child: subprocess.Popen[bytes], timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """Stop a child politely (SIGTERM), then for good (SIGKILL) if it does not go in time."""
+    if child.poll() is None:
+        child.terminate()
+        try:
+            child.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
+def stop_on_signals() -> threading.Event:
+    """An event that SIGINT and SIGTERM set from now on, instead of ending the process.
+
+    A supervisor installs it once and waits on it as often as it likes, so a signal that
+    arrives between two waits is not lost.
+    """
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+def wait_for_signal(
+    finished: Callable[[], bool], stop: threading.Event | None = None, poll_s: float = POLL_S
+) -> bool:
+    """Block until SIGINT/SIGTERM (True), or until ``finished()`` says there is nothing to wait for.
+
+    Args:
+        finished: checked every ``poll_s`` seconds (a child that died, a thread that ended).
+        stop: the event of :func:`stop_on_signals`; installed here when not given.
+        poll_s: how often ``finished`` is checked.
+    """
+    stop = stop_on_signals() if stop is None else stop
+    while not stop.wait(poll_s):
+        if finished():
+            return stop.is_set()
+    return True
+
+
+def exit_status(returncode: int) -> int:
+    """A child's status as a shell reports it: 128 + N for a child killed by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def child_failed(child: subprocess.Popen[bytes], command: str) -> None:
+    """Raise when the UI ended by itself with a failure status; a clean exit is fine.
+
+    Raises:
+        CommandError: with the child's status as the exit code.
+    """
+    status = exit_status(child.returncode if child.returncode is not None else 0)
+    if status:
+        raise CommandError(f"{command}: the dashboard exited with status {status}", code=status)
+
+
+def _token(token_file: str | None) -> tuple[str, bool]:
+    """The ingest token and whether it was generated (then it must be shown)."""
+    try:
+        return resolve_token(token_file)
+    except TokenError as exc:
+        raise CommandError(f"dashboard: {exc}") from None
+
+
+def serve_with_ingest(args: argparse.Namespace, store: str) -> int:
+    """Ingest server in a thread, Streamlit as a child, until a signal or the UI ends."""
+    check_port(args.port, "--port")
+    check_port(args.ingest_port, "--ingest-port")
+    token, generated = _token(args.token_file)
+    host = args.ingest_address or args.address
+    stop = stop_on_signals()
+    try:
+        ingest = start_ingest_server(store, token, host, args.ingest_port)
+    except (ServeError, TokenError) as exc:
+        raise CommandError(f"dashboard: {exc}") from None
+    try:
+        print(f"dsmon dashboard: ingest API on {ingest.url} (POST /v1/records)", flush=True)
+        if generated:
+            print(token_banner(token, ingest.url), flush=True)
+        ui = start_streamlit(store, args.port, args.address, args.refresh, not args.no_browser)
+        try:
+            signalled = wait_for_signal(lambda: ui.poll() is not None, stop)
+        finally:
+            end_child(ui)
+    finally:
+        ingest.stop()
+    if not signalled:
+        child_failed(ui, "dashboard")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
-    """Start the dashboard on ``--store``."""
-    return start(
-        args.store or default_store(), args.port, args.address, args.refresh, not args.no_browser
-    )
+    """Start the dashboard on ``--store``, with the ingest server unless ``--no-ingest``."""
+    store = absolute_store(args.store or default_store())
+    if args.no_ingest:
+        return start(store, args.port, args.address, args.refresh, not args.no_browser)
+    return serve_with_ingest(args, store)

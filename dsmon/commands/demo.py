@@ -1,27 +1,42 @@
-"""``dsmon demo``: import the bundled real DeepSpeed run, print its summary, open the dashboard.
+"""``dsmon demo``: replay the bundled real DeepSpeed run live into a store, with the dashboard.
 
 The bundled run (``dsmon/data/demo/``) is unmodified output of DeepSpeed 0.19.8: ZeRO-2,
 two ranks, 30 steps with wall-clock breakdown and the flops profiler. It ships inside the
-package so a plain ``pip install`` is enough to see what dsmon makes of a real run.
-:func:`load_demo` is the reusable part (the dashboard starts from it too).
+package so a plain ``pip install`` is enough to see what dsmon makes of a real run, and it
+is replayed as if it were training now (``dsmon.replay``): a background thread writes one
+optimizer step per second (``--speed``) while the dashboard redraws, so the first thing a
+user sees is the live view, not only a finished run. The summary is printed when the
+replay ends; the dashboard keeps serving until Ctrl-C.
+
+A live replay must not land on an old finished copy: the default demo store is dsmon's own
+file and is recreated, while a store the user names gets a new run ``demo-YYYYmmdd-HHMMSS``.
+``--instant`` imports at once, and ``--summary-only`` imports and prints the summary only.
+:func:`load_demo` is the reusable instant import.
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
+import threading
 from dataclasses import dataclass
+from datetime import datetime
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from dsmon.commands import dashboard
+from dsmon.commands import CommandError, dashboard
 from dsmon.commands.import_ import import_and_summarise
+from dsmon.replay import DEFAULT_SPEED, ReplayResult, ReplayThread
 from dsmon.store import open_store
+from dsmon.summary import render_summary, run_summary
 
 #: Where ``dsmon demo`` puts its store unless told otherwise.
 DEFAULT_DEMO_STORE = "dsmon-demo.sqlite"
-#: The run name the demo is stored under.
+#: The run name the demo is stored under (a live replay into a named store adds the time).
 DEMO_RUN = "demo"
+#: SQLite's companions of a store file, removed with it.
+_SQLITE_SUFFIXES = ("", "-wal", "-shm", "-journal")
 
 
 def demo_dir() -> Path:
@@ -49,23 +64,116 @@ def register(subparsers: Any) -> None:
     """Add the ``demo`` command."""
     p = subparsers.add_parser(
         "demo",
-        help="import the bundled real DeepSpeed run, print its summary and open the dashboard",
-        description="Import the bundled DeepSpeed 0.19.8 ZeRO-2 run into a store, print "
-        "its summary and serve the dashboard on it (--summary-only: just the summary).",
+        help="replay the bundled real DeepSpeed run live and open the dashboard on it",
+        description="Replay the bundled DeepSpeed 0.19.8 ZeRO-2 run into a store as if it "
+        "were training now, serve the dashboard on it and print its summary when the replay "
+        "ends (--instant: import at once; --summary-only: just the summary).",
     )
     p.add_argument(
-        "--store", default=DEFAULT_DEMO_STORE, help=f"store path (default: ./{DEFAULT_DEMO_STORE})"
+        "--store",
+        help=f"store path (default: ./{DEFAULT_DEMO_STORE}, recreated for a live replay)",
     )
     p.add_argument(
-        "--summary-only", action="store_true", help="print the summary, start no dashboard"
+        "--summary-only", action="store_true", help="import, print the summary, start no dashboard"
+    )
+    p.add_argument(
+        "--instant", action="store_true", help="import at once instead of replaying live"
+    )
+    p.add_argument(
+        "--speed",
+        type=float,
+        default=DEFAULT_SPEED,
+        help=f"optimizer steps replayed per second (default {DEFAULT_SPEED:g})",
     )
     dashboard.add_server_options(p)
     p.set_defaults(func=run)
 
 
+def remove_store_file(path: str) -> None:
+    """Delete a SQLite store and its journal files, so a live replay starts empty."""
+    for suffix in _SQLITE_SUFFIXES:
+        Path(path + suffix).unlink(missing_ok=True)
+
+
+def live_target(store: str | None, now: datetime) -> tuple[str, str]:
+    """Store and run name of a live replay: the default store afresh, or a new run name.
+
+    The default demo store is dsmon's own, so it is deleted and recreated; a store the user
+    named may hold their runs, so it is kept and the replay gets a run of its own.
+    """
+    if store is None:
+        remove_store_file(DEFAULT_DEMO_STORE)
+        return DEFAULT_DEMO_STORE, DEMO_RUN
+    return store, f"{DEMO_RUN}-{now:%Y%m%d-%H%M%S}"
+
+
+def replay_report(store_url: str, result: ReplayResult) -> str:
+    """What the replay wrote, then the run summary, as ``dsmon import`` prints them."""
+    head = (
+        f"Replayed    {result.records} records ({result.inserted} new) from "
+        f"{result.files} file(s) in {result.elapsed_s:.1f} s"
+    )
+    with open_store(store_url) as store:
+        try:
+            summary = render_summary(run_summary(store, result.run))
+        except KeyError:
+            summary = f"Run         {result.run}: no records"
+    return f"{head}\n{summary}"
+
+
+def _finished(replay: ReplayThread, store_url: str) -> None:
+    """Print the summary of a replay that ended, or raise its failure."""
+    if replay.error is not None:
+        raise CommandError(f"demo: replay failed: {replay.error}")
+    if replay.result is not None and not replay.result.stopped:
+        print(replay_report(store_url, replay.result), flush=True)
+
+
+def run_live(args: argparse.Namespace) -> int:
+    """Replay in a thread and serve the dashboard until Ctrl-C; the summary when it ends."""
+    if not args.speed > 0:
+        raise CommandError(f"demo: --speed {args.speed}: must be more than 0 steps per second")
+    dashboard.check_port(args.port, "--port", "demo")
+    stop = dashboard.stop_on_signals()
+    store_url, run_name = live_target(args.store, datetime.now())
+    print(f"Store       {store_url}", flush=True)
+    print(f"Replaying   the bundled run as {run_name!r}, {args.speed:g} step(s)/s", flush=True)
+    replay = ReplayThread(store_url, [demo_dir()], run_name, args.speed).start()
+    try:
+        while not replay.first.wait(0.1):  # open the dashboard on a store that has the run
+            if stop.is_set():
+                return 0
+        ui = dashboard.start_streamlit(
+            store_url, args.port, args.address, args.refresh, not args.no_browser, command="demo"
+        )
+        try:
+            signalled = _serve(replay, ui, store_url, stop)
+        finally:
+            dashboard.end_child(ui)
+    finally:
+        replay.stop()
+    if not signalled:
+        dashboard.child_failed(ui, "demo")
+    return 0
+
+
+def _serve(
+    replay: ReplayThread, ui: subprocess.Popen[bytes], store_url: str, stop: threading.Event
+) -> bool:
+    """Wait for the replay (then print its summary) and for a signal; True if signalled."""
+    signalled = dashboard.wait_for_signal(lambda: replay.done or ui.poll() is not None, stop)
+    if replay.done:
+        _finished(replay, store_url)
+    if signalled or ui.poll() is not None:
+        return signalled
+    return dashboard.wait_for_signal(lambda: ui.poll() is not None, stop)
+
+
 def run(args: argparse.Namespace) -> int:
-    """Import the demo run, print the report, then serve the dashboard on it."""
-    result = load_demo(args.store)
+    """Replay the demo run live with the dashboard, or import it at once (see flags)."""
+    if not (args.summary_only or args.instant):
+        return run_live(args)
+    result = load_demo(args.store or DEFAULT_DEMO_STORE)
     print(f"Store       {result.store_url}")
     print(result.report)
     if args.summary_only:
