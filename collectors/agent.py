@@ -6,10 +6,23 @@ Three daemon threads, named so ``py-spy dump`` and thread listings read plainly:
 thread hands each batch to the sender with a callback that saves the tailer's checkpoint once
 the batch is durable, so the state file never runs ahead of delivery.
 
-Stopping is ordered: the producers stop first, then the sender flushes what they submitted
-(sending it, or spooling it when the server is away), and only then are the last positions
-saved. A SIGKILL skips all that and loses nothing either: what was not yet durable is read
-again from the logs on restart.
+**Stopping never leaves a line behind** (a sidecar is stopped right after the trainer ends, so
+the lines of its last half second must still go). Within one grace period (``--stop-timeout``)
+the producers stop, then one final read takes every followed file to its end (globs matched
+again, the profile file read even if it has not settled), then the parsers release what they
+still hold (see below), then the sender makes one last attempt to deliver everything,
+draining its spool too, and spools what cannot go in time. Only then are the last positions
+saved, and they cover only what was sent or spooled. A SIGKILL skips all that and loses
+nothing either: what was not yet durable is read again from the logs on restart.
+
+**What the parsers hold at a stop is released by default**: records waiting for a step number
+(a log without anchors, or one stopped before its first timed step), a block still open (the
+table a run ends on) and an unterminated last line. That is what ``dsmon import`` of the log
+gives, and when the trainer has ended it is the end of the run. The price is for a collector
+stopped while training goes on and started again later: it emits those records again with
+the same keys, and the store keeps the first copies, released early (no step number, a block
+cut where the stop found it). ``hold_at_stop`` (``--hold-at-stop``) keeps them back for such
+restarts instead; a collector that is never restarted then never sends them.
 """
 
 from __future__ import annotations
@@ -20,7 +33,7 @@ import time
 from collections.abc import Callable
 
 from collectors.nvml import NvmlPoller
-from collectors.sender import Sender
+from collectors.sender import SPOOL_RESERVE_S, Sender
 from collectors.state import Checkpoint
 from collectors.tailer import Tailer, Waker
 
@@ -34,6 +47,11 @@ MIN_POLL_GAP_S = 0.2
 #: The state file is rewritten (with two fsyncs) at most this often. A position saved late
 #: only means a few more lines are read again after a crash, and stored once all the same.
 COMMIT_EVERY_S = 1.0
+#: Default grace period of a stop: within Kubernetes' default 30 s termination grace.
+STOP_TIMEOUT_S = 20.0
+#: Beyond the grace period, how long the sender thread may take to return from its last
+#: request (its time limit is the grace period, so this is only scheduling slack).
+JOIN_SLACK_S = 2.0
 
 
 class Agent:
@@ -46,6 +64,8 @@ class Agent:
         tail_interval_s: the tail loop's poll period (watchdog may wake it sooner).
         nvml_interval_s: seconds between GPU samples.
         watch: wake the tail loop on file-system events (it polls in any case).
+        hold_at_stop: keep what the parsers still hold at a stop instead of sending it (see
+            the module docstring).
     """
 
     def __init__(
@@ -57,8 +77,10 @@ class Agent:
         tail_interval_s: float = 0.5,
         nvml_interval_s: float = 1.0,
         watch: bool = True,
+        hold_at_stop: bool = False,
     ) -> None:
         assert tail_interval_s > 0 and nvml_interval_s > 0
+        self.hold_at_stop = hold_at_stop
         self.tailer = tailer
         self.sender = sender
         self.poller = poller
@@ -83,26 +105,65 @@ class Agent:
         if self.poller is not None and self.poller.available:
             self._spawn("dsmon-nvml", self._nvml_loop)
 
-    def stop(self, timeout_s: float = 30.0) -> None:
-        """Stop reading, deliver or spool what was read, save positions, release NVML."""
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """Read the logs one last time, deliver or spool it all, save positions, release NVML.
+
+        Args:
+            timeout_s: the grace period for all of it; what the server has not taken by then
+                is spooled (the spool is kept for the next collector on this state folder).
+        """
+        deadline = time.monotonic() + timeout_s
+        self._stop_reading(deadline)
+        self._stop_sending(deadline)
+        with self._commit_lock:
+            if self._unsaved is not None:
+                self.tailer.commit(self._unsaved)
+                self._unsaved = None
+        self.tailer.close()
+        if self.poller is not None:
+            self.poller.close()
+
+    def _stop_reading(self, deadline: float) -> None:
+        """Stop the producers, then read every log to its end one last time."""
         self._stop_producers.set()
         self._wake.set()
         if self._waker is not None:
             self._waker.stop()
-        for t in self._threads:
-            if t.name != "dsmon-send":
-                t.join(timeout_s)
+        if self._join(lambda name: not _is_sender(name), deadline):
+            _guarded("final read", self._final_read)
+        else:  # a read stuck on a dead NFS server: the tailer is not free to read again
+            logger.error("dsmon: the log reader did not stop in time: no final read")
+
+    def _stop_sending(self, deadline: float) -> None:
+        """Let the sender deliver or spool everything by the deadline."""
+        self.sender.stop_within(deadline - time.monotonic())
         self._stop_sender.set()
         self.sender.wake()
+        if not any(_is_sender(t.name) for t in self._threads):
+            self.sender.flush()  # never started: flush here
+        elif not self._join(_is_sender, deadline - SPOOL_RESERVE_S):
+            self.sender.abort()  # a request sent before the stop still waits on the server
+            if not self._join(_is_sender, deadline + JOIN_SLACK_S):
+                logger.error(
+                    "dsmon: records still in flight at the end of --stop-timeout are neither "
+                    "sent nor spooled; their lines are read again when a collector starts on "
+                    "this state folder"
+                )
+
+    def _join(self, which: Callable[[str], bool], deadline: float) -> bool:
+        """Wait for the named threads until the deadline; whether they all ended."""
         for t in self._threads:
-            if t.name == "dsmon-send":
-                t.join(timeout_s)
-        with self._commit_lock:
-            if self._unsaved is not None:
-                self.tailer.commit(self._unsaved)
-        self.tailer.close()
-        if self.poller is not None:
-            self.poller.close()
+            if which(t.name):
+                t.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._threads if which(t.name))
+
+    def _final_read(self) -> None:
+        """The last read of every log, then the parsers' held records, as one batch."""
+        batch = self.tailer.poll(final=True)
+        if not self.hold_at_stop:
+            batch.records.extend(self.tailer.release())
+        ckpt = batch.checkpoint
+        self.sender.submit(batch.records, lambda: self._delivered(ckpt))
 
     @property
     def alive(self) -> bool:
@@ -149,6 +210,10 @@ class Agent:
         t = threading.Thread(target=target, name=name, daemon=True)
         t.start()
         self._threads.append(t)
+
+
+def _is_sender(thread_name: str) -> bool:
+    return thread_name == "dsmon-send"
 
 
 def _guarded(what: str, step: Callable[[], None]) -> None:

@@ -15,29 +15,27 @@ import fcntl
 import logging
 import os
 import re
-import signal
 import socket
-import subprocess
 import sys
-import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from collectors.agent import Agent
+from collectors.agent import STOP_TIMEOUT_S, Agent
+from collectors.gpu_select import Selection, SelectionError, choose_selection
 from collectors.nvml import NvmlPoller
 from collectors.sender import Sender
 from collectors.spool import Spool
 from collectors.state import StateFile
 from collectors.tailer import Tailer, default_run_name
 from collectors.transport import UrlTransport
-from dsmon.commands import STORE_ENV, CommandError, default_store
+from dsmon.commands import CommandError, default_store
 from dsmon.commands.dashboard import (
-    REFRESH_ENV,
     absolute_store,
     add_server_options,
-    app_path,
-    streamlit_command,
+    child_failed,
+    end_child,
+    start_streamlit,
+    wait_for_signal,
 )
 from dsmon.serving import ServeError, start_ingest_server
 from dsmon.tokens import TokenError, generate_token, load_token
@@ -111,6 +109,27 @@ def _collector_options(p: argparse.ArgumentParser, log_flag: bool = True) -> Non
         default=30.0,
         help="longest wait between retries while the server is away (30 s)",
     )
+    p.add_argument(
+        "--gpus",
+        metavar="LIST",
+        help="GPUs to sample: GPU-/MIG- UUIDs or NVML indices, comma-separated, @FILE or "
+        "'all' (default: $DSMON_GPUS, else $CUDA_VISIBLE_DEVICES/$NVIDIA_VISIBLE_DEVICES "
+        "when they hold a list, else all)",
+    )
+    p.add_argument(
+        "--stop-timeout",
+        type=float,
+        default=STOP_TIMEOUT_S,
+        metavar="SECONDS",
+        help="on SIGTERM/Ctrl-C: time to read the logs one last time and deliver or spool "
+        "everything (20 s)",
+    )
+    p.add_argument(
+        "--hold-at-stop",
+        action="store_true",
+        help="at a stop, keep back records the parser still holds (for a collector that is "
+        "started again while training goes on) instead of sending them",
+    )
 
 
 def default_state_dir(run: str, node: str) -> Path:
@@ -135,6 +154,10 @@ def lock_state_dir(state_dir: Path) -> IO[str]:
 def build_agent(args: argparse.Namespace, url: str, token: str, spool_max_bytes: int) -> Agent:
     """The agent for parsed ``collect``/``watch`` options, sending to ``url``."""
     transport = UrlTransport(url, token)  # a bad URL fails here, before anything is locked
+    try:
+        gpus = choose_selection(args.gpus, os.environ)
+    except SelectionError as exc:
+        raise CommandError(str(exc)) from None
     node = args.node or socket.gethostname()
     run = args.run or default_run_name(args.log[0])
     state_dir = Path(args.state_dir) if args.state_dir else default_state_dir(run, node)
@@ -149,7 +172,7 @@ def build_agent(args: argparse.Namespace, url: str, token: str, spool_max_bytes:
     )
     spool = Spool(state_dir / "spool", max_bytes=spool_max_bytes)
     sender = Sender(transport, spool, backoff_s=(0.5, args.retry_max))
-    poller = _nvml_poller(run, node) if args.nvml_interval > 0 else None
+    poller = _nvml_poller(run, node, gpus) if args.nvml_interval > 0 else None
     print(
         f"dsmon: collecting run {run!r} on node {node!r} from {' '.join(args.log)} to {url} "
         f"(state {state_dir})",
@@ -162,17 +185,18 @@ def build_agent(args: argparse.Namespace, url: str, token: str, spool_max_bytes:
         poller,
         tail_interval_s=args.poll_interval,
         nvml_interval_s=args.nvml_interval or 1.0,
+        hold_at_stop=args.hold_at_stop,
     )
 
 
-def _nvml_poller(run: str, node: str) -> NvmlPoller | None:
+def _nvml_poller(run: str, node: str, gpus: Selection | None) -> NvmlPoller | None:
     """The NVML poller, or None with one line when there are no NVML bindings or driver."""
     try:
         import pynvml
     except ImportError:
         logger.warning("dsmon: nvidia-ml-py is not installed: no GPU samples; logs go on")
         return None
-    poller = NvmlPoller(pynvml, run=run, node=node)
+    poller = NvmlPoller(pynvml, run=run, node=node, select=gpus)
     return poller if poller.start() else None
 
 
@@ -190,8 +214,8 @@ def run_collect(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CommandError(f"collect: --server: {exc}") from None
     agent.start()
-    _wait_for_signal(lambda: not agent.alive)
-    agent.stop()
+    wait_for_signal(lambda: not agent.alive)
+    agent.stop(args.stop_timeout)
     return 0
 
 
@@ -206,50 +230,21 @@ def run_watch(args: argparse.Namespace) -> int:
         raise CommandError(f"watch: {exc}") from None
     try:
         agent = build_agent(args, ingest.url, token, 1 << 30)
-        ui = _start_dashboard(store, args)
+        ui = start_streamlit(
+            store, args.port, args.address, args.refresh, not args.no_browser, command="watch"
+        )
         try:
             agent.start()
-            _wait_for_signal(lambda: ui.poll() is not None or not agent.alive)
-            ui_status = ui.poll()  # set when the dashboard ended by itself
-            agent.stop()
+            signalled = wait_for_signal(lambda: ui.poll() is not None or not agent.alive)
+            ui_ended = ui.poll() is not None  # the dashboard ended by itself
+            agent.stop(args.stop_timeout)
         finally:
-            _end(ui)
+            end_child(ui)
     finally:
         ingest.stop()
-    if ui_status:
-        raise CommandError(f"watch: the dashboard exited with status {ui_status}")
+    if ui_ended and not signalled:
+        child_failed(ui, "watch")
     return 0
-
-
-def _start_dashboard(store: str, args: argparse.Namespace) -> subprocess.Popen[bytes]:
-    """The Streamlit dashboard as a child process (this one runs the collector)."""
-    app = app_path()
-    if app is None:
-        raise CommandError("watch: cannot find the dashboard script (app.py)")
-    env = {**os.environ, STORE_ENV: store, REFRESH_ENV: str(args.refresh)}
-    cmd = streamlit_command(app, args.port, args.address, not args.no_browser)
-    print(f"dsmon watch: dashboard on http://{args.address}:{args.port}; Ctrl-C stops", flush=True)
-    return subprocess.Popen(cmd, cwd=app.parent, env=env)
-
-
-def _end(child: subprocess.Popen[bytes]) -> None:
-    if child.poll() is None:
-        child.terminate()
-        try:
-            child.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-
-
-def _wait_for_signal(finished: Callable[[], bool]) -> None:
-    """Block until SIGINT/SIGTERM, or until ``finished()`` says there is nothing to wait for."""
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    while not stop.wait(0.5):
-        if finished():
-            break
 
 
 def _log_to_stderr() -> None:

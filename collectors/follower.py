@@ -26,10 +26,16 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 from typing import BinaryIO
 
-from collectors.state import EMPTY_FP, FP_BYTES, Position, fingerprint, same_start
+from collectors.state import (
+    EMPTY_FP,
+    FP_BYTES,
+    Position,
+    find_generation,
+    fingerprint,
+    same_start,
+)
 from dsmon.parsers.log import LogParser
 from dsmon.records import Record
 
@@ -111,8 +117,13 @@ class FileFollower:
             self._offset, self._line, self._label,
         )  # fmt: skip
 
-    def poll(self) -> list[Record]:
-        """Records from what was written since the last poll, across any rotation."""
+    def poll(self, *, final: bool = False) -> list[Record]:
+        """Records from what was written since the last poll, across any rotation.
+
+        Args:
+            final: read to the end, however much is there (the last read before a stop),
+                instead of at most :data:`MAX_READ_PER_POLL` bytes.
+        """
         out: list[Record] = []
         try:
             if self._f is None:
@@ -120,11 +131,27 @@ class FileFollower:
             else:
                 self._check_path(out)
             if self._f is not None:
-                self._read(out, MAX_READ_PER_POLL)
+                self._read(out, 1 << 62 if final else MAX_READ_PER_POLL)
         except OSError as exc:
             # An NFS hiccup or a file vanishing mid-read: keep what was parsed (the position
             # moved only past those lines) and try again on the next poll.
             logger.warning("dsmon: %s: %s; retrying", self.path, exc)
+        return out
+
+    def release(self) -> list[Record]:
+        """At a stop: what the parser still holds, as ``dsmon import`` of the file would end.
+
+        That is an unterminated last line, a block still open (a table the run ended on),
+        and records still waiting for a step number. The position does not move: a collector
+        started again later re-reads from the start of the unterminated line, rebuilding the
+        same parser state, and what it then emits again has the same keys (the store keeps
+        the first copy). The follower is not polled after this.
+        """
+        out: list[Record] = []
+        if self._f is not None and self._buf and not self._skipping:
+            self._feed(bytes(self._buf), self._offset, out)
+        recs = self._parser.finish()
+        out.extend(recs if self._rank is None else with_rank(recs, self._rank))
         return out
 
     def close(self) -> None:
@@ -281,7 +308,7 @@ class FileFollower:
     def _truncated(self, out: list[Record]) -> None:
         """Truncated in place (copytruncate): read what we missed from the copy, restart at 0."""
         read_to = self._buf_start + len(self._buf)
-        copy = _find_copy(self.path, -1, -1, self._fp, self._fp_len, read_to)
+        copy = find_generation(self.path, -1, -1, self._fp, self._fp_len, read_to)
         if copy is not None:
             with copy:
                 copy.seek(read_to)
@@ -312,7 +339,7 @@ class FileFollower:
 
     def _finish_elsewhere(self, saved: Position, out: list[Record]) -> None:
         """The saved generation is no longer at the path: finish it where it went, if found."""
-        old = _find_copy(self.path, saved.dev, saved.ino, saved.fp, saved.fp_len, saved.offset)
+        old = find_generation(self.path, saved.dev, saved.ino, saved.fp, saved.fp_len, saved.offset)
         if old is None:
             logger.warning(
                 "dsmon: %s was replaced while the collector was stopped and its old content "
@@ -359,37 +386,3 @@ def _last_line_end(f: BinaryIO, size: int) -> int:
             return start + nl + 1
         pos = start
     return 0
-
-
-def _find_copy(
-    path: str, dev: int, ino: int, fp: str, fp_len: int, min_size: int = 0
-) -> BinaryIO | None:
-    """Beside ``path``, the rotated or copied file that holds a generation, opened.
-
-    Candidates are the siblings whose name starts like the path's (``train.log.1``,
-    ``train-20240101.log``); the same inode wins, else the same fingerprint (a copy).
-    """
-    p = Path(path)
-    stem = p.name.split(".")[0]
-    try:
-        names = [q for q in p.parent.iterdir() if q.name.startswith(stem) and q.name != p.name]
-    except OSError:
-        return None
-    names.sort(key=lambda q: _same_inode(q, dev, ino), reverse=True)
-    for q in names:
-        f = _open_quiet(str(q))
-        if f is None:
-            continue
-        size = os.fstat(f.fileno()).st_size
-        if size >= max(min_size, fp_len) and same_start(f, fp, fp_len):
-            return f
-        f.close()
-    return None
-
-
-def _same_inode(path: Path, dev: int, ino: int) -> bool:
-    try:
-        st = path.stat()
-    except OSError:
-        return False
-    return (st.st_dev, st.st_ino) == (dev, ino)

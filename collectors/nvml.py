@@ -25,93 +25,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from collectors.gpu_select import GpuId, Selection, match
+from collectors.nvml_fields import GPM_METRICS, READERS, Reader
 from dsmon.records import GpuSampleRecord, Source
 
 logger = logging.getLogger(__name__)
 
-#: NVML error codes that mean "this field is not available here", not "the GPU is broken".
-_FIELD_MISSING = (
-    "NVML_ERROR_NOT_SUPPORTED",
-    "NVML_ERROR_NO_PERMISSION",
-    "NVML_ERROR_FUNCTION_NOT_FOUND",
-)
+#: NVML errors after which a GPU answers nothing more (fell off the bus, needs a reset).
 _GPU_LOST = ("NVML_ERROR_GPU_IS_LOST", "NVML_ERROR_RESET_REQUIRED")
 #: Events drained per poll at most (a storm of XIDs must not stall the loop).
 _MAX_EVENTS = 64
-_GPM_METRICS = (
-    ("gpm_sm_active_pct", "NVML_GPM_METRIC_SM_UTIL"),
-    ("gpm_tensor_active_pct", "NVML_GPM_METRIC_ANY_TENSOR_UTIL"),
-    ("gpm_dram_bw_pct", "NVML_GPM_METRIC_DRAM_BW_UTIL"),
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Reader:
-    """How to read some record fields: NVML calls to try in order, and the unit conversion.
-
-    ``calls`` holds ``(function, constant names of the extra arguments, keyword arguments)``;
-    a later call is tried when an earlier one is missing from the driver or the bindings
-    (``nvmlDeviceGetMemoryInfo`` v2 before v1, clock-event reasons before throttle reasons).
-    """
-
-    fields: tuple[str, ...]
-    calls: tuple[tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]], ...]
-    convert: Callable[[Any], tuple[Any, ...]]
-
-
-def _one(fn: Callable[[Any], Any]) -> Callable[[Any], tuple[Any, ...]]:
-    return lambda v: (fn(v),)
-
-
-def _call(
-    fn: str, *args: str, **kwargs: str
-) -> tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]]:
-    return (fn, args, tuple(kwargs.items()))
-
-
-_MEM_V2 = {"version": "nvmlMemory_v2"}
-_ECC = "nvmlDeviceGetTotalEccErrors"
-_PCIE = "nvmlDeviceGetPcieThroughput"
-
-
-def _util(u: Any) -> tuple[Any, ...]:
-    return (float(u.gpu), float(u.memory))
-
-
-def _memory(m: Any) -> tuple[Any, ...]:
-    return (int(m.used), int(m.total))
-
-
-def _milli(v: Any) -> float:
-    return v / 1000.0
-
-
-def _kib(v: Any) -> float:
-    return v * 1024.0
-
-
-# Every field of a sample, as data (nvitop keeps a table of queries, not 400 lines of calls).
-# fmt: off
-READERS: tuple[Reader, ...] = (
-    Reader(("util_gpu_pct", "util_mem_pct"), (_call("nvmlDeviceGetUtilizationRates"),), _util),
-    Reader(("mem_used_bytes", "mem_total_bytes"),
-           (_call("nvmlDeviceGetMemoryInfo", **_MEM_V2), _call("nvmlDeviceGetMemoryInfo")), _memory),
-    Reader(("power_w",), (_call("nvmlDeviceGetPowerUsage"),), _one(_milli)),
-    Reader(("power_limit_w",), (_call("nvmlDeviceGetEnforcedPowerLimit"),), _one(_milli)),
-    Reader(("energy_j",), (_call("nvmlDeviceGetTotalEnergyConsumption"),), _one(_milli)),
-    Reader(("temperature_c",), (_call("nvmlDeviceGetTemperature", "NVML_TEMPERATURE_GPU"),), _one(float)),
-    Reader(("sm_clock_mhz",), (_call("nvmlDeviceGetClockInfo", "NVML_CLOCK_SM"),), _one(float)),
-    Reader(("mem_clock_mhz",), (_call("nvmlDeviceGetClockInfo", "NVML_CLOCK_MEM"),), _one(float)),
-    Reader(("throttle_reasons",), (_call("nvmlDeviceGetCurrentClocksEventReasons"),
-                                   _call("nvmlDeviceGetCurrentClocksThrottleReasons")), _one(int)),
-    Reader(("pcie_tx_bytes_per_s",), (_call(_PCIE, "NVML_PCIE_UTIL_TX_BYTES"),), _one(_kib)),
-    Reader(("pcie_rx_bytes_per_s",), (_call(_PCIE, "NVML_PCIE_UTIL_RX_BYTES"),), _one(_kib)),
-    Reader(("ecc_corrected",),
-           (_call(_ECC, "NVML_MEMORY_ERROR_TYPE_CORRECTED", "NVML_VOLATILE_ECC"),), _one(int)),
-    Reader(("ecc_uncorrected",),
-           (_call(_ECC, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", "NVML_VOLATILE_ECC"),), _one(int)),
-)
-# fmt: on
 
 
 class _GpuLostError(Exception):
@@ -132,13 +55,15 @@ class _Gpu:
 
 
 class NvmlPoller:
-    """Polls every GPU NVML sees; see the module docstring for the field policy.
+    """Polls the selected GPUs (every GPU NVML sees by default); see the module docstring.
 
     Args:
         nvml: the NVML bindings module (``pynvml``) or a fake with the same names.
         run: the run name of every sample.
         node: the node name of every sample.
         now: the local wall clock (samples carry local time with no zone, like DeepSpeed's logger).
+        select: the GPUs to poll (:mod:`collectors.gpu_select`); None for all. Samples keep
+            each GPU's real NVML index and UUID, whatever selected it.
     """
 
     def __init__(
@@ -148,12 +73,16 @@ class NvmlPoller:
         run: str,
         node: str | None = None,
         now: Callable[[], datetime] = datetime.now,
+        select: Selection | None = None,
     ) -> None:
         self.nvml = nvml
         self.run = run
         self.node = node
+        self.select = select
         self.available = False
         self._now = now
+        self._count = 0
+        self._chosen = False
         self._gpus: list[_Gpu] = []
         self._events: Any = None
         self._logged: set[tuple[str, ...]] = set()
@@ -164,28 +93,29 @@ class NvmlPoller:
         return len(self._gpus)
 
     def start(self) -> bool:
-        """Initialise NVML and cache the handles; False (one warning line) when unavailable."""
+        """Initialise NVML and open the selected GPUs; False (one warning line) without NVML.
+
+        A selection read from a file that is not written yet leaves the poller waiting: every
+        poll looks for the file again (a native sidecar starts before the trainer writes it).
+        """
         try:
             self.nvml.nvmlInit()
-            count = int(self.nvml.nvmlDeviceGetCount())
+            self._count = int(self.nvml.nvmlDeviceGetCount())
         except self.nvml.NVMLError as exc:
             logger.warning(
                 "dsmon: NVML unavailable (%s): no GPU samples; log collection goes on", exc
             )
             return False
-        for index in range(count):
-            gpu = self._open_gpu(index)
-            if gpu is not None:
-                self._gpus.append(gpu)
-        self._register_xid()
         self.available = True
-        logger.info("dsmon: NVML polling %d GPU(s): %s", len(self._gpus), self._models())
+        self._choose()
         return True
 
     def poll(self) -> list[GpuSampleRecord]:
-        """One sample of every GPU, all with the same timestamp."""
+        """One sample of every selected GPU, all with the same timestamp."""
         if not self.available:
             return []
+        if not self._chosen:
+            self._choose()
         ts = self._now().isoformat(timespec="milliseconds")
         self._drain_xid()
         return [self._sample(gpu, ts) for gpu in self._gpus]
@@ -201,6 +131,64 @@ class NvmlPoller:
         if self._events is not None:
             self._quiet("nvmlEventSetFree", self._events)
         self._quiet("nvmlShutdown")
+
+    # --- which GPUs ----------------------------------------------------------------------
+
+    def _choose(self) -> None:
+        """Open the GPUs the selection names and watch them for XID errors."""
+        indices = self._selected()
+        if indices is None:
+            return
+        for index in indices:
+            gpu = self._open_gpu(index)
+            if gpu is not None:
+                self._gpus.append(gpu)
+        self._register_xid()
+        self._chosen = True
+        logger.info(
+            "dsmon: NVML polling %d of %d GPU(s): %s", len(self._gpus), self._count, self._models()
+        )
+
+    def _selected(self) -> list[int] | None:
+        """NVML indices to poll; None while the selection's file is not written yet."""
+        select = self.select
+        if select is None:
+            return list(range(self._count))
+        items = select.current()
+        if items is None:
+            self._once(f"dsmon: {select.origin}: waiting for {select.file} to list the GPUs")
+            return None
+        known = self._identities(select.wants_migs)
+        chosen, unmatched = match(items, known)
+        seen = ", ".join(g.uuid or str(g.index) for g in known) or "no GPU"
+        for item in unmatched:
+            self._once(f"dsmon: {select.origin}: no GPU here matches {item!r}; skipped ({seen})")
+        if not chosen:
+            self._once(f"dsmon: {select.origin} selects no GPU of this node: no GPU samples")
+        return chosen
+
+    def _identities(self, with_migs: bool) -> list[GpuId]:
+        """Index and UUID (and MIG instances' UUIDs) of every GPU, to match selectors with."""
+        out = []
+        for index in range(self._count):
+            try:
+                handle = self.nvml.nvmlDeviceGetHandleByIndex(index)
+            except self.nvml.NVMLError:
+                continue  # selected or not, _open_gpu reports it
+            uuid = _text(self._quiet("nvmlDeviceGetUUID", handle))
+            out.append(GpuId(index, uuid, self._mig_uuids(handle) if with_migs else ()))
+        return out
+
+    def _mig_uuids(self, handle: Any) -> tuple[str, ...]:
+        """UUIDs of the MIG instances on a GPU (none when MIG is off or NVML cannot say)."""
+        count = self._quiet("nvmlDeviceGetMaxMigDeviceCount", handle)
+        out: list[str] = []
+        for i in range(int(count or 0)):
+            mig = self._quiet("nvmlDeviceGetMigDeviceHandleByIndex", handle, i)
+            uuid = _text(self._quiet("nvmlDeviceGetUUID", mig)) if mig is not None else None
+            if uuid:
+                out.append(uuid)  # empty slots (NVML_ERROR_NOT_FOUND) are skipped
+        return tuple(out)
 
     # --- per GPU -------------------------------------------------------------------------
 
@@ -309,15 +297,15 @@ class NvmlPoller:
         nvml = self.nvml
         request = nvml.c_nvmlGpmMetricsGet_t()
         request.version = nvml.NVML_GPM_METRICS_GET_VERSION
-        request.numMetrics = len(_GPM_METRICS)
+        request.numMetrics = len(GPM_METRICS)
         request.sample1, request.sample2 = prev, cur
-        for i, (_, metric) in enumerate(_GPM_METRICS):
+        for i, (_, metric) in enumerate(GPM_METRICS):
             request.metrics[i].metricId = getattr(nvml, metric)
         nvml.nvmlGpmMetricsGet(request)
         ok = getattr(nvml, "NVML_SUCCESS", 0)
         return {
             name: float(request.metrics[i].value) if request.metrics[i].nvmlReturn == ok else None
-            for i, (name, _) in enumerate(_GPM_METRICS)
+            for i, (name, _) in enumerate(GPM_METRICS)
         }
 
     # --- XID events --------------------------------------------------------------------------
@@ -375,9 +363,17 @@ class NvmlPoller:
         where = f"GPU {gpu.index} ({model})" if gpu is not None else "NVML"
         logger.warning("dsmon: %s: %s unavailable (%s); reported as null", where, what, reason)
 
-    def _quiet(self, fn: str, *args: Any) -> None:
+    def _once(self, message: str) -> None:
+        """Warn about the selection once (it is looked at again on every poll until chosen)."""
+        if ("select", message) not in self._logged:
+            self._logged.add(("select", message))
+            logger.warning("%s", message)
+
+    def _quiet(self, fn: str, *args: Any) -> Any:
+        """Call an NVML function; None when it fails or the bindings lack it."""
         with contextlib.suppress(self.nvml.NVMLError, AttributeError):
-            getattr(self.nvml, fn)(*args)
+            return getattr(self.nvml, fn)(*args)
+        return None
 
     def _models(self) -> str:
         names = [g.name or "?" for g in self._gpus]

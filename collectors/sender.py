@@ -8,9 +8,15 @@ and the store holds each record exactly once.
 While the server cannot be reached every batch goes to the on-disk :class:`~collectors.spool.Spool`
 instead, and the spool drains in order once the server answers again; retries back off
 exponentially with jitter, so many collectors do not hammer a dashboard that is coming back.
-Each submitted batch carries a callback that runs once its records are durable (acknowledged,
-spooled, or given up on with a warning); the tailer saves its file positions there, so a killed
-collector re-reads exactly what was not yet safe.
+Each submitted batch carries a callback that runs once its records are durable (acknowledged
+or spooled, or refused by the server as invalid); the tailer saves its file positions there,
+so a killed collector re-reads exactly what was not yet safe. A batch dropped because the
+spool is full runs no callback: the positions stay before it, and a collector started again
+on the same state folder reads it again.
+
+At a stop the sender gets a deadline (:meth:`Sender.stop_within`): its last attempt ignores
+the back-off, each request is cut to the time left, the spool is drained while time remains,
+and what cannot go in time is spooled.
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ Callback = Callable[[], None]
 
 #: Seconds one round spends draining the spool, so a large backlog does not stall the rest.
 DRAIN_BUDGET_S = 2.0
+#: Of a stop's grace period, the part kept for spooling what could not be sent.
+SPOOL_RESERVE_S = 1.0
 
 
 class ServerUnavailableError(Exception):
@@ -103,6 +111,7 @@ class Sender:
         self._wake = threading.Event()
         self._failures = 0
         self._retry_at = 0.0
+        self._deadline: float | None = None
 
     def submit(self, records: Sequence[Record], on_durable: Callback | None = None) -> None:
         """Queue records; ``on_durable`` runs once they are acknowledged or spooled."""
@@ -126,6 +135,18 @@ class Sender:
         """Make :meth:`run` pump now (used when stopping)."""
         self._wake.set()
 
+    def stop_within(self, seconds: float) -> None:
+        """Bound the rest of the work, the final :meth:`flush` included, to ``seconds``."""
+        self._deadline = self._clock() + max(0.0, seconds)
+
+    def abort(self) -> None:
+        """From another thread: fail the request in flight, so its batch is spooled now.
+
+        For a request sent before the deadline was set, which waits on a silent server with
+        the transport's whole timeout.
+        """
+        self.transport.abort()
+
     def pump(self) -> None:
         """One round: send (or spool) what was submitted, then drain the spool if possible."""
         items = self._take()
@@ -135,8 +156,18 @@ class Sender:
             self._drain()
 
     def flush(self) -> None:
-        """At shutdown: one last try to send; whatever cannot go now is spooled."""
-        self.pump()
+        """At shutdown: one last try to send and drain, within the deadline; the rest is spooled.
+
+        The try ignores the back-off: a server that came back during the last long wait
+        should still get the run's last records, since a stopped sidecar's spool goes with
+        its pod.
+        """
+        self._retry_at = 0.0
+        items = self._take()
+        if items:
+            self._deliver(items)
+        if not self.spool.empty and self._may_try():
+            self._drain(final=True)
         self._to_spool(self._take())
         self.spool.close()
 
@@ -173,20 +204,33 @@ class Sender:
         self._to_spool(items)
 
     def _to_spool(self, items: list[_Item]) -> None:
-        """Spool each submitted batch whole (a full spool drops whole batches, counted)."""
+        """Spool each submitted batch whole (a full spool drops whole batches, counted).
+
+        Only a spooled batch runs its callback: a dropped one must not move the saved
+        positions past its lines.
+        """
         for item in items:
             try:
-                if self.spool.append(item.lines):
-                    self.stats.spooled += len(item.lines)
+                spooled = self.spool.append(item.lines)
             except OSError as exc:  # disk full, spool folder gone: drop, loudly
+                spooled = False
                 self.spool.dropped += len(item.lines)
                 logger.error("dsmon: cannot spool %d records: %s", len(item.lines), exc)
-            if item.done is not None:
-                item.done()
+            if spooled:
+                self.stats.spooled += len(item.lines)
+                if item.done is not None:
+                    item.done()
 
-    def _drain(self) -> None:
-        """Send spooled chunks oldest first until empty, failing, or out of this round's time."""
+    def _drain(self, final: bool = False) -> None:
+        """Send spooled chunks oldest first until empty, failing, or out of this round's time.
+
+        Args:
+            final: at a stop, go on until the deadline rather than for one round's budget.
+        """
         until = self._clock() + DRAIN_BUDGET_S
+        if self._deadline is not None:
+            end = self._deadline - SPOOL_RESERVE_S
+            until = end if final else min(until, end)
         while self._clock() < until:
             chunk = self.spool.peek(self.batch_records)
             if chunk is None:
@@ -206,7 +250,7 @@ class Sender:
             return
         body = gzip.compress(("\n".join(lines) + "\n").encode("utf-8"), compresslevel=3)
         try:
-            resp = self.transport.post(body)
+            resp = self._send(body)
         except OSError as exc:
             raise ServerUnavailableError(f"cannot reach {self.transport.url}: {exc}") from None
         if resp.status == 200:
@@ -230,13 +274,24 @@ class Sender:
                 f"{self.transport.url} answered {resp.status} {resp.reason}"
             )
 
+    def _send(self, body: bytes) -> HttpResponse:
+        """One POST, cut to the time left before the stop deadline when there is one."""
+        if self._deadline is None:
+            return self.transport.post(body)
+        left = self._deadline - SPOOL_RESERVE_S - self._clock()
+        if left <= 0:
+            raise OSError("the stop deadline has passed")
+        return self.transport.post(body, timeout_s=left)
+
     def _count_ok(self, n: int, resp: HttpResponse) -> None:
         self.stats.sent += n
         with contextlib.suppress(ValueError, TypeError, AttributeError):
             self.stats.inserted += int(json.loads(resp.body).get("inserted", 0))
 
     def _may_try(self) -> bool:
-        return self._clock() >= self._retry_at
+        now = self._clock()
+        in_time = self._deadline is None or now < self._deadline - SPOOL_RESERVE_S
+        return now >= self._retry_at and in_time
 
     def _succeeded(self) -> None:
         if self._failures:

@@ -71,6 +71,41 @@ def same_start(f: BinaryIO, fp: str, fp_len: int) -> bool:
     return len(data) == fp_len and hashlib.sha1(data, usedforsecurity=False).hexdigest() == fp
 
 
+def find_generation(
+    path: str, dev: int, ino: int, fp: str, fp_len: int, min_size: int = 0
+) -> BinaryIO | None:
+    """Beside ``path``, the rotated or copied file that holds a generation, opened.
+
+    Candidates are the siblings whose name starts like the path's (``train.log.1``,
+    ``train-20240101.log``); the same inode wins, else the same fingerprint (a copy).
+    """
+    p = Path(path)
+    stem = p.name.split(".")[0]
+    try:
+        names = [q for q in p.parent.iterdir() if q.name.startswith(stem) and q.name != p.name]
+    except OSError:
+        return None
+    names.sort(key=lambda q: _same_inode(q, dev, ino), reverse=True)
+    for q in names:
+        try:
+            f = q.open("rb")
+        except OSError:
+            continue
+        size = os.fstat(f.fileno()).st_size
+        if size >= max(min_size, fp_len) and same_start(f, fp, fp_len):
+            return f
+        f.close()
+    return None
+
+
+def _same_inode(path: Path, dev: int, ino: int) -> bool:
+    try:
+        st = path.stat()
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == (dev, ino)
+
+
 @dataclass(frozen=True, slots=True)
 class ProfileState:
     """The hash of the last profile-file content sent."""

@@ -85,18 +85,24 @@ class ProfileWatcher:
         """What to save: the last content sent."""
         return ProfileState(self.path, self._sha) if self._sha else None
 
-    def poll(self) -> list[Record]:
-        """The profile's records when a new, settled content is there; else nothing."""
+    def poll(self, *, final: bool = False) -> list[Record]:
+        """The profile's records when a new, settled content is there; else nothing.
+
+        Args:
+            final: read a changed content now, settled or not: this is the last read before
+                a stop, and DeepSpeed writes the profile before the run ends.
+        """
         try:
             st = os.stat(self.path)
         except OSError:
             return []
         sig = (st.st_ino, st.st_size, st.st_mtime_ns)
         now = self._clock()
-        if sig != self._sig:
+        if sig != self._sig and not final:
             self._sig, self._changed_at = sig, now
             return []
-        if sig == self._done_sig or now - self._changed_at < PROFILE_SETTLE_S:
+        settling = now - self._changed_at < PROFILE_SETTLE_S and sig == self._sig
+        if sig == self._done_sig or (settling and not final):
             return []
         self._done_sig = sig
         return self._read()
@@ -110,7 +116,9 @@ class ProfileWatcher:
         sha = hashlib.sha1(data, usedforsecurity=False).hexdigest()
         if sha == self._sha:
             return []
-        recs = list(self._parse(data.decode("utf-8", errors="replace"), self.path))
+        # Labelled by its bare name, as ``dsmon import`` of the file or its folder names it.
+        label = os.path.basename(self.path)
+        recs = list(self._parse(data.decode("utf-8", errors="replace"), label))
         if recs:  # nothing parsed: not a complete profile yet, wait for the next rewrite
             self._sha = sha
         return recs
@@ -167,17 +175,30 @@ class Tailer:
         self._profiles = [ProfileWatcher(p, parse, old.get(p), clock) for p in profile_files]
         self._started = False
 
-    def poll(self) -> TailBatch:
-        """Read whatever is new in every followed file."""
+    def poll(self, *, final: bool = False) -> TailBatch:
+        """Read whatever is new in every followed file.
+
+        Args:
+            final: the last read before a stop: match the globs again now, read every file
+                to its end, and read a rewritten profile file without waiting for it to
+                settle, so that what the run wrote just before it ended is not left behind.
+        """
         out: list[Record] = []
         for follower in list(self._followers.values()):
-            out.extend(follower.poll())
-        if self._clock() - self._last_scan >= self._rescan_s:
+            out.extend(follower.poll(final=final))
+        if final or self._clock() - self._last_scan >= self._rescan_s:
             self._last_scan = self._clock()
-            out.extend(self._scan())
+            out.extend(self._scan(final))
         for watcher in self._profiles:
-            out.extend(watcher.poll())
+            out.extend(watcher.poll(final=final))
         return TailBatch(out, self.checkpoint())
+
+    def release(self) -> list[Record]:
+        """At a stop, after the final poll: what the parsers still hold (see ``FileFollower``).
+
+        The checkpoint is unchanged by it, so the positions saved are those of the final poll.
+        """
+        return [rec for f in self._followers.values() for rec in f.release()]
 
     def checkpoint(self) -> Checkpoint:
         """Positions as of now (to be committed once what was read so far is delivered)."""
@@ -203,7 +224,7 @@ class Tailer:
         for follower in self._followers.values():
             follower.close()
 
-    def _scan(self) -> list[Record]:
+    def _scan(self, final: bool = False) -> list[Record]:
         """Start following paths that newly match, unless they hold a generation already read."""
         out: list[Record] = []
         first = not self._started
@@ -213,7 +234,7 @@ class Tailer:
                 continue
             follower = self._follower(path, None, first and self._from_end, label)
             self._followers[path] = follower
-            out.extend(follower.poll())
+            out.extend(follower.poll(final=final))
         return out
 
     def _wanted(self, path: str) -> bool:

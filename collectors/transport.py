@@ -8,7 +8,9 @@ connection per collector, no extra dependency on the nodes.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
+import socket
 import ssl
 from dataclasses import dataclass
 from typing import Protocol
@@ -32,8 +34,18 @@ class Transport(Protocol):
 
     url: str
 
-    def post(self, body: bytes) -> HttpResponse:
-        """POST the body and return the answer, whatever its status."""
+    def post(self, body: bytes, timeout_s: float | None = None) -> HttpResponse:
+        """POST the body and return the answer, whatever its status.
+
+        Args:
+            body: the gzipped JSON lines.
+            timeout_s: a shorter limit for this request (a stop's deadline), else the
+                transport's own.
+        """
+        ...
+
+    def abort(self) -> None:
+        """From another thread: fail the request in flight and any later one (a stop's end)."""
         ...
 
 
@@ -74,16 +86,31 @@ class UrlTransport:
             "Content-Encoding": "gzip",
         }
         self._conn: http.client.HTTPConnection | None = None
+        self._aborted = False
 
-    def post(self, body: bytes) -> HttpResponse:
+    def post(self, body: bytes, timeout_s: float | None = None) -> HttpResponse:
         """POST once, retrying once at once if a reused connection turned out stale."""
+        limit = self._timeout_s if timeout_s is None else min(timeout_s, self._timeout_s)
         reused = self._conn is not None
         try:
-            return self._request(body)
+            return self._request(body, limit)
         except OSError:
-            if not reused:
+            if not reused or self._aborted:
                 raise
-        return self._request(body)
+        return self._request(body, limit)
+
+    def abort(self) -> None:
+        """Shut the connection down under a request that waits on a server gone silent.
+
+        Called from another thread when a stop's grace period is over: ``shutdown`` wakes a
+        blocked read at once, where closing the socket would not. Later requests fail too.
+        """
+        self._aborted = True
+        conn = self._conn
+        sock = conn.sock if conn is not None else None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
         """Drop the connection (the next post opens a new one)."""
@@ -91,8 +118,13 @@ class UrlTransport:
             self._conn.close()
             self._conn = None
 
-    def _request(self, body: bytes) -> HttpResponse:
+    def _request(self, body: bytes, timeout_s: float) -> HttpResponse:
+        if self._aborted:
+            raise OSError("aborted: the stop's grace period is over")
         conn = self._conn or self._connect()
+        conn.timeout = timeout_s  # used when it connects
+        if conn.sock is not None:
+            conn.sock.settimeout(timeout_s)
         try:
             conn.request("POST", self._path, body=body, headers=self._headers)
             resp = conn.getresponse()

@@ -20,6 +20,7 @@ NVML_ERROR_INVALID_ARGUMENT = 2
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_NO_PERMISSION = 4
 NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_TIMEOUT = 10
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
 NVML_ERROR_FUNCTION_NOT_FOUND = 13
@@ -43,6 +44,7 @@ _NAMES = {
     2: "Invalid Argument",
     3: "Not Supported",
     4: "Insufficient Permissions",
+    6: "Not Found",
     9: "Driver Not Loaded",
     10: "Timeout",
     12: "NVML Shared Library Not Found",
@@ -64,13 +66,14 @@ class NVMLError(Exception):  # noqa: N818 - pynvml's name
 
 @dataclass
 class FakeGpu:
-    """One GPU: its identity, answer table, GPM metric values and whether it is lost."""
+    """One GPU: its identity, answer table, GPM metric values, MIG instances, whether lost."""
 
     name: str
     uuid: str
     answers: dict[Any, Any]
     gpm: dict[int, float] | None = None
     lost_at_poll: int | None = None
+    migs: list[str] | None = None  # MIG instance UUIDs when MIG mode is on
 
 
 @dataclass
@@ -91,7 +94,7 @@ class c_nvmlGpmMetricsGet_t:  # noqa: N801 - pynvml's name
 
 @dataclass
 class FakeNvml:
-    """The fake module. ``polls`` counts utilisation reads of GPU 0 (one per poll)."""
+    """The fake module. ``polls`` counts utilisation reads of the first GPU polled (one per poll)."""
 
     gpus: list[FakeGpu]
     init_error: int | None = None
@@ -99,6 +102,7 @@ class FakeNvml:
     polls: int = 0
     xids: list[tuple[int, int]] = field(default_factory=list)
     _handles: dict[int, Any] = field(default_factory=dict)
+    _first_polled: int | None = None
     NVMLError: type[NVMLError] = NVMLError
 
     def __getattr__(self, name: str) -> Any:
@@ -141,10 +145,25 @@ class FakeNvml:
         return self.gpus[h.index].name
 
     def nvmlDeviceGetUUID(self, h: Any) -> str:  # noqa: N802
-        return self.gpus[h.index].uuid
+        gpu = self.gpus[h.index]
+        return gpu.uuid if getattr(h, "mig", None) is None else (gpu.migs or [])[h.mig]
+
+    # --- MIG (A100/H100 in MIG mode): 7 slots, the first len(migs) filled ---------------------
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h: Any) -> int:  # noqa: N802
+        if self.gpus[h.index].migs is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h: Any, i: int) -> Any:  # noqa: N802
+        if i >= len(self.gpus[h.index].migs or []):
+            raise NVMLError(NVML_ERROR_NOT_FOUND)
+        return SimpleNamespace(index=h.index, mig=i)
 
     def nvmlDeviceGetUtilizationRates(self, h: Any) -> Any:  # noqa: N802
-        if h.index == 0:
+        if self._first_polled is None:
+            self._first_polled = h.index
+        if h.index == self._first_polled:
             self.polls += 1
         gpu, mem = self._answer(h, "util")
         return SimpleNamespace(gpu=gpu, memory=mem)

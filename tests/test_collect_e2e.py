@@ -4,11 +4,13 @@ A writer (this test) appends the real lines of tests/data/z2/train.log to a log 
 collector process tails it. The collector is killed with SIGKILL mid-stream and restarted,
 the ingest server is killed with SIGKILL and restarted while the log grows, and at the end the
 store must hold exactly the records an uninterrupted read of the log gives: none missing,
-none twice, every step number right.
+none twice, every step number right. A collector stopped with SIGTERM right after the last
+write must still deliver that write: the store then equals ``dsmon import`` of the run.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import socket
@@ -37,11 +39,13 @@ from dsmon.records import Record
 from dsmon.serving import start_ingest_server
 from dsmon.store import open_store
 from dsmon.tokens import write_token_file
-from dsmon.wire import encode
+from dsmon.wire import decode, encode
 
 pytestmark = pytest.mark.slow
 
-Z2_LINES = (Path(__file__).parent / "data" / "z2" / "train.log").read_bytes().splitlines(True)
+DATA = Path(__file__).parent / "data"
+Z2_LINES = (DATA / "z2" / "train.log").read_bytes().splitlines(True)
+PROFILE = (DATA / "flops_detailed_file" / "flops_profile.txt").read_bytes()
 TOKEN = "e2e-token-0123456789abcdef"
 DEADLINE_S = 90.0
 
@@ -106,12 +110,12 @@ class Cluster:
         )  # fmt: skip
         wait_for("the server to listen", self._listening, [self.server])
 
-    def collector(self, log: Path, node: str) -> subprocess.Popen[bytes]:
+    def collector(self, log: Path, node: str, *extra: str) -> subprocess.Popen[bytes]:
         return self._spawn(
             "collect", "--log", str(log), "--server", f"http://127.0.0.1:{self.port}",
             "--token-file", str(self.token_file), "--node", node, "--run", "z2",
             "--state-dir", str(self.tmp / f"state-{node}"), "--nvml-interval", "0",
-            "--poll-interval", "0.1", "--retry-max", "1", name=f"collect-{node}",
+            "--poll-interval", "0.1", "--retry-max", "1", *extra, name=f"collect-{node}",
         )  # fmt: skip
 
     def _spawn(self, *args: str, name: str) -> subprocess.Popen[bytes]:
@@ -172,6 +176,38 @@ def test_kill_9_of_collector_and_server_loses_and_duplicates_nothing(cluster: Cl
     assert set(got) == want
     collector.send_signal(signal.SIGTERM)
     assert collector.wait(timeout=30) == 0
+
+
+def without_node(lines: list[str]) -> set[str]:
+    """Stored records with the node left out: ``dsmon import`` does not know the node."""
+    recs = [decode(line) for line in lines]
+    return {encode(dataclasses.replace(r, src=dataclasses.replace(r.src, node=None))) for r in recs}
+
+
+def test_sigterm_right_after_the_last_write_loses_nothing(cluster: Cluster) -> None:
+    """A sidecar gets SIGTERM the moment the trainer exits; the trainer's last lines and its
+    flops profile, written just before, must reach the server all the same."""
+    run = cluster.tmp / "z2"
+    run.mkdir()
+    log, profile = run / "train.log", run / "flops_profile.txt"
+    append(log, Z2_LINES[:100])
+    cluster.start_server()
+    # Polls once a minute: what follows the first poll can only come from the stop's final read.
+    collector = cluster.collector(
+        log, "n1", "--profile-file", str(profile), "--poll-interval", "60"
+    )
+    first = len(expected("z2", "n1", 100))
+    wait_for("the first poll", lambda: len(stored(cluster.store, "z2")) == first, [collector])
+    profile.write_bytes(PROFILE)  # DeepSpeed writes it at its profile step
+    time.sleep(0.5)  # the file's creation wakes the tail loop; let that poll pass first
+    for i in range(100, len(Z2_LINES), 25):  # the last steps, in bursts, then the exit
+        append(log, Z2_LINES[i : i + 25])
+    collector.send_signal(signal.SIGTERM)
+    assert collector.wait(timeout=60) == 0
+    assert main(["import", str(run), "--store", str(cluster.tmp / "imported.sqlite")]) == 0
+    want = without_node(stored(cluster.tmp / "imported.sqlite", "z2"))
+    assert len(want) == len(expected("z2", "n1")) + 1  # the log's, one profile
+    assert without_node(stored(cluster.store, "z2")) == want
 
 
 def test_three_nodes_report_into_one_server(cluster: Cluster) -> None:

@@ -218,6 +218,11 @@ def test_sidecar_gpu_visibility_and_no_healthcheck() -> None:
     assert env["DSMON_HEALTH_URL"]["value"] == ""
     assert "nvidia.com/gpu" not in sidecar()["resources"]["limits"]
     assert trainer()["resources"]["limits"]["nvidia.com/gpu"] == 8
+    # The sidecar samples the GPUs the trainer lists on the shared volume.
+    gpus = flag(dsmon_argv(sidecar()) or [], "--gpus") or ""
+    assert gpus == "@/logs/gpus.txt"
+    assert mount_of(sidecar(), gpus[1:])["name"] == mount_of(trainer(), gpus[1:])["name"]
+    assert f"mv {gpus[1:]}.tmp {gpus[1:]}" in trainer()["args"][0]
 
 
 # --- token ---------------------------------------------------------------------------------

@@ -76,14 +76,16 @@ class Clock:
         return self.now
 
 
-def tailer(tmp_path: Path, *patterns: str, clock: Clock | None = None, **kw: object) -> Tailer:
+def tailer(
+    tmp_path: Path, *patterns: str, clock: Clock | None = None, rescan_s: float = 0, **kw: object
+) -> Tailer:
     return Tailer(
         list(patterns),
         run="t",
         node="n",
         state=StateFile(tmp_path / "state" / "tail.json"),
         make_parser=echo,
-        rescan_s=0,
+        rescan_s=rescan_s,
         clock=clock or Clock(),
         **kw,  # type: ignore[arg-type]
     )
@@ -134,6 +136,26 @@ def test_partial_last_line_waits_for_its_newline(tmp_path: Path) -> None:
     text = "time (ms) | fwd: 350.75 | bwd: 754.18 | bwd_inner: 675.36 | bwd_allreduce: 78.63 | step: 190.22"
     assert seen([rec]) == [("train.log", 1, 0, text)]
     assert rec.src.rank == 0
+
+
+def test_final_poll_finds_new_files_and_release_parses_the_last_line(tmp_path: Path) -> None:
+    """At a stop: a per-rank log created since the last glob match, and an unterminated last
+    line, are read; the saved position stays at that line's start for a later restart."""
+    logs = tmp_path / "rank_logs"
+    logs.mkdir()
+    t = tailer(tmp_path, str(logs / "*_rank*.log"), rescan_s=3600)  # matched at the first poll
+    append(logs / "20261129141018_rank0.log", *Z2_LINES[:2])
+    assert len(poll_all(t)) == 2
+    rank1 = logs / "20261129141018_rank1.log"
+    append(rank1, Z2_LINES[2], Z2_LINES[183][:-1])  # the last line has no newline yet
+    assert poll_all(t) == []  # not matched again yet
+    batch = t.poll(final=True)
+    assert [(r.src.file, r.src.line) for r in batch.records] == [("20261129141018_rank1.log", 1)]
+    (last,) = t.release()
+    assert seen([last])[0][1:3] == (2, len(Z2_LINES[2]))
+    assert last.src.rank == 0  # "[Rank 0]" in the line itself
+    pos = next(p for p in batch.checkpoint.files if p.path == str(rank1))
+    assert (pos.offset, pos.line) == (len(Z2_LINES[2]), 1)
 
 
 def test_missing_file_is_followed_once_it_appears(tmp_path: Path) -> None:
@@ -359,7 +381,11 @@ def test_profile_file_is_reread_whole_when_rewritten(tmp_path: Path) -> None:
     (prof,) = poll_all(t)
     assert isinstance(prof, FlopsProfileRecord)
     # "Profile Summary at step 6:" and "params per GPU: 932.61 K" in the file.
-    assert (prof.src.file, prof.profile_step, prof.params_per_gpu) == (str(out), 6, 932.61e3)
+    assert (prof.src.file, prof.profile_step, prof.params_per_gpu) == (
+        "flops_profile.txt",
+        6,
+        932.61e3,
+    )
     clock.now += PROFILE_SETTLE_S
     assert poll_all(t) == []
     # A restart does not send the same content again.

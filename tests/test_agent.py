@@ -1,0 +1,211 @@
+"""Stopping the collector agent: a final read, the parsers' held records, a bounded grace period.
+
+Real files with real DeepSpeed lines (tests/data/), the real ingest server on 127.0.0.1. The
+tail loop polls once when it starts and then waits far longer than any test runs, so lines
+written after that first poll can reach the server only through the stop's final read. What
+the server holds is compared with ``dsmon import`` of the same files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import select
+import socket
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from collectors.agent import Agent
+from collectors.sender import Sender
+from collectors.spool import Spool
+from collectors.state import StateFile
+from collectors.tailer import Tailer
+from collectors.transport import UrlTransport
+from dsmon.ingest import discover, read_found
+from dsmon.parsers.base import Diagnostics
+from dsmon.parsers.log import LogParser
+from dsmon.records import Record
+from dsmon.serving import IngestServer, start_ingest_server
+from dsmon.wire import decode, encode
+
+DATA = Path(__file__).parent / "data"
+Z2 = (DATA / "z2" / "train.log").read_bytes().splitlines(keepends=True)
+PROFILE = (DATA / "flops_detailed_file" / "flops_profile.txt").read_bytes()
+TOKEN = "agent-stop-token-0123456789"
+NEVER_S = 3600.0
+DEADLINE_S = 60.0
+
+
+def wait_until(what: str, cond: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not cond():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.02)
+
+
+def append(path: Path, lines: list[bytes]) -> None:
+    with path.open("ab") as f:
+        f.writelines(lines)
+
+
+def same_node(records: list[Record]) -> set[str]:
+    """Records as wire lines, node left out: ``dsmon import`` does not know the node."""
+    return {
+        encode(dataclasses.replace(r, src=dataclasses.replace(r.src, node=None))) for r in records
+    }
+
+
+def imported(*paths: Path) -> set[str]:
+    """What ``dsmon import`` of the files reads (a log's ``finish()`` included)."""
+    out: list[Record] = []
+    for path in paths:
+        (found,) = discover(path)
+        out += read_found(found, "z2", Diagnostics())
+    return same_node(out)
+
+
+def live_only(lines: list[bytes]) -> set[str]:
+    """What a live read of the lines emits while the log may still grow (no ``finish()``)."""
+    parser = LogParser("z2", "train.log", "n1")
+    out: list[Record] = []
+    offset = 0
+    for n, raw in enumerate(lines, start=1):
+        out += parser.feed(raw.decode(), offset=offset, line=n)
+        offset += len(raw)
+    return same_node(out)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[IngestServer]:
+    handle = start_ingest_server(str(tmp_path / "store.sqlite"), TOKEN, port=0)
+    yield handle
+    handle.stop()
+
+
+def stored(server: IngestServer) -> set[str]:
+    return same_node(server.store.records("z2"))
+
+
+def agent_for(tmp_path: Path, log: Path, url: str, **kw: object) -> Agent:
+    """An agent on one log whose tail loop never polls again after its first poll."""
+    profiles = [str(p) for p in [kw.pop("profile", None)] if p is not None]
+    state = tmp_path / "state"
+    tailer = Tailer(
+        [str(log)],
+        run="z2",
+        node="n1",
+        state=StateFile(state / "tail.json"),
+        profile_files=profiles,
+    )
+    sender = Sender(UrlTransport(url, TOKEN), Spool(state / "spool"), backoff_s=(0.05, 0.1))
+    return Agent(tailer, sender, tail_interval_s=NEVER_S, watch=False, **kw)  # type: ignore[arg-type]
+
+
+def saved_offset(tmp_path: Path) -> int:
+    (pos,) = StateFile(tmp_path / "state" / "tail.json").load().files
+    return pos.offset
+
+
+def spooled(tmp_path: Path) -> set[str]:
+    lines = []
+    for segment in sorted((tmp_path / "state" / "spool").glob("*.jsonl")):
+        lines += segment.read_text().splitlines()
+    return same_node([decode(line) for line in lines])
+
+
+def test_stop_reads_what_was_written_after_the_last_poll(
+    tmp_path: Path, server: IngestServer
+) -> None:
+    log, profile = tmp_path / "z2" / "train.log", tmp_path / "z2" / "flops_profile.txt"
+    log.parent.mkdir()
+    append(log, Z2[:100])
+    agent = agent_for(tmp_path, log, server.url, profile=profile)
+    agent.start()
+    wait_until("the first poll's records", lambda: stored(server) == live_only(Z2[:100]))
+    append(log, Z2[100:])  # the run's last lines, and its profile, just before the stop
+    profile.write_bytes(PROFILE)
+    agent.stop()
+    assert stored(server) == imported(log, profile)
+    assert len(stored(server)) == 116 + 1  # 116 log records, one flops profile
+    assert saved_offset(tmp_path) == log.stat().st_size
+
+
+@pytest.mark.parametrize(
+    ("run", "cut", "held", "early"),
+    [
+        # Stopped before its first step's end: the comm ops logged since line 28 wait for a
+        # step number. The run has no wall_clock_breakdown, so they never get one anyway.
+        ("comms_logger_verbose", 240, 66, 0),
+        # ZeRO-3 with memory_breakdown, stopped during step 1: its memory lines wait for the
+        # first global timer line, which numbers three of them step 1.
+        ("memory_breakdown", 180, 9, 3),
+    ],
+)
+@pytest.mark.parametrize("hold", [False, True])
+def test_records_the_parser_holds_at_stop(
+    tmp_path: Path, server: IngestServer, hold: bool, run: str, cut: int, held: int, early: int
+) -> None:
+    lines = (DATA / run / "train.log").read_bytes().splitlines(keepends=True)
+    log = tmp_path / "z2" / "train.log"
+    log.parent.mkdir()
+    append(log, lines[:cut])
+    assert len(imported(log) - live_only(lines[:cut])) == held
+    agent = agent_for(tmp_path, log, server.url, hold_at_stop=hold)
+    agent.start()
+    agent.stop()
+    assert stored(server) == (live_only(lines[:cut]) if hold else imported(log))
+    # Started again on the same state folder while the run goes on, to its end.
+    append(log, lines[cut:])
+    again = agent_for(tmp_path, log, server.url)
+    again.start()
+    again.stop()
+    whole = imported(log)
+    if hold:  # held back, then numbered once the run went on: as an import of the whole log
+        assert stored(server) == whole
+    else:  # released early: stored as they were at the stop, and kept (first copy wins)
+        released_early = stored(server) - whole
+        assert len(released_early) == early and len(stored(server)) == len(whole)
+        assert all('"step":null' in line for line in released_early)
+
+
+def test_stop_with_the_server_away_spools_everything_and_saves_positions(
+    tmp_path: Path,
+) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    log = tmp_path / "z2" / "train.log"
+    log.parent.mkdir()
+    append(log, Z2[:100])
+    agent = agent_for(tmp_path, log, f"http://127.0.0.1:{port}")
+    agent.start()
+    wait_until("the first batch spooled", lambda: spooled(tmp_path) == live_only(Z2[:100]))
+    append(log, Z2[100:])
+    agent.stop(timeout_s=5.0)
+    assert spooled(tmp_path) == imported(log)
+    assert saved_offset(tmp_path) == log.stat().st_size
+
+
+def test_a_silent_server_cannot_hold_the_stop_past_its_grace_period(tmp_path: Path) -> None:
+    """The server accepts the connection, then never answers (hung, or a black-holing proxy).
+
+    The batch sent before the stop waits with the transport's own 10 s timeout; the stop's
+    2 s grace period must cut it short and spool it, with the final read's records.
+    """
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        log = tmp_path / "z2" / "train.log"
+        log.parent.mkdir()
+        append(log, Z2[:100])
+        agent = agent_for(tmp_path, log, f"http://127.0.0.1:{listener.getsockname()[1]}")
+        agent.start()
+        # The sender has connected: its first POST now waits for an answer.
+        wait_until("the first POST", lambda: bool(select.select([listener], [], [], 0)[0]))
+        append(log, Z2[100:])
+        agent.stop(timeout_s=2.0)
+    assert spooled(tmp_path) == imported(log)
+    assert saved_offset(tmp_path) == log.stat().st_size
+    assert agent.sender.stats.failures >= 1
