@@ -28,6 +28,7 @@ class WireError(ValueError):
 
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+_FIELD_SETS: dict[type, frozenset[str]] = {}
 
 
 def _field_names(cls: type) -> tuple[str, ...]:
@@ -119,7 +120,9 @@ def from_dict(obj: Mapping[str, Any]) -> Record:
     cls = KINDS.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise WireError(f"field 'kind': unknown record kind {kind!r}")
-    names = {f.name for f in dataclasses.fields(cls)}
+    names = _FIELD_SETS.get(cls)
+    if names is None:
+        names = _FIELD_SETS[cls] = frozenset(_field_names(cls))
     kwargs: dict[str, Any] = {}
     for key, value in obj.items():
         if key == "kind":
