@@ -1,0 +1,74 @@
+"""The live-collection benchmarks still run and print their figures (tiny sizes, no timing checks).
+
+Each benchmark starts real processes (``dsmon serve``, ``dsmon collect``) on 127.0.0.1, so
+this checks the whole chain works from a script; what the figures are is for bench/README.md.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parent.parent
+NUMBER = r"\d+(?:\.\d+)?"
+VERDICT = r"-> (?:met|NOT met)$"
+
+
+def bench(script: str, *args: str) -> str:
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    return res.stdout
+
+
+def assert_lines(out: str, *patterns: str) -> None:
+    for pattern in patterns:
+        assert re.search(pattern, out, re.MULTILINE), f"no line matching {pattern!r} in:\n{out}"
+
+
+def test_freshness_prints_percentiles_of_every_line() -> None:
+    out = bench("freshness.py", "--seconds", "1", "--rate", "20", "--poll-every", "0.05")
+    assert_lines(
+        out,
+        r"^freshness: 20 real timer lines appended at 20/s for 1 s;",
+        rf"^freshness: visible 20/20; p50 {NUMBER} ms; p99 {NUMBER} ms; max {NUMBER} ms$",
+        rf"^goal: p99 <= 1000 ms {VERDICT}",
+    )
+
+
+def test_collector_cost_prints_cpu_seconds_per_minute() -> None:
+    out = bench("collector_cost.py", "--seconds", "2", "--rate", "50")
+    assert_lines(
+        out,
+        r"^collector cost: 100 real log lines at 50/s \+ fake NVML \(8 GPUs\) at 1 Hz",
+        rf"^collector cost: {NUMBER} CPU-s in {NUMBER} s = {NUMBER} CPU-s per minute = "
+        rf"{NUMBER} % of one core; RSS {NUMBER} MiB$",
+        rf"^control: a process that only wakes 10 times/s \(as an idle collector\) cost {NUMBER} ",
+        rf"^goal: <= 0.6 CPU-s per minute \(1 % of a core\) {VERDICT}",
+        r"^collector cost by thread, CPU-s per minute \(wake-ups per second\): .*dsmon-tail ",
+        r"^collector cost: stored so far \d+ records: \{.*'gpu': \d+",
+    )
+
+
+def test_ingest_prints_both_rates_the_ratio_and_the_stages() -> None:
+    out = bench("ingest.py", "--records", "3000", "--rounds", "1", "--stages")
+    assert_lines(
+        out,
+        r"^ingest: 3000 real records \(2 gzip batches of 2000, ",
+        rf"^direct executemany: +{NUMBER} records/s",
+        rf"^http POST /v1/records: +{NUMBER} records/s",
+        rf"^ratio http/direct: {NUMBER}; every round inserted all 3000: True$",
+        rf"^goal: ratio >= 0.5 and >= 20000 records/s {VERDICT}",
+        rf"^SQL: executemany \+ bookkeeping +{NUMBER} ",
+    )
