@@ -20,7 +20,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from dsmon.records import KINDS, Record
-from dsmon.wire import WireError, from_dict
+from dsmon.store_schema import EncodedRecord
+from dsmon.wire import WireError, encode, from_dict
 
 
 class BatchError(Exception):
@@ -81,19 +82,31 @@ def parse_batch(body: bytes) -> list[Record]:
     Raises:
         BatchError: 400 ``line N: field 'x': reason`` for the first bad line.
     """
+    return [e.record for e in parse_batch_encoded(body)]
+
+
+def parse_batch_encoded(body: bytes) -> list[EncodedRecord]:
+    """As :func:`parse_batch`, each record with the line to store for it.
+
+    The received line is stored as it came (it decodes to the record, as just checked),
+    which spares re-encoding every record; a line holding a ``NaN``/``Infinity`` constant is
+    re-encoded instead, so stored bodies stay strict JSON.
+    """
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         bad_line = body[: exc.start].count(b"\n") + 1
         raise BatchError(400, f"line {bad_line}: not UTF-8 at byte {exc.start}") from None
-    records: list[Record] = []
+    records: list[EncodedRecord] = []
     for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
-            records.append(parse_line(line))
+            rec = parse_line(line)
         except WireError as exc:
             raise BatchError(400, f"line {number}: {exc}") from None
+        stored = encode(rec) if _CONSTANT.search(line) else line.strip()
+        records.append(EncodedRecord(rec, stored))
     return records
 
 
@@ -110,6 +123,10 @@ def parse_line(line: str) -> Record:
     rec = from_dict(obj)
     check_record(rec)
     return rec
+
+
+#: JSON constants Python's decoder accepts but strict JSON does not (or a string holding them).
+_CONSTANT = re.compile(r"NaN|Infinity")
 
 
 # A \uD800-\uDFFF escape: legal in a pair (an emoji sent as ASCII), poison alone.

@@ -33,10 +33,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from dsmon import wire
-from dsmon.ingest_batch import BatchError, check_length, inflate, parse_batch
+from dsmon.ingest_batch import BatchError, check_length, inflate, parse_batch_encoded
 from dsmon.metrics import StoreCollector
-from dsmon.records import KINDS, Record
-from dsmon.store_schema import RecordFilter, Store, StoreError
+from dsmon.records import KINDS
+from dsmon.store_schema import EncodedRecord, RecordFilter, Store, StoreError
 from dsmon.tokens import check_token, token_matches
 
 logger = logging.getLogger(__name__)
@@ -136,8 +136,8 @@ class IngestApi:
                 raise BatchError(413, f"body exceeds the limit of {self.max_body_bytes} bytes")
         return bytes(body)
 
-    def _decode(self, body: bytes, encoding: str | None) -> list[Record]:
-        return parse_batch(inflate(body, encoding, self.max_body_bytes))
+    def _decode(self, body: bytes, encoding: str | None) -> list[EncodedRecord]:
+        return parse_batch_encoded(inflate(body, encoding, self.max_body_bytes))
 
     async def get_records(self, request: Request) -> Response:
         """A page of a run's records newer than ``since``, each with its store ``id``."""

@@ -22,6 +22,7 @@ from dsmon.records import Record
 from dsmon.store_schema import (
     ROW_COLUMNS,
     SCHEMA_VERSION,
+    EncodedRecord,
     KindStats,
     RecordFilter,
     RunInfo,
@@ -153,7 +154,7 @@ class SQLiteStore(Store):
     def _transaction(self) -> _Transaction:
         return _Transaction(self._conn)
 
-    def add(self, records: Iterable[Record]) -> int:
+    def add(self, records: Iterable[Record | EncodedRecord]) -> int:
         """Store the records not stored yet, committing every few thousand; returns how many."""
         inserted = 0
         for rows in batched(records):

@@ -32,6 +32,7 @@ from dsmon.records import Record
 from dsmon.store_schema import (
     ROW_COLUMNS,
     SCHEMA_VERSION,
+    EncodedRecord,
     KindStats,
     RecordFilter,
     RecordRow,
@@ -203,7 +204,7 @@ class PgStore(Store):
                     f"this dsmon reads version {SCHEMA_VERSION}"
                 )
 
-    def add(self, records: Iterable[Record]) -> int:
+    def add(self, records: Iterable[Record | EncodedRecord]) -> int:
         """Store the records not stored yet, one transaction per few thousand; returns how many."""
         inserted = 0
         for rows in batched(records):

@@ -63,10 +63,22 @@ def key_digest(rec: Record) -> bytes:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
 
 
-def record_row(rec: Record) -> RecordRow:
-    """The row under which ``rec`` is stored."""
+class EncodedRecord(NamedTuple):
+    """A record with its JSON line already at hand (the ingest server received it so).
+
+    Storing the received line saves encoding the record again, the costliest step of ingest
+    after decoding; the line must decode to ``record`` (the server checked that it does).
+    """
+
+    record: Record
+    body: str
+
+
+def record_row(rec: Record, body: str | None = None) -> RecordRow:
+    """The row under which ``rec`` is stored (``body``: its JSON line, if already encoded)."""
     s = rec.src
-    body = wire.encode(rec)
+    if body is None:
+        body = wire.encode(rec)
     return RecordRow(
         key_digest(rec), s.run, rec.KIND, rec.step, rec.ts, s.node, s.rank, s.file, s.line, body
     )
@@ -182,11 +194,13 @@ class RecordFilter:
         return " AND ".join(sql.format(ph) for sql, _ in conds), [v for _, v in conds]
 
 
-def batched(records: Iterable[Record], size: int = BATCH_ROWS) -> Iterator[list[RecordRow]]:
+def batched(
+    records: Iterable[Record | EncodedRecord], size: int = BATCH_ROWS
+) -> Iterator[list[RecordRow]]:
     """Rows in lists of ``size``, so an import streams instead of holding every record."""
     batch: list[RecordRow] = []
     for rec in records:
-        batch.append(record_row(rec))
+        batch.append(record_row(*rec) if isinstance(rec, EncodedRecord) else record_row(rec))
         if len(batch) >= size:
             yield batch
             batch = []
@@ -203,7 +217,7 @@ class Store(ABC):
     """
 
     @abstractmethod
-    def add(self, records: Iterable[Record]) -> int:
+    def add(self, records: Iterable[Record | EncodedRecord]) -> int:
         """Store the records not stored yet and commit; returns how many were new."""
 
     @abstractmethod

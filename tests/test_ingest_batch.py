@@ -163,3 +163,18 @@ def test_surrogate_pairs_are_fine() -> None:
     assert "\\ud83d\\ude00" in line  # json.dumps escaped the emoji as a pair
     (rec,) = parse_batch(line.encode())
     assert isinstance(rec, TimerRecord) and rec.group == "\U0001f600"
+
+
+def test_received_lines_are_stored_as_sent_unless_they_hold_constants() -> None:
+    """The server stores the checked line itself; NaN/Infinity lines are re-encoded strictly."""
+    from dsmon import wire
+    from dsmon.ingest_batch import parse_batch_encoded
+    from dsmon.records import Source, ThroughputRecord
+
+    plain = ThroughputRecord(src=Source(run="r", file="f", line=7), global_step=5)
+    line = wire.encode(plain)
+    odd = line.replace('"samples_per_s":null', '"samples_per_s":NaN')
+    assert odd != line
+    (a, b) = parse_batch_encoded(f"{line}\n{odd}\n".encode())
+    assert a.body == line and a.record == plain
+    assert "NaN" not in b.body and wire.decode(b.body).samples_per_s is None  # type: ignore[attr-defined]
