@@ -16,7 +16,6 @@
 # Everything but the final export lines goes to stderr, so `eval "$(...)"` sees only those.
 
 _dsmon_pg_main() {
-  local log_to=/dev/stderr
 
   _dsmon_pg_bin() {
     ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1
@@ -33,7 +32,7 @@ _dsmon_pg_main() {
 
   if [ "${1:-}" = "--stop" ]; then
     local dir=${2:?"--stop needs the cluster folder (DSMON_TEST_PG_DIR)"}
-    _dsmon_pg_as_owner "$(_dsmon_pg_bin)/pg_ctl" -D "$dir/data" -m immediate -w stop >"$log_to" 2>&1 || true
+    _dsmon_pg_as_owner "$(_dsmon_pg_bin)/pg_ctl" -D "$dir/data" -m immediate -w stop >&2 2>&1 || true
     rm -rf "$dir"
     return 0
   fi
@@ -41,14 +40,14 @@ _dsmon_pg_main() {
   local bin
   bin=$(_dsmon_pg_bin)
   if [ -z "$bin" ] || [ ! -x "$bin/initdb" ]; then
-    echo "start-postgres: installing Debian's postgresql package" >"$log_to"
+    echo "start-postgres: installing Debian's postgresql package" >&2
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -q >"$log_to" 2>&1 || return 1
-    apt-get install -y -q --no-install-recommends postgresql >"$log_to" 2>&1 || return 1
+    apt-get update -q >&2 2>&1 || return 1
+    apt-get install -y -q --no-install-recommends postgresql >&2 2>&1 || return 1
     bin=$(_dsmon_pg_bin)
   fi
   if [ -z "$bin" ] || [ ! -x "$bin/initdb" ]; then
-    echo "start-postgres: no initdb after installing postgresql" >"$log_to"
+    echo "start-postgres: no initdb after installing postgresql" >&2
     return 1
   fi
 
@@ -63,16 +62,16 @@ _dsmon_pg_main() {
   port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 
   _dsmon_pg_as_owner "$bin/initdb" -D "$dir/data" -U dsmon -A trust -E UTF8 --no-sync \
-    >"$dir/initdb.log" 2>&1 || { cat "$dir/initdb.log" >"$log_to"; return 1; }
+    >"$dir/initdb.log" 2>&1 || { cat "$dir/initdb.log" >&2; return 1; }
   _dsmon_pg_as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
     -o "-c listen_addresses=127.0.0.1 -p $port -k $dir/sock -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
-    start >"$log_to" 2>&1 || { cat "$dir/server.log" >"$log_to"; return 1; }
-  _dsmon_pg_as_owner "$bin/createdb" -h 127.0.0.1 -p "$port" -U dsmon dsmon_test >"$log_to" 2>&1 || return 1
+    start >&2 2>&1 || { cat "$dir/server.log" >&2; return 1; }
+  _dsmon_pg_as_owner "$bin/createdb" -h 127.0.0.1 -p "$port" -U dsmon dsmon_test >&2 2>&1 || return 1
 
   DSMON_TEST_PG_URL="postgresql://dsmon@127.0.0.1:$port/dsmon_test"
   DSMON_TEST_PG_DIR="$dir"
   export DSMON_TEST_PG_URL DSMON_TEST_PG_DIR
-  echo "start-postgres: PostgreSQL $("$bin/postgres" --version | awk '{print $3}') at $DSMON_TEST_PG_URL (folder $dir)" >"$log_to"
+  echo "start-postgres: PostgreSQL $("$bin/postgres" --version | awk '{print $3}') at $DSMON_TEST_PG_URL (folder $dir)" >&2
   echo "export DSMON_TEST_PG_URL=$DSMON_TEST_PG_URL"
   echo "export DSMON_TEST_PG_DIR=$DSMON_TEST_PG_DIR"
 }
