@@ -116,15 +116,22 @@ class Sender:
     def submit(self, records: Sequence[Record], on_durable: Callback | None = None) -> None:
         """Queue records; ``on_durable`` runs once they are acknowledged or spooled."""
         with self._lock:
+            first = not self._queue
             self._queue.append((list(records), on_durable))
-        if len(records) >= self.batch_records:
+        if first or len(records) >= self.batch_records:
             self._wake.set()
 
     def run(self, stop: threading.Event) -> None:
         """The sender thread: pump until ``stop``, then deliver or spool what is left."""
         while not stop.is_set():
-            self._wake.wait(self.max_delay_s)
+            # Idle (nothing queued or spooled): sleep until a submit or a stop wakes us, rather
+            # than every max_delay_s: most of a quiet collector's CPU went to these wake-ups.
+            idle = self.spool.empty and not self.backlog
+            self._wake.wait(None if idle else self.max_delay_s)
             self._wake.clear()
+            if idle and not stop.is_set() and self.backlog < self.batch_records:
+                self._wake.wait(self.max_delay_s)  # let the batch fill, as before
+                self._wake.clear()
             try:
                 self.pump()
             except Exception:  # noqa: BLE001 - the sender thread's outermost loop goes on
