@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dsmon import wire
-from dsmon.parsers.log import parse_text
+from dsmon.parsers.log import LogParser, parse_text
 from dsmon.records import KINDS, Source, ThroughputRecord, TimerRecord
 
 DATA = Path(__file__).parent / "data"
@@ -74,3 +74,17 @@ def test_every_kind_is_registered_once() -> None:
 def test_not_json_is_an_error() -> None:
     with pytest.raises(wire.WireError, match="not JSON"):
         wire.decode("{oops")
+
+
+def test_the_documented_example_is_what_dsmon_parse_prints() -> None:
+    """docs/records.md shows a real record of the bundled run; keep it true."""
+    root = Path(__file__).resolve().parent.parent
+    doc = (root / "docs" / "records.md").read_text(encoding="utf-8")
+    example = doc.split("```json\n", 1)[1].split("\n```", 1)[0]
+    parser = LogParser("z2", "train.log")
+    recs, offset = [], 0
+    for raw in (root / "dsmon" / "data" / "demo" / "train.log").read_bytes().splitlines(True):
+        recs.extend(parser.feed(raw.decode("utf-8"), offset=offset))  # as dsmon parse does
+        offset += len(raw)
+    recs.extend(parser.finish())
+    assert example in {wire.encode(r) for r in recs}
