@@ -28,8 +28,14 @@ Register = Callable[[Any], None]
 
 
 def _builtin_registrars() -> Iterator[tuple[str, Register]]:
-    """``register`` of every module in ``dsmon/commands/``, in name order."""
+    """``register`` of every module in ``dsmon/commands/``, in name order.
+
+    Modules named ``_*`` hold a command's implementation and are imported only when that
+    command runs: building the parser must not load pandas for ``dsmon collect``.
+    """
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
         module = importlib.import_module(f"{commands.__name__}.{info.name}")
         register = getattr(module, "register", None)
         if callable(register):

@@ -16,13 +16,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
-from typing import Any, NamedTuple
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dsmon import wire
-from dsmon.frames import records_frame
 from dsmon.records import Record, record_key
+
+if TYPE_CHECKING:  # pandas loads only when a frame is asked for: collectors never need it
+    import pandas as pd
 
 #: Bumped when the tables change shape; a store written by another version is refused.
 SCHEMA_VERSION = 1
@@ -269,6 +269,8 @@ class Store(ABC):
         limit: int | None = None,
     ) -> pd.DataFrame:
         """One row per record of one kind: see :func:`dsmon.frames.records_frame`."""
+        from dsmon.frames import records_frame
+
         flt = RecordFilter(run, kind, step_min, step_max, ts_min, ts_max, after_id, limit)
         rows = self._select(flt)
         return records_frame(kind, [row_record(b) for _, b in rows], [i for i, _ in rows])

@@ -259,3 +259,11 @@ def render_summary(s: RunSummary) -> str:
     if s.config:
         lines.append("Config      " + " ".join(f"{k}={v}" for k, v in s.config.items()))
     return "\n".join(lines)
+
+
+def summary_text(store: Store, run: str) -> str:
+    """The run's one-screen summary, or one line saying the run holds no records."""
+    try:
+        return render_summary(run_summary(store, run))
+    except KeyError:
+        return f"Run         {run}: no records"

@@ -29,7 +29,6 @@ from dsmon.commands import CommandError, dashboard
 from dsmon.commands.import_ import import_and_summarise
 from dsmon.replay import DEFAULT_SPEED, ReplayResult, ReplayThread
 from dsmon.store import open_store
-from dsmon.summary import render_summary, run_summary
 
 #: Where ``dsmon demo`` puts its store unless told otherwise.
 DEFAULT_DEMO_STORE = "dsmon-demo.sqlite"
@@ -113,12 +112,10 @@ def replay_report(store_url: str, result: ReplayResult) -> str:
         f"Replayed    {result.records} records ({result.inserted} new) from "
         f"{result.files} file(s) in {result.elapsed_s:.1f} s"
     )
+    from dsmon.summary import summary_text  # pandas: loaded only when a summary is printed
+
     with open_store(store_url) as store:
-        try:
-            summary = render_summary(run_summary(store, result.run))
-        except KeyError:
-            summary = f"Run         {result.run}: no records"
-    return f"{head}\n{summary}"
+        return f"{head}\n{summary_text(store, result.run)}"
 
 
 def _finished(replay: ReplayThread, store_url: str) -> None:

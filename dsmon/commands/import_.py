@@ -19,7 +19,6 @@ from dsmon.commands import CommandError, default_store
 from dsmon.ingest import ImportResult, Progress, import_paths
 from dsmon.store import open_store
 from dsmon.store_schema import Store
-from dsmon.summary import render_summary, run_summary
 
 
 def register(subparsers: Any) -> None:
@@ -77,11 +76,9 @@ def _report(store: Store, res: ImportResult) -> str:
     unparsed = sum(res.diag.unparsed.values()) + sum(res.diag.cut.values())
     if unparsed:
         head += f"; {unparsed} lines or blocks not understood (dsmon parse shows them)"
-    try:
-        summary = render_summary(run_summary(store, res.run))
-    except KeyError:
-        summary = f"Run         {res.run}: no records"
-    return f"{head}\n{summary}"
+    from dsmon.summary import summary_text  # pandas: loaded only when a summary is printed
+
+    return f"{head}\n{summary_text(store, res.run)}"
 
 
 def run(args: argparse.Namespace) -> int:
