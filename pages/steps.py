@@ -49,7 +49,7 @@ def load() -> dict[str, pd.DataFrame]:
 
 def headline(bd: pd.DataFrame, stats: pd.DataFrame) -> None:
     """Median phase times of the run (all ranks), as metrics."""
-    cols = st.columns(6)
+    cols = [*st.columns(3), *st.columns(3)]  # two rows: six values truncate on a laptop screen
     labels = ("fwd p50", "bwd p50", "bwd_inner p50", "bwd_allreduce p50", "step p50", "total p90")
     keys = (
         ("fwd_ms", "p50"),
