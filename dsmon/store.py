@@ -25,10 +25,12 @@ from dsmon.store_schema import (
     EncodedRecord,
     KindStats,
     RecordFilter,
+    RecordRow,
     RunInfo,
     Store,
     StoreError,
     batched,
+    restamp_candidates,
     run_infos,
 )
 
@@ -37,6 +39,12 @@ __all__ = ["RunInfo", "SQLiteStore", "Store", "StoreError", "open_store", "sqlit
 #: How long a writer waits for another writer's transaction before giving up.
 BUSY_TIMEOUT_S = 30.0
 
+# Added after schema version 1 shipped: created when first needed, so older stores open as
+# they are, and read as empty when it is missing.
+_RESTAMPS_DDL = """CREATE TABLE IF NOT EXISTS run_restamps (
+    run TEXT PRIMARY KEY,
+    n INTEGER NOT NULL
+)"""
 _DDL = (
     """CREATE TABLE IF NOT EXISTS records (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -70,6 +78,7 @@ _DDL = (
         rank INTEGER NOT NULL,
         PRIMARY KEY (run, node, rank)
     )""",
+    _RESTAMPS_DDL,
 )
 
 _INSERT = (
@@ -88,6 +97,15 @@ ON CONFLICT (run, kind) DO UPDATE SET
     last_ts = COALESCE(MAX(last_ts, excluded.last_ts), last_ts, excluded.last_ts),
     last_step = COALESCE(MAX(last_step, excluded.last_step), last_step, excluded.last_step),
     last_id = MAX(last_id, excluded.last_id)
+"""
+# A record sent again with the step it lacked when first stored (live collectors do so).
+_RESTAMP = "UPDATE records SET step = ?, body = ? WHERE key = ? AND step IS NULL"
+_RESTAMP_KIND = """
+UPDATE run_kinds SET last_step = COALESCE(MAX(last_step, ?), ?) WHERE run = ? AND kind = ?
+"""
+_COUNT_RESTAMPS = """
+INSERT INTO run_restamps (run, n) VALUES (?, ?)
+ON CONFLICT (run) DO UPDATE SET n = n + excluded.n
 """
 # -1 stands for "unknown" in the key columns, since NULLs never collide in a primary key.
 _UPDATE_SOURCES = """
@@ -165,8 +183,37 @@ class SQLiteStore(Store):
                 if new:
                     self._conn.execute(_UPDATE_KINDS, (before,))
                     self._conn.execute(_UPDATE_SOURCES, (before,))
+                if new < len(rows):  # some were stored before: fill steps they lacked
+                    self._restamp(rows)
                 inserted += new
         return inserted
+
+    def _restamp(self, rows: list[RecordRow]) -> None:
+        """Give stored rows without a step the step their copy in ``rows`` carries."""
+        conn = self._conn
+        for run, cands in restamp_candidates(rows).items():
+            changes = conn.total_changes
+            conn.executemany(_RESTAMP, [(r.step, r.body, r.key) for r in cands])
+            filled = conn.total_changes - changes
+            if not filled:
+                continue
+            top: dict[str, int] = {}
+            for r in cands:
+                top[r.kind] = max(top.get(r.kind, 0), r.step or 0)
+            conn.executemany(_RESTAMP_KIND, [(s, s, run, k) for k, s in top.items()])
+            conn.execute(_RESTAMPS_DDL)
+            conn.execute(_COUNT_RESTAMPS, (run, filled))
+
+    def restamps(self, run: str) -> int:
+        """Rows of ``run`` whose step was filled in later (0 in a store that never had one)."""
+        with self._lock:
+            try:
+                row = self._conn.execute(
+                    "SELECT n FROM run_restamps WHERE run = ?", (run,)
+                ).fetchone()
+            except sqlite3.OperationalError:  # no such table: an older store, no restamps
+                return 0
+        return int(row[0]) if row else 0
 
     def _max_id(self) -> int:
         row = self._conn.execute("SELECT MAX(id) FROM records").fetchone()

@@ -89,6 +89,10 @@ _DDL = (
         rank BIGINT NOT NULL,
         PRIMARY KEY (run, node, rank)
     )""",
+    """CREATE TABLE IF NOT EXISTS run_restamps (
+        run TEXT COLLATE "C" PRIMARY KEY,
+        n BIGINT NOT NULL
+    )""",
 )
 
 _COLS = ", ".join(ROW_COLUMNS)
@@ -124,6 +128,24 @@ WITH ins AS (
     ON CONFLICT DO NOTHING
 )
 SELECT COUNT(*) FROM ins
+"""
+
+# Rows stored before without a step, sent again with it (live collectors do so): fill the
+# step in place, then fold what changed into the bookkeeping.
+_RESTAMP = """
+WITH filled AS (
+    UPDATE records r SET step = i.step, body = i.body FROM dsmon_incoming i
+    WHERE r.key = i.key AND r.step IS NULL AND i.step IS NOT NULL
+    RETURNING r.run, r.kind, r.step
+), kinds AS (
+    UPDATE run_kinds k SET last_step = GREATEST(k.last_step, f.top)
+    FROM (SELECT run, kind, MAX(step) AS top FROM filled GROUP BY run, kind) f
+    WHERE k.run = f.run AND k.kind = f.kind
+), counts AS (
+    INSERT INTO run_restamps AS c (run, n) SELECT run, COUNT(*) FROM filled GROUP BY run
+    ON CONFLICT (run) DO UPDATE SET n = c.n + excluded.n
+)
+SELECT COUNT(*) FROM filled
 """
 
 
@@ -228,6 +250,13 @@ class PgStore(Store):
             row = self._call(lambda conn: conn.execute(sql, params).fetchone())
         return int(row[0] or 0) if row else 0
 
+    def restamps(self, run: str) -> int:
+        """Rows of ``run`` whose step was filled in later."""
+        sql = "SELECT n FROM run_restamps WHERE run = %s"
+        with self._lock:
+            row = self._call(lambda conn: conn.execute(sql, (run,)).fetchone())
+        return int(row[0]) if row else 0
+
     def _select(self, flt: RecordFilter) -> list[tuple[int, str]]:
         where, params = flt.where("%s")
         sql = f"SELECT id, body FROM records WHERE {where} ORDER BY id"
@@ -255,7 +284,10 @@ def _insert(conn: psycopg.Connection[Any], rows: list[RecordRow]) -> int:
             for seq, row in enumerate(rows):
                 copy.write_row((seq, *row))
         found = cur.execute(_MOVE).fetchone()
-    return int(found[0]) if found else 0
+        new = int(found[0]) if found else 0
+        if new < len(rows) and any(r.step is not None for r in rows):
+            cur.execute(_RESTAMP)
+    return new
 
 
 def _run_tables(conn: psycopg.Connection[Any]) -> tuple[list[Any], list[Any]]:

@@ -194,6 +194,15 @@ class RecordFilter:
         return " AND ".join(sql.format(ph) for sql, _ in conds), [v for _, v in conds]
 
 
+def restamp_candidates(rows: list[RecordRow]) -> dict[str, list[RecordRow]]:
+    """The rows of a batch that may fill a stored row's missing step, by run."""
+    out: dict[str, list[RecordRow]] = {}
+    for row in rows:
+        if row.step is not None:
+            out.setdefault(row.run, []).append(row)
+    return out
+
+
 def batched(
     records: Iterable[Record | EncodedRecord], size: int = BATCH_ROWS
 ) -> Iterator[list[RecordRow]]:
@@ -227,6 +236,16 @@ class Store(ABC):
     @abstractmethod
     def last_id(self, run: str | None = None) -> int:
         """Id of the newest record (of ``run``, or of any run); 0 when there is none."""
+
+    @abstractmethod
+    def restamps(self, run: str) -> int:
+        """How many stored records of ``run`` have had their step filled in after the fact.
+
+        A live collector sends a record at once, without its step when the log has not named
+        one yet, and again once it has (``LogParser(live=True)``); the store then fills the
+        step of the row it has, in place. Readers that keep rows in memory
+        (``dsmon.live.RunFrames``) compare this count to know when to read them again.
+        """
 
     @abstractmethod
     def close(self) -> None:
