@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import pandas as pd
 
 from dsmon.records import ConfigRecord, Record, record_key
-from dsmon.store_schema import Store
+from dsmon.store_schema import RunInfo, Store
 
 T = TypeVar("T")
 
@@ -257,8 +257,20 @@ def is_live(last_ts: str | None, now: datetime, window_s: float = LIVE_WINDOW_S)
     """
     if not last_ts:
         return False
-    age = abs((now - pd.Timestamp(last_ts).to_pydatetime()).total_seconds())
+    try:
+        age = abs((now - pd.Timestamp(last_ts).to_pydatetime()).total_seconds())
+    except (ValueError, OverflowError):  # a timestamp no calendar has: says nothing
+        return False
     return age <= window_s
+
+
+def run_is_live(info: RunInfo, now: datetime, window_s: float = LIVE_WINDOW_S) -> bool:
+    """Whether a run is being written to: records received lately, or lately stamped.
+
+    Receive time comes first: lines printed without a timestamp (timer lines; every line at
+    DeepSpeed's default log level) leave ``last_ts`` at the run's start while it goes on.
+    """
+    return is_live(info.received_at, now, window_s) or is_live(info.last_ts, now, window_s)
 
 
 def step_cutoff(steps: pd.DataFrame, step: int | None) -> Cutoff:

@@ -30,6 +30,7 @@ from dsmon.store_schema import (
     Store,
     StoreError,
     batched,
+    received_now,
     restamp_candidates,
     run_infos,
 )
@@ -41,9 +42,10 @@ BUSY_TIMEOUT_S = 30.0
 
 # Added after schema version 1 shipped: created when first needed, so older stores open as
 # they are, and read as empty when it is missing.
-_RESTAMPS_DDL = """CREATE TABLE IF NOT EXISTS run_restamps (
+_ACTIVITY_DDL = """CREATE TABLE IF NOT EXISTS run_activity (
     run TEXT PRIMARY KEY,
-    n INTEGER NOT NULL
+    restamps INTEGER NOT NULL DEFAULT 0,
+    received_at TEXT
 )"""
 _DDL = (
     """CREATE TABLE IF NOT EXISTS records (
@@ -78,7 +80,7 @@ _DDL = (
         rank INTEGER NOT NULL,
         PRIMARY KEY (run, node, rank)
     )""",
-    _RESTAMPS_DDL,
+    _ACTIVITY_DDL,
 )
 
 _INSERT = (
@@ -104,8 +106,12 @@ _RESTAMP_KIND = """
 UPDATE run_kinds SET last_step = COALESCE(MAX(last_step, ?), ?) WHERE run = ? AND kind = ?
 """
 _COUNT_RESTAMPS = """
-INSERT INTO run_restamps (run, n) VALUES (?, ?)
-ON CONFLICT (run) DO UPDATE SET n = n + excluded.n
+INSERT INTO run_activity (run, restamps) VALUES (?, ?)
+ON CONFLICT (run) DO UPDATE SET restamps = restamps + excluded.restamps
+"""
+_RECEIVED = """
+INSERT INTO run_activity (run, received_at) VALUES (?, ?)
+ON CONFLICT (run) DO UPDATE SET received_at = excluded.received_at
 """
 # -1 stands for "unknown" in the key columns, since NULLs never collide in a primary key.
 _UPDATE_SOURCES = """
@@ -172,11 +178,13 @@ class SQLiteStore(Store):
     def _transaction(self) -> _Transaction:
         return _Transaction(self._conn)
 
-    def add(self, records: Iterable[Record | EncodedRecord]) -> int:
+    def add(self, records: Iterable[Record | EncodedRecord], *, live: bool = False) -> int:
         """Store the records not stored yet, committing every few thousand; returns how many."""
         inserted = 0
         for rows in batched(records):
             with self._lock, _errors(self.path), self._transaction():
+                if live:
+                    self._received(rows)
                 before, changes = self._max_id(), self._conn.total_changes
                 self._conn.executemany(_INSERT, rows)
                 new = self._conn.total_changes - changes
@@ -201,19 +209,29 @@ class SQLiteStore(Store):
             for r in cands:
                 top[r.kind] = max(top.get(r.kind, 0), r.step or 0)
             conn.executemany(_RESTAMP_KIND, [(s, s, run, k) for k, s in top.items()])
-            conn.execute(_RESTAMPS_DDL)
+            conn.execute(_ACTIVITY_DDL)
             conn.execute(_COUNT_RESTAMPS, (run, filled))
+
+    def _received(self, rows: list[RecordRow]) -> None:
+        """Note that the runs of ``rows`` are being sent to now (see ``RunInfo.received_at``)."""
+        now = received_now()
+        self._conn.execute(_ACTIVITY_DDL)
+        self._conn.executemany(_RECEIVED, [(run, now) for run in {r.run for r in rows}])
+
+    def _activity(self) -> dict[str, tuple[int, str | None]]:
+        """Restamp count and last receive time per run ({} in a store that never had any)."""
+        try:
+            rows = self._conn.execute(
+                "SELECT run, restamps, received_at FROM run_activity"
+            ).fetchall()
+        except sqlite3.OperationalError:  # no such table: an older store, nothing noted
+            return {}
+        return {run: (int(n), at) for run, n, at in rows}
 
     def restamps(self, run: str) -> int:
         """Rows of ``run`` whose step was filled in later (0 in a store that never had one)."""
         with self._lock:
-            try:
-                row = self._conn.execute(
-                    "SELECT n FROM run_restamps WHERE run = ?", (run,)
-                ).fetchone()
-            except sqlite3.OperationalError:  # no such table: an older store, no restamps
-                return 0
-        return int(row[0]) if row else 0
+            return self._activity().get(run, (0, None))[0]
 
     def _max_id(self) -> int:
         row = self._conn.execute("SELECT MAX(id) FROM records").fetchone()
@@ -226,7 +244,8 @@ class SQLiteStore(Store):
                 "SELECT run, kind, n, first_ts, last_ts, last_step, last_id FROM run_kinds"
             ).fetchall()
             sources = self._conn.execute("SELECT run, node, rank FROM run_sources").fetchall()
-        return run_infos((KindStats(*row) for row in stats), sources)
+            activity = self._activity()
+        return run_infos((KindStats(*row) for row in stats), sources, activity)
 
     def last_id(self, run: str | None = None) -> int:
         """Id of the newest record of ``run`` (or of the whole store); 0 if there is none."""

@@ -95,6 +95,10 @@ class RunInfo:
 
     ``kinds`` counts records per kind; ``last_id`` is the id of the newest record, so a
     reader can ask for ``records(run, after_id=last_id)`` next time and get only what is new.
+    ``received_at`` is when a live sender (the ingest server, the demo's replay) last stored
+    records of the run, in this machine's local time: DeepSpeed prints many lines without a
+    timestamp (timer lines, all of them at its default log level), so the records' own
+    ``last_ts`` can stand still for hours while the run is well alive.
     """
 
     name: str
@@ -106,6 +110,7 @@ class RunInfo:
     last_step: int | None
     kinds: dict[str, int] = field(default_factory=dict)
     last_id: int = 0
+    received_at: str | None = None
 
 
 class KindStats(NamedTuple):
@@ -120,7 +125,16 @@ class KindStats(NamedTuple):
     last_id: int
 
 
-def run_infos(stats: Iterable[KindStats], sources: Iterable[tuple[str, Any, Any]]) -> list[RunInfo]:
+def received_now() -> str:
+    """The receive time noted for a live batch: local wall clock, as records' ``ts``."""
+    return datetime.now().isoformat(timespec="milliseconds")
+
+
+def run_infos(
+    stats: Iterable[KindStats],
+    sources: Iterable[tuple[str, Any, Any]],
+    activity: dict[str, tuple[int, str | None]] | None = None,
+) -> list[RunInfo]:
     """Fold per-kind statistics and the (run, node, rank) pairs seen into one RunInfo per run."""
     nodes: dict[str, set[str]] = {}
     ranks: dict[str, set[int]] = {}
@@ -132,13 +146,16 @@ def run_infos(stats: Iterable[KindStats], sources: Iterable[tuple[str, Any, Any]
     by_run: dict[str, list[KindStats]] = {}
     for st in stats:
         by_run.setdefault(st.run, []).append(st)
+    received = {run: at for run, (_, at) in (activity or {}).items()}
     return [
-        _fold(name, rows, nodes.get(name, set()), ranks.get(name, set()))
+        _fold(name, rows, nodes.get(name, set()), ranks.get(name, set()), received.get(name))
         for name, rows in sorted(by_run.items())
     ]
 
 
-def _fold(name: str, rows: list[KindStats], nodes: set[str], ranks: set[int]) -> RunInfo:
+def _fold(
+    name: str, rows: list[KindStats], nodes: set[str], ranks: set[int], received_at: str | None
+) -> RunInfo:
     """One run's RunInfo from its per-kind rows."""
     firsts = [r.first_ts for r in rows if r.first_ts is not None]
     lasts = [r.last_ts for r in rows if r.last_ts is not None]
@@ -153,6 +170,7 @@ def _fold(name: str, rows: list[KindStats], nodes: set[str], ranks: set[int]) ->
         last_step=max(steps) if steps else None,
         kinds={r.kind: r.n for r in sorted(rows, key=lambda r: r.kind)},
         last_id=max(r.last_id for r in rows),
+        received_at=received_at,
     )
 
 
@@ -226,8 +244,11 @@ class Store(ABC):
     """
 
     @abstractmethod
-    def add(self, records: Iterable[Record | EncodedRecord]) -> int:
-        """Store the records not stored yet and commit; returns how many were new."""
+    def add(self, records: Iterable[Record | EncodedRecord], *, live: bool = False) -> int:
+        """Store the records not stored yet and commit; returns how many were new.
+
+        ``live``: they come from a live sender, so the run's ``received_at`` is set to now.
+        """
 
     @abstractmethod
     def runs(self) -> list[RunInfo]:

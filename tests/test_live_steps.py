@@ -8,9 +8,10 @@ clock resolves; the store fills the step in place and readers reload.
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from pathlib import Path
 
-from dsmon.live import RunFrames
+from dsmon.live import RunFrames, is_live, run_is_live
 from dsmon.parsers.log import LogParser
 from dsmon.records import Record, TimerRecord, record_key
 from dsmon.store_schema import Store
@@ -78,3 +79,18 @@ def test_store_fills_a_missing_step_and_readers_reload(store: Store) -> None:
     # a copy without a step never erases a step already stored
     store.add(early)
     assert store.frame("r", "timer")["step"].notna().all()
+
+
+def test_a_run_received_now_is_live_though_its_lines_are_old(store: Store) -> None:
+    """Timer lines carry no timestamp: a run is live while a live sender stores its records."""
+    tail, anchor = z2_tail()
+    recs = offline(tail)
+    store.add(recs[: len(recs) // 2])  # an import: not live, its stamps are of 2026-11-29
+    (info,) = store.runs()
+    now = datetime.now()
+    assert info.received_at is None and not run_is_live(info, now)
+    store.add(recs[len(recs) // 2 :], live=True)  # as the ingest server stores a batch
+    (info,) = store.runs()
+    assert info.received_at is not None and run_is_live(info, now)
+    assert not is_live(info.last_ts, now)  # the records' own stamps say otherwise
+    assert not run_is_live(info, now + timedelta(minutes=10))
