@@ -18,12 +18,13 @@ from dsmon.commands import default_store
 from dsmon.live import OPEN, FrameHub, View, run_is_live, step_cutoff
 from dsmon.store import open_store
 from dsmon.store_schema import RunInfo
+from ui import page as ui_page
 
 ROOT = Path(__file__).resolve().parent
 #: Seconds between live redraws (the fragments' ``run_every``); the sidebar can change it.
 REFRESH_ENV = "DSMON_REFRESH_S"
 REFRESH_CHOICES = (1.0, 1.5, 2.0, 5.0)
-VIEW_KEY = "dsmon_view"
+VIEW_KEY = ui_page.VIEW_KEY
 #: The last run and replay step picked in this session: the menu's page links drop the URL's
 #: query, so they are kept here too and the URL is rewritten from them.
 RUN_KEY = "dsmon_run"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 import streamlit as st
 
@@ -12,15 +10,12 @@ from dsmon.analysis.downsample import downsample
 from dsmon.figures import comm as fig
 from dsmon.figures.common import fmt_ms, fmt_pct, rounded
 from dsmon.health.config_view import ConfigView
-from dsmon.live import View, preferred_config
+from dsmon.live import preferred_config
 from dsmon.peaks import LINKS, find_link
+from ui.charts import chart
+from ui.page import live_body, page_view
 
-if "dsmon_view" not in st.session_state:  # opened by URL before app.py ran: run it first
-    st.switch_page(
-        Path(__file__).parents[1] / "app.py",
-        query_params={**st.query_params.to_dict(), "page": Path(__file__).stem},
-    )
-view: View = st.session_state["dsmon_view"]
+view = page_view(__file__)
 
 OVERLAP_ON = (
     "**overlap_comm is on** ({origin}): gradient reduction runs in backward hooks, overlapped with "
@@ -82,12 +77,14 @@ def timers_section(bd: pd.DataFrame) -> None:
     st.caption(
         "Exposed comm = bwd_allreduce (+ ZeRO-1/2 optimizer_allgather), as a share of fwd + bwd + step."
     )
-    st.plotly_chart(
-        fig.share_figure(downsample(share, "step", ["exposed_comm_ms", "comm_share"], by="rank"))
+    chart(
+        fig.share_figure(downsample(share, "step", ["exposed_comm_ms", "comm_share"], by="rank")),
+        "communication.share_figure",
     )
     ratios = comm.timer_ratios(bd)
-    st.plotly_chart(
-        fig.ratio_figure(downsample(ratios, "step", ["allreduce_pct_of_bwd_inner"], by="rank"))
+    chart(
+        fig.ratio_figure(downsample(ratios, "step", ["allreduce_pct_of_bwd_inner"], by="rank")),
+        "communication.ratio_figure",
     )
 
 
@@ -112,10 +109,12 @@ def logger_section(bd: pd.DataFrame) -> None:
     names = [link.name for link in LINKS]
     link = find_link(st.selectbox("Expected link", names, index=names.index(LINKS[3].name)))
     left, right = st.columns(2)
-    left.plotly_chart(
-        fig.bandwidth_figure(ops, link.gbps if link else None, link.name if link else "")
+    chart(
+        fig.bandwidth_figure(ops, link.gbps if link else None, link.name if link else ""),
+        "communication.bandwidth_figure",
+        left,
     )
-    right.plotly_chart(fig.latency_figure(ops))
+    chart(fig.latency_figure(ops), "communication.latency_figure", right)
     overlap_section(bd, op_rows)
 
 
@@ -137,11 +136,8 @@ def overlap_section(bd: pd.DataFrame, op_rows: pd.DataFrame) -> None:
     st.dataframe(rounded(est, 3), hide_index=True, width="stretch")
 
 
-@st.fragment(run_every=view.refresh_s)
 def body() -> None:
-    """The page; re-run alone every ``refresh_s`` seconds when live."""
-    if view.live:
-        view.frames.refresh()
+    """The page; re-run alone every ``refresh_s`` seconds when live (``ui.page.live_body``)."""
     f, cut = view.frames, view.cutoff
     bd = f.memo(
         "steps.breakdown", ["timer"], cut, lambda: steps.step_breakdown(f.frame("timer", cut))
@@ -159,4 +155,4 @@ def body() -> None:
 
 
 st.header(f"Communication · {view.run}")
-body()
+live_body(view, body)

@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 from datetime import datetime
-from pathlib import Path
 
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 from dsmon.health.model import CheckResult, Status
 from dsmon.health.panel import PAGE_SCRIPTS, SECTIONS, Panel, badge, by_category, panel
-from dsmon.live import View
+from ui.page import live_body, page_view
 
-if "dsmon_view" not in st.session_state:  # opened by URL before app.py ran: run it first
-    st.switch_page(
-        Path(__file__).parents[1] / "app.py",
-        query_params={**st.query_params.to_dict(), "page": Path(__file__).stem},
-    )
-view: View = st.session_state["dsmon_view"]
+view = page_view(__file__)
 
 
 def counts(p: Panel) -> None:
@@ -80,4 +74,4 @@ def render() -> None:
 
 
 st.header(f"Health · {view.run}")
-st.fragment(run_every=view.refresh_s if view.live else None)(render)()
+live_body(view, render)
