@@ -17,7 +17,7 @@ from dsmon.health.config_view import ConfigView, as_float
 from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Evidence, Finding, Status, worst
 from dsmon.health.registry import rule
-from dsmon.health.verdicts import fix_json, needs_config
+from dsmon.health.verdicts import fix_json, needs_config, not_applicable
 
 _DEPRECATED = {
     "zero_optimization.cpu_offload": "offload_optimizer",
@@ -153,7 +153,7 @@ def check_scheduler(cfg: ConfigView, inputs: HealthInputs) -> Finding:
     """Fail on a scheduler type DeepSpeed cannot build (an AssertionError at initialize)."""
     kind = cfg.section("scheduler").get("type")
     if kind is None:
-        return Finding(Status.PASS, "no scheduler in the config (the client may pass its own)")
+        return not_applicable("no scheduler in the config (the client may pass its own)")
     ev = Evidence("scheduler.type", kind, "set")
     if kind in names.DS_SCHEDULERS or kind in names.TORCH_SCHEDULERS:
         return Finding(Status.PASS, f"scheduler {kind} exists", (ev,))
@@ -186,7 +186,7 @@ def check_optimizer_type(cfg: ConfigView, inputs: HealthInputs) -> Finding:
     opt = cfg.section("optimizer")
     kind = opt.get("type")
     if kind is None:
-        return Finding(Status.PASS, "no optimizer in the config (the client passes its own)")
+        return not_applicable("no optimizer in the config (the client passes its own)")
     ev = [Evidence("optimizer.type", kind, "set")]
     problems: list[str] = []
     if str(kind).lower() not in names.DS_OPTIMIZERS and kind not in names.TORCH_OPTIMIZERS:
