@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -200,3 +201,38 @@ def test_nothing_applicable_exits_0() -> None:
     )
     assert len(checklist.results) == 5  # the GPU rules on a CPU run with no config
     assert checklist.status is Status.NOT_APPLICABLE and exit_code(checklist) == 0
+
+
+def test_nothing_to_check_in_the_input_is_an_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Each of these used to print 40 "unknown" verdicts and exit 0: nothing was checked.
+    empty = tmp_path / "empty_run"
+    empty.mkdir()
+    code, out, err = run_cli(capsys, str(empty))
+    assert (code, out) == (2, "")
+    assert err == f"dsmon: cannot read {empty}: no DeepSpeed config or log found in folder\n"
+    binary = tmp_path / "train.log"
+    binary.write_bytes(Path(sys.executable).read_bytes()[:4096])  # an ELF/Mach-O/PE header
+    code, out, err = run_cli(capsys, "--json", str(binary))
+    assert (code, out) == (2, "")
+    assert err == (
+        f"dsmon: cannot read {binary}: not text (a binary file, not a DeepSpeed log or config)\n"
+    )
+    notes = empty / "notes.txt"  # a folder of files that are not DeepSpeed output
+    notes.write_text("results to follow\n")
+    code, _, err = run_cli(capsys, str(empty))
+    assert (code, err) == (
+        2,
+        f"dsmon: cannot read {empty}: no DeepSpeed config or log found in folder\n",
+    )
+    code, _, err = run_cli(capsys, str(notes))  # named explicitly, it is read as a log
+    assert (code, err) == (
+        2,
+        f"dsmon: cannot read {notes}: no DeepSpeed output found in file (no line dsmon reads)\n",
+    )
+    code, _, err = run_cli(capsys, str(CORPUS / "z0"), str(tmp_path / "z0_typo"))
+    assert (code, err) == (
+        2,
+        f"dsmon: cannot read {tmp_path / 'z0_typo'}: No such file or directory\n",
+    )
