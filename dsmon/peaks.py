@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dsmon.config_bool import section_enabled
+
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 
 _NV = "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center"
@@ -129,11 +131,9 @@ def training_dtype(config: Mapping[str, Any] | None) -> str:
     """
     if not config:
         return "fp32"
-    for key, dtype in (("bf16", "bf16"), ("bfloat16", "bf16"), ("fp16", "fp16")):
-        section = config.get(key)
-        if isinstance(section, Mapping) and section.get("enabled") in (True, "true", "True"):
-            return dtype
-    return "fp32"
+    if section_enabled(config, "bf16", "bfloat16"):
+        return "bf16"
+    return "fp16" if section_enabled(config, "fp16") else "fp32"
 
 
 def mfu(achieved_tflops: float | None, peak: float | None) -> float | None:

@@ -8,6 +8,7 @@ silently.
 
 from __future__ import annotations
 
+from dsmon.config_bool import ds_bool
 from dsmon.health import thresholds as th
 from dsmon.health.config_view import ConfigView, as_float
 from dsmon.health.inputs import HealthInputs
@@ -34,7 +35,7 @@ def check_overlap_comm(cfg: ConfigView, inputs: HealthInputs) -> Finding:
         return not_applicable("ZeRO is off (stage 0)", stage.evidence())
     s = cfg.get(f"{_Z}.overlap_comm")
     ev = (stage.evidence(), s.evidence())
-    if s.value is True:
+    if cfg.flag(s.path) is True:
         return Finding(Status.PASS, "overlap_comm is on", ev)
     how = "set to false" if s.explicit else f"off by default for stage {cfg.stage}"
     summary = f"overlap_comm is {how}: each step pays communication after compute"
@@ -58,7 +59,7 @@ def check_contiguous_gradients(cfg: ConfigView, inputs: HealthInputs) -> Finding
         return not_applicable(f"stage {cfg.stage} does not partition gradients", stage.evidence())
     s = cfg.get(f"{_Z}.contiguous_gradients")
     ev = (stage.evidence(), s.evidence())
-    if s.value is not False:
+    if cfg.flag(s.path) is not False:
         return Finding(Status.PASS, "contiguous_gradients is on", ev)
     fix = fix_json({_Z: {"contiguous_gradients": True}})
     return Finding(Status.WARN, "contiguous_gradients is off: gradients fragment memory", ev, fix)
@@ -201,7 +202,8 @@ def check_fused_optimizer(cfg: ConfigView, inputs: HealthInputs) -> Finding:
     if kind.lower() not in {"adam", "adamw"}:
         what = f"optimizer {kind}" if kind else "no optimizer in the config (client optimizer)"
         return not_applicable(f"{what}: the rule covers Adam/AdamW")
-    torch_adam = cfg.section("optimizer.params").get("torch_adam") is True
+    # DeepSpeed pops torch_adam from the params and tests it with ``if``.
+    torch_adam = ds_bool(cfg.section("optimizer.params").get("torch_adam"), pydantic=False) is True
     offload = cfg.offload_optimizer_device
     device = inputs.facts.device
     ev = (

@@ -216,7 +216,7 @@ def _hard_check_failures(cfg: ConfigView) -> Iterator[tuple[str, Evidence]]:
     ratio = as_float(cfg.section("zero_optimization.offload_optimizer").get("ratio"))
     if ratio is not None and ratio < 1 and cfg.stage != 3:
         yield "offload_optimizer.ratio < 1 requires ZeRO-3", Evidence("offload ratio", ratio)
-    if cfg.get("zero_optimization.legacy_stage1").value is True:
+    if cfg.flag("zero_optimization.legacy_stage1") is True:
         yield "legacy_stage1 was removed: true raises", Evidence("legacy_stage1", True, "set")
     yield from _fp16_hard_checks(cfg)
 
