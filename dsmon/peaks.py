@@ -86,10 +86,8 @@ class ReferenceRange:
     source: str
 
 
-#: The tuning-guide seed (§11.9 "实战吞吐参考（A100 80G）") promises an A100 80G throughput
-#: table, but its table did not survive in the copy we have: only the caveat "±30% with model
-#: architecture, batch size and context length" did. The band shown instead is Megatron-LM's
-#: measured per-GPU throughput on A100 (Narayanan et al. 2021, Table 1: 1.7B -> 1T params).
+#: A published reference for A100 training throughput: Megatron-LM's measured per-GPU
+#: throughput on A100 (Narayanan et al. 2021, Table 1: 1.7B -> 1T params).
 A100_REFERENCE = ReferenceRange(
     gpu="A100",
     dtype="fp16",
@@ -97,10 +95,6 @@ A100_REFERENCE = ReferenceRange(
     high_tflops=163.0,
     label="Megatron-LM GPT, 1.7B-1T params on A100 (44-52 % of the 312 TFLOPS peak)",
     source="https://arxiv.org/abs/2104.04473",
-)
-SEED_A100_NOTE = (
-    "The tuning guide's A100 80G reference table (§11.9) is missing from its text; it only "
-    "says real figures vary ±30 % with architecture, batch size and context length."
 )
 
 

@@ -59,8 +59,8 @@ def caveats() -> None:
         st.info(ZERO3)
 
 
-def seed_line(label: str, num: str, den: str, bd: pd.DataFrame) -> str:
-    """The tuning guide's way of reading a timer: ``allgather = 60 ms (24 % of fwd)``, as medians."""
+def phase_share_line(label: str, num: str, den: str, bd: pd.DataFrame) -> str:
+    """A timer read as a share of its phase: ``allgather = 60 ms (24 % of fwd)``, as medians."""
     if num not in bd.columns or bd[num].isna().all():
         return f"{label}: not in this log"
     n, d = bd[num].median(), bd[den].median()
@@ -76,8 +76,10 @@ def timers_section(bd: pd.DataFrame) -> None:
     cols[1].metric("bwd_allreduce p50", fmt_ms(bd["bwd_allreduce_ms"].median()))
     cols[2].metric("Steps timed", f"{bd['step'].nunique()}")
     st.markdown(
-        "- " + seed_line("optimizer_allgather", "optimizer_allgather_ms", "fwd_ms", bd) + "\n"
-        "- " + seed_line("bwd_allreduce", "bwd_allreduce_ms", "bwd_inner_ms", bd)
+        "- "
+        + phase_share_line("optimizer_allgather", "optimizer_allgather_ms", "fwd_ms", bd)
+        + "\n"
+        "- " + phase_share_line("bwd_allreduce", "bwd_allreduce_ms", "bwd_inner_ms", bd)
     )
     st.caption(
         "Exposed comm = bwd_allreduce (+ ZeRO-1/2 optimizer_allgather), as a share of fwd + bwd + step."

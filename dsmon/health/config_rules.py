@@ -1,9 +1,8 @@
 """Config rules for ZeRO communication, the optimizer and the batch arithmetic.
 
-These are the tuning guide's performance checks (seed 000 sections 11.2-11.4, seed 003's
-ZeRO-3 advice) judged against what DeepSpeed really does: defaults come from the version in
-use, and a rule that does not apply to the configured ZeRO stage says so instead of passing
-silently.
+These are the common ZeRO performance checks (overlap, buckets, ZeRO-3 parameter management)
+judged against what DeepSpeed really does: defaults come from the version in use, and a rule
+that does not apply to the configured ZeRO stage says so instead of passing silently.
 """
 
 from __future__ import annotations
@@ -118,7 +117,7 @@ def _zero3_range(cfg: ConfigView, key: str, why_low: str, why_high: str) -> Find
 )
 @needs_config
 def check_max_live_parameters(cfg: ConfigView, inputs: HealthInputs) -> Finding:
-    """Range check of stage3_max_live_parameters (default 1e9 is already the seed's advice)."""
+    """Range check of stage3_max_live_parameters (DeepSpeed's default is 1e9)."""
     return _zero3_range(
         cfg,
         "stage3_max_live_parameters",

@@ -3,7 +3,7 @@
 An unknown key is either fatal (a pydantic section rejects it at ``deepspeed.initialize``) or
 silently ignored (the top level and the dict.get sections): the second is the dangerous one,
 because the run starts and the user believes a setting is in force. These rules say which
-happens, for the version in use, and name the keys a tuning guide invented.
+happens, for the version in use, and name the look-alike keys no DeepSpeed version has.
 """
 
 from __future__ import annotations

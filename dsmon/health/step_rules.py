@@ -163,7 +163,6 @@ def check_mfu(inputs: HealthInputs) -> Finding:
     ev += [
         Evidence("peak", f"{value:g} TFLOPS ({peak.model}, dense {dtype})", peak.source),
         Evidence("reference", peaks.A100_REFERENCE.label, peaks.A100_REFERENCE.source),
-        Evidence("seed reference", peaks.SEED_A100_NOTE),
     ]
     if share >= th.MFU_WARN:
         return Finding(Status.PASS, f"MFU {share:.1%}", tuple(ev))
