@@ -54,7 +54,8 @@ def caveats() -> None:
     conf = ConfigView(cfg.config, origin=cfg.origin, source=cfg.src.file)
     overlap = conf.get("zero_optimization.overlap_comm")
     origin = "set in the config" if overlap.explicit else f"default for ZeRO stage {conf.stage}"
-    st.info((OVERLAP_ON if overlap.value else OVERLAP_OFF).format(origin=origin))
+    on = conf.flag(overlap.path)  # read as DeepSpeed does: "false" is off, "yes" is on
+    st.info((OVERLAP_ON if on else OVERLAP_OFF).format(origin=origin))
     if conf.stage == 3:
         st.info(ZERO3)
 
