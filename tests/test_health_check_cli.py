@@ -231,6 +231,14 @@ def test_nothing_to_check_in_the_input_is_an_error(
         2,
         f"dsmon: cannot read {notes}: no DeepSpeed output found in file (no line dsmon reads)\n",
     )
+    blank = tmp_path / "ds_config.json"
+    blank.write_text("\n")
+    code, out, err = run_cli(capsys, str(blank))
+    assert (code, out, err) == (
+        2,
+        "",
+        f"dsmon: cannot read {blank}: empty file: nothing to check\n",
+    )
     code, _, err = run_cli(capsys, str(CORPUS / "z0"), str(tmp_path / "z0_typo"))
     assert (code, err) == (
         2,

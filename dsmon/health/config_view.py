@@ -223,9 +223,11 @@ def config_from_text(text: str, source: str) -> ConfigView:
     """A ds_config file's text as DeepSpeed would load it (JSON, else HJSON).
 
     Raises:
-        ConfigFileError: not JSON/HJSON (with line and column), a duplicated key, not an
-            object, or an object with no DeepSpeed key at all (not a ds_config).
+        ConfigFileError: an empty file, not JSON/HJSON (with line and column), a duplicated
+            key, not an object, or an object with no DeepSpeed key at all (not a ds_config).
     """
+    if not text.strip():
+        raise ConfigFileError("empty file: nothing to check")
     try:
         raw = load_config_text(text, source)
     except FileFormatError as exc:
