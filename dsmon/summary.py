@@ -18,6 +18,7 @@ import pandas as pd
 
 from dsmon.analysis.comm import comm_share
 from dsmon.analysis.steps import slowest_steps, step_breakdown, step_stats
+from dsmon.config_bool import section_enabled
 from dsmon.records import ConfigRecord, EventRecord
 from dsmon.store_schema import RunInfo, Store
 
@@ -71,7 +72,8 @@ def _get(cfg: Mapping[str, Any], *path: str) -> Any:
 
 
 def _enabled(cfg: Mapping[str, Any], *keys: str) -> bool:
-    return any(_get(cfg, k, "enabled") is True for k in keys)
+    """Whether the section (under the first of its spellings present) is enabled."""
+    return section_enabled(cfg, *keys)
 
 
 def config_highlights(cfg: Mapping[str, Any]) -> dict[str, str]:

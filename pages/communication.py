@@ -49,13 +49,14 @@ def caveats() -> None:
     conf = ConfigView(cfg.config, origin=cfg.origin, source=cfg.src.file)
     overlap = conf.get("zero_optimization.overlap_comm")
     origin = "set in the config" if overlap.explicit else f"default for ZeRO stage {conf.stage}"
-    st.info((OVERLAP_ON if overlap.value else OVERLAP_OFF).format(origin=origin))
+    on = conf.flag(overlap.path)  # read as DeepSpeed does: "false" is off, "yes" is on
+    st.info((OVERLAP_ON if on else OVERLAP_OFF).format(origin=origin))
     if conf.stage == 3:
         st.info(ZERO3)
 
 
-def seed_line(label: str, num: str, den: str, bd: pd.DataFrame) -> str:
-    """The tuning guide's way of reading a timer: ``allgather = 60 ms (24 % of fwd)``, as medians."""
+def phase_share_line(label: str, num: str, den: str, bd: pd.DataFrame) -> str:
+    """A timer read as a share of its phase: ``allgather = 60 ms (24 % of fwd)``, as medians."""
     if num not in bd.columns or bd[num].isna().all():
         return f"{label}: not in this log"
     n, d = bd[num].median(), bd[den].median()
@@ -71,8 +72,10 @@ def timers_section(bd: pd.DataFrame) -> None:
     cols[1].metric("bwd_allreduce p50", fmt_ms(bd["bwd_allreduce_ms"].median()))
     cols[2].metric("Steps timed", f"{bd['step'].nunique()}")
     st.markdown(
-        "- " + seed_line("optimizer_allgather", "optimizer_allgather_ms", "fwd_ms", bd) + "\n"
-        "- " + seed_line("bwd_allreduce", "bwd_allreduce_ms", "bwd_inner_ms", bd)
+        "- "
+        + phase_share_line("optimizer_allgather", "optimizer_allgather_ms", "fwd_ms", bd)
+        + "\n"
+        "- " + phase_share_line("bwd_allreduce", "bwd_allreduce_ms", "bwd_inner_ms", bd)
     )
     st.caption(
         "Exposed comm = bwd_allreduce (+ ZeRO-1/2 optimizer_allgather), as a share of fwd + bwd + step."

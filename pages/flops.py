@@ -13,7 +13,6 @@ from dsmon.peaks import (
     A100_REFERENCE,
     DTYPES,
     PEAKS,
-    SEED_A100_NOTE,
     GpuPeak,
     find_peak,
     peak_by_model,
@@ -96,7 +95,8 @@ def mfu_section(profile: FlopsProfileRecord, per_step: pd.DataFrame) -> None:
     ref = A100_REFERENCE
     st.caption(
         f"A100 reference: {ref.low_tflops:g}-{ref.high_tflops:g} TFLOPS per GPU, {ref.label} "
-        f"({ref.source}){'; drawn as the green band' if is_a100 else ''}. {SEED_A100_NOTE}"
+        f"({ref.source}){'; drawn as the green band' if is_a100 else ''}. Real figures vary "
+        "with model architecture, batch size and sequence length."
     )
 
 

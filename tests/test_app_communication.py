@@ -21,7 +21,7 @@ def store_url(monkeypatch: pytest.MonkeyPatch) -> str:
     return url
 
 
-def test_exposed_share_and_the_seed_style_lines(store_url: str) -> None:
+def test_exposed_share_and_the_phase_share_lines(store_url: str) -> None:
     at = app_at(store_url, "z2", "communication")
     assert not at.exception
     shown = {m.label: m.value for m in at.metric}

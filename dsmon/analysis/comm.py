@@ -153,7 +153,7 @@ def overlap_estimate(compute_ms: float, comm_ms: float, step_ms: float) -> float
 def timer_ratios(breakdown: pd.DataFrame) -> pd.DataFrame:
     """Per step: ``bwd_allreduce`` as % of ``bwd_inner``, ``optimizer_allgather`` as % of ``fwd``.
 
-    The tuning guide reads a breakdown as "allgather = 60 ms (24 % of fwd)"; these are those
+    A breakdown is commonly read as "allgather = 60 ms (24 % of fwd)"; these are those
     percentages for every step (NaN where a timer is missing or its base is 0).
     """
     cols = ["step", "rank", "allreduce_pct_of_bwd_inner", "allgather_pct_of_fwd"]

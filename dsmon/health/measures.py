@@ -135,8 +135,8 @@ def trusted_comm_ops(inputs: HealthInputs, bd_all: pd.DataFrame) -> tuple[pd.Dat
     """Comms-logger totals, or (empty, why) when they cannot be wall-clock durations.
 
     The logger's latencies must fit in the time the timed steps took; on DeepSpeed's CPU
-    accelerator (the corpus runs) they add up to more than the whole run, so a rule that used
-    them would report nonsense like a 200 % communication share.
+    accelerator they add up to more than the whole run, so a rule that used them would report
+    nonsense like a 200 % communication share.
     """
     ops = comm_ops(inputs)
     if ops.empty:

@@ -42,7 +42,7 @@ def _overlap_setting(inputs: HealthInputs) -> Evidence:
     "comm.share",
     "Communication takes at most 25 % of a step",
     "Exposed communication (bwd_allreduce, + optimizer_allgather on ZeRO-1/2) as a share of "
-    "fwd + bwd + step, per step, median over the run after warm-up (seed 004's < 25 % target).",
+    "fwd + bwd + step, per step, median over the run after warm-up (target: under 25 %).",
     "runtime",
     page="communication",
 )
@@ -129,9 +129,9 @@ def _timer_phase_shares(bd: pd.DataFrame) -> list[tuple[str, float, str]]:
 @rule(
     "comm.phase_share",
     "All-gather and reduction stay under 25 % of their phase",
-    "All-gather time against fwd and reduce-scatter/all-reduce time against bwd (the tuning "
-    "guide's 'allgather = 60 ms (24 % of fwd)'), from the comms logger when present, else "
-    "from the timers.",
+    "All-gather time against fwd and reduce-scatter/all-reduce time against bwd (read as "
+    "'allgather = 60 ms (24 % of fwd)'), from the comms logger when present, else from the "
+    "timers.",
     "runtime",
     page="communication",
 )
