@@ -55,30 +55,18 @@ def caveats() -> None:
         st.info(ZERO3)
 
 
-def phase_share_line(label: str, num: str, den: str, bd: pd.DataFrame) -> str:
-    """A timer read as a share of its phase: ``allgather = 60 ms (24 % of fwd)``, as medians."""
-    if num not in bd.columns or bd[num].isna().all():
-        return f"{label}: not in this log"
-    n, d = bd[num].median(), bd[den].median()
-    share = f" ({100 * n / d:.0f} % of {den[:-3]})" if d and not pd.isna(d) else ""
-    return f"{label} = {n:.2f} ms{share}"
-
-
 def timers_section(bd: pd.DataFrame) -> None:
     """Exposed communication from the engine timers."""
     share = comm.comm_share(bd)
+    stats = comm.exposed_comm_share(bd)
     cols = st.columns(3)
-    cols[0].metric("Exposed comm, p50 share of step", fmt_pct(share["comm_share"].median()))
-    cols[1].metric("bwd_allreduce p50", fmt_ms(bd["bwd_allreduce_ms"].median()))
+    cols[0].metric("Exposed comm, p50 share of step", fmt_pct(stats.p50 if stats else None))
+    cols[1].metric("bwd_allreduce p50", fmt_ms(comm.per_step(bd, "bwd_allreduce_ms").median()))
     cols[2].metric("Steps timed", f"{bd['step'].nunique()}")
-    st.markdown(
-        "- "
-        + phase_share_line("optimizer_allgather", "optimizer_allgather_ms", "fwd_ms", bd)
-        + "\n"
-        "- " + phase_share_line("bwd_allreduce", "bwd_allreduce_ms", "bwd_inner_ms", bd)
-    )
+    st.markdown("\n".join(f"- {line}" for line in comm.phase_share_lines(bd)))
     st.caption(
-        "Exposed comm = bwd_allreduce (+ ZeRO-1/2 optimizer_allgather), as a share of fwd + bwd + step."
+        "Exposed comm = bwd_allreduce (+ ZeRO-1/2 optimizer_allgather), as a share of "
+        "fwd + bwd + step; per step the slowest rank, then the median over steps."
     )
     chart(
         fig.share_figure(downsample(share, "step", ["exposed_comm_ms", "comm_share"], by="rank")),

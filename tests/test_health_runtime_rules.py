@@ -64,7 +64,7 @@ def test_phase_share_from_timers() -> None:
     r = check(corpus_inputs("fp16_zero2"), "comm.phase_share")
     assert (r.status, r.summary) == (Status.WARN, "optimizer_allgather vs fwd 27.1% (> 25 %)")
     assert (
-        evidence(r)["bwd_allreduce share of bwd"] == "17.8% (timers, median per step, steps 3-25)"
+        evidence(r)["bwd_allreduce share of bwd"] == "17.8% (timers, median over steps, steps 3-25)"
     )
     assert check(corpus_inputs("fp16_zero0"), "comm.phase_share").status is Status.PASS
 

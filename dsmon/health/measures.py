@@ -56,11 +56,8 @@ def breakdown(inputs: HealthInputs) -> pd.DataFrame:
 
 
 def steady(frame: pd.DataFrame) -> pd.DataFrame:
-    """Rows after the warm-up steps; all rows when that would leave none."""
-    if "step" not in frame.columns:
-        return frame
-    kept = frame[frame["step"].notna() & (frame["step"] > th.WARMUP_STEPS)]
-    return kept if not kept.empty else frame
+    """Rows after the warm-up steps (:func:`dsmon.analysis.steps.steady`)."""
+    return steps.steady(frame, th.WARMUP_STEPS)
 
 
 def per_step(bd: pd.DataFrame, column: str) -> pd.Series:

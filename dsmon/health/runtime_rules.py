@@ -52,11 +52,11 @@ def check_comm_share(inputs: HealthInputs) -> Finding:
     if bd.empty:
         return Finding(Status.UNKNOWN, _NO_TIMERS)
     cs = comm.comm_share(bd).dropna(subset=["comm_share"])
-    if cs.empty:
+    stats = comm.exposed_comm_share(bd)
+    if cs.empty or stats is None:
         return Finding(Status.UNKNOWN, "the timer lines carry no bwd_allreduce figure")
-    share = cs.groupby("step")["comm_share"].max()
     rng = m.step_range(cs)
-    med, p90 = m.median(share), float(share.quantile(0.9))
+    med, p90 = stats.p50, stats.p90
     where = f"{m.range_text(rng)}, slowest rank"
     ev = (
         Evidence("exposed comm share p50", f"{med:.1%}", where),
@@ -111,18 +111,13 @@ def _phase_shares(
 def _timer_phase_shares(bd: pd.DataFrame) -> list[tuple[str, float, str]]:
     """Phase shares from the timers alone (exposed communication only)."""
     out: list[tuple[str, float, str]] = []
-    bwd_share = (bd["bwd_allreduce_ms"] / bd["bwd_ms"].where(bd["bwd_ms"] > 0)).dropna()
-    if not bwd_share.empty:
-        out.append(("bwd_allreduce share of bwd", m.median(bwd_share), "timers, median per step"))
-    gather_pct = comm.timer_ratios(bd)["allgather_pct_of_fwd"].dropna()
-    if not gather_pct.empty:
-        out.append(
-            (
-                "optimizer_allgather vs fwd",
-                m.median(gather_pct) / 100.0,
-                "ZeRO-1/2 timers, median per step",
-            )
-        )
+    bwd = bd.assign(share=bd["bwd_allreduce_ms"] / bd["bwd_ms"].where(bd["bwd_ms"] > 0))
+    bwd_share = comm.share_stats(bwd, "share")
+    if bwd_share is not None:
+        out.append(("bwd_allreduce share of bwd", bwd_share.p50, "timers, median over steps"))
+    gather = comm.phase_share(bd, "allgather_pct_of_fwd")
+    if gather is not None:
+        out.append(("optimizer_allgather vs fwd", gather.p50, "ZeRO-1/2 timers, median over steps"))
     return out
 
 

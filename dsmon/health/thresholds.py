@@ -7,6 +7,8 @@ measurements) or, where no source gives one, the reasoning behind dsmon's choice
 
 from __future__ import annotations
 
+from dsmon.analysis import steps
+
 # --- communication buckets (elements, not bytes) ----------------------------------------------
 #: DeepSpeed's default is 5e8 (runtime/zero/config.py), the value its config-json docs and
 #: ZeRO tutorial (https://www.deepspeed.ai/tutorials/zero/) use. Smaller buckets mean many
@@ -106,7 +108,7 @@ SCALE_COLLAPSE_HALVINGS = 4
 
 # --- step time (runtime) ----------------------------------------------------------------------
 #: steps left out as warm-up (the ThroughputTimer itself skips the first 2).
-WARMUP_STEPS = 2
+WARMUP_STEPS = steps.WARMUP_STEPS
 #: recent window for regression: the last 20 % of steps, at least 3.
 RECENT_SHARE = 0.2
 RECENT_MIN_STEPS = 3
