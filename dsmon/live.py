@@ -113,6 +113,10 @@ class RunFrames:
                 self._extend_records(kind, hi)
             return True
 
+    def info(self) -> RunInfo | None:
+        """The store's bookkeeping of this run now (None once it is gone)."""
+        return next((r for r in self.store.runs() if r.name == self.run), None)
+
     def frame(self, kind: str, cutoff: Cutoff = OPEN) -> pd.DataFrame:
         """All rows of ``kind`` loaded so far, as they stood at ``cutoff``."""
         with self._lock:
@@ -271,6 +275,24 @@ def run_is_live(info: RunInfo, now: datetime, window_s: float = LIVE_WINDOW_S) -
     DeepSpeed's default log level) leave ``last_ts`` at the run's start while it goes on.
     """
     return is_live(info.received_at, now, window_s) or is_live(info.last_ts, now, window_s)
+
+
+def status_line(info: RunInfo | None, now: datetime) -> str:
+    """One line on where the run stands, drawn with every refresh of a page.
+
+    It is part of the page's live fragment, not of the sidebar (which is drawn only on a full
+    rerun), so it never contradicts the charts below it.
+    """
+    if info is None:
+        return "This run is no longer in the store."
+    state = "live" if run_is_live(info, now) else "finished"
+    last = info.last_ts.replace("T", " ") if info.last_ts else "no timestamp"
+    step = "-" if info.last_step is None else f"{info.last_step:,}"
+    nodes = f"{len(info.nodes)} node(s)" if info.nodes else "node unknown"
+    return (
+        f"{state} · last step {step} · {nodes} · {len(info.ranks)} rank(s) sent records · "
+        f"{info.n_records:,} records · last stamped line {last}"
+    )
 
 
 def step_cutoff(steps: pd.DataFrame, step: int | None) -> Cutoff:

@@ -21,7 +21,6 @@ handling differ:
 from __future__ import annotations
 
 import functools
-import re
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
@@ -41,6 +40,7 @@ from dsmon.store_schema import (
     StoreError,
     batched,
     received_now,
+    redact_url,
     run_infos,
 )
 
@@ -153,11 +153,6 @@ _RECEIVED = """
 INSERT INTO run_activity AS c (run, received_at) SELECT DISTINCT run, %s FROM dsmon_incoming
 ON CONFLICT (run) DO UPDATE SET received_at = excluded.received_at
 """
-
-
-def redact_url(url: str) -> str:
-    """The URL with its password replaced by ``***``, fit for messages and logs."""
-    return re.sub(r"^(\w+://[^:/@]*:)[^/?#]*@", r"\1***@", url)
 
 
 class PgStore(Store):

@@ -11,6 +11,7 @@ view live here so both return the same answers.
 from __future__ import annotations
 
 import hashlib
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -123,6 +124,15 @@ class KindStats(NamedTuple):
     last_ts: str | None
     last_step: int | None
     last_id: int
+
+
+def redact_url(url: str) -> str:
+    """The URL with its password replaced by ``***``, fit for messages, logs and the UI.
+
+    Here rather than with the PostgreSQL backend so that showing a store's name never loads
+    a database driver.
+    """
+    return re.sub(r"^(\w+://[^:/@]*:)[^/?#]*@", r"\1***@", url)
 
 
 def received_now() -> str:

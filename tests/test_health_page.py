@@ -66,7 +66,7 @@ def test_checklist_of_fp16_run(store: str) -> None:
         "- **Every key is a real DeepSpeed option** `schema.keys`: every key is a DeepSpeed option"
         in text
     )
-    assert "DeepSpeed 0.19.8, 2 rank(s) on 1 node(s), cpu" in at.caption[0].value
+    assert "DeepSpeed 0.19.8, 2 rank(s) on 1 node(s), cpu" in at.caption[1].value
 
 
 def test_crash_is_shown_with_a_link_to_its_chart(store: str) -> None:
@@ -84,4 +84,5 @@ def test_replay_position_changes_the_verdicts(store: str) -> None:
     assert not at.exception
     text = "\n".join(str(m.value) for m in at.markdown)
     assert "0 of 5 steps skipped (0.0%)" in text
-    assert Path(str(at.caption[0].value)).name  # subject line rendered
+    assert at.caption[0].value.startswith("finished · last step 25 · ")  # the run status
+    assert Path(str(at.caption[1].value)).name  # subject line rendered

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 import streamlit as st
 
-from dsmon.live import View
+from dsmon.live import View, status_line
 
 #: Session key under which ``app.py`` leaves the view of the selected run.
 VIEW_KEY = "dsmon_view"
@@ -44,6 +45,7 @@ def live_body(view: View, render: Callable[[], None]) -> None:
     def tick() -> None:
         if view.live:
             view.frames.refresh()
+        st.caption(status_line(view.frames.info(), datetime.now()))
         render()
 
     st.fragment(run_every=view.refresh_s if view.live else None)(tick)()

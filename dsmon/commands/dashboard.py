@@ -33,7 +33,7 @@ from typing import Any
 from dsmon.commands import STORE_ENV, CommandError, default_store
 from dsmon.serving import DEFAULT_PORT as DEFAULT_INGEST_PORT
 from dsmon.serving import ServeError, start_ingest_server
-from dsmon.store_pg import redact_url
+from dsmon.store_schema import redact_url
 from dsmon.tokens import TokenError, resolve_token, token_banner
 
 DEFAULT_PORT = 8501
