@@ -5,9 +5,10 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dsmon.analysis import flops, steps
+from dsmon.analysis import flops, steps, training
 from dsmon.analysis.downsample import downsample
 from dsmon.figures import steps as fig
+from dsmon.figures import training as training_fig
 from dsmon.figures.common import fmt_ms, rounded
 from ui.charts import chart
 from ui.page import live_body, page_view
@@ -15,6 +16,7 @@ from ui.page import live_body, page_view
 view = page_view(__file__)
 PARTS = ("fwd_ms", "bwd_ms", "bwd_inner_ms", "bwd_allreduce_ms", "step_ms", "total_ms")
 ZERO_GROUPS = ("zero_optimizer", "zero3_optimizer")
+SPEED = ["samples/s", "iteration time", "TFLOPS per GPU"]
 
 
 def load() -> dict[str, pd.DataFrame]:
@@ -134,14 +136,32 @@ def zero_timers(timer: pd.DataFrame) -> None:
     )
 
 
+def without_timers() -> None:
+    """Speed from the lines the run did print, when it printed no engine timer lines."""
+    f, cut = view.frames, view.cutoff
+    kinds = ["throughput", "iteration"]
+    speed = f.memo(
+        "steps.speed",
+        kinds,
+        cut,
+        lambda: training.training_series({k: f.frame(k, cut) for k in kinds}),
+    )
+    st.info(
+        "No engine timer lines in this run, so no fwd/bwd/step breakdown: turn on "
+        '"wall_clock_breakdown": true in the DeepSpeed config.'
+        + (" Below: speed from the lines it did print." if not speed.empty else "")
+    )
+    if not speed.empty:
+        shown = downsample(speed, "step", ["value"], by=["metric", "source"])
+        chart(training_fig.training_figure(shown, SPEED), "steps.speed")
+
+
 def body() -> None:
     """The page; re-run alone every ``refresh_s`` seconds when live (``ui.page.live_body``)."""
     data = load()
     bd = data["bd"]
     if bd.empty:
-        st.info(
-            'No engine timer lines in this run: turn on "wall_clock_breakdown": true in the DeepSpeed config.'
-        )
+        without_timers()
         return
     stats = steps.step_stats(bd)
     headline(bd, stats)

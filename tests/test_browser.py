@@ -46,6 +46,7 @@ PAGES = [
     for slug, title in (
         ("health", "Health"),
         ("steps", "Steps"),
+        ("training", "Training"),
         ("communication", "Communication"),
         ("gpus", "GPUs"),
         ("flops", "FLOPS"),

@@ -26,6 +26,7 @@ CLOCK_RULES = frozenset({"run.stalled"})
 #: Dashboard page script per rule ``page`` (the scripts app.py lists).
 PAGE_SCRIPTS = {
     "steps": "pages/steps.py",
+    "training": "pages/training.py",
     "communication": "pages/communication.py",
     "gpus": "pages/gpus.py",
     "flops": "pages/flops.py",

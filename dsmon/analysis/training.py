@@ -1,0 +1,157 @@
+"""Training curves from whatever the run printed: loss, learning rate, loss scale, memory, speed.
+
+DeepSpeed and the frameworks on top of it print the same quantities in different places: the
+learning rate in ``step=`` lines and in Megatron's iteration lines, the loss in Megatron's
+iteration lines and in csv_monitor files, memory in ``see_memory_usage`` blocks and in the
+ThroughputTimer line. :func:`training_series` puts them into one long frame against the
+optimizer step, naming where each point came from, so one chart per quantity shows them all
+and a run without engine timers still gets its curves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pandas as pd
+
+#: Long-form columns of :func:`training_series`.
+SERIES_COLUMNS = ("step", "metric", "value", "source")
+GIB = float(1 << 30)
+TERA = 1e12
+
+#: Quantities in the order they are drawn, with their unit for the axis.
+METRICS: dict[str, str] = {
+    "loss": "",
+    "learning rate": "",
+    "loss scale": "",
+    "grad norm": "",
+    "samples/s": "samples/s",
+    "iteration time": "ms",
+    "TFLOPS per GPU": "TFLOPS",
+    "memory allocated": "GiB",
+    "skipped steps": "count",
+}
+
+#: csv_monitor / TensorBoard tags, matched by their last path part.
+MONITOR_TAGS = {"train_loss": "loss", "loss": "loss", "lr": "learning rate"}
+
+
+def _points(
+    frame: pd.DataFrame, column: str, metric: str, source: str, scale: float = 1.0
+) -> pd.DataFrame:
+    """``frame[column]`` against its step, as long-form rows (none when absent)."""
+    if frame.empty or column not in frame.columns or "step" not in frame.columns:
+        return pd.DataFrame(columns=list(SERIES_COLUMNS))
+    values = pd.to_numeric(frame[column], errors="coerce").astype("float64") * scale
+    out = pd.DataFrame(
+        {"step": frame["step"].astype("Float64"), "value": values, "metric": metric}
+    ).dropna()
+    out["source"] = source
+    return out
+
+
+def _iteration_steps(frame: pd.DataFrame) -> pd.DataFrame:
+    """Megatron/pipeline lines carry their own iteration number: use it where step is unknown."""
+    if frame.empty or "iteration" not in frame.columns:
+        return frame
+    return frame.assign(step=frame["step"].astype("Float64").fillna(frame["iteration"]))
+
+
+def _first_lr(frame: pd.DataFrame) -> pd.DataFrame:
+    """``step=`` lines print one learning rate per param group: the first one is drawn."""
+    if frame.empty or "lr" not in frame.columns:
+        return frame
+    first = frame["lr"].map(lambda v: v[0] if isinstance(v, tuple | list) and v else None)
+    return frame.assign(lr0=first)
+
+
+def _monitor(frame: pd.DataFrame, train_batch_size: int | None) -> list[pd.DataFrame]:
+    """csv_monitor points, whose x is samples seen: turned into steps by the batch size."""
+    if frame.empty or not train_batch_size or "tag" not in frame.columns:
+        return []
+    out = []
+    for tag, rows in frame.groupby("tag", sort=False):
+        metric = MONITOR_TAGS.get(str(tag).rsplit("/", 1)[-1])
+        if metric is None:
+            continue
+        steps = (rows["samples"].astype("float64") / train_batch_size).round()
+        out.append(_points(rows.assign(step=steps), "value", metric, f"monitor {tag}"))
+    return out
+
+
+def training_series(
+    frames: Mapping[str, pd.DataFrame], train_batch_size: int | None = None
+) -> pd.DataFrame:
+    """Every training quantity the run printed, against the optimizer step.
+
+    Args:
+        frames: record frames by kind (``step``, ``iteration``, ``monitor``, ``loss_scale``,
+            ``memory``, ``throughput``); missing kinds are skipped.
+        train_batch_size: samples per optimizer step, to place csv_monitor points (whose x
+            is the number of samples seen) on the step axis; without it they are left out.
+
+    Returns:
+        Columns :data:`SERIES_COLUMNS`, sorted by metric (in :data:`METRICS` order) and step.
+    """
+    empty = pd.DataFrame()
+    step = _first_lr(frames.get("step", empty))
+    it = _iteration_steps(frames.get("iteration", empty))
+    scale = frames.get("loss_scale", empty)
+    parts = [
+        _points(it, "loss", "loss", "iteration line"),
+        *_monitor(frames.get("monitor", empty), train_batch_size),
+        _points(step, "lr0", "learning rate", "step= line"),
+        _points(it, "lr", "learning rate", "iteration line"),
+        _points(scale, "new_scale", "loss scale", "loss-scale message"),
+        _points(it, "loss_scale", "loss scale", "iteration line"),
+        _points(it, "grad_norm", "grad norm", "iteration line"),
+        _points(frames.get("throughput", empty), "samples_per_s", "samples/s", "ThroughputTimer"),
+        _points(it, "samples_per_s", "samples/s", "iteration line"),
+        _points(it, "elapsed_ms", "iteration time", "iteration line"),
+        _points(it, "flops_per_s_per_gpu", "TFLOPS per GPU", "iteration line", 1 / TERA),
+        _points(
+            frames.get("memory", empty),
+            "allocated_bytes",
+            "memory allocated",
+            "see_memory_usage",
+            1 / GIB,
+        ),  # fmt: skip
+        _points(
+            frames.get("throughput", empty),
+            "mem_allocated_bytes",
+            "memory allocated",
+            "ThroughputTimer",
+            1 / GIB,
+        ),  # fmt: skip
+        _points(step, "skipped", "skipped steps", "step= line"),
+    ]
+    parts = [p for p in parts if not p.empty]
+    if not parts:
+        return pd.DataFrame(columns=list(SERIES_COLUMNS))
+    out = pd.concat(parts, ignore_index=True)[list(SERIES_COLUMNS)]
+    order = {m: i for i, m in enumerate(METRICS)}
+    out = out.assign(_o=out["metric"].map(order)).sort_values(["_o", "step"], kind="stable")
+    return out.drop(columns="_o").reset_index(drop=True)
+
+
+def train_batch_size(config: Mapping[str, object] | None) -> int | None:
+    """``train_batch_size`` of a config, when it holds a positive whole number."""
+    value = (config or {}).get("train_batch_size")
+    try:
+        n = int(str(value))
+    except (TypeError, ValueError):
+        return None
+    return n if n > 0 else None
+
+
+def latest(series: pd.DataFrame) -> pd.DataFrame:
+    """The newest point of each quantity and source: ``metric, source, step, value``."""
+    cols = ["metric", "source", "step", "value"]
+    if series.empty:
+        return pd.DataFrame(columns=cols)
+    last = series.sort_values("step", kind="stable").groupby(["metric", "source"], sort=False)
+    out = last.tail(1)[cols]
+    order = {m: i for i, m in enumerate(METRICS)}
+    return out.sort_values("metric", key=lambda m: m.map(order), kind="stable").reset_index(
+        drop=True
+    )

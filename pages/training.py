@@ -1,0 +1,54 @@
+"""Training: loss, learning rate, loss scale, memory and speed against the step, from every source."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from dsmon.analysis import training
+from dsmon.analysis.downsample import downsample
+from dsmon.figures import training as fig
+from dsmon.figures.common import rounded
+from dsmon.live import preferred_config
+from ui.charts import chart
+from ui.page import live_body, page_view
+
+view = page_view(__file__)
+KINDS = ("step", "iteration", "monitor", "loss_scale", "memory", "throughput")
+
+
+def load() -> pd.DataFrame:
+    """Every training quantity of the run, memoised on new records and the replay position."""
+    f, cut = view.frames, view.cutoff
+
+    def build() -> pd.DataFrame:
+        config = preferred_config(f.records("config", cut))
+        tbs = training.train_batch_size(config.config if config else None)
+        return training.training_series({k: f.frame(k, cut) for k in KINDS}, tbs)
+
+    return f.memo("training.series", [*KINDS, "rec:config"], cut, build)
+
+
+def body() -> None:
+    """The page; re-run alone every ``refresh_s`` seconds when live (``ui.page.live_body``)."""
+    series = load()
+    if series.empty:
+        st.info(
+            "No loss, learning rate, loss scale, memory or throughput lines in this run yet. "
+            'DeepSpeed prints them at "log_level": "info" every "steps_per_print" steps; '
+            '"csv_monitor" writes the loss; "memory_breakdown": true prints memory.'
+        )
+        return
+    shown = downsample(series, "step", ["value"], by=["metric", "source"])
+    chart(fig.training_figure(shown), "training.curves")
+    st.caption(
+        "Each source is its own line: DeepSpeed's step= and ThroughputTimer lines, its "
+        "loss-scale messages and see_memory_usage blocks, csv_monitor files (samples turned "
+        "into steps by train_batch_size), and Megatron-DeepSpeed or pipeline iteration lines."
+    )
+    st.subheader("Latest values")
+    st.dataframe(rounded(training.latest(series), 6), hide_index=True, width="stretch")
+
+
+st.header(f"Training · {view.run}")
+live_body(view, body)
