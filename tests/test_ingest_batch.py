@@ -154,8 +154,8 @@ def test_not_json_and_not_utf8() -> None:
         "line 1: not JSON: Expecting value: line 1 column 9 (char 8)",
     )
     first = timer_line().encode() + b"\n"
-    assert len(first) == 250
-    assert refused(parse_batch, first + b"\xff\xfe\n") == (400, "line 2: not UTF-8 at byte 250")
+    assert len(first) == 271
+    assert refused(parse_batch, first + b"\xff\xfe\n") == (400, "line 2: not UTF-8 at byte 271")
 
 
 def test_surrogate_pairs_are_fine() -> None:

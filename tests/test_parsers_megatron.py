@@ -53,6 +53,7 @@ def test_megatron_deepspeed_with_tokens_and_tflops() -> None:
         nan_iterations=0,
         samples_per_s=7.582,
         flops_per_s_per_gpu=first.flops_per_s_per_gpu,
+        actual_seqlen=2048,  # "actual seqlen:  2048"
     )
     assert first.flops_per_s_per_gpu == pytest.approx(16.98e12, rel=1e-12)  # "TFLOPs: 16.98"
     assert (first.src.line, first.src.rank) == (239, None)
@@ -160,4 +161,5 @@ def test_other_lines_are_not_claimed() -> None:
         for ln in cleaner.clean(raw, i)
         if parser.feed(ln, ctx) is not None
     ]
-    assert claimed == [239, 242, 245, 248, 252, 259]
+    # the iteration lines, and the two "(min, max) time across ranks (ms):" blocks with their rows
+    assert claimed == [155, 156, 230, 231, 232, 239, 242, 245, 248, 252, 259]
