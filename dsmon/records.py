@@ -383,8 +383,9 @@ EVENT_NAMES = (
     "world_info",  # launcher WORLD INFO DICT / dist_world_size / nnodes
     "optimizer",  # DeepSpeed Basic/Final Optimizer = X
     "zero_stage",  # Creating ... ZeRO stage N optimizer
+    "zero_init",  # ZeRO set-up figures: bucket sizes, ZeRO-3 persistent parameters
     "worker_exit",  # launcher: Process N exits successfully / exits with return code = N
-    "traceback",  # a worker's exception (last line of a [rankN]: traceback)
+    "traceback",  # a worker's exception (last line of a [rankN]: traceback, C++ terminate)
     "oom",  # CUDA out of memory
     "nccl_error",  # NCCL timeout / watchdog / error
 )

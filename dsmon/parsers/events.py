@@ -85,6 +85,28 @@ _LINE_EVENTS: tuple[tuple[str, re.Pattern[str], _Detail], ...] = (
         lambda m: {"dist_world_size": int(m[1])},
     ),
     (
+        "dist_backend",
+        re.compile(r"^Initialize (\w+) backend\s*$"),
+        lambda m: {"backend": m[1]},
+    ),
+    (
+        "zero_init",
+        re.compile(r"^(Reduce|Prefetch|Allgather) bucket size ([\d,]+)\s*$"),
+        lambda m: {f"{m[1].lower()}_bucket_size": int(m[2].replace(",", ""))},
+    ),
+    (
+        "zero_init",
+        re.compile(r"^Parameter Offload: Total persistent parameters: (\d+) in (\d+) params"),
+        lambda m: {"persistent_numel": int(m[1]), "persistent_params": int(m[2])},
+    ),
+    (
+        "traceback",
+        re.compile(
+            r"^terminate called after throwing an instance of '([^']*)'(?:\s*what\(\):\s*(.*))?"
+        ),
+        lambda m: {"exception": m[1], "native": True, "what": m[2] and m[2].strip()},
+    ),
+    (
         "optimizer",
         re.compile(r"^DeepSpeed (Basic|Final) Optimizer = (\S+)"),
         lambda m: {"which": m[1].lower(), "optimizer": m[2]},
@@ -116,8 +138,10 @@ _LINE_EVENTS: tuple[tuple[str, re.Pattern[str], _Detail], ...] = (
 #: literals costs a fraction of trying each pattern in turn.
 _ANY_LINE_EVENT = re.compile(
     r"DeepSpeed info: |Initializing TorchBackend|WORLD INFO DICT|nnodes=|dist_world_size="
-    r"|Optimizer = |ZeRO stage|exits |Killing subprocess"
+    r"|Optimizer = |ZeRO stage|exits |Killing subprocess|bucket size|persistent param"
+    r"|Initialize \w+ backend|terminate called"
 )
+_TERMINATE = "terminate called after throwing"
 #: A cheap test for the words every failure message holds (OOM, NCCL errors and timeouts).
 _FAILURE_HINT = re.compile(r"out of memory|OutOfMemoryError|NCCL")
 
@@ -351,6 +375,8 @@ class EventParser:
     def _line_event(self, line: LogLine, ctx: ParseContext) -> list[Record] | None:
         text = line.text
         if _ANY_LINE_EVENT.search(text) is not None:
+            if text.startswith(_TERMINATE) and "what():" not in text and not ctx.final:
+                return NEED_MORE  # C++ ``terminate``: its ``what():`` line follows
             for name, rx, detail in _LINE_EVENTS:
                 m = rx.search(text)
                 if m:
