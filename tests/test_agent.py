@@ -128,7 +128,7 @@ def test_stop_reads_what_was_written_after_the_last_poll(
     profile.write_bytes(PROFILE)
     agent.stop()
     assert stored(server) == imported(log, profile)
-    assert len(stored(server)) == 116 + 1  # 116 log records, one flops profile
+    assert len(stored(server)) == 118 + 1  # 118 log records, one flops profile
     assert saved_offset(tmp_path) == log.stat().st_size
 
 
@@ -137,10 +137,10 @@ def test_stop_reads_what_was_written_after_the_last_poll(
     [
         # Stopped before its first step's end: the comm ops logged since line 28 wait for a
         # step number. The run has no wall_clock_breakdown, so they never get one anyway.
-        ("comms_logger_verbose", 240, 66, 0),
+        ("comms_logger_verbose", 240, 68, 0),
         # ZeRO-3 with memory_breakdown, stopped during step 1: its memory lines wait for the
         # first global timer line, which numbers three of them step 1.
-        ("memory_breakdown", 180, 9, 3),
+        ("memory_breakdown", 180, 11, 3),
     ],
 )
 @pytest.mark.parametrize("hold", [False, True])

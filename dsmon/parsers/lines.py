@@ -25,6 +25,10 @@ _OLD_LOGGER = re.compile(r"\[([A-Z]+) (\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d)\] ")
 _EZPZ_LOGGER = re.compile(
     r"\[(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d)[,.](\d{3})\d*\]\[([A-Z])\]\[([^\]:]+):(\d+):([^\]]*)\] ?"
 )
+# Hydra's job logging: [2023-05-15 14:38:04,635][torch.distributed.distributed_c10d][INFO] - msg
+_HYDRA_LOGGER = re.compile(
+    r"\[(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d)[,.](\d{3})\]\[([^\]]+)\]\[([A-Z]+)\] - "
+)
 _LEVELS = {"D": "DEBUG", "I": "INFO", "W": "WARNING", "E": "ERROR", "C": "CRITICAL"}
 _RANK = re.compile(r"\[Rank (-?\d+)\] ")
 _TORCH_RANK = re.compile(r"\[rank(\d+)\]: ?")
@@ -158,6 +162,12 @@ def _strip_logger(text: str, out: LogLine) -> str:
         _set_ts(out, m.group(1), m.group(2), m.group(3))
         out.level = _LEVELS.get(m.group(4), m.group(4))
         out.logger = m.group(5)
+        return text[m.end() :]
+    m = _HYDRA_LOGGER.match(text)
+    if m:
+        _set_ts(out, m.group(1), m.group(2), m.group(3))
+        out.level = m.group(5)
+        out.logger = m.group(4)
         return text[m.end() :]
     m = _OLD_LOGGER.match(text)
     if m:
