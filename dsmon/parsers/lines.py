@@ -15,19 +15,19 @@ from dataclasses import dataclass
 from datetime import datetime
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>]")
-# DeepSpeed's logger: [2026-11-29 14:10:22,818] [INFO] [config.py:678:print] message
-_LOGGER = re.compile(
-    r"\[(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d)[,.](\d{3})\] \[([A-Z]+)\] \[([^\]:]+):(\d+):([^\]]*)\] ?"
-)
-# The pre-0.3 logger (DeepSpeedLight, 2020): [INFO 2020-02-06 19:53:56] message
-_OLD_LOGGER = re.compile(r"\[([A-Z]+) (\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d)\] ")
-# ezpz / ALCF Megatron-DeepSpeed: [2025-11-10 09:43:36,161992][I][megatron/training_log:402:fn]
-_EZPZ_LOGGER = re.compile(
-    r"\[(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d)[,.](\d{3})\d*\]\[([A-Z])\]\[([^\]:]+):(\d+):([^\]]*)\] ?"
-)
-# Hydra's job logging: [2023-05-15 14:38:04,635][torch.distributed.distributed_c10d][INFO] - msg
-_HYDRA_LOGGER = re.compile(
-    r"\[(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d)[,.](\d{3})\]\[([^\]]+)\]\[([A-Z]+)\] - "
+_DATE = r"(?P<date>\d{4}-\d\d-\d\d) (?P<time>\d\d:\d\d:\d\d)"
+_MILLIS = r"[,.](?P<ms>\d{3})"
+_CALLER = r"(?P<logger>[^\]:]+):\d+:[^\]]*"
+#: Logger headers, most common first; each names date, time, level and maybe millis, logger.
+_LOGGERS = (
+    # DeepSpeed's logger: [2026-11-29 14:10:22,818] [INFO] [config.py:678:print] message
+    re.compile(rf"\[{_DATE}{_MILLIS}\] \[(?P<level>[A-Z]+)\] \[{_CALLER}\] ?"),
+    # ezpz / ALCF Megatron-DeepSpeed: [2025-11-10 09:43:36,161992][I][megatron/training_log:402:fn]
+    re.compile(rf"\[{_DATE}{_MILLIS}\d*\]\[(?P<level>[A-Z])\]\[{_CALLER}\] ?"),
+    # Hydra's job logging: [2023-05-15 14:38:04,635][torch.distributed.distributed_c10d][INFO] - msg
+    re.compile(rf"\[{_DATE}{_MILLIS}\]\[(?P<logger>[^\]]+)\]\[(?P<level>[A-Z]+)\] - "),
+    # The pre-0.3 logger (DeepSpeedLight, 2020): [INFO 2020-02-06 19:53:56] message
+    re.compile(rf"\[(?P<level>[A-Z]+) {_DATE}\] "),
 )
 _LEVELS = {"D": "DEBUG", "I": "INFO", "W": "WARNING", "E": "ERROR", "C": "CRITICAL"}
 _RANK = re.compile(r"\[Rank (-?\d+)\] ")
@@ -151,29 +151,14 @@ def _strip_headers(text: str, out: LogLine) -> str:
 
 def _strip_logger(text: str, out: LogLine) -> str:
     """Take off a logger header of any generation, keeping its time only if it is a real one."""
-    m = _LOGGER.match(text)
-    if m:
-        _set_ts(out, m.group(1), m.group(2), m.group(3))
-        out.level = m.group(4)
-        out.logger = m.group(5)
-        return text[m.end() :]
-    m = _EZPZ_LOGGER.match(text)
-    if m:
-        _set_ts(out, m.group(1), m.group(2), m.group(3))
-        out.level = _LEVELS.get(m.group(4), m.group(4))
-        out.logger = m.group(5)
-        return text[m.end() :]
-    m = _HYDRA_LOGGER.match(text)
-    if m:
-        _set_ts(out, m.group(1), m.group(2), m.group(3))
-        out.level = m.group(5)
-        out.logger = m.group(4)
-        return text[m.end() :]
-    m = _OLD_LOGGER.match(text)
-    if m:
-        _set_ts(out, m.group(2), m.group(3), "000")
-        out.level = m.group(1)
-        return text[m.end() :]
+    for pattern in _LOGGERS:
+        m = pattern.match(text)
+        if m:
+            parts = m.groupdict()
+            _set_ts(out, parts["date"], parts["time"], parts.get("ms") or "000")
+            out.level = _LEVELS.get(parts["level"], parts["level"])
+            out.logger = parts.get("logger")
+            return text[m.end() :]
     return text
 
 
