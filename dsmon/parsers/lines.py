@@ -35,6 +35,11 @@ _TORCH_RANK = re.compile(r"\[rank(\d+)\]: ?")
 _MPI_TAG = re.compile(r"\[\d+,(\d+)\]<std(?:out|err)>: ?")
 _KUBE_PREFIX = re.compile(r"\[pod/([^/\]]+)/[^\]]*\] ")
 _HOST = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.\-]{0,62}): ")
+# A job runner's stamp and host: ``2021-05-29 21:06:36 run6231: `` (the host is kept), or
+# ``kubectl logs --timestamps``: ``2024-01-02T03:04:05.123456789Z `` (nothing to keep).
+_STAMPED_HOST = re.compile(
+    r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?Z? (?:([A-Za-z0-9][\w.\-]{0,62}): )?"
+)
 # torch.distributed.run --tee: [default3]:text (local rank, no space after the colon)
 _TEE = re.compile(r"\[default(\d+)\]: ?")
 # Streams a harness names: accelerate's test runner prints ``stdout: `` / ``stderr: ``.
@@ -108,6 +113,11 @@ def _strip_launcher(text: str, out: LogLine, known_hosts: set[str]) -> str:
         m = _TEE.match(text)
         if m:
             text = text[m.end() :]  # a local rank: the global rank is not known from it
+            continue
+        m = _STAMPED_HOST.match(text) if text[:1].isdigit() else None
+        if m and (m.group(1) or "T" in m.group(0)):
+            out.host = m.group(1) or out.host
+            text = text[m.end() :]
             continue
         m = _MPI_TAG.match(text)
         if m:

@@ -49,7 +49,9 @@ _MIN_SCALE = re.compile(
     r"Current loss scale already at minimum - cannot decrease scale anymore\. Exiting run\.\s*$"
 )
 _FUSED = re.compile(rf"Overflow detected\. Skipping step\. {_ATTEMPT}\s*$")
-_LEGACY = re.compile(rf"\[deepspeed\] fp16 dynamic loss scale overflow! Skipping step\. {_ATTEMPT}")
+_LEGACY = re.compile(
+    rf"\[deepspeed\] fp16 dynamic loss scale overflow! Skipping step\. {_ATTEMPT}\s*$"
+)
 _GRAD_OVERFLOW = re.compile(r"Grad overflow on iteration:? (\d+)\s*$")
 _REDUCING = re.compile(rf"Reducing dynamic loss scale from {_S} to {_S}\s*$")
 _INCREASING = re.compile(rf"Increasing dynamic loss scale from {_S} to {_S}\s*$")
