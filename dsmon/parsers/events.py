@@ -53,6 +53,13 @@ def _literal(text: str) -> Any:
         return text
 
 
+def _mics(enabled: str | None, hierarchical: str | None) -> dict[str, bool]:
+    """ZeRO-3's ``MiCS is enabled X, Hierarchical params gather Y`` (v0.9+), when printed."""
+    if enabled is None or hierarchical is None:
+        return {}
+    return {"mics": enabled == "True", "hierarchical_params_gather": hierarchical == "True"}
+
+
 def _local_rank(cmd: str) -> int | None:
     m = re.search(r"--local_rank=(\d+)", cmd)
     return int(m.group(1)) if m else None
@@ -113,8 +120,11 @@ _LINE_EVENTS: tuple[tuple[str, re.Pattern[str], _Detail], ...] = (
     ),
     (
         "zero_stage",
-        re.compile(r"^Creating (\S+) ZeRO stage (\d) optimizer"),
-        lambda m: {"dtype": m[1], "stage": int(m[2])},
+        re.compile(
+            r"^Creating (\S+) ZeRO stage (\d) optimizer"
+            r"(?:, MiCS is enabled (True|False), Hierarchical params gather (True|False))?"
+        ),
+        lambda m: {"dtype": m[1], "stage": int(m[2])} | _mics(m[3], m[4]),
     ),
     (
         "worker_exit",
