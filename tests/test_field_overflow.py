@@ -4,8 +4,9 @@ runner's prefix, from two engines at once. Expected values are read off the exce
 
 from __future__ import annotations
 
-from field_logs import of, parse_field
+from field_logs import lines, of, parse_field
 
+from dsmon.parsers.log import parse_text
 from dsmon.records import LossScaleRecord, StepRecord, ThroughputRecord
 
 
@@ -81,3 +82,12 @@ def test_26_scale_from_two_to_the_32() -> None:
     assert [r.new_scale for r in scale] == [2.0**k for k in range(31, 25, -1)]
     assert scale[0].attempted_scale == 4294967296 and scale[-1].new_scale == 67108864
     assert all(r.event == "overflow" and r.src.rank == 0 for r in scale)
+
+
+def test_24_a_following_line_that_starts_with_digits_is_no_continuation() -> None:
+    """Without the runner's prefix on line 5 and with line 6 cut after its date, the message
+    still ends at its own line: the next line's ``2021`` is not glued onto ``32768.0``."""
+    overflow = lines(24)[4].partition("run6231: ")[2]
+    recs, _ = parse_text(overflow + "\n" + lines(24)[5][:10])
+    (rec,) = of(recs, LossScaleRecord)
+    assert (rec.attempted_scale, rec.new_scale) == (65536, 32768.0)
