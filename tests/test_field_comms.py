@@ -5,8 +5,9 @@ straggler-column variant). Expected values are read off the excerpts by hand
 
 from __future__ import annotations
 
-from field_logs import of, parse_field
+from field_logs import lines, of, parse_field
 
+from dsmon.parsers.log import parse_text
 from dsmon.records import (
     CommOpRecord,
     CommSummaryRecord,
@@ -105,3 +106,12 @@ def test_51_last_step_ops_timers_and_tqdm_glued_end() -> None:
     assert tput.samples_per_s == 621.6258695591763 and tput.mem_allocated_bytes == 0
     groups = [t.group for t in of(recs, TimerRecord)]
     assert groups == ["zero_optimizer", "micro", "global"]
+
+
+def test_50_table_pasted_with_a_leading_backtick() -> None:
+    """The same table as an issue shows it when the paste opens an inline code span."""
+    text = "`" + "\n".join(lines(50)) + "`"
+    recs, diag = parse_text(text)
+    (row,) = of(recs, CommSummaryRecord)
+    assert (row.op, row.total_latency_ms, row.total_straggler_ms) == ("broadcast", 0.24, 0.06)
+    assert sum(diag.unparsed.values()) == 0

@@ -91,3 +91,18 @@ def test_24_a_following_line_that_starts_with_digits_is_no_continuation() -> Non
     recs, _ = parse_text(overflow + "\n" + lines(24)[5][:10])
     (rec,) = of(recs, LossScaleRecord)
     assert (rec.attempted_scale, rec.new_scale) == (65536, 32768.0)
+
+
+def test_13_terminal_rewrapped_scale_message_reads_the_same() -> None:
+    """Excerpt 13's ``Attempted loss scale: 8192, reducing to 4096`` as a terminal copy leaves it
+    when the line wrapped inside ``scale``: split over two lines, or with the row's padding
+    spaces in the word (``scal<spaces>e: 8192``)."""
+    line = lines(13)[9]
+    head, sep, tail = line.rpartition("scal")
+    assert sep and tail.startswith("e: 8192, reducing to 4096")
+    for text in (head + sep + "\n" + tail, head + sep + " " * 23 + tail):
+        recs, diag = parse_text(text)
+        (rec,) = of(recs, LossScaleRecord)
+        assert (rec.event, rec.attempted_scale, rec.new_scale) == ("overflow", 8192, 4096)
+        assert rec.ts == "2023-04-18T01:46:55.387"
+        assert sum(diag.unparsed.values()) == 0

@@ -4,8 +4,9 @@ Expected values are read off the excerpts by hand (../shared/corpus/field, excer
 
 from __future__ import annotations
 
-from field_logs import of, parse_field
+from field_logs import lines, of, parse_field
 
+from dsmon.parsers.log import parse_text
 from dsmon.records import IterationRecord, LossScaleRecord, StepRecord, ThroughputRecord
 
 GIB = 1 << 30
@@ -92,3 +93,15 @@ def test_23_npu_pipeline_steps_line_indented() -> None:
     assert [i.loss for i in its] == [1.9161, 1.7843, 1.7831, 1.6887, 1.7994, 1.7061]
     assert its[0].elapsed_ms == 580.0  # "iter time (s): 0.580"
     assert its[0].samples_per_s == 441.545
+
+
+def test_22_as_the_issue_shows_it_inside_inline_code_spans() -> None:
+    """The excerpt keeps only the spans' content; in the issue each span opens with a backtick
+    before its first line and closes with one after its last."""
+    first, second = lines(22)[0:2], lines(22)[2:4]
+    text = "\n".join(["`" + first[0], first[1] + "`", "`" + second[0], second[1] + "`"])
+    recs, diag = parse_text(text)
+    assert sum(diag.unparsed.values()) == 0
+    assert [s.step for s in of(recs, StepRecord)] == [13120, 19180]
+    tput = of(recs, ThroughputRecord)
+    assert [t.max_mem_allocated_bytes for t in tput] == [round(36.97 * GIB), round(67.26 * GIB)]

@@ -241,6 +241,8 @@ class LineCleaner:
             raw = self._unpaste(raw)
         elif self._indent and raw:
             self._indent = 0
+        if raw.endswith("`") and raw.count("`") % 2:
+            raw = raw[:-1]  # the end of an inline code span the paste began lines before
         head = LogLine(text="", line=line, offset=offset)
         if raw[:2] not in _NO_LAUNCHER_PREFIX:
             raw = _strip_launcher(raw, head, self._hosts)
