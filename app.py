@@ -15,7 +15,7 @@ import streamlit as st
 
 from dsmon.analysis.gpus import prepare
 from dsmon.commands import default_store
-from dsmon.live import OPEN, FrameHub, View, is_live, step_cutoff
+from dsmon.live import OPEN, FrameHub, View, run_is_live, step_cutoff
 from dsmon.store import open_store
 from dsmon.store_schema import RunInfo
 
@@ -47,7 +47,7 @@ def default_refresh() -> float:
 
 def run_label(info: RunInfo, now: datetime) -> str:
     """How a run is listed in the picker: name and live/finished."""
-    state = "live" if is_live(info.last_ts, now) else "finished"
+    state = "live" if run_is_live(info, now) else "finished"
     return f"{info.name} · {state}"
 
 
@@ -109,7 +109,7 @@ def build_view(url: str) -> View | None:
     info = pick_run(runs, now)
     frames = h.run(info.name)
     frames.refresh()
-    refresh_s = live_controls(is_live(info.last_ts, now))
+    refresh_s = live_controls(run_is_live(info, now))
     cutoff = OPEN
     if refresh_s is None:
         step = replay_controls(info)

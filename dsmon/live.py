@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import pandas as pd
 
 from dsmon.records import ConfigRecord, Record, record_key
-from dsmon.store_schema import Store
+from dsmon.store_schema import RunInfo, Store
 
 T = TypeVar("T")
 
@@ -88,13 +88,24 @@ class RunFrames:
         self._keys: dict[str, set[tuple[str, str, str, str, int, str]]] = {}
         self._memo: OrderedDict[Hashable, Any] = OrderedDict()
         self.last_id = 0
+        self._restamps = store.restamps(run)
 
     def refresh(self) -> bool:
-        """Fetch what was added since the last refresh for every kind already loaded."""
+        """Fetch what was added since the last refresh for every kind already loaded.
+
+        When stored rows had their step filled in since (a live collector learned it late),
+        the loaded kinds are read again whole: that happens once or twice per log, when the
+        step clock first resolves, so it is cheaper than tracking changed rows.
+        """
         with self._lock:
+            restamps = self.store.restamps(self.run)
+            reloaded = restamps != self._restamps
+            if reloaded:
+                self._restamps = restamps
+                self._reload()
             hi = self.store.last_id(self.run)
             if hi <= self.last_id:
-                return False
+                return reloaded
             self.last_id = hi
             for kind in list(self._frames):
                 self._extend_frame(kind, hi)
@@ -143,6 +154,20 @@ class RunFrames:
             while len(self._memo) > MEMO_SIZE:
                 self._memo.popitem(last=False)
         return value
+
+    def _reload(self) -> None:
+        """Forget every loaded row; the next read fetches all again (versions keep growing)."""
+        for kind in list(self._frames):
+            self._frames[kind] = pd.DataFrame()
+            self._seen[kind] = 0
+            self._extend_frame(kind, self._hi())
+            self._versions[kind] = self._versions.get(kind, 0) + 1
+        for kind in list(self._records):
+            self._records[kind] = []
+            self._keys[kind] = set()
+            self._seen[f"rec:{kind}"] = 0
+            self._extend_records(kind, self._hi())
+            self._versions[f"rec:{kind}"] = self._versions.get(f"rec:{kind}", 0) + 1
 
     def _hi(self) -> int:
         """The id bound of the data this object has promised to show."""
@@ -232,8 +257,20 @@ def is_live(last_ts: str | None, now: datetime, window_s: float = LIVE_WINDOW_S)
     """
     if not last_ts:
         return False
-    age = abs((now - pd.Timestamp(last_ts).to_pydatetime()).total_seconds())
+    try:
+        age = abs((now - pd.Timestamp(last_ts).to_pydatetime()).total_seconds())
+    except (ValueError, OverflowError):  # a timestamp no calendar has: says nothing
+        return False
     return age <= window_s
+
+
+def run_is_live(info: RunInfo, now: datetime, window_s: float = LIVE_WINDOW_S) -> bool:
+    """Whether a run is being written to: records received lately, or lately stamped.
+
+    Receive time comes first: lines printed without a timestamp (timer lines; every line at
+    DeepSpeed's default log level) leave ``last_ts`` at the run's start while it goes on.
+    """
+    return is_live(info.received_at, now, window_s) or is_live(info.last_ts, now, window_s)
 
 
 def step_cutoff(steps: pd.DataFrame, step: int | None) -> Cutoff:
