@@ -82,6 +82,8 @@ def test_alcf_fork_with_tgs_and_no_grad_norm() -> None:
     assert a.grad_norm is None  # not printed by this version
     assert a.samples_per_s == 53.753
     assert a.flops_per_s_per_gpu == pytest.approx(69.85e12, rel=1e-12)
+    assert a.tokens_per_gpu_per_s == 1146.733  # "tokens per gpu per second (tgs): 1146.733"
+    assert b.tokens_per_gpu_per_s == 1126.713
     assert a.ts == "2024-03-07T15:27:02.646"
     assert (b.iteration, b.ts) == (200, "2024-03-07T15:27:17.188")
 
