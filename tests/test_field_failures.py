@@ -5,8 +5,9 @@ bars. Expected values are read off the excerpts by hand (../shared/corpus/field,
 
 from __future__ import annotations
 
-from field_logs import of, parse_field
+from field_logs import lines, of, parse_field
 
+from dsmon.parsers.log import parse_text
 from dsmon.records import EventRecord
 
 MIB, GIB = 1 << 20, 1 << 30
@@ -89,3 +90,11 @@ def test_55_cpu_ccl_start_on_two_pdsh_hosts() -> None:
         ("dist_backend", "tt2", "ccl"),
     ]
     assert [e.ts for e in evs] == ["2024-04-08T07:26:13.866", "2024-04-08T07:26:13.785"]
+
+
+def test_06_without_its_what_line_the_next_line_is_not_swallowed() -> None:
+    text = "\n".join(lines(6)[:1] + lines(6)[2:])  # the "  what():" line left out
+    recs, _ = parse_text(text)
+    (crash,) = of(recs, EventRecord)
+    assert crash.detail["exception"] == "c10::CUDAError" and crash.detail["what"] is None
+    assert crash.message == "terminate called after throwing an instance of 'c10::CUDAError'"

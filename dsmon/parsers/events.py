@@ -109,7 +109,7 @@ _LINE_EVENTS: tuple[tuple[str, re.Pattern[str], _Detail], ...] = (
     (
         "traceback",
         re.compile(
-            r"^terminate called after throwing an instance of '([^']*)'(?:\s*what\(\):\s*(.*))?"
+            r"^terminate called after throwing an instance of '([^']*)'\s*(?:what\(\):\s*(.*))?$"
         ),
         lambda m: {"exception": m[1], "native": True, "what": m[2] and m[2].strip()},
     ),
@@ -151,7 +151,8 @@ _ANY_LINE_EVENT = re.compile(
     r"|Optimizer = |ZeRO stage|exits |Killing subprocess|bucket size|persistent param"
     r"|Initialize \w+ backend|terminate called"
 )
-_TERMINATE = "terminate called after throwing"
+#: C++ ``terminate`` with nothing after it yet: its ``what():`` line follows.
+_TERMINATE = re.compile(r"^terminate called after throwing an instance of '[^']*'\s*$")
 #: A cheap test for the words every failure message holds (OOM, NCCL errors and timeouts).
 _FAILURE_HINT = re.compile(r"out of memory|OutOfMemoryError|NCCL")
 
@@ -385,8 +386,8 @@ class EventParser:
     def _line_event(self, line: LogLine, ctx: ParseContext) -> list[Record] | None:
         text = line.text
         if _ANY_LINE_EVENT.search(text) is not None:
-            if text.startswith(_TERMINATE) and "what():" not in text and not ctx.final:
-                return NEED_MORE  # C++ ``terminate``: its ``what():`` line follows
+            if not ctx.final and _TERMINATE.match(text):
+                return NEED_MORE  # joined with the next line, kept only if that is ``what():``
             for name, rx, detail in _LINE_EVENTS:
                 m = rx.search(text)
                 if m:
