@@ -16,7 +16,7 @@ import json
 import math
 import random
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -26,7 +26,9 @@ from hypothesis import strategies as st
 
 from dsmon import wire
 from dsmon.ingest_batch import BatchError, parse_batch
-from dsmon.parsers.base import SubParser
+from dsmon.parsers import files
+from dsmon.parsers.base import Diagnostics, SubParser
+from dsmon.parsers.flops_profiler import parse_profile_file
 from dsmon.parsers.log import LogParser, default_parsers
 from dsmon.records import KINDS, Record
 
@@ -35,7 +37,10 @@ FIELD_LINES = [ln for p in field_logs() for ln in p.read_text(encoding="utf-8").
 #: One factory per line parser, named after its class.
 PARSERS: dict[str, Callable[[], SubParser]] = {type(p).__name__: type(p) for p in default_parsers()}
 #: Fields that are not figures read from the text: identity, time, counts the parser keeps.
-NOT_FIGURES = frozenset({"src", "ts", "step", "table_index", "detail", "config", "width"})
+NOT_FIGURES = frozenset(
+    {"src", "ts", "step", "table_index", "detail", "config", "width"}
+    | {"tuning_duration_s"}  # "Tuning completed in 0:01:00": a clock reading, not a number
+)
 #: Factors between a printed figure and a stored one (units DeepSpeed and Megatron print).
 FACTORS = (1.0, 1e3, 1e-3, 1e6, 1e9, 1e12, 1e15, 1e-6, 1e-9) + tuple(
     float(1 << (10 * k)) for k in range(1, 5)
@@ -163,6 +168,38 @@ def test_all_parsers_never_invent_a_value(lines: list[str]) -> None:
 def test_every_excerpt_as_it_is_only_holds_printed_values(path: Any) -> None:
     lines = path.read_text(encoding="utf-8").split("\n")
     assert_from_input(parse(lines), lines)
+
+
+# --- whole-file parsers ----------------------------------------------------------------------
+
+
+def _experiment(text: str, run: str, file: str) -> tuple[list[Record], Diagnostics]:
+    return [files.parse_autotune_experiment("exp", text, run, file, text, text)], Diagnostics()
+
+
+def _ds_config(text: str, run: str, file: str) -> tuple[list[Record], Diagnostics]:
+    return [files.parse_ds_config(text, run, file)], Diagnostics()
+
+
+FILE_PARSERS: dict[str, Callable[[str, str, str], tuple[Sequence[Record], Diagnostics]]] = {
+    "csv_monitor": files.parse_csv_monitor,
+    "autotune_summary": files.parse_autotune_summary,
+    "flops_profile_file": parse_profile_file,
+    "autotune_experiment": _experiment,
+    "ds_config": _ds_config,
+}
+
+
+@pytest.mark.parametrize("name", sorted(FILE_PARSERS))
+@PROFILE
+@given(text=st.text(max_size=600) | damaged_field_lines().map("\n".join))
+def test_each_file_parser_refuses_or_reads_only_printed_values(name: str, text: str) -> None:
+    try:
+        recs, _ = FILE_PARSERS[name](text, "prop", "input")
+    except files.FileFormatError:
+        return
+    # an experiment's figures are converted from the file's µs, checked by its own tests
+    assert_from_input([r for r in recs if r.KIND != "autotune_exp"], text.split("\n"))
 
 
 # --- the ingest batch decoder ----------------------------------------------------------------
