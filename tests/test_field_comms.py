@@ -115,3 +115,15 @@ def test_50_table_pasted_with_a_leading_backtick() -> None:
     (row,) = of(recs, CommSummaryRecord)
     assert (row.op, row.total_latency_ms, row.total_straggler_ms) == ("broadcast", 0.24, 0.06)
     assert sum(diag.unparsed.values()) == 0
+
+
+def test_34_verbose_line_with_re_spaced_labels_reads_the_same() -> None:
+    line = lines(34)[22]  # "... comm op: broadcast | time (ms): 0.10 | msg size: 288.0 KB | ..."
+    assert "msg size: 288.0 KB | algbw (Gbps): 23.04" in line
+    respaced = line.replace("algbw (Gbps)", "algbw (G" + " " * 11 + "bps)").replace(
+        "msg size", "msg    size"
+    )
+    recs, diag = parse_text(respaced)
+    (op,) = of(recs, CommOpRecord)
+    assert (op.msg_size_bytes, op.algbw_gbps, op.busbw_gbps) == (288 * KB, 23.04, 23.04)
+    assert sum(diag.unparsed.values()) == 0

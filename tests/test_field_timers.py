@@ -4,8 +4,9 @@ excerpts by hand (../shared/corpus/field, excerpts 16, 18, 19, 20, 46)."""
 
 from __future__ import annotations
 
-from field_logs import of, parse_field
+from field_logs import lines, of, parse_field
 
+from dsmon.parsers.log import parse_text
 from dsmon.records import StepRecord, ThroughputRecord, TimerRecord
 
 
@@ -107,3 +108,21 @@ def test_46_leading_space_and_custom_timers() -> None:
         "bwd_allreduce": 57.62,
         "step": 22880.87,
     }
+
+
+def test_17_engine_lines_re_spaced_by_a_terminal_read_the_same() -> None:
+    """Excerpt 17's engine lines with a terminal's padding inside a name (the line wrapped
+    there): still the micro and global lines, with DeepSpeed's names."""
+    micro, glob = lines(17)[0], lines(17)[1]
+    assert "bwd_inner_microstep: 1223.71" in micro and "bwd_allreduce: 1178.40" in glob
+    text = "\n".join(
+        [
+            micro.replace("bwd_inner_microstep", "bwd_inner_micro" + " " * 17 + "step"),
+            glob.replace("bwd_allreduce", "bwd_all" + " " * 9 + "reduce"),
+        ]
+    )
+    recs, diag = parse_text(text)
+    assert sum(diag.unparsed.values()) == 0
+    got_micro, got_glob = of(recs, TimerRecord)
+    assert got_micro.group == "micro" and got_micro.values_ms["bwd_inner_microstep"] == 1223.71
+    assert got_glob.group == "global" and got_glob.values_ms["bwd_allreduce"] == 1178.40

@@ -49,12 +49,12 @@ _RATE_UNITS = {"gbps": 1.0, "mbps": 0.001, "tbps": 1000.0}
 #: DeepSpeed prints every verbose figure with ``:.2f``: fewer decimals means a cut line.
 _TWO_DECIMALS = re.compile(r"\s*(?:[-+]?\d+\.\d\d|[-+]?(?:inf|nan))\s*$")
 
-#: Verbose-line keys -> CommOpRecord fields and readers.
+#: Verbose-line keys, without spaces and in lower case -> CommOpRecord fields and readers.
 _OP_FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
-    "time (ms)": ("latency_ms", units.parse_float),
-    "msg size": ("msg_size_bytes", units.parse_size_bytes),
-    "algbw (Gbps)": ("algbw_gbps", units.parse_float),
-    "busbw (Gbps)": ("busbw_gbps", units.parse_float),
+    "time(ms)": ("latency_ms", units.parse_float),
+    "msgsize": ("msg_size_bytes", units.parse_size_bytes),
+    "algbw(gbps)": ("algbw_gbps", units.parse_float),
+    "busbw(gbps)": ("busbw_gbps", units.parse_float),
 }
 
 
@@ -157,7 +157,7 @@ class CommsParser:
         complete = False
         for part in fields:
             key, sep, raw = part.partition(":")
-            known = _OP_FIELDS.get(key.strip())
+            known = _OP_FIELDS.get("".join(key.split()).lower())  # any spacing
             if known is None or not sep:
                 continue
             name, parse = known

@@ -85,6 +85,16 @@ ZERO3_OPTIMIZER = frozenset(
 FP16_OPTIMIZER = frozenset(
     {"compute_norm", "overflow_check", "unscale_and_clip", "basic_step", "update_fp16"}
 )
+#: Every name DeepSpeed itself prints on a timer line, old and new.
+KNOWN_NAMES = (
+    frozenset(
+        MICRO + GLOBAL + tuple(LEGACY_NAMES) + tuple(COORDINATOR) + tuple(SWAP) + tuple(PIPELINE)
+    )
+    | ZERO_OPTIMIZER
+    | ZERO3_OPTIMIZER
+    | FP16_OPTIMIZER
+)
+_GAP = re.compile(r"\s{2,}")
 #: Megatron / GPT-NeoX timer names that are plain words (most carry a dash: ``forward-compute``).
 MEGATRON_WORDS = frozenset({"optimizer", "interval_time"})
 #: Lines always printed with all these fields in this order (ZeRO-1/2's since v0.10.1).
@@ -194,7 +204,20 @@ def _fields(body: str) -> _Fields | None:
     if _BODY.fullmatch(body) is None:
         return None
     pairs = _PAIR.findall(body)
-    return tuple(n for n, _ in pairs), [float(v) for _, v in pairs]
+    return tuple(_rejoin(n) for n, _ in pairs), [float(v) for _, v in pairs]
+
+
+@functools.lru_cache(maxsize=512)
+def _rejoin(name: str) -> str:
+    """A name as printed, with the spaces a terminal's re-wrapping left inside it removed.
+
+    ``bwd_inner_micro      step`` is DeepSpeed's ``bwd_inner_microstep``; a run of spaces
+    in any other name (Megatron's ``batch generator``) stands for one space.
+    """
+    if "  " not in name:
+        return name
+    joined = _GAP.sub("", name)
+    return joined if joined in KNOWN_NAMES else _GAP.sub(" ", name)
 
 
 def _split_last(body: str) -> tuple[str, str]:
