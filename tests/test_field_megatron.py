@@ -5,8 +5,9 @@ memory lines, Megatron's own timers. Expected values are read off the excerpts b
 from __future__ import annotations
 
 import pytest
-from field_logs import of, parse_field
+from field_logs import lines, of, parse_field
 
+from dsmon.parsers.log import parse_text
 from dsmon.records import IterationRecord, MemoryRecord, ThroughputRecord, TimerRecord
 
 MIB = 1024 * 1024
@@ -133,3 +134,11 @@ def test_47_checkpoint_save_timer_and_alerts() -> None:
     assert save.group == "megatron" and save.values_ms == {"save-checkpoint": 57514.53}
     # the "[2021-08-08 01:49:40] ***ALERT..." lines are the cluster's, not records
     assert all(r.ts is None or r.ts <= "2021-08-08T01:00:44.221" for r in recs)
+
+
+def test_17_ezpz_line_with_a_label_split_by_re_wrapping() -> None:
+    line = lines(17)[2]
+    assert "learning_rate=2.0127e-05" in line
+    recs, _ = parse_text(line.replace("learning_rate", "learning_ra" + " " * 14 + "te"))
+    (it,) = of(recs, IterationRecord)
+    assert it.lr == 2.0127e-05 and it.tokens_per_gpu_per_s == 4797.255

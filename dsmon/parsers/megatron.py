@@ -30,6 +30,7 @@ _LINE = re.compile(
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)", re.I)
 _SEP = re.compile(r"[:=]")
 _WORDS = re.compile(r"[\s_\-]+")
+_SPLIT_WORD = re.compile(r"(?<=\w)\s{2,}(?=\w)")
 _UNIT_IN_PARENS = re.compile(r"^(.*?)\s*\(([^()]*)\)$")
 _MEMORY = re.compile(
     r"^\s*\((after|before) (\d+) iterations?\) memory \((B|KB|MB|GB)\)\s*\|(.*)$", re.I
@@ -89,6 +90,16 @@ def meaning(raw: str) -> tuple[str, str | None]:
     if unit is None and head and last in _TIME_UNITS:
         words, unit = head, last
     return words, unit
+
+
+def _field_meaning(raw: str) -> tuple[str, str | None]:
+    """:func:`meaning`, also for a name a terminal's re-wrapping split (``learning ra    te``)."""
+    name, unit = meaning(raw)
+    if not _known(name) and "  " in raw.strip():
+        joined = meaning(_SPLIT_WORD.sub("", raw))
+        if _known(joined[0]):
+            return joined
+    return name, unit
 
 
 def _number(raw: str) -> float | None:
@@ -206,7 +217,7 @@ class MegatronParser:
             if sep is None:
                 continue
             raw_name, raw_value = part[: sep.start()], part[sep.end() :]
-            name, unit = meaning(raw_name)
+            name, unit = _field_meaning(raw_name)
             value = _number(raw_value)
             if value is None:
                 if _known(name):
