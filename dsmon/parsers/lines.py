@@ -38,7 +38,8 @@ _HOST = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.\-]{0,62}): ")
 # A job runner's stamp and host: ``2021-05-29 21:06:36 run6231: `` (the host is kept), or
 # ``kubectl logs --timestamps``: ``2024-01-02T03:04:05.123456789Z `` (nothing to keep).
 _STAMPED_HOST = re.compile(
-    r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?Z? (?:([A-Za-z0-9][\w.\-]{0,62}): )?"
+    r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?Z? "
+    r"(?:(?!(?:INFO|WARN|WARNING|ERROR|DEBUG|CRITICAL|FATAL):)([A-Za-z0-9][\w.\-]{0,62}): )?"
 )
 # torch.distributed.run --tee: [default3]:text (local rank, no space after the colon)
 _TEE = re.compile(r"\[default(\d+)\]: ?")
@@ -55,7 +56,7 @@ _NO_LAUNCHER_PREFIX = frozenset({"[2", "[R", "[r"})
 #: First characters of a line that a paste may have changed (see ``LineCleaner._unpaste``).
 _PASTE_STARTS = frozenset(" >`0123456789")
 _QUOTE = re.compile(r"(?:>(?: |$))+")
-_LINE_NO = re.compile(r" *(\d{1,7}) (?=\S)")
+_LINE_NO = re.compile(r" *(\d{1,7})(?: |$)")  # an empty line shows its number only
 #: A logger header of any generation follows: ``[2023-09-12 ...`` or ``[INFO 2020-...``.
 _HEADER_AHEAD = re.compile(r"\[(?:\d{4}-\d\d-\d\d[ T]|[A-Z]+ \d{4}-)")
 _TQDM = re.compile(r"^\s*(?:[\w .:/-]*:\s*)?\d{1,3}%\|")
