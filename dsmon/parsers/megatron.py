@@ -44,6 +44,7 @@ _TIME_UNITS = {"ms": 1.0, "s": 1000.0, "sec": 1000.0, "secs": 1000.0, "us": 0.00
 _BYTE_UNITS = {"b": 1, "kb": 1 << 10, "mb": 1 << 20, "gb": 1 << 30}
 #: FLOP/s per unit of a rate read from a field name (``TFLOPs``, ``(TFLOP/s/GPU)``).
 _FLOP_UNITS = {"t": _TERA, "g": 1e9, "p": 1e15}
+_FLOP_PREFIX = re.compile(r"([tgp])flop")
 
 
 def _int(v: float) -> int:
@@ -129,7 +130,8 @@ def _convert(name: str, unit: str | None, value: float) -> tuple[str, Any] | Non
         scale = _TIME_UNITS.get(unit or "")
         return None if scale is None else ("elapsed_ms", value * scale)
     if name in _FLOPS:
-        scale = _FLOP_UNITS.get((unit or name)[0])
+        m = _FLOP_PREFIX.match(unit or name)  # "TFLOPs", "(TFLOP/s/GPU)"; no unit: not read
+        scale = _FLOP_UNITS.get(m.group(1)) if m else None
         return None if scale is None else ("flops_per_s_per_gpu", value * scale)
     return None
 
@@ -160,10 +162,9 @@ class MegatronParser:
             m = _MEMORY.match(text)
             if m is not None:
                 return _memory_line(m, line, ctx)
-        if text.endswith(":") and _MINMAX_HEAD.match(text):
-            unit = _MINMAX_HEAD.match(text)
-            assert unit is not None
-            scale = _TIME_UNITS[unit.group(1)]
+        head = _MINMAX_HEAD.match(text) if text.endswith(":") else None
+        if head is not None:
+            scale = _TIME_UNITS[head.group(1)]
             self._block = _MinMaxBlock(line, ctx.ts(line), scale, self._iteration)
             self.in_block = True
             return []
