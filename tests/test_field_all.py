@@ -17,7 +17,7 @@ from dsmon.records import IterationRecord, LossScaleRecord
 
 
 def test_the_field_corpus_is_there() -> None:
-    assert len(field_logs()) == 58, f"expected the 58 field excerpts in {FIELD}"
+    assert len(field_logs()) >= 58, f"expected the field excerpts in {FIELD}"
 
 
 @pytest.mark.parametrize("path", field_logs(), ids=lambda p: p.name[:2])
