@@ -178,3 +178,12 @@ def test_received_lines_are_stored_as_sent_unless_they_hold_constants() -> None:
     (a, b) = parse_batch_encoded(f"{line}\n{odd}\n".encode())
     assert a.body == line and a.record == plain
     assert "NaN" not in b.body and wire.decode(b.body).samples_per_s is None  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("ts", ["2026-19-39T17:52:18.030", "2026-11-29T25:61:00.000", "yesterday"])
+def test_a_time_that_names_no_real_moment_is_refused(ts: str) -> None:
+    assert parse_batch(timer_line(ts="2026-11-29T14:11:04.882").encode())  # a real one is fine
+    assert refused(parse_batch, timer_line(ts=ts).encode()) == (
+        400,
+        f"line 1: field 'ts': not an ISO-8601 date and time: {ts!r}",
+    )
