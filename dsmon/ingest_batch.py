@@ -17,6 +17,7 @@ import types
 import typing
 import zlib
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any
 
 from dsmon.records import KINDS, Record
@@ -159,6 +160,19 @@ def check_record(rec: Record) -> None:
     ):
         if value is not None and "\x00" in value:
             raise WireError(f"field {name!r}: contains a NUL character")
+    if rec.ts is not None:
+        _check_ts(rec.ts)
+
+
+def _check_ts(ts: str) -> None:
+    """Refuse a time that names no real moment (``2026-19-39T25:61:00``).
+
+    Stored, it would be sorted as if it were one, and every time axis of the run would go wrong.
+    """
+    try:
+        datetime.fromisoformat(ts)
+    except ValueError:
+        raise WireError(f"field 'ts': not an ISO-8601 date and time: {ts[:40]!r}") from None
 
 
 def _check_fields(obj: Any, prefix: str = "") -> None:

@@ -64,6 +64,7 @@ TIMER_GROUPS = (
     "pipeline",  # pipeline engine batch_input / pipe_send_output / ...
     "moe",  # MoE forward breakdown
     "swap",  # ZeRO-Infinity NVMe swapper timers
+    "megatron",  # Megatron-LM / GPT-NeoX own timers (forward-backward, optimizer, ...)
     "other",  # any other name set printed in the same format
 )
 
@@ -75,7 +76,9 @@ class TimerRecord(Record):
     ``values_ms`` is keyed by the canonical (v0.10.1+) timer name: ``forward_microstep`` from an
     old log is stored as ``fwd_microstep``, so every version charts the same way; ``legacy``
     says the line used the old names or the ``rank=0`` prefix. ``micro_step`` is the 0-based
-    index of the micro-batch inside its optimizer step (micro lines only).
+    index of the micro-batch inside its optimizer step (micro lines only). Megatron's
+    ``(min, max) time across ranks (ms)`` block gives the maximum over ranks in ``values_ms``
+    and the minimum in ``min_values_ms`` (empty for every other line).
     """
 
     KIND: ClassVar[str] = "timer"
@@ -83,6 +86,7 @@ class TimerRecord(Record):
     values_ms: Mapping[str, float]
     micro_step: int | None = None
     legacy: bool = False
+    min_values_ms: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -135,7 +139,9 @@ class IterationRecord(Record):
     """A framework's own per-iteration line: Megatron-DeepSpeed or the pipeline engine.
 
     ``fmt`` is ``megatron`` or ``pipeline``. ``losses`` holds every named loss the line printed
-    (``lm loss``, ``loss``, ...); ``loss`` is the main one.
+    (``lm loss``, ``loss``, ...); ``loss`` is the main one. ``tokens_per_gpu_per_s`` is
+    Megatron-DeepSpeed's ``tokens per gpu per second (tgs)``, ``actual_seqlen`` the sequence
+    length it reports for the iteration.
     """
 
     KIND: ClassVar[str] = "iteration"
@@ -155,6 +161,8 @@ class IterationRecord(Record):
     nan_iterations: int | None = None
     samples_per_s: float | None = None
     flops_per_s_per_gpu: float | None = None
+    tokens_per_gpu_per_s: float | None = None
+    actual_seqlen: int | None = None
 
 
 # --- flops profiler -----------------------------------------------------------------------
@@ -295,7 +303,12 @@ class LossScaleRecord(Record):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MemoryRecord(Record):
-    """A ``see_memory_usage`` block (``memory_breakdown: true``): GB figures as bytes."""
+    """A ``see_memory_usage`` block (``memory_breakdown: true``): GB figures as bytes.
+
+    Megatron's per-rank ``(after N iterations) memory (MB)`` line is one too: its ``reserved``
+    figures are the ``cached`` ones, it prints no CPU figures, and ``label`` is ``after N
+    iterations``.
+    """
 
     KIND: ClassVar[str] = "memory"
     label: str
@@ -370,8 +383,9 @@ EVENT_NAMES = (
     "world_info",  # launcher WORLD INFO DICT / dist_world_size / nnodes
     "optimizer",  # DeepSpeed Basic/Final Optimizer = X
     "zero_stage",  # Creating ... ZeRO stage N optimizer
+    "zero_init",  # ZeRO set-up figures: bucket sizes, ZeRO-3 persistent parameters
     "worker_exit",  # launcher: Process N exits successfully / exits with return code = N
-    "traceback",  # a worker's exception (last line of a [rankN]: traceback)
+    "traceback",  # a worker's exception (last line of a [rankN]: traceback, C++ terminate)
     "oom",  # CUDA out of memory
     "nccl_error",  # NCCL timeout / watchdog / error
 )

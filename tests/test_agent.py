@@ -129,7 +129,7 @@ def test_stop_reads_what_was_written_after_the_last_poll(
     profile.write_bytes(PROFILE)
     agent.stop()
     assert stored(server) == imported(log, profile)
-    assert len(stored(server)) == 116 + 1  # 116 log records, one flops profile
+    assert len(stored(server)) == 118 + 1  # 118 log records, one flops profile
     assert saved_offset(tmp_path) == log.stat().st_size
 
 

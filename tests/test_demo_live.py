@@ -1,6 +1,6 @@
 """``dsmon demo`` replays the bundled real run live: real processes, a real store, a real UI.
 
-The bundled run is DeepSpeed 0.19.8 ZeRO-2 output (tests/data/z2): 117 records from its
+The bundled run is DeepSpeed 0.19.8 ZeRO-2 output (tests/data/z2): 119 records from its
 two files (ds_config.json and train.log), 30 optimizer steps. The store is polled from this
 process while the demo writes it, as the dashboard reads it.
 """
@@ -31,7 +31,7 @@ from dsmon.store_schema import RunInfo
 pytestmark = pytest.mark.slow
 
 DEADLINE_S = 90.0
-ALL_RECORDS = 117
+ALL_RECORDS = 119
 
 
 def free_port() -> int:
@@ -129,7 +129,7 @@ def test_live_demo_into_a_named_store_adds_a_new_growing_run(
     demo.wait_for("the summary", lambda: "Steps       30" in demo.text)
     assert f"Replaying   the bundled run as '{info.name}', 10 step(s)/s\n" in demo.text
     assert re.search(
-        r"^Replayed    117 records \(117 new\) from 2 file\(s\) in \d+\.\d s$",
+        r"^Replayed    119 records \(119 new\) from 2 file\(s\) in \d+\.\d s$",
         demo.text,
         re.MULTILINE,
     )

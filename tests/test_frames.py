@@ -29,6 +29,7 @@ def test_timer_values_become_columns_in_order_of_first_appearance() -> None:
         "values_ms",
         "micro_step",
         "legacy",
+        "min_values_ms",
         "optimizer_allgather_ms",
         "optimizer_step_ms",
         "fwd_ms",

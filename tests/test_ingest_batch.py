@@ -154,8 +154,8 @@ def test_not_json_and_not_utf8() -> None:
         "line 1: not JSON: Expecting value: line 1 column 9 (char 8)",
     )
     first = timer_line().encode() + b"\n"
-    assert len(first) == 250
-    assert refused(parse_batch, first + b"\xff\xfe\n") == (400, "line 2: not UTF-8 at byte 250")
+    assert len(first) == 271
+    assert refused(parse_batch, first + b"\xff\xfe\n") == (400, "line 2: not UTF-8 at byte 271")
 
 
 def test_surrogate_pairs_are_fine() -> None:
@@ -178,3 +178,12 @@ def test_received_lines_are_stored_as_sent_unless_they_hold_constants() -> None:
     (a, b) = parse_batch_encoded(f"{line}\n{odd}\n".encode())
     assert a.body == line and a.record == plain
     assert "NaN" not in b.body and wire.decode(b.body).samples_per_s is None  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("ts", ["2026-19-39T17:52:18.030", "2026-11-29T25:61:00.000", "yesterday"])
+def test_a_time_that_names_no_real_moment_is_refused(ts: str) -> None:
+    assert parse_batch(timer_line(ts="2026-11-29T14:11:04.882").encode())  # a real one is fine
+    assert refused(parse_batch, timer_line(ts=ts).encode()) == (
+        400,
+        f"line 1: field 'ts': not an ISO-8601 date and time: {ts!r}",
+    )

@@ -96,7 +96,52 @@ def _kubectl(lines: list[str]) -> str:
     return "\n".join(f"[pod/train-0/trainer] {ln}" for ln in lines)
 
 
+def _tee(lines: list[str]) -> str:
+    """torch.distributed.run --tee: the local rank, no space after the colon."""
+    return "\n".join(f"[default0]:{ln}" for ln in lines)
+
+
+def _stdout(lines: list[str]) -> str:
+    return "\n".join(f"stdout: {ln}" for ln in lines)
+
+
+def _job_runner(lines: list[str]) -> str:
+    return "\n".join(f"2026-11-29 14:12:{i % 60:02d} run6231: {ln}" for i, ln in enumerate(lines))
+
+
+def _kubectl_timestamps(lines: list[str]) -> str:
+    return "\n".join(f"2026-11-29T14:12:{i % 60:02d}.123456789Z {ln}" for i, ln in enumerate(lines))
+
+
+def _quoted(lines: list[str]) -> str:
+    """Pasted as a Markdown quote."""
+    return "\n".join(f"> {ln}".rstrip() for ln in lines)
+
+
+def _code_block(lines: list[str]) -> str:
+    """Pasted as an indented Markdown code block."""
+    return "\n".join(f"    {ln}".rstrip() for ln in lines)
+
+
+def _line_numbers(lines: list[str]) -> str:
+    """Copied from an editor showing line numbers."""
+    return "\n".join(f"{i:5d} {ln}".rstrip() for i, ln in enumerate(lines, 1))
+
+
+def _inline_code(lines: list[str]) -> str:
+    """Pasted as one inline code span: a backtick before the first line and after the last."""
+    return "`" + "\n".join(lines) + "`"
+
+
 NOISE: dict[str, Callable[[list[str]], str]] = {
+    "torch elastic --tee": _tee,
+    "stdout: stream label": _stdout,
+    "job runner stamp and host": _job_runner,
+    "kubectl --timestamps": _kubectl_timestamps,
+    "markdown quote": _quoted,
+    "markdown code block": _code_block,
+    "editor line numbers": _line_numbers,
+    "inline code span": _inline_code,
     "pdsh host prefix": _pdsh,
     "slurm task label": _slurm,
     "ansi colours": _ansi,

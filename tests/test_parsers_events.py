@@ -129,7 +129,13 @@ def test_killed_job_has_no_ending() -> None:
         "deepspeed_version",
         "optimizer",
         "zero_stage",
+        "zero_init",  # Reduce bucket size 500000000
+        "zero_init",  # Allgather bucket size 500000000
         "optimizer",
+    ]
+    assert [e.detail for e in evs if e.name == "zero_init"] == [
+        {"reduce_bucket_size": 500000000},
+        {"allgather_bucket_size": 500000000},
     ]
 
 

@@ -53,6 +53,7 @@ def test_megatron_deepspeed_with_tokens_and_tflops() -> None:
         nan_iterations=0,
         samples_per_s=7.582,
         flops_per_s_per_gpu=first.flops_per_s_per_gpu,
+        actual_seqlen=2048,  # "actual seqlen:  2048"
     )
     assert first.flops_per_s_per_gpu == pytest.approx(16.98e12, rel=1e-12)  # "TFLOPs: 16.98"
     assert (first.src.line, first.src.rank) == (239, None)
@@ -81,6 +82,8 @@ def test_alcf_fork_with_tgs_and_no_grad_norm() -> None:
     assert a.grad_norm is None  # not printed by this version
     assert a.samples_per_s == 53.753
     assert a.flops_per_s_per_gpu == pytest.approx(69.85e12, rel=1e-12)
+    assert a.tokens_per_gpu_per_s == 1146.733  # "tokens per gpu per second (tgs): 1146.733"
+    assert b.tokens_per_gpu_per_s == 1126.713
     assert a.ts == "2024-03-07T15:27:02.646"
     assert (b.iteration, b.ts) == (200, "2024-03-07T15:27:17.188")
 
@@ -160,4 +163,5 @@ def test_other_lines_are_not_claimed() -> None:
         for ln in cleaner.clean(raw, i)
         if parser.feed(ln, ctx) is not None
     ]
-    assert claimed == [239, 242, 245, 248, 252, 259]
+    # the iteration lines, and the two "(min, max) time across ranks (ms):" blocks with their rows
+    assert claimed == [155, 156, 230, 231, 232, 239, 242, 245, 248, 252, 259]

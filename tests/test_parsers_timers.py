@@ -150,9 +150,9 @@ def test_gpt_neox_timer_line_is_not_the_engine_line() -> None:
             if recs:
                 assert isinstance(recs[0], TimerRecord)
                 got.append((n, recs[0].group, ctx.clock.rel - before))
-    assert got == [(2, "micro", 0), (3, "global", 1), (5, "other", 0)]
+    assert got == [(2, "micro", 0), (3, "global", 1), (5, "megatron", 0)]
     recs, _ = parse(lines)
-    (neox,) = timers(recs, "other")
+    (neox,) = timers(recs, "megatron")
     assert neox.values_ms == {
         "forward": 659.86,
         "backward": 2164.69,
@@ -173,7 +173,7 @@ def test_classify_name_sets() -> None:
         True,
     )
     assert classify(("optimizer_step",))[0] == "zero3_optimizer"
-    assert classify(("forward", "backward", "backward-backward"))[0] == "other"
+    assert classify(("forward", "backward", "backward-backward"))[0] == "megatron"
 
 
 @pytest.mark.parametrize("number", [182, 183, 184])

@@ -67,7 +67,7 @@ def test_batches_are_the_prelude_then_one_per_optimizer_step() -> None:
     batches = list(step_batches(demo_records()))
     assert [o for o, _ in batches] == list(range(31))
     prelude = batches[0][1]
-    assert len(prelude) == 12
+    assert len(prelude) == 14  # with the two ZeRO bucket-size events
     assert prelude[0].KIND == "config" and prelude[0].src.file == "ds_config.json"
     assert prelude[-1].src.line == 152  # the end of DeepSpeed's config dump
     assert [(r.KIND, r.step) for r in prelude if r.step is not None] == [("step", 0)]
@@ -126,8 +126,8 @@ def test_pace_is_one_batch_per_step_at_the_speed_asked(tmp_path: Path) -> None:
         stamps = [datetime.fromisoformat(r.ts) for r in store.records("demo") if r.ts]
     assert fake.waits == [0.5] * 30
     assert res.elapsed_s == 15.0 and res.steps == 30 and not res.stopped
-    assert (res.files, res.records, res.inserted) == (2, 117, 117)
-    assert seen[0] == (100.0, 12) and seen[1] == (100.5, 15) and seen[-1] == (115.0, 117)
+    assert (res.files, res.records, res.inserted) == (2, 119, 119)
+    assert seen[0] == (100.0, 14) and seen[1] == (100.5, 17) and seen[-1] == (115.0, 119)
     assert max(stamps) == BASE + timedelta(seconds=15)
     assert stamps == sorted(stamps)
 
@@ -138,7 +138,7 @@ def test_finished_replay_stores_what_an_instant_import_stores(tmp_path: Path) ->
         res = replay_paths(b, [demo_dir()], "demo", FakeTime().pace(math.inf))
         instant, live = a.records("demo"), b.records("demo")
         assert b.add(demo_records()) == 0  # the same identities: nothing new
-    assert res.inserted == len(instant) == 117
+    assert res.inserted == len(instant) == 119
     assert without_ts(live) == without_ts(instant)
     assert [record_key(r) for r in live] == [record_key(r) for r in instant]
     assert all(x.ts != y.ts for x, y in zip(live, instant, strict=True) if y.ts is not None)
@@ -159,7 +159,7 @@ def test_real_time_replay_grows_in_file_order_and_ends_now(tmp_path: Path) -> No
         res = replay_paths(store, [demo_dir()], "demo", Pace(speed=50.0), check)
         newest = max(datetime.fromisoformat(r.ts) for r in store.records("demo") if r.ts)
     reader.close()
-    assert visible[0] == 12 and visible[-1] == 117 and len(visible) == 31
+    assert visible[0] == 14 and visible[-1] == 119 and len(visible) == 31
     assert visible == sorted(visible)
     assert res.elapsed_s >= 30 / 50  # 30 steps at 50 per second: never faster
     assert abs((datetime.now() - newest).total_seconds()) < 30
@@ -172,7 +172,7 @@ def test_thread_can_be_stopped_between_steps(tmp_path: Path) -> None:
     assert replay.done and replay.error is None and replay.result is not None
     assert replay.result.stopped and replay.result.steps < 30
     with open_store(tmp_path / "s.sqlite") as store:
-        assert len(store.records("demo")) == replay.result.records < 117
+        assert len(store.records("demo")) == replay.result.records < 119
 
 
 def test_thread_reports_a_failure_instead_of_raising(tmp_path: Path) -> None:

@@ -412,7 +412,7 @@ def test_live_records_equal_those_of_dsmon_import(tmp_path: Path, name: str) -> 
     imported = read_log(log, "z2")
     live = settled(Tailer([str(log)], run="z2").poll().records)
     assert live == imported
-    assert len(live) == 116
+    assert len(live) == 118
     assert {r.src.rank for r in live} == ({0, None} if name == "train.log" else {0, 1})
 
 

@@ -169,6 +169,9 @@ class ParseContext:
         #: True while a line is offered for the last time (no continuation will be joined), so
         #: a parser parses what it has instead of returning NEED_MORE.
         self.final = False
+        #: Records of a block that ended on a line of someone else's: the parser that saw the
+        #: end returns None for that line and leaves the block's records here.
+        self.pending: list[Record] = []
 
     def src(self, line: LogLine, k: int = 0, rank: int | None = None) -> Source:
         """The Source of the ``k``-th record made from ``line``."""
@@ -193,6 +196,10 @@ class ParseContext:
     def unparsed(self, kind: str, line: LogLine) -> None:
         """A line that looks like ``kind`` but did not parse: count it, keep going."""
         self.diag.note(self.diag.unparsed, kind, self.where(line), line.text)
+
+    def bad_timestamp(self, line: LogLine, printed: str) -> None:
+        """A timestamp that names no real moment: dropped from the records, counted here."""
+        self.diag.note(self.diag.unparsed, "timestamp", f"{self.where(line)}: field 'ts'", printed)
 
     def cut_block(self, kind: str, line: LogLine) -> None:
         """A multi-line block ended early: count it; its partial content is not stored."""

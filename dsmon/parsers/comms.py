@@ -30,34 +30,57 @@ from dsmon.records import CommOpRecord, CommSummaryRecord, Record
 
 _VERBOSE = re.compile(r"^(?:rank=(?P<rank>\d+)\s*\|\s*)?comm op: (?P<rest>.*)$")
 _CALLER = re.compile(r"^\[Caller Func: (?P<caller>[^\]]*)\]$")
-_HEADER = re.compile(
-    r"^Comm\. Op\s+Message Size\s+Count\s+(?P<first>Total Latency\(ms\)|Total comm lat\(ms\))"
-)
+_HEADER = re.compile(r"^(?P<indent>\s*)Comm\. Op\s+Message Size\s+Count\s+(?P<columns>.*\S)\s*$")
+#: One column label after ``Count``: words and a unit in parentheses (``Total Latency(ms)``,
+#: ``tput_avg (Gbps)``). A 19-character label leaves one space before the next one.
+_COLUMN = re.compile(r"\s*([^()]*?)\s*\(([^()]*)\)")
 _OP = re.compile(r"^(?P<op>[A-Za-z_][\w.]*)(?:\s*\|\s*\[Caller Func: (?P<caller>[^\]]*)\])?\s*$")
 #: A line shaped like a table row (blank first column) even if its figures do not parse.
 _ROWISH = re.compile(r"^ {8,}\S")
 _NUM = r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|[-+]?(?:inf|nan)"
 _ROW = re.compile(
-    rf"^\s+(?P<size>\d+(?:\.\d+)?\s?[KMGTPEZY]?B)\s+(?P<count>\d+)\s+(?P<a>{_NUM})\s+"
-    rf"(?P<b>{_NUM})\s+(?P<c>{_NUM})\s+(?P<d>{_NUM})\s*$"
+    r"^\s+(?P<size>\d+(?:\.\d+)?\s?[KMGTPEZY]?B)\s+(?P<count>\d+)\s+(?P<figures>.*?)\s*$"
 )
+_FIGURE = re.compile(_NUM)
+#: Units of a column, per quantity: factor to the record's unit (ms, Gbps).
+_TIME_UNITS = {"ms": 1.0, "s": 1000.0, "us": 0.001}
+_RATE_UNITS = {"gbps": 1.0, "mbps": 0.001, "tbps": 1000.0}
 
 #: DeepSpeed prints every verbose figure with ``:.2f``: fewer decimals means a cut line.
 _TWO_DECIMALS = re.compile(r"\s*(?:[-+]?\d+\.\d\d|[-+]?(?:inf|nan))\s*$")
 
-#: Verbose-line keys -> CommOpRecord fields and readers.
+#: Verbose-line keys, without spaces and in lower case -> CommOpRecord fields and readers.
 _OP_FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
-    "time (ms)": ("latency_ms", units.parse_float),
-    "msg size": ("msg_size_bytes", units.parse_size_bytes),
-    "algbw (Gbps)": ("algbw_gbps", units.parse_float),
-    "busbw (Gbps)": ("busbw_gbps", units.parse_float),
+    "time(ms)": ("latency_ms", units.parse_float),
+    "msgsize": ("msg_size_bytes", units.parse_size_bytes),
+    "algbw(gbps)": ("algbw_gbps", units.parse_float),
+    "busbw(gbps)": ("busbw_gbps", units.parse_float),
 }
 
-#: Row columns after the count, per table kind.
-_ROW_FIELDS = {
-    "summary": ("total_latency_ms", "avg_latency_ms", "algbw_avg_gbps", "busbw_avg_gbps"),
-    "straggler": ("total_latency_ms", "total_straggler_ms", "avg_latency_ms", "avg_straggler_ms"),
-}
+
+def column_field(label: str, unit: str) -> tuple[str, float] | None:
+    """The record field a summary-table column fills, and the factor its unit needs.
+
+    Columns are known by meaning, not by their exact label, so the straggler table
+    (``Total comm lat(ms)``), the PR variant with ``Total straggler(ms)`` beside ``Total
+    Latency(ms)`` and a ``busbw_avg (Gbps)`` all find their field; a unit that is not
+    known leaves the column unread.
+    """
+    words = label.lower().replace("_", " ")
+    unit = unit.strip().lower()
+    total = "total" in words
+    if "straggler" in words:
+        field = "total_straggler_ms" if total else "avg_straggler_ms"
+    elif "lat" in words:
+        field = "total_latency_ms" if total else "avg_latency_ms"
+    elif "busbw" in words:
+        field = "busbw_avg_gbps"
+    elif "tput" in words or "algbw" in words:
+        field = "algbw_avg_gbps"
+    else:
+        return None
+    factor = (_TIME_UNITS if field.endswith("_ms") else _RATE_UNITS).get(unit)
+    return None if factor is None else (field, factor)
 
 
 def _bad(ctx: ParseContext, kind: str, line: LogLine, what: str) -> None:
@@ -71,6 +94,8 @@ class CommsParser:
     def __init__(self) -> None:
         self.in_block = False
         self._table = "summary"
+        self._columns: list[tuple[str, float] | None] = []
+        self._indent = 0
         self._summaries = 0
         self._op: str | None = None
         self._caller: str | None = None
@@ -78,11 +103,9 @@ class CommsParser:
     def feed(self, line: LogLine, ctx: ParseContext) -> list[Record] | None:
         """Records from one logical line; see :mod:`dsmon.parsers.base`."""
         text = line.text
-        m = _HEADER.match(text)
+        m = _HEADER.match(text) if "Comm. Op" in text else None
         if m:
-            self._start_table(
-                "summary" if m.group("first").startswith("Total Lat") else "straggler"
-            )
+            self._start_table(m)
             return []
         if self.in_block:
             out = self._table_line(line, ctx)
@@ -134,7 +157,7 @@ class CommsParser:
         complete = False
         for part in fields:
             key, sep, raw = part.partition(":")
-            known = _OP_FIELDS.get(key.strip())
+            known = _OP_FIELDS.get("".join(key.split()).lower())  # any spacing
             if known is None or not sep:
                 continue
             name, parse = known
@@ -147,11 +170,19 @@ class CommsParser:
 
     # --- summary tables -----------------------------------------------------------------
 
-    def _start_table(self, kind: str) -> None:
-        """A table header: ``summary`` tables are counted, a straggler one joins the last."""
+    def _start_table(self, header: re.Match[str]) -> None:
+        """A table header: ``summary`` tables are counted, a straggler one joins the last.
+
+        The columns after ``Count`` are read from the header itself, and its indentation
+        (a table pasted into notes) is taken off the rows.
+        """
+        columns = header.group("columns")
+        kind = "straggler" if "comm lat" in columns.lower() else "summary"
         if kind == "summary":
             self._summaries += 1
         self._table = kind
+        self._columns = [column_field(label, unit) for label, unit in _COLUMN.findall(columns)]
+        self._indent = len(header.group("indent"))
         self._op = self._caller = None
         self.in_block = True
 
@@ -159,14 +190,17 @@ class CommsParser:
         """An op line or a row of the current table; None for anything else."""
         if line.ts is not None:
             return None
-        m = _ROW.match(line.text)
+        text = line.text
+        if self._indent and text[: self._indent].isspace():
+            text = text[self._indent :]
+        m = _ROW.match(text)
         if m:
             return self._row(m, line, ctx)
-        m = _OP.match(line.text)
+        m = _OP.match(text)
         if m:
             self._op, self._caller = m.group("op"), m.group("caller")
             return []
-        if _ROWISH.match(line.text):
+        if _ROWISH.match(text):
             ctx.unparsed(CommSummaryRecord.KIND, line)  # a row, but unreadable: skip it
             return []
         return None
@@ -177,11 +211,11 @@ class CommsParser:
         if self._op is None:
             _bad(ctx, kind, line, "op")
             return []
+        figures = self._figures(m.group("figures"))
+        if figures is None:
+            _bad(ctx, kind, line, "figures")
+            return []
         size = units.parse_size_bytes(m.group("size"))
-        figures: dict[str, Any] = {
-            name: units.parse_float(m.group(g))
-            for name, g in zip(_ROW_FIELDS[self._table], "abcd", strict=True)
-        }
         rec = CommSummaryRecord(
             src=ctx.src(line),
             ts=ctx.ts(line),
@@ -194,3 +228,15 @@ class CommsParser:
             **figures,
         )
         return [rec]
+
+    def _figures(self, text: str) -> dict[str, Any] | None:
+        """The row's figures by the header's columns; None if they do not match one to one."""
+        values = text.split()
+        if len(values) != len(self._columns) or not all(_FIGURE.fullmatch(v) for v in values):
+            return None
+        out: dict[str, Any] = {}
+        for column, value in zip(self._columns, values, strict=True):
+            if column is not None:
+                number = units.parse_float(value)
+                out[column[0]] = None if number is None else number * column[1]
+        return out

@@ -53,6 +53,13 @@ def _literal(text: str) -> Any:
         return text
 
 
+def _mics(enabled: str | None, hierarchical: str | None) -> dict[str, bool]:
+    """ZeRO-3's ``MiCS is enabled X, Hierarchical params gather Y`` (v0.9+), when printed."""
+    if enabled is None or hierarchical is None:
+        return {}
+    return {"mics": enabled == "True", "hierarchical_params_gather": hierarchical == "True"}
+
+
 def _local_rank(cmd: str) -> int | None:
     m = re.search(r"--local_rank=(\d+)", cmd)
     return int(m.group(1)) if m else None
@@ -85,14 +92,39 @@ _LINE_EVENTS: tuple[tuple[str, re.Pattern[str], _Detail], ...] = (
         lambda m: {"dist_world_size": int(m[1])},
     ),
     (
+        "dist_backend",
+        re.compile(r"^Initialize (\w+) backend\s*$"),
+        lambda m: {"backend": m[1]},
+    ),
+    (
+        "zero_init",
+        re.compile(r"^(Reduce|Prefetch|Allgather) bucket size ([\d,]+)\s*$"),
+        lambda m: {f"{m[1].lower()}_bucket_size": int(m[2].replace(",", ""))},
+    ),
+    (
+        "zero_init",
+        re.compile(r"^Parameter Offload: Total persistent parameters: (\d+) in (\d+) params"),
+        lambda m: {"persistent_numel": int(m[1]), "persistent_params": int(m[2])},
+    ),
+    (
+        "traceback",
+        re.compile(
+            r"^terminate called after throwing an instance of '([^']*)'\s*(?:what\(\):\s*(.*))?$"
+        ),
+        lambda m: {"exception": m[1], "native": True, "what": m[2] and m[2].strip()},
+    ),
+    (
         "optimizer",
         re.compile(r"^DeepSpeed (Basic|Final) Optimizer = (\S+)"),
         lambda m: {"which": m[1].lower(), "optimizer": m[2]},
     ),
     (
         "zero_stage",
-        re.compile(r"^Creating (\S+) ZeRO stage (\d) optimizer"),
-        lambda m: {"dtype": m[1], "stage": int(m[2])},
+        re.compile(
+            r"^Creating (\S+) ZeRO stage (\d) optimizer"
+            r"(?:, MiCS is enabled (True|False), Hierarchical params gather (True|False))?"
+        ),
+        lambda m: {"dtype": m[1], "stage": int(m[2])} | _mics(m[3], m[4]),
     ),
     (
         "worker_exit",
@@ -116,8 +148,11 @@ _LINE_EVENTS: tuple[tuple[str, re.Pattern[str], _Detail], ...] = (
 #: literals costs a fraction of trying each pattern in turn.
 _ANY_LINE_EVENT = re.compile(
     r"DeepSpeed info: |Initializing TorchBackend|WORLD INFO DICT|nnodes=|dist_world_size="
-    r"|Optimizer = |ZeRO stage|exits |Killing subprocess"
+    r"|Optimizer = |ZeRO stage|exits |Killing subprocess|bucket size|persistent param"
+    r"|Initialize \w+ backend|terminate called"
 )
+#: C++ ``terminate`` with nothing after it yet: its ``what():`` line follows.
+_TERMINATE = re.compile(r"^terminate called after throwing an instance of '[^']*'\s*$")
 #: A cheap test for the words every failure message holds (OOM, NCCL errors and timeouts).
 _FAILURE_HINT = re.compile(r"out of memory|OutOfMemoryError|NCCL")
 
@@ -351,6 +386,8 @@ class EventParser:
     def _line_event(self, line: LogLine, ctx: ParseContext) -> list[Record] | None:
         text = line.text
         if _ANY_LINE_EVENT.search(text) is not None:
+            if not ctx.final and _TERMINATE.match(text):
+                return NEED_MORE  # joined with the next line, kept only if that is ``what():``
             for name, rx, detail in _LINE_EVENTS:
                 m = rx.search(text)
                 if m:

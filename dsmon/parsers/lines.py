@@ -9,19 +9,42 @@ levels, and two processes writing at once concatenate lines. Every parser works 
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
+from datetime import datetime
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>]")
-# DeepSpeed's logger: [2026-11-29 14:10:22,818] [INFO] [config.py:678:print] message
-_LOGGER = re.compile(
-    r"\[(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d)[,.](\d{3})\] \[([A-Z]+)\] \[([^\]:]+):(\d+):([^\]]*)\] ?"
+_DATE = r"(?P<date>\d{4}-\d\d-\d\d) (?P<time>\d\d:\d\d:\d\d)"
+_MILLIS = r"[,.](?P<ms>\d{3})"
+_CALLER = r"(?P<logger>[^\]:]+):\d+:[^\]]*"
+#: Logger headers, most common first; each names date, time, level and maybe millis, logger.
+_LOGGERS = (
+    # DeepSpeed's logger: [2026-11-29 14:10:22,818] [INFO] [config.py:678:print] message
+    re.compile(rf"\[{_DATE}{_MILLIS}\] \[(?P<level>[A-Z]+)\] \[{_CALLER}\] ?"),
+    # ezpz / ALCF Megatron-DeepSpeed: [2025-11-10 09:43:36,161992][I][megatron/training_log:402:fn]
+    re.compile(rf"\[{_DATE}{_MILLIS}\d*\]\[(?P<level>[A-Z])\]\[{_CALLER}\] ?"),
+    # Hydra's job logging: [2023-05-15 14:38:04,635][torch.distributed.distributed_c10d][INFO] - msg
+    re.compile(rf"\[{_DATE}{_MILLIS}\]\[(?P<logger>[^\]]+)\]\[(?P<level>[A-Z]+)\] - "),
+    # The pre-0.3 logger (DeepSpeedLight, 2020): [INFO 2020-02-06 19:53:56] message
+    re.compile(rf"\[(?P<level>[A-Z]+) {_DATE}\] "),
 )
+_LEVELS = {"D": "DEBUG", "I": "INFO", "W": "WARNING", "E": "ERROR", "C": "CRITICAL"}
 _RANK = re.compile(r"\[Rank (-?\d+)\] ")
 _TORCH_RANK = re.compile(r"\[rank(\d+)\]: ?")
 _MPI_TAG = re.compile(r"\[\d+,(\d+)\]<std(?:out|err)>: ?")
 _KUBE_PREFIX = re.compile(r"\[pod/([^/\]]+)/[^\]]*\] ")
 _HOST = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.\-]{0,62}): ")
+# A job runner's stamp and host: ``2021-05-29 21:06:36 run6231: `` (the host is kept), or
+# ``kubectl logs --timestamps``: ``2024-01-02T03:04:05.123456789Z `` (nothing to keep).
+_STAMPED_HOST = re.compile(
+    r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?Z? "
+    r"(?:(?!(?:INFO|WARN|WARNING|ERROR|DEBUG|CRITICAL|FATAL):)([A-Za-z0-9][\w.\-]{0,62}): )?"
+)
+# torch.distributed.run --tee: [default3]:text (local rank, no space after the colon)
+_TEE = re.compile(r"\[default(\d+)\]: ?")
+# Streams a harness names: accelerate's test runner prints ``stdout: `` / ``stderr: ``.
+_STREAMS = frozenset({"stdout", "stderr"})
 # Where a second line starts inside a physical line: a logger header, or a print_dist
 # ``[Rank N] `` that does not directly follow a logger header (that one is part of log_dist).
 _EMBEDDED = re.compile(
@@ -30,6 +53,12 @@ _EMBEDDED = re.compile(
 #: Line starts that no launcher prefix has (a logger header, ``[Rank N]``, ``[rankN]:``), so
 #: the prefix search can be skipped for most lines.
 _NO_LAUNCHER_PREFIX = frozenset({"[2", "[R", "[r"})
+#: First characters of a line that a paste may have changed (see ``LineCleaner._unpaste``).
+_PASTE_STARTS = frozenset(" >`0123456789")
+_QUOTE = re.compile(r"(?:>(?: |$))+")
+_LINE_NO = re.compile(r" *(\d{1,7})(?: |$)")  # an empty line shows its number only
+#: A logger header of any generation follows: ``[2023-09-12 ...`` or ``[INFO 2020-...``.
+_HEADER_AHEAD = re.compile(r"\[(?:\d{4}-\d\d-\d\d[ T]|[A-Z]+ \d{4}-)")
 _TQDM = re.compile(r"^\s*(?:[\w .:/-]*:\s*)?\d{1,3}%\|")
 
 
@@ -42,7 +71,8 @@ class LogLine:
     ``[rankN]:`` or an MPI tag; ``host`` from a launcher prefix; ``logger`` the
     ``file.py`` the logger header names; ``traceback`` is set for torch's ``[rankN]:`` lines.
     ``line``/``offset`` locate the physical line it came from; ``sub`` orders the logical
-    lines cut from one physical line.
+    lines cut from one physical line. ``bad_ts`` holds a logger timestamp that names no real
+    moment (``2026-19-39 25:61:00``): it is dropped, never stored, and the log parser counts it.
     """
 
     text: str
@@ -55,6 +85,7 @@ class LogLine:
     rank: int | None = None
     host: str | None = None
     traceback: bool = False
+    bad_ts: str | None = None
 
     @property
     def prefixed(self) -> bool:
@@ -70,7 +101,7 @@ def _looks_like_host(token: str, rest: str, known: set[str]) -> bool:
     """
     if token.endswith(("Error", "Exception", "Warning")):
         return False  # ``torch.cuda.OutOfMemoryError: CUDA out of memory`` is an exception line
-    if token in known:
+    if token in known or token in _STREAMS:
         return True
     if rest.startswith("["):
         return True
@@ -80,6 +111,15 @@ def _looks_like_host(token: str, rest: str, known: set[str]) -> bool:
 def _strip_launcher(text: str, out: LogLine, known_hosts: set[str]) -> str:
     """Remove host/task prefixes added by pdsh, Slurm, OpenMPI and kubectl (at most two)."""
     for _ in range(2):
+        m = _TEE.match(text)
+        if m:
+            text = text[m.end() :]  # a local rank: the global rank is not known from it
+            continue
+        m = _STAMPED_HOST.match(text) if text[:1].isdigit() else None
+        if m and (m.group(1) or "T" in m.group(0)):
+            out.host = m.group(1) or out.host
+            text = text[m.end() :]
+            continue
         m = _MPI_TAG.match(text)
         if m:
             out.rank = int(m.group(1))
@@ -93,7 +133,7 @@ def _strip_launcher(text: str, out: LogLine, known_hosts: set[str]) -> str:
         m = _HOST.match(text)
         if m and _looks_like_host(m.group(1), text[m.end() :], known_hosts):
             host = m.group(1)
-            if not host.isdigit():
+            if not host.isdigit() and host not in _STREAMS:
                 out.host = host
                 known_hosts.add(host)
             text = text[m.end() :]
@@ -111,18 +151,49 @@ def _strip_headers(text: str, out: LogLine) -> str:
             out.traceback = True
             text = text[m.end() :]
     if text.startswith("["):
-        m = _LOGGER.match(text)
-        if m:
-            out.ts = f"{m.group(1)}T{m.group(2)}.{m.group(3)}"
-            out.level = m.group(4)
-            out.logger = m.group(5)
-            text = text[m.end() :]
+        text = _strip_logger(text, out)
         if text.startswith("[Rank "):
             m = _RANK.match(text)
             if m:
                 out.rank = int(m.group(1))
                 text = text[m.end() :]
     return text
+
+
+def _strip_logger(text: str, out: LogLine) -> str:
+    """Take off a logger header of any generation, keeping its time only if it is a real one."""
+    for pattern in _LOGGERS:
+        m = pattern.match(text)
+        if m:
+            parts = m.groupdict()
+            _set_ts(out, parts["date"], parts["time"], parts.get("ms") or "000")
+            out.level = _LEVELS.get(parts["level"], parts["level"])
+            out.logger = parts.get("logger")
+            return text[m.end() :]
+    return text
+
+
+def _set_ts(out: LogLine, date: str, time: str, millis: str) -> None:
+    """``out.ts`` as ISO-8601, or ``out.bad_ts`` when the date or time cannot exist."""
+    if valid_date(date) and valid_time(time):
+        out.ts = f"{date}T{time}.{millis}"
+    else:
+        out.bad_ts = f"{date} {time}"
+
+
+@functools.lru_cache(maxsize=64)
+def valid_date(date: str) -> bool:
+    """``YYYY-MM-DD`` names a day of the calendar (a log holds few distinct dates: cached)."""
+    try:
+        datetime(int(date[:4]), int(date[5:7]), int(date[8:10]))
+    except ValueError:
+        return False
+    return True
+
+
+def valid_time(time: str) -> bool:
+    """``HH:MM:SS`` names a time of day."""
+    return int(time[:2]) < 24 and int(time[3:5]) < 60 and int(time[6:8]) < 60
 
 
 def _segments(raw: str) -> list[str]:
@@ -148,16 +219,31 @@ def _segments(raw: str) -> list[str]:
 
 
 class LineCleaner:
-    """Stateful cleaner: remembers host labels seen, so ``worker:`` is stripped consistently."""
+    """Stateful cleaner: remembers host labels seen, so ``worker:`` is stripped consistently.
+
+    It also undoes what pasting a log into an issue or a notes file does to it: Markdown
+    quoting (``> ``), an inline code span's backticks, an editor's line numbers and the
+    indentation of a Markdown code block. Line numbers are recognised when they count up by one
+    or stand before a logger header; an indentation when it stands before a logger header, and
+    it is then taken off the following lines as long as they have it (a table keeps its own).
+    """
 
     def __init__(self) -> None:
         self._hosts: set[str] = set()
+        self._indent = 0
+        self._number: int | None = None
 
     def clean(self, raw: str, line: int, offset: int | None = None) -> list[LogLine]:
         """Logical lines of one physical line (a trailing newline is ignored)."""
         raw = raw.rstrip("\r\n")
         if "\x1b" in raw:
             raw = _ANSI.sub("", raw)
+        if raw[:1] in _PASTE_STARTS:
+            raw = self._unpaste(raw)
+        elif self._indent and raw:
+            self._indent = 0
+        if raw.endswith("`") and raw.count("`") % 2:
+            raw = raw[:-1]  # the end of an inline code span the paste began lines before
         head = LogLine(text="", line=line, offset=offset)
         if raw[:2] not in _NO_LAUNCHER_PREFIX:
             raw = _strip_launcher(raw, head, self._hosts)
@@ -173,3 +259,32 @@ class LineCleaner:
             out.text = _strip_headers(seg, out)
             result.append(out)
         return result
+
+    def _unpaste(self, raw: str) -> str:
+        """Take off quoting, backticks, line numbers and block indentation (see the class)."""
+        m = _QUOTE.match(raw)
+        if m:
+            raw = raw[m.end() :]
+        if raw.startswith("`"):
+            raw = raw.strip("`")
+        m = _LINE_NO.match(raw)
+        if m:
+            number, rest = int(m.group(1)), raw[m.end() :]
+            follows = self._number is not None and number == self._number + 1
+            self._number = number if follows or _HEADER_AHEAD.match(rest) else None
+            if self._number is not None:
+                return rest
+        return self._dedent(raw)
+
+    def _dedent(self, raw: str) -> str:
+        """The line without the paste's indentation (learnt from an indented logger header)."""
+        text = raw.lstrip(" ")
+        depth = len(raw) - len(text)
+        if depth and _HEADER_AHEAD.match(text):
+            self._indent = depth
+            return text
+        if self._indent and depth >= self._indent:
+            return raw[self._indent :]
+        if text:
+            self._indent = 0
+        return raw

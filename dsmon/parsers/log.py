@@ -100,6 +100,8 @@ class LogParser:
         self.ctx.diag.lines += 1
         out: list[Record] = []
         for logical in self._cleaner.clean(raw, self._lineno, offset):
+            if logical.bad_ts is not None:
+                self.ctx.bad_timestamp(logical, logical.bad_ts)
             self._take(logical, out)
         return self._assign_steps(out)
 
@@ -202,6 +204,7 @@ class LogParser:
             recs = p.feed(line, ctx)
             if recs is None:
                 continue
+            self._drain(rel, out)
             if recs is NEED_MORE:
                 if not final:
                     self._carry = line
@@ -211,7 +214,14 @@ class LogParser:
                 rel -= 1
             self._stamp(recs, rel, out)
             return True
+        self._drain(rel, out)
         return False
+
+    def _drain(self, rel: int, out: list[Record]) -> None:
+        """Records of a block that ended before this line (``ParseContext.pending``)."""
+        if self.ctx.pending:
+            pending, self.ctx.pending = self.ctx.pending, []
+            self._stamp(pending, rel, out)
 
     def _ordered(self) -> Iterable[SubParser]:
         """Parsers in a block get the line before the others."""

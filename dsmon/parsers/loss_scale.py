@@ -49,7 +49,9 @@ _MIN_SCALE = re.compile(
     r"Current loss scale already at minimum - cannot decrease scale anymore\. Exiting run\.\s*$"
 )
 _FUSED = re.compile(rf"Overflow detected\. Skipping step\. {_ATTEMPT}\s*$")
-_LEGACY = re.compile(rf"\[deepspeed\] fp16 dynamic loss scale overflow! Skipping step\. {_ATTEMPT}")
+_LEGACY = re.compile(
+    rf"\[deepspeed\] fp16 dynamic loss scale overflow! Skipping step\. {_ATTEMPT}\s*$"
+)
 _GRAD_OVERFLOW = re.compile(r"Grad overflow on iteration:? (\d+)\s*$")
 _REDUCING = re.compile(rf"Reducing dynamic loss scale from {_S} to {_S}\s*$")
 _INCREASING = re.compile(rf"Increasing dynamic loss scale from {_S} to {_S}\s*$")
@@ -89,7 +91,9 @@ _FRAGMENT_MAX = max(len(s) for s in _KNOWN_STARTS)
 _MAX_FACTOR = 8.0
 #: Events an fp16 optimizer prints in the step of its last ``Grad overflow on iteration``.
 _SAME_STEP = frozenset({"scale_down", "static", "overflow"})
-_KEYWORDS = re.compile(r"verflow|OVERFLOW|oss scale|ysteresis")
+_GAP = re.compile(r"[ \t]{2,}")
+_WORD_GAP = re.compile(r"(?<=[A-Za-z])[ \t]{2,}(?=[a-z])")
+_KEYWORDS = re.compile(r"verflow|OVERFLOW|oss scal|ysteresis|dynamic loss")
 
 
 def _fragment(text: str, ctx: ParseContext) -> list[Record] | None:
@@ -118,12 +122,11 @@ class LossScaleParser:
             return _fragment(text, ctx)
         if _NO_OVERFLOW.match(text):
             return []
-        for matcher in _MATCHERS:
-            msg = matcher(text)
-            if msg is not None:
-                if not ctx.final:
-                    return NEED_MORE  # a wrapped message goes on on the next line: wait for it
-                return [_record(msg, text, line, ctx, self._own_step(msg, ctx.clock.rel))]
+        msg = _match(text)
+        if msg is not None:
+            if not ctx.final:
+                return NEED_MORE  # a wrapped message goes on on the next line: wait for it
+            return [_record(msg, text, line, ctx, self._own_step(msg, ctx.clock.rel))]
         return self._unknown(text, line, ctx)
 
     def _own_step(self, msg: _Msg, rel: int) -> int | None:
@@ -156,6 +159,25 @@ class LossScaleParser:
             return NEED_MORE
         ctx.unparsed("loss_scale", line)
         return []
+
+
+def _match(text: str) -> _Msg | None:
+    """What a message says, however a terminal re-spaced it.
+
+    Copying a wrapped line from a terminal can leave a run of spaces where the line broke,
+    inside a word (``loss scal      e: 8192``) or between words: the text is tried as it is,
+    then with such runs made one space, then with runs between letters removed.
+    """
+    variants = [text]
+    if "  " in text:
+        single = _GAP.sub(" ", text)
+        variants += [single, _GAP.sub(" ", _WORD_GAP.sub("", text))]
+    for variant in variants:
+        for matcher in _MATCHERS:
+            msg = matcher(variant)
+            if msg is not None:
+                return msg
+    return None
 
 
 def _record(msg: _Msg, text: str, line: LogLine, ctx: ParseContext, step: int | None) -> Record:

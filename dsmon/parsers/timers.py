@@ -85,6 +85,18 @@ ZERO3_OPTIMIZER = frozenset(
 FP16_OPTIMIZER = frozenset(
     {"compute_norm", "overflow_check", "unscale_and_clip", "basic_step", "update_fp16"}
 )
+#: Every name DeepSpeed itself prints on a timer line, old and new.
+KNOWN_NAMES = (
+    frozenset(
+        MICRO + GLOBAL + tuple(LEGACY_NAMES) + tuple(COORDINATOR) + tuple(SWAP) + tuple(PIPELINE)
+    )
+    | ZERO_OPTIMIZER
+    | ZERO3_OPTIMIZER
+    | FP16_OPTIMIZER
+)
+_GAP = re.compile(r"\s{2,}")
+#: Megatron / GPT-NeoX timer names that are plain words (most carry a dash: ``forward-compute``).
+MEGATRON_WORDS = frozenset({"optimizer", "interval_time"})
 #: Lines always printed with all these fields in this order (ZeRO-1/2's since v0.10.1).
 _FIXED_ORDER = (MICRO, GLOBAL, ("optimizer_allgather", "optimizer_gradients", "optimizer_step"))
 #: Names printed as a single-field line by activation checkpointing's own timers.
@@ -93,11 +105,12 @@ ACT_CKPT = frozenset({"fwd", "forward", "backward"})
 _HEAD = re.compile(r"(?:rank=(\d+) )?time \(ms\)(?: \|(.*)|\s*)$")
 _RANK_PREFIX = re.compile(r"rank=\d*")
 _VAL = r"-?\d+\.\d\d|-?(?:inf|nan)"
-_NAME = r"[A-Za-z0-9_][\w .\-]*?"
+_NAME = r"[A-Za-z0-9_][\w .\-/]*?"
 _BODY = re.compile(rf"(?:\s*{_NAME}: (?:{_VAL})\s*\|)*\s*{_NAME}: (?:{_VAL})\s*")
 _PAIR = re.compile(rf"\s*({_NAME}): ({_VAL})\s*(?:\||$)")
 _VALUE = re.compile(_VAL)
-_CUT_FIELD = re.compile(r"\s*(?:[A-Za-z0-9_][\w .\-]*(?::\s*-?\d*\.?\d?)?)?$")
+_CUT_FIELD = re.compile(r"\s*(?:[A-Za-z0-9_][\w .\-/]*(?::\s*-?\d*\.?\d?)?)?$")
+_DAMAGED = re.compile(rf"\s*{_NAME}: -?\d+\.\d\d\S")
 _MOE = re.compile(r"\s*(fwd|forward): (\S+) \((.*)\)\s*$")
 _Fields = tuple[tuple[str, ...], list[float]]
 _COORD = re.compile(r"(\w+): count = (\d+), numel = (\d+)\s*$")
@@ -191,7 +204,20 @@ def _fields(body: str) -> _Fields | None:
     if _BODY.fullmatch(body) is None:
         return None
     pairs = _PAIR.findall(body)
-    return tuple(n for n, _ in pairs), [float(v) for _, v in pairs]
+    return tuple(_rejoin(n) for n, _ in pairs), [float(v) for _, v in pairs]
+
+
+@functools.lru_cache(maxsize=512)
+def _rejoin(name: str) -> str:
+    """A name as printed, with the spaces a terminal's re-wrapping left inside it removed.
+
+    ``bwd_inner_micro      step`` is DeepSpeed's ``bwd_inner_microstep``; a run of spaces
+    in any other name (Megatron's ``batch generator``) stands for one space.
+    """
+    if "  " not in name:
+        return name
+    joined = _GAP.sub("", name)
+    return joined if joined in KNOWN_NAMES else _GAP.sub(" ", name)
 
 
 def _split_last(body: str) -> tuple[str, str]:
@@ -224,15 +250,19 @@ def _cut_prefix(names: tuple[str, ...]) -> bool:
 
 
 def _partial(body: str, line: LogLine, ctx: ParseContext) -> _Fields | None:
-    """A line that stays broken: count it; keep the fields before a cut last field.
+    """A line that stays broken: count it; keep the fields before a cut or damaged last field.
 
     Keeping the complete fields of an engine line cut at the end of the input keeps the step
-    count right; a value cut in the middle is never stored.
+    count right; a value cut in the middle (or with a character glued to it, ``0.80M``) is
+    never stored. A bare ``time (ms)`` is Megatron's timer log with no timer selected: nothing
+    to store and nothing wrong.
     """
+    if not body.strip():
+        return None
     ctx.unparsed("timer", line)
     head, last = _split_last(body)
     fields = _fields(head) if head.strip() else None
-    if fields is None or _CUT_FIELD.fullmatch(last) is None:
+    if fields is None or (_CUT_FIELD.fullmatch(last) is None and not _DAMAGED.match(last)):
         return None
     return fields
 
@@ -263,7 +293,13 @@ def classify(names: tuple[str, ...]) -> tuple[str, tuple[str, ...], bool]:
 
 
 def _other_group(names: set[str]) -> str:
-    """Groups that are not engine lines, by their name sets."""
+    """Groups that are not engine lines, by their name sets.
+
+    Megatron-LM and GPT-NeoX time their own phases with names DeepSpeed never uses
+    (``forward-backward``, ``batch generator``, ``optimizer``): such a line is ``megatron``.
+    """
+    if any(not n.isidentifier() for n in names) or names & MEGATRON_WORDS:
+        return "megatron"
     if names <= ZERO_OPTIMIZER and names & {"optimizer_allgather", "optimizer_gradients"}:
         return "zero_optimizer"
     if names <= FP16_OPTIMIZER:

@@ -1,0 +1,56 @@
+"""The field excerpts: real DeepSpeed output that users pasted in public issues, PRs and notes.
+
+They live in the shared corpus beside the clone (``../shared/corpus/field``, one ``NN_kind_...log``
+with an ``.md`` that says where it came from). Each is read as ``dsmon parse`` reads a file:
+``ingest.discover`` and ``ingest.read_found``, i.e. the LogParser with byte offsets.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from dsmon.ingest import discover, read_found
+from dsmon.parsers.base import Diagnostics
+from dsmon.records import Record
+
+FIELD = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus" / "field"
+
+R = TypeVar("R", bound=Record)
+
+
+def field_logs() -> list[Path]:
+    """Every excerpt, in number order."""
+    return sorted(FIELD.glob("[0-9][0-9]_*.log"))
+
+
+def field_path(number: int) -> Path:
+    """The excerpt with this number (``7`` -> ``07_megatron_...log``)."""
+    found = sorted(FIELD.glob(f"{number:02d}_*.log"))
+    if len(found) != 1:
+        pytest.fail(f"field excerpt {number:02d} not found in {FIELD}")
+    return found[0]
+
+
+def parse_path(path: Path) -> tuple[list[Record], Diagnostics]:
+    """Records and diagnostics of one file, as ``dsmon parse`` makes them."""
+    diag = Diagnostics()
+    (found,) = discover(path)
+    return list(read_found(found, "field", diag)), diag
+
+
+def parse_field(number: int) -> tuple[list[Record], Diagnostics]:
+    """Records and diagnostics of one excerpt."""
+    return parse_path(field_path(number))
+
+
+def of(records: list[Record], cls: type[R]) -> list[R]:
+    """The records of one class, in order."""
+    return [r for r in records if isinstance(r, cls)]
+
+
+def lines(number: int) -> list[str]:
+    """The excerpt's physical lines (1-based: ``lines(n)[k - 1]`` is line k)."""
+    return field_path(number).read_text(encoding="utf-8").split("\n")
