@@ -25,6 +25,8 @@ ROOT = Path(__file__).resolve().parent
 #: Seconds between live redraws (the fragments' ``run_every``); the sidebar can change it.
 REFRESH_ENV = "DSMON_REFRESH_S"
 REFRESH_CHOICES = (1.0, 1.5, 2.0, 5.0)
+#: Seconds between looks at the store while the awaited run has not arrived.
+WAIT_S = 2.0
 VIEW_KEY = ui_page.VIEW_KEY
 #: The last run and replay step picked in this session: the menu's page links drop the URL's
 #: query, so they are kept here too and the URL is rewritten from them.
@@ -174,11 +176,30 @@ def main() -> None:
         if not hub(url).store.runs():
             st.info(
                 f"No runs in the store `{redact_url(url)}` yet. Import a log with "
-                "`dsmon import PATH`, or run `dsmon demo`."
+                "`dsmon import PATH`, or run `dsmon demo`; this page shows the run as soon "
+                "as its first records arrive."
             )
+        wait_for_run(url, st.query_params.get("run"))
         return
     st.session_state[VIEW_KEY] = view
     page.run()
+
+
+def wait_for_run(url: str, wanted: str | None) -> None:
+    """Look again every few seconds, and redraw the app once the awaited run is there.
+
+    A dashboard is often opened before the collector has sent anything (``dsmon watch`` of a
+    job that is still starting, or a link to a run not yet begun): it must not stay on
+    "no runs" until someone reloads the page.
+    """
+
+    @st.fragment(run_every=WAIT_S)
+    def poll() -> None:
+        names = {r.name for r in hub(url).store.runs()}
+        if (wanted in names) if wanted else bool(names):
+            st.rerun()
+
+    poll()
 
 
 main()

@@ -12,9 +12,7 @@ unless ``DSMON_REQUIRE_BROWSER=1`` (CI) makes their absence a failure.
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -25,19 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from browser_support import chromium
 from dashboard_support import build_store
 
 ROOT = Path(__file__).resolve().parent.parent
 SHOTS = ROOT / "artifacts" / "screenshots"
-CHROMIUM = os.environ.get("DSMON_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 RUN = "z2"
 CONSOLE_404 = "Failed to load resource: the server responded with a status of 404 (Not Found)"
 #: (url path, menu title, page heading) of every page, the front page (health) first.
@@ -55,12 +45,6 @@ PAGES = [
 WIDTH = 1400
 
 pytestmark = pytest.mark.slow
-
-
-def _missing(reason: str) -> None:
-    if os.environ.get("DSMON_REQUIRE_BROWSER") == "1":
-        pytest.fail(f"browser test required but {reason}")
-    pytest.skip(reason)
 
 
 def _free_port() -> int:
@@ -121,16 +105,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     """Headless Debian Chromium driven by Playwright."""
-    if not shutil.which(CHROMIUM) and not Path(CHROMIUM).exists():
-        _missing(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _missing("the playwright package is not installed (pip install playwright)")
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with chromium() as b:
         yield b
-        b.close()
 
 
 def _wait_idle(page: Any) -> None:

@@ -126,7 +126,7 @@ def test_serves_and_opens_the_browser_from_a_fresh_home_without_a_terminal(
     proc, out = start(tmp_path, commands(tmp_path, port)[command], browser)
     try:
         wait(proc, out, "the dashboard", lambda: healthy(port))
-        wait(proc, out, "the browser", seen.exists)
+        wait(proc, out, "the browser", lambda: seen.exists() and seen.read_text().endswith("\n"))
         assert seen.read_text().split() == [f"http://127.0.0.1:{port}"]
         assert not (tmp_path / "home" / ".streamlit" / "credentials.toml").exists()
     finally:
