@@ -27,6 +27,7 @@ _END_TEXTS = ("Process ", "Killing subprocess")
 
 def default_parsers() -> list[SubParser]:
     """One instance of every DeepSpeed line parser, in the order lines are offered to them."""
+    from dsmon.parsers.autotuner import AutotunerParser
     from dsmon.parsers.comms import CommsParser
     from dsmon.parsers.config_dump import ConfigDumpParser
     from dsmon.parsers.events import EventParser
@@ -46,6 +47,7 @@ def default_parsers() -> list[SubParser]:
         ConfigDumpParser(),
         MemoryParser(),
         MegatronParser(),
+        AutotunerParser(),
         EventParser(),
     ]
 
