@@ -49,6 +49,8 @@ _LOG_MARKERS = (
     b"consumed samples",
     b"samples/sec",
 )
+#: Lines only a log has (a profile ``output_file`` beginning like a log holds none of them).
+_LOGGER_MARKERS = (b"] [INFO] [", b"] [WARNING] [", b"[Rank ", b"time (ms) |")
 _RANK_LOG = re.compile(r"_rank(\d+)\.log$")
 _DS_CONFIG = re.compile(r"^(ds|deepspeed)[_-]?config.*\.json$", re.IGNORECASE)
 _PROFILE_HEADER = b"DeepSpeed Flops Profiler"
@@ -115,8 +117,8 @@ def _kind(path: Path) -> str | None:
         return CSV_MONITOR if head.startswith(b"step,") else None
     if name == "summary.txt" and head.lstrip(b"| ").startswith(_AUTOTUNE_HEADER):
         return AUTOTUNE_SUMMARY
-    if _PROFILE_HEADER in head.lstrip()[:200]:
-        return PROFILE
+    if _PROFILE_HEADER in head.lstrip()[:200] and not any(m in head for m in _LOGGER_MARKERS):
+        return PROFILE  # an output_file holds the profile alone, no logger lines
     if head.lstrip().startswith(b"{") and all(k in head for k in _METRICS_KEYS):
         return AUTOTUNE_EXP
     if name.endswith(LOG_SUFFIXES) and any(m in head for m in _LOG_MARKERS):
