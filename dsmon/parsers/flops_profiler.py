@@ -360,7 +360,10 @@ class FlopsProfilerParser:
         path = ".".join([n for _, n in stack[1:]] + [name]) if stack else ""
         module = ModuleProfile(path=path, module_class=m.group("cls"), depth=len(stack))
         if rest:
-            module = _with_stats(module, rest[:-1], ctx, line)
+            leaf = _with_stats(module, rest[:-1], ctx, line)
+            if leaf is None:
+                return []  # counted; kept out of the tree, so an undone join leaves no trace
+            module = leaf
             block.tree_done = not stack  # a model that is a single leaf module
         else:
             stack.append((indent, name))
@@ -395,13 +398,17 @@ def _match_stats(text: str) -> re.Match[str] | None:
 
 def _with_stats(
     module: ModuleProfile, inner: str, ctx: ParseContext, line: LogLine
-) -> ModuleProfile:
-    """A leaf's numbers (and original extra repr) from the text inside its parentheses."""
+) -> ModuleProfile | None:
+    """A leaf's numbers (and original extra repr) from the text inside its parentheses.
+
+    None for numbers that do not read (a line cut short): the leaf is counted, not stored.
+    """
     stats = _match_stats(inner.strip())
     if stats is not None:
         return _apply_stats(module, stats)
     if "% Params" in inner:
         _bad(ctx, line, f"module {module.path or module.module_class}")
+        return None
     return replace(module, extra=inner.strip() or None)
 
 

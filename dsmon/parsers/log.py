@@ -149,8 +149,9 @@ class LogParser:
         mark = self._mark(out)
         taken = self._dispatch(carry, out, final=True)
         if len(self._chain) > 1 and self._failed(taken, mark, out):
-            self._undo_chain(out, [])
-        self._chain = []
+            self._undo_chain(out, [])  # may leave a new wrapped line (and its chain) pending
+        else:
+            self._chain = []
 
     def _mark(self, out: list[Record]) -> tuple[int, int]:
         """Records made so far and unparsed lines counted so far, to judge a join."""
