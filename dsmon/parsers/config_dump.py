@@ -134,6 +134,7 @@ class _Dump:
     header: LogLine
     stamped: bool = True
     headless: bool = False
+    damaged: bool = False  # a value was only partly readable
     attrs: dict[str, Any] = field(default_factory=dict)
     value_name: str | None = None  # attribute (or "json") whose JSON lines are being collected
     value_line: LogLine | None = None
@@ -240,8 +241,20 @@ class ConfigDumpParser:
         try:
             dump.attrs[name] = _read_json(lines)
         except ValueError:
-            dump.attrs[name] = "\n".join(lines)
+            self._damaged_value(dump, name, lines, start, ctx)
         return []
+
+    @staticmethod
+    def _damaged_value(
+        dump: _Dump, name: str, lines: list[str], start: LogLine, ctx: ParseContext
+    ) -> None:
+        """A JSON value that does not read: counted, and its readable first lines kept."""
+        where = f"{ctx.where(start)}: field {name!r}"
+        ctx.diag.note(ctx.diag.unparsed, "config_dump", where, start.text)
+        salvaged = salvage_json(lines)
+        if salvaged is not None:
+            dump.attrs[name] = salvaged
+            dump.damaged = True
 
     def _foreign(self, dump: _Dump, ctx: ParseContext) -> None:
         """Another process's line inside the dump (passed on); give up after too many."""
@@ -302,7 +315,7 @@ class ConfigDumpParser:
                     ts=ctx.ts(dump.header),
                     origin="effective",
                     config=dump.attrs,
-                    partial=dump.headless or user is None,
+                    partial=dump.headless or dump.damaged or user is None,
                 )
             )
         json_line, config, cut = user if user is not None else (dump.header, None, False)
