@@ -276,6 +276,63 @@ def test_exponent_values_and_a_clipped_tree() -> None:
     assert diag.unparsed == {} and diag.cut == {}
 
 
+def test_v03_forward_pass_summary_and_one_line_aggregates() -> None:
+    """The earliest layout: ``Summary of forward pass:`` and ``Top 3 modules in MACs at ...``."""
+    text = (DATA / "flops_v03_tutorial_lenet/profile.txt").read_text()
+    (rec,), diag = parse_profile_file(text, "run", "profile.txt")
+    assert not rec.partial and rec.profile_step == 1  # "Profile step:                   1"
+    assert rec.params_per_gpu == 61.71e3  # "Number of parameters:           61.71 k"
+    assert rec.fwd_macs_per_gpu == 439.56e6  # "...operations (MACs):   439.56 M"
+    assert rec.fwd_flops_per_gpu == 879.12e6  # "( = 2 * MACs):   879.12 M"
+    assert rec.fwd_latency_ms == 25.7  # "Latency:                        25.7 ms"
+    assert rec.fwd_flops_per_s_per_gpu == 34.2e9  # "...per second(FLOPS):   34.2 GFLOPS"
+    assert rec.bwd_factor is None and rec.width == 30
+    assert [(a.depth, a.metric, a.module_class, a.value) for a in rec.top_modules] == [
+        (2, "macs", "Conv2d", 421.91e6),
+        (2, "macs", "Linear", 11.18e6),
+        (2, "macs", "AvgPool2d", 6.46e6),
+        (2, "params", "Conv2d", 50.69e3),
+        (2, "params", "Linear", 11.01e3),
+        (2, "params", "Tanh", 0.0),
+        (2, "fwd_latency", "Conv2d", 11.37),
+        (2, "fwd_latency", "Linear", 5.27),
+        (2, "fwd_latency", "AvgPool2d", 5.02),
+    ]
+    assert len(rec.modules) == 14  # LeNet5, 2 Sequentials, 8 + 3 layers
+    conv = module(rec, "feature_extractor.3")
+    assert (conv.params, conv.macs, conv.fwd_latency_ms) == (2.42e3, 247.4e6, 0.92483)
+    assert (conv.fwd_flops_per_s, conv.extra) == (
+        535.02e9,
+        "6, 16, kernel_size=(5, 5), stride=(1, 1)",
+    )
+    assert module(rec, "classifier.2").fwd_flops_per_s == 613.62e6  # "613.62 MFLOPS"
+    assert diag.unparsed == {} and diag.cut == {}
+
+
+def test_summary_labels_are_read_with_any_spacing() -> None:
+    """flops_z0's block as a paste that collapsed every run of spaces to one."""
+    lines = (DATA / "flops_z0/train.log").read_text().splitlines()
+    (clean,), _ = parse_lines(lines)
+    collapsed = [" ".join(ln.split()) if not ln.startswith("[") else ln for ln in lines]
+    (rec,), diag = parse_lines(collapsed)
+    assert isinstance(rec, FlopsProfileRecord) and isinstance(clean, FlopsProfileRecord)
+    assert dataclasses.replace(rec, width=None, modules=clean.modules) == dataclasses.replace(
+        clean, width=None
+    )
+    assert rec.samples_per_s == 83.67 and rec.fwd_bwd_flops_per_s_per_gpu == 22.16e9
+    assert diag.cut == {}
+
+
+def test_srun_label_on_every_line_changes_nothing() -> None:
+    """flops_z0 as ``srun --label`` shows it: ``0: `` before every line."""
+    lines = (DATA / "flops_z0/train.log").read_text().splitlines()
+    (clean,), _ = parse_lines(lines)
+    (rec,), diag = parse_lines([f"0: {ln}" for ln in lines])
+    assert isinstance(rec, FlopsProfileRecord) and isinstance(clean, FlopsProfileRecord)
+    assert without_position(rec) == without_position(clean)
+    assert diag.unparsed == {} and diag.cut == {}
+
+
 # --- noise, cuts and damage ------------------------------------------------------------------
 
 

@@ -45,7 +45,7 @@ _TOP = re.compile(r"^Top (?:\d+ )?modules in terms of")
 _OLD_TOP = re.compile(
     r"^Top \d+ modules in (?P<metric>MACs|params|latency) at depth (?P<depth>\d+) are"
 )
-_AGG_ROW = re.compile(r"^\s+(?P<metric>params|MACs|flops|fwd latency)\s+- (?P<body>.*?)\s*$")
+_AGG_ROW = re.compile(r"^\s*(?P<metric>params|MACs|flops|fwd latency)\s+- (?P<body>.*?)\s*$")
 _PAIR = re.compile(r"'([^']+)':\s*'([^']*)'")
 _ROOT = re.compile(r"^(?P<indent>\s*)(?P<cls>[A-Za-z_][\w.]*)\((?P<rest>.*)$")
 _CHILD = re.compile(
