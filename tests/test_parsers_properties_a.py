@@ -47,6 +47,7 @@ SOURCES = (
     "flops_detailed_file/flops_profile.txt",
     "flops_v080_resnet18/profile.txt",
     "flops_v0x_readme_megatron/profile.txt",
+    "flops_v03_tutorial_lenet/profile.txt",
     "config_v03_issue679/train.log",
     "config_z2_offload/train.log",
     "autotune_gpt2_large/summary.txt",

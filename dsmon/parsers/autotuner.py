@@ -52,15 +52,23 @@ _PROGRESS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"The model has (?P<num_params>.+?) parameters\.", "model_info"),
         (r"The model is not runnable with DeepSpeed with error = (?P<error>.*)", "not_runnable"),
         (
-            r"(?P<exp_name>\S+) is the optimal setup after tuning\."
+            r"^(?P<exp_name>\S+) is the optimal setup after tuning\."
             r" The exp result is at (?P<result_dir>\S+?)\.?$",
             "optimal",
         ),
-        (r"No optimal setup is found", "no_optimal"),
+        (r"No optimal setup is found|No optimal DeepSpeed configuration found", "no_optimal"),
         (DONE.pattern, "completed"),
     )
 )
-_ANY_PROGRESS = re.compile("|".join(f"(?:{p.pattern})" for p, _ in _PROGRESS))
+#: Words one of which every progress line holds: a substring test rules out most lines cheaply.
+_KEYWORDS = (
+    "autotuning",
+    "active_resources",
+    "model info profile",
+    "The model ",
+    "optimal setup",
+    "Tuning completed",
+)
 
 
 def _hosts(printed: str) -> Any:
@@ -142,7 +150,7 @@ class AutotunerParser:
         if self._header is not None:
             self._header = None  # the table ended; its rows wait for the completion line
         out: list[Record] = []
-        done = DONE.search(text)
+        done = DONE.search(text) if "Tuning completed" in text else None
         if done:
             out = self._flush(ctx, duration_s(done), total_experiments(done))
         elif self._rows:
@@ -188,8 +196,8 @@ class AutotunerParser:
     @staticmethod
     def _progress(text: str, line: LogLine, ctx: ParseContext) -> EventRecord | None:
         """An ``autotuning`` event for a progress line of the autotuner, else None."""
-        if _ANY_PROGRESS.search(text) is None:
-            return None  # one search rules out the ordinary line
+        if not any(k in text for k in _KEYWORDS):
+            return None
         for pattern, stage in _PROGRESS:
             m = pattern.search(text)
             if m:
