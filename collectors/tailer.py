@@ -108,11 +108,7 @@ class ProfileWatcher:
         return self._read(final)
 
     def _read(self, final: bool) -> list[Record]:
-        """The profile in the file now, if it is whole or this is the last read before a stop.
-
-        A file caught while DeepSpeed still writes it parses as a ``partial`` profile; that one
-        waits for the next rewrite rather than being stored beside the whole one.
-        """
+        """The profile now in the file; one caught mid-write (``partial``) waits, unless final."""
         try:
             data = Path(self.path).read_bytes()
         except OSError as exc:

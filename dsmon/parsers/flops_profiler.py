@@ -20,12 +20,17 @@ print (``ModuleList``) keeps them None.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dsmon import units
 from dsmon.parsers.base import NEED_MORE, Diagnostics, ParseContext
+from dsmon.parsers.flops_figures import (
+    AGG_METRICS,
+    FACTOR_OFFSET,
+    apply_stats,
+    match_stats,
+    summary_field,
+)
 from dsmon.parsers.lines import LogLine
 from dsmon.parsers.log import LogParser
 from dsmon.records import FlopsProfileRecord, ModuleAggregate, ModuleProfile, Record
@@ -38,7 +43,6 @@ _AGG_TITLE = re.compile(r"^-{5,} Aggregated Profile(?: per GPU)? -{5,}\s*$")
 _DETAIL_TITLE = re.compile(r"^-{5,} Detailed Profile(?: per GPU)? -{5,}\s*$")
 _CLOSE = re.compile(r"^-{40,}\s*$")
 _LABELLED = re.compile(r"^(?P<label>[^:|\[\]]+?):(?P<gap>\s+)(?P<value>\S.*?)\s*$")
-_FACTOR = re.compile(r"= (\d+(?:\.\d+)?) \*")
 _DEPTH = re.compile(r"^depth (\d+):\s*$")
 _TOP = re.compile(r"^Top (?:\d+ )?modules in terms of")
 #: The early one-line form: ``Top 3 modules in MACs at depth 2 are {'Conv2d': '421.91 MMACs'}``.
@@ -52,14 +56,6 @@ _CHILD = re.compile(
     r"^(?P<indent>\s*)\((?P<name>[^()]*)\): (?:\d+ x )?(?P<cls>[A-Za-z_][\w.]*)\((?P<rest>.*)$"
 )
 _CLOSE_PAREN = re.compile(r"^(?P<indent>\s*)\)\s*$")
-_NEW_STATS = re.compile(
-    r"^(?P<params>[^,=]+?) = (?P<params_pct>\S+)% Params, (?P<macs>[^,=]+?) = (?P<macs_pct>\S+)%"
-    r" MACs, (?P<lat>[^,=]+?) = (?P<lat_pct>\S+)% latency, (?P<flops>[^,]+?)(?:, (?P<extra>.*))?$"
-)
-_OLD_STATS = re.compile(
-    r"^(?P<params>[^,]+?), (?P<params_pct>\S+)% Params, (?P<macs>[^,]+?), (?P<macs_pct>\S+)% MACs,"
-    r" (?P<lat>[^,]+?), (?P<lat_pct>\S+)% (?:latency|time), (?P<flops>[^,]+?)(?:, ?(?P<extra>.*))?$"
-)
 #: Fixed prose inside the block: the notation paragraph and the detailed-tree legend.
 _PROSE = re.compile(
     r"^(?:Notations:|data parallel size \(dp_size\)|number of (?:parameters|floating)"
@@ -67,81 +63,6 @@ _PROSE = re.compile(
     r"|params, percentage of total|[123]\. (?:A module|Number of floating|The fwd latency)"
     r"|no __flops__ attribute)"
 )
-
-Parse = Callable[[str], Any]
-_INT, _PARAMS, _MACS, _COUNT = units.parse_int, units.parse_params, units.parse_macs, units.parse_si
-_MS, _RATE = units.parse_duration_ms, units.parse_flops_rate
-
-#: Summary labels by meaning, first match wins, tried on the label as :func:`_normalise` gives
-#: it (lower case, one space, ``FLOPS`` as ``flops/s``, ``per device`` as ``per gpu``). The
-#: pre-0.4 forward-only summary (``Number of parameters:``, ``Latency:``) reads into the same
-#: fields as the engine summary of later versions.
-SUMMARY_LABELS: tuple[tuple[re.Pattern[str], str, Parse], ...] = tuple(
-    (re.compile(pattern), name, parse)
-    for pattern, name, parse in (
-        (r"profile step$", "profile_step", _INT),
-        (r"world size$", "world_size", _INT),
-        (r"data parallel size$", "data_parallel_size", _INT),
-        (r"model parallel size$", "model_parallel_size", _INT),
-        (r"batch size per gpu$", "batch_size_per_gpu", _INT),
-        (r"params per gpu$|number of parameters$", "params_per_gpu", _PARAMS),
-        (r"params of model(?: =|$)", "params_total", _PARAMS),
-        (r"fwd macs per gpu$|number of multiply-accumulate operations", "fwd_macs_per_gpu", _MACS),
-        (
-            r"fwd flops per gpu(?: =|$)|number of floating[- ]point operations(?! per)",
-            "fwd_flops_per_gpu",
-            _COUNT,
-        ),
-        (r"fwd flops of model", "fwd_flops_total", _COUNT),
-        (r"(?:fwd )?latency$", "fwd_latency_ms", _MS),
-        (
-            r"fwd flops/s per gpu|floating[- ]point operations per second",
-            "fwd_flops_per_s_per_gpu",
-            _RATE,
-        ),
-        (r"bwd latency$", "bwd_latency_ms", _MS),
-        (r"bwd flops/s per gpu", "bwd_flops_per_s_per_gpu", _RATE),
-        (r"fwd\+bwd flops/s per gpu", "fwd_bwd_flops_per_s_per_gpu", _RATE),
-        (r"step latency$", "step_latency_ms", _MS),
-        (r"iter latency$", "iter_latency_ms", _MS),
-        (r"flops/s per gpu", "flops_per_s_per_gpu", _RATE),
-        (r"samples(?:/| per )second$", "samples_per_s", units.parse_float),
-    )
-)
-
-#: How the bwd_factor is read off a label's ``= N *``: the fwd+bwd and iter factors are N - 1.
-_FACTOR_OFFSET = {"bwd_flops_per_s_per_gpu": 0, "fwd_bwd_flops_per_s_per_gpu": 1}
-_FACTOR_OFFSET["flops_per_s_per_gpu"] = 1
-
-_AGG_METRICS: dict[str, tuple[str, Parse]] = {
-    "params": ("params", _PARAMS),
-    "MACs": ("macs", _MACS),
-    "flops": ("flops", _COUNT),
-    "fwd latency": ("fwd_latency", _MS),
-    "latency": ("fwd_latency", _MS),
-}
-
-
-def _normalise(label: str) -> tuple[str, float | None]:
-    """A label in one spelling for every version, and the ``= N *`` factor it carried.
-
-    Case is dropped except where it carries meaning: ``fwd flops per GPU`` is a count and
-    ``fwd FLOPS per GPU`` a rate, so ``FLOPS`` becomes ``flops/s`` first.
-    """
-    text = " ".join(label.split()).rstrip(":").rstrip()
-    m = _FACTOR.search(text)
-    text = text.replace("FLOPS", "flops/s").lower().replace("paralel ", "parallel ")
-    text = re.sub(r"\bper (?:gpu|device)\b", "per gpu", text)
-    return text, float(m.group(1)) if m else None
-
-
-def summary_field(label: str) -> tuple[str, Parse, float | None] | None:
-    """The record field a summary label stands for, its reader and its ``= N *`` factor."""
-    text, factor = _normalise(label)
-    for pattern, name, parse in SUMMARY_LABELS:
-        if pattern.match(text):
-            return name, parse, factor
-    return None
 
 
 def _bad(ctx: ParseContext, line: LogLine, what: str) -> None:
@@ -286,9 +207,9 @@ class FlopsProfilerParser:
     @staticmethod
     def _note_factor(block: _Block, name: str, factor: float | None) -> None:
         """``bwd_factor`` from the first FLOPS label that printed one."""
-        if factor is None or name not in _FACTOR_OFFSET or "bwd_factor" in block.values:
+        if factor is None or name not in FACTOR_OFFSET or "bwd_factor" in block.values:
             return
-        block.values["bwd_factor"] = factor - _FACTOR_OFFSET[name]
+        block.values["bwd_factor"] = factor - FACTOR_OFFSET[name]
 
     def _aggregated(self, block: _Block, line: LogLine, ctx: ParseContext) -> list[Record] | None:
         """``depth N:`` and its ``params - {...}`` / ``MACs - {...}`` / ``fwd latency`` rows."""
@@ -319,7 +240,7 @@ class FlopsProfilerParser:
     ) -> None:
         """The ``{'Class': 'value', ...}`` of one aggregated row, at the current depth."""
         assert block.depth is not None
-        metric, parse = _AGG_METRICS[printed]
+        metric, parse = AGG_METRICS[printed]
         for cls, raw in _PAIR.findall(body):
             value = parse(raw)
             if value is None:
@@ -374,10 +295,10 @@ class FlopsProfilerParser:
     @staticmethod
     def _container_stats(block: _Block, text: str) -> bool:
         """The numbers line right under a container's ``Cls(`` line, if this is one."""
-        stats = _match_stats(text.strip())
+        stats = match_stats(text.strip())
         if stats is None:
             return False
-        block.modules[-1] = _apply_stats(block.modules[-1], stats)
+        block.modules[-1] = apply_stats(block.modules[-1], stats)
         return True
 
 
@@ -391,11 +312,6 @@ def _close_container(block: _Block, indent: int) -> None:
         stack.pop()
 
 
-def _match_stats(text: str) -> re.Match[str] | None:
-    """The profiler's numbers in either the v0.10.1+ or the older layout."""
-    return _NEW_STATS.match(text) or _OLD_STATS.match(text)
-
-
 def _with_stats(
     module: ModuleProfile, inner: str, ctx: ParseContext, line: LogLine
 ) -> ModuleProfile | None:
@@ -403,28 +319,13 @@ def _with_stats(
 
     None for numbers that do not read (a line cut short): the leaf is counted, not stored.
     """
-    stats = _match_stats(inner.strip())
+    stats = match_stats(inner.strip())
     if stats is not None:
-        return _apply_stats(module, stats)
+        return apply_stats(module, stats)
     if "% Params" in inner:
         _bad(ctx, line, f"module {module.path or module.module_class}")
         return None
     return replace(module, extra=inner.strip() or None)
-
-
-def _apply_stats(module: ModuleProfile, m: re.Match[str]) -> ModuleProfile:
-    """Fill a module's figures from a matched numbers text."""
-    return replace(
-        module,
-        params=units.parse_params(m.group("params")),
-        params_pct=units.parse_float(m.group("params_pct")),
-        macs=units.parse_macs(m.group("macs")),
-        macs_pct=units.parse_float(m.group("macs_pct")),
-        fwd_latency_ms=units.parse_duration_ms(m.group("lat")),
-        fwd_latency_pct=units.parse_float(m.group("lat_pct")),
-        fwd_flops_per_s=units.parse_flops_rate(m.group("flops")),
-        extra=(m.group("extra") or "").strip() or None,
-    )
 
 
 def parse_profile_file(
