@@ -15,15 +15,17 @@ import streamlit as st
 
 from dsmon.analysis.gpus import prepare
 from dsmon.commands import default_store
-from dsmon.live import OPEN, FrameHub, View, is_live, step_cutoff
+from dsmon.live import OPEN, FrameHub, View, run_is_live, step_cutoff
 from dsmon.store import open_store
-from dsmon.store_schema import RunInfo
+from dsmon.store_schema import RunInfo, redact_url
+from ui import page as ui_page
+from ui.text import md_escape
 
 ROOT = Path(__file__).resolve().parent
 #: Seconds between live redraws (the fragments' ``run_every``); the sidebar can change it.
 REFRESH_ENV = "DSMON_REFRESH_S"
 REFRESH_CHOICES = (1.0, 1.5, 2.0, 5.0)
-VIEW_KEY = "dsmon_view"
+VIEW_KEY = ui_page.VIEW_KEY
 #: The last run and replay step picked in this session: the menu's page links drop the URL's
 #: query, so they are kept here too and the URL is rewritten from them.
 RUN_KEY = "dsmon_run"
@@ -47,28 +49,37 @@ def default_refresh() -> float:
 
 def run_label(info: RunInfo, now: datetime) -> str:
     """How a run is listed in the picker: name and live/finished."""
-    state = "live" if is_live(info.last_ts, now) else "finished"
+    state = "live" if run_is_live(info, now) else "finished"
     return f"{info.name} · {state}"
 
 
-def pick_run(runs: list[RunInfo], now: datetime) -> RunInfo:
-    """The sidebar run picker; the choice is written back to the URL."""
+def pick_run(runs: list[RunInfo], now: datetime) -> RunInfo | None:
+    """The sidebar run picker; the choice is written back to the URL.
+
+    A ``?run=`` naming no run of the store is said so, with the picker left empty, rather than
+    silently showing another run under the link someone shared.
+    """
     names = [r.name for r in runs]
-    wanted = st.query_params.get("run") or st.session_state.get(RUN_KEY)
-    index = names.index(wanted) if wanted in names else 0
+    asked = st.query_params.get("run")
+    wanted = asked or st.session_state.get(RUN_KEY)
+    unknown = asked is not None and asked not in names
+    index = None if unknown else (names.index(wanted) if wanted in names else 0)
     by_name = {r.name: r for r in runs}
     name = st.sidebar.selectbox(
-        "Run", names, index=index, format_func=lambda n: run_label(by_name[n], now)
+        "Run",
+        names,
+        index=index,
+        format_func=lambda n: run_label(by_name[n], now),
+        placeholder="Choose a run",
     )
+    if name is None:
+        st.error(
+            f"No run named {md_escape(asked)} in this store: choose one of its "
+            f"{len(names)} run(s) in the sidebar."
+        )
+        return None
     st.query_params["run"] = st.session_state[RUN_KEY] = name
-    info = by_name[name]
-    last = info.last_ts.replace("T", " ") if info.last_ts else "no timestamp"
-    last_step = "-" if info.last_step is None else info.last_step
-    st.sidebar.caption(
-        f"Last record {last} · {len(info.nodes) or 'unknown'} node(s) · {len(info.ranks)} rank(s) · "
-        f"{info.n_records:,} records · last step {last_step}"
-    )
-    return info
+    return by_name[name]
 
 
 def live_controls(live_now: bool) -> float | None:
@@ -107,15 +118,17 @@ def build_view(url: str) -> View | None:
         return None
     now = datetime.now()
     info = pick_run(runs, now)
+    if info is None:
+        return None
     frames = h.run(info.name)
     frames.refresh()
-    refresh_s = live_controls(is_live(info.last_ts, now))
+    refresh_s = live_controls(run_is_live(info, now))
     cutoff = OPEN
     if refresh_s is None:
         step = replay_controls(info)
         stepped = frames.frame("timer") if info.kinds.get("timer") else frames.frame("step")
         cutoff = step_cutoff(stepped, step)
-    st.sidebar.caption(f"Store: {url}")
+    st.sidebar.caption(f"Store: {md_escape(redact_url(url))}")
     return View(
         run=info.name, frames=frames, cutoff=cutoff, live=refresh_s is not None, refresh_s=refresh_s
     )
@@ -157,10 +170,11 @@ def main() -> None:
     url = os.environ.get("DSMON_STORE") or default_store()
     view = build_view(url)
     if view is None:
-        st.info(
-            f"No runs in the store `{url}` yet. Import a log with `dsmon import PATH`, "
-            "or run `dsmon demo`."
-        )
+        if not hub(url).store.runs():
+            st.info(
+                f"No runs in the store `{redact_url(url)}` yet. Import a log with "
+                "`dsmon import PATH`, or run `dsmon demo`."
+            )
         return
     st.session_state[VIEW_KEY] = view
     page.run()

@@ -15,12 +15,12 @@ draining its spool too, and spools what cannot go in time. Only then are the las
 saved, and they cover only what was sent or spooled. A SIGKILL skips all that and loses
 nothing either: what was not yet durable is read again from the logs on restart.
 
-**What the parsers hold at a stop is released by default**: records waiting for a step number
-(a log without anchors, or one stopped before its first timed step), a block still open (the
-table a run ends on) and an unterminated last line. That is what ``dsmon import`` of the log
-gives, and when the trainer has ended it is the end of the run. The price is for a collector
-stopped while training goes on and started again later: it emits those records again with
-the same keys, and the store keeps the first copies, released early (no step number, a block
+**What the parsers hold at a stop is released by default**: a block still open (the table a
+run ends on) and an unterminated last line. (Records waiting for a step number are never held
+live: they are sent at once and again with their step, see ``LogParser(live=True)``.) That is
+what ``dsmon import`` of the log gives, and when the trainer has ended it is the end of the
+run. The price is for a collector stopped while training goes on and started again later: it
+emits those records again with the same keys, and the store keeps the first copies (a block
 cut where the stop found it). ``hold_at_stop`` (``--hold-at-stop``) keeps them back for such
 restarts instead; a collector that is never restarted then never sends them.
 """

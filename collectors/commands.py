@@ -32,13 +32,14 @@ from dsmon.commands import CommandError, default_store
 from dsmon.commands.dashboard import (
     absolute_store,
     add_server_options,
+    check_port,
     child_failed,
     end_child,
     start_streamlit,
     wait_for_signal,
 )
 from dsmon.serving import ServeError, start_ingest_server
-from dsmon.tokens import TokenError, generate_token, load_token
+from dsmon.tokens import TokenError, generate_token, load_token, resolve_token, token_banner
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +70,23 @@ def register(subparsers: Any) -> None:
     _collector_options(w, log_flag=False)
     add_server_options(w)
     w.add_argument("--store", help="store path or URL (default: $DSMON_STORE or ./dsmon.sqlite)")
+    w.add_argument(
+        "--ingest-port",
+        type=int,
+        default=0,
+        help="TCP port of the ingest API, for collectors on other nodes to send to as well "
+        "(default: a free port on 127.0.0.1, used by this command's own collector only)",
+    )
+    w.add_argument(
+        "--ingest-address",
+        default="127.0.0.1",
+        help="interface of the ingest API (default 127.0.0.1; 0.0.0.0 for other nodes)",
+    )
+    w.add_argument(
+        "--token-file",
+        help="file holding the ingest token (else $DSMON_TOKEN; generated and printed when "
+        "--ingest-port is given)",
+    )
     w.set_defaults(func=run_watch)
 
 
@@ -223,11 +241,18 @@ def run_watch(args: argparse.Namespace) -> int:
     """``dsmon watch LOG``: ingest server, collector and dashboard until Ctrl-C."""
     _log_to_stderr()
     store = absolute_store(args.store or default_store())
-    token = generate_token()  # only this process's collector needs it: never shown
+    check_port(args.port, "--port", "watch")
+    if args.ingest_port:
+        check_port(args.ingest_port, "--ingest-port", "watch")
+    token, shown = _watch_token(args)
     try:
-        ingest = start_ingest_server(store, token, "127.0.0.1", 0)
+        ingest = start_ingest_server(store, token, args.ingest_address, args.ingest_port)
     except (ServeError, TokenError) as exc:
         raise CommandError(f"watch: {exc}") from None
+    if args.ingest_port:
+        print(f"dsmon watch: ingest API on {ingest.url} (POST /v1/records)", flush=True)
+    if shown:
+        print(token_banner(token, ingest.url), flush=True)
     try:
         agent = build_agent(args, ingest.url, token, 1 << 30)
         ui = start_streamlit(
@@ -245,6 +270,21 @@ def run_watch(args: argparse.Namespace) -> int:
     if ui_ended and not signalled:
         child_failed(ui, "watch")
     return 0
+
+
+def _watch_token(args: argparse.Namespace) -> tuple[str, bool]:
+    """The ingest token of ``watch`` and whether to print it.
+
+    On a free loopback port only this process's collector sends, so a fresh token is never
+    shown. With ``--ingest-port`` other collectors may send too: a given token is used, a
+    generated one is printed, as ``dsmon dashboard`` does.
+    """
+    if not args.ingest_port and not args.token_file:
+        return generate_token(), False
+    try:
+        return resolve_token(args.token_file)
+    except TokenError as exc:
+        raise CommandError(f"watch: {exc}") from None
 
 
 def _log_to_stderr() -> None:

@@ -161,7 +161,7 @@ class Tailer:
         self.run = run
         self.node = node
         self._state = state
-        self._make_parser = make_parser or (lambda label: LogParser(run, label, node))
+        self._make_parser = make_parser or (lambda label: LogParser(run, label, node, live=True))
         self._from_end = from_end
         self._rescan_s = rescan_s
         self._clock = clock

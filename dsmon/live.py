@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import pandas as pd
 
 from dsmon.records import ConfigRecord, Record, record_key
-from dsmon.store_schema import Store
+from dsmon.store_schema import RunInfo, Store
 
 T = TypeVar("T")
 
@@ -88,19 +88,34 @@ class RunFrames:
         self._keys: dict[str, set[tuple[str, str, str, str, int, str]]] = {}
         self._memo: OrderedDict[Hashable, Any] = OrderedDict()
         self.last_id = 0
+        self._restamps = store.restamps(run)
 
     def refresh(self) -> bool:
-        """Fetch what was added since the last refresh for every kind already loaded."""
+        """Fetch what was added since the last refresh for every kind already loaded.
+
+        When stored rows had their step filled in since (a live collector learned it late),
+        the loaded kinds are read again whole: that happens once or twice per log, when the
+        step clock first resolves, so it is cheaper than tracking changed rows.
+        """
         with self._lock:
+            restamps = self.store.restamps(self.run)
+            reloaded = restamps != self._restamps
+            if reloaded:
+                self._restamps = restamps
+                self._reload()
             hi = self.store.last_id(self.run)
             if hi <= self.last_id:
-                return False
+                return reloaded
             self.last_id = hi
             for kind in list(self._frames):
                 self._extend_frame(kind, hi)
             for kind in list(self._records):
                 self._extend_records(kind, hi)
             return True
+
+    def info(self) -> RunInfo | None:
+        """The store's bookkeeping of this run now (None once it is gone)."""
+        return next((r for r in self.store.runs() if r.name == self.run), None)
 
     def frame(self, kind: str, cutoff: Cutoff = OPEN) -> pd.DataFrame:
         """All rows of ``kind`` loaded so far, as they stood at ``cutoff``."""
@@ -143,6 +158,20 @@ class RunFrames:
             while len(self._memo) > MEMO_SIZE:
                 self._memo.popitem(last=False)
         return value
+
+    def _reload(self) -> None:
+        """Forget every loaded row; the next read fetches all again (versions keep growing)."""
+        for kind in list(self._frames):
+            self._frames[kind] = pd.DataFrame()
+            self._seen[kind] = 0
+            self._extend_frame(kind, self._hi())
+            self._versions[kind] = self._versions.get(kind, 0) + 1
+        for kind in list(self._records):
+            self._records[kind] = []
+            self._keys[kind] = set()
+            self._seen[f"rec:{kind}"] = 0
+            self._extend_records(kind, self._hi())
+            self._versions[f"rec:{kind}"] = self._versions.get(f"rec:{kind}", 0) + 1
 
     def _hi(self) -> int:
         """The id bound of the data this object has promised to show."""
@@ -232,8 +261,38 @@ def is_live(last_ts: str | None, now: datetime, window_s: float = LIVE_WINDOW_S)
     """
     if not last_ts:
         return False
-    age = abs((now - pd.Timestamp(last_ts).to_pydatetime()).total_seconds())
+    try:
+        age = abs((now - pd.Timestamp(last_ts).to_pydatetime()).total_seconds())
+    except (ValueError, OverflowError):  # a timestamp no calendar has: says nothing
+        return False
     return age <= window_s
+
+
+def run_is_live(info: RunInfo, now: datetime, window_s: float = LIVE_WINDOW_S) -> bool:
+    """Whether a run is being written to: records received lately, or lately stamped.
+
+    Receive time comes first: lines printed without a timestamp (timer lines; every line at
+    DeepSpeed's default log level) leave ``last_ts`` at the run's start while it goes on.
+    """
+    return is_live(info.received_at, now, window_s) or is_live(info.last_ts, now, window_s)
+
+
+def status_line(info: RunInfo | None, now: datetime) -> str:
+    """One line on where the run stands, drawn with every refresh of a page.
+
+    It is part of the page's live fragment, not of the sidebar (which is drawn only on a full
+    rerun), so it never contradicts the charts below it.
+    """
+    if info is None:
+        return "This run is no longer in the store."
+    state = "live" if run_is_live(info, now) else "finished"
+    last = info.last_ts.replace("T", " ") if info.last_ts else "no timestamp"
+    step = "-" if info.last_step is None else f"{info.last_step:,}"
+    nodes = f"{len(info.nodes)} node(s)" if info.nodes else "node unknown"
+    return (
+        f"{state} · last step {step} · {nodes} · {len(info.ranks)} rank(s) sent records · "
+        f"{info.n_records:,} records · last stamped line {last}"
+    )
 
 
 def step_cutoff(steps: pd.DataFrame, step: int | None) -> Cutoff:

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dsmon.config_bool import section_enabled
+
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 
 _NV = "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center"
@@ -84,10 +86,8 @@ class ReferenceRange:
     source: str
 
 
-#: The tuning-guide seed (§11.9 "实战吞吐参考（A100 80G）") promises an A100 80G throughput
-#: table, but its table did not survive in the copy we have: only the caveat "±30% with model
-#: architecture, batch size and context length" did. The band shown instead is Megatron-LM's
-#: measured per-GPU throughput on A100 (Narayanan et al. 2021, Table 1: 1.7B -> 1T params).
+#: A published reference for A100 training throughput: Megatron-LM's measured per-GPU
+#: throughput on A100 (Narayanan et al. 2021, Table 1: 1.7B -> 1T params).
 A100_REFERENCE = ReferenceRange(
     gpu="A100",
     dtype="fp16",
@@ -95,10 +95,6 @@ A100_REFERENCE = ReferenceRange(
     high_tflops=163.0,
     label="Megatron-LM GPT, 1.7B-1T params on A100 (44-52 % of the 312 TFLOPS peak)",
     source="https://arxiv.org/abs/2104.04473",
-)
-SEED_A100_NOTE = (
-    "The tuning guide's A100 80G reference table (§11.9) is missing from its text; it only "
-    "says real figures vary ±30 % with architecture, batch size and context length."
 )
 
 
@@ -129,11 +125,9 @@ def training_dtype(config: Mapping[str, Any] | None) -> str:
     """
     if not config:
         return "fp32"
-    for key, dtype in (("bf16", "bf16"), ("bfloat16", "bf16"), ("fp16", "fp16")):
-        section = config.get(key)
-        if isinstance(section, Mapping) and section.get("enabled") in (True, "true", "True"):
-            return dtype
-    return "fp32"
+    if section_enabled(config, "bf16", "bfloat16"):
+        return "bf16"
+    return "fp16" if section_enabled(config, "fp16") else "fp32"
 
 
 def mfu(achieved_tflops: float | None, peak: float | None) -> float | None:

@@ -150,7 +150,7 @@ def replay_records(
         if delay > 0 and pace.wait(delay):
             result.stopped = True
             break
-        result.inserted += store.add(shifter.shift(batch, pace.now()))
+        result.inserted += store.add(shifter.shift(batch, pace.now()), live=True)
         result.records += len(batch)
         result.steps = ordinal
         if on_batch is not None:

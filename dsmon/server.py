@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import sqlite3
 from typing import Any
@@ -119,7 +120,9 @@ class IngestApi:
         except BatchError as exc:
             return _error(exc.status, exc.message)
         try:
-            inserted = await run_in_threadpool(self.store.add, records)
+            inserted = await run_in_threadpool(
+                functools.partial(self.store.add, live=True), records
+            )
         except _STORE_ERRORS as exc:
             logger.warning("dsmon ingest: store failed, batch refused with 503: %s", exc)
             return _error(503, f"store: {exc}", {"Retry-After": "5"})

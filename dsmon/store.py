@@ -25,10 +25,13 @@ from dsmon.store_schema import (
     EncodedRecord,
     KindStats,
     RecordFilter,
+    RecordRow,
     RunInfo,
     Store,
     StoreError,
     batched,
+    received_now,
+    restamp_candidates,
     run_infos,
 )
 
@@ -37,6 +40,13 @@ __all__ = ["RunInfo", "SQLiteStore", "Store", "StoreError", "open_store", "sqlit
 #: How long a writer waits for another writer's transaction before giving up.
 BUSY_TIMEOUT_S = 30.0
 
+# Added after schema version 1 shipped: created when first needed, so older stores open as
+# they are, and read as empty when it is missing.
+_ACTIVITY_DDL = """CREATE TABLE IF NOT EXISTS run_activity (
+    run TEXT PRIMARY KEY,
+    restamps INTEGER NOT NULL DEFAULT 0,
+    received_at TEXT
+)"""
 _DDL = (
     """CREATE TABLE IF NOT EXISTS records (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -70,6 +80,7 @@ _DDL = (
         rank INTEGER NOT NULL,
         PRIMARY KEY (run, node, rank)
     )""",
+    _ACTIVITY_DDL,
 )
 
 _INSERT = (
@@ -88,6 +99,19 @@ ON CONFLICT (run, kind) DO UPDATE SET
     last_ts = COALESCE(MAX(last_ts, excluded.last_ts), last_ts, excluded.last_ts),
     last_step = COALESCE(MAX(last_step, excluded.last_step), last_step, excluded.last_step),
     last_id = MAX(last_id, excluded.last_id)
+"""
+# A record sent again with the step it lacked when first stored (live collectors do so).
+_RESTAMP = "UPDATE records SET step = ?, body = ? WHERE key = ? AND step IS NULL"
+_RESTAMP_KIND = """
+UPDATE run_kinds SET last_step = COALESCE(MAX(last_step, ?), ?) WHERE run = ? AND kind = ?
+"""
+_COUNT_RESTAMPS = """
+INSERT INTO run_activity (run, restamps) VALUES (?, ?)
+ON CONFLICT (run) DO UPDATE SET restamps = restamps + excluded.restamps
+"""
+_RECEIVED = """
+INSERT INTO run_activity (run, received_at) VALUES (?, ?)
+ON CONFLICT (run) DO UPDATE SET received_at = excluded.received_at
 """
 # -1 stands for "unknown" in the key columns, since NULLs never collide in a primary key.
 _UPDATE_SOURCES = """
@@ -154,19 +178,60 @@ class SQLiteStore(Store):
     def _transaction(self) -> _Transaction:
         return _Transaction(self._conn)
 
-    def add(self, records: Iterable[Record | EncodedRecord]) -> int:
+    def add(self, records: Iterable[Record | EncodedRecord], *, live: bool = False) -> int:
         """Store the records not stored yet, committing every few thousand; returns how many."""
         inserted = 0
         for rows in batched(records):
             with self._lock, _errors(self.path), self._transaction():
+                if live:
+                    self._received(rows)
                 before, changes = self._max_id(), self._conn.total_changes
                 self._conn.executemany(_INSERT, rows)
                 new = self._conn.total_changes - changes
                 if new:
                     self._conn.execute(_UPDATE_KINDS, (before,))
                     self._conn.execute(_UPDATE_SOURCES, (before,))
+                if new < len(rows):  # some were stored before: fill steps they lacked
+                    self._restamp(rows)
                 inserted += new
         return inserted
+
+    def _restamp(self, rows: list[RecordRow]) -> None:
+        """Give stored rows without a step the step their copy in ``rows`` carries."""
+        conn = self._conn
+        for run, cands in restamp_candidates(rows).items():
+            changes = conn.total_changes
+            conn.executemany(_RESTAMP, [(r.step, r.body, r.key) for r in cands])
+            filled = conn.total_changes - changes
+            if not filled:
+                continue
+            top: dict[str, int] = {}
+            for r in cands:
+                top[r.kind] = max(top.get(r.kind, 0), r.step or 0)
+            conn.executemany(_RESTAMP_KIND, [(s, s, run, k) for k, s in top.items()])
+            conn.execute(_ACTIVITY_DDL)
+            conn.execute(_COUNT_RESTAMPS, (run, filled))
+
+    def _received(self, rows: list[RecordRow]) -> None:
+        """Note that the runs of ``rows`` are being sent to now (see ``RunInfo.received_at``)."""
+        now = received_now()
+        self._conn.execute(_ACTIVITY_DDL)
+        self._conn.executemany(_RECEIVED, [(run, now) for run in {r.run for r in rows}])
+
+    def _activity(self) -> dict[str, tuple[int, str | None]]:
+        """Restamp count and last receive time per run ({} in a store that never had any)."""
+        try:
+            rows = self._conn.execute(
+                "SELECT run, restamps, received_at FROM run_activity"
+            ).fetchall()
+        except sqlite3.OperationalError:  # no such table: an older store, nothing noted
+            return {}
+        return {run: (int(n), at) for run, n, at in rows}
+
+    def restamps(self, run: str) -> int:
+        """Rows of ``run`` whose step was filled in later (0 in a store that never had one)."""
+        with self._lock:
+            return self._activity().get(run, (0, None))[0]
 
     def _max_id(self) -> int:
         row = self._conn.execute("SELECT MAX(id) FROM records").fetchone()
@@ -179,7 +244,8 @@ class SQLiteStore(Store):
                 "SELECT run, kind, n, first_ts, last_ts, last_step, last_id FROM run_kinds"
             ).fetchall()
             sources = self._conn.execute("SELECT run, node, rank FROM run_sources").fetchall()
-        return run_infos((KindStats(*row) for row in stats), sources)
+            activity = self._activity()
+        return run_infos((KindStats(*row) for row in stats), sources, activity)
 
     def last_id(self, run: str | None = None) -> int:
         """Id of the newest record of ``run`` (or of the whole store); 0 if there is none."""

@@ -21,7 +21,6 @@ handling differ:
 from __future__ import annotations
 
 import functools
-import re
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
@@ -40,6 +39,8 @@ from dsmon.store_schema import (
     Store,
     StoreError,
     batched,
+    received_now,
+    redact_url,
     run_infos,
 )
 
@@ -89,6 +90,11 @@ _DDL = (
         rank BIGINT NOT NULL,
         PRIMARY KEY (run, node, rank)
     )""",
+    """CREATE TABLE IF NOT EXISTS run_activity (
+        run TEXT COLLATE "C" PRIMARY KEY,
+        restamps BIGINT NOT NULL DEFAULT 0,
+        received_at TEXT COLLATE "C"
+    )""",
 )
 
 _COLS = ", ".join(ROW_COLUMNS)
@@ -126,10 +132,27 @@ WITH ins AS (
 SELECT COUNT(*) FROM ins
 """
 
-
-def redact_url(url: str) -> str:
-    """The URL with its password replaced by ``***``, fit for messages and logs."""
-    return re.sub(r"^(\w+://[^:/@]*:)[^/?#]*@", r"\1***@", url)
+# Rows stored before without a step, sent again with it (live collectors do so): fill the
+# step in place, then fold what changed into the bookkeeping.
+_RESTAMP = """
+WITH filled AS (
+    UPDATE records r SET step = i.step, body = i.body FROM dsmon_incoming i
+    WHERE r.key = i.key AND r.step IS NULL AND i.step IS NOT NULL
+    RETURNING r.run, r.kind, r.step
+), kinds AS (
+    UPDATE run_kinds k SET last_step = GREATEST(k.last_step, f.top)
+    FROM (SELECT run, kind, MAX(step) AS top FROM filled GROUP BY run, kind) f
+    WHERE k.run = f.run AND k.kind = f.kind
+), counts AS (
+    INSERT INTO run_activity AS c (run, restamps) SELECT run, COUNT(*) FROM filled GROUP BY run
+    ON CONFLICT (run) DO UPDATE SET restamps = c.restamps + excluded.restamps
+)
+SELECT COUNT(*) FROM filled
+"""
+_RECEIVED = """
+INSERT INTO run_activity AS c (run, received_at) SELECT DISTINCT run, %s FROM dsmon_incoming
+ON CONFLICT (run) DO UPDATE SET received_at = excluded.received_at
+"""
 
 
 class PgStore(Store):
@@ -204,19 +227,23 @@ class PgStore(Store):
                     f"this dsmon reads version {SCHEMA_VERSION}"
                 )
 
-    def add(self, records: Iterable[Record | EncodedRecord]) -> int:
+    def add(self, records: Iterable[Record | EncodedRecord], *, live: bool = False) -> int:
         """Store the records not stored yet, one transaction per few thousand; returns how many."""
         inserted = 0
         for rows in batched(records):
             with self._lock:
-                inserted += self._call(functools.partial(_insert, rows=rows))
+                inserted += self._call(functools.partial(_insert, rows=rows, live=live))
         return inserted
 
     def runs(self) -> list[RunInfo]:
         """Every run, from the bookkeeping tables (no scan of the records)."""
         with self._lock:
-            stats, sources = self._call(_run_tables)
-        return run_infos((KindStats(*row) for row in stats), sources)
+            stats, sources, activity = self._call(_run_tables)
+        return run_infos(
+            (KindStats(*row) for row in stats),
+            sources,
+            {run: (int(n), at) for run, n, at in activity},
+        )
 
     def last_id(self, run: str | None = None) -> int:
         """Id of the newest record of ``run`` (or of the whole store); 0 if there is none."""
@@ -227,6 +254,13 @@ class PgStore(Store):
         with self._lock:
             row = self._call(lambda conn: conn.execute(sql, params).fetchone())
         return int(row[0] or 0) if row else 0
+
+    def restamps(self, run: str) -> int:
+        """Rows of ``run`` whose step was filled in later."""
+        sql = "SELECT restamps FROM run_activity WHERE run = %s"
+        with self._lock:
+            row = self._call(lambda conn: conn.execute(sql, (run,)).fetchone())
+        return int(row[0]) if row else 0
 
     def _select(self, flt: RecordFilter) -> list[tuple[int, str]]:
         where, params = flt.where("%s")
@@ -246,7 +280,7 @@ class PgStore(Store):
                 self._conn = None
 
 
-def _insert(conn: psycopg.Connection[Any], rows: list[RecordRow]) -> int:
+def _insert(conn: psycopg.Connection[Any], rows: list[RecordRow], live: bool = False) -> int:
     """COPY ``rows`` to the staging table and move the new ones; commits before returning."""
     with conn.transaction(), conn.cursor() as cur:
         # Writers queue here; readers (ACCESS SHARE) are not blocked by this mode.
@@ -255,10 +289,15 @@ def _insert(conn: psycopg.Connection[Any], rows: list[RecordRow]) -> int:
             for seq, row in enumerate(rows):
                 copy.write_row((seq, *row))
         found = cur.execute(_MOVE).fetchone()
-    return int(found[0]) if found else 0
+        new = int(found[0]) if found else 0
+        if new < len(rows) and any(r.step is not None for r in rows):
+            cur.execute(_RESTAMP)
+        if live:
+            cur.execute(_RECEIVED, (received_now(),))
+    return new
 
 
-def _run_tables(conn: psycopg.Connection[Any]) -> tuple[list[Any], list[Any]]:
+def _run_tables(conn: psycopg.Connection[Any]) -> tuple[list[Any], list[Any], list[Any]]:
     """The bookkeeping rows behind :meth:`PgStore.runs`, read in one snapshot."""
     with conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
@@ -266,4 +305,5 @@ def _run_tables(conn: psycopg.Connection[Any]) -> tuple[list[Any], list[Any]]:
             "SELECT run, kind, n, first_ts, last_ts, last_step, last_id FROM run_kinds"
         ).fetchall()
         sources = conn.execute("SELECT run, node, rank FROM run_sources").fetchall()
-    return stats, sources
+        activity = conn.execute("SELECT run, restamps, received_at FROM run_activity").fetchall()
+    return stats, sources, activity

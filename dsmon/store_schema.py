@@ -11,6 +11,7 @@ view live here so both return the same answers.
 from __future__ import annotations
 
 import hashlib
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -95,6 +96,10 @@ class RunInfo:
 
     ``kinds`` counts records per kind; ``last_id`` is the id of the newest record, so a
     reader can ask for ``records(run, after_id=last_id)`` next time and get only what is new.
+    ``received_at`` is when a live sender (the ingest server, the demo's replay) last stored
+    records of the run, in this machine's local time: DeepSpeed prints many lines without a
+    timestamp (timer lines, all of them at its default log level), so the records' own
+    ``last_ts`` can stand still for hours while the run is well alive.
     """
 
     name: str
@@ -106,6 +111,7 @@ class RunInfo:
     last_step: int | None
     kinds: dict[str, int] = field(default_factory=dict)
     last_id: int = 0
+    received_at: str | None = None
 
 
 class KindStats(NamedTuple):
@@ -120,7 +126,25 @@ class KindStats(NamedTuple):
     last_id: int
 
 
-def run_infos(stats: Iterable[KindStats], sources: Iterable[tuple[str, Any, Any]]) -> list[RunInfo]:
+def redact_url(url: str) -> str:
+    """The URL with its password replaced by ``***``, fit for messages, logs and the UI.
+
+    Here rather than with the PostgreSQL backend so that showing a store's name never loads
+    a database driver.
+    """
+    return re.sub(r"^(\w+://[^:/@]*:)[^/?#]*@", r"\1***@", url)
+
+
+def received_now() -> str:
+    """The receive time noted for a live batch: local wall clock, as records' ``ts``."""
+    return datetime.now().isoformat(timespec="milliseconds")
+
+
+def run_infos(
+    stats: Iterable[KindStats],
+    sources: Iterable[tuple[str, Any, Any]],
+    activity: dict[str, tuple[int, str | None]] | None = None,
+) -> list[RunInfo]:
     """Fold per-kind statistics and the (run, node, rank) pairs seen into one RunInfo per run."""
     nodes: dict[str, set[str]] = {}
     ranks: dict[str, set[int]] = {}
@@ -132,13 +156,16 @@ def run_infos(stats: Iterable[KindStats], sources: Iterable[tuple[str, Any, Any]
     by_run: dict[str, list[KindStats]] = {}
     for st in stats:
         by_run.setdefault(st.run, []).append(st)
+    received = {run: at for run, (_, at) in (activity or {}).items()}
     return [
-        _fold(name, rows, nodes.get(name, set()), ranks.get(name, set()))
+        _fold(name, rows, nodes.get(name, set()), ranks.get(name, set()), received.get(name))
         for name, rows in sorted(by_run.items())
     ]
 
 
-def _fold(name: str, rows: list[KindStats], nodes: set[str], ranks: set[int]) -> RunInfo:
+def _fold(
+    name: str, rows: list[KindStats], nodes: set[str], ranks: set[int], received_at: str | None
+) -> RunInfo:
     """One run's RunInfo from its per-kind rows."""
     firsts = [r.first_ts for r in rows if r.first_ts is not None]
     lasts = [r.last_ts for r in rows if r.last_ts is not None]
@@ -153,6 +180,7 @@ def _fold(name: str, rows: list[KindStats], nodes: set[str], ranks: set[int]) ->
         last_step=max(steps) if steps else None,
         kinds={r.kind: r.n for r in sorted(rows, key=lambda r: r.kind)},
         last_id=max(r.last_id for r in rows),
+        received_at=received_at,
     )
 
 
@@ -194,6 +222,15 @@ class RecordFilter:
         return " AND ".join(sql.format(ph) for sql, _ in conds), [v for _, v in conds]
 
 
+def restamp_candidates(rows: list[RecordRow]) -> dict[str, list[RecordRow]]:
+    """The rows of a batch that may fill a stored row's missing step, by run."""
+    out: dict[str, list[RecordRow]] = {}
+    for row in rows:
+        if row.step is not None:
+            out.setdefault(row.run, []).append(row)
+    return out
+
+
 def batched(
     records: Iterable[Record | EncodedRecord], size: int = BATCH_ROWS
 ) -> Iterator[list[RecordRow]]:
@@ -217,8 +254,11 @@ class Store(ABC):
     """
 
     @abstractmethod
-    def add(self, records: Iterable[Record | EncodedRecord]) -> int:
-        """Store the records not stored yet and commit; returns how many were new."""
+    def add(self, records: Iterable[Record | EncodedRecord], *, live: bool = False) -> int:
+        """Store the records not stored yet and commit; returns how many were new.
+
+        ``live``: they come from a live sender, so the run's ``received_at`` is set to now.
+        """
 
     @abstractmethod
     def runs(self) -> list[RunInfo]:
@@ -227,6 +267,16 @@ class Store(ABC):
     @abstractmethod
     def last_id(self, run: str | None = None) -> int:
         """Id of the newest record (of ``run``, or of any run); 0 when there is none."""
+
+    @abstractmethod
+    def restamps(self, run: str) -> int:
+        """How many stored records of ``run`` have had their step filled in after the fact.
+
+        A live collector sends a record at once, without its step when the log has not named
+        one yet, and again once it has (``LogParser(live=True)``); the store then fills the
+        step of the row it has, in place. Readers that keep rows in memory
+        (``dsmon.live.RunFrames``) compare this count to know when to read them again.
+        """
 
     @abstractmethod
     def close(self) -> None:

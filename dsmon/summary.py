@@ -16,8 +16,9 @@ from typing import Any
 
 import pandas as pd
 
-from dsmon.analysis.comm import comm_share
+from dsmon.analysis.comm import exposed_comm_share
 from dsmon.analysis.steps import slowest_steps, step_breakdown, step_stats
+from dsmon.config_bool import section_enabled
 from dsmon.records import ConfigRecord, EventRecord
 from dsmon.store_schema import RunInfo, Store
 
@@ -71,7 +72,8 @@ def _get(cfg: Mapping[str, Any], *path: str) -> Any:
 
 
 def _enabled(cfg: Mapping[str, Any], *keys: str) -> bool:
-    return any(_get(cfg, k, "enabled") is True for k in keys)
+    """Whether the section (under the first of its spellings present) is enabled."""
+    return section_enabled(cfg, *keys)
 
 
 def config_highlights(cfg: Mapping[str, Any]) -> dict[str, str]:
@@ -157,11 +159,11 @@ def run_summary(store: Store, run: str) -> RunSummary:
     )
     throughput = store.frame(run, "throughput") if "throughput" in info.kinds else pd.DataFrame()
     flops = store.frame(run, "flops_profile") if "flops_profile" in info.kinds else pd.DataFrame()
-    share = comm_share(breakdown) if not breakdown.empty else pd.DataFrame()
+    share = exposed_comm_share(breakdown) if not breakdown.empty else None
     return RunSummary(
         info=info,
         samples_per_s=_median(throughput, "samples_per_s"),
-        comm_share=_median(share, "comm_share"),
+        comm_share=share.p50 if share is not None else None,
         flops_per_s_per_gpu=_median(flops, "flops_per_s_per_gpu"),
         config=_config(store, run) if "config" in info.kinds else {},
         **_timing(breakdown),
@@ -251,7 +253,9 @@ def render_summary(s: RunSummary) -> str:
         *_step_lines(s),
     ]
     if s.comm_share is not None:
-        lines.append(f"Comm        exposed communication {s.comm_share:.1%} of step time (median)")
+        lines.append(
+            f"Comm        exposed communication {s.comm_share:.1%} of step time (median over steps, warm-up left out)"
+        )
     if s.samples_per_s is not None:
         lines.append(f"Throughput  {s.samples_per_s:.1f} samples/s (median)")
     if s.flops_per_s_per_gpu is not None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 import streamlit as st
 
@@ -12,15 +10,12 @@ from dsmon.analysis.downsample import downsample
 from dsmon.figures import comm as fig
 from dsmon.figures.common import fmt_ms, fmt_pct, rounded
 from dsmon.health.config_view import ConfigView
-from dsmon.live import View, preferred_config
+from dsmon.live import preferred_config
 from dsmon.peaks import LINKS, find_link
+from ui.charts import chart
+from ui.page import live_body, page_view
 
-if "dsmon_view" not in st.session_state:  # opened by URL before app.py ran: run it first
-    st.switch_page(
-        Path(__file__).parents[1] / "app.py",
-        query_params={**st.query_params.to_dict(), "page": Path(__file__).stem},
-    )
-view: View = st.session_state["dsmon_view"]
+view = page_view(__file__)
 
 OVERLAP_ON = (
     "**overlap_comm is on** ({origin}): gradient reduction runs in backward hooks, overlapped with "
@@ -54,40 +49,33 @@ def caveats() -> None:
     conf = ConfigView(cfg.config, origin=cfg.origin, source=cfg.src.file)
     overlap = conf.get("zero_optimization.overlap_comm")
     origin = "set in the config" if overlap.explicit else f"default for ZeRO stage {conf.stage}"
-    st.info((OVERLAP_ON if overlap.value else OVERLAP_OFF).format(origin=origin))
+    on = conf.flag(overlap.path)  # read as DeepSpeed does: "false" is off, "yes" is on
+    st.info((OVERLAP_ON if on else OVERLAP_OFF).format(origin=origin))
     if conf.stage == 3:
         st.info(ZERO3)
-
-
-def seed_line(label: str, num: str, den: str, bd: pd.DataFrame) -> str:
-    """The tuning guide's way of reading a timer: ``allgather = 60 ms (24 % of fwd)``, as medians."""
-    if num not in bd.columns or bd[num].isna().all():
-        return f"{label}: not in this log"
-    n, d = bd[num].median(), bd[den].median()
-    share = f" ({100 * n / d:.0f} % of {den[:-3]})" if d and not pd.isna(d) else ""
-    return f"{label} = {n:.2f} ms{share}"
 
 
 def timers_section(bd: pd.DataFrame) -> None:
     """Exposed communication from the engine timers."""
     share = comm.comm_share(bd)
+    stats = comm.exposed_comm_share(bd)
     cols = st.columns(3)
-    cols[0].metric("Exposed comm, p50 share of step", fmt_pct(share["comm_share"].median()))
-    cols[1].metric("bwd_allreduce p50", fmt_ms(bd["bwd_allreduce_ms"].median()))
+    cols[0].metric("Exposed comm, p50 share of step", fmt_pct(stats.p50 if stats else None))
+    cols[1].metric("bwd_allreduce p50", fmt_ms(comm.per_step(bd, "bwd_allreduce_ms").median()))
     cols[2].metric("Steps timed", f"{bd['step'].nunique()}")
-    st.markdown(
-        "- " + seed_line("optimizer_allgather", "optimizer_allgather_ms", "fwd_ms", bd) + "\n"
-        "- " + seed_line("bwd_allreduce", "bwd_allreduce_ms", "bwd_inner_ms", bd)
-    )
+    st.markdown("\n".join(f"- {line}" for line in comm.phase_share_lines(bd)))
     st.caption(
-        "Exposed comm = bwd_allreduce (+ ZeRO-1/2 optimizer_allgather), as a share of fwd + bwd + step."
+        "Exposed comm = bwd_allreduce (+ ZeRO-1/2 optimizer_allgather), as a share of "
+        "fwd + bwd + step; per step the slowest rank, then the median over steps."
     )
-    st.plotly_chart(
-        fig.share_figure(downsample(share, "step", ["exposed_comm_ms", "comm_share"], by="rank"))
+    chart(
+        fig.share_figure(downsample(share, "step", ["exposed_comm_ms", "comm_share"], by="rank")),
+        "communication.share_figure",
     )
     ratios = comm.timer_ratios(bd)
-    st.plotly_chart(
-        fig.ratio_figure(downsample(ratios, "step", ["allreduce_pct_of_bwd_inner"], by="rank"))
+    chart(
+        fig.ratio_figure(downsample(ratios, "step", ["allreduce_pct_of_bwd_inner"], by="rank")),
+        "communication.ratio_figure",
     )
 
 
@@ -112,10 +100,12 @@ def logger_section(bd: pd.DataFrame) -> None:
     names = [link.name for link in LINKS]
     link = find_link(st.selectbox("Expected link", names, index=names.index(LINKS[3].name)))
     left, right = st.columns(2)
-    left.plotly_chart(
-        fig.bandwidth_figure(ops, link.gbps if link else None, link.name if link else "")
+    chart(
+        fig.bandwidth_figure(ops, link.gbps if link else None, link.name if link else ""),
+        "communication.bandwidth_figure",
+        left,
     )
-    right.plotly_chart(fig.latency_figure(ops))
+    chart(fig.latency_figure(ops), "communication.latency_figure", right)
     overlap_section(bd, op_rows)
 
 
@@ -137,11 +127,8 @@ def overlap_section(bd: pd.DataFrame, op_rows: pd.DataFrame) -> None:
     st.dataframe(rounded(est, 3), hide_index=True, width="stretch")
 
 
-@st.fragment(run_every=view.refresh_s)
 def body() -> None:
-    """The page; re-run alone every ``refresh_s`` seconds when live."""
-    if view.live:
-        view.frames.refresh()
+    """The page; re-run alone every ``refresh_s`` seconds when live (``ui.page.live_body``)."""
     f, cut = view.frames, view.cutoff
     bd = f.memo(
         "steps.breakdown", ["timer"], cut, lambda: steps.step_breakdown(f.frame("timer", cut))
@@ -159,4 +146,4 @@ def body() -> None:
 
 
 st.header(f"Communication · {view.run}")
-body()
+live_body(view, body)

@@ -2,33 +2,27 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 import streamlit as st
 
 from dsmon.analysis import flops, gpus, steps
 from dsmon.analysis.downsample import downsample
 from dsmon.figures import flops as fig
-from dsmon.live import View, preferred_config
+from dsmon.live import preferred_config
 from dsmon.peaks import (
     A100_REFERENCE,
     DTYPES,
     PEAKS,
-    SEED_A100_NOTE,
     GpuPeak,
     find_peak,
     peak_by_model,
     training_dtype,
 )
 from dsmon.records import FlopsProfileRecord
+from ui.charts import chart
+from ui.page import live_body, page_view
 
-if "dsmon_view" not in st.session_state:  # opened by URL before app.py ran: run it first
-    st.switch_page(
-        Path(__file__).parents[1] / "app.py",
-        query_params={**st.query_params.to_dict(), "page": Path(__file__).stem},
-    )
-view: View = st.session_state["dsmon_view"]
+view = page_view(__file__)
 UNKNOWN = "(unknown: pick a model)"
 PROFILER_NOTE = (
     "DeepSpeed's flops profiler counts one forward of one micro-batch on rank 0 at `profile_step`; "
@@ -102,11 +96,12 @@ def mfu_section(profile: FlopsProfileRecord, per_step: pd.DataFrame) -> None:
     # The band is half-precision training; it is drawn only where it compares like with like.
     is_a100 = is_a100 and dtype in ("bf16", "fp16")
     band = A100_REFERENCE if is_a100 else None
-    st.plotly_chart(fig.tflops_figure(per_gpu, peak_value, label, band))
+    chart(fig.tflops_figure(per_gpu, peak_value, label, band), "flops.tflops_figure")
     ref = A100_REFERENCE
     st.caption(
         f"A100 reference: {ref.low_tflops:g}-{ref.high_tflops:g} TFLOPS per GPU, {ref.label} "
-        f"({ref.source}){'; drawn as the green band' if is_a100 else ''}. {SEED_A100_NOTE}"
+        f"({ref.source}){'; drawn as the green band' if is_a100 else ''}. Real figures vary "
+        "with model architecture, batch size and sequence length."
     )
 
 
@@ -117,22 +112,23 @@ def modules_section(profile: FlopsProfileRecord) -> None:
         "Rank modules by", list(labels), format_func=labels.__getitem__, horizontal=True
     )
     left, right = st.columns(2)
-    left.plotly_chart(fig.top_modules_figure(flops.top_modules(profile, metric, 10), metric))
+    chart(
+        fig.top_modules_figure(flops.top_modules(profile, metric, 10), metric),
+        "flops.top_modules_figure",
+        left,
+    )
     right.markdown("**Aggregated profile per GPU** (top classes per depth, as printed)")
     agg = flops.aggregated(profile)
     right.dataframe(agg[agg["metric"] == metric], hide_index=True, width="stretch")
     tree = flops.module_tree(profile)
-    st.plotly_chart(fig.tree_figure(tree, metric))
+    chart(fig.tree_figure(tree, metric), "flops.tree_figure")
     if not tree.empty:
         with st.expander("Module tree as a table"):
             st.dataframe(tree, hide_index=True, width="stretch")
 
 
-@st.fragment(run_every=view.refresh_s)
 def body() -> None:
-    """The page; re-run alone every ``refresh_s`` seconds when live."""
-    if view.live:
-        view.frames.refresh()
+    """The page; re-run alone every ``refresh_s`` seconds when live (``ui.page.live_body``)."""
     f, cut = view.frames, view.cutoff
     profiles = [p for p in f.records("flops_profile", cut) if isinstance(p, FlopsProfileRecord)]
     if not profiles:
@@ -164,4 +160,4 @@ def body() -> None:
 
 
 st.header(f"FLOPS · {view.run}")
-body()
+live_body(view, body)

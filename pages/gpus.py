@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 import streamlit as st
 
 from dsmon.analysis import gpus
 from dsmon.figures import gpus as fig
 from dsmon.figures.common import rounded
-from dsmon.live import View
+from ui.charts import chart
+from ui.page import live_body, page_view
 
-if "dsmon_view" not in st.session_state:  # opened by URL before app.py ran: run it first
-    st.switch_page(
-        Path(__file__).parents[1] / "app.py",
-        query_params={**st.query_params.to_dict(), "page": Path(__file__).stem},
-    )
-view: View = st.session_state["dsmon_view"]
+view = page_view(__file__)
 MAX_LINES = 8
 UTIL_NOTE = (
     "NVML's utilization.gpu is **kernel-active time**: the share of each sample period in which "
@@ -53,15 +47,15 @@ def metric_section(selected: list[str], metric: str) -> None:
     f, cut = view.frames, view.cutoff
     key = f"gpus.{metric}.{','.join(selected)}"
     series = f.memo(key, ["gpu"], cut, lambda: gpus.series(f.frame("gpu", cut), metric, selected))
-    st.plotly_chart(fig.lines_figure(series, metric))
+    chart(fig.lines_figure(series, metric), f"gpus.lines.{metric}")
     grid = f.memo(
         f"gpus.grid.{metric}", ["gpu"], cut, lambda: gpus.heatmap(buckets(metric), metric)
     )
-    st.plotly_chart(fig.heatmap_figure(grid, metric))
+    chart(fig.heatmap_figure(grid, metric), f"gpus.heatmap.{metric}")
     imb = f.memo(
         f"gpus.imb.{metric}", ["gpu"], cut, lambda: gpus.imbalance(buckets(metric), metric)
     )
-    st.plotly_chart(fig.imbalance_figure(imb, metric))
+    chart(fig.imbalance_figure(imb, metric), f"gpus.imbalance.{metric}")
 
 
 def buckets(metric: str) -> pd.DataFrame:
@@ -75,11 +69,8 @@ def buckets(metric: str) -> pd.DataFrame:
     )
 
 
-@st.fragment(run_every=view.refresh_s)
 def body() -> None:
-    """The page; re-run alone every ``refresh_s`` seconds when live."""
-    if view.live:
-        view.frames.refresh()
+    """The page; re-run alone every ``refresh_s`` seconds when live (``ui.page.live_body``)."""
     f, cut = view.frames, view.cutoff
     samples = f.frame("gpu", cut)
     if samples.empty:
@@ -97,10 +88,11 @@ def body() -> None:
     metric = st.radio("Metric", list(labels), format_func=labels.__getitem__, horizontal=True)
     metric_section(selected, metric)
     st.subheader("Clock-event (throttle) reasons")
-    st.plotly_chart(
+    chart(
         fig.throttle_figure(
             f.memo("gpus.throttle", ["gpu"], cut, lambda: gpus.throttle_share(samples))
-        )
+        ),
+        "gpus.throttle_figure",
     )
     st.subheader("Latest sample per GPU")
     st.dataframe(
@@ -113,4 +105,4 @@ def body() -> None:
 
 
 st.header(f"GPUs · {view.run}")
-body()
+live_body(view, body)

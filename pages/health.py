@@ -3,31 +3,31 @@
 from __future__ import annotations
 
 from datetime import datetime
-from pathlib import Path
 
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 from dsmon.health.model import CheckResult, Status
-from dsmon.health.panel import PAGE_SCRIPTS, SECTIONS, Panel, badge, by_category, panel
-from dsmon.live import View
+from dsmon.health.panel import (
+    COUNT_ORDER,
+    PAGE_SCRIPTS,
+    SECTIONS,
+    Panel,
+    badge,
+    by_category,
+    panel,
+)
+from ui.page import live_body, page_view
 
-if "dsmon_view" not in st.session_state:  # opened by URL before app.py ran: run it first
-    st.switch_page(
-        Path(__file__).parents[1] / "app.py",
-        query_params={**st.query_params.to_dict(), "page": Path(__file__).stem},
-    )
-view: View = st.session_state["dsmon_view"]
+view = page_view(__file__)
 
 
 def counts(p: Panel) -> None:
-    """One metric per status, worst first."""
+    """One metric per status, worst first; the rules that do not apply last, apart."""
     c = p.checklist.counts()
-    cols = st.columns(4)
-    for col, status in zip(
-        cols, (Status.FAIL, Status.WARN, Status.UNKNOWN, Status.PASS), strict=True
-    ):
-        col.metric(status.value.capitalize(), c[status.value])
+    cols = st.columns(len(COUNT_ORDER))
+    for col, status in zip(cols, COUNT_ORDER, strict=True):
+        col.metric(status.label, c[status.value])
 
 
 def link(result: CheckResult) -> None:
@@ -57,9 +57,9 @@ def item(result: CheckResult) -> None:
             link(result)
 
 
-def passes(results: list[CheckResult]) -> None:
-    """The passing rules of a section, together in one collapsed list."""
-    with st.expander(f"{badge(Status.PASS)} {len(results)} rules pass", expanded=False):
+def collapsed(status: Status, heading: str, results: list[CheckResult]) -> None:
+    """Rules of one status in a section, together in one collapsed list."""
+    with st.expander(f"{badge(status)} {len(results)} {heading}", expanded=False):
         st.markdown("\n".join(f"- **{r.title}** `{r.rule_id}`: {r.summary}" for r in results))
 
 
@@ -69,15 +69,19 @@ def render() -> None:
     st.caption(f"Run {view.run}: {p.subject}")
     counts(p)
     for category, heading in SECTIONS:
-        problems, passing = by_category(p.checklist, category)
-        if not (problems or passing):
+        section = by_category(p.checklist, category)
+        if not any(section):
             continue
         st.subheader(heading)
-        for result in problems:
+        for result in section.problems:
             item(result)
-        if passing:
-            passes(passing)
+        if section.passing:
+            collapsed(Status.PASS, "rules pass", section.passing)
+        if section.not_applicable:
+            collapsed(
+                Status.NOT_APPLICABLE, "rules do not apply to this run", section.not_applicable
+            )
 
 
 st.header(f"Health · {view.run}")
-st.fragment(run_every=view.refresh_s if view.live else None)(render)()
+live_body(view, render)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 import streamlit as st
 
@@ -11,14 +9,10 @@ from dsmon.analysis import flops, steps
 from dsmon.analysis.downsample import downsample
 from dsmon.figures import steps as fig
 from dsmon.figures.common import fmt_ms, rounded
-from dsmon.live import View
+from ui.charts import chart
+from ui.page import live_body, page_view
 
-if "dsmon_view" not in st.session_state:  # opened by URL before app.py ran: run it first
-    st.switch_page(
-        Path(__file__).parents[1] / "app.py",
-        query_params={**st.query_params.to_dict(), "page": Path(__file__).stem},
-    )
-view: View = st.session_state["dsmon_view"]
+view = page_view(__file__)
 PARTS = ("fwd_ms", "bwd_ms", "bwd_inner_ms", "bwd_allreduce_ms", "step_ms", "total_ms")
 ZERO_GROUPS = ("zero_optimizer", "zero3_optimizer")
 
@@ -74,8 +68,14 @@ def rank_section(bd: pd.DataFrame, ranks: list[int]) -> int:
         st.caption("Timer lines come from one rank only (DeepSpeed prints them on rank 0).")
         return ranks[0] if ranks else 0
     shown = st.multiselect("Ranks side by side", ranks, default=ranks[:4], max_selections=4)
-    st.plotly_chart(fig.ranks_figure(downsample(bd, "step", ["total_ms"], by="rank"), shown))
-    st.plotly_chart(fig.rank_totals_figure(downsample(bd, "step", ["total_ms"], by="rank")))
+    chart(
+        fig.ranks_figure(downsample(bd, "step", ["total_ms"], by="rank"), shown),
+        "steps.ranks_figure",
+    )
+    chart(
+        fig.rank_totals_figure(downsample(bd, "step", ["total_ms"], by="rank")),
+        "steps.rank_totals_figure",
+    )
     return int(st.selectbox("Rank in the step chart", ranks))
 
 
@@ -88,14 +88,15 @@ def main_chart(data: dict[str, pd.DataFrame], rank: int) -> None:
     if profiles:
         per_step = flops.micro_batches_per_step(data["micro"])
         tflops = flops.step_tflops(one, flops.latest_profile(profiles), per_step)  # type: ignore[arg-type]
-    st.plotly_chart(
+    chart(
         fig.steps_figure(
             downsample(one, "step", ["total_ms"]),
             downsample(data["tp"], "step", ["samples_per_s"]),
             downsample(tflops, "step", ["tflops"]) if not tflops.empty else None,
             data["loss"],
             title=f"Per optimizer step, rank {rank} (ms)",
-        )
+        ),
+        "steps.steps_figure",
     )
     st.caption(
         "samples/s: DeepSpeed's ThroughputTimer (global batch, printed every steps_per_print). "
@@ -107,7 +108,7 @@ def main_chart(data: dict[str, pd.DataFrame], rank: int) -> None:
 def distribution(bd: pd.DataFrame, stats: pd.DataFrame) -> None:
     """Histogram with p50/p90/max, the stats table and the slowest steps."""
     left, right = st.columns([3, 2])
-    left.plotly_chart(fig.distribution_figure(bd, stats))
+    chart(fig.distribution_figure(bd, stats), "steps.distribution_figure", left)
     right.markdown("**p50 / p90 / max per timer**")
     right.dataframe(rounded(stats), width="stretch")
     right.markdown("**Slowest steps**")
@@ -121,23 +122,20 @@ def distribution(bd: pd.DataFrame, stats: pd.DataFrame) -> None:
 def zero_timers(timer: pd.DataFrame) -> None:
     """The ZeRO optimizer's own timer lines against the step."""
     if timer.empty or "group" not in timer.columns:
-        st.plotly_chart(fig.zero_timers_figure(pd.DataFrame(), []))
+        chart(fig.zero_timers_figure(pd.DataFrame(), []), "steps.zero_timers_figure")
         return
     zero = timer[timer["group"].isin(ZERO_GROUPS)]
     timed = zero.drop(columns=["values_ms"], errors="ignore").select_dtypes("number")
     names = [c[:-3] for c in timed.columns if c.endswith("_ms") and timed[c].notna().any()]
-    st.plotly_chart(fig.zero_timers_figure(zero, names))
+    chart(fig.zero_timers_figure(zero, names), "steps.zero_timers_figure")
     st.caption(
         "ZeRO-1/2: optimizer_allgather / optimizer_gradients / optimizer_step; ZeRO-3: optimizer_step. "
         "Printed only on steps that did not overflow."
     )
 
 
-@st.fragment(run_every=view.refresh_s)
 def body() -> None:
-    """The page; re-run alone every ``refresh_s`` seconds when live."""
-    if view.live:
-        view.frames.refresh()
+    """The page; re-run alone every ``refresh_s`` seconds when live (``ui.page.live_body``)."""
     data = load()
     bd = data["bd"]
     if bd.empty:
@@ -151,7 +149,10 @@ def body() -> None:
     rank = rank_section(bd, ranks)
     main_chart(data, rank)
     st.subheader("Micro-steps")
-    st.plotly_chart(fig.micro_figure(downsample(data["micro"], "step", ["total_ms"], by="rank")))
+    chart(
+        fig.micro_figure(downsample(data["micro"], "step", ["total_ms"], by="rank")),
+        "steps.micro_figure",
+    )
     st.subheader("Step-time distribution")
     distribution(bd, stats)
     st.subheader("ZeRO optimizer timers")
@@ -159,4 +160,4 @@ def body() -> None:
 
 
 st.header(f"Steps · {view.run}")
-body()
+live_body(view, body)

@@ -6,7 +6,7 @@ that cannot run here (no server) is skipped by its opener, not failed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +14,7 @@ from pg_support import open_pg_store
 
 from dsmon.ingest import discover, read_found
 from dsmon.parsers.base import Diagnostics
-from dsmon.records import Record
+from dsmon.records import Record, record_key
 from dsmon.store import open_store
 from dsmon.store_schema import Store
 
@@ -53,3 +53,18 @@ def read_log(path: Path, run: str) -> list[Record]:
 def z2_log_records() -> list[Record]:
     """Records of tests/data/z2/train.log, parsed once per session."""
     return read_log(Z2 / "train.log", "z2")
+
+
+def settled(records: Iterable[Record]) -> list[Record]:
+    """What a store keeps of a live stream: one record per identity key, in first-seen order.
+
+    A live parser sends a record without its step when the log has not named one yet, and
+    again with it later; the store fills the step in place and never erases one.
+    """
+    kept: dict[tuple[str, str, str, str, int, str], Record] = {}
+    for rec in records:
+        key = record_key(rec)
+        old = kept.get(key)
+        if old is None or (old.step is None and rec.step is not None):
+            kept[key] = rec
+    return list(kept.values())

@@ -30,10 +30,21 @@ def test_run_picker_follows_the_url(store_url: str) -> None:
     assert sorted(picker.options) == sorted(f"{r} · finished" for r in RUNS)
     assert picker.value == "comms_logger"
     assert at.header[0].value == "Health · comms_logger"  # the checklist is the front page
-    caption = at.sidebar.caption[0].value
-    assert "1 rank(s)" in caption and "last step 20" in caption
+    # the run's status is drawn with the page (its live fragment), not in the sidebar
+    status = next(c.value for c in at.caption if "rank(s) sent records" in c.value)
+    assert status.startswith("finished · last step 20 · ")
+    assert "1 rank(s)" in status
+    assert "Store: " in at.sidebar.caption[0].value
     # Picking another run in the browser is covered by tests/test_browser.py: AppTest drops
     # the sidebar of st.navigation apps after a rerun, so it cannot drive the picker.
+
+
+def test_an_unknown_run_in_the_url_is_said_so_not_replaced(store_url: str) -> None:
+    at = app_at(store_url, "no_such_run")
+    assert not at.exception
+    assert at.sidebar.selectbox[0].value is None  # nothing picked for the user
+    assert "No run named no\\_such\\_run in this store" in at.error[0].value
+    assert not at.header  # no page drawn for another run
 
 
 def test_finished_run_gets_a_replay_slider_not_live(store_url: str) -> None:

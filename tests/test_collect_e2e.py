@@ -251,6 +251,33 @@ def test_watch_runs_collector_and_dashboard_together(cluster: Cluster) -> None:
     assert not dashboard_up()
 
 
+def test_watch_takes_other_nodes_on_its_ingest_port(cluster: Cluster) -> None:
+    """``dsmon watch --ingest-port``: a collector on another node sends to the same store."""
+    log = cluster.tmp / "run" / "train.log"
+    log.parent.mkdir()
+    append(log, Z2_LINES)
+    watch = cluster._spawn(
+        "watch", str(log), "--no-browser", "--port", str(free_port()),
+        "--store", str(cluster.store), "--state-dir", str(cluster.tmp / "state"),
+        "--nvml-interval", "0", "--node", "n1", "--run", "z2",
+        "--ingest-port", str(cluster.port), "--token-file", str(cluster.token_file),
+        name="watch",
+    )  # fmt: skip
+    wait_for("the ingest port", cluster._listening, [watch])
+    other = cluster.tmp / "n2" / "train.log"
+    other.parent.mkdir()
+    append(other, Z2_LINES)
+    cluster.collector(other, "n2")
+    want = expected("z2", "n1") | expected("z2", "n2")
+    wait_for("both nodes' records", lambda: len(stored(cluster.store, "z2")) >= len(want), [watch])
+    assert set(stored(cluster.store, "z2")) == want
+    out = (cluster.tmp / "watch.out").read_text()
+    assert f"ingest API on http://127.0.0.1:{cluster.port}" in out
+    assert TOKEN not in out  # a token given in a file is never printed
+    watch.send_signal(signal.SIGTERM)
+    assert watch.wait(timeout=60) == 0
+
+
 def test_agent_threads_deliver_logs_and_gpu_samples(tmp_path: Path) -> None:
     """In one process: the three named threads, fake NVML (8 GPUs), the real ingest server."""
     log = tmp_path / "run" / "train.log"

@@ -216,7 +216,7 @@ def in_context(path: str) -> bool:
 def test_dockerignore_sends_what_pip_install_reads_and_nothing_else() -> None:
     needed = ["pyproject.toml", "README.md", "app.py", ".streamlit/config.toml"]
     needed += [str(p.relative_to(ROOT)) for p in (ROOT / "pages").glob("*.py")]
-    for package in ("dsmon", "collectors"):
+    for package in ("dsmon", "collectors", "ui"):
         needed += [str(p.relative_to(ROOT)) for p in (ROOT / package).rglob("*.py")]
     needed += [str(p.relative_to(ROOT)) for p in (ROOT / "dsmon" / "data").rglob("*")]
     missing = [p for p in needed if "__pycache__" not in p and not in_context(p)]

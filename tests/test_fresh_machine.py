@@ -2,7 +2,8 @@
 
 A clone of this repository's HEAD (committed work only) goes into a temporary folder, and
 the README's first line runs there exactly as written, plus ``--port`` (a free one, so a
-dashboard already running here does not collide) and ``--no-browser``. The test waits for
+dashboard already running here does not collide), from a new ``HOME`` with no terminal and
+no display (as from nohup, a container or CI: Streamlit must not ask anything). The test waits for
 the dashboard to answer and for the demo's summary (printed when its live replay of the
 bundled run ends, about 30 s at one step per second), then presses Ctrl-C (SIGINT to the
 process group) and expects it to stop. The second command (install the test extra, run the
@@ -55,9 +56,10 @@ def clean_env(home: Path) -> dict[str, str]:
     ours = str(Path(sys.executable).parent)
     path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if p != ours)
     keep = {k: v for k, v in os.environ.items() if not k.startswith(("DSMON_", "STREAMLIT_"))}
-    for k in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "XDG_STATE_HOME"):
+    for k in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "XDG_STATE_HOME", "DISPLAY", "BROWSER"):
         keep.pop(k, None)
-    return {**keep, "PATH": path, "XDG_STATE_HOME": str(home / "state")}
+    (home / "home").mkdir(exist_ok=True)
+    return {**keep, "PATH": path, "XDG_STATE_HOME": str(home / "state"), "HOME": str(home / "home")}
 
 
 class Output:
@@ -123,9 +125,10 @@ def test_readme_first_command_installs_and_runs_the_demo(clone: Path) -> None:
     demo_cmd = readme_commands(clone / "README.md")[0]
     port = free_port()
     proc = subprocess.Popen(
-        ["bash", "-c", f"{demo_cmd} --port {port} --no-browser"],
+        ["bash", "-c", f"{demo_cmd} --port {port}"],
         cwd=clone,
         env=clean_env(clone.parent),
+        stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

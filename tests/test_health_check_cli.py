@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 from health_support import CORPUS, SEEDS
 
 from dsmon.cli import main
+from dsmon.commands.demo import demo_dir
+from dsmon.health import Checklist, HealthInputs, RunFacts, Status, evaluate
+from dsmon.health.report import exit_code
 from dsmon.ingest import import_paths
 from dsmon.store import open_store
 
@@ -27,7 +31,10 @@ def test_config_with_warnings_exits_1(capsys: pytest.CaptureFixture[str]) -> Non
         f"(judged as 0.19.8), config: {CORPUS / 'z3_overlap_true' / 'ds_config.json'} (file)"
     )
     assert "WARN  optimizer.fused  A fused optimizer runs the step" in out
-    assert out.rstrip().splitlines()[-1] == "Summary: 0 fail, 2 warn, 15 unknown, 23 pass -> warn"
+    assert (
+        out.rstrip().splitlines()[-1]
+        == "Summary: 0 fail, 2 warn, 15 unknown, 16 pass, 7 n/a -> warn"
+    )
 
 
 def test_run_folder_with_a_failure_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
@@ -135,4 +142,105 @@ def test_store_mode_agrees_with_file_mode(
     code, _, err = run_cli(capsys, "--store", url, "--run", "nope")
     assert (
         code == 2 and err == f"dsmon: cannot read run nope: not in store {url} (runs: fp16_zero2)\n"
+    )
+
+
+# The bundled demo run (ZeRO-2, fp32, 2 CPU ranks, no scheduler): these rules check something
+# the run does not use or has no data of, so they must not be counted as passes.
+DEMO_NOT_APPLICABLE = {
+    "schema.scheduler",  # no scheduler section
+    "zero3.max_live_parameters",  # stage 2
+    "zero3.prefetch_bucket_size",
+    "zero3.param_persistence_threshold",
+    "zero3.sub_group_size",
+    "fp16.loss_scaler",  # fp32
+    "fp16.zeropp_quantized_gradients",
+    "precision.bf16",  # CPU run
+    "zeropp.hpz_nodes",
+    "compile.zero3_act_ckpt",
+    "act_ckpt.settings",
+    "loss_scale.collapse",
+    "flops.mfu",
+    "gpu.utilization",
+    "gpu.balance",
+    "gpu.memory",
+    "gpu.throttling",
+    "gpu.errors",
+}
+
+
+def test_not_applicable_is_not_a_pass(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "--json", str(demo_dir()))
+    doc = json.loads(out)
+    by_status: dict[str, set[str]] = {}
+    for r in doc["results"]:
+        by_status.setdefault(r["status"], set()).add(r["id"])
+    assert by_status["n/a"] == DEMO_NOT_APPLICABLE
+    assert doc["counts"] == {"pass": 17, "warn": 3, "fail": 0, "unknown": 2, "n/a": 18}
+    assert code == doc["exit_code"] == 1
+    code, out, _ = run_cli(capsys, str(demo_dir()))
+    lines = out.splitlines()
+    assert lines[-1] == "Summary: 0 fail, 3 warn, 2 unknown, 17 pass, 18 n/a -> warn"
+    assert "N/A   gpu.errors  No ECC or XID errors" in lines
+    assert lines[lines.index("N/A   gpu.errors  No ECC or XID errors") + 1] == (
+        "      CPU run (no GPUs)"
+    )
+    last_pass = max(i for i, line in enumerate(lines) if line.startswith("PASS  "))
+    first_na = min(i for i, line in enumerate(lines) if line.startswith("N/A   "))
+    assert last_pass < first_na
+
+
+def test_nothing_applicable_exits_0() -> None:
+    # A checklist of rules that do not apply has nothing wrong (and nothing passing).
+    checklist = Checklist(
+        tuple(
+            r
+            for r in evaluate(HealthInputs(facts=RunFacts(device="cpu"))).results
+            if r.status is Status.NOT_APPLICABLE
+        )
+    )
+    assert len(checklist.results) == 5  # the GPU rules on a CPU run with no config
+    assert checklist.status is Status.NOT_APPLICABLE and exit_code(checklist) == 0
+
+
+def test_nothing_to_check_in_the_input_is_an_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Each of these used to print 40 "unknown" verdicts and exit 0: nothing was checked.
+    empty = tmp_path / "empty_run"
+    empty.mkdir()
+    code, out, err = run_cli(capsys, str(empty))
+    assert (code, out) == (2, "")
+    assert err == f"dsmon: cannot read {empty}: no DeepSpeed config or log found in folder\n"
+    binary = tmp_path / "train.log"
+    binary.write_bytes(Path(sys.executable).read_bytes()[:4096])  # an ELF/Mach-O/PE header
+    code, out, err = run_cli(capsys, "--json", str(binary))
+    assert (code, out) == (2, "")
+    assert err == (
+        f"dsmon: cannot read {binary}: not text (a binary file, not a DeepSpeed log or config)\n"
+    )
+    notes = empty / "notes.txt"  # a folder of files that are not DeepSpeed output
+    notes.write_text("results to follow\n")
+    code, _, err = run_cli(capsys, str(empty))
+    assert (code, err) == (
+        2,
+        f"dsmon: cannot read {empty}: no DeepSpeed config or log found in folder\n",
+    )
+    code, _, err = run_cli(capsys, str(notes))  # named explicitly, it is read as a log
+    assert (code, err) == (
+        2,
+        f"dsmon: cannot read {notes}: no DeepSpeed output found in file (no line dsmon reads)\n",
+    )
+    blank = tmp_path / "ds_config.json"
+    blank.write_text("\n")
+    code, out, err = run_cli(capsys, str(blank))
+    assert (code, out, err) == (
+        2,
+        "",
+        f"dsmon: cannot read {blank}: empty file: nothing to check\n",
+    )
+    code, _, err = run_cli(capsys, str(CORPUS / "z0"), str(tmp_path / "z0_typo"))
+    assert (code, err) == (
+        2,
+        f"dsmon: cannot read {tmp_path / 'z0_typo'}: No such file or directory\n",
     )

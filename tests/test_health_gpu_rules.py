@@ -69,7 +69,8 @@ def test_no_samples() -> None:
     for rule in GPU_RULES:
         assert check(HealthInputs(), rule).status is Status.UNKNOWN
     cpu = HealthInputs(facts=RunFacts(device="cpu"))
-    assert check(cpu, "gpu.utilization").summary == "not applicable: CPU run (no GPUs)"
+    r = check(cpu, "gpu.utilization")
+    assert (r.status, r.summary) == (Status.NOT_APPLICABLE, "CPU run (no GPUs)")
 
 
 @pytest.mark.parametrize(("low", "status"), [(60.0, Status.WARN), (20.0, Status.FAIL)])
@@ -85,7 +86,7 @@ def test_balance_spread_fails_and_ratio_warns() -> None:
     r = check(inputs(run_of([72.0, 95.0])), "gpu.balance")
     assert (r.status, r.summary) == (Status.WARN, "balance 0.76 < 0.8")
     single = check(inputs(run_of([90.0])), "gpu.balance")
-    assert single.summary == "not applicable: 1 GPU with samples"
+    assert (single.status, single.summary) == (Status.NOT_APPLICABLE, "1 GPU with samples")
 
 
 def test_mixed_models_are_named() -> None:

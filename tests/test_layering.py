@@ -1,8 +1,10 @@
 """The import direction of the layers (DEVELOPERS.md, "How the code should look").
 
-dsmon/ is the core and imports neither collectors/, pages/, Streamlit, NVML nor watchdog;
-collectors/ never imports Streamlit or pages/; pages/ never import collectors/, NVML,
-watchdog or each other.
+dsmon/ is the core and imports neither collectors/, ui/, pages/, Streamlit, NVML nor
+watchdog; collectors/ never imports Streamlit, ui/ or pages/; ui/ is the one shared home of
+the dashboard's Streamlit code (page frame, live fragment, charts): it imports dsmon/ and
+Streamlit, never collectors/, pages/ or the store's drivers; pages/ and app.py import dsmon/ and
+ui/, never collectors/, NVML, watchdog, a database driver or each other.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 FORBIDDEN = {
-    "dsmon": {"collectors", "pages", "app", "streamlit", "pynvml", "watchdog"},
-    "collectors": {"streamlit", "pages", "app"},
-    "pages": {"collectors", "pynvml", "watchdog", "pages", "sqlite3", "psycopg"},
+    "dsmon": {"collectors", "ui", "pages", "app", "streamlit", "pynvml", "watchdog"},
+    "collectors": {"streamlit", "ui", "pages", "app"},
+    "ui": {"collectors", "pages", "app", "pynvml", "watchdog", "sqlite3", "psycopg"},
+    "pages": {"collectors", "pynvml", "watchdog", "pages", "app", "sqlite3", "psycopg"},
+    "app.py": {"collectors", "pynvml", "watchdog", "pages", "sqlite3", "psycopg"},
 }
 
 
@@ -33,6 +37,8 @@ def imported_roots(path: Path) -> set[str]:
 
 
 def layer_files(layer: str) -> list[Path]:
+    if layer.endswith(".py"):
+        return [ROOT / layer]
     return sorted((ROOT / layer).rglob("*.py"))
 
 
@@ -49,5 +55,5 @@ def test_layer_imports_only_downwards(layer: str) -> None:
 def test_checker_detects_a_violation(tmp_path: Path) -> None:
     """The checker itself can fail: a file importing streamlit is caught."""
     f = tmp_path / "x.py"
-    f.write_text("import streamlit as st\nfrom collectors.tail import x\n")
-    assert imported_roots(f) & FORBIDDEN["dsmon"] == {"streamlit", "collectors"}
+    f.write_text("import streamlit as st\nfrom collectors.tail import x\nfrom ui import page\n")
+    assert imported_roots(f) & FORBIDDEN["dsmon"] == {"streamlit", "collectors", "ui"}

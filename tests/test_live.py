@@ -39,6 +39,9 @@ class CountingStore:
     def last_id(self, run: str | None = None) -> int:
         return self.inner.last_id(run)
 
+    def restamps(self, run: str) -> int:
+        return self.inner.restamps(run)
+
 
 @pytest.fixture
 def halves(tmp_path: Path) -> tuple[Store, list[Record], list[Record]]:

@@ -37,9 +37,7 @@ def _real_lines() -> list[str]:
 
 
 REAL = _real_lines()
-PROFILE = settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+PROFILE = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def parse_all(lines: list[str]) -> list[Record]:

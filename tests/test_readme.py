@@ -1,4 +1,4 @@
-"""The README's two commands: CI runs the test one, and the demo one has all its pieces."""
+"""The README's two commands (CI runs the test one, the demo one has all its pieces), and docs cite real tests."""
 
 from __future__ import annotations
 
@@ -76,3 +76,25 @@ def test_test_extra_has_the_tools_the_suite_runs() -> None:
     extra = " ".join(pyproject()["project"]["optional-dependencies"]["test"])
     for tool in ("pytest", "ruff", "mypy"):
         assert tool in extra
+
+
+#: A test file named in prose: ``tests/test_x.py`` (or deeper, ``tests/sub/test_x.py``).
+_TEST_PATH = re.compile(r"\btests/[\w./-]*?\.py\b")
+
+
+def documents() -> list[Path]:
+    """The README, the docs and every README of the tests' and benchmarks' data."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    for folder in ("tests", "bench"):
+        pages += sorted(p for p in (ROOT / folder).rglob("*.md") if p.name.lower() == "readme.md")
+    return pages
+
+
+def test_cited_test_files_exist() -> None:
+    cited = {
+        (page.relative_to(ROOT).as_posix(), path)
+        for page in documents()
+        for path in _TEST_PATH.findall(page.read_text(encoding="utf-8"))
+    }
+    assert any(page.startswith("tests/data/") for page, _ in cited)  # the scan reaches them
+    assert [(page, path) for page, path in sorted(cited) if not (ROOT / path).is_file()] == []

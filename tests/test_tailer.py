@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
-from conftest import read_log
+from conftest import read_log, settled
 
 from collectors import follower as follower_mod
 from collectors.state import Checkpoint, StateFile
@@ -307,7 +307,15 @@ def test_resume_keeps_the_step_clock_of_the_real_parsers(tmp_path: Path) -> None
     assert got == expected
     timers = [r for r in got if isinstance(r, TimerRecord) and r.group == "global"]
     assert [r.step for r in timers] == list(range(1, 31))
-    assert len({record_key(r) for r in got}) == len(got)
+    # a record read before the step clock resolved is sent at once without its step, and
+    # once more with it (live mode): the only repeats, each first without, then with a step
+    first: dict[object, Record] = {}
+    for rec in got:
+        key = record_key(rec)
+        if key in first:
+            assert first[key].step is None and rec.step is not None
+        first[key] = rec
+    assert 0 < len(got) - len(first) <= 5
 
 
 def test_rotated_while_stopped_is_finished_from_the_saved_offset(tmp_path: Path) -> None:
@@ -402,7 +410,7 @@ def test_live_records_equal_those_of_dsmon_import(tmp_path: Path, name: str) -> 
     log.parent.mkdir()
     shutil.copyfile(DATA / "z2" / "train.log", log)
     imported = read_log(log, "z2")
-    live = Tailer([str(log)], run="z2").poll().records
+    live = settled(Tailer([str(log)], run="z2").poll().records)
     assert live == imported
     assert len(live) == 116
     assert {r.src.rank for r in live} == ({0, None} if name == "train.log" else {0, 1})

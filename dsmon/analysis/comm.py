@@ -11,7 +11,11 @@ network does and an upper bound on what it costs. The comms logger (``comm_op`` 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import pandas as pd
+
+from dsmon.analysis.steps import steady
 
 #: The comms logger's own barrier before printing its table: not the training's traffic.
 LOGGER_OPS = frozenset({"log_summary_barrier"})
@@ -54,6 +58,77 @@ def comm_share(breakdown: pd.DataFrame) -> pd.DataFrame:
         }
     )
     return out.reset_index(drop=True)
+
+
+class ShareStats(NamedTuple):
+    """A share over a run's steps: median and 90th percentile, and how many steps."""
+
+    p50: float
+    p90: float
+    steps: int
+
+
+def per_step(values: pd.DataFrame, column: str) -> pd.Series:
+    """One value per optimizer step: the largest across ranks (the rank others wait for).
+
+    Every page, rule and summary reads a per-rank share through this one reduction, so the
+    same figure is never shown two ways (a median over rows and over steps differ as soon
+    as ranks or steps are uneven).
+    """
+    if values.empty or column not in values.columns:
+        return pd.Series(dtype="float64")
+    kept = values.dropna(subset=[column])
+    if "step" not in kept.columns or kept["step"].isna().all():
+        return kept[column].astype("float64").reset_index(drop=True)
+    return kept.groupby("step")[column].max().astype("float64")
+
+
+def share_stats(values: pd.DataFrame, column: str) -> ShareStats | None:
+    """Median and p90 over steps of :func:`per_step`; None when no step has the value."""
+    s = per_step(values, column)
+    if s.empty:
+        return None
+    return ShareStats(float(s.median()), float(s.quantile(0.9)), int(len(s)))
+
+
+def exposed_comm_share(breakdown: pd.DataFrame) -> ShareStats | None:
+    """The run's exposed-communication share of step time (the one definition dsmon uses).
+
+    Over the steps after warm-up (:func:`dsmon.analysis.steps.steady`), slowest rank per step.
+    """
+    return share_stats(comm_share(steady(breakdown)), "comm_share")
+
+
+def phase_share(breakdown: pd.DataFrame, column: str) -> ShareStats | None:
+    """A :func:`timer_ratios` column (a percentage) as a fraction, over the steady steps."""
+    stats = share_stats(timer_ratios(steady(breakdown)), column)
+    if stats is None:
+        return None
+    return ShareStats(stats.p50 / 100.0, stats.p90 / 100.0, stats.steps)
+
+
+#: The timers read as a share of their phase: (timer, its column, timer_ratios column, phase).
+PHASE_SHARES = (
+    ("optimizer_allgather", "optimizer_allgather_ms", "allgather_pct_of_fwd", "fwd"),
+    ("bwd_allreduce", "bwd_allreduce_ms", "allreduce_pct_of_bwd_inner", "bwd_inner"),
+)
+
+
+def phase_share_lines(breakdown: pd.DataFrame) -> list[str]:
+    """``optimizer_allgather = 11.76 ms (35 % of fwd)``: the timer's median, its phase share.
+
+    The share is :func:`phase_share`'s median over steps, as the health checklist reports it.
+    """
+    lines = []
+    for label, col, ratio, phase in PHASE_SHARES:
+        if col not in breakdown.columns or breakdown[col].isna().all():
+            lines.append(f"{label}: not in this log")
+            continue
+        ms = float(per_step(steady(breakdown), col).median())
+        share = phase_share(breakdown, ratio)
+        pct = f" ({100 * share.p50:.0f} % of {phase}, median over steps)" if share else ""
+        lines.append(f"{label} = {ms:.2f} ms{pct}")
+    return lines
 
 
 def _last_summary_table(frame: pd.DataFrame) -> pd.DataFrame:
@@ -153,7 +228,7 @@ def overlap_estimate(compute_ms: float, comm_ms: float, step_ms: float) -> float
 def timer_ratios(breakdown: pd.DataFrame) -> pd.DataFrame:
     """Per step: ``bwd_allreduce`` as % of ``bwd_inner``, ``optimizer_allgather`` as % of ``fwd``.
 
-    The tuning guide reads a breakdown as "allgather = 60 ms (24 % of fwd)"; these are those
+    A breakdown is commonly read as "allgather = 60 ms (24 % of fwd)"; these are those
     percentages for every step (NaN where a timer is missing or its base is 0).
     """
     cols = ["step", "rank", "allreduce_pct_of_bwd_inner", "allgather_pct_of_fwd"]

@@ -132,3 +132,19 @@ def slowest_steps(breakdown: pd.DataFrame, n: int = 5) -> pd.DataFrame:
         return breakdown
     ranked = breakdown.sort_values(["total_ms", "step"], ascending=[False, True], kind="stable")
     return ranked.head(n).reset_index(drop=True)
+
+
+#: The first optimizer steps are slow for reasons that say nothing about the run (allocator
+#: warm-up, kernel selection, first collectives): headline figures leave them out.
+WARMUP_STEPS = 2
+
+
+def steady(frame: pd.DataFrame, warmup: int = WARMUP_STEPS) -> pd.DataFrame:
+    """Rows after the warm-up steps; all rows when that would leave none.
+
+    Every headline figure (pages, health checklist, summary) is taken over the same steps.
+    """
+    if "step" not in frame.columns or frame.empty:
+        return frame
+    kept = frame[frame["step"].notna() & (frame["step"] > warmup)]
+    return kept if not kept.empty else frame

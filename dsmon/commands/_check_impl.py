@@ -6,7 +6,6 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -47,23 +46,53 @@ def _is_config(path: Path) -> bool:
     return path.is_file() and path.suffix.lower() in {".json", ".hjson"}
 
 
-def _records(paths: list[Path], configs: list[ConfigView]) -> Iterator[Record]:
-    """Records of the log/folder arguments; ds_config files found are loaded into configs."""
-    for path in paths:
-        if not path.exists():
-            raise _unreadable(path, "No such file or directory")
+#: How much of a file is sniffed to tell text from binary.
+_SNIFF_BYTES = 8192
+#: Share of undecodable characters above which a file is not text.
+_MAX_BAD_SHARE = 0.1
+
+
+def _is_binary(path: Path) -> bool:
+    """Whether a file is binary (NUL bytes, or mostly not UTF-8): no DeepSpeed log is."""
+    with path.open("rb") as f:
+        head = f.read(_SNIFF_BYTES)
+    if b"\0" in head:
+        return True
+    text = head.decode("utf-8", errors="replace")
+    return bool(text) and text.count("\ufffd") / len(text) > _MAX_BAD_SHARE
+
+
+def _path_records(path: Path, configs: list[ConfigView]) -> list[Record]:
+    """Records of one log/folder argument; ds_config files found are loaded into configs.
+
+    An argument that yields nothing to check is an error, not an empty checklist: a
+    mistyped path, an empty folder or a binary file would otherwise "pass" with exit 0.
+    """
+    if not path.exists():
+        raise _unreadable(path, "No such file or directory")
+    try:
+        if path.is_file() and _is_binary(path):
+            raise _unreadable(path, "not text (a binary file, not a DeepSpeed log or config)")
+        found = discover(path)
+    except InputError as exc:
+        raise CommandError(str(exc), UNREADABLE) from None
+    except OSError as exc:
+        raise _unreadable(path, exc.strerror or str(exc)) from None
+    what = "folder" if path.is_dir() else "file"
+    if not found:
+        raise _unreadable(path, f"no DeepSpeed config or log found in {what}")
+    records: list[Record] = []
+    for f in found:
+        if f.kind == DS_CONFIG:
+            configs.append(load_config(f.path))
+            continue
         try:
-            found = discover(path)
-        except InputError as exc:
-            raise CommandError(str(exc), UNREADABLE) from None
-        for f in found:
-            if f.kind == DS_CONFIG:
-                configs.append(load_config(f.path))
-                continue
-            try:
-                yield from read_found(f, run_name(path), Diagnostics())
-            except OSError as exc:
-                raise _unreadable(f.path, exc.strerror or str(exc)) from None
+            records.extend(read_found(f, run_name(path), Diagnostics()))
+        except OSError as exc:
+            raise _unreadable(f.path, exc.strerror or str(exc)) from None
+    if not records and not any(f.kind == DS_CONFIG for f in found):
+        raise _unreadable(path, f"no DeepSpeed output found in {what} (no line dsmon reads)")
+    return records
 
 
 def _from_files(names: list[str]) -> tuple[HealthInputs, str]:
@@ -71,7 +100,7 @@ def _from_files(names: list[str]) -> tuple[HealthInputs, str]:
     paths = [Path(n) for n in names]
     explicit = [load_config(p) for p in paths if _is_config(p)]
     found: list[ConfigView] = []
-    records = list(_records([p for p in paths if not _is_config(p)], found))
+    records = [r for p in paths if not _is_config(p) for r in _path_records(p, found)]
     config = _first([*explicit, *found])
     subject = ", ".join(names)
     if not records:

@@ -2,9 +2,11 @@
 
 Prints the health checklist for a ds_config alone, for saved output of a run (logs, a run
 folder with its ds_config.json), or for a run in a store, in the terminal or as JSON for CI.
-Exit status (issue #5): 0 when every rule passes (or cannot tell), 1 on warnings, 2 on
-failures, and 2 with one line ``dsmon: cannot read FILE: reason`` when an input is unreadable,
-invalid JSON or not a ds_config at all.
+Exit status (issue #5): 0 when no rule warns or fails (rules that cannot tell or do not apply
+to the run count for neither), 1 on warnings, 2 on failures, and 2 with one line
+``dsmon: cannot read FILE: reason`` when an input is unreadable, invalid JSON, not a
+ds_config at all, or gives nothing to check (no such path, a folder with no DeepSpeed config
+or log, a binary file, a file with no DeepSpeed output).
 """
 
 from __future__ import annotations

@@ -23,6 +23,9 @@ import signal
 import subprocess
 import sys
 import threading
+import time
+import urllib.request
+import webbrowser
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,7 +33,7 @@ from typing import Any
 from dsmon.commands import STORE_ENV, CommandError, default_store
 from dsmon.serving import DEFAULT_PORT as DEFAULT_INGEST_PORT
 from dsmon.serving import ServeError, start_ingest_server
-from dsmon.store_pg import redact_url
+from dsmon.store_schema import redact_url
 from dsmon.tokens import TokenError, resolve_token, token_banner
 
 DEFAULT_PORT = 8501
@@ -41,6 +44,8 @@ REFRESH_ENV = "DSMON_REFRESH_S"
 STOP_TIMEOUT_S = 10.0
 #: How often a supervisor checks on what it waits for besides signals.
 POLL_S = 0.5
+#: How long the browser tab waits for the dashboard to answer before giving up.
+BROWSER_WAIT_S = 120.0
 
 
 def app_candidates() -> tuple[Path, ...]:
@@ -110,16 +115,69 @@ def add_ingest_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def streamlit_command(app: Path, port: int, address: str, open_browser: bool) -> list[str]:
-    """The ``python -m streamlit run`` command line with the server settings."""
+def streamlit_command(app: Path, port: int, address: str) -> list[str]:
+    """The ``python -m streamlit run`` command line with the server settings.
+
+    Always headless: a non-headless Streamlit asks for an e-mail address on its first start
+    on a machine (no ``~/.streamlit/credentials.toml``), which waits forever in a terminal
+    and exits 255 without one (nohup, systemd, CI, a container). dsmon opens the browser
+    itself (:func:`open_browser_when_ready`).
+    """
     return [
         sys.executable, "-m", "streamlit", "run", str(app),
         "--server.port", str(port),
         "--server.address", address,
-        "--server.headless", "false" if open_browser else "true",
+        "--server.headless", "true",
         "--server.fileWatcherType", "none",
         "--browser.gatherUsageStats", "false",
     ]  # fmt: skip
+
+
+def browser_available() -> bool:
+    """Whether a browser can be shown here: a desktop session, macOS/Windows, or ``$BROWSER``.
+
+    Without one (SSH, a container, a CI job) Python's ``webbrowser`` could start a text-mode
+    browser on the terminal, which is worse than not opening any: the URL is printed anyway.
+    """
+    if os.environ.get("BROWSER"):
+        return True
+    if sys.platform in ("darwin", "win32"):
+        return True
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def dashboard_url(port: int, address: str) -> str:
+    """The URL a browser on this machine opens (a wildcard address is reached on loopback)."""
+    host = "127.0.0.1" if address in ("0.0.0.0", "::", "") else address
+    return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+
+
+def open_browser_when_ready(
+    url: str, child: subprocess.Popen[bytes], wait_s: float = BROWSER_WAIT_S
+) -> threading.Thread | None:
+    """Open ``url`` in the user's browser once Streamlit answers its health check.
+
+    In a daemon thread, so a browser that never returns cannot hold dsmon up; nothing is
+    opened when no browser can be shown here, or when the server died first.
+    """
+    if not browser_available():
+        return None
+
+    def wait_and_open() -> None:
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and child.poll() is None:
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        webbrowser.open(url, new=2)
+                        return
+            except OSError:
+                pass
+            time.sleep(0.25)
+
+    thread = threading.Thread(target=wait_and_open, name="dsmon-browser", daemon=True)
+    thread.start()
+    return thread
 
 
 def absolute_store(store: str) -> str:
@@ -134,7 +192,7 @@ def check_port(port: int, flag: str, command: str = "dashboard") -> None:
 
 
 def _launch(
-    store: str, port: int, address: str, refresh_s: float, open_browser: bool, command: str
+    store: str, port: int, address: str, refresh_s: float, command: str
 ) -> tuple[list[str], dict[str, str], Path]:
     """Command line, environment and folder of the Streamlit server, after checking them.
 
@@ -153,26 +211,42 @@ def _launch(
         "Ctrl-C stops it.",
         flush=True,
     )
-    return streamlit_command(app, port, address, open_browser), env, app.parent
+    return streamlit_command(app, port, address), env, app.parent
 
 
 def start(store: str, port: int, address: str, refresh_s: float, open_browser: bool) -> int:
-    """Replace this process with the dashboard server; returns only by raising.
+    """Run the dashboard server alone until it ends or a signal comes.
 
-    Used when nothing else has to run beside the UI: signals and the exit status are then
-    Streamlit's own, and no orphan is left behind.
+    With no browser to open, this process becomes the server (``exec``): signals and the
+    exit status are then Streamlit's own, and no orphan is left behind. Otherwise it stays
+    to open the browser once the server answers, and supervises it.
 
     Raises:
         CommandError: the port is out of range, ``app.py`` is not where it should be, or
             Python cannot be executed.
     """
-    cmd, env, cwd = _launch(store, port, address, refresh_s, open_browser, "dashboard")
+    if open_browser and browser_available():
+        return supervise_alone(store, port, address, refresh_s)
+    cmd, env, cwd = _launch(store, port, address, refresh_s, "dashboard")
     os.chdir(cwd)
     try:
         os.execve(cmd[0], cmd, env)
     except OSError as exc:
         raise CommandError(f"dashboard: cannot start {cmd[0]}: {exc.strerror or exc}") from None
     return 0  # not reached: execve replaced this process
+
+
+def supervise_alone(store: str, port: int, address: str, refresh_s: float) -> int:
+    """The dashboard as a child, with the browser opened on it, until a signal or its end."""
+    stop = stop_on_signals()
+    ui = start_streamlit(store, port, address, refresh_s, True)
+    try:
+        signalled = wait_for_signal(lambda: ui.poll() is not None, stop)
+    finally:
+        end_child(ui)
+    if not signalled:
+        child_failed(ui, "dashboard")
+    return 0
 
 
 def start_streamlit(
@@ -190,11 +264,14 @@ def start_streamlit(
         CommandError: the port is out of range, ``app.py`` is missing, or Python cannot run;
             the message starts with ``command``.
     """
-    cmd, env, cwd = _launch(store, port, address, refresh_s, open_browser, command)
+    cmd, env, cwd = _launch(store, port, address, refresh_s, command)
     try:
-        return subprocess.Popen(cmd, cwd=cwd, env=env)
+        child = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL)
     except OSError as exc:
         raise CommandError(f"{command}: cannot start {cmd[0]}: {exc.strerror or exc}") from None
+    if open_browser:
+        open_browser_when_ready(dashboard_url(port, address), child)
+    return child
 
 
 def end_child(child: subprocess.Popen[bytes], timeout_s: float = STOP_TIMEOUT_S) -> None:

@@ -29,6 +29,7 @@ from dsmon.commands import CommandError, dashboard
 from dsmon.commands.import_ import import_and_summarise
 from dsmon.replay import DEFAULT_SPEED, ReplayResult, ReplayThread
 from dsmon.store import open_store
+from dsmon.store_schema import redact_url
 
 #: Where ``dsmon demo`` puts its store unless told otherwise.
 DEFAULT_DEMO_STORE = "dsmon-demo.sqlite"
@@ -133,7 +134,7 @@ def run_live(args: argparse.Namespace) -> int:
     dashboard.check_port(args.port, "--port", "demo")
     stop = dashboard.stop_on_signals()
     store_url, run_name = live_target(args.store, datetime.now())
-    print(f"Store       {store_url}", flush=True)
+    print(f"Store       {redact_url(store_url)}", flush=True)
     print(f"Replaying   the bundled run as {run_name!r}, {args.speed:g} step(s)/s", flush=True)
     replay = ReplayThread(store_url, [demo_dir()], run_name, args.speed).start()
     try:
@@ -171,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
     if not (args.summary_only or args.instant):
         return run_live(args)
     result = load_demo(args.store or DEFAULT_DEMO_STORE)
-    print(f"Store       {result.store_url}")
+    print(f"Store       {redact_url(result.store_url)}")
     print(result.report)
     if args.summary_only:
         return 0

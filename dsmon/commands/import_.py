@@ -18,7 +18,7 @@ from tqdm import tqdm
 from dsmon.commands import CommandError, default_store
 from dsmon.ingest import ImportResult, Progress, import_paths
 from dsmon.store import open_store
-from dsmon.store_schema import Store
+from dsmon.store_schema import Store, redact_url
 
 
 def register(subparsers: Any) -> None:
@@ -86,6 +86,6 @@ def run(args: argparse.Namespace) -> int:
     url = args.store or default_store()
     with open_store(url) as store:
         reports = import_and_summarise(store, [Path(p) for p in args.paths], args.run)
-    print(f"Store       {url}")
+    print(f"Store       {redact_url(url)}")
     print("\n\n".join(reports))
     return 0

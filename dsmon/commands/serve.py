@@ -15,7 +15,7 @@ from typing import Any
 
 from dsmon.commands import CommandError, default_store
 from dsmon.serving import DEFAULT_PORT, ServeError, serve_forever
-from dsmon.store_pg import redact_url
+from dsmon.store_schema import redact_url
 from dsmon.tokens import TokenError, generate_token, load_token, write_token_file
 
 

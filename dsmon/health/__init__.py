@@ -1,4 +1,4 @@
-"""The health checklist: the tuning guide's checks as rules with evidence and a fix.
+"""The health checklist: checks of a DeepSpeed run as rules with evidence and a fix.
 
 Rules live in this package, one small function each, registered in :mod:`registry`; they read
 one :class:`~dsmon.health.inputs.HealthInputs` (a ds_config, facts about the run, the store's

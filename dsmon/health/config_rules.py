@@ -1,13 +1,13 @@
 """Config rules for ZeRO communication, the optimizer and the batch arithmetic.
 
-These are the tuning guide's performance checks (seed 000 sections 11.2-11.4, seed 003's
-ZeRO-3 advice) judged against what DeepSpeed really does: defaults come from the version in
-use, and a rule that does not apply to the configured ZeRO stage says so instead of passing
-silently.
+These are the common ZeRO performance checks (overlap, buckets, ZeRO-3 parameter management)
+judged against what DeepSpeed really does: defaults come from the version in use, and a rule
+that does not apply to the configured ZeRO stage says so instead of passing silently.
 """
 
 from __future__ import annotations
 
+from dsmon.config_bool import ds_bool
 from dsmon.health import thresholds as th
 from dsmon.health.config_view import ConfigView, as_float
 from dsmon.health.inputs import HealthInputs
@@ -34,7 +34,7 @@ def check_overlap_comm(cfg: ConfigView, inputs: HealthInputs) -> Finding:
         return not_applicable("ZeRO is off (stage 0)", stage.evidence())
     s = cfg.get(f"{_Z}.overlap_comm")
     ev = (stage.evidence(), s.evidence())
-    if s.value is True:
+    if cfg.flag(s.path) is True:
         return Finding(Status.PASS, "overlap_comm is on", ev)
     how = "set to false" if s.explicit else f"off by default for stage {cfg.stage}"
     summary = f"overlap_comm is {how}: each step pays communication after compute"
@@ -58,7 +58,7 @@ def check_contiguous_gradients(cfg: ConfigView, inputs: HealthInputs) -> Finding
         return not_applicable(f"stage {cfg.stage} does not partition gradients", stage.evidence())
     s = cfg.get(f"{_Z}.contiguous_gradients")
     ev = (stage.evidence(), s.evidence())
-    if s.value is not False:
+    if cfg.flag(s.path) is not False:
         return Finding(Status.PASS, "contiguous_gradients is on", ev)
     fix = fix_json({_Z: {"contiguous_gradients": True}})
     return Finding(Status.WARN, "contiguous_gradients is off: gradients fragment memory", ev, fix)
@@ -117,7 +117,7 @@ def _zero3_range(cfg: ConfigView, key: str, why_low: str, why_high: str) -> Find
 )
 @needs_config
 def check_max_live_parameters(cfg: ConfigView, inputs: HealthInputs) -> Finding:
-    """Range check of stage3_max_live_parameters (default 1e9 is already the seed's advice)."""
+    """Range check of stage3_max_live_parameters (DeepSpeed's default is 1e9)."""
     return _zero3_range(
         cfg,
         "stage3_max_live_parameters",
@@ -201,7 +201,8 @@ def check_fused_optimizer(cfg: ConfigView, inputs: HealthInputs) -> Finding:
     if kind.lower() not in {"adam", "adamw"}:
         what = f"optimizer {kind}" if kind else "no optimizer in the config (client optimizer)"
         return not_applicable(f"{what}: the rule covers Adam/AdamW")
-    torch_adam = cfg.section("optimizer.params").get("torch_adam") is True
+    # DeepSpeed pops torch_adam from the params and tests it with ``if``.
+    torch_adam = ds_bool(cfg.section("optimizer.params").get("torch_adam"), pydantic=False) is True
     offload = cfg.offload_optimizer_device
     device = inputs.facts.device
     ev = (

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dsmon.config_bool import ds_bool
 from dsmon.health import schema
 from dsmon.health.model import Evidence
 from dsmon.health.names import INVENTED
@@ -98,9 +99,22 @@ class ConfigView:
         stage = as_float(zero.get("stage")) if isinstance(zero, Mapping) else None
         return int(stage) if stage is not None else 0
 
+    def flag(self, path: str) -> bool | None:
+        """A boolean setting as DeepSpeed reads it: ``"yes"`` is on (:mod:`dsmon.config_bool`).
+
+        Keys of a section DeepSpeed models with pydantic (in this version) are coerced the
+        pydantic way; top-level keys and dict-based sections by truthiness. None when the
+        value is one DeepSpeed refuses, or unset without a default.
+        """
+        section = path.rpartition(".")[0]
+        spec = schema.SECTIONS.get(section)
+        return ds_bool(
+            self.get(path).value, pydantic=spec is not None and spec.strict_in(self.version)
+        )
+
     def enabled(self, section: str) -> bool:
         """Whether a section with an ``enabled`` flag (fp16, bf16, flops_profiler...) is on."""
-        return self.get(f"{section}.enabled").value is True
+        return self.flag(f"{section}.enabled") is True
 
     @property
     def offload_optimizer_device(self) -> str | None:
@@ -108,7 +122,7 @@ class ConfigView:
         device = self.section("zero_optimization.offload_optimizer").get("device")
         if isinstance(device, str) and device.lower() in {"cpu", "nvme"}:
             return device.lower()
-        if self.section("zero_optimization").get("cpu_offload") is True:
+        if self.flag("zero_optimization.cpu_offload") is True:
             return "cpu"  # deprecated spelling, mapped to offload_optimizer by DeepSpeed
         return None
 
@@ -209,9 +223,11 @@ def config_from_text(text: str, source: str) -> ConfigView:
     """A ds_config file's text as DeepSpeed would load it (JSON, else HJSON).
 
     Raises:
-        ConfigFileError: not JSON/HJSON (with line and column), a duplicated key, not an
-            object, or an object with no DeepSpeed key at all (not a ds_config).
+        ConfigFileError: an empty file, not JSON/HJSON (with line and column), a duplicated
+            key, not an object, or an object with no DeepSpeed key at all (not a ds_config).
     """
+    if not text.strip():
+        raise ConfigFileError("empty file: nothing to check")
     try:
         raw = load_config_text(text, source)
     except FileFormatError as exc:

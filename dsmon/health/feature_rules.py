@@ -61,7 +61,7 @@ def check_hpz_nodes(cfg: ConfigView, inputs: HealthInputs) -> Finding:
 def check_compile_combo(cfg: ConfigView, inputs: HealthInputs) -> Finding:
     """Warn when compile (asked for, one way or another) meets ZeRO-3 + act. checkpointing."""
     invented = cfg.has("torch_compile")
-    deepcompile = cfg.get("compile.deepcompile").value is True
+    deepcompile = cfg.flag("compile.deepcompile") is True
     act = cfg.has("activation_checkpointing")
     ev = (
         Evidence("torch_compile key", invented, "set (not a DeepSpeed key)" if invented else ""),
@@ -121,7 +121,7 @@ def check_act_ckpt(cfg: ConfigView, inputs: HealthInputs) -> Finding:
         )
         problems.append("'partitioned_activations' is ignored (the key is partition_activations)")
         fix["partition_activations"] = section["partitioned_activations"]
-    if section.get("cpu_checkpointing") is True:
+    if cfg.flag("activation_checkpointing.cpu_checkpointing") is True:
         problems.append(
             "cpu_checkpointing copies each checkpoint to host memory and back: "
             "use it only when activations do not fit on the GPU"

@@ -110,7 +110,17 @@ def build_inputs(
         config = config_from_records(configs, version)
     elif config.version is None and version is not None:
         config = ConfigView(config.raw, origin=config.origin, source=config.source, version=version)
-    return HealthInputs(config=config, facts=facts, frames=dict(frames), now=now, run=run)
+    in_effect = None
+    if effective is not None:
+        in_effect = ConfigView(
+            ds_config_from_effective(effective.config),
+            origin="effective",
+            source=effective.src.file,
+            version=version,
+        )
+    return HealthInputs(
+        config=config, effective=in_effect, facts=facts, frames=dict(frames), now=now, run=run
+    )
 
 
 def config_from_records(configs: Sequence[Record], version: Version | None) -> ConfigView | None:

@@ -56,7 +56,7 @@ def per_gpu_mean(df: pd.DataFrame, col: str) -> pd.Series:
     "gpu.utilization",
     "Every GPU is busy at least 75 % of the time",
     "Mean NVML utilization.gpu (kernel-active time, not SM occupancy) per GPU over the "
-    "samples: below 75 % (seed 004's target) the GPU waits on data, communication or the host.",
+    "samples: below 75 % the GPU waits on data, communication or the host.",
     "gpu",
     page="gpus",
 )
@@ -88,7 +88,7 @@ def check_utilization(inputs: HealthInputs) -> Finding:
 @rule(
     "gpu.balance",
     "GPUs are evenly loaded",
-    "Spread of mean utilisation across GPUs: max - min above 0.3 fails (seed 004's rebalancing "
+    "Spread of mean utilisation across GPUs: max - min above 0.3 fails (a rebalancing "
     "trigger); min/max below 0.8 warns (its 'balance > 0.8' target).",
     "gpu",
     page="gpus",

@@ -49,10 +49,13 @@ class HealthInputs:
 
     ``frames`` maps a record kind (``timer``, ``step``, ``gpu``...) to the DataFrame
     ``Store.frame`` returns for it. ``now`` is the evaluation time for live rules (the stall
-    rule); None when replaying a finished run.
+    rule); None when replaying a finished run. ``effective`` is the config DeepSpeed printed
+    at start-up (every value resolved), when the run's output has one: rules judge the
+    user's ``config``, but a fix is only offered when it changes ``effective``.
     """
 
     config: ConfigView | None = None
+    effective: ConfigView | None = None
     facts: RunFacts = field(default_factory=RunFacts)
     frames: Mapping[str, pd.DataFrame] = field(default_factory=dict)
     now: datetime | None = None

@@ -56,11 +56,8 @@ def breakdown(inputs: HealthInputs) -> pd.DataFrame:
 
 
 def steady(frame: pd.DataFrame) -> pd.DataFrame:
-    """Rows after the warm-up steps; all rows when that would leave none."""
-    if "step" not in frame.columns:
-        return frame
-    kept = frame[frame["step"].notna() & (frame["step"] > th.WARMUP_STEPS)]
-    return kept if not kept.empty else frame
+    """Rows after the warm-up steps (:func:`dsmon.analysis.steps.steady`)."""
+    return steps.steady(frame, th.WARMUP_STEPS)
 
 
 def per_step(bd: pd.DataFrame, column: str) -> pd.Series:
@@ -135,8 +132,8 @@ def trusted_comm_ops(inputs: HealthInputs, bd_all: pd.DataFrame) -> tuple[pd.Dat
     """Comms-logger totals, or (empty, why) when they cannot be wall-clock durations.
 
     The logger's latencies must fit in the time the timed steps took; on DeepSpeed's CPU
-    accelerator (the corpus runs) they add up to more than the whole run, so a rule that used
-    them would report nonsense like a 200 % communication share.
+    accelerator they add up to more than the whole run, so a rule that used them would report
+    nonsense like a 200 % communication share.
     """
     ops = comm_ops(inputs)
     if ops.empty:

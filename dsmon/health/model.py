@@ -16,20 +16,37 @@ from typing import Any
 
 
 class Status(StrEnum):
-    """A rule's verdict; UNKNOWN means the data it needs is missing, not that all is well."""
+    """A rule's verdict.
+
+    UNKNOWN means the data it needs is missing, not that all is well. NOT_APPLICABLE means the
+    rule cannot apply to this run (the feature it checks is not used, or the run has no data of
+    its kind, such as GPU samples on a CPU run): nothing was checked, so it is not a pass.
+    """
 
     PASS = "pass"
     WARN = "warn"
     FAIL = "fail"
     UNKNOWN = "unknown"
+    NOT_APPLICABLE = "n/a"
 
     @property
     def severity(self) -> int:
-        """Order for "worst of": fail > warn > unknown > pass."""
+        """Order for "worst of": fail > warn > unknown > pass > not applicable."""
         return _SEVERITY[self]
 
+    @property
+    def label(self) -> str:
+        """How surfaces name the status to people (``Pass``, ``N/A``)."""
+        return "N/A" if self is Status.NOT_APPLICABLE else self.value.capitalize()
 
-_SEVERITY = {Status.PASS: 0, Status.UNKNOWN: 1, Status.WARN: 2, Status.FAIL: 3}
+
+_SEVERITY = {
+    Status.NOT_APPLICABLE: 0,
+    Status.PASS: 1,
+    Status.UNKNOWN: 2,
+    Status.WARN: 3,
+    Status.FAIL: 4,
+}
 
 
 def worst(statuses: Iterable[Status]) -> Status:

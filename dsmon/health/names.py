@@ -1,27 +1,26 @@
 """Names a ds_config may use for optimizer and scheduler types, and names that do not exist.
 
-A tuning guide that invents an option costs its readers a silent no-op or a crash at
-``deepspeed.initialize``. The checklist names such keys and types explicitly, with what
-DeepSpeed really does with them (``shared/reference/deepspeed-formats.md`` section 12, checked
-with ``git grep``/``git log -S`` on DeepSpeed's whole history), instead of guessing a nearest key.
+Advice that circulates with options DeepSpeed never had costs a user a silent no-op or a
+crash at ``deepspeed.initialize``. The checklist names such keys and types explicitly, with
+what DeepSpeed really does with them (checked with ``git grep``/``git log -S`` on DeepSpeed's
+whole history), instead of guessing a nearest key.
 """
 
 from __future__ import annotations
 
-_SEED_004 = (
-    "invented by a tuning guide (seed 004's 'heterogeneous' feature set): no DeepSpeed version "
-    "has it, in its source or its git history"
+_NEVER_EXISTED = (
+    "no DeepSpeed version has this 'heterogeneous' option, in its source or its git history"
 )
 #: Keys that look like DeepSpeed options but are not, and what DeepSpeed does with them.
 INVENTED: dict[str, str] = {
-    "heterogeneous_config": f"{_SEED_004}; there is no load-balancing or 'compute_aware' mode",
+    "heterogeneous_config": f"{_NEVER_EXISTED}; there is no load-balancing or 'compute_aware' mode",
     "heterogeneous_offload": (
-        f"{_SEED_004}; real offload is zero_optimization.offload_optimizer / offload_param "
+        f"{_NEVER_EXISTED}; real offload is zero_optimization.offload_optimizer / offload_param "
         '{"device": "cpu"|"nvme"}'
     ),
-    "heterogeneous_memory": f"{_SEED_004}; DeepSpeed has no adaptive HBM memory pool",
+    "heterogeneous_memory": f"{_NEVER_EXISTED}; DeepSpeed has no adaptive HBM memory pool",
     "torch_compile": (
-        "no such key (a tuning guide's invention): torch.compile is turned on by calling "
+        "no such key in any DeepSpeed version: torch.compile is turned on by calling "
         "engine.compile(backend=...); the 'compile' section configures DeepCompile"
     ),
     "partitioned_parameters": (
@@ -64,7 +63,7 @@ TORCH_SCHEDULERS = (
 )
 INVENTED_SCHEDULERS: dict[str, str] = {
     "compute_aware": (
-        "not a DeepSpeed scheduler (invented by a tuning guide): deepspeed.initialize raises "
+        "not a DeepSpeed scheduler: deepspeed.initialize raises "
         "'AssertionError: DeepSpeed does not recognize LR scheduler compute_aware'"
     ),
 }

@@ -32,9 +32,9 @@ def check_wall_clock(cfg: ConfigView, inputs: HealthInputs) -> Finding:
     wcb = cfg.get("wall_clock_breakdown")
     fp = cfg.get("flops_profiler.enabled")
     ev = (wcb.evidence(), fp.evidence())
-    if wcb.value is True:
+    if cfg.flag(wcb.path) is True:
         return Finding(Status.PASS, "wall_clock_breakdown is on (timers add a device sync)", ev)
-    if fp.value is True:
+    if cfg.enabled("flops_profiler"):
         return Finding(Status.PASS, "the flops profiler turns the timer breakdown on", ev)
     return Finding(
         Status.WARN,
@@ -128,7 +128,7 @@ def check_flops_profiler(cfg: ConfigView, inputs: HealthInputs) -> Finding:
     on = cfg.get("flops_profiler.enabled")
     step = cfg.get("flops_profiler.profile_step")
     ev = (on.evidence(), step.evidence())
-    if on.value is True:
+    if cfg.enabled("flops_profiler"):
         return Finding(Status.PASS, f"flops profiler at step {step.value}", ev)
     fix = fix_json(
         {
@@ -164,7 +164,7 @@ def check_comms_logger(cfg: ConfigView, inputs: HealthInputs) -> Finding:
     enabled = cfg.get("comms_logger.enabled")
     verbose = cfg.get("comms_logger.verbose")
     ev = (enabled.evidence(), verbose.evidence())
-    if enabled.value is not True:
+    if not cfg.enabled("comms_logger"):
         return Finding(
             Status.WARN,
             "comms_logger.enabled is false but the section's presence "
@@ -173,7 +173,7 @@ def check_comms_logger(cfg: ConfigView, inputs: HealthInputs) -> Finding:
             "delete the comms_logger section to turn it off",
             "text",
         )
-    note = "; verbose prints one line per collective" if verbose.value is True else ""
+    note = "; verbose prints one line per collective" if cfg.flag(verbose.path) is True else ""
     return Finding(
         Status.PASS,
         f"on: it synchronizes every collective, so overlap looks worse than it is{note}",

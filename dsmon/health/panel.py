@@ -36,7 +36,10 @@ BADGE_COLORS = {
     Status.WARN: "orange",
     Status.FAIL: "red",
     Status.UNKNOWN: "gray",
+    Status.NOT_APPLICABLE: "blue",
 }
+#: The counts row, worst first; rules that do not apply come last, apart from the passes.
+COUNT_ORDER = (Status.FAIL, Status.WARN, Status.UNKNOWN, Status.PASS, Status.NOT_APPLICABLE)
 #: Categories in display order, with their headings.
 SECTIONS = (("config", "Configuration"), ("runtime", "Run"), ("gpu", "GPUs"))
 
@@ -78,18 +81,29 @@ def _merged(
 
 def badge(status: Status) -> str:
     """The Streamlit markdown badge of a status (``:red-badge[FAIL]``)."""
-    return f":{BADGE_COLORS[status]}-badge[{status.value.upper()}]"
+    return f":{BADGE_COLORS[status]}-badge[{status.label.upper()}]"
 
 
-def by_category(checklist: Checklist, category: str) -> tuple[list[CheckResult], list[CheckResult]]:
-    """One category's results: the problems worst first (fail, warn, unknown), then the passes.
+class Section(NamedTuple):
+    """One category's results as the page lays them out."""
 
-    Problems are shown one by one; passes are listed together, so the page leads with what
-    needs attention.
+    problems: list[CheckResult]
+    passing: list[CheckResult]
+    not_applicable: list[CheckResult]
+
+
+def by_category(checklist: Checklist, category: str) -> Section:
+    """One category's results: problems worst first, the passes, the rules that do not apply.
+
+    Problems are shown one by one; passes are listed together, and the rules that do not apply
+    in a list of their own, so the page leads with what needs attention and never presents an
+    unchecked rule as a pass.
     """
     order = {Status.FAIL: 0, Status.WARN: 1, Status.UNKNOWN: 2}
     rows = [r for r in checklist.results if r.category == category]
-    problems = sorted(
-        (r for r in rows if r.status is not Status.PASS), key=lambda r: order[r.status]
+    problems = sorted((r for r in rows if r.status in order), key=lambda r: order[r.status])
+    return Section(
+        problems,
+        [r for r in rows if r.status is Status.PASS],
+        [r for r in rows if r.status is Status.NOT_APPLICABLE],
     )
-    return problems, [r for r in rows if r.status is Status.PASS]

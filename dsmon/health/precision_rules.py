@@ -134,9 +134,9 @@ def check_fp16_quantized_gradients(cfg: ConfigView, inputs: HealthInputs) -> Fin
     q = cfg.get("zero_optimization.zero_quantized_gradients")
     fp16 = cfg.get("fp16.enabled")
     ev = (fp16.evidence(), q.evidence())
-    if q.value is not True:
+    if cfg.flag(q.path) is not True:
         return not_applicable("ZeRO++ quantized gradients are off", *ev)
-    if fp16.value is not True:
+    if not cfg.enabled("fp16"):
         return Finding(Status.PASS, "quantized gradients without fp16", ev)
     fix = fix_json({"fp16": {"enabled": False}, "bf16": {"enabled": True}})
     return Finding(

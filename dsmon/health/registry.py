@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterable
 
+from dsmon.health.fixes import effective_fix
 from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Checklist, CheckResult, Finding, Rule, Status
 
@@ -69,11 +70,13 @@ def all_rules() -> tuple[Rule, ...]:
 def run_rule(r: Rule, inputs: HealthInputs) -> CheckResult:
     """Evaluate one rule; a rule tripping over malformed data yields UNKNOWN, not a crash.
 
+    Its fix is reduced to what would change the config in effect (:mod:`dsmon.health.fixes`).
+
     Only the errors bad input causes (a string where a number belongs, a missing column) are
     turned into UNKNOWN; anything else is a bug and propagates.
     """
     try:
-        f = r.func(inputs)
+        f = effective_fix(r.func(inputs), inputs)
     except (TypeError, ValueError, KeyError, ZeroDivisionError, OverflowError) as exc:
         f = Finding(Status.UNKNOWN, f"could not evaluate: {type(exc).__name__}: {exc}")
     return CheckResult(

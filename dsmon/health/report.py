@@ -2,7 +2,8 @@
 
 Both forms carry the same facts as the dashboard panel: per rule its status, title, summary,
 evidence and the fix to copy. The text form is meant to be read top to bottom in a terminal:
-problems first (fail, warn, unknown), passes last and short, then one summary line.
+problems first (fail, warn, unknown), then the passes, short, then the rules that do not apply
+to this run (listed apart: nothing was checked), then one summary line.
 """
 
 from __future__ import annotations
@@ -14,9 +15,23 @@ from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Checklist, CheckResult, Status
 
 #: Exit status of ``dsmon check`` per worst verdict (issue #5: 0 all pass, 1 warn, 2 fail).
-EXIT_CODES = {Status.PASS: 0, Status.UNKNOWN: 0, Status.WARN: 1, Status.FAIL: 2}
-_ORDER = (Status.FAIL, Status.WARN, Status.UNKNOWN, Status.PASS)
-_LABEL = {Status.PASS: "PASS", Status.WARN: "WARN", Status.FAIL: "FAIL", Status.UNKNOWN: "UNKN"}
+EXIT_CODES = {
+    Status.NOT_APPLICABLE: 0,
+    Status.PASS: 0,
+    Status.UNKNOWN: 0,
+    Status.WARN: 1,
+    Status.FAIL: 2,
+}
+_ORDER = (Status.FAIL, Status.WARN, Status.UNKNOWN, Status.PASS, Status.NOT_APPLICABLE)
+_LABEL = {
+    Status.PASS: "PASS",
+    Status.WARN: "WARN",
+    Status.FAIL: "FAIL",
+    Status.UNKNOWN: "UNKN",
+    Status.NOT_APPLICABLE: "N/A ",
+}
+#: Statuses printed as title and summary only (evidence with --verbose).
+_SHORT = frozenset({Status.PASS, Status.NOT_APPLICABLE})
 _WIDTH = 100
 
 
@@ -50,15 +65,15 @@ def format_result(r: CheckResult, verbose: bool = False) -> list[str]:
     lines = [head]
     indent = " " * 6
     lines += textwrap.wrap(r.summary, _WIDTH, initial_indent=indent, subsequent_indent=indent)
-    if r.status is Status.PASS and not verbose:
+    if r.status in _SHORT and not verbose:
         return lines
     for e in r.evidence:
         lines += textwrap.wrap(
             e.text(), _WIDTH, initial_indent=indent + "- ", subsequent_indent=indent + "  "
         )
-    if r.page and r.status is not Status.PASS:
+    if r.page and r.status not in _SHORT:
         lines.append(f"{indent}chart: dashboard page '{r.page}'")
-    if r.fix and r.status is not Status.PASS:
+    if r.fix and r.status not in _SHORT:
         lines.append(f"{indent}fix ({r.fix_lang}):")
         lines += [f"{indent}  {line}" for line in r.fix.splitlines()]
     return lines

@@ -42,7 +42,7 @@ def _overlap_setting(inputs: HealthInputs) -> Evidence:
     "comm.share",
     "Communication takes at most 25 % of a step",
     "Exposed communication (bwd_allreduce, + optimizer_allgather on ZeRO-1/2) as a share of "
-    "fwd + bwd + step, per step, median over the run after warm-up (seed 004's < 25 % target).",
+    "fwd + bwd + step, per step, median over the run after warm-up (target: under 25 %).",
     "runtime",
     page="communication",
 )
@@ -52,11 +52,11 @@ def check_comm_share(inputs: HealthInputs) -> Finding:
     if bd.empty:
         return Finding(Status.UNKNOWN, _NO_TIMERS)
     cs = comm.comm_share(bd).dropna(subset=["comm_share"])
-    if cs.empty:
+    stats = comm.exposed_comm_share(bd)
+    if cs.empty or stats is None:
         return Finding(Status.UNKNOWN, "the timer lines carry no bwd_allreduce figure")
-    share = cs.groupby("step")["comm_share"].max()
     rng = m.step_range(cs)
-    med, p90 = m.median(share), float(share.quantile(0.9))
+    med, p90 = stats.p50, stats.p90
     where = f"{m.range_text(rng)}, slowest rank"
     ev = (
         Evidence("exposed comm share p50", f"{med:.1%}", where),
@@ -111,27 +111,22 @@ def _phase_shares(
 def _timer_phase_shares(bd: pd.DataFrame) -> list[tuple[str, float, str]]:
     """Phase shares from the timers alone (exposed communication only)."""
     out: list[tuple[str, float, str]] = []
-    bwd_share = (bd["bwd_allreduce_ms"] / bd["bwd_ms"].where(bd["bwd_ms"] > 0)).dropna()
-    if not bwd_share.empty:
-        out.append(("bwd_allreduce share of bwd", m.median(bwd_share), "timers, median per step"))
-    gather_pct = comm.timer_ratios(bd)["allgather_pct_of_fwd"].dropna()
-    if not gather_pct.empty:
-        out.append(
-            (
-                "optimizer_allgather vs fwd",
-                m.median(gather_pct) / 100.0,
-                "ZeRO-1/2 timers, median per step",
-            )
-        )
+    bwd = bd.assign(share=bd["bwd_allreduce_ms"] / bd["bwd_ms"].where(bd["bwd_ms"] > 0))
+    bwd_share = comm.share_stats(bwd, "share")
+    if bwd_share is not None:
+        out.append(("bwd_allreduce share of bwd", bwd_share.p50, "timers, median over steps"))
+    gather = comm.phase_share(bd, "allgather_pct_of_fwd")
+    if gather is not None:
+        out.append(("optimizer_allgather vs fwd", gather.p50, "ZeRO-1/2 timers, median over steps"))
     return out
 
 
 @rule(
     "comm.phase_share",
     "All-gather and reduction stay under 25 % of their phase",
-    "All-gather time against fwd and reduce-scatter/all-reduce time against bwd (the tuning "
-    "guide's 'allgather = 60 ms (24 % of fwd)'), from the comms logger when present, else "
-    "from the timers.",
+    "All-gather time against fwd and reduce-scatter/all-reduce time against bwd (read as "
+    "'allgather = 60 ms (24 % of fwd)'), from the comms logger when present, else from the "
+    "timers.",
     "runtime",
     page="communication",
 )

@@ -4,9 +4,9 @@ A misspelled key costs a user either a crash at ``deepspeed.initialize`` or, wor
 all: DeepSpeed reads the top level and the older sections with ``dict.get`` and never looks at
 leftover keys, while its pydantic sections (``extra="forbid"``) reject them. The checklist can
 only say which of the two happens if it knows the real keys, so they are written down here,
-read from DeepSpeed's source (deepspeedai/DeepSpeed @ edaa722, v0.19.6, and the history in
-``shared/reference/deepspeed-formats.md`` sections 11-13). Keys a tuning guide invented are
-listed with the reason, so the checklist names them instead of guessing a nearest key.
+read from DeepSpeed's source (deepspeedai/DeepSpeed @ edaa722, v0.19.6, and its git history).
+Keys that look like DeepSpeed options but never existed are listed with the reason, so the
+checklist names them instead of guessing a nearest key.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 Version = tuple[int, int, int]
 
-#: The newest DeepSpeed whose schema this file was checked against (the corpus runs 0.19.8).
+#: The newest DeepSpeed whose schema this file was checked against.
 LATEST_KNOWN: Version = (0, 19, 8)
 
 

@@ -3,7 +3,7 @@
 An unknown key is either fatal (a pydantic section rejects it at ``deepspeed.initialize``) or
 silently ignored (the top level and the dict.get sections): the second is the dangerous one,
 because the run starts and the user believes a setting is in force. These rules say which
-happens, for the version in use, and name the keys a tuning guide invented.
+happens, for the version in use, and name the look-alike keys no DeepSpeed version has.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dsmon.health.config_view import ConfigView, as_float
 from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Evidence, Finding, Status, worst
 from dsmon.health.registry import rule
-from dsmon.health.verdicts import fix_json, needs_config
+from dsmon.health.verdicts import fix_json, needs_config, not_applicable
 
 _DEPRECATED = {
     "zero_optimization.cpu_offload": "offload_optimizer",
@@ -153,7 +153,7 @@ def check_scheduler(cfg: ConfigView, inputs: HealthInputs) -> Finding:
     """Fail on a scheduler type DeepSpeed cannot build (an AssertionError at initialize)."""
     kind = cfg.section("scheduler").get("type")
     if kind is None:
-        return Finding(Status.PASS, "no scheduler in the config (the client may pass its own)")
+        return not_applicable("no scheduler in the config (the client may pass its own)")
     ev = Evidence("scheduler.type", kind, "set")
     if kind in names.DS_SCHEDULERS or kind in names.TORCH_SCHEDULERS:
         return Finding(Status.PASS, f"scheduler {kind} exists", (ev,))
@@ -186,7 +186,7 @@ def check_optimizer_type(cfg: ConfigView, inputs: HealthInputs) -> Finding:
     opt = cfg.section("optimizer")
     kind = opt.get("type")
     if kind is None:
-        return Finding(Status.PASS, "no optimizer in the config (the client passes its own)")
+        return not_applicable("no optimizer in the config (the client passes its own)")
     ev = [Evidence("optimizer.type", kind, "set")]
     problems: list[str] = []
     if str(kind).lower() not in names.DS_OPTIMIZERS and kind not in names.TORCH_OPTIMIZERS:
@@ -216,7 +216,7 @@ def _hard_check_failures(cfg: ConfigView) -> Iterator[tuple[str, Evidence]]:
     ratio = as_float(cfg.section("zero_optimization.offload_optimizer").get("ratio"))
     if ratio is not None and ratio < 1 and cfg.stage != 3:
         yield "offload_optimizer.ratio < 1 requires ZeRO-3", Evidence("offload ratio", ratio)
-    if cfg.get("zero_optimization.legacy_stage1").value is True:
+    if cfg.flag("zero_optimization.legacy_stage1") is True:
         yield "legacy_stage1 was removed: true raises", Evidence("legacy_stage1", True, "set")
     yield from _fp16_hard_checks(cfg)
 

@@ -16,6 +16,7 @@ from dsmon.health import thresholds as th
 from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Evidence, Finding, Status
 from dsmon.health.registry import rule
+from dsmon.health.verdicts import not_applicable
 
 _NO_STEPS = "no step timing: needs wall_clock_breakdown, throughput lines or iteration lines"
 
@@ -151,9 +152,7 @@ def check_mfu(inputs: HealthInputs) -> Finding:
         Evidence("dtype", dtype, how),
     ]
     if inputs.facts.device == "cpu":
-        return Finding(
-            Status.PASS, "not applicable: CPU run (no GPU peak to compare with)", tuple(ev)
-        )
+        return not_applicable("CPU run (no GPU peak to compare with)", *ev)
     names = inputs.facts.gpu_names
     peak = peaks.find_peak(names[0]) if names else None
     value = peak.tflops.get(dtype) if peak else None
@@ -164,7 +163,6 @@ def check_mfu(inputs: HealthInputs) -> Finding:
     ev += [
         Evidence("peak", f"{value:g} TFLOPS ({peak.model}, dense {dtype})", peak.source),
         Evidence("reference", peaks.A100_REFERENCE.label, peaks.A100_REFERENCE.source),
-        Evidence("seed reference", peaks.SEED_A100_NOTE),
     ]
     if share >= th.MFU_WARN:
         return Finding(Status.PASS, f"MFU {share:.1%}", tuple(ev))

@@ -37,8 +37,12 @@ def needs_config(func: ConfigRuleFunc) -> Callable[[HealthInputs], Finding]:
 
 
 def not_applicable(reason: str, *evidence: Evidence) -> Finding:
-    """A rule that does not apply to this setup passes, and says why."""
-    return Finding(Status.PASS, f"not applicable: {reason}", evidence)
+    """A rule that does not apply to this setup says why, apart from the passes.
+
+    Nothing was checked (the feature is not used, or the run has no data of that kind), so
+    counting it as a pass would overstate how much of the checklist the run satisfies.
+    """
+    return Finding(Status.NOT_APPLICABLE, reason, evidence)
 
 
 #: Snippets up to this long stay on one line; longer ones are indented like ds_config files.

@@ -9,7 +9,7 @@ records that carry none (``base.StepClock``). It does no I/O: the caller feeds l
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from dsmon.parsers.base import NEED_MORE, STEPPED_KINDS, Diagnostics, ParseContext, SubParser
@@ -17,7 +17,8 @@ from dsmon.parsers.lines import LineCleaner, LogLine
 from dsmon.records import Record
 
 #: Records waiting for the step clock to learn its base, at most this many (then released
-#: with ``step`` None, so a live log that never anchors is not held back).
+#: with ``step`` None, so a log that never anchors is not held back). In live mode, the number
+#: of records sent without a step that are remembered to be sent again once it is known.
 MAX_HELD = 5000
 MAX_JOINS = 4
 _START_LOGGERS = frozenset({"runner.py", "launch.py"})
@@ -60,6 +61,13 @@ class LogParser:
         file: the file name recorded in each record's Source.
         node: the node (host) name, when the caller knows it.
         parsers: sub-parsers to use; :func:`default_parsers` when omitted.
+        live: never hold a record back waiting for its step number. A live view must show
+            what the log says within a second, and a log may go on for hours before it
+            names a step (DeepSpeed's default log level prints no ``step=`` lines). Records
+            whose step is not known yet are emitted at once with ``step`` None and emitted
+            *again*, with the step, when the clock learns it; the store fills the step of
+            the copy it already has (same identity key). Offline (``dsmon parse``/``import``)
+            each record is emitted once, with its step, after holding.
     """
 
     def __init__(
@@ -68,8 +76,11 @@ class LogParser:
         file: str | None = None,
         node: str | None = None,
         parsers: Sequence[SubParser] | None = None,
+        *,
+        live: bool = False,
     ) -> None:
         self.ctx = ParseContext(run, file, node)
+        self.live = live
         self._parsers = list(parsers) if parsers is not None else default_parsers()
         self._cleaner = LineCleaner()
         self._lineno = 0
@@ -77,6 +88,7 @@ class LogParser:
         self._chain: list[LogLine] = []
         self._saved: _DiagSnapshot | None = None
         self._held: list[tuple[Record, int | None]] = []  # rel to stamp with, None: keep
+        self._sent_unstamped: deque[tuple[Record, int]] = deque(maxlen=MAX_HELD)  # live mode
         self._gave_up = False
 
     @property
@@ -110,6 +122,7 @@ class LogParser:
         out.extend(rec for rec, _ in self._held)  # never numbered: no anchor, no count
         self.ctx.diag.records += len(self._held)
         self._held.clear()
+        self._sent_unstamped.clear()
         return out
 
     def _take(self, logical: LogLine, out: list[Record]) -> None:
@@ -218,6 +231,10 @@ class LogParser:
         clock = self.ctx.clock
         for rec in recs:
             needs = rec.step is None and rec.KIND in STEPPED_KINDS
+            if self.live and needs and not clock.resolved():
+                out.append(rec)
+                self._sent_unstamped.append((rec, rel))
+                continue
             if not clock.resolved() and not self._gave_up and (needs or self._held):
                 self._held.append((rec, rel if needs else None))
                 continue
@@ -225,6 +242,8 @@ class LogParser:
 
     def _assign_steps(self, out: list[Record]) -> list[Record]:
         """Release held records once the clock can decide (or too many are held)."""
+        if self._sent_unstamped and self.ctx.clock.resolved():
+            out = self._restamped() + out
         if self._held:
             clock = self.ctx.clock
             if clock.resolved():
@@ -240,6 +259,22 @@ class LogParser:
                 self._gave_up = True  # from now on unnumbered records are not held back
         self.ctx.diag.records += len(out)
         return out
+
+    def _restamped(self) -> list[Record]:
+        """Live mode: copies, now with their step, of records already sent without one.
+
+        Not counted in ``diag.records``: they are the same records, sent again. A blind clock
+        numbers nothing, so nothing is sent again then.
+        """
+        clock = self.ctx.clock
+        again = [
+            dataclasses.replace(rec, step=step)
+            for rec, rel in self._sent_unstamped
+            if (step := clock.stamp(rel)) is not None
+        ]
+        self._sent_unstamped.clear()
+        self.ctx.diag.records -= len(again)
+        return again
 
 
 class _DiagSnapshot:

@@ -7,7 +7,7 @@ from every rank, and the fused one adds a rank-0 ``Overflow detected`` line. Rec
 per line (with the rank when the line names it); consumers count skipped steps per distinct
 step (or ``iteration``), never per record: docs/step-assignment.md, "Counting skipped steps".
 
-Forms read (deepspeed-formats.md section 6):
+Forms read (the messages of DeepSpeed's loss scalers, across versions):
 
 - ``[deepspeed] OVERFLOW! Rank R Skipping step. Attempted loss scale: S, reducing to T``
   (v0.8.3+ ints; before: floats; v0.5 ZeRO-3 says ``[deepscale]``), the hysteresis variant

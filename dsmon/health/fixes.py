@@ -1,0 +1,113 @@
+"""A fix is offered only when applying it changes the config the run really uses.
+
+Rules write their fix as a ds_config fragment for the situation they detect ("turn
+overlap_comm on, buckets at 5e8"), without checking every key against the run. Pasting a fix
+that changes nothing costs a user a restart and teaches them to ignore the checklist, so every
+JSON fix passes through :func:`effective_fix` before any surface shows it: each key whose value
+is already in effect is dropped, and so is each ZeRO key the configured stage never reads
+(``overlap_comm`` on stage 0). When nothing is left, the rule's verdict stands without a fix.
+
+"In effect" is the effective config DeepSpeed prints at start-up when the run has one (it
+holds the resolved values: defaults of that version, ``"auto"`` filled in), else the user's
+ds_config with that version's defaults.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from dsmon.health import schema
+from dsmon.health.config_view import ConfigView, as_float
+from dsmon.health.inputs import HealthInputs
+from dsmon.health.model import Finding
+from dsmon.health.verdicts import fix_json
+
+_ZERO = "zero_optimization"
+#: ZeRO keys only the listed stages read (stage 0 builds no ZeRO optimizer at all); setting
+#: one on another stage changes nothing about the run. Keys not listed apply to every stage.
+STAGE_ONLY: dict[str, frozenset[int]] = {
+    "overlap_comm": frozenset({1, 2, 3}),
+    "reduce_bucket_size": frozenset({1, 2, 3}),
+    "reduce_scatter": frozenset({1, 2, 3}),
+    "allgather_bucket_size": frozenset({1, 2}),
+    "allgather_partitions": frozenset({1, 2}),
+    "contiguous_gradients": frozenset({2, 3}),
+    "sub_group_size": frozenset({3}),
+    "zero_hpz_partition_size": frozenset({3}),
+    **{name: frozenset({3}) for name in schema.SECTIONS[_ZERO].aliases.values()},
+}
+#: Keys kept beside a changed sibling even when unchanged: they say what the siblings belong to.
+_IDENTITY_KEYS = frozenset({"type"})
+
+
+def read_at_stage(path: str, stage: int) -> bool:
+    """Whether DeepSpeed reads a ``zero_optimization`` key (either spelling) at this stage."""
+    section, _, key = path.rpartition(".")
+    if section != _ZERO:
+        return True
+    stages = STAGE_ONLY.get(schema.SECTIONS[_ZERO].aliases.get(key, key))
+    return stages is None or stage in stages
+
+
+def in_effect(inputs: HealthInputs) -> ConfigView | None:
+    """The config the run uses: its effective dump when printed, else the config read."""
+    return inputs.effective or inputs.config
+
+
+def effective_fix(finding: Finding, inputs: HealthInputs) -> Finding:
+    """The finding with its JSON fix reduced to what would change; no fix if nothing would."""
+    config = in_effect(inputs)
+    if not finding.fix or finding.fix_lang != "json" or config is None:
+        return finding
+    try:
+        fragment = json.loads(finding.fix)
+    except json.JSONDecodeError:
+        return finding
+    if not isinstance(fragment, Mapping):
+        return finding
+    stage = _stage(fragment, config)
+    kept = _changes(fragment, "", config, stage)
+    fix = fix_json(kept) if kept else None
+    if fix == finding.fix:
+        return finding
+    return Finding(
+        finding.status, finding.summary, finding.evidence, fix, finding.fix_lang, finding.steps
+    )
+
+
+def _stage(fragment: Mapping[str, Any], config: ConfigView) -> int:
+    """The ZeRO stage after the fix: the fix's own stage when it sets one."""
+    zero = fragment.get(_ZERO)
+    stage = as_float(zero.get("stage")) if isinstance(zero, Mapping) else None
+    return int(stage) if stage is not None else config.stage
+
+
+def _changes(
+    node: Mapping[str, Any], prefix: str, config: ConfigView, stage: int
+) -> dict[str, Any]:
+    """The part of a fix fragment that differs from ``config``, keys in the fix's order."""
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            sub = _changes(value, f"{path}.", config, stage)
+            if sub:
+                out[key] = sub
+        elif read_at_stage(path, stage) and not _same(value, config, path):
+            out[key] = value
+    if out:
+        out = {k: out.get(k, node[k]) for k in node if k in out or k in _IDENTITY_KEYS}
+    return out
+
+
+def _same(wanted: Any, config: ConfigView, path: str) -> bool:
+    """Whether the fix's value is the one in effect, read the way DeepSpeed reads both."""
+    if isinstance(wanted, bool):
+        return config.flag(path) is wanted
+    current = config.get(path).value
+    if isinstance(wanted, int | float):
+        number = as_float(current)
+        return number is not None and number == float(wanted)
+    return bool(wanted == current)

@@ -1,0 +1,7 @@
+"""The dashboard's Streamlit code that every page shares: the page frame, live fragments, charts.
+
+``dsmon/`` computes and never imports Streamlit; ``app.py`` and ``pages/`` render. What the
+pages would otherwise each copy (finding the view ``app.py`` prepared, the live fragment that
+refreshes the run's frames before redrawing, a chart that keeps the user's zoom across
+refreshes, user text shown as text) lives here once.
+"""
