@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from dsmon.parsers.config_dump import loads_lenient
+from dsmon.parsers.config_dump import loads_lenient, printed_words
 from dsmon.parsers.log import parse_text
 from dsmon.parsers.pyrepr import parse_value
-from dsmon.records import ConfigRecord, Record
+from dsmon.records import ConfigRecord, Record, Source
 from dsmon.wire import decode, encode
 
 DATA = Path(__file__).parent / "data"
@@ -253,3 +253,12 @@ def test_lenient_json_accepts_what_deepspeed_prints() -> None:
     assert loads_lenient('{"s": "inf, ]"}') == {"s": "inf, ]"}
     with pytest.raises(ValueError):
         loads_lenient('{"a": ')
+
+
+def test_non_finite_values_keep_the_word_deepspeed_printed() -> None:
+    """JSON has no inf: as a number it would reach the store as null, as if never printed."""
+    value = loads_lenient('{\n    "a": inf, \n    "b": [-inf, 1.5], \n    "c": {"d": nan}\n}')
+    kept = printed_words(value)
+    assert kept == {"a": "inf", "b": ["-inf", 1.5], "c": {"d": "nan"}}
+    rec = ConfigRecord(src=Source(run="r"), origin="user_json", config=kept)
+    assert decode(encode(rec)) == rec

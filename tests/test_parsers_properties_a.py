@@ -60,6 +60,7 @@ _NUMBER = re.compile(r"\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")
 _SCALES = (1.0, 1e3, 1e6, 1e9, 1e12, 1e15, 1e-3, 1e-6, 1e-9)
 _SUMMARY = [f for f in FlopsProfileRecord.__dataclass_fields__ if f.endswith(("_ms", "_s", "_gpu"))]
 _SUMMARY += ["params_total", "fwd_flops_total", "world_size", "data_parallel_size"]
+_WORDS = {w: re.compile(p, re.I) for w, p in (("inf", "inf"), ("-inf", "-inf"), ("nan", "nan"))}
 _MODULE = ("params", "params_pct", "macs", "macs_pct", "fwd_latency_ms", "fwd_latency_pct")
 
 
@@ -101,6 +102,8 @@ class Printed:
                 continue
             if isinstance(leaf, int | float):
                 assert self.has_number(float(leaf)), f"{what}: {leaf!r} is not in the input"
+            elif leaf in _WORDS:  # a non-finite number, kept as a word (Infinity, inf, NaN)
+                assert _WORDS[leaf].search(self.text), f"{what}: {leaf!r} is not in the input"
             elif isinstance(leaf, str):
                 assert leaf in self.text, f"{what}: {leaf!r} is not in the input"
 

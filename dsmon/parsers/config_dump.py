@@ -16,6 +16,7 @@ yields its records with ``partial`` set, and a JSON value cut short keeps its co
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,6 +64,21 @@ def loads_lenient(text: str) -> Any:
             return json.loads(_JSON_FIX.sub(_fix_json_token, text))
     except RecursionError:
         raise ValueError("nested too deeply") from None
+
+
+def printed_words(value: Any) -> Any:
+    """The value with non-finite numbers as the word DeepSpeed printed: ``inf``, ``-inf``, ``nan``.
+
+    JSON, and so a record's wire form and the store, has no inf or nan: as numbers they would
+    arrive as null, as if the dump had printed nothing there.
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: printed_words(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [printed_words(v) for v in value]
+    return value
 
 
 def _closers(text: str) -> str | None:
@@ -314,7 +330,7 @@ class ConfigDumpParser:
                     src=ctx.src(dump.header, rank=rank),
                     ts=ctx.ts(dump.header),
                     origin="effective",
-                    config=dump.attrs,
+                    config=printed_words(dump.attrs),
                     partial=dump.headless or dump.damaged or user is None,
                 )
             )
@@ -325,7 +341,7 @@ class ConfigDumpParser:
                     src=ctx.src(json_line, rank=rank),
                     ts=ctx.ts(json_line),
                     origin="user_json",
-                    config=config,
+                    config=printed_words(config),
                     partial=cut,
                 )
             )
