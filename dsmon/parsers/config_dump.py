@@ -36,6 +36,8 @@ _USER_JSON = re.compile(r"^  json = (.*)$")
 MAX_FOREIGN = 200
 #: Continuation lines of one JSON value before it is given up as cut.
 MAX_JSON_LINES = 5000
+#: Trailing lines a cut JSON value may lose before what is left is read.
+MAX_SALVAGE_DROPS = 8
 _JSON_FIX = re.compile(r'"(?:[^"\\]|\\.)*"|(-?)\binf(?:inity)?\b|\bnan\b|,(\s*[}\]])', re.I)
 
 
@@ -102,10 +104,11 @@ def salvage_json(lines: list[str]) -> dict[str, Any] | None:
     """The keys of a JSON object cut short, from its complete lines only.
 
     A trailing line that opens a value or was cut mid-way is dropped (its value was never
-    printed whole); what stays is closed and read. None when nothing readable is left.
+    printed whole); what stays is closed and read. None when nothing readable is left within
+    :data:`MAX_SALVAGE_DROPS` dropped lines (each try reads the whole text again).
     """
     keep = list(lines)
-    while keep:
+    while keep and len(lines) - len(keep) <= MAX_SALVAGE_DROPS:
         text = "\n".join(keep).rstrip().rstrip(",")
         closers = _closers(text)
         if (closers is not None and not text.endswith(("{", "[", ":"))) or len(keep) == 1:
