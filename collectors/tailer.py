@@ -34,7 +34,7 @@ from typing import Any
 from collectors.follower import FileFollower, ParserFactory
 from collectors.state import Checkpoint, Position, ProfileState, StateFile, same_start
 from dsmon.parsers.log import LogParser
-from dsmon.records import Record
+from dsmon.records import FlopsProfileRecord, Record
 
 logger = logging.getLogger(__name__)
 
@@ -105,9 +105,10 @@ class ProfileWatcher:
         if sig == self._done_sig or (settling and not final):
             return []
         self._done_sig = sig
-        return self._read()
+        return self._read(final)
 
-    def _read(self) -> list[Record]:
+    def _read(self, final: bool) -> list[Record]:
+        """The profile now in the file; one caught mid-write (``partial``) waits, unless final."""
         try:
             data = Path(self.path).read_bytes()
         except OSError as exc:
@@ -119,6 +120,8 @@ class ProfileWatcher:
         # Labelled by its bare name, as ``dsmon import`` of the file or its folder names it.
         label = os.path.basename(self.path)
         recs = list(self._parse(data.decode("utf-8", errors="replace"), label))
+        if not final:
+            recs = [r for r in recs if not (isinstance(r, FlopsProfileRecord) and r.partial)]
         if recs:  # nothing parsed: not a complete profile yet, wait for the next rewrite
             self._sha = sha
         return recs

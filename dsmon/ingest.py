@@ -49,10 +49,14 @@ _LOG_MARKERS = (
     b"consumed samples",
     b"samples/sec",
 )
+#: Lines only a log has (a profile ``output_file`` beginning like a log holds none of them).
+_LOGGER_MARKERS = (b"] [INFO] [", b"] [WARNING] [", b"[Rank ", b"time (ms) |")
 _RANK_LOG = re.compile(r"_rank(\d+)\.log$")
 _DS_CONFIG = re.compile(r"^(ds|deepspeed)[_-]?config.*\.json$", re.IGNORECASE)
 _PROFILE_HEADER = b"DeepSpeed Flops Profiler"
 _AUTOTUNE_HEADER = b"tuning_space"
+#: Keys every autotuner ``metrics.json`` has, to know one saved under another name.
+_METRICS_KEYS = (b'"latency"', b'"throughput"', b'"FLOPS_per_gpu"')
 #: Progress is reported every this many bytes, not every line (the hot loop stays cheap).
 _PROGRESS_EVERY = 1 << 20
 
@@ -113,8 +117,10 @@ def _kind(path: Path) -> str | None:
         return CSV_MONITOR if head.startswith(b"step,") else None
     if name == "summary.txt" and head.lstrip(b"| ").startswith(_AUTOTUNE_HEADER):
         return AUTOTUNE_SUMMARY
-    if _PROFILE_HEADER in head.lstrip()[:200]:
-        return PROFILE
+    if _PROFILE_HEADER in head.lstrip()[:200] and not any(m in head for m in _LOGGER_MARKERS):
+        return PROFILE  # an output_file holds the profile alone, no logger lines
+    if head.lstrip().startswith(b"{") and all(k in head for k in _METRICS_KEYS):
+        return AUTOTUNE_EXP
     if name.endswith(LOG_SUFFIXES) and any(m in head for m in _LOG_MARKERS):
         return LOG
     return None
@@ -248,7 +254,12 @@ _TABLE_PARSERS: dict[str, Callable[[str, str, str], tuple[Sequence[Record], Diag
 
 
 def _autotune_experiment(found: Found, metrics: str, run: str) -> Record:
-    """An experiment folder's ``metrics.json`` with its ``exp.json`` and ``ds_config.json``."""
+    """An experiment folder's ``metrics.json`` with its ``exp.json`` and ``ds_config.json``.
+
+    Metrics saved under another name (a copy, a paste) are read alone, named after the file.
+    """
+    if found.path.name != "metrics.json":
+        return files.parse_autotune_experiment(found.path.stem, metrics, run, found.label)
     folder = found.path.parent
     exp, cfg = folder / "exp.json", folder / "ds_config.json"
     return files.parse_autotune_experiment(

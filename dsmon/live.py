@@ -328,8 +328,11 @@ CONFIG_ORIGINS = ("user_json", "file", "effective")
 
 
 def preferred_config(configs: Sequence[Record]) -> ConfigRecord | None:
-    """The config record to read settings from: the user's JSON, else a file, else the dump."""
-    found = [c for c in configs if isinstance(c, ConfigRecord)]
+    """The config record to read settings from: the user's JSON, else a file, else the dump.
+
+    A partial record (a dump cut short) is never chosen: a key it lacks would read as unset.
+    """
+    found = [c for c in configs if isinstance(c, ConfigRecord) and not c.partial]
     for origin in CONFIG_ORIGINS:
         match = [c for c in found if c.origin == origin]
         if match:

@@ -201,10 +201,12 @@ class ModuleProfile:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FlopsProfileRecord(Record):
-    """A complete flops-profiler block (summary, aggregated section, detailed tree).
+    """A flops-profiler block (summary, aggregated section, detailed tree).
 
     Counts are plain numbers (``params_per_gpu`` = 932610.0 for ``932.61 K``), rates are per
     second, latencies ms. ``width`` is the label column width (70 since v0.10.1, 60 before).
+    ``partial`` says the block was cut (a run killed mid-profile, a pasted excerpt): what was
+    read is kept, and a figure the block never reached is None, not a measurement.
     """
 
     KIND: ClassVar[str] = "flops_profile"
@@ -232,6 +234,7 @@ class FlopsProfileRecord(Record):
     extra: Mapping[str, str] = field(default_factory=dict)
     top_modules: tuple[ModuleAggregate, ...] = ()
     modules: tuple[ModuleProfile, ...] = ()
+    partial: bool = False
 
 
 # --- comms logger -------------------------------------------------------------------------
@@ -329,11 +332,16 @@ CONFIG_ORIGINS = (
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConfigRecord(Record):
-    """A DeepSpeed config: the user's JSON, the effective attribute dump, or a file."""
+    """A DeepSpeed config: the user's JSON, the effective attribute dump, or a file.
+
+    ``partial`` marks a dump that was cut (or whose start is missing): a key it lacks may have
+    been printed outside what was read, so it says nothing about that setting.
+    """
 
     KIND: ClassVar[str] = "config"
     origin: str
     config: Mapping[str, Any]
+    partial: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -388,6 +396,7 @@ EVENT_NAMES = (
     "traceback",  # a worker's exception (last line of a [rankN]: traceback, C++ terminate)
     "oom",  # CUDA out of memory
     "nccl_error",  # NCCL timeout / watchdog / error
+    "autotuning",  # autotuner progress: start, resources, profile run, optimal exp, end
 )
 
 

@@ -36,9 +36,14 @@ def pick_profile(profiles: list[FlopsProfileRecord]) -> FlopsProfileRecord:
     """The profile to show; a chooser when the run printed several (one per micro-step)."""
     if len(profiles) == 1:
         return profiles[0]
-    labels = [f"#{i + 1}: step {p.profile_step}, line {p.src.line}" for i, p in enumerate(profiles)]
+    labels = [
+        f"#{i + 1}: step {p.profile_step}, line {p.src.line}"
+        + (" (cut short)" if p.partial else "")
+        for i, p in enumerate(profiles)
+    ]
+    default = profiles.index(flops.latest_profile(profiles) or profiles[-1])
     index = st.selectbox(
-        "Profile", range(len(profiles)), index=len(profiles) - 1, format_func=labels.__getitem__
+        "Profile", range(len(profiles)), index=default, format_func=labels.__getitem__
     )
     return profiles[int(index)]
 
@@ -134,6 +139,11 @@ def body() -> None:
         return
     profile = pick_profile(profiles)
     st.info(PROFILER_NOTE)
+    if profile.partial:
+        st.warning(
+            "This profile was cut short in the log (the run stopped, or the output was pasted "
+            "in part): only the figures DeepSpeed printed before the cut are shown."
+        )
     st.subheader("Profile summary")
     st.dataframe(flops.summary(profile), hide_index=True, width="stretch", height="content")
     bd = f.memo(

@@ -10,14 +10,19 @@ has gradient_accumulation_steps 4: four fwd_microstep lines per optimizer step.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 from dashboard_support import read_records
 
 from dsmon.analysis import flops, steps
 from dsmon.frames import records_frame
+from dsmon.parsers.log import parse_text
 from dsmon.peaks import find_peak
 from dsmon.records import FlopsProfileRecord, Record
+
+DATA = Path(__file__).parent / "data"
 
 
 @pytest.fixture(scope="module")
@@ -86,3 +91,19 @@ def test_mfu_rows() -> None:
     assert rows.loc["MFU %", "value"] == 50.0
     unknown = flops.mfu_rows(0.03, None, "fp32").set_index("quantity")
     assert unknown["value"].isna().tolist() == [False, True, True]
+
+
+def test_latest_profile_prefers_a_whole_one_to_a_cut_one() -> None:
+    """grad_accum's log stopped a few lines into its fourth profile block (line 375)."""
+    lines = (DATA / "flops_grad_accum/train.log").read_text(encoding="utf-8").splitlines()
+    recs, _ = parse_text("\n".join(lines[:390]), "r", "train.log")
+    profiles = [r for r in recs if isinstance(r, FlopsProfileRecord)]
+    assert [(p.src.line, p.partial) for p in profiles] == [
+        (221, False),
+        (272, False),
+        (323, False),
+        (375, True),
+    ]
+    chosen = flops.latest_profile(profiles)
+    assert chosen is not None and chosen.src.line == 323
+    assert flops.latest_profile(profiles[-1:]) is profiles[-1]  # nothing whole: the cut one

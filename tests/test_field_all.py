@@ -23,7 +23,10 @@ def test_the_field_corpus_is_there() -> None:
 @pytest.mark.parametrize("path", field_logs(), ids=lambda p: p.name[:2])
 def test_excerpt_parses_and_every_record_is_valid(path: Path) -> None:
     recs, diag = parse_path(path)  # an exception here fails the test
-    assert diag.lines == path.read_bytes().count(b"\n") + (not path.read_bytes().endswith(b"\n"))
+    whole_file = diag.lines == 0 and recs  # a file read whole (an autotuner metrics.json)
+    if not whole_file:
+        data = path.read_bytes()
+        assert diag.lines == data.count(b"\n") + (not data.endswith(b"\n"))
     for rec in recs:
         check_record(rec)  # the types the record model declares
         assert wire.decode(wire.encode(rec)) == rec

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from dsmon.parsers.config_dump import loads_lenient
+from dsmon.parsers.config_dump import loads_lenient, printed_words
 from dsmon.parsers.log import parse_text
 from dsmon.parsers.pyrepr import parse_value
-from dsmon.records import ConfigRecord, Record
+from dsmon.records import ConfigRecord, Record, Source
 from dsmon.wire import decode, encode
 
 DATA = Path(__file__).parent / "data"
@@ -171,25 +171,47 @@ def test_deepspeed_095_dump_with_pydantic_v1_values() -> None:
     assert user.config["fp16"]["initial_scale_power"] == 16
 
 
-def test_dump_cut_inside_attributes_stores_nothing() -> None:
+def test_dump_cut_inside_attributes_keeps_what_was_read() -> None:
+    """z0 up to line 100: the dump stops inside flops_profiler_config's JSON (lines 93-100)."""
     head = "\n".join(read("flops_z0").splitlines()[:100])
-    recs, cut = configs(head, file="z0.log")
-    assert recs == []
+    (effective,), cut = configs(head, file="z0.log")
     assert cut == {"config_dump": 1}
+    assert effective.partial and effective.origin == "effective"
+    assert effective.src.line == 37
+    cfg = effective.config
+    assert cfg["autotuning_config"]["max_train_micro_batch_size_per_gpu"] == 1024.0
+    assert cfg["bfloat16_config"]["check_grad_overflow"] is True
+    # the JSON value in progress keeps its complete lines
+    assert cfg["flops_profiler_config"]["profile_step"] == 5
+    assert cfg["flops_profiler_config"]["output_file"] is None  # line 100, the last one read
+    assert "train_batch_size" not in cfg  # printed after the cut
 
 
-def test_dump_cut_inside_user_json_stores_nothing() -> None:
+def test_dump_cut_inside_user_json_keeps_the_whole_dump(
+    z0: tuple[ConfigRecord, ConfigRecord],
+) -> None:
+    """z0 up to line 150: every attribute arrived; the user JSON (from line 142) is cut."""
     lines = read("flops_z0").splitlines()
     recs, diag = parse_text("\n".join(lines[:150]), run="r", file="z0.log")
-    assert [r for r in recs if isinstance(r, ConfigRecord)] == []
+    effective, user = [r for r in recs if isinstance(r, ConfigRecord)]
     assert diag.cut["config_dump"] == 1
     assert diag.examples["config_dump"] == ["z0.log:37: DeepSpeedEngine configuration:"]
+    assert not effective.partial and effective.config == z0[0].config
+    assert user.partial and user.src.line == 142
+    # the first six keys of the whole JSON, and of "optimizer" only line 150's "type"
+    first_six = dict(list(z0[1].config.items())[:6])
+    assert user.config == {**first_six, "optimizer": {"type": "AdamW"}}
+    assert list(first_six)[-1] == "wall_clock_breakdown"
 
 
 def test_old_dump_cut_by_end_of_paste() -> None:
-    recs, cut = configs(read("config_v03_issue679"))
-    assert recs == []
+    (rec,), cut = configs(read("config_v03_issue679"))
     assert cut == {"config_dump": 1}
+    assert rec.partial and rec.origin == "effective"
+    assert len(rec.config) == 10  # the ten attribute lines, 3-12
+    assert rec.config["checkpoint_tag_validation_enabled"] is True
+    assert rec.config["dynamic_loss_scale_args"]["min_scale"] == 1e-24
+    assert rec.config["elasticity_enabled"] is False
 
 
 def test_interleaved_line_of_another_rank_is_passed_on() -> None:
@@ -231,3 +253,12 @@ def test_lenient_json_accepts_what_deepspeed_prints() -> None:
     assert loads_lenient('{"s": "inf, ]"}') == {"s": "inf, ]"}
     with pytest.raises(ValueError):
         loads_lenient('{"a": ')
+
+
+def test_non_finite_values_keep_the_word_deepspeed_printed() -> None:
+    """JSON has no inf: as a number it would reach the store as null, as if never printed."""
+    value = loads_lenient('{\n    "a": inf, \n    "b": [-inf, 1.5], \n    "c": {"d": nan}\n}')
+    kept = printed_words(value)
+    assert kept == {"a": "inf", "b": ["-inf", 1.5], "c": {"d": "nan"}}
+    rec = ConfigRecord(src=Source(run="r"), origin="user_json", config=kept)
+    assert decode(encode(rec)) == rec

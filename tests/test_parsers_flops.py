@@ -183,12 +183,21 @@ def test_log_of_output_file_run_has_no_block() -> None:
     assert recs == [] and diag.cut == {}
 
 
-def test_output_file_caught_mid_write_is_cut() -> None:
+def test_output_file_caught_mid_write_is_partial_and_keyed_apart() -> None:
     """The collector may read the file while DeepSpeed writes it: first 40 lines only."""
     text = (DATA / "flops_detailed_file/flops_profile.txt").read_text()
     head = "\n".join(text.splitlines()[:40])
-    recs, diag = parse_profile_file(head, "run", "flops_profile.txt")
-    assert recs == [] and diag.cut == {"flops_profile": 1}
+    (cut,), diag = parse_profile_file(head, "run", "flops_profile.txt")
+    (whole,), _ = parse_profile_file(text, "run", "flops_profile.txt")
+    assert diag.cut == {"flops_profile": 1}
+    assert cut.partial and not whole.partial
+    assert cut.fwd_latency_ms == whole.fwd_latency_ms == 11.62
+    assert cut.samples_per_s == whole.samples_per_s == 148.17
+    assert cut.top_modules == whole.top_modules[: len(cut.top_modules)]
+    assert cut.top_modules[-1].module_class == "Embedding"  # depth 1, the last row read
+    assert cut.modules == ()
+    # the complete re-read is a different record, so the store keeps it beside the cut one
+    assert (cut.src.sub, whole.src.sub) == (-7, 6) and cut.step == whole.step == 6
 
 
 # --- pre-v0.10.1 layout and odd values (external sources, see the READMEs) -------------------
@@ -267,6 +276,63 @@ def test_exponent_values_and_a_clipped_tree() -> None:
     assert diag.unparsed == {} and diag.cut == {}
 
 
+def test_v03_forward_pass_summary_and_one_line_aggregates() -> None:
+    """The earliest layout: ``Summary of forward pass:`` and ``Top 3 modules in MACs at ...``."""
+    text = (DATA / "flops_v03_tutorial_lenet/profile.txt").read_text()
+    (rec,), diag = parse_profile_file(text, "run", "profile.txt")
+    assert not rec.partial and rec.profile_step == 1  # "Profile step:                   1"
+    assert rec.params_per_gpu == 61.71e3  # "Number of parameters:           61.71 k"
+    assert rec.fwd_macs_per_gpu == 439.56e6  # "...operations (MACs):   439.56 M"
+    assert rec.fwd_flops_per_gpu == 879.12e6  # "( = 2 * MACs):   879.12 M"
+    assert rec.fwd_latency_ms == 25.7  # "Latency:                        25.7 ms"
+    assert rec.fwd_flops_per_s_per_gpu == 34.2e9  # "...per second(FLOPS):   34.2 GFLOPS"
+    assert rec.bwd_factor is None and rec.width == 30
+    assert [(a.depth, a.metric, a.module_class, a.value) for a in rec.top_modules] == [
+        (2, "macs", "Conv2d", 421.91e6),
+        (2, "macs", "Linear", 11.18e6),
+        (2, "macs", "AvgPool2d", 6.46e6),
+        (2, "params", "Conv2d", 50.69e3),
+        (2, "params", "Linear", 11.01e3),
+        (2, "params", "Tanh", 0.0),
+        (2, "fwd_latency", "Conv2d", 11.37),
+        (2, "fwd_latency", "Linear", 5.27),
+        (2, "fwd_latency", "AvgPool2d", 5.02),
+    ]
+    assert len(rec.modules) == 14  # LeNet5, 2 Sequentials, 8 + 3 layers
+    conv = module(rec, "feature_extractor.3")
+    assert (conv.params, conv.macs, conv.fwd_latency_ms) == (2.42e3, 247.4e6, 0.92483)
+    assert (conv.fwd_flops_per_s, conv.extra) == (
+        535.02e9,
+        "6, 16, kernel_size=(5, 5), stride=(1, 1)",
+    )
+    assert module(rec, "classifier.2").fwd_flops_per_s == 613.62e6  # "613.62 MFLOPS"
+    assert diag.unparsed == {} and diag.cut == {}
+
+
+def test_summary_labels_are_read_with_any_spacing() -> None:
+    """flops_z0's block as a paste that collapsed every run of spaces to one."""
+    lines = (DATA / "flops_z0/train.log").read_text().splitlines()
+    (clean,), _ = parse_lines(lines)
+    collapsed = [" ".join(ln.split()) if not ln.startswith("[") else ln for ln in lines]
+    (rec,), diag = parse_lines(collapsed)
+    assert isinstance(rec, FlopsProfileRecord) and isinstance(clean, FlopsProfileRecord)
+    assert dataclasses.replace(rec, width=None, modules=clean.modules) == dataclasses.replace(
+        clean, width=None
+    )
+    assert rec.samples_per_s == 83.67 and rec.fwd_bwd_flops_per_s_per_gpu == 22.16e9
+    assert diag.cut == {}
+
+
+def test_srun_label_on_every_line_changes_nothing() -> None:
+    """flops_z0 as ``srun --label`` shows it: ``0: `` before every line."""
+    lines = (DATA / "flops_z0/train.log").read_text().splitlines()
+    (clean,), _ = parse_lines(lines)
+    (rec,), diag = parse_lines([f"0: {ln}" for ln in lines])
+    assert isinstance(rec, FlopsProfileRecord) and isinstance(clean, FlopsProfileRecord)
+    assert without_position(rec) == without_position(clean)
+    assert diag.unparsed == {} and diag.cut == {}
+
+
 # --- noise, cuts and damage ------------------------------------------------------------------
 
 
@@ -291,12 +357,16 @@ def test_launcher_prefix_and_interleaved_lines_change_nothing() -> None:
     assert diag.unparsed == {} and diag.cut == {}
 
 
-def test_block_without_its_end_is_cut_and_the_next_one_kept() -> None:
+def test_block_without_its_end_is_partial_and_the_next_one_kept() -> None:
     """grad_accum with the closing dashed line of its first block removed (line 267)."""
     lines = (DATA / "flops_grad_accum/train.log").read_text().splitlines()
     assert lines[266].startswith("-" * 78)
     recs, diag = parse_lines(lines[:266] + lines[267:])
-    assert [r.src.line for r in recs] == [271, 322, 374]
+    (whole, *_), _ = parse_lines(lines)
+    assert [r.src.line for r in recs] == [221, 271, 322, 374]
+    assert [isinstance(r, FlopsProfileRecord) and r.partial for r in recs] == [True] + [False] * 3
+    # nothing was lost but the footer: the cut block holds what the whole one does
+    assert dataclasses.replace(recs[0], partial=False) == whole
     assert diag.cut == {"flops_profile": 1}
     assert diag.examples["flops_profile"] == [
         "train.log:271: -------------------------- DeepSpeed Flops Profiler ------------------"
@@ -304,10 +374,12 @@ def test_block_without_its_end_is_cut_and_the_next_one_kept() -> None:
     ]
 
 
-def test_log_ending_inside_a_block_gives_no_record() -> None:
+def test_log_ending_inside_a_block_keeps_what_was_read() -> None:
     lines = (DATA / "flops_z0/train.log").read_text().splitlines()
-    recs, diag = parse_lines(lines[:225])  # stops in the aggregated section
-    assert recs == []
+    (rec,), diag = parse_lines(lines[:225])  # stops in the aggregated section
+    assert isinstance(rec, FlopsProfileRecord) and rec.partial
+    assert rec.samples_per_s == 83.67 and rec.fwd_latency_ms == 34.92
+    assert [(a.depth, a.metric) for a in rec.top_modules][-1] == (1, "fwd_latency")  # line 224
     assert diag.cut == {"flops_profile": 1}
 
 
@@ -337,11 +409,16 @@ def test_leaf_line_wrapped_by_the_terminal_is_joined() -> None:
 
 
 @pytest.mark.parametrize("cut", [1, 9, 30, 47, 60])
-def test_any_prefix_of_a_block_never_crashes(cut: int) -> None:
+def test_any_prefix_of_a_block_is_partial(cut: int) -> None:
     lines = (DATA / "flops_detailed_stdout/train.log").read_text().splitlines()
     start = next(i for i, t in enumerate(lines) if "DeepSpeed Flops Profiler ---" in t)
     recs, diag = parse_lines(lines[: start + cut])
-    assert recs == [] and diag.cut == {"flops_profile": 1}
+    assert diag.cut == {"flops_profile": 1}
+    if cut == 1:
+        assert recs == []  # the title alone: nothing was measured yet
+    else:
+        (rec,) = recs
+        assert isinstance(rec, FlopsProfileRecord) and rec.partial
 
 
 def test_with_every_parser_the_block_gets_its_optimizer_step() -> None:

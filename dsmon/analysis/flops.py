@@ -48,8 +48,12 @@ _TREE_COLUMN = {"params": "params", "macs": "macs", "fwd_latency": "fwd_latency_
 
 
 def latest_profile(profiles: Sequence[FlopsProfileRecord]) -> FlopsProfileRecord | None:
-    """The profile to show: the last one printed (GAS > 1 prints one per micro-step)."""
-    return profiles[-1] if profiles else None
+    """The profile to show: the last whole one printed (GAS > 1 prints one per micro-step).
+
+    A profile cut short (``partial``) is shown only when the run has no whole one.
+    """
+    whole = [p for p in profiles if not p.partial]
+    return (whole or list(profiles))[-1] if profiles else None
 
 
 def summary(profile: FlopsProfileRecord) -> pd.DataFrame:

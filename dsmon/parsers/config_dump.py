@@ -1,15 +1,22 @@
 """The startup config dump: the effective DeepSpeed configuration and the user's JSON, from a log.
 
-Rank 0 prints ``DeepSpeedEngine configuration:``, one ``  name ...... value`` line per attribute
-(the value as Python ``str()``: scalars, ``k=v k=v`` pydantic reprs, dict reprs, multi-line JSON
-closed by ``}`` at column 0, ``<... object at 0x...>``), then ``  json = {`` and the user's dict as
-multi-line JSON. This is the only place a log tells what DeepSpeed actually ran with (defaults
-applied, batch sizes resolved), so the health checks read it. A dump cut short yields nothing.
+Rank 0 prints ``DeepSpeedEngine configuration:`` (``DeepSpeedLight configuration:`` in 2020), one
+``  name ...... value`` line per attribute (the value as Python ``str()``: scalars, ``k=v k=v``
+pydantic reprs, dict reprs, multi-line JSON closed by ``}`` at column 0, ``<... object at
+0x...>``), then ``  json = {`` and the user's dict as multi-line JSON. This is the only place a
+log tells what DeepSpeed actually ran with (defaults applied, batch sizes resolved), so the health
+checks read it.
+
+Real logs rarely hold a clean dump: other ranks' lines land inside it, a paste starts or ends in
+the middle, a run dies while printing it. What was read is kept: a dump cut short, or one whose
+header is missing (attribute lines of ``config.py`` in the dump's own column layout start it),
+yields its records with ``partial`` set, and a JSON value cut short keeps its complete lines.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,14 +26,18 @@ from dsmon.parsers.lines import LogLine
 from dsmon.parsers.pyrepr import parse_value
 from dsmon.records import ConfigRecord, Record
 
-_HEADER = "DeepSpeedEngine configuration:"
+_HEADER = re.compile(r"^DeepSpeed\w* configuration:\s*$")
 # "  {name} {dots} {value}": dots fill the name to column 29; 29+ chars get none (two spaces).
 _ATTR = re.compile(r"^  ([A-Za-z_]\w*) \.*(?: (.*))?$")
+_NAME_DOTS = 29
+_SHAPED = re.compile(r"^  (?P<name>[A-Za-z_]\w*) (?P<dots>\.*)(?: |$)")
 _USER_JSON = re.compile(r"^  json = (.*)$")
 #: Lines of other processes tolerated inside a dump before it is given up as cut.
 MAX_FOREIGN = 200
 #: Continuation lines of one JSON value before it is given up as cut.
 MAX_JSON_LINES = 5000
+#: Trailing lines a cut JSON value may lose before what is left is read.
+MAX_SALVAGE_DROPS = 8
 _JSON_FIX = re.compile(r'"(?:[^"\\]|\\.)*"|(-?)\binf(?:inity)?\b|\bnan\b|,(\s*[}\]])', re.I)
 
 
@@ -57,11 +68,92 @@ def loads_lenient(text: str) -> Any:
         raise ValueError("nested too deeply") from None
 
 
+def printed_words(value: Any) -> Any:
+    """The value with non-finite numbers as the word DeepSpeed printed: ``inf``, ``-inf``, ``nan``.
+
+    JSON, and so a record's wire form and the store, has no inf or nan: as numbers they would
+    arrive as null, as if the dump had printed nothing there.
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: printed_words(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [printed_words(v) for v in value]
+    return value
+
+
+def _closers(text: str) -> str | None:
+    """The brackets that close every ``{``/``[`` still open in ``text`` (None: unbalanced)."""
+    stack: list[str] = []
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            escaped = ch == "\\" and not escaped
+            in_string = escaped or ch != '"'
+        elif ch == '"':
+            in_string = True
+        elif ch in "{[":
+            stack.append("}" if ch == "{" else "]")
+        elif ch in "}]" and (not stack or stack.pop() != ch):
+            return None  # a closer with no opener, or the wrong one
+    return None if in_string else "".join(reversed(stack))
+
+
+def salvage_json(lines: list[str]) -> dict[str, Any] | None:
+    """The keys of a JSON object cut short, from its complete lines only.
+
+    A trailing line that opens a value or was cut mid-way is dropped (its value was never
+    printed whole); what stays is closed and read. None when nothing readable is left within
+    :data:`MAX_SALVAGE_DROPS` dropped lines (each try reads the whole text again).
+    """
+    keep = list(lines)
+    while keep and len(lines) - len(keep) <= MAX_SALVAGE_DROPS:
+        text = "\n".join(keep).rstrip().rstrip(",")
+        closers = _closers(text)
+        if (closers is not None and not text.endswith(("{", "[", ":"))) or len(keep) == 1:
+            try:
+                value = loads_lenient(text + (closers or ""))
+            except ValueError:
+                value = None
+            if isinstance(value, dict):
+                return value
+        keep.pop()
+    return None
+
+
+def _read_json(lines: list[str]) -> Any:
+    """A whole multi-line JSON value; lines of other processes inside it are left out."""
+    try:
+        return loads_lenient("\n".join(lines))
+    except ValueError:
+        own = [t for t in lines if t[:1] in ("", " ", "\t", "{", "}", "[", "]")]
+        if len(own) == len(lines):
+            raise
+        return loads_lenient("\n".join(own))
+
+
+def _dump_shaped(text: str) -> bool:
+    """An attribute line in the dump's exact layout: name and dots fill 29 columns."""
+    m = _SHAPED.match(text)
+    if m is None:
+        return False
+    width = len(m.group("name")) + len(m.group("dots"))
+    return width == _NAME_DOTS if m.group("dots") else width >= _NAME_DOTS
+
+
 @dataclass(slots=True)
 class _Dump:
-    """One dump being read: the attributes so far and any multi-line value in progress."""
+    """One dump being read: the attributes so far and any multi-line value in progress.
+
+    ``stamped``: the header carried a logger timestamp, so the dump's own lines do too (a 2020
+    dump printed none). ``headless``: the dump was met without its header line.
+    """
 
     header: LogLine
+    stamped: bool = True
+    headless: bool = False
+    damaged: bool = False  # a value was only partly readable
     attrs: dict[str, Any] = field(default_factory=dict)
     value_name: str | None = None  # attribute (or "json") whose JSON lines are being collected
     value_line: LogLine | None = None
@@ -79,18 +171,26 @@ class ConfigDumpParser:
     def __init__(self) -> None:
         self.in_block = False
         self._dump: _Dump | None = None
+        #: Records of a dump given up amid other processes' lines: the line that ended it was
+        #: theirs, so they leave with the next line this parser claims, or at the end.
+        self._held: list[Record] = []
 
     def feed(self, line: LogLine, ctx: ParseContext) -> list[Record] | None:
         """Claim the dump's lines; emit both records when the user JSON closes."""
-        if line.text.rstrip() == _HEADER:
-            self._start(line, ctx)
-            return []
+        if _HEADER.match(line.text):
+            out = self._take_held() + self._cut(ctx)
+            self._open(_Dump(header=line, stamped=line.ts is not None))
+            return out
         dump = self._dump
         if dump is None:
-            return None
+            if not self._headless_start(line):
+                return None
+            dump = _Dump(header=line, headless=True)
+            self._open(dump)
+            return self._take_held() + (self._dump_line(dump, line, ctx) or [])
         if dump.value_name is not None:
             return self._continue_value(dump, line, ctx)
-        if line.ts is not None:
+        if line.ts is not None or not dump.stamped:
             recs = self._dump_line(dump, line, ctx)
             if recs is not None:
                 return recs
@@ -98,17 +198,20 @@ class ConfigDumpParser:
         return None
 
     def finish(self, ctx: ParseContext) -> list[Record]:
-        """A dump still open at the end of input is cut: count it, store nothing."""
-        if self._dump is not None:
-            ctx.cut_block("config_dump", self._dump.header)
-            self._reset()
-        return []
+        """A dump still open at the end of input is cut: what it holds is kept as partial."""
+        return self._take_held() + self._cut(ctx)
 
-    def _start(self, line: LogLine, ctx: ParseContext) -> None:
-        """A header: begin a dump (a previous unfinished one was cut)."""
-        if self._dump is not None:
-            ctx.cut_block("config_dump", self._dump.header)
-        self._dump = _Dump(header=line)
+    def _take_held(self) -> list[Record]:
+        held, self._held = self._held, []
+        return held
+
+    @staticmethod
+    def _headless_start(line: LogLine) -> bool:
+        """An attribute line of ``config.py`` with no header before it: a dump seen mid-way."""
+        return line.ts is not None and line.logger == "config.py" and _dump_shaped(line.text)
+
+    def _open(self, dump: _Dump) -> None:
+        self._dump = dump
         self.in_block = True
 
     def _reset(self) -> None:
@@ -134,7 +237,7 @@ class ConfigDumpParser:
             dump.value_name, dump.value_line, dump.value_lines = name, line, [value]
             return []
         if name == "json":
-            return self._close(dump, line, value, ctx)
+            return self._close(dump, ctx, line, value)
         dump.attrs[name] = parse_value(value)
         return []
 
@@ -146,54 +249,103 @@ class ConfigDumpParser:
         dump.value_lines.append(line.text)
         if line.text.rstrip() != "}":
             if len(dump.value_lines) > MAX_JSON_LINES:
-                ctx.cut_block("config_dump", dump.header)
-                self._reset()
+                return self._cut(ctx)
             return []
         name, start = dump.value_name, dump.value_line
         assert name is not None and start is not None
-        text = "\n".join(dump.value_lines)
+        lines = dump.value_lines
         dump.value_name, dump.value_line, dump.value_lines = None, None, []
         if name == "json":
-            return self._close(dump, start, text, ctx)
+            return self._close(dump, ctx, start, "\n".join(lines))
         try:
-            dump.attrs[name] = loads_lenient(text)
+            dump.attrs[name] = _read_json(lines)
         except ValueError:
-            dump.attrs[name] = text
+            self._damaged_value(dump, name, lines, start, ctx)
         return []
+
+    @staticmethod
+    def _damaged_value(
+        dump: _Dump, name: str, lines: list[str], start: LogLine, ctx: ParseContext
+    ) -> None:
+        """A JSON value that does not read: counted, and its readable first lines kept."""
+        where = f"{ctx.where(start)}: field {name!r}"
+        ctx.diag.note(ctx.diag.unparsed, "config_dump", where, start.text)
+        salvaged = salvage_json(lines)
+        if salvaged is not None:
+            dump.attrs[name] = salvaged
+            dump.damaged = True
 
     def _foreign(self, dump: _Dump, ctx: ParseContext) -> None:
         """Another process's line inside the dump (passed on); give up after too many."""
         dump.foreign += 1
         if dump.foreign > MAX_FOREIGN:
-            ctx.cut_block("config_dump", dump.header)
-            self._reset()
+            self._held.extend(self._cut(ctx))
 
-    def _close(self, dump: _Dump, json_line: LogLine, text: str, ctx: ParseContext) -> list[Record]:
+    def _cut(self, ctx: ParseContext) -> list[Record]:
+        """The open dump ends early (end of input, a new header, too many foreign lines).
+
+        It is counted as cut, and whatever it printed is kept with ``partial`` set; a JSON
+        value cut short keeps its complete lines.
+        """
+        dump = self._dump
+        if dump is None:
+            return []
+        ctx.cut_block("config_dump", dump.header)
+        name, start = dump.value_name, dump.value_line
+        if name is None or start is None:
+            return self._records(dump, ctx, None)
+        salvaged = salvage_json(dump.value_lines)
+        if name == "json":
+            return self._records(dump, ctx, (start, salvaged, True))
+        if salvaged is not None:
+            dump.attrs[name] = salvaged
+        return self._records(dump, ctx, None)
+
+    def _close(self, dump: _Dump, ctx: ParseContext, json_line: LogLine, text: str) -> list[Record]:
         """The user JSON is complete: the dump is, too."""
-        self._reset()
-        rank = dump.attrs.get("global_rank")
-        rank = rank if isinstance(rank, int) and not isinstance(rank, bool) else None
-        out: list[Record] = [
-            ConfigRecord(
-                src=ctx.src(dump.header, rank=rank),
-                ts=ctx.ts(dump.header),
-                origin="effective",
-                config=dump.attrs,
-            )
-        ]
         try:
             user = loads_lenient(text)
         except ValueError:
             user = None
         if not isinstance(user, dict):
             ctx.unparsed("config_json", json_line)
-            return out
-        out.append(
-            ConfigRecord(
-                src=ctx.src(json_line, rank=rank),
-                ts=ctx.ts(json_line),
-                origin="user_json",
-                config=user,
+            user = None
+        return self._records(dump, ctx, (json_line, user, False))
+
+    def _records(
+        self,
+        dump: _Dump,
+        ctx: ParseContext,
+        user: tuple[LogLine, dict[str, Any] | None, bool] | None,
+    ) -> list[Record]:
+        """The effective record (unless empty) and the user-JSON one (when it was read).
+
+        The effective dump is whole only if its header was seen and the ``json = {`` line that
+        follows its last attribute arrived.
+        """
+        self._reset()
+        rank = dump.attrs.get("global_rank")
+        rank = rank if isinstance(rank, int) and not isinstance(rank, bool) else None
+        out: list[Record] = []
+        if dump.attrs:
+            out.append(
+                ConfigRecord(
+                    src=ctx.src(dump.header, rank=rank),
+                    ts=ctx.ts(dump.header),
+                    origin="effective",
+                    config=printed_words(dump.attrs),
+                    partial=dump.headless or dump.damaged or user is None,
+                )
             )
-        )
+        json_line, config, cut = user if user is not None else (dump.header, None, False)
+        if config is not None:
+            out.append(
+                ConfigRecord(
+                    src=ctx.src(json_line, rank=rank),
+                    ts=ctx.ts(json_line),
+                    origin="user_json",
+                    config=printed_words(config),
+                    partial=cut,
+                )
+            )
         return out

@@ -16,8 +16,9 @@ from typing import Any
 
 import hjson
 
+from dsmon.parsers.autotuner import AutotunerParser
 from dsmon.parsers.base import Diagnostics
-from dsmon.parsers.pyrepr import scalar
+from dsmon.parsers.log import LogParser
 from dsmon.records import (
     AutotuneExperimentRecord,
     AutotuneSummaryRecord,
@@ -27,11 +28,6 @@ from dsmon.records import (
 )
 
 _US_PER_MS = 1000.0
-_SUMMARY_DONE = re.compile(
-    r"Tuning completed in (?:(\d+) days?, )?(\d+):(\d\d):(\d\d(?:\.\d+)?)"
-    r"(?:\. Total number of experiments: (\d+))?"
-)
-_SEPARATOR = re.compile(r"^\|[\s:|-]+\|$")
 
 
 class FileFormatError(ValueError):
@@ -169,61 +165,14 @@ def parse_autotune_summary(
 ) -> tuple[list[AutotuneSummaryRecord], Diagnostics]:
     """The autotuner's ``summary.txt``: a tabulate pipe table, then ``Tuning completed in ...``.
 
-    Headers are read by name (``num_experiments``, older ``num_exps``); a row of the wrong
-    width is counted and skipped.
+    Read by the same parser as the table the autotuner prints in a log, so both give the same
+    rows; a row of the wrong width is counted and skipped.
     """
-    diag = Diagnostics()
-    header: list[str] | None = None
-    rows: list[tuple[int, dict[str, str]]] = []
-    duration, total = None, None
-    for lineno, raw in enumerate(text.splitlines(), start=1):
-        diag.lines += 1
-        line = raw.strip()
-        done = _SUMMARY_DONE.search(line)
-        if done:
-            duration, total = _duration(done), done.group(5)
-        if not line.startswith("|") or _SEPARATOR.match(line):
-            continue
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        if header is None:
-            header = cells
-        elif len(cells) == len(header):
-            rows.append((lineno, dict(zip(header, cells, strict=True))))
-        else:
-            diag.note(diag.unparsed, "autotune_summary", f"{file or '-'}:{lineno}", line)
-    out = [
-        _summary_record(cells, Source(run=run, file=file, line=lineno), duration, total)
-        for lineno, cells in rows
-    ]
-    diag.records = len(out)
-    return out, diag
-
-
-def _duration(m: re.Match[str]) -> float:
-    days = int(m.group(1) or 0)
-    return days * 86400 + int(m.group(2)) * 3600 + int(m.group(3)) * 60 + float(m.group(4))
-
-
-def _summary_record(
-    cells: Mapping[str, str], src: Source, duration: float | None, total: str | None
-) -> AutotuneSummaryRecord:
-    def num(*names: str) -> Any:
-        for n in names:
-            if cells.get(n):
-                return scalar(cells[n])
-        return None
-
-    count = num("num_experiments", "num_exps")
-    value = num("best_metric_val")
-    return AutotuneSummaryRecord(
-        src=src,
-        tuning_space=cells.get("tuning_space", ""),
-        num_experiments=count if isinstance(count, int) else None,
-        best_metric_val=float(value) if isinstance(value, int | float) else None,
-        best_exp_name=cells.get("best_exp_name") or None,
-        tuning_duration_s=duration,
-        total_experiments=int(total) if total else None,
-    )
+    parser = LogParser(run, file, parsers=[AutotunerParser()])
+    found = parser.feed_lines(text.splitlines())
+    out = [r for r in found if isinstance(r, AutotuneSummaryRecord)]
+    parser.diag.records = len(out)
+    return out, parser.diag
 
 
 def _json_object(text: str, file: str | None) -> dict[str, Any]:

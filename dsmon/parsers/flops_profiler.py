@@ -3,14 +3,16 @@
 DeepSpeed prints the block with ``print()`` on rank 0 (or writes it to ``output_file``) once per
 micro-step of the profiled step. It is long and un-prefixed, so lines of other processes may land
 inside it; those carry their own logger header and are left to the other parsers. One
-:class:`~dsmon.records.FlopsProfileRecord` is made per block, and only when the block is whole:
-its closing dashed line arrived, or its module tree closed. A block cut by the end of input or by
-the next block's title is counted (``ctx.cut_block``) and dropped, because a half summary would
-chart as if the missing figures were never measured.
+:class:`~dsmon.records.FlopsProfileRecord` is made per block. A block is whole when its closing
+dashed line arrived or its module tree closed; one cut by the end of input or by the next
+block's title (a run killed mid-profile, a pasted excerpt) is counted (``ctx.cut_block``) and
+kept with ``partial`` set: what it printed was measured, what it never reached stays None.
 
-Both layouts are read: labels left-justified to 70 columns since v0.10.1 (60 before, with
-``params per gpu`` and factors like ``2.0``), and module entries as ``X = Y% Params`` (v0.10.1+) or
-``X, Y% Params`` (before). Values go through :mod:`dsmon.units`. In the module tree the model
+Summary labels are matched by meaning, whatever their spacing and case (:data:`SUMMARY_LABELS`):
+70 columns since v0.10.1, 60 before (``params per gpu``, factors like ``2.0``, the ``paralel``
+typo), the forward-only summary of ``get_model_profile`` and the early ``Summary of forward
+pass`` layout. Module entries read as ``X = Y% Params`` (v0.10.1+) or ``X, Y% Params`` (before).
+Values go through :mod:`dsmon.units`, which reads the unit each value was printed with. In the module tree the model
 itself has path ``""`` (as in ``named_modules()``); a container whose numbers PyTorch does not
 print (``ModuleList``) keeps them None.
 """
@@ -18,12 +20,17 @@ print (``ModuleList``) keeps them None.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dsmon import units
 from dsmon.parsers.base import NEED_MORE, Diagnostics, ParseContext
+from dsmon.parsers.flops_figures import (
+    AGG_METRICS,
+    FACTOR_OFFSET,
+    apply_stats,
+    match_stats,
+    summary_field,
+)
 from dsmon.parsers.lines import LogLine
 from dsmon.parsers.log import LogParser
 from dsmon.records import FlopsProfileRecord, ModuleAggregate, ModuleProfile, Record
@@ -32,28 +39,23 @@ KIND = FlopsProfileRecord.KIND
 
 _TITLE = re.compile(r"^-{5,} (?:DeepSpeed )?Flops Profiler -{5,}\s*$")
 _AT_STEP = re.compile(r"^Profile Summary at step (\d+):?\s*$")
-_AGG_TITLE = re.compile(r"^-{5,} Aggregated Profile per GPU -{5,}\s*$")
+_AGG_TITLE = re.compile(r"^-{5,} Aggregated Profile(?: per GPU)? -{5,}\s*$")
 _DETAIL_TITLE = re.compile(r"^-{5,} Detailed Profile(?: per GPU)? -{5,}\s*$")
 _CLOSE = re.compile(r"^-{40,}\s*$")
 _LABELLED = re.compile(r"^(?P<label>[^:|\[\]]+?):(?P<gap>\s+)(?P<value>\S.*?)\s*$")
-_FACTOR = re.compile(r"= (\d+(?:\.\d+)?) \*")
 _DEPTH = re.compile(r"^depth (\d+):\s*$")
 _TOP = re.compile(r"^Top (?:\d+ )?modules in terms of")
-_AGG_ROW = re.compile(r"^\s+(?P<metric>params|MACs|flops|fwd latency)\s+- (?P<body>.*?)\s*$")
+#: The early one-line form: ``Top 3 modules in MACs at depth 2 are {'Conv2d': '421.91 MMACs'}``.
+_OLD_TOP = re.compile(
+    r"^Top \d+ modules in (?P<metric>MACs|params|latency) at depth (?P<depth>\d+) are"
+)
+_AGG_ROW = re.compile(r"^\s*(?P<metric>params|MACs|flops|fwd latency)\s+- (?P<body>.*?)\s*$")
 _PAIR = re.compile(r"'([^']+)':\s*'([^']*)'")
 _ROOT = re.compile(r"^(?P<indent>\s*)(?P<cls>[A-Za-z_][\w.]*)\((?P<rest>.*)$")
 _CHILD = re.compile(
     r"^(?P<indent>\s*)\((?P<name>[^()]*)\): (?:\d+ x )?(?P<cls>[A-Za-z_][\w.]*)\((?P<rest>.*)$"
 )
 _CLOSE_PAREN = re.compile(r"^(?P<indent>\s*)\)\s*$")
-_NEW_STATS = re.compile(
-    r"^(?P<params>[^,=]+?) = (?P<params_pct>\S+)% Params, (?P<macs>[^,=]+?) = (?P<macs_pct>\S+)%"
-    r" MACs, (?P<lat>[^,=]+?) = (?P<lat_pct>\S+)% latency, (?P<flops>[^,]+?)(?:, (?P<extra>.*))?$"
-)
-_OLD_STATS = re.compile(
-    r"^(?P<params>[^,]+?), (?P<params_pct>\S+)% Params, (?P<macs>[^,]+?), (?P<macs_pct>\S+)% MACs,"
-    r" (?P<lat>[^,]+?), (?P<lat_pct>\S+)% (?:latency|time), (?P<flops>[^,]+?)(?:, ?(?P<extra>.*))?$"
-)
 #: Fixed prose inside the block: the notation paragraph and the detailed-tree legend.
 _PROSE = re.compile(
     r"^(?:Notations:|data parallel size \(dp_size\)|number of (?:parameters|floating)"
@@ -61,59 +63,6 @@ _PROSE = re.compile(
     r"|params, percentage of total|[123]\. (?:A module|Number of floating|The fwd latency)"
     r"|no __flops__ attribute)"
 )
-
-Parse = Callable[[str], Any]
-_INT, _PARAMS, _MACS, _COUNT = units.parse_int, units.parse_params, units.parse_macs, units.parse_si
-_MS, _RATE = units.parse_duration_ms, units.parse_flops_rate
-
-#: Summary label (normalised by :func:`_normalise`) -> (record field, value reader).
-SUMMARY_FIELDS: dict[str, tuple[str, Parse]] = {
-    "world size": ("world_size", _INT),
-    "data parallel size": ("data_parallel_size", _INT),
-    "model parallel size": ("model_parallel_size", _INT),
-    "batch size per GPU": ("batch_size_per_gpu", _INT),
-    "params per GPU": ("params_per_gpu", _PARAMS),
-    "params of model = params per GPU * mp_size": ("params_total", _PARAMS),
-    "params of model": ("params_total", _PARAMS),
-    "fwd MACs per GPU": ("fwd_macs_per_gpu", _MACS),
-    "fwd flops per GPU": ("fwd_flops_per_gpu", _COUNT),
-    "fwd flops per GPU = N * fwd MACs per GPU": ("fwd_flops_per_gpu", _COUNT),
-    "fwd flops of model = fwd flops per GPU * mp_size": ("fwd_flops_total", _COUNT),
-    "fwd latency": ("fwd_latency_ms", _MS),
-    "fwd FLOPS per GPU = fwd flops per GPU / fwd latency": ("fwd_flops_per_s_per_gpu", _RATE),
-    "bwd latency": ("bwd_latency_ms", _MS),
-    "bwd FLOPS per GPU = N * fwd flops per GPU / bwd latency": ("bwd_flops_per_s_per_gpu", _RATE),
-    "fwd+bwd FLOPS per GPU = N * fwd flops per GPU / (fwd+bwd latency)": (
-        "fwd_bwd_flops_per_s_per_gpu",
-        _RATE,
-    ),
-    "step latency": ("step_latency_ms", _MS),
-    "iter latency": ("iter_latency_ms", _MS),
-    "FLOPS per GPU = N * fwd flops per GPU / iter latency": ("flops_per_s_per_gpu", _RATE),
-    "samples/second": ("samples_per_s", units.parse_float),
-}
-
-#: How the bwd_factor is read off a label's ``= N *``: the fwd+bwd and iter factors are N - 1.
-_FACTOR_OFFSET = {"bwd_flops_per_s_per_gpu": 0, "fwd_bwd_flops_per_s_per_gpu": 1}
-_FACTOR_OFFSET["flops_per_s_per_gpu"] = 1
-
-_AGG_METRICS: dict[str, tuple[str, Parse]] = {
-    "params": ("params", _PARAMS),
-    "MACs": ("macs", _MACS),
-    "flops": ("flops", _COUNT),
-    "fwd latency": ("fwd_latency", _MS),
-}
-
-
-def _normalise(label: str) -> tuple[str, float | None]:
-    """A label in one spelling for every version, and the ``= N *`` factor it carried."""
-    text = " ".join(label.split())
-    text = re.sub(r"per gpu\b", "per GPU", text, flags=re.IGNORECASE)
-    text = text.replace("paralel size", "parallel size")
-    m = _FACTOR.search(text)
-    if not m:
-        return text, None
-    return _FACTOR.sub("= N *", text, count=1), float(m.group(1))
 
 
 def _bad(ctx: ParseContext, line: LogLine, what: str) -> None:
@@ -166,22 +115,28 @@ class FlopsProfilerParser:
         return self._feed_block(block, line, ctx)
 
     def finish(self, ctx: ParseContext) -> list[Record]:
-        """End of input: a block whose tree closed is kept, any other is counted as cut."""
+        """End of input: a block whose tree closed is whole; any other is kept as partial."""
         return self._close(ctx, None)
 
     def _close(self, ctx: ParseContext, line: LogLine | None) -> list[Record]:
-        """A block is interrupted: keep it if its tree is complete, else count it as cut."""
+        """A block is interrupted: whole if its tree closed, else counted as cut and kept partial.
+
+        A cut block still holds figures DeepSpeed measured; they are kept with ``partial`` set
+        rather than dropped, and a block that never got past its title yields nothing.
+        """
         block = self._block
         if block is None:
             return []
         if block.tree_done:
             return self._emit(ctx)
-        self._start(None)
         ctx.cut_block(KIND, line if line is not None else block.head)
-        return []
+        if not (block.values or block.extra or block.top or block.modules):
+            self._start(None)
+            return []
+        return self._emit(ctx, partial=True)
 
-    def _emit(self, ctx: ParseContext) -> list[Record]:
-        """The block is complete: one record for it."""
+    def _emit(self, ctx: ParseContext, partial: bool = False) -> list[Record]:
+        """One record for the block read so far."""
         block = self._block
         assert block is not None
         self._start(None)
@@ -191,6 +146,7 @@ class FlopsProfilerParser:
             extra=dict(block.extra),
             top_modules=tuple(block.top),
             modules=tuple(block.modules),
+            partial=partial,
             **block.values,
         )
         return [rec]
@@ -224,17 +180,16 @@ class FlopsProfilerParser:
         m = _LABELLED.match(line.text)
         if not m:
             return None
-        label, factor = _normalise(m.group("label"))
-        known = SUMMARY_FIELDS.get(label)
+        known = summary_field(m.group("label"))
         if known is None:
             if len(m.group("gap")) < 2:
                 return None  # not padded like the summary: someone else's "x: y" line
             block.extra[m.group("label").strip()] = m.group("value")
             return []
-        name, parse = known
+        name, parse, factor = known
         value = parse(m.group("value"))
         if value is None:
-            _bad(ctx, line, label)
+            _bad(ctx, line, " ".join(m.group("label").split()))
         block.values[name] = value
         self._note_width(block, m)
         self._note_factor(block, name, factor)
@@ -252,33 +207,47 @@ class FlopsProfilerParser:
     @staticmethod
     def _note_factor(block: _Block, name: str, factor: float | None) -> None:
         """``bwd_factor`` from the first FLOPS label that printed one."""
-        if factor is None or name not in _FACTOR_OFFSET or "bwd_factor" in block.values:
+        if factor is None or name not in FACTOR_OFFSET or "bwd_factor" in block.values:
             return
-        block.values["bwd_factor"] = factor - _FACTOR_OFFSET[name]
+        block.values["bwd_factor"] = factor - FACTOR_OFFSET[name]
 
     def _aggregated(self, block: _Block, line: LogLine, ctx: ParseContext) -> list[Record] | None:
         """``depth N:`` and its ``params - {...}`` / ``MACs - {...}`` / ``fwd latency`` rows."""
-        m = _DEPTH.match(line.text)
+        text = line.text
+        m = _DEPTH.match(text)
         if m:
             block.depth = int(m.group(1))
             return []
-        if _TOP.match(line.text):
+        m = _OLD_TOP.match(text)
+        if m:
+            block.depth = int(m.group("depth"))
+            self._top_pairs(block, m.group("metric"), text[m.end() :], line, ctx)
             return []
-        m = _AGG_ROW.match(line.text)
+        if _TOP.match(text):
+            return []
+        m = _AGG_ROW.match(text)
         if not m:
             return None
         if block.depth is None:
             _bad(ctx, line, "depth")
             return []
-        metric, parse = _AGG_METRICS[m.group("metric")]
-        for cls, raw in _PAIR.findall(m.group("body")):
+        self._top_pairs(block, m.group("metric"), m.group("body"), line, ctx)
+        return []
+
+    @staticmethod
+    def _top_pairs(
+        block: _Block, printed: str, body: str, line: LogLine, ctx: ParseContext
+    ) -> None:
+        """The ``{'Class': 'value', ...}`` of one aggregated row, at the current depth."""
+        assert block.depth is not None
+        metric, parse = AGG_METRICS[printed]
+        for cls, raw in _PAIR.findall(body):
             value = parse(raw)
             if value is None:
                 _bad(ctx, line, f"{metric}[{cls}]")
             block.top.append(
                 ModuleAggregate(depth=block.depth, metric=metric, module_class=cls, value=value)
             )
-        return []
 
     def _tree(self, block: _Block, line: LogLine, ctx: ParseContext) -> list[Record] | None:
         """One line of the printed module tree."""
@@ -312,7 +281,10 @@ class FlopsProfilerParser:
         path = ".".join([n for _, n in stack[1:]] + [name]) if stack else ""
         module = ModuleProfile(path=path, module_class=m.group("cls"), depth=len(stack))
         if rest:
-            module = _with_stats(module, rest[:-1], ctx, line)
+            leaf = _with_stats(module, rest[:-1], ctx, line)
+            if leaf is None:
+                return []  # counted; kept out of the tree, so an undone join leaves no trace
+            module = leaf
             block.tree_done = not stack  # a model that is a single leaf module
         else:
             stack.append((indent, name))
@@ -323,10 +295,10 @@ class FlopsProfilerParser:
     @staticmethod
     def _container_stats(block: _Block, text: str) -> bool:
         """The numbers line right under a container's ``Cls(`` line, if this is one."""
-        stats = _match_stats(text.strip())
+        stats = match_stats(text.strip())
         if stats is None:
             return False
-        block.modules[-1] = _apply_stats(block.modules[-1], stats)
+        block.modules[-1] = apply_stats(block.modules[-1], stats)
         return True
 
 
@@ -340,36 +312,20 @@ def _close_container(block: _Block, indent: int) -> None:
         stack.pop()
 
 
-def _match_stats(text: str) -> re.Match[str] | None:
-    """The profiler's numbers in either the v0.10.1+ or the older layout."""
-    return _NEW_STATS.match(text) or _OLD_STATS.match(text)
-
-
 def _with_stats(
     module: ModuleProfile, inner: str, ctx: ParseContext, line: LogLine
-) -> ModuleProfile:
-    """A leaf's numbers (and original extra repr) from the text inside its parentheses."""
-    stats = _match_stats(inner.strip())
+) -> ModuleProfile | None:
+    """A leaf's numbers (and original extra repr) from the text inside its parentheses.
+
+    None for numbers that do not read (a line cut short): the leaf is counted, not stored.
+    """
+    stats = match_stats(inner.strip())
     if stats is not None:
-        return _apply_stats(module, stats)
+        return apply_stats(module, stats)
     if "% Params" in inner:
         _bad(ctx, line, f"module {module.path or module.module_class}")
+        return None
     return replace(module, extra=inner.strip() or None)
-
-
-def _apply_stats(module: ModuleProfile, m: re.Match[str]) -> ModuleProfile:
-    """Fill a module's figures from a matched numbers text."""
-    return replace(
-        module,
-        params=units.parse_params(m.group("params")),
-        params_pct=units.parse_float(m.group("params_pct")),
-        macs=units.parse_macs(m.group("macs")),
-        macs_pct=units.parse_float(m.group("macs_pct")),
-        fwd_latency_ms=units.parse_duration_ms(m.group("lat")),
-        fwd_latency_pct=units.parse_float(m.group("lat_pct")),
-        fwd_flops_per_s=units.parse_flops_rate(m.group("flops")),
-        extra=(m.group("extra") or "").strip() or None,
-    )
 
 
 def parse_profile_file(
@@ -388,7 +344,12 @@ def parse_profile_file(
 
 
 def _file_record(rec: FlopsProfileRecord) -> FlopsProfileRecord:
-    """Key a record from the rewritten output file by its profile step (see above)."""
+    """Key a record from the rewritten output file by its profile step (see above).
+
+    A cut read (the file caught mid-write) is keyed apart from the whole one, ``-1 - step``,
+    so the complete profile read later is stored beside it rather than refused as a repeat.
+    """
     step = rec.profile_step
-    src = replace(rec.src, offset=None, sub=step or 0)
+    sub = step or 0
+    src = replace(rec.src, offset=None, sub=-1 - sub if rec.partial else sub)
     return replace(rec, src=src, step=step)

@@ -28,6 +28,7 @@ _END_TEXTS = ("Process ", "Killing subprocess")
 
 def default_parsers() -> list[SubParser]:
     """One instance of every DeepSpeed line parser, in the order lines are offered to them."""
+    from dsmon.parsers.autotuner import AutotunerParser
     from dsmon.parsers.comms import CommsParser
     from dsmon.parsers.config_dump import ConfigDumpParser
     from dsmon.parsers.events import EventParser
@@ -47,6 +48,7 @@ def default_parsers() -> list[SubParser]:
         ConfigDumpParser(),
         MemoryParser(),
         MegatronParser(),
+        AutotunerParser(),
         EventParser(),
     ]
 
@@ -162,8 +164,9 @@ class LogParser:
         mark = self._mark(out)
         taken = self._dispatch(carry, out, final=True)
         if len(self._chain) > 1 and self._failed(taken, mark, out):
-            self._undo_chain(out, [])
-        self._chain = []
+            self._undo_chain(out, [])  # may leave a new wrapped line (and its chain) pending
+        else:
+            self._chain = []
 
     def _mark(self, out: list[Record]) -> tuple[int, int]:
         """Records made so far and unparsed lines counted so far, to judge a join."""
