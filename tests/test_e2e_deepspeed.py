@@ -158,7 +158,7 @@ def test_real_deepspeed_job_live_then_a_rank_killed(job: dict[str, Any]) -> None
         wait_for("the dashboard", lambda: _answers(url), [watch])
         # Opened before the job starts, as people do: the page must find the run by itself.
         page.goto(f"{url}/steps?run=run1")
-        wait_for("the dashboard to say it waits", lambda: "run1" in page_text(page), [watch])
+        wait_for("the dashboard to say it waits", lambda: "No run" in page_text(page), [watch])
         train = job["train"]()
         procs = [watch, train]
         wait_for("timed steps on the Steps page", lambda: timed_steps(page) >= 3, procs)

@@ -144,3 +144,31 @@ def test_no_browser_is_opened_where_none_can_be_shown(tmp_path: Path) -> None:
     finally:
         status = stop(proc)
     assert status in (0, 130), out.read_text(errors="replace")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["parse", "{log}"],
+        ["import", "{log}", "--store", "{tmp}/i.sqlite"],
+        ["check", "{log}"],
+        ["demo", "--summary-only", "--store", "{tmp}/d.sqlite"],
+    ],
+    ids=lambda a: a[0],
+)
+def test_one_shot_commands_from_a_fresh_home_without_a_terminal(
+    tmp_path: Path, args: list[str]
+) -> None:
+    log = tmp_path / "run1" / "train.log"
+    log.parent.mkdir()
+    log.write_bytes((DATA / "z2" / "train.log").read_bytes())
+    argv = [a.format(log=log, tmp=tmp_path) for a in args]
+    proc, out = start(tmp_path, argv, None)
+    try:
+        status = proc.wait(timeout=120)
+    finally:
+        stop(proc)
+    text = out.read_text(errors="replace")
+    assert status in (0, 1), text  # `check` exits 1 when it warns; never a crash or a prompt
+    assert "Traceback" not in text and text.strip(), text
