@@ -11,7 +11,7 @@ from dsmon.figures import steps as fig
 from dsmon.figures import training as training_fig
 from dsmon.figures.common import fmt_ms, rounded
 from ui.charts import chart
-from ui.page import live_body, page_view
+from ui.page import live_body, page_header, page_view
 
 view = page_view(__file__)
 PARTS = ("fwd_ms", "bwd_ms", "bwd_inner_ms", "bwd_allreduce_ms", "step_ms", "total_ms")
@@ -179,5 +179,5 @@ def body() -> None:
     zero_timers(data["timer"])
 
 
-st.header(f"Steps · {view.run}")
+page_header("Steps", view)
 live_body(view, body)
