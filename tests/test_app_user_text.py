@@ -24,12 +24,17 @@ def unescape(text: str) -> str:
     return re.sub(r"\\(.)", r"\1", text)
 
 
-@pytest.mark.parametrize("text", [NASTY, "plain", "a\\b", "# h", "1. item", "x_y_z", ""])
+@pytest.mark.parametrize(
+    "text", [NASTY, "plain", "a\\b", "# h", "1. item", "  - x", "x_y_z", "_em_", "$x$", ""]
+)
 def test_escaping_keeps_the_text_and_disarms_every_markup_character(text: str) -> None:
     escaped = md_escape(text)
     assert unescape(escaped) == text
-    for ch in "![]()*`<>#_":
-        assert re.search(rf"(?<!\\){re.escape(ch)}", escaped) is None or ch not in text
+    for ch in "[]*`<>$|~":  # these make markup anywhere: never left bare
+        assert re.search(rf"(?<!\\){re.escape(ch)}", escaped) is None
+    assert not re.match(r"\s*([#+-]|\d+\.)\s", escaped)  # no heading or list item
+    assert not re.search(r"(?<![\\\w])_\w", escaped)  # no emphasis opened by _
+    assert md_escape("fp16_zero2 2026-11-29 14:11:10.000") == "fp16_zero2 2026-11-29 14:11:10.000"
 
 
 @pytest.mark.parametrize("page", ["health", "steps", "training", "communication", "gpus", "flops"])
