@@ -30,7 +30,7 @@ def md_escape(text: object) -> str:
 
 
 def _block_escaped(m: re.Match[str]) -> str:
-    """``# x`` -> ``\\# x``; ``1. x`` -> ``1\\. x`` (a backslash before a digit would show)."""
+    r"""``# x`` -> ``\# x``; ``1. x`` -> ``1\. x`` (a backslash before a digit would show)."""
     if m.group(2):
         return f"{m.group(1)}\\{m.group(2)}"
     return f"{m.group(1)}{m.group(3)}\\{m.group(4)}"
