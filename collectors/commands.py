@@ -108,6 +108,14 @@ def _collector_options(p: argparse.ArgumentParser, log_flag: bool = True) -> Non
         metavar="F",
         help="the flops profiler's output_file, re-read when rewritten (repeatable)",
     )
+    p.add_argument(
+        "--ds-config",
+        action="append",
+        default=[],
+        metavar="F",
+        help="the run's DeepSpeed config file, for the health checklist (repeatable; default "
+        "for watch: ds_config.json beside the log, when there is one)",
+    )
     p.add_argument("--node", help="node name (default: this host's name)")
     p.add_argument("--run", help="run name (default: the log's folder name)")
     p.add_argument(
@@ -169,6 +177,21 @@ def lock_state_dir(state_dir: Path) -> IO[str]:
     return f
 
 
+def config_files(args: argparse.Namespace) -> list[str]:
+    """``--ds-config`` files; for ``watch`` without any, a ``ds_config.json`` beside the log.
+
+    DeepSpeed's default log level prints no config dump, and a checklist with nothing to judge
+    is of little use: the file the job was most likely started with is taken, and said so.
+    """
+    if args.ds_config or getattr(args, "func", None) is not run_watch:
+        return list(args.ds_config)
+    beside = Path(args.log[0]).parent / "ds_config.json"
+    if beside.is_file():
+        print(f"dsmon watch: reading the DeepSpeed config {beside} (--ds-config F: another)")
+        return [str(beside)]
+    return []
+
+
 def build_agent(args: argparse.Namespace, url: str, token: str, spool_max_bytes: int) -> Agent:
     """The agent for parsed ``collect``/``watch`` options, sending to ``url``."""
     transport = UrlTransport(url, token)  # a bad URL fails here, before anything is locked
@@ -186,6 +209,7 @@ def build_agent(args: argparse.Namespace, url: str, token: str, spool_max_bytes:
         node=node,
         state=StateFile(state_dir / "tail.json"),
         profile_files=args.profile_file,
+        config_files=config_files(args),
         from_end=args.from_end,
     )
     spool = Spool(state_dir / "spool", max_bytes=spool_max_bytes)

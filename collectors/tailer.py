@@ -17,6 +17,7 @@ same record keys and is stored once.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import glob
 import hashlib
@@ -136,6 +137,9 @@ class Tailer:
         node: the node name (``Source.node``) of records whose line names no host.
         state: where positions are kept across restarts (None: nowhere, start fresh).
         profile_files: flops profiler ``output_file`` paths, re-read whole on change.
+        config_files: the run's ``ds_config.json`` files, read whole (and again when
+            changed): at DeepSpeed's default log level the log holds no config dump, and
+            the health checklist has nothing to judge without one.
         from_end: files present at start with no saved position are read from their end.
         make_parser: builds a generation's parser from its label (default ``LogParser``).
         parse_profile: parses a profile file's text given its label.
@@ -151,6 +155,7 @@ class Tailer:
         node: str | None = None,
         state: StateFile | None = None,
         profile_files: Sequence[str] = (),
+        config_files: Sequence[str] = (),
         from_end: bool = False,
         make_parser: ParserFactory | None = None,
         parse_profile: ProfileParser | None = None,
@@ -176,6 +181,8 @@ class Tailer:
         parse = parse_profile or default_profile_parser(run, node)
         old = {p.path: p for p in saved.profiles}
         self._profiles = [ProfileWatcher(p, parse, old.get(p), clock) for p in profile_files]
+        read_config = default_config_parser(run, node)
+        self._profiles += [ProfileWatcher(p, read_config, old.get(p), clock) for p in config_files]
         self._started = False
 
     def poll(self, *, final: bool = False) -> TailBatch:
@@ -387,6 +394,21 @@ class Waker:
             self._observer.stop()
             self._observer.join(timeout=5)
             self._observer = None
+
+
+def default_config_parser(run: str, node: str | None) -> ProfileParser:
+    """A ds_config.json read whole as a ``file`` config record; an unreadable one is logged."""
+    from dsmon.parsers.files import FileFormatError, parse_ds_config
+
+    def parse(text: str, label: str) -> Sequence[Record]:
+        try:
+            rec = parse_ds_config(text, run, label)
+        except FileFormatError as exc:
+            logger.warning("dsmon: %s", exc)
+            return []
+        return [dataclasses.replace(rec, src=dataclasses.replace(rec.src, node=node))]
+
+    return parse
 
 
 def default_profile_parser(run: str, node: str | None) -> ProfileParser:

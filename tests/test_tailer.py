@@ -24,7 +24,14 @@ from collectors.tailer import PROFILE_SETTLE_S, Tailer, Waker, default_run_name
 from dsmon.parsers.base import ParseContext
 from dsmon.parsers.lines import LogLine
 from dsmon.parsers.log import LogParser
-from dsmon.records import EventRecord, FlopsProfileRecord, Record, TimerRecord, record_key
+from dsmon.records import (
+    ConfigRecord,
+    EventRecord,
+    FlopsProfileRecord,
+    Record,
+    TimerRecord,
+    record_key,
+)
 
 DATA = Path(__file__).parent / "data"
 Z2_LINES = (DATA / "z2" / "train.log").read_bytes().splitlines(keepends=True)
@@ -443,3 +450,22 @@ def test_watch_dirs_and_waker(tmp_path: Path) -> None:
             pytest.skip("file-system events are not delivered here: the tailer polls")
     finally:
         waker.stop()
+
+
+def test_the_runs_ds_config_is_read_whole_and_again_when_changed(tmp_path: Path) -> None:
+    """At DeepSpeed's default log level the log holds no config: the file is read instead."""
+    cfg = tmp_path / "ds_config.json"
+    shutil.copyfile(DATA / "z2" / "ds_config.json", cfg)
+    clock = Clock()
+    t = tailer(tmp_path, str(tmp_path / "none.log"), clock=clock, config_files=[str(cfg)])
+    poll_all(t)
+    clock.now += PROFILE_SETTLE_S
+    (rec,) = poll_all(t)
+    assert isinstance(rec, ConfigRecord) and rec.origin == "file"
+    assert rec.config["zero_optimization"]["stage"] == 2 and rec.src.node == "n"
+    clock.now += PROFILE_SETTLE_S
+    assert poll_all(t) == []  # unchanged: nothing new
+    cfg.write_text("{ not json")  # a broken edit is logged and skipped, never a crash
+    poll_all(t)
+    clock.now += PROFILE_SETTLE_S
+    assert poll_all(t) == []
