@@ -17,11 +17,11 @@ import types
 import typing
 import zlib
 from collections.abc import Callable, Mapping
-from datetime import datetime
 from typing import Any
 
 from dsmon.records import KINDS, Record
 from dsmon.store_schema import EncodedRecord
+from dsmon.units import parse_ts
 from dsmon.wire import WireError, encode, from_dict
 
 
@@ -169,10 +169,8 @@ def _check_ts(ts: str) -> None:
 
     Stored, it would be sorted as if it were one, and every time axis of the run would go wrong.
     """
-    try:
-        datetime.fromisoformat(ts)
-    except ValueError:
-        raise WireError(f"field 'ts': not an ISO-8601 date and time: {ts[:40]!r}") from None
+    if parse_ts(ts) is None:
+        raise WireError(f"field 'ts': not an ISO-8601 date and time: {ts[:40]!r}")
 
 
 def _check_fields(obj: Any, prefix: str = "") -> None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dsmon import wire
 from dsmon.records import Record, record_key
+from dsmon.units import parse_ts
 
 if TYPE_CHECKING:  # pandas loads only when a frame is asked for: collectors never need it
     import pandas as pd
@@ -166,9 +167,13 @@ def run_infos(
 def _fold(
     name: str, rows: list[KindStats], nodes: set[str], ranks: set[int], received_at: str | None
 ) -> RunInfo:
-    """One run's RunInfo from its per-kind rows."""
-    firsts = [r.first_ts for r in rows if r.first_ts is not None]
-    lasts = [r.last_ts for r in rows if r.last_ts is not None]
+    """One run's RunInfo from its per-kind rows.
+
+    A time no calendar has (an older dsmon stored ``2026-19-39`` as it came) is left out:
+    it would sort as the run's newest and break every reader that computes with it.
+    """
+    firsts = [r.first_ts for r in rows if parse_ts(r.first_ts) is not None]
+    lasts = [r.last_ts for r in rows if parse_ts(r.last_ts) is not None]
     steps = [r.last_step for r in rows if r.last_step is not None]
     return RunInfo(
         name=name,
