@@ -24,14 +24,24 @@ from dsmon.store_schema import EncodedRecord
 from dsmon.units import parse_ts
 from dsmon.wire import WireError, encode, from_dict
 
+#: Longest run or node name in UTF-8 bytes: both go into one index entry of the store.
+MAX_NAME_BYTES = 1024
+#: Most gzip members in one body (``cat a.gz b.gz`` sends two; senders send one).
+MAX_GZIP_MEMBERS = 64
+#: Deepest JSON nesting of a line; records nest a few levels, Python's parser ~1000.
+MAX_JSON_DEPTH = 64
+#: Compressed bytes handed to the inflater at a time (bounds what each member copies).
+_INFLATE_CHUNK = 64 * 1024
+
 
 class BatchError(Exception):
     """A refused batch: the HTTP ``status`` to answer and a one-line reason for the client."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.headers = headers or {}
 
 
 def check_length(content_length: str | None, limit: int) -> None:
@@ -50,11 +60,13 @@ def inflate(body: bytes, encoding: str | None, limit: int) -> bytes:
     """The body after ``Content-Encoding``, never more than ``limit`` bytes of it.
 
     Decompression stops as soon as the output passes the limit, so a bomb costs at most
-    ``limit`` bytes of memory. Concatenated gzip members are accepted (``cat a.gz b.gz``).
+    ``limit`` bytes of memory. Concatenated gzip members are accepted (``cat a.gz b.gz``), at
+    most :data:`MAX_GZIP_MEMBERS` of them: each member starts a new inflater, and a body of
+    thousands of empty members would otherwise keep the server busy for minutes.
 
     Raises:
         BatchError: 413 when the inflated body is too large, 415 for an unknown encoding,
-            400 for a corrupt or truncated gzip stream.
+            400 for a corrupt or truncated gzip stream or too many members.
     """
     enc = (encoding or "identity").strip().lower()
     if enc == "identity":
@@ -62,19 +74,34 @@ def inflate(body: bytes, encoding: str | None, limit: int) -> bytes:
     if enc not in ("gzip", "x-gzip"):
         raise BatchError(415, f"Content-Encoding {encoding!r} is not supported (use gzip)")
     out = bytearray()
-    data = body
-    while data:
-        inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    view, pos, members = memoryview(body), 0, 0
+    while pos < len(body):
+        members += 1
+        if members > MAX_GZIP_MEMBERS:
+            raise BatchError(400, f"gzip body: more than {MAX_GZIP_MEMBERS} gzip members")
+        pos = _inflate_member(view, pos, out, limit)
+    return bytes(out)
+
+
+def _inflate_member(body: memoryview, pos: int, out: bytearray, limit: int) -> int:
+    """Inflate the gzip member at ``body[pos:]`` onto ``out``; returns where the next starts.
+
+    The input goes in chunks, so what the inflater copies past the member's end is one
+    chunk at most rather than the whole rest of the body.
+    """
+    inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    while not inflater.eof:
+        if pos >= len(body):
+            raise BatchError(400, "gzip body: truncated stream")
+        chunk = body[pos : pos + _INFLATE_CHUNK]
+        pos += len(chunk)
         try:
-            out += inflater.decompress(data, limit + 1 - len(out))
+            out += inflater.decompress(chunk, limit + 1 - len(out))
         except zlib.error as exc:
             raise BatchError(400, f"gzip body: {exc}") from None
         if len(out) > limit:
             raise BatchError(413, f"body inflates to more than the limit of {limit} bytes")
-        if not inflater.eof:
-            raise BatchError(400, "gzip body: truncated stream")
-        data = inflater.unused_data
-    return bytes(out)
+    return pos - len(inflater.unused_data)
 
 
 def parse_batch(body: bytes) -> list[Record]:
@@ -117,6 +144,10 @@ def parse_line(line: str) -> Record:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
         raise WireError(f"not JSON: {exc}") from None
+    except RecursionError:
+        obj = None  # deeper than the parser goes: refused just below
+    if obj is None or line.count("[") + line.count("{") > MAX_JSON_DEPTH:
+        _check_depth(obj, line)
     if isinstance(obj, dict):
         _check_required(obj)
     if _SURROGATE.search(line):
@@ -124,6 +155,27 @@ def parse_line(line: str) -> Record:
     rec = from_dict(obj)
     check_record(rec)
     return rec
+
+
+def _check_depth(obj: Any, line: str) -> None:
+    """Refuse JSON nested deeper than :data:`MAX_JSON_DEPTH`.
+
+    No record nests more than a few levels; a deeper line is an attack or a bug, and left
+    alone it would reach Python's recursion limit in the encoder, the store or a page.
+    """
+    if obj is None and line.strip() != "null":
+        raise WireError(f"not JSON: nested more than {MAX_JSON_DEPTH} levels deep")
+    level, todo = 0, [obj]
+    while todo and level <= MAX_JSON_DEPTH:
+        level += 1
+        todo = [
+            v
+            for item in todo
+            if isinstance(item, dict | list)
+            for v in (item.values() if isinstance(item, dict) else item)
+        ]
+    if todo:
+        raise WireError(f"not JSON: nested more than {MAX_JSON_DEPTH} levels deep")
 
 
 #: JSON constants Python's decoder accepts but strict JSON does not (or a string holding them).
@@ -160,8 +212,21 @@ def check_record(rec: Record) -> None:
     ):
         if value is not None and "\x00" in value:
             raise WireError(f"field {name!r}: contains a NUL character")
+    for name, value in (("src.run", src.run), ("src.node", src.node)):
+        if value is not None and len(value) > MAX_NAME_BYTES // 4:
+            _check_name_length(name, value)
     if rec.ts is not None:
         _check_ts(rec.ts)
+
+
+def _check_name_length(name: str, value: str) -> None:
+    """Refuse a run or node name too long to index (PostgreSQL's B-tree takes ~2.7 kB a row).
+
+    The database would refuse the batch at every retry; refusing it here says why, once.
+    """
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > MAX_NAME_BYTES:
+        raise WireError(f"field {name!r}: {size} bytes long, at most {MAX_NAME_BYTES}")
 
 
 def _check_ts(ts: str) -> None:
