@@ -37,7 +37,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from dsmon import wire
-from dsmon.ingest_batch import BatchError, check_length, inflate, parse_batch_encoded
+from dsmon.ingest_batch import parse_batch_encoded
+from dsmon.ingest_body import BatchError, check_length, inflate
 from dsmon.metrics import StoreCollector
 from dsmon.records import KINDS
 from dsmon.store_schema import EncodedRecord, RecordFilter, Store, StoreDataError, StoreError
