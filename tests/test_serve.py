@@ -7,6 +7,7 @@ import http.client
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from dsmon import wire
+from dsmon.commands import CommandError
 from dsmon.records import Record, Source, TimerRecord
 from dsmon.store import open_store
 
@@ -148,3 +150,28 @@ def test_kill_9_with_a_batch_in_flight_loses_nothing_acknowledged(tmp_path: Path
         got = store.records("kill9")
         expected = [r for i in sorted({*acked, *failed}) for r in batch(i)]
         assert sorted(got, key=lambda r: r.src.offset or 0) == expected
+
+
+def test_new_token_file_keeps_an_existing_token_across_restarts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A restarted server must not lock out the collectors that hold the token it wrote."""
+    from dsmon.cli import build_parser
+    from dsmon.commands.serve import _token
+
+    path = tmp_path / "state" / "token"
+    args = build_parser().parse_args(["serve", "--new-token-file", str(path)])
+    first = _token(args)
+    assert path.read_text() == first + "\n"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert _token(args) == first  # the restart
+    assert path.read_text() == first + "\n"
+    assert capsys.readouterr().err == (
+        f"dsmon: new token written to {path}\ndsmon: token kept from {path}\n"
+    )
+    path.write_text("  \n")  # emptied by hand: a new one
+    assert _token(args) not in ("", first)
+    path.write_text("short\n")  # a token of someone's choosing, unusable: never overwritten
+    with pytest.raises(CommandError, match=f"serve: token file {path}: token is 5 characters"):
+        _token(args)
+    assert path.read_text() == "short\n"
