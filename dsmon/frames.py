@@ -87,7 +87,8 @@ def records_frame(
         A frame with :data:`BASE_COLUMNS`, the kind's fields and, for timers, one float
         column per timer name. ``ts`` is ``datetime64``; Mapping and tuple fields stay
         Python objects. A ``ts`` that names no real moment (``2026-19-39``, stored by an
-        older dsmon that did not check) is NaT, and ``frame.attrs["bad_ts"]`` counts them.
+        older dsmon that did not check) is NaT, ``frame.attrs["bad_ts"]`` counts them (the
+        key is absent when there is none) and a warning is logged.
 
     Raises:
         KeyError: ``kind`` is not a record kind.
@@ -124,7 +125,7 @@ def _typed(frame: pd.DataFrame, dtypes: dict[str, str]) -> pd.DataFrame:
     raw = frame["ts"]
     frame["ts"] = pd.to_datetime(raw, format="ISO8601", errors="coerce")
     bad = int(frame["ts"].isna().sum() - raw.isna().sum())
-    if bad:
+    if bad:  # attrs only then: pandas deep-copies them through every operation on the frame
         logger.warning("dsmon: %d record(s) with an impossible timestamp read as unknown", bad)
-    frame.attrs["bad_ts"] = bad
+        frame.attrs["bad_ts"] = bad
     return frame
