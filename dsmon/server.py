@@ -7,13 +7,17 @@ why): ``dsmon dashboard`` starts it in a thread with :func:`start_ingest_server`
 Endpoints (docs/ingest.md has the details):
 
 - ``POST /v1/records``: JSON lines (``dsmon.wire``), optionally gzipped. 401 without the
-  bearer token, 413 over the size limit (declared, streamed or inflated), 400 naming the
-  first bad line and field, 503 when the store fails; 200 ``{"accepted", "inserted"}`` only
-  after the store committed. A batch is stored whole or not at all, and a replayed batch
-  adds nothing, so a sender that retries after a lost answer never duplicates a record.
+  bearer token (checked before the body is read), 413 over the size limit (declared,
+  streamed or inflated), 408 when the body is not in within :attr:`Limits.body_timeout_s`,
+  400 naming the first bad line and field (or data the database refuses: a retry cannot
+  help), 503 with ``Retry-After`` when the store fails or no body slot frees up in time;
+  200 ``{"accepted", "inserted"}`` only after the store committed. A batch is stored whole
+  or not at all, and a replayed batch adds nothing, so a sender that retries after a lost
+  answer never duplicates a record.
 - ``GET /v1/runs``, ``GET /v1/records?run=&kind=&since=&limit=``: JSON for scripts (token
   required: they expose the training data).
-- ``GET /healthz``: whether the store answers. ``GET /metrics``: Prometheus text.
+- ``GET /healthz``: whether the store answers and takes writes. ``GET /metrics``: Prometheus
+  text.
 """
 
 from __future__ import annotations
