@@ -36,13 +36,12 @@ from collectors.state import (
     fingerprint,
     same_start,
 )
+from dsmon.linereader import MAX_LINE_BYTES
 from dsmon.parsers.log import LogParser
 from dsmon.records import Record
 
 logger = logging.getLogger(__name__)
 
-#: A longer line is parsed cut to this length; the rest is skipped.
-MAX_LINE_BYTES = 1 << 20
 #: Most bytes read from one file in one poll, so one huge file cannot starve the others.
 MAX_READ_PER_POLL = 32 << 20
 #: A path that stays missing this long ends its generation (the file was deleted for good).

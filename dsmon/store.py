@@ -28,6 +28,7 @@ from dsmon.store_schema import (
     RecordRow,
     RunInfo,
     Store,
+    StoreDataError,
     StoreError,
     batched,
     received_now,
@@ -266,6 +267,11 @@ class SQLiteStore(Store):
         with self._lock, _errors(self.path):
             return self._conn.execute(sql, params).fetchall()
 
+    def check_writable(self) -> None:
+        """Rewrite the schema version in place: a real commit through the WAL, no data."""
+        with self._lock, _errors(self.path), self._transaction():
+            self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
     def close(self) -> None:
         """Close the connection (further calls fail)."""
         with self._lock:
@@ -284,6 +290,8 @@ def _errors(path: str) -> Iterator[None]:
     except (sqlite3.OperationalError, sqlite3.DatabaseError) as exc:
         if isinstance(exc, sqlite3.ProgrammingError):
             raise
+        if isinstance(exc, sqlite3.DataError | sqlite3.IntegrityError):
+            raise StoreDataError(f"store {path}: {exc}") from None
         raise StoreError(f"store {path}: {exc}") from None
 
 
@@ -302,7 +310,12 @@ class _Transaction:
         self._conn.execute("BEGIN IMMEDIATE")
 
     def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
-        self._conn.execute("COMMIT" if exc_type is None else "ROLLBACK")
+        if exc_type is None:
+            self._conn.execute("COMMIT")
+        elif self._conn.in_transaction:
+            # SQLite rolls back by itself on some errors (a full disk): a ROLLBACK then
+            # would fail and hide the error that matters.
+            self._conn.execute("ROLLBACK")
 
 
 def open_store(url: str | Path) -> Store:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dsmon import wire
 from dsmon.records import Record, record_key
+from dsmon.units import parse_ts
 
 if TYPE_CHECKING:  # pandas loads only when a frame is asked for: collectors never need it
     import pandas as pd
@@ -34,6 +35,14 @@ BATCH_ROWS = 5000
 
 class StoreError(RuntimeError):
     """The store cannot be opened or used (bad URL, unreadable file, foreign schema)."""
+
+
+class StoreDataError(StoreError):
+    """The database refused the data itself (a value too long for an index, say).
+
+    Sending the same records again can never succeed, unlike a database that is down or
+    busy: the ingest server answers 400 for this, 503 for other store errors.
+    """
 
 
 class RecordRow(NamedTuple):
@@ -166,9 +175,13 @@ def run_infos(
 def _fold(
     name: str, rows: list[KindStats], nodes: set[str], ranks: set[int], received_at: str | None
 ) -> RunInfo:
-    """One run's RunInfo from its per-kind rows."""
-    firsts = [r.first_ts for r in rows if r.first_ts is not None]
-    lasts = [r.last_ts for r in rows if r.last_ts is not None]
+    """One run's RunInfo from its per-kind rows.
+
+    A time no calendar has (an older dsmon stored ``2026-19-39`` as it came) is left out:
+    it would sort as the run's newest and break every reader that computes with it.
+    """
+    firsts = [r.first_ts for r in rows if r.first_ts is not None and parse_ts(r.first_ts)]
+    lasts = [r.last_ts for r in rows if r.last_ts is not None and parse_ts(r.last_ts)]
     steps = [r.last_step for r in rows if r.last_step is not None]
     return RunInfo(
         name=name,
@@ -276,6 +289,14 @@ class Store(ABC):
         one yet, and again once it has (``LogParser(live=True)``); the store then fills the
         step of the row it has, in place. Readers that keep rows in memory
         (``dsmon.live.RunFrames``) compare this count to know when to read them again.
+        """
+
+    @abstractmethod
+    def check_writable(self) -> None:
+        """Commit a write that changes nothing, or raise :class:`StoreError` saying why not.
+
+        Reading proves little: a store on a full disk, a read-only mount or a corrupt file
+        still answers reads while every write fails. The ingest server's ``/healthz`` asks.
         """
 
     @abstractmethod

@@ -273,3 +273,20 @@ def test_store_is_a_context_manager(tmp_path: Path) -> None:
         s.add([ThroughputRecord(src=Source(run="t", line=1), samples_per_s=1.5)])
     with pytest.raises(sqlite3.ProgrammingError):
         s.runs()
+
+
+def test_check_writable_commits_nothing_visible(store: Store) -> None:
+    """The ``/healthz`` probe: a real commit, and the store reads the same after it."""
+    store.add(sample_run())
+    before = (store.runs(), store.last_id(), store.records("r1"))
+    store.check_writable()
+    assert (store.runs(), store.last_id(), store.records("r1")) == before
+
+
+def test_check_writable_fails_on_a_store_that_refuses_writes(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "ro.sqlite")
+    store._conn.execute("PRAGMA query_only = 1")  # as a read-only file or mount would
+    with pytest.raises(StoreError, match="attempt to write a readonly database"):
+        store.check_writable()
+    assert store.last_id() == 0  # reads still answer: why /healthz must write
+    store.close()

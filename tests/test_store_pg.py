@@ -7,6 +7,7 @@ except in CI where it must run.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import http.client
 import json
 import threading
@@ -21,7 +22,7 @@ from dsmon.records import Record, Source, TimerRecord
 from dsmon.serving import start_ingest_server
 from dsmon.store import open_store
 from dsmon.store_pg import PgStore, redact_url
-from dsmon.store_schema import RecordFilter, StoreError
+from dsmon.store_schema import RecordFilter, StoreDataError, StoreError
 
 
 def timers(run: str, start: int, n: int, node: str = "n1") -> list[Record]:
@@ -178,3 +179,13 @@ def test_ingest_server_writes_into_postgresql(pg: ThrowawayPgStore) -> None:
             )
             conn.close()
     assert pg.records("served") == records
+
+
+def test_a_value_the_database_refuses_is_a_data_error(pg: ThrowawayPgStore) -> None:
+    """Too long for the B-tree index: permanent, so the server answers 400, not a 503 retry."""
+    # Incompressible, or PostgreSQL compresses it into the index after all.
+    name = "".join(hashlib.sha256(str(i).encode()).hexdigest() for i in range(100))
+    with pytest.raises(StoreDataError, match="index row"):
+        pg.add(timers(name, 0, 1))
+    pg.check_writable()  # the store still takes writes
+    assert pg.add(timers("ok", 0, 1)) == 1
