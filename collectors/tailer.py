@@ -29,10 +29,18 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from collectors.follower import FileFollower, ParserFactory
-from collectors.state import Checkpoint, Position, ProfileState, StateFile, same_start
+from collectors.state import (
+    FP_BYTES,
+    Checkpoint,
+    Position,
+    ProfileState,
+    StateFile,
+    same_start,
+    same_stem,
+)
 from dsmon.parsers.log import LogParser
 from dsmon.records import FlopsProfileRecord, Record
 
@@ -170,8 +178,12 @@ class Tailer:
         self._ignored: dict[str, tuple[int, int]] = {}
         saved = state.load() if state is not None else Checkpoint()
         self._finished: deque[Position] = deque(saved.finished, maxlen=MAX_FINISHED)
+        by_path: dict[str, list[Position]] = {}
+        for pos in sorted(saved.files, key=lambda p: p.gen):
+            if self._wanted(pos.path):
+                by_path.setdefault(pos.path, []).append(pos)
         self._followers = {
-            p.path: self._follower(p.path, p, False) for p in saved.files if self._wanted(p.path)
+            path: self._follower(path, ps[-1], False, older=ps[:-1]) for path, ps in by_path.items()
         }
         parse = parse_profile or default_profile_parser(run, node)
         old = {p.path: p for p in saved.profiles}
@@ -205,7 +217,7 @@ class Tailer:
 
     def checkpoint(self) -> Checkpoint:
         """Positions as of now (to be committed once what was read so far is delivered)."""
-        files = tuple(p for f in self._followers.values() if (p := f.position()) is not None)
+        files = tuple(p for f in self._followers.values() for p in f.positions())
         profiles = tuple(s for w in self._profiles if (s := w.state()) is not None)
         return Checkpoint(files, tuple(self._finished), profiles)
 
@@ -245,7 +257,12 @@ class Tailer:
         return any(path == p or fnmatch.fnmatchcase(path, p) for p in self.patterns)
 
     def _follower(
-        self, path: str, saved: Position | None, from_end: bool, label: str | None = None
+        self,
+        path: str,
+        saved: Position | None,
+        from_end: bool,
+        label: str | None = None,
+        older: Sequence[Position] = (),
     ) -> FileFollower:
         return FileFollower(
             path,
@@ -253,13 +270,21 @@ class Tailer:
             label=label,
             rank=rank_of(path),
             saved=saved,
+            older=older,
             from_end=from_end,
             on_finished=self._finished.append,
+            known=lambda f: self._known(f, path),
             clock=self._clock,
         )
 
     def _already_read(self, path: str) -> bool:
-        """A rotated file (``train.log.1``) that the glob matches is one we have read."""
+        """A rotated file (``train.log.1``) that the glob matches is one we read or have read.
+
+        Files are told apart by device and inode plus a fingerprint of their first bytes, not
+        by path: a file renamed by rotation is the generation its old path's follower reads
+        (to its end), and a copy made by copytruncate starts with the bytes of the generation
+        it copies, whose follower reads from the copy what it had not read yet.
+        """
         try:
             st = os.stat(path)
         except OSError:
@@ -267,18 +292,44 @@ class Tailer:
         ident = (st.st_dev, st.st_ino)
         if self._ignored.get(path) == ident:
             return True
-        if any(f.identity() == ident for f in self._followers.values()) or self._was_read(path):
-            logger.info("dsmon: %s holds a log generation already read; not re-read", path)
-            self._ignored[path] = ident
-            return True
-        return False
-
-    def _was_read(self, path: str) -> bool:
         try:
             with open(path, "rb") as f:
-                return any(p.fp_len and same_start(f, p.fp, p.fp_len) for p in self._finished)
+                seen = self._known(f, path) or self._was_read(f) or self._is_copy(f, path)
         except OSError:
             return True
+        if seen:
+            logger.info("dsmon: %s holds a log generation already read; not re-read", path)
+            self._ignored[path] = ident
+        return seen
+
+    def _known(self, f: BinaryIO, path: str) -> bool:
+        """The open file is one another path's follower reads, or a generation that ended."""
+        st = os.fstat(f.fileno())
+        ident = (st.st_dev, st.st_ino)
+        others = (g for p, g in self._followers.items() if p != path)
+        if any(ident in g.identities() for g in others):
+            return True
+        return any(
+            (p.dev, p.ino) == ident and same_start(f, p.fp, p.fp_len) for p in self._finished
+        )
+
+    def _was_read(self, f: BinaryIO) -> bool:
+        """The file starts with the bytes of a generation that ended (a rotated copy)."""
+        return any(p.fp_len and same_start(f, p.fp, p.fp_len) for p in self._finished)
+
+    def _is_copy(self, f: BinaryIO, path: str) -> bool:
+        """A copytruncate copy of a file being followed, caught before the truncation.
+
+        Only a whole fingerprint counts, and only beside the followed file with a name that
+        starts like it (``train.log.1``, ``train-20260101.log``): per-rank logs of one launch
+        may share their first lines, and must never be taken for copies of each other.
+        """
+        for g in self._followers.values():
+            fp = g.fingerprint()
+            whole = fp is not None and fp[1] == FP_BYTES and same_stem(g.path, path)
+            if whole and fp is not None and same_start(f, *fp):
+                return True
+        return False
 
 
 def _matches(patterns: Iterable[str]) -> dict[str, str]:
