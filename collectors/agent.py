@@ -39,9 +39,13 @@ from collectors.tailer import Tailer, Waker
 
 logger = logging.getLogger(__name__)
 
-#: The tail thread waits while this many records are queued for the sender (back-pressure:
-#: the log itself is the buffer, so reading a large log at start-up cannot exhaust memory).
+#: The tail thread waits while this many records are queued for the sender, and while the
+#: sender holds batches its full spool cannot take (back-pressure: the log itself is the
+#: buffer, so neither a large log at start-up nor a long outage can exhaust memory or lose
+#: a line).
 MAX_BACKLOG = 50_000
+#: How often a waiting tail thread looks again whether the sender can take more.
+BACKPRESSURE_POLL_S = 0.1
 #: watchdog reports every write; polls closer than this are merged into one.
 MIN_POLL_GAP_S = 0.2
 #: The state file is rewritten (with two fsyncs) at most this often. A position saved late
@@ -193,11 +197,14 @@ class Agent:
         while not stop.is_set():
             started = time.monotonic()
             _guarded("tail", self.tail_once)
-            while self.sender.backlog > MAX_BACKLOG and not stop.wait(0.05):
+            while self._sender_full() and not stop.wait(BACKPRESSURE_POLL_S):
                 pass
             self._wake.wait(self.tail_interval_s)
             self._wake.clear()
             stop.wait(MIN_POLL_GAP_S - (time.monotonic() - started))
+
+    def _sender_full(self) -> bool:
+        return self.sender.blocked or self.sender.backlog > MAX_BACKLOG
 
     def _nvml_loop(self) -> None:
         assert self.poller is not None

@@ -210,3 +210,38 @@ def test_a_silent_server_cannot_hold_the_stop_past_its_grace_period(tmp_path: Pa
     assert spooled(tmp_path) == imported(log)
     assert saved_offset(tmp_path) == log.stat().st_size
     assert agent.sender.stats.failures >= 1
+
+
+def test_a_full_spool_pauses_reading_and_loses_nothing(tmp_path: Path) -> None:
+    """Issue: with a small spool and an outage, batches that did not fit were dropped for
+    good. Now the tail loop stops reading while the spool is full and resumes after."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there until the server starts below
+    log = tmp_path / "z2" / "train.log"
+    log.parent.mkdir()
+    state = tmp_path / "state"
+    tailer = Tailer([str(log)], run="z2", node="n1", state=StateFile(state / "tail.json"))
+    spool = Spool(state / "spool", max_bytes=16 << 10)  # room for a few dozen records
+    url = f"http://127.0.0.1:{port}"
+    sender = Sender(UrlTransport(url, TOKEN), spool, backoff_s=(0.05, 0.1))
+    agent = Agent(tailer, sender, tail_interval_s=0.02, watch=False)
+    agent.start()
+    try:
+        for i in range(0, 300, 20):  # the run goes on while the server is away
+            append(log, Z2[i : i + 20])
+            time.sleep(0.05)
+        wait_until("the spool to fill", lambda: sender.blocked)
+        time.sleep(0.3)  # a poll under way when the spool filled ends
+        read_to = tailer.checkpoint().files[0].offset
+        append(log, Z2[300:])
+        time.sleep(0.5)
+        assert tailer.checkpoint().files[0].offset == read_to < log.stat().st_size
+        handle = start_ingest_server(str(tmp_path / "store.sqlite"), TOKEN, port=port)
+        try:
+            wait_until("every record", lambda: stored(handle) == live_only(Z2))
+        finally:
+            handle.stop()
+    finally:
+        agent.stop()
+    assert not sender.blocked and sender.stats.dropped == 0
