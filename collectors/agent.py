@@ -9,20 +9,24 @@ the batch is durable, so the state file never runs ahead of delivery.
 **Stopping never leaves a line behind** (a sidecar is stopped right after the trainer ends, so
 the lines of its last half second must still go). Within one grace period (``--stop-timeout``)
 the producers stop, then one final read takes every followed file to its end (globs matched
-again, the profile file read even if it has not settled), then the parsers release what they
-still hold (see below), then the sender makes one last attempt to deliver everything,
-draining its spool too, and spools what cannot go in time. Only then are the last positions
-saved, and they cover only what was sent or spooled. A SIGKILL skips all that and loses
-nothing either: what was not yet durable is read again from the logs on restart.
+again, the profile file read even if it has not settled), then the sender makes one last
+attempt to deliver everything, draining its spool too, and spools what cannot go in time.
+Only then are the last positions saved, and they cover only what was sent or spooled. A
+SIGKILL skips all that and loses nothing either: what was not yet durable is read again from
+the logs on restart.
 
-**What the parsers hold at a stop is released by default**: a block still open (the table a
-run ends on) and an unterminated last line. (Records waiting for a step number are never held
-live: they are sent at once and again with their step, see ``LogParser(live=True)``.) That is
-what ``dsmon import`` of the log gives, and when the trainer has ended it is the end of the
-run. The price is for a collector stopped while training goes on and started again later: it
-emits those records again with the same keys, and the store keeps the first copies (a block
-cut where the stop found it). ``hold_at_stop`` (``--hold-at-stop``) keeps them back for such
-restarts instead; a collector that is never restarted then never sends them.
+**What the parsers still hold at a stop is kept back by default**: an unterminated last line
+(a writer mid-line: ``tee`` of a block-buffered stdout cuts lines anywhere), a block still open
+(a config dump, a table), a profile file caught mid-write. Sent now, they would be stored cut
+where the stop found them, and the store keeps the first copy of a record, so a collector
+started again on the same state folder could not replace them: a stop and restart would not
+give what ``dsmon import`` of the whole log gives. Kept back, the restarted collector reads
+them whole. A DeepSpeed run that has ended leaves nothing open (its last lines are complete
+and the launcher's ``exits successfully`` lines close any table), so nothing is lost then.
+(Records waiting for a step number are never held live: they are sent at once and again with
+their step, see ``LogParser(live=True)``.) ``release_at_stop`` (``--release-at-stop``) sends
+them at the stop instead, for a log cut off for good (the writer was killed mid-line) whose
+collector will not be started again.
 """
 
 from __future__ import annotations
@@ -68,8 +72,8 @@ class Agent:
         tail_interval_s: the tail loop's poll period (watchdog may wake it sooner).
         nvml_interval_s: seconds between GPU samples.
         watch: wake the tail loop on file-system events (it polls in any case).
-        hold_at_stop: keep what the parsers still hold at a stop instead of sending it (see
-            the module docstring).
+        release_at_stop: send what the parsers still hold at a stop instead of keeping it
+            back for a restart (see the module docstring).
     """
 
     def __init__(
@@ -81,10 +85,10 @@ class Agent:
         tail_interval_s: float = 0.5,
         nvml_interval_s: float = 1.0,
         watch: bool = True,
-        hold_at_stop: bool = False,
+        release_at_stop: bool = False,
     ) -> None:
         assert tail_interval_s > 0 and nvml_interval_s > 0
-        self.hold_at_stop = hold_at_stop
+        self.release_at_stop = release_at_stop
         self.tailer = tailer
         self.sender = sender
         self.poller = poller
@@ -162,9 +166,9 @@ class Agent:
         return not any(t.is_alive() for t in self._threads if which(t.name))
 
     def _final_read(self) -> None:
-        """The last read of every log, then the parsers' held records, as one batch."""
+        """The last read of every log (and, if asked, the parsers' held records), one batch."""
         batch = self.tailer.poll(final=True)
-        if not self.hold_at_stop:
+        if self.release_at_stop:
             batch.records.extend(self.tailer.release())
         ckpt = batch.checkpoint
         self.sender.submit(batch.records, lambda: self._delivered(ckpt))

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import fnmatch
 import glob
-import hashlib
 import logging
 import os
 import re
@@ -32,29 +31,24 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from collectors.follower import FileFollower, ParserFactory
+from collectors.profile_file import ProfileParser, ProfileWatcher
 from collectors.state import (
     FP_BYTES,
     Checkpoint,
     Position,
-    ProfileState,
     StateFile,
     same_start,
     same_stem,
 )
 from dsmon.parsers.log import LogParser
-from dsmon.records import FlopsProfileRecord, Record
+from dsmon.records import Record
 
 logger = logging.getLogger(__name__)
 
 #: Generations remembered as read, so a rotated file that matches the glob is not re-read.
 MAX_FINISHED = 256
-#: Seconds a rewritten profile file must stay unchanged before it is read (it is written
-#: progressively by print() calls into the open file).
-PROFILE_SETTLE_S = 1.0
 # Per-rank logs of ``deepspeed --enable_each_rank_log``: ``<time>_rank<N>.log`` (as dsmon.ingest).
 _RANK_LOG = re.compile(r"_rank(\d+)\.log$")
-
-ProfileParser = Callable[[str, str], Sequence[Record]]
 
 
 @dataclass(slots=True)
@@ -63,76 +57,6 @@ class TailBatch:
 
     records: list[Record]
     checkpoint: Checkpoint
-
-
-class ProfileWatcher:
-    """The flops profiler's ``output_file``: a snapshot, not a log.
-
-    DeepSpeed opens it with ``"w"`` and prints the whole profile into it, so it is re-read
-    whole once it has changed and then stayed unchanged for :data:`PROFILE_SETTLE_S`. The
-    parser keys its records by profile step, so a rewrite for another step is stored beside
-    the earlier profile and a re-read of the same one adds nothing.
-    """
-
-    def __init__(
-        self,
-        path: str,
-        parse: ProfileParser,
-        saved: ProfileState | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.path = path
-        self._parse = parse
-        self._clock = clock
-        self._sha = saved.sha if saved else ""
-        self._sig: tuple[int, int, int] | None = None
-        self._changed_at = 0.0
-        self._done_sig: tuple[int, int, int] | None = None
-
-    def state(self) -> ProfileState | None:
-        """What to save: the last content sent."""
-        return ProfileState(self.path, self._sha) if self._sha else None
-
-    def poll(self, *, final: bool = False) -> list[Record]:
-        """The profile's records when a new, settled content is there; else nothing.
-
-        Args:
-            final: read a changed content now, settled or not: this is the last read before
-                a stop, and DeepSpeed writes the profile before the run ends.
-        """
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return []
-        sig = (st.st_ino, st.st_size, st.st_mtime_ns)
-        now = self._clock()
-        if sig != self._sig and not final:
-            self._sig, self._changed_at = sig, now
-            return []
-        settling = now - self._changed_at < PROFILE_SETTLE_S and sig == self._sig
-        if sig == self._done_sig or (settling and not final):
-            return []
-        self._done_sig = sig
-        return self._read(final)
-
-    def _read(self, final: bool) -> list[Record]:
-        """The profile now in the file; one caught mid-write (``partial``) waits, unless final."""
-        try:
-            data = Path(self.path).read_bytes()
-        except OSError as exc:
-            logger.warning("dsmon: cannot read %s: %s", self.path, exc)
-            return []
-        sha = hashlib.sha1(data, usedforsecurity=False).hexdigest()
-        if sha == self._sha:
-            return []
-        # Labelled by its bare name, as ``dsmon import`` of the file or its folder names it.
-        label = os.path.basename(self.path)
-        recs = list(self._parse(data.decode("utf-8", errors="replace"), label))
-        if not final:
-            recs = [r for r in recs if not (isinstance(r, FlopsProfileRecord) and r.partial)]
-        if recs:  # nothing parsed: not a complete profile yet, wait for the next rewrite
-            self._sha = sha
-        return recs
 
 
 class Tailer:
@@ -213,7 +137,8 @@ class Tailer:
 
         The checkpoint is unchanged by it, so the positions saved are those of the final poll.
         """
-        return [rec for f in self._followers.values() for rec in f.release()]
+        out = [rec for f in self._followers.values() for rec in f.release()]
+        return out + [rec for w in self._profiles for rec in w.release()]
 
     def checkpoint(self) -> Checkpoint:
         """Positions as of now (to be committed once what was read so far is delivered)."""

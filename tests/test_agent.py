@@ -144,15 +144,15 @@ def test_stop_reads_what_was_written_after_the_last_poll(
         ("memory_breakdown", 180, 3),
     ],
 )
-@pytest.mark.parametrize("hold", [False, True])
+@pytest.mark.parametrize("release", [False, True])
 def test_records_waiting_for_a_step_are_sent_at_once_and_numbered_later(
-    tmp_path: Path, server: IngestServer, hold: bool, run: str, cut: int, unnumbered: int
+    tmp_path: Path, server: IngestServer, release: bool, run: str, cut: int, unnumbered: int
 ) -> None:
     lines = (DATA / run / "train.log").read_bytes().splitlines(keepends=True)
     log = tmp_path / "z2" / "train.log"
     log.parent.mkdir()
     append(log, lines[:cut])
-    agent = agent_for(tmp_path, log, server.url, hold_at_stop=hold)
+    agent = agent_for(tmp_path, log, server.url, release_at_stop=release)
     agent.start()
     agent.stop()
     # Nothing waits for a step number: stored at once, as an import of the cut log has them.
@@ -169,6 +169,47 @@ def test_records_waiting_for_a_step_are_sent_at_once_and_numbered_later(
     again.start()
     again.stop()
     assert stored(server) == imported(log)
+
+
+@pytest.mark.parametrize(
+    ("lines", "part"),
+    [
+        # Mid-line: "[Rank 0] DeepSpeed info: version=0.19.8, git-hash=unknown, git-bra"
+        (18, 130),
+        # Inside the "DeepSpeedEngine configuration:" dump that starts on line 47.
+        (49, 0),
+    ],
+)
+def test_a_stop_and_restart_mid_run_stores_what_import_of_the_whole_log_gives(
+    tmp_path: Path, server: IngestServer, lines: int, part: int
+) -> None:
+    """Issue: a graceful stop sent the cut line or open block as it was, and the store keeps
+    the first copy, so the restarted collector could not store it whole."""
+    log = tmp_path / "z2" / "train.log"
+    log.parent.mkdir()
+    append(log, [*Z2[:lines], Z2[lines][:part]])
+    agent = agent_for(tmp_path, log, server.url)
+    agent.start()
+    agent.stop()
+    append(log, [Z2[lines][part:], *Z2[lines + 1 :]])
+    again = agent_for(tmp_path, log, server.url)
+    again.start()
+    again.stop()
+    assert stored(server) == imported(log)
+
+
+def test_release_at_stop_sends_an_unterminated_last_line(
+    tmp_path: Path, server: IngestServer
+) -> None:
+    """For a log cut off for good (its writer killed mid-line): sent as ``import`` reads it."""
+    log = tmp_path / "z2" / "train.log"
+    log.parent.mkdir()
+    append(log, [*Z2[:18], Z2[18][:130]])
+    agent = agent_for(tmp_path, log, server.url, release_at_stop=True)
+    agent.start()
+    agent.stop()
+    assert stored(server) == imported(log)
+    assert saved_offset(tmp_path) == sum(map(len, Z2[:18]))  # a restart reads it again
 
 
 def test_stop_with_the_server_away_spools_everything_and_saves_positions(

@@ -19,8 +19,9 @@ import pytest
 from conftest import read_log, settled
 
 from collectors import follower as follower_mod
+from collectors.profile_file import PROFILE_SETTLE_S
 from collectors.state import Checkpoint, StateFile
-from collectors.tailer import PROFILE_SETTLE_S, Tailer, Waker, default_run_name
+from collectors.tailer import Tailer, Waker, default_run_name
 from dsmon.parsers.base import ParseContext
 from dsmon.parsers.lines import LogLine
 from dsmon.parsers.log import LogParser
