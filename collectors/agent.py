@@ -103,6 +103,7 @@ class Agent:
         self._commit_lock = threading.Lock()
         self._committed_at = -COMMIT_EVERY_S
         self._unsaved: Checkpoint | None = None
+        self._saved_gens = tailer.checkpoint().generations()
 
     def start(self) -> None:
         """Start the three threads."""
@@ -187,14 +188,22 @@ class Agent:
             self.sender.submit(batch.records, lambda: self._delivered(ckpt))
 
     def _delivered(self, ckpt: Checkpoint) -> None:
-        """A batch is durable: save its checkpoint, at most every :data:`COMMIT_EVERY_S`."""
+        """A batch is durable: save its checkpoint, at most every :data:`COMMIT_EVERY_S`.
+
+        A checkpoint that knows a generation the saved one does not (a rotation) is saved at
+        once: a generation's records are keyed by its ``path#N`` label, and a collector killed
+        after sending some of them must resume that generation under the same label, not
+        meet the file anew under its rotated name and send its lines again under that one.
+        """
         with self._commit_lock:
             now = time.monotonic()
-            if now - self._committed_at < COMMIT_EVERY_S:
+            rotated = self._saved_gens != ckpt.generations()
+            if now - self._committed_at < COMMIT_EVERY_S and not rotated:
                 self._unsaved = ckpt
                 return
             self.tailer.commit(ckpt)
             self._committed_at, self._unsaved = now, None
+            self._saved_gens = ckpt.generations()
 
     def _tail_loop(self) -> None:
         stop = self._stop_producers

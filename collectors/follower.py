@@ -352,11 +352,15 @@ class FileFollower:
             self._retire(out)
             self._open(out)
             return
-        size = os.fstat(self._f.fileno()).st_size
-        if size < self._buf_start + len(self._buf) or not same_start(
-            self._f, self._fp, self._fp_len
-        ):
+        if self._was_truncated():
             self._truncated(out)
+
+    def _was_truncated(self) -> bool:
+        """The open file is shorter than what was read, or no longer starts as it did."""
+        assert self._f is not None
+        size = os.fstat(self._f.fileno()).st_size
+        read_to = self._buf_start + len(self._buf)
+        return size < read_to or not same_start(self._f, self._fp, self._fp_len)
 
     def _path_missing(self, out: list[Record]) -> None:
         """Deleted or renamed away: the open file is read on as a retired generation."""
@@ -370,6 +374,11 @@ class FileFollower:
         on appending to the renamed file, so it stays open and is read at every poll until
         it has been idle for :data:`MISSING_LINGER_S`; only then does its generation end.
         """
+        if self._f is not None and self._was_truncated():
+            # Truncated, then renamed, between two reads (copytruncate, then a rename in a
+            # later rotation): its new content is another generation, left to the glob.
+            self._truncated(out, keep_open=False)
+            return
         old = copy.copy(self)
         old._retired = []
         old._idle_since = self._clock()
@@ -390,8 +399,14 @@ class FileFollower:
                 old._end_generation(out)
                 self._retired.remove(old)
 
-    def _truncated(self, out: list[Record]) -> None:
-        """Truncated in place (copytruncate): read what we missed from the copy, restart at 0."""
+    def _truncated(self, out: list[Record], *, keep_open: bool = True) -> None:
+        """Truncated in place (copytruncate): read what we missed from the copy, restart at 0.
+
+        Args:
+            out: where the records read go.
+            keep_open: the file is still at the path: read on from its start as the next
+                generation (else it was renamed away as well, and is closed).
+        """
         read_to = self._buf_start + len(self._buf)
         copy = find_generation(self.path, -1, -1, self._fp, self._fp_len, read_to)
         if copy is not None:
@@ -399,7 +414,7 @@ class FileFollower:
                 copy.seek(read_to)
                 while data := copy.read(_CHUNK):
                     self._consume(data, out)
-        self._end_generation(out, keep_open=True)
+        self._end_generation(out, keep_open=keep_open)
 
     def _end_generation(self, out: list[Record], *, keep_open: bool = False) -> None:
         """The file is complete: parse its unterminated last line, finish the parser."""

@@ -127,6 +127,10 @@ class Checkpoint:
     finished: tuple[Position, ...] = ()
     profiles: tuple[ProfileState, ...] = ()
 
+    def generations(self) -> tuple[tuple[str, int, int, int], ...]:
+        """Which generations it knows (path, number, device, inode), ended ones included."""
+        return tuple((p.path, p.gen, p.dev, p.ino) for p in (*self.files, *self.finished))
+
     def to_json(self) -> str:
         """The state file's text."""
         obj = {
