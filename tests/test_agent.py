@@ -286,3 +286,25 @@ def test_a_full_spool_pauses_reading_and_loses_nothing(tmp_path: Path) -> None:
     finally:
         agent.stop()
     assert not sender.blocked and sender.stats.dropped == 0
+
+
+def test_a_rotation_is_saved_at_once_not_after_the_commit_interval(tmp_path: Path) -> None:
+    """Positions are saved at most once a second, except when a generation appears: a
+    collector killed right after sending a new generation's first records must resume it
+    under the same label (its records' keys), not meet the file anew under another name."""
+    log = tmp_path / "z2" / "train.log"
+    log.parent.mkdir()
+    append(log, Z2[:40])
+    agent = agent_for(tmp_path, log, "http://127.0.0.1:9")
+    first = agent.tailer.poll()
+    agent._delivered(first.checkpoint)
+    append(log, Z2[40:50])
+    agent._delivered(agent.tailer.poll().checkpoint)  # within the second: not saved yet
+    assert saved_offset(tmp_path) == sum(map(len, Z2[:40]))
+    log.rename(log.with_name("train.log.1"))
+    append(log, Z2[50:60])
+    rotated = agent.tailer.poll().checkpoint
+    agent._delivered(rotated)
+    assert StateFile(tmp_path / "state" / "tail.json").load() == rotated
+    assert {(p.label, p.gen) for p in rotated.files} == {("train.log", 0), ("train.log", 1)}
+    agent.tailer.close()
