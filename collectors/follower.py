@@ -380,7 +380,7 @@ class FileFollower:
             self._truncated(out, keep_open=False)
             return
         old = copy.copy(self)
-        old._retired = []
+        old._retired, old._older = [], []  # lists stay the follower's own
         old._idle_since = self._clock()
         old._read(out, 1 << 62)
         self._retired.append(old)
