@@ -138,10 +138,18 @@ class Agent:
         self._wake.set()
         if self._waker is not None:
             self._waker.stop()
-        if self._join(lambda name: not _is_sender(name), deadline):
-            _guarded("final read", self._final_read)
-        else:  # a read stuck on a dead NFS server: the tailer is not free to read again
+        if not self._join(lambda name: not _is_sender(name), deadline):
+            # A read stuck on a dead NFS server: the tailer is not free to read again.
             logger.error("dsmon: the log reader did not stop in time: no final read")
+        elif self.sender.blocked:
+            # Reading is paused on a full spool: what is left could be neither sent nor
+            # spooled, and after a long outage it may be far more than memory holds.
+            logger.warning(
+                "dsmon: the spool is full: no final read; a collector started again on this "
+                "state folder reads on from where reading paused"
+            )
+        else:
+            _guarded("final read", self._final_read)
 
     def _stop_sending(self, deadline: float) -> None:
         """Let the sender deliver or spool everything by the deadline."""

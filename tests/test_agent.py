@@ -308,3 +308,42 @@ def test_a_rotation_is_saved_at_once_not_after_the_commit_interval(tmp_path: Pat
     assert StateFile(tmp_path / "state" / "tail.json").load() == rotated
     assert {(p.label, p.gen) for p in rotated.files} == {("train.log", 0), ("train.log", 1)}
     agent.tailer.close()
+
+
+def test_a_stop_while_the_spool_is_full_leaves_the_rest_to_the_next_collector(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No final read while reading is paused (it could go nowhere, and may be huge): the
+    positions stay where reading paused, and the next collector sends the rest, once."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path / "z2" / "train.log"
+    log.parent.mkdir()
+    state = tmp_path / "state"
+
+    def collector(url: str) -> Agent:
+        tailer = Tailer([str(log)], run="z2", node="n1", state=StateFile(state / "tail.json"))
+        spool = Spool(state / "spool", max_bytes=16 << 10)
+        sender = Sender(UrlTransport(url, TOKEN), spool, backoff_s=(0.05, 0.1))
+        return Agent(tailer, sender, tail_interval_s=0.02, watch=False)
+
+    agent = collector(f"http://127.0.0.1:{port}")
+    agent.start()
+    for i in range(0, 300, 20):
+        append(log, Z2[i : i + 20])
+        time.sleep(0.05)
+    wait_until("the spool to fill", lambda: agent.sender.blocked)
+    append(log, Z2[300:])
+    agent.stop(timeout_s=2.0)
+    assert "dsmon: the spool is full: no final read" in caplog.text
+    saved = StateFile(state / "tail.json").load().files  # none if nothing fitted at all
+    assert all(pos.offset < log.stat().st_size for pos in saved)
+    handle = start_ingest_server(str(tmp_path / "store.sqlite"), TOKEN, port=port)
+    again = collector(handle.url)
+    try:
+        again.start()
+        wait_until("every record", lambda: stored(handle) == live_only(Z2))
+    finally:
+        again.stop()
+        handle.stop()
