@@ -280,6 +280,20 @@ def test_renamed_file_still_written_is_read_until_idle(tmp_path: Path, recreated
     assert t.checkpoint().finished[-1].offset == sum(map(len, Z2_LINES[:250]))
 
 
+def test_a_file_renamed_away_and_back_is_the_same_generation(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    t = tailer(tmp_path, str(log))
+    append(log, *Z2_LINES[:20])
+    got = poll_all(t)
+    log.rename(tmp_path / "train.log.tmp")
+    append(tmp_path / "train.log.tmp", *Z2_LINES[20:30])
+    got += poll_all(t)
+    (tmp_path / "train.log.tmp").rename(log)
+    append(log, *Z2_LINES[30:40])
+    got += poll_all(t) + poll_all(t)
+    assert seen(got) == replay(Z2_LINES[:40], "train.log")
+
+
 def test_restart_while_a_renamed_file_is_read_resumes_both(tmp_path: Path) -> None:
     """Killed while the renamed file is still read: both it and the new file are resumed."""
     log = tmp_path / "train.log"
