@@ -189,7 +189,7 @@ class Sender:
         self.spool.close()
         if left := sum(len(item.lines) for item in self._held):
             logger.error(
-                "dsmon: %d records neither sent nor spooled at the stop (spool full); their "
+                "dsmon: %d records neither sent nor spooled at the stop (no room in the spool); their "
                 "lines are read again when a collector starts on this state folder",
                 left,
             )
