@@ -150,11 +150,17 @@ def _collector_options(p: argparse.ArgumentParser, log_flag: bool = True) -> Non
         help="on SIGTERM/Ctrl-C: time to read the logs one last time and deliver or spool "
         "everything (20 s)",
     )
-    p.add_argument(
+    stop = p.add_mutually_exclusive_group()
+    stop.add_argument(
+        "--release-at-stop",
+        action="store_true",
+        help="at a stop, also send what the parser still holds (an unterminated last line, "
+        "an open block), for a log cut off for good whose collector is not started again",
+    )
+    stop.add_argument(
         "--hold-at-stop",
         action="store_true",
-        help="at a stop, keep back records the parser still holds (for a collector that is "
-        "started again while training goes on) instead of sending them",
+        help="keep back what the parser still holds at a stop (the default)",
     )
 
 
@@ -227,7 +233,7 @@ def build_agent(args: argparse.Namespace, url: str, token: str, spool_max_bytes:
         poller,
         tail_interval_s=args.poll_interval,
         nvml_interval_s=args.nvml_interval or 1.0,
-        hold_at_stop=args.hold_at_stop,
+        release_at_stop=args.release_at_stop,
     )
 
 
