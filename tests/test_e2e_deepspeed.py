@@ -24,7 +24,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -32,8 +31,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import process_support
 import pytest
 from browser_support import chromium, page_text
+from process_support import free_port, ui_healthy
 
 pytestmark = pytest.mark.slow
 
@@ -61,19 +62,8 @@ def deepspeed_bin() -> Path:
     return Path(launcher).parent
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def wait_for(what: str, cond: Callable[[], object], procs: list[subprocess.Popen[bytes]]) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not cond():
-        for p in procs:
-            assert p.poll() is None, f"{p.args!r} exited {p.returncode} before {what}"
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        time.sleep(0.5)
+    process_support.wait_for(what, cond, procs, DEADLINE_S, poll_s=0.5)
 
 
 def start(args: list[str], cwd: Path, env: dict[str, str], out: Path) -> subprocess.Popen[bytes]:
@@ -139,7 +129,10 @@ def job(tmp_path: Path) -> Iterator[dict[str, Any]]:
         return started[-1]
 
     try:
-        yield {"watch": watch, "train": train, "url": f"http://127.0.0.1:{port}", "tmp": tmp_path}
+        yield {
+            "watch": watch, "train": train, "url": f"http://127.0.0.1:{port}", "port": port,
+            "tmp": tmp_path,
+        }  # fmt: skip
     finally:
         for proc in started:
             end(proc)
@@ -155,7 +148,7 @@ def test_real_deepspeed_job_live_then_a_rank_killed(job: dict[str, Any]) -> None
     watch, url = job["watch"], job["url"]
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        wait_for("the dashboard", lambda: _answers(url), [watch])
+        wait_for("the dashboard", lambda: ui_healthy(job["port"]), [watch])
         # Opened before the job starts, as people do: the page must find the run by itself.
         page.goto(f"{url}/steps?run=run1")
         # (no run yet, or only the ds_config.json that watch read beside the log)
@@ -193,13 +186,3 @@ def test_real_deepspeed_job_live_then_a_rank_killed(job: dict[str, Any]) -> None
     log = (job["tmp"] / "run1" / "train.log").read_text(errors="replace")
     assert "step=" not in log  # DeepSpeed's default log level: no step lines at all
     assert "exits with return code = -9" in log
-
-
-def _answers(url: str) -> bool:
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-            return bool(r.read() == b"ok")
-    except OSError:
-        return False
