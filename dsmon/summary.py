@@ -17,11 +17,11 @@ from typing import Any
 import pandas as pd
 
 from dsmon.analysis.comm import exposed_comm_share
-from dsmon.analysis.steps import slowest_steps, step_breakdown, step_stats
+from dsmon.analysis.steps import slowest_steps, step_stats
 from dsmon.config_bool import section_enabled
 from dsmon.records import ConfigRecord, EventRecord
 from dsmon.store_schema import RunInfo, Store
-from dsmon.summary_scan import median_of, scan, timer_frame
+from dsmon.summary_scan import median_of, step_breakdown_of
 
 #: Config origins in order of preference: the user's own keys read most naturally.
 _CONFIG_ORDER = ("user_json", "file", "effective")
@@ -124,7 +124,7 @@ def _events(store: Store, run: str) -> dict[str, Any]:
     out: dict[str, Any] = {"exit_codes": (), "problems": ()}
     codes: list[int] = []
     problems: list[str] = []
-    for rec in scan(store, run, "event"):
+    for rec in store.scan(run, "event"):
         if not isinstance(rec, EventRecord):
             continue
         detail = rec.detail
@@ -151,7 +151,7 @@ def run_summary(store: Store, run: str) -> RunSummary:
         raise KeyError(run)
     # One streaming pass per kind (dsmon.summary_scan): a big import's summary never holds
     # every record at once.
-    breakdown = step_breakdown(timer_frame(store, run)) if "timer" in info.kinds else pd.DataFrame()
+    breakdown = step_breakdown_of(store, run) if "timer" in info.kinds else pd.DataFrame()
     share = exposed_comm_share(breakdown) if not breakdown.empty else None
     return RunSummary(
         info=info,

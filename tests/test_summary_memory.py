@@ -22,7 +22,7 @@ from dsmon.analysis.steps import step_breakdown
 from dsmon.ingest import import_paths
 from dsmon.store import open_store
 from dsmon.store_schema import Store
-from dsmon.summary_scan import median_of, scan, timer_frame
+from dsmon.summary_scan import median_of, step_breakdown_of
 
 _STEP = re.compile(r"(step=|global_step=|micro_step=|global_steps )(\d+)")
 #: Log size and the growth allowed. Loading every timer record cost ~15 MB per MB of log.
@@ -84,11 +84,11 @@ def test_streamed_inputs_match_the_stores_frames(store: Store, tmp_path: Path, r
         long_log(path, 200_000)
     import_paths(store, [path], run=run)
     expected = step_breakdown(store.frame(run, "timer"))
-    streamed = step_breakdown(timer_frame(store, run))
+    streamed = step_breakdown_of(store, run)
     assert not expected.empty and expected["total_ms"].notna().all()
     pd.testing.assert_frame_equal(streamed, expected)
     throughput = store.frame(run, "throughput")["samples_per_s"].median()
     assert median_of(store, run, "throughput", "samples_per_s") == pytest.approx(throughput)
-    assert [r.step for r in scan(store, run, "step", chunk=7)] == [
+    assert [r.step for r in store.scan(run, "step", chunk=7)] == [
         r.step for r in store.records(run, "step")
     ]
