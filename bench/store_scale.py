@@ -15,7 +15,11 @@ What the baseline spends beyond this dsmon grows linearly with the rows stored, 
 also prints the baseline extrapolated to 5.5 million samples (labelled as such: this dsmon's
 figure plus that excess times 5.5 M / samples); this dsmon's figures stay flat.
 
-Usage: ``python bench/store_scale.py [--samples 300000] [--rounds 5]``
+``--first-load`` also times the GPU grid's first load as the page does it now (every sample
+decoded into a frame, then bucketed) against a prototype of the same buckets in SQL
+(``json_extract`` on the body; min/max/mean per GPU and bucket): a figure for the next step.
+
+Usage: ``python bench/store_scale.py [--samples 300000] [--rounds 5] [--first-load]``
 """
 
 from __future__ import annotations
@@ -97,11 +101,43 @@ def batch_s(store: SQLiteStore, rounds: int, first: int, baseline: bool) -> floa
     return statistics.median(runs)
 
 
+# A prototype of the GPU page's first load done in SQL (issue 11, step 4, not in dsmon yet):
+# min/max/mean of one metric per GPU and time bucket, one row per bucket instead of per sample.
+_GPU_BUCKETS = """
+SELECT node, json_extract(body, '$.gpu_index') AS gpu,
+       CAST((julianday(ts) - julianday(:t0)) * 86400000 AS INTEGER) / :width_ms AS bucket,
+       COUNT(*), MIN(v), MAX(v), AVG(v)
+FROM (SELECT node, ts, body, json_extract(body, '$.util_gpu_pct') AS v
+      FROM records WHERE run = :run AND kind = 'gpu')
+GROUP BY node, gpu, bucket
+"""
+
+
+def first_load_s(store: SQLiteStore) -> tuple[float, float, int]:
+    """Seconds of the GPU grid's first load: rows -> frame -> buckets, and the SQL prototype."""
+    from dsmon.analysis import gpus  # pandas: only for this figure
+
+    info = store.runs()[0]
+    t = time.perf_counter()
+    gpus.buckets(gpus.prepare(store.frame(RUN, "gpu")), metrics=["util_gpu_pct"])
+    frame_s = time.perf_counter() - t
+    first, last = (
+        datetime.fromisoformat(str(info.first_ts)),
+        datetime.fromisoformat(str(info.last_ts)),
+    )
+    width_ms = max(int((last - first).total_seconds() * 1000) // 300 + 1, 1)
+    params = {"t0": info.first_ts, "width_ms": width_ms, "run": RUN}
+    t = time.perf_counter()
+    rows = store._conn.execute(_GPU_BUCKETS, params).fetchall()
+    return frame_s, time.perf_counter() - t, len(rows)
+
+
 def main() -> None:
     """Fill the store, then print each figure for this dsmon and the baseline."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--samples", type=int, default=300_000)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--first-load", action="store_true", help="also time the GPU grid's load")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         store = SQLiteStore(Path(tmp) / "bench.sqlite")
@@ -117,6 +153,10 @@ def main() -> None:
                 batch_s(store, args.rounds, 100_000, True),
             ),
         }
+        if args.first_load:
+            frame_s, sql_s, n = first_load_s(store)
+            print(f"GPU grid first load: frame + buckets {frame_s:.2f} s; "
+                  f"SQL prototype {sql_s:.2f} s ({n:,} bucket rows)")  # fmt: skip
         store._conn.execute("DROP INDEX records_run_kind_id")  # the schema before issue 11
         figures["refresh (GPU page, after_id)"] = (
             figures["refresh (GPU page, after_id)"][0],
