@@ -18,7 +18,7 @@ import psycopg
 import pytest
 from pg_support import ThrowawayPgStore, create_schema, drop_schema, pg_url
 
-from dsmon import wire
+from dsmon import store_pg, wire
 from dsmon.records import Record, Source, StepRecord, TimerRecord
 from dsmon.serving import start_ingest_server
 from dsmon.store import open_store
@@ -209,3 +209,14 @@ def test_after_id_read_of_one_kind_uses_the_run_kind_id_index(pg: ThrowawayPgSto
     text = " ".join(r[0] for r in plan)
     assert "records_run_kind_id" in text, text
     assert [r.step for r in pg.records("r", "step", after_id=90)] == list(range(91, 101))
+
+
+def test_batch_bookkeeping_never_reads_the_records_table(pg: ThrowawayPgStore) -> None:
+    pg.add(timers("r", 0, 3000))
+    with psycopg.connect(pg.url, autocommit=True) as conn:
+        conn.execute(store_pg._STAGING)
+        conn.execute("ANALYZE records")
+        plan = [r[0] for r in conn.execute("EXPLAIN " + store_pg._MOVE).fetchall()]
+    # run_kinds and run_sources are folded from the INSERT's RETURNING rows
+    assert any("Insert on records" in line for line in plan), plan
+    assert not [line for line in plan if "Scan" in line and " on records" in line], plan
