@@ -78,6 +78,8 @@ _DDL = (
     "CREATE INDEX IF NOT EXISTS records_run_ts ON records (run, ts)",
     # ``after_id`` polling of one run ("what is new since I last looked").
     "CREATE INDEX IF NOT EXISTS records_run_id ON records (run, id)",
+    # ... and of one kind of it; added after schema version 1, so older stores get it here.
+    "CREATE INDEX IF NOT EXISTS records_run_kind_id ON records (run, kind, id)",
     """CREATE TABLE IF NOT EXISTS run_kinds (
         run TEXT COLLATE "C" NOT NULL,
         kind TEXT COLLATE "C" NOT NULL,

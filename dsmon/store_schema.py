@@ -31,6 +31,8 @@ SCHEMA_VERSION = 1
 #: Records written per transaction: large enough to amortise the commit, small enough
 #: that a reader never waits long and memory stays flat on a 500 MB import.
 BATCH_ROWS = 5000
+#: Records decoded at a time by :meth:`Store.scan`: it never holds more record objects.
+SCAN_ROWS = 1000
 
 
 class StoreError(RuntimeError):
@@ -322,6 +324,20 @@ class Store(ABC):
         """Records of a run in insertion order, filtered as :class:`RecordFilter` describes."""
         flt = RecordFilter(run, kind, step_min, step_max, ts_min, ts_max, after_id, limit)
         return [row_record(body) for _, body in self._select(flt)]
+
+    def scan(self, run: str, kind: str, chunk: int = SCAN_ROWS) -> Iterator[Record]:
+        """Every record of one kind of a run in id order, read ``chunk`` rows per query.
+
+        For passes over a whole big run (the import summary) that must not hold it all.
+        """
+        after = 0
+        while True:
+            rows = self._select(RecordFilter(run, kind, after_id=after, limit=chunk))
+            for _, body in rows:
+                yield row_record(body)
+            if len(rows) < chunk:
+                return
+            after = rows[-1][0]
 
     def id_records(self, flt: RecordFilter) -> list[tuple[int, Record]]:
         """``(id, record)`` pairs: what a client paging with ``after_id`` must be told."""
