@@ -142,6 +142,7 @@ def pages() -> list[st.Page]:
         st.Page(ROOT / "pages" / "health.py", title="Health", default=True),
         st.Page(ROOT / "pages" / "steps.py", title="Steps"),
         st.Page(ROOT / "pages" / "training.py", title="Training"),
+        st.Page(ROOT / "pages" / "autotuner.py", title="Autotuner"),
         st.Page(ROOT / "pages" / "communication.py", title="Communication"),
         st.Page(ROOT / "pages" / "gpus.py", title="GPUs"),
         st.Page(ROOT / "pages" / "flops.py", title="FLOPS"),

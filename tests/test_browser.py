@@ -37,6 +37,7 @@ PAGES = [
         ("health", "Health"),
         ("steps", "Steps"),
         ("training", "Training"),
+        ("autotuner", "Autotuner"),
         ("communication", "Communication"),
         ("gpus", "GPUs"),
         ("flops", "FLOPS"),
