@@ -38,7 +38,8 @@ def test_escaping_keeps_the_text_and_disarms_every_markup_character(text: str) -
 
 
 @pytest.mark.parametrize(
-    "page", ["health", "steps", "training", "autotuner", "communication", "gpus", "flops"]
+    "page",
+    ["health", "steps", "training", "autotuner", "compare", "communication", "gpus", "flops"],
 )
 def test_a_run_name_with_markup_is_shown_as_text(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, page: str

@@ -38,6 +38,7 @@ PAGES = [
         ("steps", "Steps"),
         ("training", "Training"),
         ("autotuner", "Autotuner"),
+        ("compare", "Compare"),
         ("communication", "Communication"),
         ("gpus", "GPUs"),
         ("flops", "FLOPS"),

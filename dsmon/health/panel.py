@@ -74,9 +74,7 @@ def panel(frames: RunFrames, run: str, cutoff: Cutoff, now: datetime | None) -> 
     return Panel(Checklist(results), facts_line(inputs))
 
 
-def merged(
-    static: Sequence[CheckResult], clock: dict[str, CheckResult]
-) -> tuple[CheckResult, ...]:
+def merged(static: Sequence[CheckResult], clock: dict[str, CheckResult]) -> tuple[CheckResult, ...]:
     """All results in registry order: the memoised ones with the clock rules slotted in."""
     by_id = {r.rule_id: r for r in static} | clock
     return tuple(by_id[r.id] for r in all_rules() if r.id in by_id)
