@@ -8,15 +8,14 @@
   ``dsmon_health_rule{run=, rule=, status=}`` (1 for the current status, 0 for the others);
 - hands the verdicts to an :class:`dsmon.alerts.Alerter` when a webhook is configured.
 
-A run's rules are re-evaluated only when it got new records, like the dashboard's panel
-(``dsmon.health.panel``), except the rules that read the clock (a stall is the absence of
-new records), which run on every round. A finished run met for the first time (the store
+The checklist is the Health page's own (``dsmon.health.panel`` over incrementally grown
+frames): rules are re-evaluated only when the run got new records, except those that read
+the clock (a stall is the absence of new records), which run on every round. A finished run met for the first time (the store
 was opened on old runs) is recorded without alerts: only what goes wrong from then on is news.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -25,12 +24,10 @@ from datetime import datetime
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from dsmon.alerts import Alerter
-from dsmon.health.gather import inputs_from_store
-from dsmon.health.inputs import HealthInputs
-from dsmon.health.model import Checklist, CheckResult, Status
-from dsmon.health.panel import CLOCK_RULES, merged
-from dsmon.health.registry import all_rules, evaluate, run_rule
-from dsmon.live import run_is_live
+from dsmon.analysis.gpus import prepare
+from dsmon.health.model import CheckResult, Status
+from dsmon.health.panel import panel
+from dsmon.live import OPEN, RunFrames, run_is_live
 from dsmon.store_schema import RunInfo, Store
 
 logger = logging.getLogger(__name__)
@@ -89,15 +86,6 @@ class HealthCollector:
         yield fam
 
 
-@dataclasses.dataclass
-class _Cached:
-    """A run's rules that do not read the clock, as of its newest record id."""
-
-    last_id: int
-    inputs: HealthInputs
-    static: Checklist
-
-
 class HealthWatcher:
     """Evaluates recent runs' checklists every ``interval_s`` seconds in a daemon thread.
 
@@ -120,7 +108,7 @@ class HealthWatcher:
         self.interval_s = interval_s
         self.clock = clock
         self.states = RuleStates()
-        self._cache: dict[str, _Cached] = {}
+        self._frames: dict[str, RunFrames] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -129,7 +117,7 @@ class HealthWatcher:
         now = self.clock()
         recent = [i for i in self.store.runs() if _recent(i, now)]
         for info in recent:
-            first = info.name not in self._cache
+            first = info.name not in self._frames
             results = self._evaluate(info, now)
             self.states.set_run(info.name, results)
             if self.alerter is not None:
@@ -137,21 +125,24 @@ class HealthWatcher:
                 self.alerter.observe(info.name, results, announce=announce)
         names = {i.name for i in recent}
         self.states.keep_only(names)
-        self._cache = {k: v for k, v in self._cache.items() if k in names}
+        self._frames = {k: v for k, v in self._frames.items() if k in names}
         if self.alerter is not None:
             self.alerter.flush()
 
     def _evaluate(self, info: RunInfo, now: datetime) -> tuple[CheckResult, ...]:
-        """The run's checklist: cached rules unless it grew, clock rules always."""
-        cached = self._cache.get(info.name)
-        if cached is None or cached.last_id != info.last_id:
-            inputs = inputs_from_store(self.store, info.name)
-            rules = [r for r in all_rules() if r.id not in CLOCK_RULES]
-            cached = _Cached(info.last_id, inputs, evaluate(inputs, rules))
-            self._cache[info.name] = cached
-        live = dataclasses.replace(cached.inputs, now=now if run_is_live(info, now) else None)
-        clock = {r.id: run_rule(r, live) for r in all_rules() if r.id in CLOCK_RULES}
-        return merged(cached.static.results, clock)
+        """The run's checklist exactly as its Health page computes it (``health.panel``).
+
+        The frames grow incrementally and the rules that do not read the clock are
+        memoised on them, so a round costs only what is new.
+        """
+        frames = self._frames.get(info.name)
+        if frames is None:
+            # GPU samples prepared as the dashboard's (app.py), so verdicts match its page
+            frames = RunFrames(self.store, info.name, transforms={"gpu": prepare})
+            self._frames[info.name] = frames
+        frames.refresh()
+        live_now = now if run_is_live(info, now) else None
+        return panel(frames, info.name, OPEN, live_now).checklist.results
 
     def _loop(self) -> None:
         """Rounds until stopped; a round that fails is logged, and the next one tries again."""
