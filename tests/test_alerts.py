@@ -239,9 +239,14 @@ def test_dsmon_serve_posts_alerts_from_the_environment(tmp_path: Path, receiver:
         deadline = time.monotonic() + 30
         while not receiver.bodies and time.monotonic() < deadline:
             time.sleep(0.1)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn.request("GET", "/metrics")
+        metrics = conn.getresponse().read().decode()
+        conn.close()
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
+    assert 'dsmon_health_rule{rule="run.errors",run="crash",status="fail"} 1.0' in metrics
     (body,) = receiver.bodies
     assert body["text"].splitlines()[1] == (
         "• FAIL run.errors (crash): 2 error event(s), 1 failed worker(s); last step line: "

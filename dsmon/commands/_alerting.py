@@ -1,8 +1,10 @@
 """The alert options of ``dsmon dashboard`` and ``dsmon serve``, and the watcher they start.
 
-Both processes evaluate the health checklist of recent runs in the background
-(``dsmon.health_watch``): ``/metrics`` exports each rule's status, and with a webhook
-(``--alert-webhook`` or ``$DSMON_ALERT_WEBHOOK``) every rule that turns to FAIL is posted.
+With a webhook (``--alert-webhook`` or ``$DSMON_ALERT_WEBHOOK``) or ``--health-metrics``,
+both processes evaluate the health checklist of recent runs in the background
+(``dsmon.health_watch``): ``/metrics`` exports each rule's status, and with a webhook every
+rule that turns to FAIL is posted. It is opt-in because the watcher holds the frames of each
+recent run in memory, as a dashboard viewer does: an ingest server alone never needs them.
 """
 
 from __future__ import annotations
@@ -43,6 +45,11 @@ def add_alert_options(p: argparse.ArgumentParser) -> None:
         "go out together",
     )
     p.add_argument(
+        "--health-metrics",
+        action="store_true",
+        help="export each health rule's status on /metrics (dsmon_health_rule); on with a webhook",
+    )
+    p.add_argument(
         "--health-interval",
         type=float,
         default=INTERVAL_S,
@@ -53,10 +60,11 @@ def add_alert_options(p: argparse.ArgumentParser) -> None:
 
 def start_watcher(
     args: argparse.Namespace, store_url: str, command: str, dashboard_url: str | None = None
-) -> HealthWatcher:
+) -> HealthWatcher | None:
     """The health watcher thread, with an alerter when a webhook is configured.
 
-    ``dashboard_url`` is the default for links when ``--dashboard-url`` is not given.
+    None when neither a webhook nor ``--health-metrics`` asks for it. ``dashboard_url`` is
+    the default for links when ``--dashboard-url`` is not given.
 
     Raises:
         CommandError: a bad webhook URL or timing, or a store that cannot be opened.
@@ -69,6 +77,8 @@ def start_watcher(
         )
     except ValueError as exc:
         raise CommandError(f"{command}: {exc}") from None
+    if target is None and not args.health_metrics:
+        return None
     alerter = None if target is None else Alerter(target, min_gap_s=args.alert_min_gap)
     try:
         store = open_store(store_url)
@@ -79,3 +89,9 @@ def start_watcher(
             f"dsmon {command}: alerts go to {shown_url(target.webhook)} ({target.fmt})", flush=True
         )
     return HealthWatcher(store, alerter, interval_s=args.health_interval).start()
+
+
+def stop_watcher(watcher: HealthWatcher | None) -> None:
+    """Stop the watcher :func:`start_watcher` started, if it started one."""
+    if watcher is not None:
+        watcher.stop()

@@ -32,7 +32,7 @@ from typing import Any
 
 from dsmon.alerts import WEBHOOK_ENV
 from dsmon.commands import STORE_ENV, CommandError, default_store
-from dsmon.commands._alerting import add_alert_options, start_watcher
+from dsmon.commands._alerting import add_alert_options, start_watcher, stop_watcher
 from dsmon.serving import DEFAULT_PORT as DEFAULT_INGEST_PORT
 from dsmon.serving import ServeError, start_ingest_server
 from dsmon.store_schema import redact_url
@@ -350,9 +350,11 @@ def serve_with_ingest(args: argparse.Namespace, store: str) -> int:
     stop = stop_on_signals()
     watcher = start_watcher(args, store, "dashboard", dashboard_url(args.port, args.address))
     try:
-        ingest = start_ingest_server(store, token, host, args.ingest_port, health=watcher.states)
+        ingest = start_ingest_server(
+            store, token, host, args.ingest_port, health=watcher.states if watcher else None
+        )
     except (ServeError, TokenError) as exc:
-        watcher.stop()
+        stop_watcher(watcher)
         raise CommandError(f"dashboard: {exc}") from None
     try:
         print(f"dsmon dashboard: ingest API on {ingest.url} (POST /v1/records)", flush=True)
@@ -365,7 +367,7 @@ def serve_with_ingest(args: argparse.Namespace, store: str) -> int:
             end_child(ui)
     finally:
         ingest.stop()
-        watcher.stop()
+        stop_watcher(watcher)
     if not signalled:
         child_failed(ui, "dashboard")
     return 0
@@ -379,7 +381,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             return supervise_alone(store, args.port, args.address, args.refresh)
         finally:
-            watcher.stop()
+            stop_watcher(watcher)
     if args.no_ingest:
         return start(store, args.port, args.address, args.refresh, not args.no_browser)
     return serve_with_ingest(args, store)

@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 from dsmon.commands import CommandError, default_store
-from dsmon.commands._alerting import add_alert_options, start_watcher
+from dsmon.commands._alerting import add_alert_options, start_watcher, stop_watcher
 from dsmon.serving import DEFAULT_PORT, ServeError, serve_forever
 from dsmon.store_schema import redact_url
 from dsmon.tokens import TokenError, keep_or_create_token_file, load_token
@@ -82,12 +82,12 @@ def run(args: argparse.Namespace) -> int:
             args.port,
             max_body_bytes=int(args.max_body_mb * 1024 * 1024),
             on_ready=ready,
-            health=watcher.states,
+            health=watcher.states if watcher else None,
         )
     except (ServeError, TokenError) as exc:
         raise CommandError(str(exc)) from None
     except KeyboardInterrupt:
         pass  # uvicorn re-raises the Ctrl-C it shut down on: stopping is the normal end
     finally:
-        watcher.stop()
+        stop_watcher(watcher)
     return 0
