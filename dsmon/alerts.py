@@ -29,15 +29,11 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from dsmon.alert_defaults import FORMATS, MIN_GAP_S, WEBHOOK_ENV
 from dsmon.health.model import CheckResult, Status
 
 logger = logging.getLogger(__name__)
 
-#: Environment variable naming the webhook when ``--alert-webhook`` is not given.
-WEBHOOK_ENV = "DSMON_ALERT_WEBHOOK"
-FORMATS = ("json", "slack")
-#: Seconds between two posts at most once (the rate limit).
-MIN_GAP_S = 60.0
 #: Seconds a post may take before it counts as failed.
 POST_TIMEOUT_S = 10.0
 #: Alerts kept while the webhook cannot be reached; the oldest go first past this many.

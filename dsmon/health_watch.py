@@ -23,6 +23,7 @@ from datetime import datetime
 
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
+from dsmon.alert_defaults import INTERVAL_S
 from dsmon.alerts import Alerter
 from dsmon.analysis.gpus import prepare
 from dsmon.health.model import CheckResult, Status
@@ -32,8 +33,6 @@ from dsmon.store_schema import RunInfo, Store
 
 logger = logging.getLogger(__name__)
 
-#: Seconds between two rounds.
-INTERVAL_S = 15.0
 #: Runs written to within this many seconds are watched; older ones leave the gauges.
 RECENT_S = 24 * 3600.0
 

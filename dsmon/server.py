@@ -30,7 +30,7 @@ import logging
 import sqlite3
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
@@ -41,13 +41,15 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from dsmon import wire
-from dsmon.health_watch import HealthCollector, RuleStates
 from dsmon.ingest_batch import parse_batch_encoded
 from dsmon.ingest_body import BatchError, check_length, inflate
 from dsmon.metrics import StoreCollector
 from dsmon.records import KINDS
 from dsmon.store_schema import EncodedRecord, RecordFilter, Store, StoreDataError, StoreError
 from dsmon.tokens import check_token, token_matches
+
+if TYPE_CHECKING:  # the health watcher loads pandas: only when alerts are asked for
+    from dsmon.health_watch import RuleStates
 
 logger = logging.getLogger(__name__)
 
@@ -131,6 +133,8 @@ class IngestApi:
         )
         self.registry.register(StoreCollector(store))
         if health is not None:
+            from dsmon.health_watch import HealthCollector
+
             self.registry.register(HealthCollector(health))
         self.requests = Counter(
             "dsmon_ingest_requests",

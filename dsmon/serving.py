@@ -19,14 +19,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from dsmon.health_watch import RuleStates
 from dsmon.server import MAX_BODY_BYTES, Limits, create_app
 from dsmon.store import open_store
 from dsmon.store_schema import Store
+
+if TYPE_CHECKING:  # the health watcher loads pandas: only when alerts are asked for
+    from dsmon.health_watch import RuleStates
 
 logger = logging.getLogger(__name__)
 

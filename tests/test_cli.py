@@ -221,3 +221,15 @@ def test_console_script_runs(tmp_path: Path) -> None:
     )
     assert res.returncode == 1
     assert res.stderr == f"dsmon: cannot read {tmp_path / 'nope.log'}: No such file or directory\n"
+
+
+def test_building_the_command_line_loads_no_heavy_library() -> None:
+    """Every command starts by building the parser: it must not load pandas, the health rules,
+    Streamlit or a database driver (a collector on every node would carry them)."""
+    code = (
+        "import sys, dsmon.cli as c; c.build_parser(); "
+        "print(sorted(m for m in ('pandas', 'streamlit', 'psycopg', 'dsmon.health')"
+        " if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

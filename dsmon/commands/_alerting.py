@@ -10,12 +10,13 @@ recent run in memory, as a dashboard viewer does: an ingest server alone never n
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from dsmon.alerts import FORMATS, MIN_GAP_S, WEBHOOK_ENV, Alerter, shown_url, target_from
+from dsmon.alert_defaults import FORMATS, INTERVAL_S, MIN_GAP_S, WEBHOOK_ENV
 from dsmon.commands import CommandError
-from dsmon.health_watch import INTERVAL_S, HealthWatcher
-from dsmon.store import open_store
-from dsmon.store_schema import StoreError
+
+if TYPE_CHECKING:  # loaded on use: building the command line must stay light
+    from dsmon.health_watch import HealthWatcher
 
 
 def add_alert_options(p: argparse.ArgumentParser) -> None:
@@ -69,6 +70,11 @@ def start_watcher(
     Raises:
         CommandError: a bad webhook URL or timing, or a store that cannot be opened.
     """
+    from dsmon.alerts import Alerter, shown_url, target_from
+    from dsmon.health_watch import HealthWatcher
+    from dsmon.store import open_store
+    from dsmon.store_schema import StoreError
+
     if args.alert_min_gap < 0 or args.health_interval <= 0:
         raise CommandError(f"{command}: --alert-min-gap and --health-interval must be positive")
     try:

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dsmon.alerts import WEBHOOK_ENV
+from dsmon.alert_defaults import WEBHOOK_ENV
 from dsmon.commands import STORE_ENV, CommandError, default_store
 from dsmon.commands._alerting import add_alert_options, start_watcher, stop_watcher
 from dsmon.serving import DEFAULT_PORT as DEFAULT_INGEST_PORT
