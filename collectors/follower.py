@@ -36,7 +36,7 @@ from collectors.state import (
     fingerprint,
     same_start,
 )
-from dsmon.parsers.log import LogParser
+from dsmon.parsers.base import LineParser
 from dsmon.records import Record
 
 logger = logging.getLogger(__name__)
@@ -49,7 +49,8 @@ MAX_READ_PER_POLL = 32 << 20
 MISSING_LINGER_S = 30.0
 _CHUNK = 1 << 20
 
-ParserFactory = Callable[[str], LogParser]
+
+ParserFactory = Callable[[str], LineParser]
 
 
 class FileFollower:

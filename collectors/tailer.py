@@ -34,6 +34,7 @@ from typing import Any
 from collectors.follower import FileFollower, ParserFactory
 from collectors.state import Checkpoint, Position, ProfileState, StateFile, same_start
 from dsmon.parsers.log import LogParser
+from dsmon.parsers.probe import ProbeParser
 from dsmon.records import FlopsProfileRecord, Record
 
 logger = logging.getLogger(__name__)
@@ -45,6 +46,8 @@ MAX_FINISHED = 256
 PROFILE_SETTLE_S = 1.0
 # Per-rank logs of ``deepspeed --enable_each_rank_log``: ``<time>_rank<N>.log`` (as dsmon.ingest).
 _RANK_LOG = re.compile(r"_rank(\d+)\.log$")
+#: The per-rank probe's files in its folder (``rank-<N>.jsonl``, one per rank).
+PROBE_FILES = "rank-*.jsonl"
 
 ProfileParser = Callable[[str, str], Sequence[Record]]
 
@@ -138,6 +141,8 @@ class Tailer:
         profile_files: flops profiler ``output_file`` paths, re-read whole on change.
         from_end: files present at start with no saved position are read from their end.
         make_parser: builds a generation's parser from its label (default ``LogParser``).
+        probe_dirs: folders of the per-rank probe's files (``DSMON_PROBE_DIR``, see
+            ``dsmon run``): their ``rank-*.jsonl`` files are followed with ``ProbeParser``.
         parse_profile: parses a profile file's text given its label.
         rescan_s: how often the globs are matched again.
         clock: monotonic seconds.
@@ -153,15 +158,18 @@ class Tailer:
         profile_files: Sequence[str] = (),
         from_end: bool = False,
         make_parser: ParserFactory | None = None,
+        probe_dirs: Sequence[str] = (),
         parse_profile: ProfileParser | None = None,
         rescan_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.patterns = list(patterns)
+        self._probe_patterns = [os.path.join(d, PROBE_FILES) for d in probe_dirs]
+        self.patterns = [*patterns, *self._probe_patterns]
         self.run = run
         self.node = node
         self._state = state
         self._make_parser = make_parser or (lambda label: LogParser(run, label, node, live=True))
+        self._make_probe_parser: ParserFactory = lambda label: ProbeParser(run, label, node)
         self._from_end = from_end
         self._rescan_s = rescan_s
         self._clock = clock
@@ -247,9 +255,10 @@ class Tailer:
     def _follower(
         self, path: str, saved: Position | None, from_end: bool, label: str | None = None
     ) -> FileFollower:
+        probe = any(fnmatch.fnmatchcase(path, p) for p in self._probe_patterns)
         return FileFollower(
             path,
-            self._make_parser,
+            self._make_probe_parser if probe else self._make_parser,
             label=label,
             rank=rank_of(path),
             saved=saved,

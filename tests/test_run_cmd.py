@@ -1,0 +1,77 @@
+"""``dsmon run -- COMMAND``: the job starts with the probe, its output and the probe's files
+are collected into the store, and the command exits with the job's status.
+
+The job here is a training loop on the stand-in engine (``tests/e2e/fake_deepspeed``), so the
+whole path (environment, sitecustomize, import hook, per-rank file, tailer, ingest, store)
+runs in a few seconds; test_e2e_ranks.py does the same with real DeepSpeed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from collectors.run_cmd import BOOT_DIR, PROBE_DIR_ENV, probe_env
+from dsmon.store import open_store
+
+ROOT = Path(__file__).resolve().parent.parent
+FAKE_DS = ROOT / "tests" / "e2e" / "fake_deepspeed"
+TRAIN_FAKE = ROOT / "tests" / "e2e" / "train_fake.py"
+
+
+def dsmon_run(tmp_path: Path, *job: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DSMON_")}
+    env.update(HOME=str(tmp_path / "home"), PYTHONPATH=str(FAKE_DS))
+    args = ["--dir", str(tmp_path / "job1"), "--no-dashboard", "--nvml-interval", "0"]
+    args += ["--store", str(tmp_path / "s.sqlite"), "--poll-interval", "0.1"]
+    return subprocess.run(
+        [sys.executable, "-m", "dsmon.cli", "run", *args, "--", *job],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def test_job_is_probed_and_collected(tmp_path: Path) -> None:
+    out = dsmon_run(tmp_path, sys.executable, str(TRAIN_FAKE), "6", "1", "0.002")
+    assert out.returncode == 0, out.stderr
+    assert "trained 6 steps" in out.stdout  # the job's output is shown as usual
+    assert "trained 6 steps" in (tmp_path / "job1" / "train.log").read_text()
+    store = open_store(tmp_path / "s.sqlite")
+    try:
+        (info,) = store.runs()
+        assert info.name == "job1"
+        steps = store.frame("job1", "rank_step")
+        assert sorted(steps["step"]) == [1, 2, 3, 4, 5, 6]
+        assert set(steps["rank"]) == {0} and set(steps["file"]) == {"rank-0.jsonl"}
+        beats = store.frame("job1", "heartbeat")
+        assert beats.sort_values("line")["phase"].iloc[-1] == "exited"
+    finally:
+        store.close()
+
+
+def test_exit_status_is_the_jobs(tmp_path: Path) -> None:
+    out = dsmon_run(tmp_path, sys.executable, "-c", "import sys; print('bye'); sys.exit(3)")
+    assert out.returncode == 3 and "bye" in out.stdout
+
+
+def test_no_command_is_a_usage_error(tmp_path: Path) -> None:
+    out = dsmon_run(tmp_path)
+    assert out.returncode == 2
+    assert out.stderr.strip().endswith(
+        "dsmon: run: no command: dsmon run [options] -- deepspeed train.py ..."
+    )
+
+
+def test_a_command_that_cannot_start_is_one_line(tmp_path: Path) -> None:
+    out = dsmon_run(tmp_path, str(tmp_path / "no-such-launcher"))
+    assert out.returncode == 1
+    assert "dsmon: run: cannot start" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_probe_env_puts_the_boot_folder_first_and_keeps_the_rest(tmp_path: Path) -> None:
+    env = probe_env({"PYTHONPATH": "/theirs", "X": "1"}, tmp_path / "p")
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(BOOT_DIR), "/theirs"]
+    assert env[PROBE_DIR_ENV] == str(tmp_path / "p") and env["X"] == "1"
+    assert probe_env({}, tmp_path)["PYTHONPATH"] == str(BOOT_DIR)
+    assert (BOOT_DIR / "sitecustomize.py").is_file()
