@@ -26,6 +26,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from dashboard_support import app_at
 from deepspeed_support import DEADLINE_S, deepspeed_bin, end, free_port, start, wait_for
 
 from dsmon.analysis import ranks
@@ -92,7 +93,7 @@ def frame(store_path: Path, kind: str) -> pd.DataFrame:
         store.close()
 
 
-def test_a_slow_rank_is_named(job: dict[str, Any]) -> None:
+def test_a_slow_rank_is_named(job: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     proc = job["run"]("--steps", "12", "--slow-rank", "1", "--slow-s", "0.3")
     assert proc.wait(timeout=DEADLINE_S) == 0, job["out"].read_text()[-3000:]
     table = ranks.rank_step_table(frame(job["store"], "rank_step"))
@@ -111,6 +112,10 @@ def test_a_slow_rank_is_named(job: dict[str, Any]) -> None:
         store.close()
     (res,) = evaluate(inputs, [r for r in all_rules() if r.id == "ranks.straggler"]).results
     assert res.status.value == "fail" and res.summary.startswith("rank 1 is the slowest")
+    monkeypatch.setenv("DSMON_STORE", str(job["store"]))  # the Steps page's view names it
+    at = app_at(str(job["store"]), "job1", "steps")
+    assert not at.exception
+    assert {m.label: m.value for m in at.metric}["slowest most often"].startswith("rank 1 (")
 
 
 def test_a_stopped_rank_is_named_with_its_phase(job: dict[str, Any]) -> None:

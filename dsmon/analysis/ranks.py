@@ -93,8 +93,13 @@ class RankState:
 
     def where(self) -> str:
         """The phase in words: ``backward's all_reduce of step 1,203``."""
+        if self.phase == "exited":
+            done = (
+                f" after step {self.step - 1:,}" if self.step is not None and self.step > 1 else ""
+            )
+            return "exited" + done
         if self.phase == "outside":
-            what = "outside the engine (data loading or the script's own code)"
+            what = "code outside the engine (data loading or the script's own)"
         elif self.phase == "start":
             what = "its first engine call"
         else:
