@@ -13,7 +13,7 @@ from dsmon.health.config_view import ConfigView
 from dsmon.live import preferred_config
 from dsmon.peaks import LINKS, find_link
 from ui.charts import chart
-from ui.page import live_body, page_view
+from ui.page import live_body, page_header, page_view
 
 view = page_view(__file__)
 
@@ -145,5 +145,5 @@ def body() -> None:
     logger_section(bd)
 
 
-st.header(f"Communication · {view.run}")
+page_header("Communication", view)
 live_body(view, body)

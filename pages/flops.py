@@ -20,7 +20,8 @@ from dsmon.peaks import (
 )
 from dsmon.records import FlopsProfileRecord
 from ui.charts import chart
-from ui.page import live_body, page_view
+from ui.page import live_body, page_header, page_view
+from ui.text import md_escape
 
 view = page_view(__file__)
 UNKNOWN = "(unknown: pick a model)"
@@ -62,7 +63,7 @@ def gpu_model() -> GpuPeak | None:
         help="Detected from NVML samples when the run has them.",
     )
     if seen and not detected:
-        st.caption(f"NVML names not in the peaks table: {', '.join(seen)}")
+        st.caption(md_escape(f"NVML names not in the peaks table: {', '.join(seen)}"))
     return peak_by_model(choice)
 
 
@@ -159,5 +160,5 @@ def body() -> None:
     modules_section(profile)
 
 
-st.header(f"FLOPS · {view.run}")
+page_header("FLOPS", view)
 live_body(view, body)

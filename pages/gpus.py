@@ -9,7 +9,8 @@ from dsmon.analysis import gpus
 from dsmon.figures import gpus as fig
 from dsmon.figures.common import rounded
 from ui.charts import chart
-from ui.page import live_body, page_view
+from ui.page import live_body, page_header, page_view
+from ui.text import md_escape
 
 view = page_view(__file__)
 MAX_LINES = 8
@@ -33,7 +34,7 @@ def header(samples_inv: tuple[dict[str, int], int]) -> None:
             f"Mixed GPU models in this run: {listed}. The slowest model paces every synchronous step."
         )
     else:
-        st.caption(f"Model: {listed}")
+        st.caption(md_escape(f"Model: {listed}"))
     st.info(UTIL_NOTE)
 
 
@@ -104,5 +105,5 @@ def body() -> None:
     st.dataframe(rounded(inv, 1), hide_index=True, width="stretch")
 
 
-st.header(f"GPUs · {view.run}")
+page_header("GPUs", view)
 live_body(view, body)

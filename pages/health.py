@@ -17,7 +17,8 @@ from dsmon.health.panel import (
     by_category,
     panel,
 )
-from ui.page import live_body, page_view
+from ui.page import live_body, page_header, page_view
+from ui.text import md_escape
 
 view = page_view(__file__)
 
@@ -47,10 +48,10 @@ def item(result: CheckResult) -> None:
     with st.expander(
         f"{badge(result.status)} **{result.title}** `{result.rule_id}`", expanded=opened
     ):
-        st.markdown(result.summary)
+        st.markdown(md_escape(result.summary))
         st.caption(result.checks)
         if result.evidence:
-            st.markdown("\n".join(f"- {e.text()}" for e in result.evidence))
+            st.markdown("\n".join(f"- {md_escape(e.text())}" for e in result.evidence))
         if result.fix and result.status is not Status.PASS:
             st.code(result.fix, language=result.fix_lang if result.fix_lang != "text" else None)
         if result.status is not Status.PASS:
@@ -60,13 +61,15 @@ def item(result: CheckResult) -> None:
 def collapsed(status: Status, heading: str, results: list[CheckResult]) -> None:
     """Rules of one status in a section, together in one collapsed list."""
     with st.expander(f"{badge(status)} {len(results)} {heading}", expanded=False):
-        st.markdown("\n".join(f"- **{r.title}** `{r.rule_id}`: {r.summary}" for r in results))
+        st.markdown(
+            "\n".join(f"- **{r.title}** `{r.rule_id}`: {md_escape(r.summary)}" for r in results)
+        )
 
 
 def render() -> None:
     """The whole checklist for the selected run: problems first, then what passes."""
     p = panel(view.frames, view.run, view.cutoff, datetime.now() if view.live else None)
-    st.caption(f"Run {view.run}: {p.subject}")
+    st.caption(md_escape(f"Run {view.run}: {p.subject}"))
     counts(p)
     for category, heading in SECTIONS:
         section = by_category(p.checklist, category)
@@ -83,5 +86,5 @@ def render() -> None:
             )
 
 
-st.header(f"Health · {view.run}")
+page_header("Health", view)
 live_body(view, render)

@@ -13,7 +13,7 @@ from dsmon.figures import training as training_fig
 from dsmon.figures.common import fmt_ms, rounded
 from dsmon.health import thresholds as th
 from ui.charts import chart
-from ui.page import live_body, page_view
+from ui.page import live_body, page_header, page_view
 
 view = page_view(__file__)
 PARTS = ("fwd_ms", "bwd_ms", "bwd_inner_ms", "bwd_allreduce_ms", "step_ms", "total_ms")
@@ -248,5 +248,5 @@ def body() -> None:
     every_rank()
 
 
-st.header(f"Steps · {view.run}")
+page_header("Steps", view)
 live_body(view, body)

@@ -11,7 +11,7 @@ from dsmon.figures import training as fig
 from dsmon.figures.common import rounded
 from dsmon.live import preferred_config
 from ui.charts import chart
-from ui.page import live_body, page_view
+from ui.page import live_body, page_header, page_view
 
 view = page_view(__file__)
 KINDS = ("step", "iteration", "monitor", "loss_scale", "memory", "throughput")
@@ -50,5 +50,5 @@ def body() -> None:
     st.dataframe(rounded(training.latest(series), 6), hide_index=True, width="stretch")
 
 
-st.header(f"Training · {view.run}")
+page_header("Training", view)
 live_body(view, body)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import DATA
 from dashboard_support import app_at
 from health_support import CORPUS
 from streamlit.testing.v1 import AppTest
@@ -86,3 +87,34 @@ def test_replay_position_changes_the_verdicts(store: str) -> None:
     assert "0 of 5 steps skipped (0.0%)" in text
     assert at.caption[0].value.startswith("finished · last step 25 · ")  # the run status
     assert Path(str(at.caption[1].value)).name  # subject line rendered
+
+
+def test_a_live_launched_run_is_not_reported_killed(tmp_path: Path) -> None:
+    """The launcher prints its exit lines only at the end: a running job has none yet."""
+    from datetime import datetime
+
+    from dsmon.health.panel import panel
+    from dsmon.live import OPEN, RunFrames
+
+    lines = (DATA / "z2" / "train.log").read_text(encoding="utf-8").splitlines(keepends=True)
+    log = tmp_path / "run" / "train.log"
+    log.parent.mkdir()
+    log.write_text("".join(ln for ln in lines if "exits successfully" not in ln))
+    with open_store(tmp_path / "s.sqlite") as s:
+        import_paths(s, [log], run="run")
+        frames = RunFrames(s, "run")
+        replayed = {r.rule_id: r for r in panel(frames, "run", OPEN, None).checklist.results}
+        live = {r.rule_id: r for r in panel(frames, "run", OPEN, datetime.now()).checklist.results}
+    assert "killed" in replayed["run.errors"].summary  # a finished log without exit lines
+    assert live["run.errors"].status.value == "pass", live["run.errors"].summary
+
+
+def test_every_rule_that_reads_the_clock_is_evaluated_live() -> None:
+    import inspect
+
+    from dsmon.health.panel import CLOCK_RULES
+    from dsmon.health.registry import all_rules
+
+    reads_now = {r.id for r in all_rules() if "inputs.now" in inspect.getsource(r.func)}
+    helpers = {"run.errors"}  # reads it in a helper it calls (_clean_end)
+    assert reads_now | helpers == set(CLOCK_RULES)

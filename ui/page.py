@@ -17,6 +17,7 @@ from pathlib import Path
 import streamlit as st
 
 from dsmon.live import View, status_line
+from ui.text import md_escape
 
 #: Session key under which ``app.py`` leaves the view of the selected run.
 VIEW_KEY = "dsmon_view"
@@ -33,6 +34,11 @@ def page_view(script: str) -> View:
         st.switch_page(APP, query_params={**st.query_params.to_dict(), "page": Path(script).stem})
     view: View = st.session_state[VIEW_KEY]
     return view
+
+
+def page_header(title: str, view: View) -> None:
+    """The page's heading: its title and the run's name, shown as typed (never as Markdown)."""
+    st.header(f"{title} · {md_escape(view.run)}")
 
 
 def live_body(view: View, render: Callable[[], None]) -> None:

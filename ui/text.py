@@ -9,9 +9,28 @@ from __future__ import annotations
 
 import re
 
-_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")
+#: Characters that make markup wherever they are: emphasis, code, links and images (``[``),
+#: raw HTML (``<``), tables, strike-through, LaTeX (Streamlit renders ``$...$``).
+_ANYWHERE = re.compile(r"([\\`*\[\]<>|~$])")
+#: ``_`` makes emphasis only at a word's edge (``fp16_zero2`` stays as it is).
+_UNDERSCORE = re.compile(r"(?<!\w)_|_(?!\w)")
+#: Block markup a line can start with: headings, lists, quotes, rules.
+_LINE_START = re.compile(r"^(\s*)(?:([#+=-])|(\d+)([.)]))", re.MULTILINE)
 
 
 def md_escape(text: object) -> str:
-    """``text`` with every Markdown-active character backslash-escaped (shown as typed)."""
-    return _MARKDOWN.sub(r"\\\1", str(text))
+    """``text`` with every character that would make Markdown markup escaped (shown as typed).
+
+    Escapes only what can take effect, so ordinary names and numbers read the same in the
+    page's source as on screen.
+    """
+    out = _ANYWHERE.sub(r"\\\1", str(text))
+    out = _UNDERSCORE.sub(r"\\_", out)
+    return _LINE_START.sub(_block_escaped, out)
+
+
+def _block_escaped(m: re.Match[str]) -> str:
+    r"""``# x`` -> ``\# x``; ``1. x`` -> ``1\. x`` (a backslash before a digit would show)."""
+    if m.group(2):
+        return f"{m.group(1)}\\{m.group(2)}"
+    return f"{m.group(1)}{m.group(3)}\\{m.group(4)}"

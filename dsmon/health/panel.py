@@ -21,8 +21,10 @@ from dsmon.health.registry import all_rules, evaluate, run_rule
 from dsmon.health.report import facts_line
 from dsmon.live import Cutoff, RunFrames
 
-#: The rule whose verdict depends on the wall clock, re-evaluated on every refresh.
-CLOCK_RULES = frozenset({"run.stalled"})
+#: The rules whose verdict depends on the wall clock (they read ``HealthInputs.now``: a live run
+#: is not "killed" for lacking exit lines, a stall is measured against now), re-evaluated on
+#: every refresh instead of memoised. tests/test_health_page.py checks that no other rule reads it.
+CLOCK_RULES = frozenset({"run.errors", "run.stalled"})
 #: Dashboard page script per rule ``page`` (the scripts app.py lists).
 PAGE_SCRIPTS = {
     "steps": "pages/steps.py",

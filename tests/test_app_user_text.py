@@ -1,0 +1,52 @@
+"""Text that comes from the run is shown as typed, never rendered as Markdown.
+
+A run name (or a log line) holding ``![x](http://host/x.png)`` would make every viewer's
+browser fetch that address; ``[here](http://...)`` would become a link in a heading.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from conftest import DATA
+from dashboard_support import app_at
+
+from dsmon.ingest import import_paths
+from dsmon.store import open_store
+from ui.text import md_escape
+
+NASTY = "run ![x](http://127.0.0.1:9/x.png) [here](http://127.0.0.1:9/) *b* `c` <img src=y>"
+
+
+def unescape(text: str) -> str:
+    return re.sub(r"\\(.)", r"\1", text)
+
+
+@pytest.mark.parametrize(
+    "text", [NASTY, "plain", "a\\b", "# h", "1. item", "  - x", "x_y_z", "_em_", "$x$", ""]
+)
+def test_escaping_keeps_the_text_and_disarms_every_markup_character(text: str) -> None:
+    escaped = md_escape(text)
+    assert unescape(escaped) == text
+    for ch in "[]*`<>$|~":  # these make markup anywhere: never left bare
+        assert re.search(rf"(?<!\\){re.escape(ch)}", escaped) is None
+    assert not re.match(r"\s*([#+-]|\d+\.)\s", escaped)  # no heading or list item
+    assert not re.search(r"(?<![\\\w])_\w", escaped)  # no emphasis opened by _
+    assert md_escape("fp16_zero2 2026-11-29 14:11:10.000") == "fp16_zero2 2026-11-29 14:11:10.000"
+
+
+@pytest.mark.parametrize("page", ["health", "steps", "training", "communication", "gpus", "flops"])
+def test_a_run_name_with_markup_is_shown_as_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, page: str
+) -> None:
+    path = tmp_path / "s.sqlite"
+    with open_store(path) as store:
+        import_paths(store, [DATA / "events_crash_step17"], run=NASTY)
+    monkeypatch.setenv("DSMON_STORE", str(path))
+    at = app_at(str(path), NASTY, page)
+    assert not at.exception
+    heading = at.header[0].value
+    assert unescape(heading).endswith(NASTY)
+    assert "![x](" not in heading and "[here](" not in heading
