@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -50,7 +51,7 @@ JOB_STOP_S = 30.0
 
 
 def register(subparsers: Any) -> None:
-    """Add the ``run`` command."""
+    """Add the ``run`` and ``probe`` commands."""
     p = subparsers.add_parser(
         "run",
         help="start a training job with the per-rank probe, and follow it live",
@@ -72,6 +73,36 @@ def register(subparsers: Any) -> None:
     p.add_argument("--token-file", help="with --server: file holding the ingest token")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the job")
     p.set_defaults(func=run_job)
+    e = subparsers.add_parser(
+        "probe",
+        help="copy the per-rank probe into a folder, for a training environment without dsmon",
+        description="Copy the per-rank probe that 'dsmon run' loads into a folder (a volume "
+        "shared with a training container, for example) and print the two environment "
+        "variables that turn it on in a job started without 'dsmon run'.",
+    )
+    e.add_argument("folder", metavar="DIR", help="where to copy the probe (created)")
+    e.add_argument(
+        "--probe-dir",
+        default="/logs/probe",
+        metavar="DIR",
+        help="the folder the ranks will write to, for the printed DSMON_PROBE_DIR "
+        "(default /logs/probe)",
+    )
+    e.set_defaults(func=export_probe)
+
+
+def export_probe(args: argparse.Namespace) -> int:
+    """``dsmon probe DIR``: the probe's files in ``DIR``, and how to turn it on."""
+    dest = Path(args.folder)
+    try:
+        shutil.copytree(
+            BOOT_DIR.parent, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    except OSError as exc:
+        raise CommandError(f"probe: cannot copy to {dest}: {exc.strerror or exc}") from None
+    print(f"PYTHONPATH={dest.resolve() / BOOT_DIR.name}")
+    print(f"{PROBE_DIR_ENV}={args.probe_dir}")
+    return 0
 
 
 def probe_env(env: Mapping[str, str], probe_dir: Path) -> dict[str, str]:

@@ -75,3 +75,29 @@ def test_probe_env_puts_the_boot_folder_first_and_keeps_the_rest(tmp_path: Path)
     assert env[PROBE_DIR_ENV] == str(tmp_path / "p") and env["X"] == "1"
     assert probe_env({}, tmp_path)["PYTHONPATH"] == str(BOOT_DIR)
     assert (BOOT_DIR / "sitecustomize.py").is_file()
+
+
+def test_probe_copy_runs_without_dsmon_installed(tmp_path: Path) -> None:
+    """``dsmon probe DIR`` (a Kubernetes init container): the copy alone turns the probe on."""
+    out = subprocess.run(
+        [sys.executable, "-m", "dsmon.cli", "probe", str(tmp_path / "code"), "--probe-dir", str(tmp_path / "p")],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    env_lines = dict(line.split("=", 1) for line in out.stdout.splitlines())
+    assert env_lines == {
+        "PYTHONPATH": str(tmp_path / "code" / "boot"),
+        PROBE_DIR_ENV: str(tmp_path / "p"),
+    }
+    # The base Python, outside this virtualenv: dsmon is not installed there, only the copy.
+    env = {"PYTHONPATH": os.pathsep.join([env_lines["PYTHONPATH"], str(FAKE_DS)])}
+    env[PROBE_DIR_ENV] = env_lines[PROBE_DIR_ENV]
+    base = [sys._base_executable, "-s"]
+    no_dsmon = subprocess.run(
+        [*base, "-c", "import dsmon"], env=env, cwd=tmp_path, capture_output=True
+    )
+    assert no_dsmon.returncode == 1
+    subprocess.run(
+        [*base, str(TRAIN_FAKE), "3", "1", "0"],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert '"step":3' in (tmp_path / "p" / "rank-0.jsonl").read_text()
