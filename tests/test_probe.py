@@ -178,10 +178,11 @@ def test_collective_is_named_and_timed(fresh_probe: Path) -> None:
     rec = patch._recorder(Engine(1))
     assert rec is not None
     rec.enter("backward")
+    began = rec.state[3]
     comm.all_reduce(1.0)  # type: ignore[attr-defined]
     comm.all_reduce(1.0, async_op=True)  # type: ignore[attr-defined]
     assert seen == [("backward", "all_reduce")] * 2
-    assert rec.state[1:3] == ("backward", None)
+    assert rec.state[1:] == ("backward", None, began)  # still the backward that began before
     assert rec._comm_ms is not None and 10 <= rec._comm_ms < 200  # the blocking call only
 
 

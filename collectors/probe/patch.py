@@ -124,8 +124,8 @@ def wrap_collective(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
         if rec is None or _Probe.comm_depth:
             return fn(*args, **kwargs)
         _Probe.comm_depth += 1
-        phase = rec.state[1]
-        rec.enter(phase, name)
+        before = rec.state
+        rec.enter(before[1], name)
         t0 = time.perf_counter_ns()
         try:
             return fn(*args, **kwargs)
@@ -133,7 +133,7 @@ def wrap_collective(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
             if not kwargs.get("async_op"):
                 rec.comm((time.perf_counter_ns() - t0) / 1e6)
             _Probe.comm_depth -= 1
-            rec.enter(phase)
+            rec.state = (rec.state[0], *before[1:])  # back in the phase, since it began
 
     wrapper.__dsmon_probe__ = True  # type: ignore[attr-defined]
     return wrapper
