@@ -80,8 +80,12 @@ def test_straggler_rule_names_the_slow_rank() -> None:
 def test_balanced_ranks_pass_and_one_rank_alone_is_not_a_straggler() -> None:
     recs = [step_rec(r, s, 100 + r, 10) for r in range(4) for s in range(1, 11)]
     assert verdict(recs, "ranks.straggler").status is Status.PASS
-    single = [step_rec(0, s, 100, None) for s in range(1, 11)]
+    single = [step_rec(0, s, 100, 5) for s in range(1, 11)]
     assert verdict(single, "ranks.straggler").status is Status.UNKNOWN
+    # Collectives that return at once (NCCL on a GPU): waiting is unknown, so no verdict.
+    unknown_wait = [step_rec(r, s, 100 + 50 * r, None) for r in range(2) for s in range(1, 11)]
+    res = verdict(unknown_wait, "ranks.straggler")
+    assert res.status is Status.UNKNOWN and "compare the ranks' fwd_ms" in res.summary
     assert verdict([], "ranks.straggler").status is Status.NOT_APPLICABLE
 
 
@@ -133,6 +137,8 @@ def test_hang_rule_passes_moving_ranks_and_finished_runs() -> None:
     assert verdict(gone, "ranks.hang", now=now).status is Status.UNKNOWN
     assert verdict(moving, "ranks.hang").status is Status.UNKNOWN  # replay: not judged
     assert verdict(real_records(), "ranks.hang", now=now).status is Status.PASS
+    killed = [*gone, *[r for r in real_records() if r.KIND == "event"]]  # launcher's exit lines
+    assert verdict(killed, "ranks.hang", now=now).summary.startswith("the launcher reported")
 
 
 def test_find_hang_prefers_the_rank_outside_a_collective() -> None:

@@ -36,7 +36,14 @@ def check_straggler(inputs: HealthInputs) -> Finding:
     table = ranks.rank_step_table(inputs.frame("rank_step"))
     if table.empty:
         return not_applicable(_NO_PROBE)
-    strag = ranks.stragglers(m.steady(table))
+    steady = m.steady(table)
+    if steady["comm_ms"].isna().all():
+        return Finding(
+            Status.UNKNOWN,
+            "no rank was ever seen blocked in a collective (on a GPU, NCCL's collectives return "
+            "at once), so waiting cannot be told from work: compare the ranks' fwd_ms and bwd_ms",
+        )
+    strag = ranks.stragglers(steady)
     if len(strag) < th.STRAGGLER_MIN_STEPS:
         return Finding(
             Status.UNKNOWN, f"only {len(strag)} steps timed on two or more ranks: too few"
@@ -119,6 +126,8 @@ def check_hang(inputs: HealthInputs) -> Finding:
     states = ranks.rank_states(beats, pd.Timestamp(inputs.now))
     if all(s.phase == "exited" for s in states):
         return Finding(Status.PASS, f"all {len(states)} ranks exited normally")
+    if m.job_finished(inputs):
+        return Finding(Status.PASS, "the launcher reported the workers' exit: the job ended")
     limit = _stuck_limit(inputs)
     ev = tuple(
         Evidence(f"rank {s.rank}", s.where(), f"heartbeat {s.silent_s:.0f} s ago")
