@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -153,30 +154,40 @@ def _tee(src: IO[bytes], log: Path, out: IO[bytes]) -> threading.Thread:
     return t
 
 
-def start_job(cmd: Sequence[str], env: Mapping[str, str], log: Path) -> subprocess.Popen[bytes]:
+@dataclass(slots=True)
+class Job:
+    """The running job and the thread copying its output."""
+
+    proc: subprocess.Popen[bytes]
+    tee: threading.Thread
+
+    def stop(self) -> int:
+        """SIGTERM (DeepSpeed's launcher passes it to the ranks), SIGKILL after a while.
+
+        Returns the job's status as a shell reports it (128 + N when killed by signal N).
+        """
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=JOB_STOP_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.tee.join(timeout=5)
+        return exit_status(self.proc.returncode if self.proc.returncode is not None else 0)
+
+
+def start_job(cmd: Sequence[str], env: Mapping[str, str], log: Path) -> Job:
     """The job, its output teed to ``log`` and this process's stdout."""
     try:
-        job = subprocess.Popen(
+        proc = subprocess.Popen(
             list(cmd), env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
         )  # fmt: skip
     except OSError as exc:
         raise CommandError(f"run: cannot start {cmd[0]}: {exc.strerror or exc}") from None
-    assert job.stdout is not None
-    job.tee = _tee(job.stdout, log, sys.stdout.buffer)  # type: ignore[attr-defined]
-    return job
-
-
-def _stop_job(job: subprocess.Popen[bytes]) -> None:
-    """SIGTERM (DeepSpeed's launcher passes it to the ranks), then SIGKILL after a while."""
-    if job.poll() is None:
-        job.send_signal(signal.SIGTERM)
-        try:
-            job.wait(timeout=JOB_STOP_S)
-        except subprocess.TimeoutExpired:
-            job.kill()
-            job.wait()
-    job.tee.join(timeout=5)  # type: ignore[attr-defined]
+    assert proc.stdout is not None
+    return Job(proc, _tee(proc.stdout, log, sys.stdout.buffer))
 
 
 def _destination(args: argparse.Namespace) -> tuple[str, str, IngestServer | None]:
@@ -238,14 +249,13 @@ def _supervise(
     stop = stop_on_signals()
     job = start_job(cmd, probe_env(os.environ, folder / "probe"), folder / "train.log")
     print(
-        f"dsmon run: job started (pid {job.pid}); log {folder / 'train.log'}, probe files "
+        f"dsmon run: job started (pid {job.proc.pid}); log {folder / 'train.log'}, probe files "
         f"{folder / 'probe'}",
         file=sys.stderr,
         flush=True,
     )
-    wait_for_signal(lambda: job.poll() is not None, stop)
-    _stop_job(job)
-    status = exit_status(job.returncode if job.returncode is not None else 0)
+    wait_for_signal(lambda: job.proc.poll() is not None, stop)
+    status = job.stop()
     if ui is not None and not stop.is_set():
         print(
             f"dsmon run: the job ended with status {status}; the dashboard stays up until Ctrl-C",
