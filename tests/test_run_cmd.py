@@ -9,9 +9,15 @@ runs in a few seconds; test_e2e_ranks.py does the same with real DeepSpeed.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
+
+import pytest
+from deepspeed_support import free_port
 
 from collectors.run_cmd import BOOT_DIR, PROBE_DIR_ENV, probe_env
 from dsmon.store import open_store
@@ -101,3 +107,32 @@ def test_probe_copy_runs_without_dsmon_installed(tmp_path: Path) -> None:
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     assert '"step":3' in (tmp_path / "p" / "rank-0.jsonl").read_text()
+
+
+@pytest.mark.slow
+def test_dashboard_stays_up_after_the_job_until_ctrl_c(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DSMON_")}
+    env.update(HOME=str(tmp_path), PYTHONPATH=str(FAKE_DS))
+    port = free_port()
+    args = ["--dir", str(tmp_path / "job1"), "--store", str(tmp_path / "s.sqlite"), "--port",
+            str(port), "--no-browser", "--nvml-interval", "0"]  # fmt: skip
+    err = tmp_path / "err.txt"
+    with err.open("wb") as f:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dsmon.cli", "run", *args, "--", sys.executable,
+             str(TRAIN_FAKE), "3", "1", "0"],
+            env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=f,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while "the dashboard stays up until Ctrl-C" not in err.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, err.read_text()
+            time.sleep(0.5)
+        assert "the job ended with status 0" in err.read_text()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=5) as r:
+            assert r.read() == b"ok"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
