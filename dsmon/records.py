@@ -481,9 +481,8 @@ class RankStepRecord(Record):
 class HeartbeatRecord(Record):
     """Where one rank is now: its phase (one of :data:`PROBE_PHASES`) and since when.
 
-    Written at least every 5 s, and within about two seconds of entering a phase that lasts a
-    second or more (a wait in a collective, a hang), so a heartbeat that stops means a stopped
-    or dead process. ``step`` is the step the rank
+    Written every second while the phase changes and at least every 5 s while it does not,
+    so a heartbeat that stops means a stopped or dead process. ``step`` is the step the rank
     is working on; ``collective`` names the ``deepspeed.comm`` call it is in (``all_reduce``),
     when it is in one; ``phase_since`` is when it entered the phase (same clock as ``ts``).
     """

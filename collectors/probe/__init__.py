@@ -5,7 +5,7 @@ where a hung job stopped. ``dsmon run`` starts the job with this folder's ``boot
 ``PYTHONPATH``; its ``sitecustomize`` loads this package (under the name ``dsmon_probe``) when
 ``DSMON_PROBE_DIR`` is set, and :func:`install` wraps ``DeepSpeedEngine.forward``, ``backward``
 and ``step`` as soon as DeepSpeed's engine module is imported. Each rank then writes JSON lines
-(``rank_step`` at each optimizer step, ``heartbeat`` at least every 5 s) to its own file in
+(``rank_step`` at each optimizer step, ``heartbeat`` every second) to its own file in
 ``DSMON_PROBE_DIR``, which the collector follows.
 
 The package runs in the user's training environment, which may not have dsmon installed: it

@@ -3,11 +3,9 @@
 The wrapped engine methods only note times and the current phase (a few attribute stores and
 list appends per call); turning them into JSON and writing the file happens in a daemon thread
 (``dsmon-probe``) that wakes every :data:`INTERVAL_S`. That thread also writes the heartbeat:
-the phase the rank is in and since when. A rank that moves on quickly (steps of less than a
-second) only needs to show it is alive, every :data:`KEEPALIVE_S`; a phase that lasts
-:data:`SETTLE_S` or more (a long step, a wait in a collective, a hang) is written as soon as
-the thread sees it, so the dashboard learns where a rank is stuck within about two seconds.
-A rank whose heartbeat stops has stopped (SIGSTOP, a dead process, code holding the GIL).
+the phase the rank is in now and since when, whenever it changed and at least every
+:data:`KEEPALIVE_S`, so a rank whose heartbeat stops has stopped (SIGSTOP, a hung process),
+while one stuck in a collective keeps saying so.
 
 Line formats (one JSON object per line, documented in dsmon's docs/records.md)::
 
@@ -31,10 +29,8 @@ from .clocks import PhaseClock
 
 #: Seconds between wake-ups of the writer thread.
 INTERVAL_S = 1.0
-#: A heartbeat is written at least this often, whatever the rank does.
+#: A heartbeat is written at least this often even when nothing changed.
 KEEPALIVE_S = 5.0
-#: A phase that has lasted this long is written at once (it may be where the rank is stuck).
-SETTLE_S = 1.0
 #: Timed phases of the engine, in the field names of a ``rank_step`` line.
 TIMED = {"forward": "fwd_ms", "backward": "bwd_ms", "step": "step_ms"}
 
@@ -59,7 +55,6 @@ class Recorder:
         *,
         interval_s: float = INTERVAL_S,
         keepalive_s: float = KEEPALIVE_S,
-        settle_s: float = SETTLE_S,
     ) -> None:
         self.path = path
         self.rank = rank
@@ -67,7 +62,6 @@ class Recorder:
         self.state: tuple[int, str, str | None, float] = (1, "start", None, time.time())
         self._interval_s = interval_s
         self._keepalive_s = keepalive_s
-        self._settle_s = settle_s
         self._window: dict[str, list[Any]] = {p: [] for p in TIMED}
         self._comm_ms: float | None = None
         self._last_end = time.perf_counter_ns()
@@ -174,8 +168,7 @@ class Recorder:
         step, phase, collective, since = self.state
         now = time.time()
         key = (step, phase, collective, since)
-        settled = key != self._written and now - since >= self._settle_s
-        if not (force or settled or now - self._written_at >= self._keepalive_s):
+        if not force and key == self._written and now - self._written_at < self._keepalive_s:
             return None
         self._written, self._written_at = key, now
         return {
