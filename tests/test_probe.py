@@ -255,3 +255,18 @@ def test_probe_imports_only_the_standard_library() -> None:
                 names = [node.module]
             for name in names:
                 assert name.split(".")[0] in allowed, f"{path.name} imports {name}"
+
+
+def test_a_step_whose_times_cannot_be_read_is_dropped_not_retried(tmp_path: Path) -> None:
+    class BrokenClock(MonotonicClock):
+        def elapsed_ms(self, pending: float) -> float:
+            raise RuntimeError("device lost")
+
+    path = tmp_path / "rank-0.jsonl"
+    rec = Recorder(str(path), 0, BrokenClock(), interval_s=60)
+    rec.timed("forward", 1.0)
+    rec.boundary(1)
+    rec._flush()
+    rec.boundary(2)  # no timed phase: readable
+    rec.close()
+    assert [x["step"] for x in lines(path) if x["kind"] == "rank_step"] == [2]

@@ -132,7 +132,11 @@ class Recorder:
         """Write the step lines whose times are known, then a heartbeat if one is due."""
         lines: list[dict[str, Any]] = []
         while self._queue:
-            line = self._step_line(self._queue[0], final)
+            try:
+                line = self._step_line(self._queue[0], final)
+            except Exception:  # noqa: BLE001 - an event that cannot be read: drop that step
+                self._queue.popleft()
+                continue
             if line is None:
                 break  # the device has not reached it yet; later lines wait behind it
             self._queue.popleft()
