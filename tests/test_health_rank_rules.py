@@ -155,3 +155,12 @@ def test_find_hang_prefers_the_rank_outside_a_collective() -> None:
     assert hang is not None and not hang.silent
     assert [s.rank for s in hang.culprits] == [0, 1]  # both in collectives, same step: both named
     assert ranks.find_hang(states, silent_limit_s=15, stuck_limit_s=100) is None
+
+
+def test_a_step_not_yet_reported_by_every_rank_is_left_out() -> None:
+    recs = [step_rec(r, s, 100, 10) for r in range(3) for s in range(1, 5)]
+    recs.append(step_rec(0, 5, 100, 10))  # live: step 5 has arrived from rank 0 only so far
+    recs.append(step_rec(1, 5, 100, 90))
+    strag = ranks.stragglers(ranks.rank_step_table(records_frame("rank_step", recs)))
+    assert list(strag["step"]) == [1, 2, 3, 4]
+    assert set(strag["ranks"]) == {3}

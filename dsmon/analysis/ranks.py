@@ -42,12 +42,15 @@ def rank_step_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def stragglers(table: pd.DataFrame) -> pd.DataFrame:
-    """Per step seen by at least two ranks: the slowest rank, its busy time, the median, score.
+    """Per step seen by every rank: the slowest rank, its busy time, the median, the score.
 
-    ``score`` = slowest busy time / median busy time over the step's ranks.
+    ``score`` = slowest busy time / median busy time over the step's ranks. A step is kept
+    when as many ranks reported it as reported any step (and at least two): live, the newest
+    step's lines arrive rank by rank, and a step missing its slowest rank would misname it.
     """
     valid = table.dropna(subset=["busy_ms"])
-    valid = valid[valid.groupby("step")["busy_ms"].transform("size") >= 2]
+    counts = valid.groupby("step")["busy_ms"].transform("size")
+    valid = valid[(counts >= 2) & (counts == (counts.max() if len(counts) else 0))]
     if valid.empty:
         return pd.DataFrame({c: pd.Series(dtype="float64") for c in STRAGGLER_COLUMNS})
     by_step = valid.groupby("step")["busy_ms"]
