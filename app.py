@@ -114,7 +114,10 @@ def replay_controls(info: RunInfo) -> int | None:
 def build_view(url: str) -> View | None:
     """The sidebar and the page context; None when the store holds no run."""
     h = hub(url)
-    runs = sorted(h.store.runs(), key=lambda r: r.last_ts or "", reverse=True)
+    # Newest first; a live run's lines may carry no time, so its receive time counts too.
+    runs = sorted(
+        h.store.runs(), key=lambda r: max(r.last_ts or "", r.received_at or ""), reverse=True
+    )
     st.sidebar.title("dsmon")
     if not runs:
         return None

@@ -9,20 +9,24 @@ the batch is durable, so the state file never runs ahead of delivery.
 **Stopping never leaves a line behind** (a sidecar is stopped right after the trainer ends, so
 the lines of its last half second must still go). Within one grace period (``--stop-timeout``)
 the producers stop, then one final read takes every followed file to its end (globs matched
-again, the profile file read even if it has not settled), then the parsers release what they
-still hold (see below), then the sender makes one last attempt to deliver everything,
-draining its spool too, and spools what cannot go in time. Only then are the last positions
-saved, and they cover only what was sent or spooled. A SIGKILL skips all that and loses
-nothing either: what was not yet durable is read again from the logs on restart.
+again, the profile file read even if it has not settled), then the sender makes one last
+attempt to deliver everything, draining its spool too, and spools what cannot go in time.
+Only then are the last positions saved, and they cover only what was sent or spooled. A
+SIGKILL skips all that and loses nothing either: what was not yet durable is read again from
+the logs on restart.
 
-**What the parsers hold at a stop is released by default**: a block still open (the table a
-run ends on) and an unterminated last line. (Records waiting for a step number are never held
-live: they are sent at once and again with their step, see ``LogParser(live=True)``.) That is
-what ``dsmon import`` of the log gives, and when the trainer has ended it is the end of the
-run. The price is for a collector stopped while training goes on and started again later: it
-emits those records again with the same keys, and the store keeps the first copies (a block
-cut where the stop found it). ``hold_at_stop`` (``--hold-at-stop``) keeps them back for such
-restarts instead; a collector that is never restarted then never sends them.
+**What the parsers still hold at a stop is kept back by default**: an unterminated last line
+(a writer mid-line: ``tee`` of a block-buffered stdout cuts lines anywhere), a block still open
+(a config dump, a table), a profile file caught mid-write. Sent now, they would be stored cut
+where the stop found them, and the store keeps the first copy of a record, so a collector
+started again on the same state folder could not replace them: a stop and restart would not
+give what ``dsmon import`` of the whole log gives. Kept back, the restarted collector reads
+them whole. A DeepSpeed run that has ended leaves nothing open (its last lines are complete
+and the launcher's ``exits successfully`` lines close any table), so nothing is lost then.
+(Records waiting for a step number are never held live: they are sent at once and again with
+their step, see ``LogParser(live=True)``.) ``release_at_stop`` (``--release-at-stop``) sends
+them at the stop instead, for a log cut off for good (the writer was killed mid-line) whose
+collector will not be started again.
 """
 
 from __future__ import annotations
@@ -39,9 +43,13 @@ from collectors.tailer import Tailer, Waker
 
 logger = logging.getLogger(__name__)
 
-#: The tail thread waits while this many records are queued for the sender (back-pressure:
-#: the log itself is the buffer, so reading a large log at start-up cannot exhaust memory).
+#: The tail thread waits while this many records are queued for the sender, and while the
+#: sender holds batches its full spool cannot take (back-pressure: the log itself is the
+#: buffer, so neither a large log at start-up nor a long outage can exhaust memory or lose
+#: a line).
 MAX_BACKLOG = 50_000
+#: How often a waiting tail thread looks again whether the sender can take more.
+BACKPRESSURE_POLL_S = 0.1
 #: watchdog reports every write; polls closer than this are merged into one.
 MIN_POLL_GAP_S = 0.2
 #: The state file is rewritten (with two fsyncs) at most this often. A position saved late
@@ -64,8 +72,8 @@ class Agent:
         tail_interval_s: the tail loop's poll period (watchdog may wake it sooner).
         nvml_interval_s: seconds between GPU samples.
         watch: wake the tail loop on file-system events (it polls in any case).
-        hold_at_stop: keep what the parsers still hold at a stop instead of sending it (see
-            the module docstring).
+        release_at_stop: send what the parsers still hold at a stop instead of keeping it
+            back for a restart (see the module docstring).
     """
 
     def __init__(
@@ -77,10 +85,10 @@ class Agent:
         tail_interval_s: float = 0.5,
         nvml_interval_s: float = 1.0,
         watch: bool = True,
-        hold_at_stop: bool = False,
+        release_at_stop: bool = False,
     ) -> None:
         assert tail_interval_s > 0 and nvml_interval_s > 0
-        self.hold_at_stop = hold_at_stop
+        self.release_at_stop = release_at_stop
         self.tailer = tailer
         self.sender = sender
         self.poller = poller
@@ -95,6 +103,7 @@ class Agent:
         self._commit_lock = threading.Lock()
         self._committed_at = -COMMIT_EVERY_S
         self._unsaved: Checkpoint | None = None
+        self._saved_gens = tailer.checkpoint().generations()
 
     def start(self) -> None:
         """Start the three threads."""
@@ -129,10 +138,18 @@ class Agent:
         self._wake.set()
         if self._waker is not None:
             self._waker.stop()
-        if self._join(lambda name: not _is_sender(name), deadline):
-            _guarded("final read", self._final_read)
-        else:  # a read stuck on a dead NFS server: the tailer is not free to read again
+        if not self._join(lambda name: not _is_sender(name), deadline):
+            # A read stuck on a dead NFS server: the tailer is not free to read again.
             logger.error("dsmon: the log reader did not stop in time: no final read")
+        elif self.sender.blocked:
+            # Reading is paused on a full spool: what is left could be neither sent nor
+            # spooled, and after a long outage it may be far more than memory holds.
+            logger.warning(
+                "dsmon: the spool is full: no final read; a collector started again on this "
+                "state folder reads on from where reading paused"
+            )
+        else:
+            _guarded("final read", self._final_read)
 
     def _stop_sending(self, deadline: float) -> None:
         """Let the sender deliver or spool everything by the deadline."""
@@ -158,9 +175,9 @@ class Agent:
         return not any(t.is_alive() for t in self._threads if which(t.name))
 
     def _final_read(self) -> None:
-        """The last read of every log, then the parsers' held records, as one batch."""
+        """The last read of every log (and, if asked, the parsers' held records), one batch."""
         batch = self.tailer.poll(final=True)
-        if not self.hold_at_stop:
+        if self.release_at_stop:
             batch.records.extend(self.tailer.release())
         ckpt = batch.checkpoint
         self.sender.submit(batch.records, lambda: self._delivered(ckpt))
@@ -179,25 +196,36 @@ class Agent:
             self.sender.submit(batch.records, lambda: self._delivered(ckpt))
 
     def _delivered(self, ckpt: Checkpoint) -> None:
-        """A batch is durable: save its checkpoint, at most every :data:`COMMIT_EVERY_S`."""
+        """A batch is durable: save its checkpoint, at most every :data:`COMMIT_EVERY_S`.
+
+        A checkpoint that knows a generation the saved one does not (a rotation) is saved at
+        once: a generation's records are keyed by its ``path#N`` label, and a collector killed
+        after sending some of them must resume that generation under the same label, not
+        meet the file anew under its rotated name and send its lines again under that one.
+        """
         with self._commit_lock:
             now = time.monotonic()
-            if now - self._committed_at < COMMIT_EVERY_S:
+            rotated = self._saved_gens != ckpt.generations()
+            if now - self._committed_at < COMMIT_EVERY_S and not rotated:
                 self._unsaved = ckpt
                 return
             self.tailer.commit(ckpt)
             self._committed_at, self._unsaved = now, None
+            self._saved_gens = ckpt.generations()
 
     def _tail_loop(self) -> None:
         stop = self._stop_producers
         while not stop.is_set():
             started = time.monotonic()
             _guarded("tail", self.tail_once)
-            while self.sender.backlog > MAX_BACKLOG and not stop.wait(0.05):
+            while self._sender_full() and not stop.wait(BACKPRESSURE_POLL_S):
                 pass
             self._wake.wait(self.tail_interval_s)
             self._wake.clear()
             stop.wait(MIN_POLL_GAP_S - (time.monotonic() - started))
+
+    def _sender_full(self) -> bool:
+        return self.sender.blocked or self.sender.backlog > MAX_BACKLOG
 
     def _nvml_loop(self) -> None:
         assert self.poller is not None

@@ -115,6 +115,14 @@ def collector_options(p: argparse.ArgumentParser, log_flag: bool | None = True) 
         help="the flops profiler's output_file, re-read when rewritten (repeatable)",
     )
     p.add_argument(
+        "--ds-config",
+        action="append",
+        default=[],
+        metavar="F",
+        help="the run's DeepSpeed config file, for the health checklist (repeatable; default "
+        "for watch: ds_config.json beside the log, when there is one)",
+    )
+    p.add_argument(
         "--probe-dir",
         action="append",
         default=[],
@@ -156,11 +164,17 @@ def collector_options(p: argparse.ArgumentParser, log_flag: bool | None = True) 
         help="on SIGTERM/Ctrl-C: time to read the logs one last time and deliver or spool "
         "everything (20 s)",
     )
-    p.add_argument(
+    stop = p.add_mutually_exclusive_group()
+    stop.add_argument(
+        "--release-at-stop",
+        action="store_true",
+        help="at a stop, also send what the parser still holds (an unterminated last line, "
+        "an open block), for a log cut off for good whose collector is not started again",
+    )
+    stop.add_argument(
         "--hold-at-stop",
         action="store_true",
-        help="at a stop, keep back records the parser still holds (for a collector that is "
-        "started again while training goes on) instead of sending them",
+        help="keep back what the parser still holds at a stop (the default)",
     )
 
 
@@ -183,6 +197,21 @@ def lock_state_dir(state_dir: Path) -> IO[str]:
     return f
 
 
+def config_files(args: argparse.Namespace) -> list[str]:
+    """``--ds-config`` files; for ``watch`` without any, a ``ds_config.json`` beside the log.
+
+    DeepSpeed's default log level prints no config dump, and a checklist with nothing to judge
+    is of little use: the file the job was most likely started with is taken, and said so.
+    """
+    if args.ds_config or getattr(args, "func", None) is not run_watch:
+        return list(args.ds_config)
+    beside = Path(args.log[0]).parent / "ds_config.json"
+    if beside.is_file():
+        print(f"dsmon watch: reading the DeepSpeed config {beside} (--ds-config F: another)")
+        return [str(beside)]
+    return []
+
+
 def build_agent(args: argparse.Namespace, url: str, token: str, spool_max_bytes: int) -> Agent:
     """The agent for parsed ``collect``/``watch`` options, sending to ``url``."""
     transport = UrlTransport(url, token)  # a bad URL fails here, before anything is locked
@@ -200,6 +229,7 @@ def build_agent(args: argparse.Namespace, url: str, token: str, spool_max_bytes:
         node=node,
         state=StateFile(state_dir / "tail.json"),
         profile_files=args.profile_file,
+        config_files=config_files(args),
         from_end=args.from_end,
         probe_dirs=args.probe_dir,
     )
@@ -219,7 +249,7 @@ def build_agent(args: argparse.Namespace, url: str, token: str, spool_max_bytes:
         poller,
         tail_interval_s=args.poll_interval,
         nvml_interval_s=args.nvml_interval or 1.0,
-        hold_at_stop=args.hold_at_stop,
+        release_at_stop=args.release_at_stop,
     )
 
 

@@ -21,10 +21,11 @@ would have produced, with the same keys.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import BinaryIO
 
@@ -36,16 +37,16 @@ from collectors.state import (
     fingerprint,
     same_start,
 )
+from dsmon.linereader import MAX_LINE_BYTES
 from dsmon.parsers.base import LineParser
 from dsmon.records import Record
 
 logger = logging.getLogger(__name__)
 
-#: A longer line is parsed cut to this length; the rest is skipped.
-MAX_LINE_BYTES = 1 << 20
 #: Most bytes read from one file in one poll, so one huge file cannot starve the others.
 MAX_READ_PER_POLL = 32 << 20
-#: A path that stays missing this long ends its generation (the file was deleted for good).
+#: A generation no longer at its path (renamed, deleted, replaced) is still read until it has
+#: been idle this long: a writer such as ``tee`` keeps appending to the renamed file.
 MISSING_LINGER_S = 30.0
 _CHUNK = 1 << 20
 
@@ -62,9 +63,14 @@ class FileFollower:
         label: the ``Source.file`` of the first generation (default: ``path``).
         rank: the rank the file belongs to (a per-rank log), given to records that name none.
         saved: the position saved by an earlier process, to resume from.
+        older: saved positions of earlier generations that were still read after a rotation
+            (oldest first): each is found where it went and read on until idle.
         from_end: with no saved position, skip (silently parse) what the file holds now.
         on_finished: told the final position of each generation that ends, so the tailer
             can tell a rotated file it has read already from a new file.
+        known: whether a file about to become a new generation is one the tailer follows or
+            has read already under another path (a rotated name its glob also matches): such
+            a file is skipped, not read a second time.
         clock: monotonic seconds.
     """
 
@@ -76,8 +82,10 @@ class FileFollower:
         label: str | None = None,
         rank: int | None = None,
         saved: Position | None = None,
+        older: Sequence[Position] = (),
         from_end: bool = False,
         on_finished: Callable[[Position], None] | None = None,
+        known: Callable[[BinaryIO], bool] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.path = path
@@ -86,11 +94,16 @@ class FileFollower:
         self._rank = rank
         self._make_parser = make_parser
         self._saved = saved
+        self._older = list(older)
         self._from_end = from_end
         self._on_finished = on_finished or (lambda pos: None)
+        self._known = known or (lambda f: False)
         self._clock = clock
         self._f: BinaryIO | None = None
-        self._missing_since: float | None = None
+        # Earlier generations no longer at the path, still read until idle (oldest first).
+        self._retired: list[FileFollower] = []
+        self._idle_since = 0.0
+        self._skip: tuple[int, int] | None = None  # the file at the path that is not ours
         self._reset(saved.gen if saved else 0)
 
     @property
@@ -102,8 +115,29 @@ class FileFollower:
         """Device and inode of the open generation."""
         return (self._dev, self._ino) if self._f is not None else None
 
+    def identities(self) -> set[tuple[int, int]]:
+        """Device and inode of every file this follower reads or will resume."""
+        out = {(old._dev, old._ino) for old in self._retired}
+        out |= {(p.dev, p.ino) for p in self._older}
+        if self._f is not None:
+            out.add((self._dev, self._ino))
+        elif self._saved is not None and self._saved.fp_len:
+            out.add((self._saved.dev, self._saved.ino))
+        return out
+
+    def fingerprint(self) -> tuple[str, int] | None:
+        """The first-bytes fingerprint of the open generation (to recognise a copy of it)."""
+        return (self._fp, self._fp_len) if self._f is not None else None
+
+    def positions(self) -> list[Position]:
+        """The positions to save now: the retired generations (oldest first), the path's own."""
+        out = [*self._older, *(old._current() for old in self._retired)]
+        if (pos := self.position()) is not None:
+            out.append(pos)
+        return out
+
     def position(self) -> Position | None:
-        """The position to save now (the saved one while the file has not been opened)."""
+        """The path's position to save now (the saved one while the file is not open)."""
         if self._f is not None:
             return self._current()
         if self._saved is not None or self._gen == 0:
@@ -127,6 +161,7 @@ class FileFollower:
         """
         out: list[Record] = []
         try:
+            self._poll_retired(out, final)
             if self._f is None:
                 self._open(out)
             else:
@@ -148,7 +183,7 @@ class FileFollower:
         same parser state, and what it then emits again has the same keys (the store keeps
         the first copy). The follower is not polled after this.
         """
-        out: list[Record] = []
+        out: list[Record] = [rec for old in self._retired for rec in old.release()]
         if self._f is not None and self._buf and not self._skipping:
             self._feed(bytes(self._buf), self._offset, out)
         recs = self._parser.finish()
@@ -157,6 +192,8 @@ class FileFollower:
 
     def close(self) -> None:
         """Release the file; the position stays as it is (nothing is flushed or finished)."""
+        for old in self._retired:
+            old.close()
         if self._f is not None:
             self._saved = self._current()
             self._f.close()
@@ -177,6 +214,8 @@ class FileFollower:
 
     def _open(self, out: list[Record]) -> None:
         """Open the path, resuming a saved position or starting a new generation."""
+        while self._older:  # generations that were still read when the last process ended
+            self._finish_elsewhere(self._older.pop(0), out)
         f = _open_quiet(self.path)
         if f is None:
             if self._saved is not None and self._saved.fp_len:
@@ -188,23 +227,47 @@ class FileFollower:
                 )
             return
         st = os.fstat(f.fileno())
+        ident = (st.st_dev, st.st_ino)
+        if ident == self._skip or self._unretire(ident):
+            f.close()
+            return
         saved, self._saved = self._saved, None
-        if (
-            saved is not None
-            and st.st_size >= saved.offset
-            and same_start(f, saved.fp, saved.fp_len)
-        ):
-            self._adopt(f, saved.gen)
-            self._replay_to(saved.offset, saved.line)
-            return
-        if saved is not None:
+        gen = self._gen
+        if saved is not None and saved.fp_len:  # a real position, not a generation count
+            if st.st_size >= saved.offset and same_start(f, saved.fp, saved.fp_len):
+                self._adopt(f, saved.gen)
+                self._replay_to(saved.offset, saved.line)
+                return
             self._finish_elsewhere(saved, out)
-            self._adopt(f, saved.gen + 1)
+            gen = saved.gen + 1
+        elif saved is not None:
+            gen = saved.gen
+        self._new_generation(f, gen, st.st_size)
+
+    def _new_generation(self, f: BinaryIO, gen: int, size: int) -> None:
+        """Start reading a file new at the path, unless the tailer knows it under another."""
+        if self._known(f):
+            logger.info("dsmon: %s holds a log generation already followed; not re-read", self.path)
+            self._skip = _identity(f)
+            self._reset(gen)
+            f.close()
             return
-        self._adopt(f, self._gen)
+        self._skip = None
+        self._adopt(f, gen)
         if self._from_end:
             self._from_end = False
-            self._replay_to(_last_line_end(f, st.st_size), None)
+            self._replay_to(_last_line_end(f, size), None)
+
+    def _unretire(self, ident: tuple[int, int]) -> bool:
+        """The path names a retired generation again (renamed back): follow it as current."""
+        back = next((old for old in self._retired if (old._dev, old._ino) == ident), None)
+        if back is None:
+            return False
+        self._retired.remove(back)
+        rest = self._retired
+        self.__dict__.update(back.__dict__)
+        self._retired = rest
+        return True
 
     def _adopt(self, f: BinaryIO, gen: int) -> None:
         self._reset(gen)
@@ -285,29 +348,65 @@ class FileFollower:
         except OSError:
             self._path_missing(out)
             return
-        self._missing_since = None
         if (st.st_dev, st.st_ino) != (self._dev, self._ino):
-            self._read(out, 1 << 62)  # finish the old file first: nothing written to it is lost
-            self._end_generation(out)
+            self._retire(out)
             self._open(out)
             return
-        size = os.fstat(self._f.fileno()).st_size
-        if size < self._buf_start + len(self._buf) or not same_start(
-            self._f, self._fp, self._fp_len
-        ):
+        if self._was_truncated():
             self._truncated(out)
 
-    def _path_missing(self, out: list[Record]) -> None:
-        """Deleted or renamed away: keep reading the open file until the path comes back."""
-        now = self._clock()
-        if self._missing_since is None:
-            self._missing_since = now
-        elif now - self._missing_since >= MISSING_LINGER_S:
-            self._read(out, 1 << 62)
-            self._end_generation(out)
+    def _was_truncated(self) -> bool:
+        """The open file is shorter than what was read, or no longer starts as it did."""
+        assert self._f is not None
+        size = os.fstat(self._f.fileno()).st_size
+        read_to = self._buf_start + len(self._buf)
+        return size < read_to or not same_start(self._f, self._fp, self._fp_len)
 
-    def _truncated(self, out: list[Record]) -> None:
-        """Truncated in place (copytruncate): read what we missed from the copy, restart at 0."""
+    def _path_missing(self, out: list[Record]) -> None:
+        """Deleted or renamed away: the open file is read on as a retired generation."""
+        self._retire(out)
+
+    def _retire(self, out: list[Record]) -> None:
+        """The path no longer names the open file: read it on until idle, start a new one.
+
+        Everything written to the old file before the rotation is read now, ahead of the new
+        file. A writer that keeps its descriptor (``tee``, a logger that never reopens) goes
+        on appending to the renamed file, so it stays open and is read at every poll until
+        it has been idle for :data:`MISSING_LINGER_S`; only then does its generation end.
+        """
+        if self._f is not None and self._was_truncated():
+            # Truncated, then renamed, between two reads (copytruncate, then a rename in a
+            # later rotation): its new content is another generation, left to the glob.
+            self._truncated(out, keep_open=False)
+            return
+        old = copy.copy(self)
+        old._retired, old._older = [], []  # lists stay the follower's own
+        old._idle_since = self._clock()
+        old._read(out, 1 << 62)
+        self._retired.append(old)
+        self._f = None
+        self._reset(self._gen + 1)
+
+    def _poll_retired(self, out: list[Record], final: bool) -> None:
+        """Read what was appended to the retired generations; end those idle long enough."""
+        now = self._clock()
+        for old in list(self._retired):
+            before = old._buf_start + len(old._buf)
+            old._read(out, 1 << 62 if final else MAX_READ_PER_POLL)
+            if old._buf_start + len(old._buf) != before:
+                old._idle_since = now
+            elif now - old._idle_since >= MISSING_LINGER_S and not final:
+                old._end_generation(out)
+                self._retired.remove(old)
+
+    def _truncated(self, out: list[Record], *, keep_open: bool = True) -> None:
+        """Truncated in place (copytruncate): read what we missed from the copy, restart at 0.
+
+        Args:
+            out: where the records read go.
+            keep_open: the file is still at the path: read on from its start as the next
+                generation (else it was renamed away as well, and is closed).
+        """
         read_to = self._buf_start + len(self._buf)
         copy = find_generation(self.path, -1, -1, self._fp, self._fp_len, read_to)
         if copy is not None:
@@ -315,7 +414,7 @@ class FileFollower:
                 copy.seek(read_to)
                 while data := copy.read(_CHUNK):
                     self._consume(data, out)
-        self._end_generation(out, keep_open=True)
+        self._end_generation(out, keep_open=keep_open)
 
     def _end_generation(self, out: list[Record], *, keep_open: bool = False) -> None:
         """The file is complete: parse its unterminated last line, finish the parser."""
@@ -329,7 +428,6 @@ class FileFollower:
         if f is not None:
             self._on_finished(self._current())
             self._f = None
-        self._missing_since = None
         if f is not None and keep_open:
             f.seek(0)
             self._adopt(f, self._gen + 1)
@@ -350,8 +448,7 @@ class FileFollower:
             return
         self._adopt(old, saved.gen)
         self._replay_to(saved.offset, saved.line)
-        self._read(out, 1 << 62)
-        self._end_generation(out)
+        self._retire(out)
 
 
 def with_rank(records: list[Record], rank: int) -> list[Record]:
@@ -362,6 +459,11 @@ def with_rank(records: list[Record], rank: int) -> list[Record]:
     return [
         r if r.src.rank is not None else replace(r, src=replace(r.src, rank=rank)) for r in records
     ]
+
+
+def _identity(f: BinaryIO) -> tuple[int, int]:
+    st = os.fstat(f.fileno())
+    return st.st_dev, st.st_ino
 
 
 def _open_quiet(path: str) -> BinaryIO | None:

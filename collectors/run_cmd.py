@@ -132,7 +132,22 @@ def _prepare(args: argparse.Namespace) -> Path:
     (folder / "probe").mkdir(parents=True, exist_ok=True)
     args.log = [str(folder / "train.log")]
     args.probe_dir = [*args.probe_dir, str(folder / "probe")]
+    if not args.ds_config:
+        args.ds_config = [c for c in [_config_in(args.command)] if c and Path(c).is_file()]
+    if not args.hold_at_stop:
+        args.release_at_stop = True  # the collector stops when the job has ended: its end
     return folder
+
+
+def _config_in(cmd: Sequence[str]) -> str | None:
+    """The ``--deepspeed_config`` (or ``--deepspeed-config``) file the job is given, if any."""
+    names = ("--deepspeed_config", "--deepspeed-config")
+    for i, arg in enumerate(cmd):
+        if arg in names and i + 1 < len(cmd):
+            return cmd[i + 1]
+        if arg.startswith(tuple(n + "=" for n in names)):
+            return arg.split("=", 1)[1]
+    return None
 
 
 def _tee(src: IO[bytes], log: Path, out: IO[bytes]) -> threading.Thread:

@@ -10,9 +10,16 @@ instead, and the spool drains in order once the server answers again; retries ba
 exponentially with jitter, so many collectors do not hammer a dashboard that is coming back.
 Each submitted batch carries a callback that runs once its records are durable (acknowledged
 or spooled, or refused by the server as invalid); the tailer saves its file positions there,
-so a killed collector re-reads exactly what was not yet safe. A batch dropped because the
-spool is full runs no callback: the positions stay before it, and a collector started again
-on the same state folder reads it again.
+so a killed collector re-reads exactly what was not yet safe.
+
+**Back-pressure.** A batch of log records that does not fit in the spool (it is full, or the
+disk is) is not dropped: it waits in memory, every later batch waits behind it, and
+:attr:`Sender.blocked` tells the tail loop to stop reading the logs until the spool drains or
+the server answers again. The log itself is the buffer, so memory stays bounded and no line
+is lost. GPU samples cannot be read again; those that find the spool full are dropped,
+counted in :attr:`SenderStats.dropped`. Batches still waiting at the end of a stop run no
+callback: the positions stay before them, and a collector started again on the same state
+folder reads them again.
 
 At a stop the sender gets a deadline (:meth:`Sender.stop_within`): its last attempt ignores
 the back-off, each request is cut to the time left, the spool is drained while time remains,
@@ -59,6 +66,7 @@ class SenderStats:
     inserted: int = 0
     spooled: int = 0
     rejected: int = 0
+    dropped: int = 0
     failures: int = 0
     last_error: str | None = None
 
@@ -108,6 +116,8 @@ class Sender:
         self._clock = clock
         self._lock = threading.Lock()
         self._queue: deque[tuple[list[Record], Callback | None]] = deque()
+        self._held: list[_Item] = []  # batches the spool could not take, in order
+        self._paused = False  # whether the tail loop was told to wait (for the log lines)
         self._wake = threading.Event()
         self._failures = 0
         self._retry_at = 0.0
@@ -126,7 +136,7 @@ class Sender:
         while not stop.is_set():
             # Idle (nothing queued or spooled): sleep until a submit or a stop wakes us, rather
             # than every max_delay_s: most of a quiet collector's CPU went to these wake-ups.
-            idle = self.spool.empty and not self.backlog
+            idle = self.spool.empty and not self.backlog and not self._held
             self._wake.wait(None if idle else self.max_delay_s)
             self._wake.clear()
             if idle and not stop.is_set() and self.backlog < self.batch_records:
@@ -157,7 +167,7 @@ class Sender:
     def pump(self) -> None:
         """One round: send (or spool) what was submitted, then drain the spool if possible."""
         items = self._take()
-        if items:
+        if items or self._held:
             self._deliver(items)
         if not self.spool.empty and self._may_try():
             self._drain()
@@ -171,12 +181,23 @@ class Sender:
         """
         self._retry_at = 0.0
         items = self._take()
-        if items:
+        if items or self._held:
             self._deliver(items)
         if not self.spool.empty and self._may_try():
             self._drain(final=True)
-        self._to_spool(self._take())
+        self._to_spool([*self._held, *self._take()])
         self.spool.close()
+        if left := sum(len(item.lines) for item in self._held):
+            logger.error(
+                "dsmon: %d records neither sent nor spooled at the stop (no room in the spool); their "
+                "lines are read again when a collector starts on this state folder",
+                left,
+            )
+
+    @property
+    def blocked(self) -> bool:
+        """Batches wait for room in the spool: the logs must not be read further for now."""
+        return bool(self._held)
 
     @property
     def backlog(self) -> int:
@@ -196,7 +217,9 @@ class Sender:
         Submitted batches are joined into POSTs of up to ``batch_records``; after a failure
         every batch of the round is spooled, including any already stored (resending those
         adds nothing, while spooling fewer would need to know which POST held which).
+        Batches held back by a full spool go first.
         """
+        items = [*self._held, *items]  # still held (the logs still wait) until taken
         if self.spool.empty and self._may_try():
             lines = [line for item in items for line in item.lines]
             try:
@@ -206,27 +229,52 @@ class Sender:
                 self._failed(str(exc))
             else:
                 self._succeeded()
+                self._set_held([])
                 _run_all(items)
                 return
         self._to_spool(items)
 
     def _to_spool(self, items: list[_Item]) -> None:
-        """Spool each submitted batch whole (a full spool drops whole batches, counted).
+        """Spool each batch whole, in order; what the spool cannot take is held back.
 
-        Only a spooled batch runs its callback: a dropped one must not move the saved
-        positions past its lines.
+        Only a spooled batch runs its callback, and callbacks run in order, so once a log
+        batch is held every later one is held too (see the module docstring).
         """
+        held: list[_Item] = []
         for item in items:
-            try:
-                spooled = self.spool.append(item.lines)
-            except OSError as exc:  # disk full, spool folder gone: drop, loudly
-                spooled = False
-                self.spool.dropped += len(item.lines)
-                logger.error("dsmon: cannot spool %d records: %s", len(item.lines), exc)
-            if spooled:
+            if held and item.done is not None:
+                held.append(item)
+            elif self._spool_one(item):
                 self.stats.spooled += len(item.lines)
                 if item.done is not None:
                     item.done()
+            elif item.done is not None:
+                held.append(item)
+            else:
+                self.stats.dropped += len(item.lines)
+        self._set_held(held)
+
+    def _set_held(self, held: list[_Item]) -> None:
+        """Keep the batches the spool could not take; say when reading pauses and resumes."""
+        if held and not self._paused:
+            logger.warning(
+                "dsmon: spool %s cannot take more (%d of %d bytes): log reading paused until "
+                "%s takes records again",
+                self.spool.directory, self.spool.size_bytes, self.spool.max_bytes,
+                self.transport.url,
+            )  # fmt: skip
+        elif self._paused and not held:
+            logger.warning("dsmon: the spool has room again: log reading resumed")
+        self._held, self._paused = held, bool(held)
+
+    def _spool_one(self, item: _Item) -> bool:
+        """Append one batch to the spool; False when it does not fit or the disk is full."""
+        try:
+            return self.spool.append(item.lines)
+        except OSError as exc:
+            if not self._paused:
+                logger.error("dsmon: cannot spool %d records: %s", len(item.lines), exc)
+            return False
 
     def _drain(self, final: bool = False) -> None:
         """Send spooled chunks oldest first until empty, failing, or out of this round's time.

@@ -13,6 +13,7 @@ own); within the process the sender thread is the only user, so no locking is ne
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Sequence
@@ -46,7 +47,7 @@ class Spool:
         directory: where the segments live; created when missing. Segments left there by an
             earlier process are drained first.
         max_bytes: the most the segments may hold together; an append that does not fit is
-            dropped whole, counted in :attr:`dropped` and warned about.
+            refused whole (the sender keeps it and stops the log reading until there is room).
         segment_bytes: size at which the segment being written is sealed.
     """
 
@@ -62,7 +63,6 @@ class Spool:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.max_bytes = max_bytes
         self.segment_bytes = segment_bytes
-        self.dropped = 0
         self._sealed = sorted(self.directory.glob("*" + _SUFFIX))
         self._bytes = sum(p.stat().st_size for p in self._sealed)
         self._next_seq = 1 + max((_seq(p) for p in self._sealed), default=0)
@@ -81,25 +81,26 @@ class Spool:
         return self._bytes
 
     def append(self, lines: Sequence[str]) -> bool:
-        """Store lines durably; False (and a warning with the running count) when full."""
+        """Store lines durably; False, storing nothing, when they do not fit.
+
+        Raises:
+            OSError: the disk is full or the folder is gone; nothing of the lines is left
+                in the segment (a partial write is cut off, so no torn line is sent later).
+        """
         if not lines:
             return True
         data = "".join(line + "\n" for line in lines).encode("utf-8")
         if self._bytes + len(data) > self.max_bytes:
-            self.dropped += len(lines)
-            logger.warning(
-                "dsmon: spool %s is full (%d of %d bytes): dropped %d records, %d in all",
-                self.directory,
-                self._bytes,
-                self.max_bytes,
-                len(lines),
-                self.dropped,
-            )
             return False
         writer = self._writer or self._open_segment()
-        writer.write(data)
-        writer.flush()
-        os.fsync(writer.fileno())
+        start = writer.tell()
+        try:
+            writer.write(data)
+            writer.flush()
+            os.fsync(writer.fileno())
+        except OSError:
+            self._cut_back(start)
+            raise
         self._bytes += len(data)
         if writer.tell() >= self.segment_bytes:
             self.seal()
@@ -153,6 +154,27 @@ class Spool:
     def close(self) -> None:
         """Close the segment being written (left on disk for the next process)."""
         self.seal()
+
+    def _cut_back(self, size: int) -> None:
+        """After a failed append: drop its partial bytes and seal the segment (or remove it).
+
+        The writer is closed without its buffer (a later flush would write the bytes after
+        all), and the file cut back to what it held before.
+        """
+        writer, path = self._writer, self._writing
+        assert writer is not None and path is not None
+        self._writer = self._writing = None
+        with contextlib.suppress(OSError):
+            os.truncate(path, size)
+        with contextlib.suppress(OSError):
+            writer.close()  # its flush fails again (or writes): cut once more below
+        with contextlib.suppress(OSError):
+            os.truncate(path, size)
+        if size:
+            self._sealed.append(path)
+        else:
+            with contextlib.suppress(OSError):
+                path.unlink()
 
     def _open_segment(self) -> BinaryIO:
         path = self.directory / f"{self._next_seq:012d}{_SUFFIX}"

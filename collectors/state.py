@@ -80,9 +80,8 @@ def find_generation(
     ``train-20240101.log``); the same inode wins, else the same fingerprint (a copy).
     """
     p = Path(path)
-    stem = p.name.split(".")[0]
     try:
-        names = [q for q in p.parent.iterdir() if q.name.startswith(stem) and q.name != p.name]
+        names = [q for q in p.parent.iterdir() if same_stem(path, str(q)) and q.name != p.name]
     except OSError:
         return None
     names.sort(key=lambda q: _same_inode(q, dev, ino), reverse=True)
@@ -96,6 +95,12 @@ def find_generation(
             return f
         f.close()
     return None
+
+
+def same_stem(path: str, other: str) -> bool:
+    """``other`` is beside ``path`` and its name starts like it: a rotated name of it."""
+    p, q = Path(path).absolute(), Path(other).absolute()
+    return p.parent == q.parent and q.name.startswith(p.name.split(".")[0])
 
 
 def _same_inode(path: Path, dev: int, ino: int) -> bool:
@@ -121,6 +126,10 @@ class Checkpoint:
     files: tuple[Position, ...] = ()
     finished: tuple[Position, ...] = ()
     profiles: tuple[ProfileState, ...] = ()
+
+    def generations(self) -> tuple[tuple[str, int, int, int], ...]:
+        """Which generations it knows (path, number, device, inode), ended ones included."""
+        return tuple((p.path, p.gen, p.dev, p.ino) for p in (*self.files, *self.finished))
 
     def to_json(self) -> str:
         """The state file's text."""

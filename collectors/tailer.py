@@ -17,9 +17,9 @@ same record keys and is stored once.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import glob
-import hashlib
 import logging
 import os
 import re
@@ -29,27 +29,30 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from collectors.follower import FileFollower, ParserFactory
-from collectors.state import Checkpoint, Position, ProfileState, StateFile, same_start
+from collectors.profile_file import ProfileParser, ProfileWatcher
+from collectors.state import (
+    FP_BYTES,
+    Checkpoint,
+    Position,
+    StateFile,
+    same_start,
+    same_stem,
+)
 from dsmon.parsers.log import LogParser
 from dsmon.parsers.probe import ProbeParser
-from dsmon.records import FlopsProfileRecord, Record
+from dsmon.records import Record
 
 logger = logging.getLogger(__name__)
 
 #: Generations remembered as read, so a rotated file that matches the glob is not re-read.
 MAX_FINISHED = 256
-#: Seconds a rewritten profile file must stay unchanged before it is read (it is written
-#: progressively by print() calls into the open file).
-PROFILE_SETTLE_S = 1.0
 # Per-rank logs of ``deepspeed --enable_each_rank_log``: ``<time>_rank<N>.log`` (as dsmon.ingest).
 _RANK_LOG = re.compile(r"_rank(\d+)\.log$")
 #: The per-rank probe's files in its folder (``rank-<N>.jsonl``, one per rank).
 PROBE_FILES = "rank-*.jsonl"
-
-ProfileParser = Callable[[str, str], Sequence[Record]]
 
 
 @dataclass(slots=True)
@@ -58,76 +61,6 @@ class TailBatch:
 
     records: list[Record]
     checkpoint: Checkpoint
-
-
-class ProfileWatcher:
-    """The flops profiler's ``output_file``: a snapshot, not a log.
-
-    DeepSpeed opens it with ``"w"`` and prints the whole profile into it, so it is re-read
-    whole once it has changed and then stayed unchanged for :data:`PROFILE_SETTLE_S`. The
-    parser keys its records by profile step, so a rewrite for another step is stored beside
-    the earlier profile and a re-read of the same one adds nothing.
-    """
-
-    def __init__(
-        self,
-        path: str,
-        parse: ProfileParser,
-        saved: ProfileState | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.path = path
-        self._parse = parse
-        self._clock = clock
-        self._sha = saved.sha if saved else ""
-        self._sig: tuple[int, int, int] | None = None
-        self._changed_at = 0.0
-        self._done_sig: tuple[int, int, int] | None = None
-
-    def state(self) -> ProfileState | None:
-        """What to save: the last content sent."""
-        return ProfileState(self.path, self._sha) if self._sha else None
-
-    def poll(self, *, final: bool = False) -> list[Record]:
-        """The profile's records when a new, settled content is there; else nothing.
-
-        Args:
-            final: read a changed content now, settled or not: this is the last read before
-                a stop, and DeepSpeed writes the profile before the run ends.
-        """
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return []
-        sig = (st.st_ino, st.st_size, st.st_mtime_ns)
-        now = self._clock()
-        if sig != self._sig and not final:
-            self._sig, self._changed_at = sig, now
-            return []
-        settling = now - self._changed_at < PROFILE_SETTLE_S and sig == self._sig
-        if sig == self._done_sig or (settling and not final):
-            return []
-        self._done_sig = sig
-        return self._read(final)
-
-    def _read(self, final: bool) -> list[Record]:
-        """The profile now in the file; one caught mid-write (``partial``) waits, unless final."""
-        try:
-            data = Path(self.path).read_bytes()
-        except OSError as exc:
-            logger.warning("dsmon: cannot read %s: %s", self.path, exc)
-            return []
-        sha = hashlib.sha1(data, usedforsecurity=False).hexdigest()
-        if sha == self._sha:
-            return []
-        # Labelled by its bare name, as ``dsmon import`` of the file or its folder names it.
-        label = os.path.basename(self.path)
-        recs = list(self._parse(data.decode("utf-8", errors="replace"), label))
-        if not final:
-            recs = [r for r in recs if not (isinstance(r, FlopsProfileRecord) and r.partial)]
-        if recs:  # nothing parsed: not a complete profile yet, wait for the next rewrite
-            self._sha = sha
-        return recs
 
 
 class Tailer:
@@ -139,6 +72,9 @@ class Tailer:
         node: the node name (``Source.node``) of records whose line names no host.
         state: where positions are kept across restarts (None: nowhere, start fresh).
         profile_files: flops profiler ``output_file`` paths, re-read whole on change.
+        config_files: the run's ``ds_config.json`` files, read whole (and again when
+            changed): at DeepSpeed's default log level the log holds no config dump, and
+            the health checklist has nothing to judge without one.
         from_end: files present at start with no saved position are read from their end.
         make_parser: builds a generation's parser from its label (default ``LogParser``).
         probe_dirs: folders of the per-rank probe's files (``DSMON_PROBE_DIR``, see
@@ -156,6 +92,7 @@ class Tailer:
         node: str | None = None,
         state: StateFile | None = None,
         profile_files: Sequence[str] = (),
+        config_files: Sequence[str] = (),
         from_end: bool = False,
         make_parser: ParserFactory | None = None,
         probe_dirs: Sequence[str] = (),
@@ -178,12 +115,18 @@ class Tailer:
         self._ignored: dict[str, tuple[int, int]] = {}
         saved = state.load() if state is not None else Checkpoint()
         self._finished: deque[Position] = deque(saved.finished, maxlen=MAX_FINISHED)
+        by_path: dict[str, list[Position]] = {}
+        for pos in sorted(saved.files, key=lambda p: p.gen):
+            if self._wanted(pos.path):
+                by_path.setdefault(pos.path, []).append(pos)
         self._followers = {
-            p.path: self._follower(p.path, p, False) for p in saved.files if self._wanted(p.path)
+            path: self._follower(path, ps[-1], False, older=ps[:-1]) for path, ps in by_path.items()
         }
         parse = parse_profile or default_profile_parser(run, node)
         old = {p.path: p for p in saved.profiles}
         self._profiles = [ProfileWatcher(p, parse, old.get(p), clock) for p in profile_files]
+        read_config = default_config_parser(run, node)
+        self._profiles += [ProfileWatcher(p, read_config, old.get(p), clock) for p in config_files]
         self._started = False
 
     def poll(self, *, final: bool = False) -> TailBatch:
@@ -209,11 +152,12 @@ class Tailer:
 
         The checkpoint is unchanged by it, so the positions saved are those of the final poll.
         """
-        return [rec for f in self._followers.values() for rec in f.release()]
+        out = [rec for f in self._followers.values() for rec in f.release()]
+        return out + [rec for w in self._profiles for rec in w.release()]
 
     def checkpoint(self) -> Checkpoint:
         """Positions as of now (to be committed once what was read so far is delivered)."""
-        files = tuple(p for f in self._followers.values() if (p := f.position()) is not None)
+        files = tuple(p for f in self._followers.values() for p in f.positions())
         profiles = tuple(s for w in self._profiles if (s := w.state()) is not None)
         return Checkpoint(files, tuple(self._finished), profiles)
 
@@ -253,7 +197,12 @@ class Tailer:
         return any(path == p or fnmatch.fnmatchcase(path, p) for p in self.patterns)
 
     def _follower(
-        self, path: str, saved: Position | None, from_end: bool, label: str | None = None
+        self,
+        path: str,
+        saved: Position | None,
+        from_end: bool,
+        label: str | None = None,
+        older: Sequence[Position] = (),
     ) -> FileFollower:
         probe = any(fnmatch.fnmatchcase(path, p) for p in self._probe_patterns)
         return FileFollower(
@@ -262,13 +211,21 @@ class Tailer:
             label=label,
             rank=rank_of(path),
             saved=saved,
+            older=older,
             from_end=from_end,
             on_finished=self._finished.append,
+            known=lambda f: self._known(f, path),
             clock=self._clock,
         )
 
     def _already_read(self, path: str) -> bool:
-        """A rotated file (``train.log.1``) that the glob matches is one we have read."""
+        """A rotated file (``train.log.1``) that the glob matches is one we read or have read.
+
+        Files are told apart by device and inode plus a fingerprint of their first bytes, not
+        by path: a file renamed by rotation is the generation its old path's follower reads
+        (to its end), and a copy made by copytruncate starts with the bytes of the generation
+        it copies, whose follower reads from the copy what it had not read yet.
+        """
         try:
             st = os.stat(path)
         except OSError:
@@ -276,18 +233,44 @@ class Tailer:
         ident = (st.st_dev, st.st_ino)
         if self._ignored.get(path) == ident:
             return True
-        if any(f.identity() == ident for f in self._followers.values()) or self._was_read(path):
-            logger.info("dsmon: %s holds a log generation already read; not re-read", path)
-            self._ignored[path] = ident
-            return True
-        return False
-
-    def _was_read(self, path: str) -> bool:
         try:
             with open(path, "rb") as f:
-                return any(p.fp_len and same_start(f, p.fp, p.fp_len) for p in self._finished)
+                seen = self._known(f, path) or self._was_read(f) or self._is_copy(f, path)
         except OSError:
             return True
+        if seen:
+            logger.info("dsmon: %s holds a log generation already read; not re-read", path)
+            self._ignored[path] = ident
+        return seen
+
+    def _known(self, f: BinaryIO, path: str) -> bool:
+        """The open file is one another path's follower reads, or a generation that ended."""
+        st = os.fstat(f.fileno())
+        ident = (st.st_dev, st.st_ino)
+        others = (g for p, g in self._followers.items() if p != path)
+        if any(ident in g.identities() for g in others):
+            return True
+        return any(
+            (p.dev, p.ino) == ident and same_start(f, p.fp, p.fp_len) for p in self._finished
+        )
+
+    def _was_read(self, f: BinaryIO) -> bool:
+        """The file starts with the bytes of a generation that ended (a rotated copy)."""
+        return any(p.fp_len and same_start(f, p.fp, p.fp_len) for p in self._finished)
+
+    def _is_copy(self, f: BinaryIO, path: str) -> bool:
+        """A copytruncate copy of a file being followed, caught before the truncation.
+
+        Only a whole fingerprint counts, and only beside the followed file with a name that
+        starts like it (``train.log.1``, ``train-20260101.log``): per-rank logs of one launch
+        may share their first lines, and must never be taken for copies of each other.
+        """
+        for g in self._followers.values():
+            fp = g.fingerprint()
+            whole = fp is not None and fp[1] == FP_BYTES and same_stem(g.path, path)
+            if whole and fp is not None and same_start(f, *fp):
+                return True
+        return False
 
 
 def _matches(patterns: Iterable[str]) -> dict[str, str]:
@@ -396,6 +379,21 @@ class Waker:
             self._observer.stop()
             self._observer.join(timeout=5)
             self._observer = None
+
+
+def default_config_parser(run: str, node: str | None) -> ProfileParser:
+    """A ds_config.json read whole as a ``file`` config record; an unreadable one is logged."""
+    from dsmon.parsers.files import FileFormatError, parse_ds_config
+
+    def parse(text: str, label: str) -> Sequence[Record]:
+        try:
+            rec = parse_ds_config(text, run, label)
+        except FileFormatError as exc:
+            logger.warning("dsmon: %s", exc)
+            return []
+        return [dataclasses.replace(rec, src=dataclasses.replace(rec.src, node=node))]
+
+    return parse
 
 
 def default_profile_parser(run: str, node: str | None) -> ProfileParser:

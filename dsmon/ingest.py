@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from dsmon.linereader import MAX_LINE_BYTES, capped_lines
 from dsmon.parsers import files
 from dsmon.parsers.base import Diagnostics, LineParser
 from dsmon.parsers.flops_profiler import parse_profile_file
@@ -63,6 +64,10 @@ _AUTOTUNE_HEADER = b"tuning_space"
 _METRICS_KEYS = (b'"latency"', b'"throughput"', b'"FLOPS_per_gpu"')
 #: Progress is reported every this many bytes, not every line (the hot loop stays cheap).
 _PROGRESS_EVERY = 1 << 20
+
+#: The diagnostics kind under which lines cut to :data:`MAX_LINE_BYTES` are counted.
+LONG_LINE = "long_line"
+_LONG_LINE_TEXT = f"longer than {MAX_LINE_BYTES} bytes: parsed cut to that length"
 
 Progress = Callable[[int], object]
 
@@ -204,11 +209,18 @@ def read_log(
     rank: int | None = None,
     progress: Progress | None = None,
 ) -> Iterator[Record]:
-    """Records of a binary log stream, line by line, with byte offsets; then ``finish()``."""
+    """Records of a binary log stream, line by line, with byte offsets; then ``finish()``.
+
+    A line longer than :data:`~dsmon.linereader.MAX_LINE_BYTES` is parsed cut to that
+    length (memory stays flat whatever the line) and counted in the parser's diagnostics.
+    """
     offset = reported = 0
-    for lineno, raw in enumerate(stream, start=1):
-        recs = parser.feed(raw.decode("utf-8", "replace"), offset, lineno)
-        offset += len(raw)
+    for lineno, raw in enumerate(capped_lines(stream), start=1):
+        recs = parser.feed(raw.data.decode("utf-8", "replace"), offset, lineno)
+        if raw.cut:
+            where = f"{parser.file}:{lineno}"
+            parser.diag.note(parser.diag.cut, LONG_LINE, where, _LONG_LINE_TEXT)
+        offset += raw.size
         if recs:
             yield from (recs if rank is None else _with_rank(recs, rank))
         if progress is not None and offset - reported >= _PROGRESS_EVERY:

@@ -1,9 +1,9 @@
 """One POSTed batch of records, from raw bytes to checked records, or a reason to refuse it.
 
 The ingest server accepts bytes from the network, so everything here assumes hostile or broken
-input: a body is bounded before and after gzip decompression (a 1 MiB gzip bomb inflates to
-1 GiB), every line must decode with :mod:`dsmon.wire`, and every field must have the type the
-record model declares. ``wire.decode`` builds dataclasses, which do not check types, and a
+input: a body is bounded before and after gzip decompression (``dsmon.ingest_body``, whose
+names are re-exported here), every line must decode with :mod:`dsmon.wire`, nest at most
+:data:`MAX_JSON_DEPTH` deep, and every field must have the type the record model declares. ``wire.decode`` builds dataclasses, which do not check types, and a
 ``"step": "abc"`` that reached the store would break every chart and query later; so the
 checks run here, before anything is stored, and a batch is taken whole or not at all.
 """
@@ -15,66 +15,32 @@ import json
 import re
 import types
 import typing
-import zlib
 from collections.abc import Callable, Mapping
-from datetime import datetime
 from typing import Any
 
+from dsmon.ingest_body import MAX_GZIP_MEMBERS, BatchError, check_length, inflate
 from dsmon.records import KINDS, Record
 from dsmon.store_schema import EncodedRecord
+from dsmon.units import parse_ts
 from dsmon.wire import WireError, encode, from_dict
 
+__all__ = [
+    "MAX_GZIP_MEMBERS",
+    "MAX_JSON_DEPTH",
+    "MAX_NAME_BYTES",
+    "BatchError",
+    "check_length",
+    "check_record",
+    "inflate",
+    "parse_batch",
+    "parse_batch_encoded",
+    "parse_line",
+]
 
-class BatchError(Exception):
-    """A refused batch: the HTTP ``status`` to answer and a one-line reason for the client."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-def check_length(content_length: str | None, limit: int) -> None:
-    """Refuse a body by its declared size before reading it (413), or a bad header (400)."""
-    if content_length is None:
-        return
-    try:
-        size = int(content_length)
-    except ValueError:
-        raise BatchError(400, f"Content-Length: not a number: {content_length!r}") from None
-    if size > limit:
-        raise BatchError(413, f"body of {size} bytes exceeds the limit of {limit} bytes")
-
-
-def inflate(body: bytes, encoding: str | None, limit: int) -> bytes:
-    """The body after ``Content-Encoding``, never more than ``limit`` bytes of it.
-
-    Decompression stops as soon as the output passes the limit, so a bomb costs at most
-    ``limit`` bytes of memory. Concatenated gzip members are accepted (``cat a.gz b.gz``).
-
-    Raises:
-        BatchError: 413 when the inflated body is too large, 415 for an unknown encoding,
-            400 for a corrupt or truncated gzip stream.
-    """
-    enc = (encoding or "identity").strip().lower()
-    if enc == "identity":
-        return body
-    if enc not in ("gzip", "x-gzip"):
-        raise BatchError(415, f"Content-Encoding {encoding!r} is not supported (use gzip)")
-    out = bytearray()
-    data = body
-    while data:
-        inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-        try:
-            out += inflater.decompress(data, limit + 1 - len(out))
-        except zlib.error as exc:
-            raise BatchError(400, f"gzip body: {exc}") from None
-        if len(out) > limit:
-            raise BatchError(413, f"body inflates to more than the limit of {limit} bytes")
-        if not inflater.eof:
-            raise BatchError(400, "gzip body: truncated stream")
-        data = inflater.unused_data
-    return bytes(out)
+#: Longest run or node name in UTF-8 bytes: both go into one index entry of the store.
+MAX_NAME_BYTES = 1024
+#: Deepest JSON nesting of a line; records nest a few levels, Python's parser ~1000.
+MAX_JSON_DEPTH = 64
 
 
 def parse_batch(body: bytes) -> list[Record]:
@@ -117,6 +83,10 @@ def parse_line(line: str) -> Record:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
         raise WireError(f"not JSON: {exc}") from None
+    except RecursionError:
+        obj = None  # deeper than the parser goes: refused just below
+    if obj is None or line.count("[") + line.count("{") > MAX_JSON_DEPTH:
+        _check_depth(obj, line)
     if isinstance(obj, dict):
         _check_required(obj)
     if _SURROGATE.search(line):
@@ -124,6 +94,27 @@ def parse_line(line: str) -> Record:
     rec = from_dict(obj)
     check_record(rec)
     return rec
+
+
+def _check_depth(obj: Any, line: str) -> None:
+    """Refuse JSON nested deeper than :data:`MAX_JSON_DEPTH`.
+
+    No record nests more than a few levels; a deeper line is an attack or a bug, and left
+    alone it would reach Python's recursion limit in the encoder, the store or a page.
+    """
+    if obj is None and line.strip() != "null":
+        raise WireError(f"not JSON: nested more than {MAX_JSON_DEPTH} levels deep")
+    level, todo = 0, [obj]
+    while todo and level <= MAX_JSON_DEPTH:
+        level += 1
+        todo = [
+            v
+            for item in todo
+            if isinstance(item, dict | list)
+            for v in (item.values() if isinstance(item, dict) else item)
+        ]
+    if todo:
+        raise WireError(f"not JSON: nested more than {MAX_JSON_DEPTH} levels deep")
 
 
 #: JSON constants Python's decoder accepts but strict JSON does not (or a string holding them).
@@ -160,8 +151,21 @@ def check_record(rec: Record) -> None:
     ):
         if value is not None and "\x00" in value:
             raise WireError(f"field {name!r}: contains a NUL character")
+    for name, value in (("src.run", src.run), ("src.node", src.node)):
+        if value is not None and len(value) > MAX_NAME_BYTES // 4:
+            _check_name_length(name, value)
     if rec.ts is not None:
         _check_ts(rec.ts)
+
+
+def _check_name_length(name: str, value: str) -> None:
+    """Refuse a run or node name too long to index (PostgreSQL's B-tree takes ~2.7 kB a row).
+
+    The database would refuse the batch at every retry; refusing it here says why, once.
+    """
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > MAX_NAME_BYTES:
+        raise WireError(f"field {name!r}: {size} bytes long, at most {MAX_NAME_BYTES}")
 
 
 def _check_ts(ts: str) -> None:
@@ -169,10 +173,8 @@ def _check_ts(ts: str) -> None:
 
     Stored, it would be sorted as if it were one, and every time axis of the run would go wrong.
     """
-    try:
-        datetime.fromisoformat(ts)
-    except ValueError:
-        raise WireError(f"field 'ts': not an ISO-8601 date and time: {ts[:40]!r}") from None
+    if parse_ts(ts) is None:
+        raise WireError(f"field 'ts': not an ISO-8601 date and time: {ts[:40]!r}")
 
 
 def _check_fields(obj: Any, prefix: str = "") -> None:

@@ -24,6 +24,7 @@ import pandas as pd
 
 from dsmon.records import ConfigRecord, Record, record_key
 from dsmon.store_schema import RunInfo, Store
+from dsmon.units import parse_ts
 
 T = TypeVar("T")
 
@@ -227,8 +228,9 @@ def _before(rec: Record, cutoff: Cutoff) -> bool:
     """Whether a record existed at the replay position."""
     if cutoff.step is not None and rec.step is not None:
         return rec.step <= cutoff.step
-    if cutoff.ts is not None and rec.ts is not None:
-        return pd.Timestamp(rec.ts) <= cutoff.ts
+    when = parse_ts(rec.ts)
+    if cutoff.ts is not None and when is not None:
+        return pd.Timestamp(when) <= cutoff.ts
     return True
 
 

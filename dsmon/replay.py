@@ -28,6 +28,7 @@ from dsmon.parsers.base import Diagnostics
 from dsmon.records import Record
 from dsmon.store import open_store
 from dsmon.store_schema import Store
+from dsmon.units import parse_ts
 
 #: Optimizer steps written per second unless told otherwise.
 DEFAULT_SPEED = 1.0
@@ -69,15 +70,6 @@ def step_batches(records: Iterable[Record]) -> Iterator[tuple[int, list[Record]]
         yield ordinal, batch
 
 
-def _parse_ts(ts: str | None) -> datetime | None:
-    if ts is None:
-        return None
-    try:
-        return datetime.fromisoformat(ts)
-    except ValueError:
-        return None  # not a time dsmon wrote: left as it is
-
-
 class TimeShifter:
     """Moves each batch's timestamps so its newest is ``now``; never earlier than before.
 
@@ -91,7 +83,7 @@ class TimeShifter:
 
     def shift(self, batch: list[Record], now: datetime) -> list[Record]:
         """The batch with moved timestamps (records without a readable one unchanged)."""
-        stamps = [_parse_ts(r.ts) for r in batch]
+        stamps = [parse_ts(r.ts) for r in batch]
         known = [t for t in stamps if t is not None]
         if not known:
             return batch

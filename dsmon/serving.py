@@ -10,6 +10,8 @@ the handle then reports.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
 import socket
 import threading
@@ -19,8 +21,9 @@ from dataclasses import dataclass, field
 from types import TracebackType
 
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from dsmon.server import MAX_BODY_BYTES, create_app
+from dsmon.server import MAX_BODY_BYTES, Limits, create_app
 from dsmon.store import open_store
 from dsmon.store_schema import Store
 
@@ -67,13 +70,59 @@ def _url(host: str, sock: socket.socket) -> str:
     return f"http://[{shown}]:{port}" if ":" in shown else f"http://{shown}:{port}"
 
 
-def _server(store: Store, token: str, host: str, port: int, max_body_bytes: int) -> uvicorn.Server:
+class _HeadersDeadline(H11Protocol):
+    """uvicorn's h11 protocol, closing a connection whose request headers never complete.
+
+    uvicorn times out an idle kept-alive connection, but not one that trickles its request
+    line and headers a byte at a time, or connects and sends nothing: such clients would
+    hold a connection each for ever without ever showing a token. The deadline starts at
+    the connection and at the first byte of each later request.
+    """
+
+    headers_timeout_s = Limits().headers_timeout_s
+    _deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        if self._deadline is None and self._between_requests():
+            self._arm()
+        super().data_received(data)
+        if self._deadline is not None and not self._between_requests():
+            self._deadline.cancel()
+            self._deadline = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        super().connection_lost(exc)
+
+    def _between_requests(self) -> bool:
+        return self.cycle is None or self.cycle.response_complete
+
+    def _arm(self) -> None:
+        self._deadline = self.loop.call_later(self.headers_timeout_s, self._expired)
+
+    def _expired(self) -> None:
+        self._deadline = None
+        if self._between_requests() and not self.transport.is_closing():
+            logger.warning("dsmon ingest: %s: request headers not complete in time", self.client)
+            self.transport.close()
+
+
+def _server(store: Store, token: str, host: str, port: int, limits: Limits) -> uvicorn.Server:
     """A uvicorn server for the app; it leaves the process's logging configuration alone."""
-    app = create_app(store, token, max_body_bytes)
+    app = create_app(store, token, limits)
+    protocol = type(
+        "HeadersDeadline", (_HeadersDeadline,), {"headers_timeout_s": limits.headers_timeout_s}
+    )
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
+        http=protocol,
         log_config=None,
         log_level="warning",
         access_log=False,
@@ -82,6 +131,10 @@ def _server(store: Store, token: str, host: str, port: int, max_body_bytes: int)
         server_header=False,
     )
     return uvicorn.Server(config)
+
+
+def _limits(limits: Limits | None, max_body_bytes: int) -> Limits:
+    return dataclasses.replace(limits or Limits(), max_body_bytes=max_body_bytes)
 
 
 @dataclass
@@ -122,6 +175,7 @@ def start_ingest_server(
     port: int = DEFAULT_PORT,
     *,
     max_body_bytes: int = MAX_BODY_BYTES,
+    limits: Limits | None = None,
 ) -> IngestServer:
     """Start the ingest server in a daemon thread; returns once it accepts connections.
 
@@ -132,6 +186,8 @@ def start_ingest_server(
         host: the interface to listen on; ``0.0.0.0`` to accept collectors on other nodes.
         port: the TCP port; 0 picks a free one (``handle.port`` tells which).
         max_body_bytes: the largest request body accepted.
+        limits: concurrency and time limits (``limits.max_body_bytes`` is replaced by
+            ``max_body_bytes``).
 
     Raises:
         ServeError: the port is taken or the server did not come up.
@@ -140,7 +196,7 @@ def start_ingest_server(
     """
     store = open_store(store_url)
     try:
-        server = _server(store, token, host, port, max_body_bytes)
+        server = _server(store, token, host, port, _limits(limits, max_body_bytes))
         sock = bind_socket(host, port)
     except BaseException:
         store.close()
@@ -168,6 +224,7 @@ def serve_forever(
     port: int = DEFAULT_PORT,
     *,
     max_body_bytes: int = MAX_BODY_BYTES,
+    limits: Limits | None = None,
     on_ready: Callable[[str], None] | None = None,
 ) -> None:
     """Run the ingest server in this thread until Ctrl-C or SIGTERM (``dsmon serve``).
@@ -180,7 +237,7 @@ def serve_forever(
         dsmon.store_schema.StoreError: the store cannot be opened.
     """
     with open_store(store_url) as store:
-        server = _server(store, token, host, port, max_body_bytes)
+        server = _server(store, token, host, port, _limits(limits, max_body_bytes))
         sock = bind_socket(host, port)
         if on_ready is not None:
             on_ready(_url(host, sock))

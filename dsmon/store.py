@@ -28,6 +28,7 @@ from dsmon.store_schema import (
     RecordRow,
     RunInfo,
     Store,
+    StoreDataError,
     StoreError,
     batched,
     received_now,
@@ -47,6 +48,10 @@ _ACTIVITY_DDL = """CREATE TABLE IF NOT EXISTS run_activity (
     restamps INTEGER NOT NULL DEFAULT 0,
     received_at TEXT
 )"""
+# Added after schema version 1 shipped too: ``after_id`` reads of one kind ("what is new since
+# id N") walk only the newer rows. A writer adds it to an older store on its first write.
+_RUN_KIND_ID = "records_run_kind_id"
+_RUN_KIND_ID_DDL = f"CREATE INDEX IF NOT EXISTS {_RUN_KIND_ID} ON records (run, kind, id)"
 _DDL = (
     """CREATE TABLE IF NOT EXISTS records (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -64,6 +69,7 @@ _DDL = (
     "CREATE INDEX IF NOT EXISTS records_run_kind_step ON records (run, kind, step)",
     "CREATE INDEX IF NOT EXISTS records_run_kind_ts ON records (run, kind, ts)",
     "CREATE INDEX IF NOT EXISTS records_run_ts ON records (run, ts)",
+    _RUN_KIND_ID_DDL,
     """CREATE TABLE IF NOT EXISTS run_kinds (
         run TEXT NOT NULL,
         kind TEXT NOT NULL,
@@ -89,10 +95,13 @@ _INSERT = (
 )
 # Folds the rows of one transaction (id > ?) into the per-run bookkeeping. SQLite's
 # two-argument min()/max() return NULL when either side is NULL, hence the COALESCE.
+# NOT INDEXED keeps the planner on the rowid range, the batch's own rows: left to itself it
+# walks a (run, kind, ...) index of the whole table to save sorting the GROUP BY, which
+# costs 100s of ms per batch once a big run is stored.
 _UPDATE_KINDS = """
 INSERT INTO run_kinds (run, kind, n, first_ts, last_ts, last_step, last_id)
 SELECT run, kind, COUNT(*), MIN(ts), MAX(ts), MAX(step), MAX(id)
-FROM records WHERE id > ? GROUP BY run, kind
+FROM records NOT INDEXED WHERE id > ? GROUP BY run, kind
 ON CONFLICT (run, kind) DO UPDATE SET
     n = n + excluded.n,
     first_ts = COALESCE(MIN(first_ts, excluded.first_ts), first_ts, excluded.first_ts),
@@ -116,7 +125,8 @@ ON CONFLICT (run) DO UPDATE SET received_at = excluded.received_at
 # -1 stands for "unknown" in the key columns, since NULLs never collide in a primary key.
 _UPDATE_SOURCES = """
 INSERT OR IGNORE INTO run_sources (run, node, rank)
-SELECT DISTINCT run, COALESCE(node, ''), COALESCE(rank, -1) FROM records WHERE id > ?
+SELECT DISTINCT run, COALESCE(node, ''), COALESCE(rank, -1)
+FROM records NOT INDEXED WHERE id > ?
 """
 
 
@@ -146,6 +156,7 @@ class SQLiteStore(Store):
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
         self._lock = threading.Lock()
+        self._indexed = False
         try:
             self._conn = sqlite3.connect(
                 self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
@@ -174,6 +185,22 @@ class SQLiteStore(Store):
             for stmt in _DDL:
                 conn.execute(stmt)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        self._indexed = True
+
+    def _add_indexes(self) -> None:
+        """Give a store written by an older dsmon the indexes added since (first write only).
+
+        Readers never do it: building an index takes the write lock, for seconds on a big store.
+        """
+        if self._indexed:
+            return
+        found = self._conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?", (_RUN_KIND_ID,)
+        ).fetchone()
+        if found is None:
+            with self._transaction():
+                self._conn.execute(_RUN_KIND_ID_DDL)
+        self._indexed = True
 
     def _transaction(self) -> _Transaction:
         return _Transaction(self._conn)
@@ -181,6 +208,8 @@ class SQLiteStore(Store):
     def add(self, records: Iterable[Record | EncodedRecord], *, live: bool = False) -> int:
         """Store the records not stored yet, committing every few thousand; returns how many."""
         inserted = 0
+        with self._lock, _errors(self.path):
+            self._add_indexes()
         for rows in batched(records):
             with self._lock, _errors(self.path), self._transaction():
                 if live:
@@ -266,6 +295,11 @@ class SQLiteStore(Store):
         with self._lock, _errors(self.path):
             return self._conn.execute(sql, params).fetchall()
 
+    def check_writable(self) -> None:
+        """Rewrite the schema version in place: a real commit through the WAL, no data."""
+        with self._lock, _errors(self.path), self._transaction():
+            self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
     def close(self) -> None:
         """Close the connection (further calls fail)."""
         with self._lock:
@@ -284,6 +318,8 @@ def _errors(path: str) -> Iterator[None]:
     except (sqlite3.OperationalError, sqlite3.DatabaseError) as exc:
         if isinstance(exc, sqlite3.ProgrammingError):
             raise
+        if isinstance(exc, sqlite3.DataError | sqlite3.IntegrityError):
+            raise StoreDataError(f"store {path}: {exc}") from None
         raise StoreError(f"store {path}: {exc}") from None
 
 
@@ -302,7 +338,12 @@ class _Transaction:
         self._conn.execute("BEGIN IMMEDIATE")
 
     def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
-        self._conn.execute("COMMIT" if exc_type is None else "ROLLBACK")
+        if exc_type is None:
+            self._conn.execute("COMMIT")
+        elif self._conn.in_transaction:
+            # SQLite rolls back by itself on some errors (a full disk): a ROLLBACK then
+            # would fail and hide the error that matters.
+            self._conn.execute("ROLLBACK")
 
 
 def open_store(url: str | Path) -> Store:

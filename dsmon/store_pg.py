@@ -37,6 +37,7 @@ from dsmon.store_schema import (
     RecordRow,
     RunInfo,
     Store,
+    StoreDataError,
     StoreError,
     batched,
     received_now,
@@ -50,6 +51,9 @@ T = TypeVar("T")
 
 #: How long opening a connection may take before the store gives up.
 CONNECT_TIMEOUT_S = 10
+#: SQLSTATE classes of errors caused by the values written: data exceptions (22),
+#: integrity violations (23) and program limits such as an index row too long (54).
+_DATA_SQLSTATES = ("22", "23", "54")
 
 _DDL = (
     """CREATE TABLE IF NOT EXISTS dsmon_meta (
@@ -74,6 +78,8 @@ _DDL = (
     "CREATE INDEX IF NOT EXISTS records_run_ts ON records (run, ts)",
     # ``after_id`` polling of one run ("what is new since I last looked").
     "CREATE INDEX IF NOT EXISTS records_run_id ON records (run, id)",
+    # ... and of one kind of it; added after schema version 1, so older stores get it here.
+    "CREATE INDEX IF NOT EXISTS records_run_kind_id ON records (run, kind, id)",
     """CREATE TABLE IF NOT EXISTS run_kinds (
         run TEXT COLLATE "C" NOT NULL,
         kind TEXT COLLATE "C" NOT NULL,
@@ -205,7 +211,12 @@ class PgStore(Store):
                 return fn(self._live())
         except psycopg.Error as exc:
             reason = " ".join(str(exc).split())
-            raise StoreError(f"store {redact_url(self.url)}: {reason}") from None
+            # The data itself is refused (too long for an index, out of range): permanent.
+            data = isinstance(exc, psycopg.DataError | psycopg.IntegrityError) or (
+                exc.sqlstate is not None and exc.sqlstate.startswith(_DATA_SQLSTATES)
+            )
+            error = StoreDataError if data else StoreError
+            raise error(f"store {redact_url(self.url)}: {reason}") from None
 
     def _setup(self, conn: psycopg.Connection[Any]) -> None:
         """Create the tables if needed, or check that they are of this schema version."""
@@ -271,6 +282,12 @@ class PgStore(Store):
         with self._lock:
             rows = self._call(lambda conn: conn.execute(sql, params).fetchall())
         return [(int(i), str(body)) for i, body in rows]
+
+    def check_writable(self) -> None:
+        """Rewrite the schema version row in place: a committed write that changes no data."""
+        sql = "UPDATE dsmon_meta SET value = value WHERE name = 'schema_version'"
+        with self._lock:
+            self._call(lambda conn: conn.execute(sql))
 
     def close(self) -> None:
         """Close the connection (a later call opens a new one)."""

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dsmon import wire
 from dsmon.records import Record, record_key
+from dsmon.units import parse_ts
 
 if TYPE_CHECKING:  # pandas loads only when a frame is asked for: collectors never need it
     import pandas as pd
@@ -30,10 +31,20 @@ SCHEMA_VERSION = 1
 #: Records written per transaction: large enough to amortise the commit, small enough
 #: that a reader never waits long and memory stays flat on a 500 MB import.
 BATCH_ROWS = 5000
+#: Records decoded at a time by :meth:`Store.scan`: it never holds more record objects.
+SCAN_ROWS = 1000
 
 
 class StoreError(RuntimeError):
     """The store cannot be opened or used (bad URL, unreadable file, foreign schema)."""
+
+
+class StoreDataError(StoreError):
+    """The database refused the data itself (a value too long for an index, say).
+
+    Sending the same records again can never succeed, unlike a database that is down or
+    busy: the ingest server answers 400 for this, 503 for other store errors.
+    """
 
 
 class RecordRow(NamedTuple):
@@ -166,9 +177,13 @@ def run_infos(
 def _fold(
     name: str, rows: list[KindStats], nodes: set[str], ranks: set[int], received_at: str | None
 ) -> RunInfo:
-    """One run's RunInfo from its per-kind rows."""
-    firsts = [r.first_ts for r in rows if r.first_ts is not None]
-    lasts = [r.last_ts for r in rows if r.last_ts is not None]
+    """One run's RunInfo from its per-kind rows.
+
+    A time no calendar has (an older dsmon stored ``2026-19-39`` as it came) is left out:
+    it would sort as the run's newest and break every reader that computes with it.
+    """
+    firsts = [r.first_ts for r in rows if r.first_ts is not None and parse_ts(r.first_ts)]
+    lasts = [r.last_ts for r in rows if r.last_ts is not None and parse_ts(r.last_ts)]
     steps = [r.last_step for r in rows if r.last_step is not None]
     return RunInfo(
         name=name,
@@ -279,6 +294,14 @@ class Store(ABC):
         """
 
     @abstractmethod
+    def check_writable(self) -> None:
+        """Commit a write that changes nothing, or raise :class:`StoreError` saying why not.
+
+        Reading proves little: a store on a full disk, a read-only mount or a corrupt file
+        still answers reads while every write fails. The ingest server's ``/healthz`` asks.
+        """
+
+    @abstractmethod
     def close(self) -> None:
         """Release the connection."""
 
@@ -301,6 +324,20 @@ class Store(ABC):
         """Records of a run in insertion order, filtered as :class:`RecordFilter` describes."""
         flt = RecordFilter(run, kind, step_min, step_max, ts_min, ts_max, after_id, limit)
         return [row_record(body) for _, body in self._select(flt)]
+
+    def scan(self, run: str, kind: str, chunk: int = SCAN_ROWS) -> Iterator[Record]:
+        """Every record of one kind of a run in id order, read ``chunk`` rows per query.
+
+        For passes over a whole big run (the import summary) that must not hold it all.
+        """
+        after = 0
+        while True:
+            rows = self._select(RecordFilter(run, kind, after_id=after, limit=chunk))
+            for _, body in rows:
+                yield row_record(body)
+            if len(rows) < chunk:
+                return
+            after = rows[-1][0]
 
     def id_records(self, flt: RecordFilter) -> list[tuple[int, Record]]:
         """``(id, record)`` pairs: what a client paging with ``after_id`` must be told."""

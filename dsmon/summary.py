@@ -17,10 +17,11 @@ from typing import Any
 import pandas as pd
 
 from dsmon.analysis.comm import exposed_comm_share
-from dsmon.analysis.steps import slowest_steps, step_breakdown, step_stats
+from dsmon.analysis.steps import slowest_steps, step_stats
 from dsmon.config_bool import section_enabled
 from dsmon.records import ConfigRecord, EventRecord
 from dsmon.store_schema import RunInfo, Store
+from dsmon.summary_scan import median_of, step_breakdown_of
 
 #: Config origins in order of preference: the user's own keys read most naturally.
 _CONFIG_ORDER = ("user_json", "file", "effective")
@@ -53,12 +54,6 @@ def _num(value: Any) -> float | None:
         return None
     f = float(value)
     return f if math.isfinite(f) else None
-
-
-def _median(frame: pd.DataFrame, column: str) -> float | None:
-    if frame.empty or column not in frame.columns:
-        return None
-    return _num(frame[column].astype("float64").median())
 
 
 def _get(cfg: Mapping[str, Any], *path: str) -> Any:
@@ -129,7 +124,7 @@ def _events(store: Store, run: str) -> dict[str, Any]:
     out: dict[str, Any] = {"exit_codes": (), "problems": ()}
     codes: list[int] = []
     problems: list[str] = []
-    for rec in store.records(run, "event"):
+    for rec in store.scan(run, "event"):
         if not isinstance(rec, EventRecord):
             continue
         detail = rec.detail
@@ -154,17 +149,15 @@ def run_summary(store: Store, run: str) -> RunSummary:
     info = next((r for r in store.runs() if r.name == run), None)
     if info is None:
         raise KeyError(run)
-    breakdown = (
-        step_breakdown(store.frame(run, "timer")) if "timer" in info.kinds else pd.DataFrame()
-    )
-    throughput = store.frame(run, "throughput") if "throughput" in info.kinds else pd.DataFrame()
-    flops = store.frame(run, "flops_profile") if "flops_profile" in info.kinds else pd.DataFrame()
+    # One streaming pass per kind (dsmon.summary_scan): a big import's summary never holds
+    # every record at once.
+    breakdown = step_breakdown_of(store, run) if "timer" in info.kinds else pd.DataFrame()
     share = exposed_comm_share(breakdown) if not breakdown.empty else None
     return RunSummary(
         info=info,
-        samples_per_s=_median(throughput, "samples_per_s"),
+        samples_per_s=median_of(store, run, "throughput", "samples_per_s"),
         comm_share=share.p50 if share is not None else None,
-        flops_per_s_per_gpu=_median(flops, "flops_per_s_per_gpu"),
+        flops_per_s_per_gpu=median_of(store, run, "flops_profile", "flops_per_s_per_gpu"),
         config=_config(store, run) if "config" in info.kinds else {},
         **_timing(breakdown),
         **(_events(store, run) if "event" in info.kinds else {}),

@@ -86,6 +86,30 @@ def write_token_file(path: str | Path, token: str) -> Path:
     return path
 
 
+def keep_or_create_token_file(path: str | Path) -> tuple[str, bool]:
+    """The token in ``path``, or a new one written there; and whether it is new.
+
+    A server restarted with the same file keeps its token: collectors already running
+    with it stay let in. Only a missing or empty file gets a new token; a file holding an
+    unusable one is an error, never overwritten, since it may be a secret kept elsewhere too.
+
+    Raises:
+        TokenError: the file cannot be read or holds a too-short token.
+    """
+    path = Path(path)
+    try:
+        present = bool(path.read_bytes().strip())
+    except FileNotFoundError:
+        present = False
+    except OSError as exc:
+        raise TokenError(f"token file {path}: {exc}") from None
+    if present:
+        return read_token_file(path), False
+    token = generate_token()
+    write_token_file(path, token)
+    return token, True
+
+
 def resolve_token(
     token_file: str | Path | None = None, env: Mapping[str, str] | None = None
 ) -> tuple[str, bool]:

@@ -22,6 +22,7 @@ off by at most half a unit of the last printed digit otherwise.
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from decimal import Decimal, InvalidOperation
 
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:inf|nan)"
@@ -188,3 +189,17 @@ def parse_gb_bytes(text: str | float | None) -> int | None:
     if value is None or not value.is_finite():
         return None
     return round(value * (1024**3))
+
+
+def parse_ts(text: str | None) -> datetime | None:
+    """The moment an ISO-8601 ``ts`` names, or None for one no calendar has (``2026-19-39``).
+
+    Every entry point refuses such a time now, but a store written by an older dsmon may still
+    hold one: readers treat it as an unknown time rather than failing on it.
+    """
+    if text is None:
+        return None
+    try:
+        return datetime.fromisoformat(text)
+    except (ValueError, TypeError):
+        return None

@@ -110,6 +110,27 @@ def app_at(store: str, run: str, page: str | None = None, **query: str) -> AppTe
     return at
 
 
+def record_uncaught(monkeypatch: Any) -> list[BaseException]:
+    """Exceptions the app's scripts raise, fragments included, as they happen.
+
+    ``AppTest.exception`` misses an exception raised inside a fragment (every page body is
+    one, see ui/page.py): Streamlit logs it and draws it in the fragment's own container.
+    """
+    from streamlit.runtime import fragment
+    from streamlit.runtime.scriptrunner import exec_code
+
+    seen: list[BaseException] = []
+    original = exec_code.handle_user_script_exception
+
+    def record(ex: Exception, on_error: Any) -> None:
+        seen.append(ex)
+        original(ex, on_error)
+
+    monkeypatch.setattr(fragment, "handle_user_script_exception", record)
+    monkeypatch.setattr(exec_code, "handle_user_script_exception", record)
+    return seen
+
+
 def texts(at: AppTest) -> str:
     """All markdown, caption, info and warning text of a rendered page, joined."""
     parts = [

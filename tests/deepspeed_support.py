@@ -10,12 +10,11 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 
+import process_support
 import pytest
 
 #: Generous: DeepSpeed's start-up alone takes 10-60 s on a busy 2-core machine.
@@ -33,19 +32,9 @@ def deepspeed_bin() -> Path:
     return Path(launcher).parent
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for(what: str, cond: Callable[[], bool], procs: list[subprocess.Popen[bytes]]) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not cond():
-        for p in procs:
-            assert p.poll() is None, f"{p.args!r} exited {p.returncode} before {what}"
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        time.sleep(0.5)
+def wait_for(what: str, cond: Callable[[], object], procs: list[subprocess.Popen[bytes]]) -> None:
+    """Until ``cond()`` holds, within :data:`DEADLINE_S`; fails at once if a process exits."""
+    process_support.wait_for(what, cond, procs, DEADLINE_S, poll_s=0.5)
 
 
 def start(args: list[str], cwd: Path, env: dict[str, str], out: Path) -> subprocess.Popen[bytes]:

@@ -11,30 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TypeVar
 
-import pytest
+from field_logs import field_path
 
 from dsmon import cli, wire
 from dsmon.records import Record
 
-FIELD = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus" / "field"
-
 R = TypeVar("R", bound=Record)
-
-
-def field_path(number: int) -> Path:
-    """The excerpt numbered ``number``."""
-    found = sorted(FIELD.glob(f"{number:02d}_*.log"))
-    if len(found) != 1:
-        message = f"field excerpt {number:02d} not found in {FIELD}"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return found[0]
 
 
 @dataclass(frozen=True)

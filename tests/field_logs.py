@@ -7,6 +7,7 @@ with an ``.md`` that says where it came from). Each is read as ``dsmon parse`` r
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TypeVar
 
@@ -30,7 +31,10 @@ def field_path(number: int) -> Path:
     """The excerpt with this number (``7`` -> ``07_megatron_...log``)."""
     found = sorted(FIELD.glob(f"{number:02d}_*.log"))
     if len(found) != 1:
-        pytest.fail(f"field excerpt {number:02d} not found in {FIELD}")
+        message = f"field excerpt {number:02d} not found in {FIELD}"
+        if os.environ.get("CI"):
+            pytest.fail(message)  # CI has the shared folder beside the clone: never skip there
+        pytest.skip(message)
     return found[0]
 
 

@@ -144,15 +144,15 @@ def test_stop_reads_what_was_written_after_the_last_poll(
         ("memory_breakdown", 180, 3),
     ],
 )
-@pytest.mark.parametrize("hold", [False, True])
+@pytest.mark.parametrize("release", [False, True])
 def test_records_waiting_for_a_step_are_sent_at_once_and_numbered_later(
-    tmp_path: Path, server: IngestServer, hold: bool, run: str, cut: int, unnumbered: int
+    tmp_path: Path, server: IngestServer, release: bool, run: str, cut: int, unnumbered: int
 ) -> None:
     lines = (DATA / run / "train.log").read_bytes().splitlines(keepends=True)
     log = tmp_path / "z2" / "train.log"
     log.parent.mkdir()
     append(log, lines[:cut])
-    agent = agent_for(tmp_path, log, server.url, hold_at_stop=hold)
+    agent = agent_for(tmp_path, log, server.url, release_at_stop=release)
     agent.start()
     agent.stop()
     # Nothing waits for a step number: stored at once, as an import of the cut log has them.
@@ -169,6 +169,47 @@ def test_records_waiting_for_a_step_are_sent_at_once_and_numbered_later(
     again.start()
     again.stop()
     assert stored(server) == imported(log)
+
+
+@pytest.mark.parametrize(
+    ("lines", "part"),
+    [
+        # Mid-line: "[Rank 0] DeepSpeed info: version=0.19.8, git-hash=unknown, git-bra"
+        (18, 130),
+        # Inside the "DeepSpeedEngine configuration:" dump that starts on line 47.
+        (49, 0),
+    ],
+)
+def test_a_stop_and_restart_mid_run_stores_what_import_of_the_whole_log_gives(
+    tmp_path: Path, server: IngestServer, lines: int, part: int
+) -> None:
+    """Issue: a graceful stop sent the cut line or open block as it was, and the store keeps
+    the first copy, so the restarted collector could not store it whole."""
+    log = tmp_path / "z2" / "train.log"
+    log.parent.mkdir()
+    append(log, [*Z2[:lines], Z2[lines][:part]])
+    agent = agent_for(tmp_path, log, server.url)
+    agent.start()
+    agent.stop()
+    append(log, [Z2[lines][part:], *Z2[lines + 1 :]])
+    again = agent_for(tmp_path, log, server.url)
+    again.start()
+    again.stop()
+    assert stored(server) == imported(log)
+
+
+def test_release_at_stop_sends_an_unterminated_last_line(
+    tmp_path: Path, server: IngestServer
+) -> None:
+    """For a log cut off for good (its writer killed mid-line): sent as ``import`` reads it."""
+    log = tmp_path / "z2" / "train.log"
+    log.parent.mkdir()
+    append(log, [*Z2[:18], Z2[18][:130]])
+    agent = agent_for(tmp_path, log, server.url, release_at_stop=True)
+    agent.start()
+    agent.stop()
+    assert stored(server) == imported(log)
+    assert saved_offset(tmp_path) == sum(map(len, Z2[:18]))  # a restart reads it again
 
 
 def test_stop_with_the_server_away_spools_everything_and_saves_positions(
@@ -210,3 +251,99 @@ def test_a_silent_server_cannot_hold_the_stop_past_its_grace_period(tmp_path: Pa
     assert spooled(tmp_path) == imported(log)
     assert saved_offset(tmp_path) == log.stat().st_size
     assert agent.sender.stats.failures >= 1
+
+
+def test_a_full_spool_pauses_reading_and_loses_nothing(tmp_path: Path) -> None:
+    """Issue: with a small spool and an outage, batches that did not fit were dropped for
+    good. Now the tail loop stops reading while the spool is full and resumes after."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there until the server starts below
+    log = tmp_path / "z2" / "train.log"
+    log.parent.mkdir()
+    state = tmp_path / "state"
+    tailer = Tailer([str(log)], run="z2", node="n1", state=StateFile(state / "tail.json"))
+    spool = Spool(state / "spool", max_bytes=16 << 10)  # room for a few dozen records
+    url = f"http://127.0.0.1:{port}"
+    sender = Sender(UrlTransport(url, TOKEN), spool, backoff_s=(0.05, 0.1))
+    agent = Agent(tailer, sender, tail_interval_s=0.02, watch=False)
+    agent.start()
+    try:
+        for i in range(0, 300, 20):  # the run goes on while the server is away
+            append(log, Z2[i : i + 20])
+            time.sleep(0.05)
+        wait_until("the spool to fill", lambda: sender.blocked)
+        time.sleep(0.3)  # a poll under way when the spool filled ends
+        read_to = tailer.checkpoint().files[0].offset
+        append(log, Z2[300:])
+        time.sleep(0.5)
+        assert tailer.checkpoint().files[0].offset == read_to < log.stat().st_size
+        handle = start_ingest_server(str(tmp_path / "store.sqlite"), TOKEN, port=port)
+        try:
+            wait_until("every record", lambda: stored(handle) == live_only(Z2))
+        finally:
+            handle.stop()
+    finally:
+        agent.stop()
+    assert not sender.blocked and sender.stats.dropped == 0
+
+
+def test_a_rotation_is_saved_at_once_not_after_the_commit_interval(tmp_path: Path) -> None:
+    """Positions are saved at most once a second, except when a generation appears: a
+    collector killed right after sending a new generation's first records must resume it
+    under the same label (its records' keys), not meet the file anew under another name."""
+    log = tmp_path / "z2" / "train.log"
+    log.parent.mkdir()
+    append(log, Z2[:40])
+    agent = agent_for(tmp_path, log, "http://127.0.0.1:9")
+    first = agent.tailer.poll()
+    agent._delivered(first.checkpoint)
+    append(log, Z2[40:50])
+    agent._delivered(agent.tailer.poll().checkpoint)  # within the second: not saved yet
+    assert saved_offset(tmp_path) == sum(map(len, Z2[:40]))
+    log.rename(log.with_name("train.log.1"))
+    append(log, Z2[50:60])
+    rotated = agent.tailer.poll().checkpoint
+    agent._delivered(rotated)
+    assert StateFile(tmp_path / "state" / "tail.json").load() == rotated
+    assert {(p.label, p.gen) for p in rotated.files} == {("train.log", 0), ("train.log", 1)}
+    agent.tailer.close()
+
+
+def test_a_stop_while_the_spool_is_full_leaves_the_rest_to_the_next_collector(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No final read while reading is paused (it could go nowhere, and may be huge): the
+    positions stay where reading paused, and the next collector sends the rest, once."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path / "z2" / "train.log"
+    log.parent.mkdir()
+    state = tmp_path / "state"
+
+    def collector(url: str) -> Agent:
+        tailer = Tailer([str(log)], run="z2", node="n1", state=StateFile(state / "tail.json"))
+        spool = Spool(state / "spool", max_bytes=16 << 10)
+        sender = Sender(UrlTransport(url, TOKEN), spool, backoff_s=(0.05, 0.1))
+        return Agent(tailer, sender, tail_interval_s=0.02, watch=False)
+
+    agent = collector(f"http://127.0.0.1:{port}")
+    agent.start()
+    for i in range(0, 300, 20):
+        append(log, Z2[i : i + 20])
+        time.sleep(0.05)
+    wait_until("the spool to fill", lambda: agent.sender.blocked)
+    append(log, Z2[300:])
+    agent.stop(timeout_s=2.0)
+    assert "dsmon: the spool is full: no final read" in caplog.text
+    saved = StateFile(state / "tail.json").load().files  # none if nothing fitted at all
+    assert all(pos.offset < log.stat().st_size for pos in saved)
+    handle = start_ingest_server(str(tmp_path / "store.sqlite"), TOKEN, port=port)
+    again = collector(handle.url)
+    try:
+        again.start()
+        wait_until("every record", lambda: stored(handle) == live_only(Z2))
+    finally:
+        again.stop()
+        handle.stop()

@@ -43,7 +43,7 @@ def test_an_unknown_run_in_the_url_is_said_so_not_replaced(store_url: str) -> No
     at = app_at(store_url, "no_such_run")
     assert not at.exception
     assert at.sidebar.selectbox[0].value is None  # nothing picked for the user
-    assert "No run named no_such_run in this store" in at.error[0].value  # shown as typed
+    assert "No run named no_such_run in this store" in at.error[0].value
     assert not at.header  # no page drawn for another run
 
 

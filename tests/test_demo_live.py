@@ -10,16 +10,15 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 
 import pytest
+from process_support import free_port, ui_healthy
 
 from dsmon.cli import main
 from dsmon.commands.demo import DEFAULT_DEMO_STORE, DEMO_RUN, demo_dir, live_target, load_demo
@@ -32,20 +31,6 @@ pytestmark = pytest.mark.slow
 
 DEADLINE_S = 90.0
 ALL_RECORDS = 119
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def ui_healthy(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=5) as r:
-            return bool(r.read() == b"ok")
-    except OSError:
-        return False
 
 
 def runs(store: Path) -> dict[str, RunInfo]:

@@ -146,7 +146,7 @@ def test_json_examples_are_valid(page: Path) -> None:
 def test_readme_screenshots_exist_and_are_small() -> None:
     shots = re.findall(r"!\[[^\]]*\]\((docs/screenshots/[^)]+)\)", (ROOT / "README.md").read_text())
     names = {Path(s).stem for s in shots}
-    assert names == {"steps", "communication", "gpus", "flops", "health"}
+    assert names == {"steps", "communication", "gpus", "flops", "health", "training"}
     for shot in shots:
         png = ROOT / shot
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", shot

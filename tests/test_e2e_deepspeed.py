@@ -25,13 +25,15 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from browser_support import chromium, page_text
-from deepspeed_support import DEADLINE_S, deepspeed_bin, end, free_port, rank_pid, start, wait_for
+from deepspeed_support import DEADLINE_S, deepspeed_bin, end, rank_pid, start, wait_for
+from process_support import free_port, ui_healthy
 
 pytestmark = pytest.mark.slow
 
@@ -76,7 +78,10 @@ def job(tmp_path: Path) -> Iterator[dict[str, Any]]:
         return started[-1]
 
     try:
-        yield {"watch": watch, "train": train, "url": f"http://127.0.0.1:{port}", "tmp": tmp_path}
+        yield {
+            "watch": watch, "train": train, "url": f"http://127.0.0.1:{port}", "port": port,
+            "tmp": tmp_path,
+        }  # fmt: skip
     finally:
         for proc in started:
             end(proc)
@@ -92,10 +97,11 @@ def test_real_deepspeed_job_live_then_a_rank_killed(job: dict[str, Any]) -> None
     watch, url = job["watch"], job["url"]
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        wait_for("the dashboard", lambda: _answers(url), [watch])
+        wait_for("the dashboard", lambda: ui_healthy(job["port"]), [watch])
         # Opened before the job starts, as people do: the page must find the run by itself.
         page.goto(f"{url}/steps?run=run1")
-        wait_for("the dashboard to say it waits", lambda: "No run" in page_text(page), [watch])
+        # (no run yet, or only the ds_config.json that watch read beside the log)
+        wait_for("the page", lambda: re.search(r"No run|Steps · run1", page_text(page)), [watch])
         train = job["train"]()
         procs = [watch, train]
         wait_for("timed steps on the Steps page", lambda: timed_steps(page) >= 3, procs)
@@ -106,9 +112,12 @@ def test_real_deepspeed_job_live_then_a_rank_killed(job: dict[str, Any]) -> None
         text = page_text(page)
         assert "live · last step" in text
         page.goto(f"{url}/?run=run1")  # Health, the front page
-        wait_for("the checklist", lambda: "No worker crashed" in page_text(page), procs)
+        wait_for("the checklist", lambda: "Configuration" in page_text(page), procs)
+        time.sleep(3)  # a refresh or two of the live checklist
         health = page_text(page)
-        assert "killed" not in health and "failed worker" not in health
+        assert "killed" not in health and "failed worker" not in health  # no crash verdict
+        # the ds_config.json beside the log was read: the checklist judges the real config
+        assert "no config" not in health and "config: ds_config.json (file)" in health
         assert train.poll() is None
         pid = rank_pid(1)
         assert pid is not None, "rank 1's process"
@@ -117,7 +126,7 @@ def test_real_deepspeed_job_live_then_a_rank_killed(job: dict[str, Any]) -> None
         assert train.returncode != 0
         wait_for(
             "the crash on the Health page, without a reload",
-            lambda: "failed worker" in page_text(page),
+            lambda: re.search(r"[1-9]\d* failed worker", page_text(page)),
             [watch],
         )
         health = page_text(page)
@@ -126,13 +135,3 @@ def test_real_deepspeed_job_live_then_a_rank_killed(job: dict[str, Any]) -> None
     log = (job["tmp"] / "run1" / "train.log").read_text(errors="replace")
     assert "step=" not in log  # DeepSpeed's default log level: no step lines at all
     assert "exits with return code = -9" in log
-
-
-def _answers(url: str) -> bool:
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-            return bool(r.read() == b"ok")
-    except OSError:
-        return False

@@ -27,7 +27,8 @@ from typing import Any
 import pandas as pd
 import pytest
 from dashboard_support import app_at
-from deepspeed_support import DEADLINE_S, deepspeed_bin, end, free_port, start, wait_for
+from deepspeed_support import DEADLINE_S, deepspeed_bin, end, start, wait_for
+from process_support import free_port
 
 from dsmon.analysis import ranks
 from dsmon.health import evaluate

@@ -13,34 +13,19 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import stat
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from process_support import free_port, ui_healthy
 
 pytestmark = pytest.mark.slow
 
 DATA = Path(__file__).resolve().parent / "data"
 DEADLINE_S = 90.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def healthy(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
-            return bool(r.read() == b"ok")
-    except OSError:
-        return False
 
 
 def fresh_env(home: Path, browser: Path | None) -> dict[str, str]:
@@ -125,7 +110,7 @@ def test_serves_and_opens_the_browser_from_a_fresh_home_without_a_terminal(
     browser, seen = recording_browser(tmp_path)
     proc, out = start(tmp_path, commands(tmp_path, port)[command], browser)
     try:
-        wait(proc, out, "the dashboard", lambda: healthy(port))
+        wait(proc, out, "the dashboard", lambda: ui_healthy(port))
         wait(proc, out, "the browser", lambda: seen.exists() and seen.read_text().endswith("\n"))
         assert seen.read_text().split() == [f"http://127.0.0.1:{port}"]
         assert not (tmp_path / "home" / ".streamlit" / "credentials.toml").exists()
@@ -138,7 +123,7 @@ def test_no_browser_is_opened_where_none_can_be_shown(tmp_path: Path) -> None:
     port = free_port()
     proc, out = start(tmp_path, commands(tmp_path, port)["dashboard"], None)
     try:
-        wait(proc, out, "the dashboard", lambda: healthy(port))
+        wait(proc, out, "the dashboard", lambda: ui_healthy(port))
         time.sleep(1.0)
         assert proc.poll() is None
     finally:

@@ -7,7 +7,13 @@ import zlib
 import pytest
 
 from dsmon import wire
-from dsmon.ingest_batch import BatchError, check_length, inflate, parse_batch
+from dsmon.ingest_batch import (
+    MAX_GZIP_MEMBERS,
+    BatchError,
+    check_length,
+    inflate,
+    parse_batch,
+)
 from dsmon.records import (
     FlopsProfileRecord,
     ModuleProfile,
@@ -68,6 +74,19 @@ def test_inflate() -> None:
         "gzip body: truncated stream",
     )
     assert refused(inflate, zlib.compress(b"abc"), "gzip", 100)[1].startswith("gzip body: Error -3")
+
+
+def test_gzip_members_are_counted_and_each_read_in_chunks() -> None:
+    members = [gzip.compress(f"line {i}\n".encode() * 20_000) for i in range(MAX_GZIP_MEMBERS)]
+    expected = b"".join(f"line {i}\n".encode() * 20_000 for i in range(MAX_GZIP_MEMBERS))
+    assert inflate(b"".join(members), "gzip", len(expected)) == expected
+    big = gzip.compress(bytes(range(256)) * 2000, compresslevel=0)  # 512 kB: many input chunks
+    assert inflate(big + big, "gzip", 2 * 10**6) == (bytes(range(256)) * 2000) * 2
+    too_many = gzip.compress(b"") * (MAX_GZIP_MEMBERS + 1)
+    assert refused(inflate, too_many, "gzip", 100) == (
+        400,
+        f"gzip body: more than {MAX_GZIP_MEMBERS} gzip members",
+    )
 
 
 def test_bomb_stops_at_the_limit() -> None:

@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from deepspeed_support import free_port
+from process_support import free_port
 
 from collectors.run_cmd import BOOT_DIR, PROBE_DIR_ENV, probe_env
 from dsmon.store import open_store
@@ -52,6 +52,20 @@ def test_job_is_probed_and_collected(tmp_path: Path) -> None:
         assert set(steps["rank"]) == {0} and set(steps["file"]) == {"rank-0.jsonl"}
         beats = store.frame("job1", "heartbeat")
         assert beats.sort_values("line")["phase"].iloc[-1] == "exited"
+    finally:
+        store.close()
+
+
+def test_the_jobs_deepspeed_config_is_read_for_the_checklist(tmp_path: Path) -> None:
+    (tmp_path / "ds.json").write_text('{"train_batch_size": 8, "wall_clock_breakdown": true}')
+    script = "import sys; print('--deepspeed_config given:', sys.argv[-1])"
+    out = dsmon_run(tmp_path, sys.executable, "-c", script, "--deepspeed_config", "ds.json")
+    assert out.returncode == 0, out.stderr
+    store = open_store(tmp_path / "s.sqlite")
+    try:
+        (cfg,) = store.records("job1", "config")
+        assert cfg.config == {"train_batch_size": 8, "wall_clock_breakdown": True}  # type: ignore[attr-defined]
+        assert cfg.origin == "file"  # type: ignore[attr-defined]
     finally:
         store.close()
 

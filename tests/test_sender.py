@@ -139,23 +139,88 @@ def test_a_lost_answer_is_resent_and_stored_once(
     assert (sender.stats.failures, sender.stats.sent, sender.stats.inserted) == (2, 118, 0)
 
 
-def test_full_spool_drops_with_a_counted_warning(
+def test_full_spool_holds_batches_and_pauses_reading_until_the_server_is_back(
     tmp_path: Path, z2_log_records: list[Record], caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="collectors.spool")
-    recs = z2_log_records[:30]
+    """Issue: a full spool dropped batches for good. Now it keeps them, in order, and says
+    ``blocked`` so the tail loop stops reading; once the server is back all arrive, once."""
+    caplog.set_level(logging.WARNING, logger="collectors.sender")
+    recs = z2_log_records[:60]
     size = sum(len(encode(r).encode()) + 1 for r in recs[:20])
-    sender = make_sender(f"http://127.0.0.1:{free_port()}", tmp_path, max_bytes=size)
+    port = free_port()
+    sender = make_sender(f"http://127.0.0.1:{port}", tmp_path, max_bytes=size)
+    done = submit_in_batches(sender, recs[:30], 10)
+    sender.submit(recs[30:33])  # GPU samples (no callback) cannot be read again: dropped
+    sender.pump()
+    assert done == [0, 10]  # the third batch waits: no callback, positions stay before it
+    assert sender.blocked
+    assert sender.stats.dropped == 3
+    later = submit_in_batches(sender, recs[40:50], 10)  # read before the loop saw the pause
+    sender.pump()
+    assert (done, later) == ([0, 10], []) and sender.blocked
+    paused = [m for r in caplog.records if "paused" in (m := r.getMessage())]
+    assert paused == [
+        f"dsmon: spool {tmp_path / 'spool'} cannot take more ({size} of {size} bytes): log "
+        f"reading paused until http://127.0.0.1:{port}/v1/records takes records again"
+    ]
+    handle = start_ingest_server(str(tmp_path / "store.sqlite"), TOKEN, port=port)
+    try:
+        sender._clock.now += 60  # type: ignore[attr-defined]
+        sender.pump()
+        sender.pump()
+        assert (done, later) == ([0, 10, 20], [0])
+        assert not sender.blocked
+        want = recs[:30] + recs[40:50]
+        assert sorted(stored_keys(handle)) == sorted(record_key(r) for r in want)
+    finally:
+        handle.stop()
+    assert "dsmon: the spool has room again: log reading resumed" in caplog.messages
+
+
+class DiskFull:
+    """Writes to the spool fail with ENOSPC after ``room`` bytes, as on a full disk."""
+
+    def __init__(self, room: int) -> None:
+        self.room = room
+
+    def wrap(self, f: object) -> object:
+        real_write = f.write  # type: ignore[attr-defined]
+
+        def write(data: bytes) -> int:
+            if len(data) > self.room:
+                real_write(data[: self.room])  # a partial write, then the error
+                f.flush()  # type: ignore[attr-defined]
+                self.room = 0
+                raise OSError(28, "No space left on device")
+            self.room -= len(data)
+            return int(real_write(data))
+
+        f.write = write  # type: ignore[attr-defined]
+        return f
+
+
+def test_disk_full_holds_batches_and_leaves_no_torn_line(
+    tmp_path: Path, z2_log_records: list[Record], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recs = z2_log_records[:40]
+    port = free_port()
+    sender = make_sender(f"http://127.0.0.1:{port}", tmp_path)
+    disk = DiskFull(room=sum(len(encode(r).encode()) + 1 for r in recs[:15]))
+    opener = Spool._open_segment
+    monkeypatch.setattr(Spool, "_open_segment", lambda self: disk.wrap(opener(self)))
     done = submit_in_batches(sender, recs, 10)
     sender.pump()
-    # The third batch does not fit: it runs no callback, so the saved positions stay before
-    # its lines and a restarted collector reads them again.
-    assert done == [0, 10]
-    assert sender.spool.dropped == 10
-    assert [r.getMessage() for r in caplog.records if r.name == "collectors.spool"] == [
-        f"dsmon: spool {tmp_path / 'spool'} is full ({size} of {size} bytes): "
-        "dropped 10 records, 10 in all"
-    ]
+    assert done == [0] and sender.blocked  # the second batch hit the full disk mid-write
+    handle = start_ingest_server(str(tmp_path / "store.sqlite"), TOKEN, port=port)
+    try:
+        sender._clock.now += 60  # type: ignore[attr-defined]
+        sender.pump()
+        sender.pump()
+        assert done == [0, 10, 20, 30]
+        assert stored_keys(handle) == [record_key(r) for r in recs]
+        assert (sender.stats.rejected, sender.stats.dropped) == (0, 0)  # no torn line sent
+    finally:
+        handle.stop()
 
 
 def test_a_record_the_server_refuses_is_isolated_and_dropped(

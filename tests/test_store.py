@@ -273,3 +273,82 @@ def test_store_is_a_context_manager(tmp_path: Path) -> None:
         s.add([ThroughputRecord(src=Source(run="t", line=1), samples_per_s=1.5)])
     with pytest.raises(sqlite3.ProgrammingError):
         s.runs()
+
+
+def test_check_writable_commits_nothing_visible(store: Store) -> None:
+    """The ``/healthz`` probe: a real commit, and the store reads the same after it."""
+    store.add(sample_run())
+    before = (store.runs(), store.last_id(), store.records("r1"))
+    store.check_writable()
+    assert (store.runs(), store.last_id(), store.records("r1")) == before
+
+
+def test_check_writable_fails_on_a_store_that_refuses_writes(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "ro.sqlite")
+    store._conn.execute("PRAGMA query_only = 1")  # as a read-only file or mount would
+    with pytest.raises(StoreError, match="attempt to write a readonly database"):
+        store.check_writable()
+    assert store.last_id() == 0  # reads still answer: why /healthz must write
+    store.close()
+
+
+def _plans(conn: sqlite3.Connection, statements: list[str]) -> list[str]:
+    """EXPLAIN QUERY PLAN detail lines of the statements that read the records table."""
+    out: list[str] = []
+    for sql in statements:
+        if "FROM records" in sql:
+            out += [str(r[-1]) for r in conn.execute("EXPLAIN QUERY PLAN " + sql)]
+    return out
+
+
+def test_sqlite_after_id_read_walks_only_newer_rows(
+    tmp_path: Path, z2_log_records: list[Record]
+) -> None:
+    store = SQLiteStore(tmp_path / "s.sqlite")
+    store.add(z2_log_records)
+    seen: list[str] = []
+    store._conn.set_trace_callback(seen.append)
+    store.frame("z2", "timer", after_id=store.last_id("z2") - 3)
+    store._conn.set_trace_callback(None)
+    plans = _plans(store._conn, seen)
+    store.close()
+    assert plans, seen
+    assert all("records_run_kind_id (run=? AND kind=? AND id>?)" in p for p in plans), plans
+
+
+def test_sqlite_bookkeeping_reads_only_the_batch(
+    tmp_path: Path, z2_log_records: list[Record]
+) -> None:
+    store = SQLiteStore(tmp_path / "s.sqlite")
+    store.add(z2_log_records[: len(z2_log_records) // 2])
+    seen: list[str] = []
+    store._conn.set_trace_callback(seen.append)
+    store.add(z2_log_records)  # half stored already: inserts, bookkeeping and restamps
+    store._conn.set_trace_callback(None)
+    plans = _plans(store._conn, seen)
+    store.close()
+    assert any("rowid>?" in p for p in plans), plans
+    assert not [p for p in plans if p.startswith("SCAN records")], plans
+
+
+def test_sqlite_older_store_gets_the_after_id_index_on_first_write(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite"
+    SQLiteStore(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute("DROP INDEX records_run_kind_id")  # as a store written before it existed
+    conn.commit()
+
+    def indexes() -> set[str]:
+        rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'").fetchall()
+        return {r[0] for r in rows}
+
+    reader = SQLiteStore(path)
+    assert [r.step for r in reader.records("r1")] == []
+    assert "records_run_kind_id" not in indexes()  # a reader never takes the write lock
+    writer = SQLiteStore(path)
+    writer.add(sample_run())
+    assert "records_run_kind_id" in indexes()
+    assert [r.step for r in reader.records("r1", "timer", after_id=2)] == [3, 4, 5]
+    reader.close()
+    writer.close()
+    conn.close()

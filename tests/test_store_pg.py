@@ -6,7 +6,9 @@ except in CI where it must run.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
+import hashlib
 import http.client
 import json
 import threading
@@ -16,12 +18,12 @@ import psycopg
 import pytest
 from pg_support import ThrowawayPgStore, create_schema, drop_schema, pg_url
 
-from dsmon import wire
-from dsmon.records import Record, Source, TimerRecord
+from dsmon import store_pg, wire
+from dsmon.records import Record, Source, StepRecord, TimerRecord
 from dsmon.serving import start_ingest_server
 from dsmon.store import open_store
 from dsmon.store_pg import PgStore, redact_url
-from dsmon.store_schema import RecordFilter, StoreError
+from dsmon.store_schema import RecordFilter, StoreDataError, StoreError
 
 
 def timers(run: str, start: int, n: int, node: str = "n1") -> list[Record]:
@@ -178,3 +180,43 @@ def test_ingest_server_writes_into_postgresql(pg: ThrowawayPgStore) -> None:
             )
             conn.close()
     assert pg.records("served") == records
+
+
+def test_a_value_the_database_refuses_is_a_data_error(pg: ThrowawayPgStore) -> None:
+    """Too long for the B-tree index: permanent, so the server answers 400, not a 503 retry."""
+    # Incompressible, or PostgreSQL compresses it into the index after all.
+    name = "".join(hashlib.sha256(str(i).encode()).hexdigest() for i in range(100))
+    with pytest.raises(StoreDataError, match="index row"):
+        pg.add(timers(name, 0, 1))
+    pg.check_writable()  # the store still takes writes
+    assert pg.add(timers("ok", 0, 1)) == 1
+
+
+def test_after_id_read_of_one_kind_uses_the_run_kind_id_index(pg: ThrowawayPgStore) -> None:
+    many = timers("r", 0, 3000)
+    steps = [
+        StepRecord(src=dataclasses.replace(t.src, line=t.src.line + 5000), step=t.step)
+        for t in many[:100]
+    ]
+    pg.add([*steps, *many])  # 100 steps, then 3000 rows of another kind
+    where, params = RecordFilter("r", "step", after_id=90).where("%s")
+    with psycopg.connect(pg.url, autocommit=True) as conn:
+        conn.execute("ANALYZE records")
+        conn.execute("SET enable_seqscan = off")  # a table this small is cheaper to scan
+        plan = conn.execute(
+            f"EXPLAIN SELECT id, body FROM records WHERE {where} ORDER BY id", params
+        ).fetchall()
+    text = " ".join(r[0] for r in plan)
+    assert "records_run_kind_id" in text, text
+    assert [r.step for r in pg.records("r", "step", after_id=90)] == list(range(91, 101))
+
+
+def test_batch_bookkeeping_never_reads_the_records_table(pg: ThrowawayPgStore) -> None:
+    pg.add(timers("r", 0, 3000))
+    with psycopg.connect(pg.url, autocommit=True) as conn:
+        conn.execute(store_pg._STAGING)
+        conn.execute("ANALYZE records")
+        plan = [r[0] for r in conn.execute("EXPLAIN " + store_pg._MOVE).fetchall()]
+    # run_kinds and run_sources are folded from the INSERT's RETURNING rows
+    assert any("Insert on records" in line for line in plan), plan
+    assert not [line for line in plan if "Scan" in line and " on records" in line], plan

@@ -19,12 +19,20 @@ import pytest
 from conftest import read_log, settled
 
 from collectors import follower as follower_mod
+from collectors.profile_file import PROFILE_SETTLE_S
 from collectors.state import Checkpoint, StateFile
-from collectors.tailer import PROFILE_SETTLE_S, Tailer, Waker, default_run_name
+from collectors.tailer import Tailer, Waker, default_run_name
 from dsmon.parsers.base import ParseContext
 from dsmon.parsers.lines import LogLine
 from dsmon.parsers.log import LogParser
-from dsmon.records import EventRecord, FlopsProfileRecord, Record, TimerRecord, record_key
+from dsmon.records import (
+    ConfigRecord,
+    EventRecord,
+    FlopsProfileRecord,
+    Record,
+    TimerRecord,
+    record_key,
+)
 
 DATA = Path(__file__).parent / "data"
 Z2_LINES = (DATA / "z2" / "train.log").read_bytes().splitlines(keepends=True)
@@ -192,6 +200,124 @@ def test_copytruncate_reads_the_tail_from_the_copy(tmp_path: Path) -> None:
     append(log, *Z2_LINES[45:70])
     got += poll_all(t)
     assert seen(got) == replay(Z2_LINES[:45], "train.log") + replay(Z2_LINES[45:70], "train.log#1")
+
+
+def by_file(lines: Iterable[Seen]) -> list[Seen]:
+    """Lines in (file, offset) order: the generations of a glob are read in no fixed order."""
+    return sorted(lines, key=lambda s: (str(s[0]), s[2] or 0))
+
+
+def logrotate(folder: Path, name: str, keep: int = 5) -> None:
+    """logrotate's default naming: ``name.N`` becomes ``name.N+1``, ``name`` becomes ``name.1``."""
+    for n in range(keep, 0, -1):
+        older = folder / f"{name}.{n}"
+        if older.exists():
+            older.rename(folder / f"{name}.{n + 1}")
+    (folder / name).rename(folder / f"{name}.1")
+
+
+def test_glob_over_rotated_names_reads_each_file_once(tmp_path: Path) -> None:
+    """``--log 'train.log*'`` started after a rotation, then rotated again, twice across a
+    restart: a file renamed to a name the glob matches is recognised by its inode and first
+    bytes, not read again under its new name."""
+    log = tmp_path / "train.log"
+    append(log, *Z2_LINES[:100])
+    logrotate(tmp_path, "train.log")
+    append(log, *Z2_LINES[100:200])
+    t1 = tailer(tmp_path, str(tmp_path / "train.log*"))
+    got = poll_all(t1)
+    logrotate(tmp_path, "train.log")  # .1 (read under that name) -> .2, train.log -> .1
+    append(log, *Z2_LINES[200:300])
+    got += poll_all(t1) + poll_all(t1)
+    t1.close()
+    logrotate(tmp_path, "train.log")  # while the collector is stopped
+    append(log, *Z2_LINES[300:400])
+    t2 = tailer(tmp_path, str(tmp_path / "train.log*"))
+    got += poll_all(t2) + poll_all(t2)
+    assert by_file(seen(got)) == by_file(
+        replay(Z2_LINES[100:200], "train.log")
+        + replay(Z2_LINES[200:300], "train.log#1")
+        + replay(Z2_LINES[300:400], "train.log#2")
+        + replay(Z2_LINES[:100], "train.log.1")
+    )
+
+
+def test_copytruncate_copy_matched_by_the_glob_before_the_truncation(tmp_path: Path) -> None:
+    """A ``*.log`` glob matches logrotate's copy (``dateext``) between the copy and the
+    truncation: it starts with the bytes being read, so it is the same generation."""
+    log = tmp_path / "train.log"
+    t = tailer(tmp_path, str(tmp_path / "*.log"))
+    append(log, *Z2_LINES[:40])
+    got = poll_all(t)
+    append(log, *Z2_LINES[40:45])
+    shutil.copyfile(log, tmp_path / "train-20261201.log")
+    got += poll_all(t)  # the copy is there, the original not truncated yet
+    os.truncate(log, 0)
+    append(log, *Z2_LINES[45:70])
+    got += poll_all(t) + poll_all(t)
+    assert seen(got) == replay(Z2_LINES[:45], "train.log") + replay(Z2_LINES[45:70], "train.log#1")
+
+
+@pytest.mark.parametrize("recreated", [True, False])
+def test_renamed_file_still_written_is_read_until_idle(tmp_path: Path, recreated: bool) -> None:
+    """``tee`` keeps writing to a log renamed under it: its lines are read as long as it is
+    written (with or without a new file at the path), and only an idle file is let go."""
+    log = tmp_path / "train.log"
+    clock = Clock()
+    t = tailer(tmp_path, str(tmp_path / "train.log*"), clock=clock)
+    writer = log.open("ab")
+    writer.writelines(Z2_LINES[:50])
+    writer.flush()
+    got = poll_all(t)
+    log.rename(tmp_path / "train.log.1")
+    if recreated:
+        append(log, *Z2_LINES[300:310])
+    for i in range(50, 250, 50):  # a slow writer: a burst every 20 s, for over a minute
+        writer.writelines(Z2_LINES[i : i + 50])
+        writer.flush()
+        clock.now += 20
+        got += poll_all(t)
+    writer.close()
+    clock.now += follower_mod.MISSING_LINGER_S + 1
+    got += poll_all(t)  # idle long enough: its generation ends
+    append(tmp_path / "train.log.1", *Z2_LINES[250:260])  # not followed any more
+    got += poll_all(t)
+    new = replay(Z2_LINES[300:310], "train.log#1") if recreated else []
+    assert by_file(seen(got)) == by_file(replay(Z2_LINES[:250], "train.log") + new)
+    assert t.checkpoint().finished[-1].offset == sum(map(len, Z2_LINES[:250]))
+
+
+def test_a_file_renamed_away_and_back_is_the_same_generation(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    t = tailer(tmp_path, str(log))
+    append(log, *Z2_LINES[:20])
+    got = poll_all(t)
+    log.rename(tmp_path / "train.log.tmp")
+    append(tmp_path / "train.log.tmp", *Z2_LINES[20:30])
+    got += poll_all(t)
+    (tmp_path / "train.log.tmp").rename(log)
+    append(log, *Z2_LINES[30:40])
+    got += poll_all(t) + poll_all(t)
+    assert seen(got) == replay(Z2_LINES[:40], "train.log")
+
+
+def test_restart_while_a_renamed_file_is_read_resumes_both(tmp_path: Path) -> None:
+    """Killed while the renamed file is still read: both it and the new file are resumed."""
+    log = tmp_path / "train.log"
+    append(log, *Z2_LINES[:50])
+    t1 = tailer(tmp_path, str(log))
+    got = poll_all(t1)
+    log.rename(tmp_path / "train.log.1")
+    append(log, *Z2_LINES[300:310])
+    got += poll_all(t1)
+    append(tmp_path / "train.log.1", *Z2_LINES[50:80])
+    append(log, *Z2_LINES[310:320])
+    got += t1.poll().records  # read, never delivered: killed here
+    t2 = tailer(tmp_path, str(log))
+    got += poll_all(t2)
+    assert by_file(set(seen(got))) == by_file(
+        replay(Z2_LINES[:80], "train.log") + replay(Z2_LINES[300:320], "train.log#1")
+    )
 
 
 def test_truncation_that_regrows_past_the_old_size_is_noticed(tmp_path: Path) -> None:
@@ -443,3 +569,22 @@ def test_watch_dirs_and_waker(tmp_path: Path) -> None:
             pytest.skip("file-system events are not delivered here: the tailer polls")
     finally:
         waker.stop()
+
+
+def test_the_runs_ds_config_is_read_whole_and_again_when_changed(tmp_path: Path) -> None:
+    """At DeepSpeed's default log level the log holds no config: the file is read instead."""
+    cfg = tmp_path / "ds_config.json"
+    shutil.copyfile(DATA / "z2" / "ds_config.json", cfg)
+    clock = Clock()
+    t = tailer(tmp_path, str(tmp_path / "none.log"), clock=clock, config_files=[str(cfg)])
+    poll_all(t)
+    clock.now += PROFILE_SETTLE_S
+    (rec,) = poll_all(t)
+    assert isinstance(rec, ConfigRecord) and rec.origin == "file"
+    assert rec.config["zero_optimization"]["stage"] == 2 and rec.src.node == "n"
+    clock.now += PROFILE_SETTLE_S
+    assert poll_all(t) == []  # unchanged: nothing new
+    cfg.write_text("{ not json")  # a broken edit is logged and skipped, never a crash
+    poll_all(t)
+    clock.now += PROFILE_SETTLE_S
+    assert poll_all(t) == []

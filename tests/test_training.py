@@ -107,3 +107,9 @@ def test_steps_page_without_timers_shows_the_speed_it_has(store: str) -> None:
     at = app_at(store, "health_megatron_h100", "steps")
     (spec,) = figures(at).values()
     assert {t["name"] for t in spec["data"]} >= {"iteration time · iteration line"}
+
+
+def test_megatron_deepspeed_tokens_per_gpu_per_second() -> None:
+    """tests/data/megatron_alcf_tgs line 2: iteration 199 ``... (tgs): 1146.733``."""
+    s = training_series(frames_of("megatron_alcf_tgs")[0])  # type: ignore[arg-type]
+    assert point(s, "tokens/s per GPU", "tgs", 199) == pytest.approx(1146.733)

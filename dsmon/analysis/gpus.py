@@ -218,6 +218,9 @@ def buckets(
     over every sample.
     """
     cols = list(metrics) if metrics is not None else [m.key for m in METRICS]
+    unknown = gpus["ts"].isna()
+    if unknown.any():  # no time (an impossible one, stored long ago)
+        gpus = gpus[~unknown]
     if gpus.empty:
         return pd.DataFrame(columns=["gpu", "ts", *cols])
     ts = gpus["ts"].to_numpy(dtype="datetime64[ns]").astype(np.int64)

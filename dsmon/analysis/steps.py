@@ -69,11 +69,20 @@ def step_breakdown(timers: pd.DataFrame) -> pd.DataFrame:
         ``optimizer_allgather_ms``/``optimizer_gradients_ms``/``optimizer_step_ms`` when
         the log has ZeRO-1/2 optimizer timer lines; sorted by step and rank.
     """
+    return group_breakdown(_group(timers, "global"), _group(timers, "zero_optimizer"))
+
+
+def group_breakdown(global_rows: pd.DataFrame, opt_rows: pd.DataFrame) -> pd.DataFrame:
+    """:func:`step_breakdown` of the ``global`` and ``zero_optimizer`` timer rows, given apart.
+
+    A reader that streams a big run's timers (``dsmon.summary_scan``) keeps each group in
+    its own compact frame and never builds the frame of every timer column.
+    """
     names = {f"{p}_ms": f"{p}_ms" for p in PHASES}
-    out = _take(_group(timers, "global"), ("step", "rank"), names)
+    out = _take(global_rows, ("step", "rank"), names)
     out = _dedupe(out, ["step", "rank"])
     out["total_ms"] = _total(out)
-    return _with_optimizer(out, _group(timers, "zero_optimizer"))
+    return _with_optimizer(out, opt_rows)
 
 
 def _with_optimizer(breakdown: pd.DataFrame, opt_rows: pd.DataFrame) -> pd.DataFrame:

@@ -26,6 +26,7 @@ METRICS: dict[str, str] = {
     "loss scale": "",
     "grad norm": "",
     "samples/s": "samples/s",
+    "tokens/s per GPU": "tokens/s",
     "iteration time": "ms",
     "TFLOPS per GPU": "TFLOPS",
     "memory allocated": "GiB",
@@ -107,6 +108,7 @@ def training_series(
         _points(it, "grad_norm", "grad norm", "iteration line"),
         _points(frames.get("throughput", empty), "samples_per_s", "samples/s", "ThroughputTimer"),
         _points(it, "samples_per_s", "samples/s", "iteration line"),
+        _points(it, "tokens_per_gpu_per_s", "tokens/s per GPU", "iteration line (tgs)"),
         _points(it, "elapsed_ms", "iteration time", "iteration line"),
         _points(it, "flops_per_s_per_gpu", "TFLOPS per GPU", "iteration line", 1 / TERA),
         _points(

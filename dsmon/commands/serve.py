@@ -4,7 +4,8 @@ For deployments where collectors on many nodes report into PostgreSQL through on
 ingest servers while the dashboard runs elsewhere (or not at all, with Prometheus and
 Grafana reading ``/metrics``). A headless server never invents a token: with no
 ``--token-file`` and no ``$DSMON_TOKEN`` it refuses to start, since nobody would see a
-generated one; ``--new-token-file F`` writes a fresh token to F (mode 0600) and uses it.
+generated one; ``--new-token-file F`` uses the token in F, writing a fresh one there (mode
+0600) when F is missing or empty, so a restart keeps the token running collectors hold.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 from dsmon.commands import CommandError, default_store
 from dsmon.serving import DEFAULT_PORT, ServeError, serve_forever
 from dsmon.store_schema import redact_url
-from dsmon.tokens import TokenError, generate_token, load_token, write_token_file
+from dsmon.tokens import TokenError, keep_or_create_token_file, load_token
 
 
 def register(subparsers: Any) -> None:
@@ -34,7 +35,10 @@ def register(subparsers: Any) -> None:
     )
     tok = p.add_mutually_exclusive_group()
     tok.add_argument("--token-file", help="file holding the bearer token (else $DSMON_TOKEN)")
-    tok.add_argument("--new-token-file", help="generate a token, write it to this file, use it")
+    tok.add_argument(
+        "--new-token-file",
+        help="use the token in this file; create it with a new token if missing or empty",
+    )
     p.add_argument(
         "--max-body-mb", type=float, default=16.0, help="largest request body in MiB (default 16)"
     )
@@ -43,11 +47,12 @@ def register(subparsers: Any) -> None:
 
 def _token(args: argparse.Namespace) -> str:
     """The token to serve with; raises CommandError when none is configured."""
-    if args.new_token_file:
-        token = generate_token()
-        write_token_file(args.new_token_file, token)
-        return token
     try:
+        if args.new_token_file:
+            token, new = keep_or_create_token_file(args.new_token_file)
+            said = "new token written to" if new else "token kept from"
+            print(f"dsmon: {said} {args.new_token_file}", file=sys.stderr)
+            return token
         found = load_token(args.token_file)
     except TokenError as exc:
         raise CommandError(f"serve: {exc}") from None

@@ -230,6 +230,10 @@ class LineParser(Protocol):
     def diag(self) -> Diagnostics:
         """What could not be parsed so far."""
 
+    @property
+    def file(self) -> str | None:
+        """The file name the records carry (for ``file:line`` in diagnostics)."""
+
     def feed(self, raw: str, offset: int | None = None, line: int | None = None) -> list[Record]:
         """The records of one physical line."""
 

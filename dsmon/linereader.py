@@ -1,0 +1,48 @@
+"""Lines of a binary log stream with a cap on their length, so memory never follows a line.
+
+DeepSpeed's lines are short, but a log can hold anything a training script printed: a tensor
+dumped whole, a progress bar redrawn in place for hours, a binary blob. Reading such a
+line whole costs its size several times over (the bytes, then the decoded text), so a 1 GiB
+line would take gigabytes. Every reader of logs in dsmon (``dsmon parse``, ``dsmon import``
+and the collectors' followers) keeps the first :data:`MAX_LINE_BYTES` of a line and skips
+the rest, and says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import BinaryIO, NamedTuple
+
+#: A longer line is parsed cut to this length; the rest of it is skipped.
+MAX_LINE_BYTES = 1 << 20
+#: Bytes read at a time while skipping the rest of a long line.
+_SKIP_CHUNK = 1 << 16
+
+
+class RawLine(NamedTuple):
+    """One line as read: at most ``limit`` bytes of it, and how much of the stream it took.
+
+    ``size`` counts every byte of the line in the stream, skipped ones and the newline
+    included, so that adding it up gives each next line's byte offset; ``cut`` says whether
+    any of its text was skipped.
+    """
+
+    data: bytes
+    size: int
+    cut: bool
+
+
+def capped_lines(stream: BinaryIO, limit: int = MAX_LINE_BYTES) -> Iterator[RawLine]:
+    """The lines of ``stream``, each cut to at most ``limit`` bytes, to its end."""
+    while True:
+        data = stream.readline(limit)
+        if not data:
+            return
+        size, cut = len(data), False
+        if len(data) == limit and not data.endswith(b"\n"):
+            while rest := stream.readline(_SKIP_CHUNK):  # the tail, never held whole
+                size += len(rest)
+                cut = cut or rest != b"\n"
+                if rest.endswith(b"\n"):
+                    break
+        yield RawLine(data, size, cut)

@@ -1,0 +1,97 @@
+"""Memory of ``dsmon parse``/``dsmon import`` does not follow line length (issue 12, item 10).
+
+A real DeepSpeed log (tests/data/z2/train.log, DeepSpeed 0.19.8) with one huge line pasted
+in: every real line still yields its records, at its true line number and byte offset, and
+the huge line costs about the cap, not its size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import tracemalloc
+from pathlib import Path
+
+import pytest
+from dashboard_support import DATA
+
+import collectors.follower
+from dsmon import linereader
+from dsmon.cli import main
+from dsmon.ingest import LONG_LINE, read_log
+from dsmon.linereader import MAX_LINE_BYTES, RawLine, capped_lines
+from dsmon.parsers.log import LogParser
+from dsmon.records import Record
+
+LOG = DATA / "z2" / "train.log"
+AFTER = 10  # the huge line goes after this line of the real log
+HUGE = 64 * MAX_LINE_BYTES
+
+
+def test_lines_are_cut_to_the_limit_and_keep_their_size() -> None:
+    stream = io.BytesIO(b"ab\n" + b"x" * 10 + b"\nabcd\nabcde\n\ncd")
+    assert list(capped_lines(stream, limit=4)) == [
+        RawLine(b"ab\n", 3, False),
+        RawLine(b"xxxx", 11, True),
+        RawLine(b"abcd", 5, False),  # exactly the limit: nothing of it skipped
+        RawLine(b"abcd", 6, True),
+        RawLine(b"\n", 1, False),
+        RawLine(b"cd", 2, False),  # the last line, without its newline
+    ]
+
+
+def test_the_collectors_cut_lines_at_the_same_length() -> None:
+    assert collectors.follower.MAX_LINE_BYTES is linereader.MAX_LINE_BYTES
+
+
+def with_huge_line(tmp_path: Path) -> Path:
+    lines = LOG.read_bytes().splitlines(keepends=True)
+    path = tmp_path / "train.log"
+    with path.open("wb") as f:
+        f.writelines(lines[:AFTER])
+        f.write(b"[" + b"0.1234, " * (HUGE // 8) + b"]\n")  # a tensor printed whole
+        f.writelines(lines[AFTER:])
+    return path
+
+
+def records(path: Path) -> tuple[list[Record], LogParser]:
+    parser = LogParser("z2", "train.log")
+    with path.open("rb") as f:
+        return list(read_log(f, parser)), parser
+
+
+def shifted(rec: Record, extra_bytes: int) -> Record:
+    """``rec`` as it reads from the log with the huge line in front of it."""
+    src = rec.src
+    assert src.line is not None and src.offset is not None
+    if src.line <= AFTER:
+        return rec
+    moved = dataclasses.replace(src, line=src.line + 1, offset=src.offset + extra_bytes)
+    return dataclasses.replace(rec, src=moved)
+
+
+def test_a_huge_line_costs_the_cap_and_moves_nothing_else(tmp_path: Path) -> None:
+    path = with_huge_line(tmp_path)
+    extra = path.stat().st_size - LOG.stat().st_size
+    expected, _ = records(LOG)
+    assert len(expected) > 50
+    tracemalloc.start()
+    try:
+        got, parser = records(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * MAX_LINE_BYTES, peak  # the line is 64 MiB; held whole it costs >128
+    assert got == [shifted(r, extra) for r in expected]
+    assert parser.diag.cut[LONG_LINE] == 1
+    assert parser.diag.examples[LONG_LINE] == [
+        f"train.log:{AFTER + 1}: longer than {MAX_LINE_BYTES} bytes: parsed cut to that length"
+    ]
+
+
+def test_parse_says_which_line_was_cut(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = with_huge_line(tmp_path)
+    assert main(["parse", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert f"  cut {LONG_LINE}: 1\n" in err
+    assert f"    train.log:{AFTER + 1}: longer than {MAX_LINE_BYTES} bytes" in err

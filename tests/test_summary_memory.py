@@ -1,0 +1,94 @@
+"""The run summary of a big import reads the store in a streaming pass (issue: 500 MB logs).
+
+The big log is the real z2 run's training section (tests/data/z2/train.log, DeepSpeed
+0.19.8) repeated with its step numbers moved on each time, as a long run prints it. Memory is
+the peak RSS of a child process (``resource.getrusage``), measured before and after the
+summary of the big run, so the interpreter, pandas and the import itself are not counted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import DATA, Z2
+
+from dsmon.analysis.steps import step_breakdown
+from dsmon.ingest import import_paths
+from dsmon.store import open_store
+from dsmon.store_schema import Store
+from dsmon.summary_scan import median_of, step_breakdown_of
+
+_STEP = re.compile(r"(step=|global_step=|micro_step=|global_steps )(\d+)")
+#: Log size and the growth allowed. Loading every timer record cost ~15 MB per MB of log.
+LOG_BYTES = 6_000_000
+MAX_GROWTH_MIB = 40
+
+_CHILD = """
+import json, resource, sys
+from dsmon.store import open_store
+from dsmon.summary import summary_text
+def peak(): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+with open_store(sys.argv[1]) as store:
+    small = summary_text(store, "z2")  # every import and cache warm
+    before = peak()
+    big = summary_text(store, "big")
+print(json.dumps({"before": before, "after": peak(), "small": small, "big": big}))
+"""
+
+
+def long_log(path: Path, size: int) -> int:
+    """The z2 log's start-up, then its training lines repeated until ``size`` bytes; steps run."""
+    lines = (Z2 / "train.log").read_text(encoding="utf-8").splitlines(keepends=True)
+    first = next(i for i, ln in enumerate(lines) if "time (ms) |" in ln)
+    last = max(i for i, ln in enumerate(lines) if "| step:" in ln or "step=" in ln)
+    head, body = lines[:first], lines[first : last + 1]
+    span = max(int(m.group(2)) for ln in body for m in _STEP.finditer(ln))
+    with path.open("w", encoding="utf-8") as out:
+        out.writelines(head)
+        k = written = 0
+        while written < size:
+            shift = k * span
+            again = [_STEP.sub(lambda m, d=shift: f"{m[1]}{int(m[2]) + d}", ln) for ln in body]
+            out.writelines(again)
+            written += sum(len(ln) for ln in again)
+            k += 1
+    return k * span
+
+
+def test_summary_of_a_big_import_keeps_memory_bounded(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    steps = long_log(log, LOG_BYTES)
+    db = tmp_path / "s.sqlite"
+    with open_store(db) as store:
+        import_paths(store, [Z2])
+        import_paths(store, [log], run="big")
+    res = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(db)], capture_output=True, text=True, check=True
+    )
+    out = json.loads(res.stdout)
+    assert f"Steps       {steps} (with timer breakdown: {steps})" in out["big"].splitlines()
+    assert "Throughput  142.3 samples/s (median)" in out["big"].splitlines()
+    assert out["after"] - out["before"] < MAX_GROWTH_MIB, out
+
+
+@pytest.mark.parametrize("run", ["z2", "z3", "grad_accum", "fp16_zero2", "big"])
+def test_streamed_inputs_match_the_stores_frames(store: Store, tmp_path: Path, run: str) -> None:
+    path = DATA / run if run != "big" else tmp_path / "train.log"
+    if run == "big":
+        long_log(path, 200_000)
+    import_paths(store, [path], run=run)
+    expected = step_breakdown(store.frame(run, "timer"))
+    streamed = step_breakdown_of(store, run)
+    assert not expected.empty and expected["total_ms"].notna().all()
+    pd.testing.assert_frame_equal(streamed, expected)
+    throughput = store.frame(run, "throughput")["samples_per_s"].median()
+    assert median_of(store, run, "throughput", "samples_per_s") == pytest.approx(throughput)
+    assert [r.step for r in store.scan(run, "step", chunk=7)] == [
+        r.step for r in store.records(run, "step")
+    ]
