@@ -135,7 +135,12 @@ def build_view(url: str) -> View | None:
         cutoff = step_cutoff(stepped, step)
     st.sidebar.caption(f"Store: {md_escape(redact_url(url))}")
     return View(
-        run=info.name, frames=frames, cutoff=cutoff, live=refresh_s is not None, refresh_s=refresh_s
+        run=info.name,
+        frames=frames,
+        cutoff=cutoff,
+        live=refresh_s is not None,
+        refresh_s=refresh_s,
+        hub=h,
     )
 
 
@@ -145,6 +150,8 @@ def pages() -> list[st.Page]:
         st.Page(ROOT / "pages" / "health.py", title="Health", default=True),
         st.Page(ROOT / "pages" / "steps.py", title="Steps"),
         st.Page(ROOT / "pages" / "training.py", title="Training"),
+        st.Page(ROOT / "pages" / "autotuner.py", title="Autotuner"),
+        st.Page(ROOT / "pages" / "compare.py", title="Compare"),
         st.Page(ROOT / "pages" / "communication.py", title="Communication"),
         st.Page(ROOT / "pages" / "gpus.py", title="GPUs"),
         st.Page(ROOT / "pages" / "flops.py", title="FLOPS"),

@@ -316,6 +316,7 @@ class View:
     """What the dashboard frame hands each page: the run, its frames, replay and refresh.
 
     ``refresh_s`` is the fragment period when ``live`` (None: no auto-refresh, e.g. replay).
+    ``hub`` gives the frames of the store's other runs, for a page that compares runs.
     """
 
     run: str
@@ -323,6 +324,7 @@ class View:
     cutoff: Cutoff = OPEN
     live: bool = False
     refresh_s: float | None = None
+    hub: FrameHub | None = None
 
 
 #: Config origins in order of preference: the user's keys first, DeepSpeed's dump last.

@@ -41,6 +41,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from dsmon import wire
+from dsmon.health_watch import HealthCollector, RuleStates
 from dsmon.ingest_batch import parse_batch_encoded
 from dsmon.ingest_body import BatchError, check_length, inflate
 from dsmon.metrics import StoreCollector
@@ -101,7 +102,14 @@ class IngestApi:
     a 16 MiB batch must not stall the event loop that answers the other collectors.
     """
 
-    def __init__(self, store: Store, token: str, limits: Limits, metrics_public: bool) -> None:
+    def __init__(
+        self,
+        store: Store,
+        token: str,
+        limits: Limits,
+        metrics_public: bool,
+        health: RuleStates | None = None,
+    ) -> None:
         self.store = store
         self.token = check_token(token, "ingest token")
         self.limits = limits
@@ -122,6 +130,8 @@ class IngestApi:
             registry=self.registry,
         )
         self.registry.register(StoreCollector(store))
+        if health is not None:
+            self.registry.register(HealthCollector(health))
         self.requests = Counter(
             "dsmon_ingest_requests",
             "POST /v1/records requests by answer",
@@ -329,6 +339,7 @@ def create_app(
     limits: Limits | None = None,
     *,
     metrics_public: bool = True,
+    health: RuleStates | None = None,
 ) -> Starlette:
     """The ingest ASGI application over ``store``.
 
@@ -338,11 +349,13 @@ def create_app(
         limits: body size, concurrency and time limits (default: :class:`Limits`).
         metrics_public: serve ``/metrics`` without the token (Prometheus scrapes usually
             come from inside the cluster); the other data endpoints always need it.
+        health: the health rules' statuses to export as ``dsmon_health_rule`` (kept
+            current by a :class:`dsmon.health_watch.HealthWatcher`); None: not exported.
 
     Raises:
         dsmon.tokens.TokenError: the token is too short to be a secret.
     """
-    api = IngestApi(store, token, limits or Limits(), metrics_public)
+    api = IngestApi(store, token, limits or Limits(), metrics_public, health)
     routes = [
         Route("/v1/records", api.post_records, methods=["POST"]),
         Route("/v1/records", api.get_records, methods=["GET"]),

@@ -23,6 +23,7 @@ from types import TracebackType
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from dsmon.health_watch import RuleStates
 from dsmon.server import MAX_BODY_BYTES, Limits, create_app
 from dsmon.store import open_store
 from dsmon.store_schema import Store
@@ -112,9 +113,11 @@ class _HeadersDeadline(H11Protocol):
             self.transport.close()
 
 
-def _server(store: Store, token: str, host: str, port: int, limits: Limits) -> uvicorn.Server:
+def _server(
+    store: Store, token: str, host: str, port: int, limits: Limits, health: RuleStates | None
+) -> uvicorn.Server:
     """A uvicorn server for the app; it leaves the process's logging configuration alone."""
-    app = create_app(store, token, limits)
+    app = create_app(store, token, limits, health=health)
     protocol = type(
         "HeadersDeadline", (_HeadersDeadline,), {"headers_timeout_s": limits.headers_timeout_s}
     )
@@ -176,6 +179,7 @@ def start_ingest_server(
     *,
     max_body_bytes: int = MAX_BODY_BYTES,
     limits: Limits | None = None,
+    health: RuleStates | None = None,
 ) -> IngestServer:
     """Start the ingest server in a daemon thread; returns once it accepts connections.
 
@@ -188,6 +192,7 @@ def start_ingest_server(
         max_body_bytes: the largest request body accepted.
         limits: concurrency and time limits (``limits.max_body_bytes`` is replaced by
             ``max_body_bytes``).
+        health: health rule statuses for ``/metrics`` (``dsmon.health_watch``), or None.
 
     Raises:
         ServeError: the port is taken or the server did not come up.
@@ -196,7 +201,7 @@ def start_ingest_server(
     """
     store = open_store(store_url)
     try:
-        server = _server(store, token, host, port, _limits(limits, max_body_bytes))
+        server = _server(store, token, host, port, _limits(limits, max_body_bytes), health)
         sock = bind_socket(host, port)
     except BaseException:
         store.close()
@@ -226,6 +231,7 @@ def serve_forever(
     max_body_bytes: int = MAX_BODY_BYTES,
     limits: Limits | None = None,
     on_ready: Callable[[str], None] | None = None,
+    health: RuleStates | None = None,
 ) -> None:
     """Run the ingest server in this thread until Ctrl-C or SIGTERM (``dsmon serve``).
 
@@ -237,7 +243,7 @@ def serve_forever(
         dsmon.store_schema.StoreError: the store cannot be opened.
     """
     with open_store(store_url) as store:
-        server = _server(store, token, host, port, _limits(limits, max_body_bytes))
+        server = _server(store, token, host, port, _limits(limits, max_body_bytes), health)
         sock = bind_socket(host, port)
         if on_ready is not None:
             on_ready(_url(host, sock))

@@ -106,7 +106,27 @@ def logger_section(bd: pd.DataFrame) -> None:
         left,
     )
     chart(fig.latency_figure(ops), "communication.latency_figure", right)
+    sizes_section(summary if not summary.empty else op_rows, ops, bd, link.gbps if link else None)
     overlap_section(bd, op_rows)
+
+
+def sizes_section(
+    rows: pd.DataFrame, ops: pd.DataFrame, bd: pd.DataFrame, link_gbps: float | None
+) -> None:
+    """Bandwidth per collective and message size, and whether the logged time is credible."""
+    st.markdown("**By message size**")
+    f, cut = view.frames, view.cutoff
+    ran = comm.run_ms(bd, [f.frame(k, cut) for k in ("step", "throughput", "comm_op")])
+    if comm.logged_time_exceeds(ops, ran):
+        st.warning(
+            f"Not credible as time spent: the logged collectives add up to "
+            f"{ops['total_latency_ms'].sum() / 1000:.2f} s, more than the "
+            f"{(ran or 0) / 1000:.2f} s the run trained. Read the sizes and counts; take the "
+            "latencies as relative only."
+        )
+    by_size = comm.comm_by_size(rows)
+    chart(fig.size_figure(by_size, link_gbps), "communication.size_figure")
+    st.dataframe(rounded(by_size, 3), hide_index=True, width="stretch")
 
 
 def overlap_section(bd: pd.DataFrame, op_rows: pd.DataFrame) -> None:

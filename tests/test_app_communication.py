@@ -90,3 +90,22 @@ def test_one_figure_for_one_idea_on_every_page(store_url: str) -> None:
     assert summary.comm_share is not None
     assert shown == f"{100 * summary.comm_share:.1f} %" == "24.3 %"
     assert "communication is 24.3% of a step" in health
+
+
+def test_bandwidth_by_message_size_and_a_total_that_is_not_credible(store_url: str) -> None:
+    """comms_logger's table (module docstring): all_reduce of 4.0 B and of 3.56 MB, 20 calls each,
+    77.98 and 77.09 ms average; the logged collectives add up to 4450.63 ms while its training
+    lines (line 45, ``step=0`` as the engine starts, 14:12:02,163; line 201, the ThroughputTimer
+    line of step 20, 14:12:04,408) span 2.245 s: more than the run trained."""
+    at = app_at(store_url, "comms_logger", "communication")
+    assert not at.exception
+    table = next(df.value for df in at.dataframe if "msg_size_bytes" in df.value.columns)
+    reduce = table[table["op"] == "all_reduce"].set_index("msg_size_bytes")
+    assert reduce.loc[4, "count"] == 20 and reduce.loc[4, "avg_latency_ms"] == 77.98
+    assert reduce.loc[3732931, "avg_latency_ms"] == 77.09
+    (warning,) = [w.value for w in at.warning if "Not credible" in w.value]
+    assert "4.45 s" in warning and "2.25 s" in warning
+    spec = figures(at)["Bus bandwidth by message size (Gbps)"]
+    assert {t["name"] for t in spec["data"]} >= {"all_reduce", "broadcast"}
+    ok = app_at(store_url, "comms_logger_verbose", "communication")
+    assert not [w for w in ok.warning if "Not credible" in w.value]

@@ -18,7 +18,7 @@ from dashboard_support import app_at, read_records
 from dsmon.store import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = ["steps", "training", "communication", "gpus", "flops"]
+PAGES = ["steps", "training", "autotuner", "compare", "communication", "gpus", "flops"]
 
 
 def charts(at: Any) -> dict[str, dict[str, Any]]:

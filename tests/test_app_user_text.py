@@ -37,7 +37,10 @@ def test_escaping_keeps_the_text_and_disarms_every_markup_character(text: str) -
     assert md_escape("fp16_zero2 2026-11-29 14:11:10.000") == "fp16_zero2 2026-11-29 14:11:10.000"
 
 
-@pytest.mark.parametrize("page", ["health", "steps", "training", "communication", "gpus", "flops"])
+@pytest.mark.parametrize(
+    "page",
+    ["health", "steps", "training", "autotuner", "compare", "communication", "gpus", "flops"],
+)
 def test_a_run_name_with_markup_is_shown_as_text(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, page: str
 ) -> None:

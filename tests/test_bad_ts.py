@@ -25,7 +25,7 @@ from dsmon.store_schema import key_digest
 from dsmon.wire import encode
 
 BAD_TS = "2026-19-39T25:61:00.000"  # month 19, day 39: no such moment
-PAGES = ("health", "steps", "training", "gpus", "communication", "flops")
+PAGES = ("health", "steps", "training", "autotuner", "compare", "gpus", "communication", "flops")
 
 
 def bad_records(run: str, step: int) -> list[Record]:

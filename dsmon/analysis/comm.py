@@ -11,6 +11,7 @@ network does and an upper bound on what it costs. The comms logger (``comm_op`` 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import pandas as pd
@@ -209,6 +210,86 @@ def comm_ops(frame: pd.DataFrame) -> pd.DataFrame:
     else:
         out = _from_ops(frame)
     return out.astype({"count": "Int64"})
+
+
+SIZE_COLUMNS = (
+    "op",
+    "msg_size_bytes",
+    "count",
+    "total_latency_ms",
+    "avg_latency_ms",
+    "algbw_gbps",
+    "busbw_gbps",
+)
+
+
+def comm_by_size(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per collective and message size: calls, latency, bandwidth.
+
+    One average over every size says little: a 4-byte all-reduce and a 3.5 MB one reach very
+    different bandwidths, and the small ones (latency-bound) hide what the link does with the
+    buckets that matter. ``log_summary()`` prints one row per size; verbose lines are grouped
+    by their size here. Columns :data:`SIZE_COLUMNS`, sorted by op and size.
+    """
+    if frame.empty or "op" not in frame.columns or "msg_size_bytes" not in frame.columns:
+        return pd.DataFrame(columns=list(SIZE_COLUMNS))
+    frame = frame[~frame["op"].isin(LOGGER_OPS)]
+    if "total_latency_ms" in frame.columns:
+        rows = _last_summary_table(frame)
+        out = [
+            (
+                op,
+                size,
+                g["count"].astype("float64").sum(min_count=1),
+                g["total_latency_ms"].astype("float64").sum(min_count=1),
+                _weighted(g["avg_latency_ms"], g["count"]),  # as printed, per caller
+                _weighted(g["algbw_avg_gbps"], g["count"]),
+                _weighted(g["busbw_avg_gbps"], g["count"]),
+            )
+            for (op, size), g in rows.groupby(["op", "msg_size_bytes"], sort=True)
+        ]
+        table = pd.DataFrame(out, columns=list(SIZE_COLUMNS))
+    else:
+        g = frame.groupby(["op", "msg_size_bytes"], sort=True)
+        table = pd.DataFrame(
+            {
+                "count": g.size().astype("float64"),
+                "total_latency_ms": g["latency_ms"].sum(min_count=1).astype("float64"),
+                "avg_latency_ms": g["latency_ms"].mean().astype("float64"),
+                "algbw_gbps": g["algbw_gbps"].mean().astype("float64"),
+                "busbw_gbps": g["busbw_gbps"].mean().astype("float64"),
+            }
+        ).reset_index()
+    return table[list(SIZE_COLUMNS)].astype({"count": "Int64"}).reset_index(drop=True)
+
+
+def logged_time_exceeds(ops: pd.DataFrame, run_ms: float | None) -> bool | None:
+    """Whether the comms logger's summed latency is more than the run took (None: unknown).
+
+    The logger times each collective from its call to its end on the host; on some back-ends
+    (the CPU accelerator's gloo, collectives it times while another runs) the sum comes out
+    above the run's own duration, and its figures cannot be read as time spent.
+    """
+    if ops.empty or run_ms is None or run_ms <= 0 or "total_latency_ms" not in ops.columns:
+        return None
+    return bool(ops["total_latency_ms"].astype("float64").sum() > run_ms)
+
+
+def run_ms(breakdown: pd.DataFrame, stamped: Sequence[pd.DataFrame]) -> float | None:
+    """How long the run trained, to judge the comms logger's total against.
+
+    Its engine timers summed over steps (slowest rank), else the time between the first and
+    last training lines that carry a timestamp (``stamped``).
+    """
+    s = per_step(breakdown, "total_ms")
+    if not s.empty:
+        return float(s.sum())
+    stamps = [f["ts"].dropna() for f in stamped if not f.empty and "ts" in f.columns]
+    stamps = [t for t in stamps if not t.empty]
+    if not stamps:
+        return None
+    span = max(t.max() for t in stamps) - min(t.min() for t in stamps)
+    return float(span.total_seconds() * 1000.0) or None
 
 
 def overlap_estimate(compute_ms: float, comm_ms: float, step_ms: float) -> float | None:

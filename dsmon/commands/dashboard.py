@@ -30,7 +30,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from dsmon.alerts import WEBHOOK_ENV
 from dsmon.commands import STORE_ENV, CommandError, default_store
+from dsmon.commands._alerting import add_alert_options, start_watcher, stop_watcher
 from dsmon.serving import DEFAULT_PORT as DEFAULT_INGEST_PORT
 from dsmon.serving import ServeError, start_ingest_server
 from dsmon.store_schema import redact_url
@@ -71,6 +73,7 @@ def register(subparsers: Any) -> None:
     add_server_options(p)
     p.add_argument("--store", help="store path or URL (default: $DSMON_STORE or ./dsmon.sqlite)")
     add_ingest_options(p)
+    add_alert_options(p)
     p.set_defaults(func=run)
 
 
@@ -345,9 +348,13 @@ def serve_with_ingest(args: argparse.Namespace, store: str) -> int:
     token, generated = _token(args.token_file)
     host = args.ingest_address or args.address
     stop = stop_on_signals()
+    watcher = start_watcher(args, store, "dashboard", dashboard_url(args.port, args.address))
     try:
-        ingest = start_ingest_server(store, token, host, args.ingest_port)
+        ingest = start_ingest_server(
+            store, token, host, args.ingest_port, health=watcher.states if watcher else None
+        )
     except (ServeError, TokenError) as exc:
+        stop_watcher(watcher)
         raise CommandError(f"dashboard: {exc}") from None
     try:
         print(f"dsmon dashboard: ingest API on {ingest.url} (POST /v1/records)", flush=True)
@@ -360,6 +367,7 @@ def serve_with_ingest(args: argparse.Namespace, store: str) -> int:
             end_child(ui)
     finally:
         ingest.stop()
+        stop_watcher(watcher)
     if not signalled:
         child_failed(ui, "dashboard")
     return 0
@@ -368,6 +376,12 @@ def serve_with_ingest(args: argparse.Namespace, store: str) -> int:
 def run(args: argparse.Namespace) -> int:
     """Start the dashboard on ``--store``, with the ingest server unless ``--no-ingest``."""
     store = absolute_store(args.store or default_store())
+    if args.no_ingest and (args.alert_webhook or os.environ.get(WEBHOOK_ENV)):
+        watcher = start_watcher(args, store, "dashboard", dashboard_url(args.port, args.address))
+        try:
+            return supervise_alone(store, args.port, args.address, args.refresh)
+        finally:
+            stop_watcher(watcher)
     if args.no_ingest:
         return start(store, args.port, args.address, args.refresh, not args.no_browser)
     return serve_with_ingest(args, store)

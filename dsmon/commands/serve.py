@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from dsmon.commands import CommandError, default_store
+from dsmon.commands._alerting import add_alert_options, start_watcher, stop_watcher
 from dsmon.serving import DEFAULT_PORT, ServeError, serve_forever
 from dsmon.store_schema import redact_url
 from dsmon.tokens import TokenError, keep_or_create_token_file, load_token
@@ -42,6 +43,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--max-body-mb", type=float, default=16.0, help="largest request body in MiB (default 16)"
     )
+    add_alert_options(p)
     p.set_defaults(func=run)
 
 
@@ -71,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     def ready(url: str) -> None:
         print(f"dsmon: ingest server on {url}, store {redact_url(store_url)}", file=sys.stderr)
 
+    watcher = start_watcher(args, store_url, "serve")
     try:
         serve_forever(
             store_url,
@@ -79,9 +82,12 @@ def run(args: argparse.Namespace) -> int:
             args.port,
             max_body_bytes=int(args.max_body_mb * 1024 * 1024),
             on_ready=ready,
+            health=watcher.states if watcher else None,
         )
     except (ServeError, TokenError) as exc:
         raise CommandError(str(exc)) from None
     except KeyboardInterrupt:
         pass  # uvicorn re-raises the Ctrl-C it shut down on: stopping is the normal end
+    finally:
+        stop_watcher(watcher)
     return 0

@@ -70,6 +70,39 @@ def bandwidth_figure(
     return layout(fig, title)
 
 
+def size_figure(
+    by_size: pd.DataFrame,
+    link_gbps: float | None = None,
+    title: str = "Bus bandwidth by message size (Gbps)",
+) -> go.Figure:
+    """Busbw against message size, one line per collective, on a log size axis.
+
+    Small messages are latency-bound and reach little of the link; only the sizes of the
+    buckets the run really moves tell whether the link delivers.
+    """
+    rows = by_size[by_size["msg_size_bytes"] > 0] if not by_size.empty else by_size
+    if rows.empty:
+        return empty("No comms-logger sizes in this run.", title)
+    fig = go.Figure()
+    for op, g in rows.groupby("op", sort=True):
+        fig.add_trace(
+            go.Scatter(
+                x=g["msg_size_bytes"],
+                y=g["busbw_gbps"],
+                mode="lines+markers",
+                name=str(op),
+                customdata=g[["count", "avg_latency_ms"]],
+                hovertemplate="%{x:.3s}B: %{y:.2f} Gbps, %{customdata[0]} calls, "
+                "avg %{customdata[1]:.2f} ms<extra>%{fullData.name}</extra>",
+            )
+        )
+    if link_gbps:
+        fig.add_hline(y=link_gbps, line_dash="dash", annotation_text=f"link {link_gbps:g} Gbps")
+    fig.update_xaxes(type="log", title_text="message size (bytes)")
+    fig.update_yaxes(title_text="busbw (Gbps)")
+    return layout(fig, title)
+
+
 def latency_figure(
     ops: pd.DataFrame, title: str = "Total latency per collective (ms)"
 ) -> go.Figure:

@@ -30,6 +30,18 @@ def scatter(n_points: int, **kwargs: Any) -> go.Scatter | go.Scattergl:
     return go.Scatter(**kwargs)
 
 
+def step_line(part: pd.DataFrame, name: str, **kwargs: Any) -> go.Scatter | go.Scattergl:
+    """A ``value`` against ``step`` trace; markers while the points are few enough to see."""
+    return scatter(
+        len(part),
+        x=part["step"],
+        y=part["value"],
+        mode="lines+markers" if len(part) < 60 else "lines",
+        name=name,
+        **kwargs,
+    )
+
+
 def layout(fig: go.Figure, title: str, height: int = HEIGHT, **kwargs: Any) -> go.Figure:
     """Apply the dashboard's layout: title, compact margins, legend above the plot."""
     fig.update_layout(

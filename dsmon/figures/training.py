@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from dsmon.analysis.training import METRICS
-from dsmon.figures.common import empty, layout, scatter
+from dsmon.figures.common import empty, layout, step_line
 
 ROW_HEIGHT = 170
 LOG_METRICS = ("learning rate", "loss scale")
@@ -34,17 +34,7 @@ def training_figure(series: pd.DataFrame, metrics: list[str] | None = None) -> g
     for row, metric in enumerate(shown, start=1):
         rows = series[series["metric"] == metric]
         for source, part in rows.groupby("source", sort=False):
-            fig.add_trace(
-                scatter(
-                    len(part),
-                    x=part["step"],
-                    y=part["value"],
-                    mode="lines+markers" if len(part) < 60 else "lines",
-                    name=f"{metric} · {source}",
-                ),
-                row=row,
-                col=1,
-            )
+            fig.add_trace(step_line(part, f"{metric} · {source}"), row=row, col=1)
         _y_axis(fig, row, metric, rows["value"])
     fig.update_xaxes(title_text="optimizer step", row=len(shown), col=1)
     fig = layout(fig, "Training curves", height=80 + ROW_HEIGHT * len(shown))

@@ -70,13 +70,11 @@ def panel(frames: RunFrames, run: str, cutoff: Cutoff, now: datetime | None) -> 
     )
     live = dataclasses.replace(inputs, now=now)
     clock = {r.id: run_rule(r, live) for r in all_rules() if r.id in CLOCK_RULES}
-    results = _merged(static.results, clock)
+    results = merged(static.results, clock)
     return Panel(Checklist(results), facts_line(inputs))
 
 
-def _merged(
-    static: Sequence[CheckResult], clock: dict[str, CheckResult]
-) -> tuple[CheckResult, ...]:
+def merged(static: Sequence[CheckResult], clock: dict[str, CheckResult]) -> tuple[CheckResult, ...]:
     """All results in registry order: the memoised ones with the clock rules slotted in."""
     by_id = {r.rule_id: r for r in static} | clock
     return tuple(by_id[r.id] for r in all_rules() if r.id in by_id)

@@ -90,10 +90,20 @@ def load_config_text(text: str, file: str | None = None) -> dict[str, Any]:
     return data
 
 
+#: The file in which the autotuner saves the best config it found.
+OPTIMAL_CONFIG = "ds_config_optimal.json"
+
+
 def parse_ds_config(text: str, run: str, file: str | None = None) -> ConfigRecord:
-    """A ``ds_config.json`` (or ``ds_config_optimal.json``) as a ``file`` ConfigRecord."""
+    """A ``ds_config.json`` as a ``file`` ConfigRecord.
+
+    The autotuner's ``ds_config_optimal.json`` gets origin ``autotune_optimal``: it is the
+    setup it advises, not the config the run was started with, so no rule may judge it as such.
+    """
     config = load_config_text(text, file)
-    return ConfigRecord(src=Source(run=run, file=file), origin="file", config=config)
+    optimal = file is not None and PurePath(file).name == OPTIMAL_CONFIG
+    origin = "autotune_optimal" if optimal else "file"
+    return ConfigRecord(src=Source(run=run, file=file), origin=origin, config=config)
 
 
 def _monitor_tag(file: str | None, name: str) -> str:

@@ -1,0 +1,72 @@
+"""The Compare page on two real runs of the dashboard store: z2 (ZeRO-2, fp32) and fp16_zero2.
+
+Values read by hand from each tests/data/<run>/train.log, step 10:
+
+- z2 line 274 ``fwd: 11.64 | bwd: 28.62 | bwd_inner: 22.97 | bwd_allreduce: 5.63 | step: 13.10``
+  and line 270 ``optimizer_allgather: 4.37``: step 53.36 ms, exposed comm (5.63 + 4.37) / 53.36.
+- fp16_zero2 line 224 ``fwd: 9.12 | bwd: 36.61 | ... | bwd_allreduce: 8.49 | step: 2.58``:
+  step 48.31 ms, exposed comm 8.49 / 48.31; line 222 ``CurrSamplesPerSec=164.78688547585``.
+"""
+
+from __future__ import annotations
+
+import pytest
+from dashboard_support import app_at, figures, shared_store, texts, trace_names, values
+
+TITLE = "Runs compared, per optimizer step"
+
+
+@pytest.fixture(autouse=True)
+def store_url(monkeypatch: pytest.MonkeyPatch) -> str:
+    url = shared_store()
+    monkeypatch.setenv("DSMON_STORE", url)
+    return url
+
+
+def at_step(spec: dict, axis: str, run: str, step: float) -> float:
+    """The y value of ``run``'s trace on one subplot (``y``, ``y2``, ...) at ``step``."""
+    (trace,) = [t for t in spec["data"] if t["name"] == run and t.get("yaxis", "y") == axis]
+    xs, ys = values(trace["x"]), values(trace["y"])
+    return float(ys[xs.index(step)])
+
+
+def test_overlay_of_two_runs_from_the_url(store_url: str) -> None:
+    at = app_at(store_url, "z2", "compare", runs="z2,fp16_zero2")
+    assert not at.exception
+    assert at.multiselect[0].value == ["z2", "fp16_zero2"]
+    spec = figures(at)[TITLE]
+    titles = [a["text"] for a in spec["layout"]["annotations"]]
+    assert titles == ["step time (ms)", "samples/s", "exposed comm (% of step)"]  # no loss lines
+    assert trace_names(spec) == ["z2", "fp16_zero2"] * 3
+    assert at_step(spec, "y", "z2", 10) == pytest.approx(53.36)
+    assert at_step(spec, "y", "fp16_zero2", 10) == pytest.approx(48.31)
+    assert at_step(spec, "y2", "fp16_zero2", 10) == pytest.approx(164.78688547585)
+    assert at_step(spec, "y3", "z2", 10) == pytest.approx(100 * 10.0 / 53.36)
+    assert at_step(spec, "y3", "fp16_zero2", 10) == pytest.approx(100 * 8.49 / 48.31)
+    at.multiselect[0].select("grad_accum").run()  # the pick goes into the address
+    assert at.query_params["runs"] == "z2,fp16_zero2,grad_accum"
+    assert trace_names(figures(at)[TITLE])[:3] == ["z2", "fp16_zero2", "grad_accum"]
+
+
+def test_config_differences_side_by_side(store_url: str) -> None:
+    at = app_at(store_url, "z2", "compare", runs="z2,fp16_zero2")
+    diff = at.dataframe[0].value.set_index("key")
+    assert list(diff.columns) == ["z2", "fp16_zero2"]
+    # z2/ds_config.json sets "gradient_accumulation_steps": 1 and a flops_profiler section;
+    # fp16_zero2's sets "fp16": {"enabled": true, "initial_scale_power": 16, ...}
+    assert diff.loc["gradient_accumulation_steps"].tolist() == ["1", "(not set)"]
+    assert diff.loc["fp16.initial_scale_power"].tolist() == ["(not set)", "16"]
+    assert diff.loc["flops_profiler.profile_step"].tolist() == ["5", "(not set)"]
+    assert "zero_optimization.stage" not in diff.index  # both ZeRO 2
+    assert "train_batch_size" not in diff.index  # both 8
+
+
+def test_one_run_asks_for_another_and_unknown_names_are_said(store_url: str) -> None:
+    at = app_at(store_url, "z2", "compare", runs="z2,nope")
+    assert not at.exception
+    assert at.warning[0].value == "No run named nope in this store."
+    assert at.info[0].value.startswith("Pick two or more runs to compare")
+    assert not at.get("plotly_chart")
+    at = app_at(store_url, "grad_accum", "compare")
+    assert at.multiselect[0].value == ["grad_accum"]
+    assert "Pick two or more runs" in texts(at)
