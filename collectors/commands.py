@@ -48,7 +48,7 @@ STATE_HOME_ENV = "XDG_STATE_HOME"
 
 
 def register(subparsers: Any) -> None:
-    """Add the ``collect`` and ``watch`` commands."""
+    """Add the ``collect``, ``watch`` and ``run`` commands."""
     p = subparsers.add_parser(
         "collect",
         help="tail DeepSpeed logs and poll NVML on this node, send to the dashboard",
@@ -56,7 +56,7 @@ def register(subparsers: Any) -> None:
         "included: every line is delivered once), sample the GPUs, and POST the records "
         "to the dashboard's ingest server.",
     )
-    _collector_options(p)
+    collector_options(p)
     p.add_argument("--server", required=True, help="the dashboard's ingest URL (http://HOST:8502)")
     p.add_argument("--token-file", help="file holding the ingest token (else $DSMON_TOKEN)")
     p.add_argument("--spool-max-mb", type=float, default=1024, help="on-disk spool bound (1024)")
@@ -67,7 +67,7 @@ def register(subparsers: Any) -> None:
         description="Follow a training log live: starts the ingest server, a collector "
         "and the dashboard, all on this machine.",
     )
-    _collector_options(w, log_flag=False)
+    collector_options(w, log_flag=False)
     add_server_options(w)
     w.add_argument("--store", help="store path or URL (default: $DSMON_STORE or ./dsmon.sqlite)")
     w.add_argument(
@@ -88,10 +88,16 @@ def register(subparsers: Any) -> None:
         "--ingest-port is given)",
     )
     w.set_defaults(func=run_watch)
+    from collectors import run_cmd  # imports this module: registered last
+
+    run_cmd.register(subparsers)
 
 
-def _collector_options(p: argparse.ArgumentParser, log_flag: bool = True) -> None:
-    if log_flag:
+def collector_options(p: argparse.ArgumentParser, log_flag: bool | None = True) -> None:
+    """The options every collecting command has; ``log_flag`` None: the command names the log."""
+    if log_flag is None:
+        pass
+    elif log_flag:
         p.add_argument(
             "--log",
             action="append",
@@ -115,6 +121,14 @@ def _collector_options(p: argparse.ArgumentParser, log_flag: bool = True) -> Non
         metavar="F",
         help="the run's DeepSpeed config file, for the health checklist (repeatable; default "
         "for watch: ds_config.json beside the log, when there is one)",
+    )
+    p.add_argument(
+        "--probe-dir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="folder of the per-rank probe's files (DSMON_PROBE_DIR of a job started by "
+        "'dsmon run'), followed too (repeatable)",
     )
     p.add_argument("--node", help="node name (default: this host's name)")
     p.add_argument("--run", help="run name (default: the log's folder name)")
@@ -217,12 +231,14 @@ def build_agent(args: argparse.Namespace, url: str, token: str, spool_max_bytes:
         profile_files=args.profile_file,
         config_files=config_files(args),
         from_end=args.from_end,
+        probe_dirs=args.probe_dir,
     )
     spool = Spool(state_dir / "spool", max_bytes=spool_max_bytes)
     sender = Sender(transport, spool, backoff_s=(0.5, args.retry_max))
     poller = _nvml_poller(run, node, gpus) if args.nvml_interval > 0 else None
     print(
-        f"dsmon: collecting run {run!r} on node {node!r} from {' '.join(args.log)} to {url} "
+        f"dsmon: collecting run {run!r} on node {node!r} from "
+        f"{' '.join([*args.log, *args.probe_dir])} to {url} "
         f"(state {state_dir})",
         file=sys.stderr,
         flush=True,
@@ -250,7 +266,7 @@ def _nvml_poller(run: str, node: str, gpus: Selection | None) -> NvmlPoller | No
 
 def run_collect(args: argparse.Namespace) -> int:
     """``dsmon collect``: run until SIGINT or SIGTERM."""
-    _log_to_stderr()
+    log_to_stderr()
     try:
         token = load_token(args.token_file)
     except TokenError as exc:
@@ -269,7 +285,7 @@ def run_collect(args: argparse.Namespace) -> int:
 
 def run_watch(args: argparse.Namespace) -> int:
     """``dsmon watch LOG``: ingest server, collector and dashboard until Ctrl-C."""
-    _log_to_stderr()
+    log_to_stderr()
     store = absolute_store(args.store or default_store())
     check_port(args.port, "--port", "watch")
     if args.ingest_port:
@@ -317,7 +333,7 @@ def _watch_token(args: argparse.Namespace) -> tuple[str, bool]:
         raise CommandError(f"watch: {exc}") from None
 
 
-def _log_to_stderr() -> None:
+def log_to_stderr() -> None:
     """The collector's warnings (outage, spool full, NVML missing) as plain stderr lines."""
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)

@@ -38,7 +38,7 @@ from collectors.state import (
     same_start,
 )
 from dsmon.linereader import MAX_LINE_BYTES
-from dsmon.parsers.log import LogParser
+from dsmon.parsers.base import LineParser
 from dsmon.records import Record
 
 logger = logging.getLogger(__name__)
@@ -50,7 +50,8 @@ MAX_READ_PER_POLL = 32 << 20
 MISSING_LINGER_S = 30.0
 _CHUNK = 1 << 20
 
-ParserFactory = Callable[[str], LogParser]
+
+ParserFactory = Callable[[str], LineParser]
 
 
 class FileFollower:

@@ -42,6 +42,7 @@ from collectors.state import (
     same_stem,
 )
 from dsmon.parsers.log import LogParser
+from dsmon.parsers.probe import ProbeParser
 from dsmon.records import Record
 
 logger = logging.getLogger(__name__)
@@ -50,6 +51,8 @@ logger = logging.getLogger(__name__)
 MAX_FINISHED = 256
 # Per-rank logs of ``deepspeed --enable_each_rank_log``: ``<time>_rank<N>.log`` (as dsmon.ingest).
 _RANK_LOG = re.compile(r"_rank(\d+)\.log$")
+#: The per-rank probe's files in its folder (``rank-<N>.jsonl``, one per rank).
+PROBE_FILES = "rank-*.jsonl"
 
 
 @dataclass(slots=True)
@@ -74,6 +77,8 @@ class Tailer:
             the health checklist has nothing to judge without one.
         from_end: files present at start with no saved position are read from their end.
         make_parser: builds a generation's parser from its label (default ``LogParser``).
+        probe_dirs: folders of the per-rank probe's files (``DSMON_PROBE_DIR``, see
+            ``dsmon run``): their ``rank-*.jsonl`` files are followed with ``ProbeParser``.
         parse_profile: parses a profile file's text given its label.
         rescan_s: how often the globs are matched again.
         clock: monotonic seconds.
@@ -90,15 +95,18 @@ class Tailer:
         config_files: Sequence[str] = (),
         from_end: bool = False,
         make_parser: ParserFactory | None = None,
+        probe_dirs: Sequence[str] = (),
         parse_profile: ProfileParser | None = None,
         rescan_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.patterns = list(patterns)
+        self._probe_patterns = [os.path.join(d, PROBE_FILES) for d in probe_dirs]
+        self.patterns = [*patterns, *self._probe_patterns]
         self.run = run
         self.node = node
         self._state = state
         self._make_parser = make_parser or (lambda label: LogParser(run, label, node, live=True))
+        self._make_probe_parser: ParserFactory = lambda label: ProbeParser(run, label, node)
         self._from_end = from_end
         self._rescan_s = rescan_s
         self._clock = clock
@@ -196,9 +204,10 @@ class Tailer:
         label: str | None = None,
         older: Sequence[Position] = (),
     ) -> FileFollower:
+        probe = any(fnmatch.fnmatchcase(path, p) for p in self._probe_patterns)
         return FileFollower(
             path,
-            self._make_parser,
+            self._make_probe_parser if probe else self._make_parser,
             label=label,
             rank=rank_of(path),
             saved=saved,

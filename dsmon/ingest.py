@@ -22,9 +22,10 @@ from typing import BinaryIO
 
 from dsmon.linereader import MAX_LINE_BYTES, capped_lines
 from dsmon.parsers import files
-from dsmon.parsers.base import Diagnostics
+from dsmon.parsers.base import Diagnostics, LineParser
 from dsmon.parsers.flops_profiler import parse_profile_file
 from dsmon.parsers.log import LogParser
+from dsmon.parsers.probe import ProbeParser
 from dsmon.records import Record
 from dsmon.store_schema import Store
 
@@ -37,6 +38,9 @@ LOG, PROFILE, CSV_MONITOR, DS_CONFIG, AUTOTUNE_SUMMARY, AUTOTUNE_EXP = (
     "autotune_summary",
     "autotune_exp",
 )
+#: The per-rank probe's files (``dsmon run``): ``rank-<N>.jsonl`` of JSON lines.
+PROBE = "probe"
+_PROBE_FILE = re.compile(r"^rank-\d+\.jsonl$")
 #: Suffixes of files that may be logs; inside a folder they must also look like DeepSpeed's.
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
 SNIFF_BYTES = 64 * 1024
@@ -111,6 +115,8 @@ def _rank_of(name: str) -> int | None:
 def _kind(path: Path) -> str | None:
     """What a file holds, judged by its name and first bytes; None for nothing dsmon reads."""
     name = path.name
+    if _PROBE_FILE.match(name):
+        return PROBE if _head(path, 16).startswith(b'{"kind":') else None
     if _DS_CONFIG.match(name):
         return DS_CONFIG
     if name == "metrics.json":
@@ -199,7 +205,7 @@ def _with_rank(records: list[Record], rank: int) -> list[Record]:
 
 def read_log(
     stream: BinaryIO,
-    parser: LogParser,
+    parser: LineParser,
     rank: int | None = None,
     progress: Progress | None = None,
 ) -> Iterator[Record]:
@@ -212,7 +218,7 @@ def read_log(
     for lineno, raw in enumerate(capped_lines(stream), start=1):
         recs = parser.feed(raw.data.decode("utf-8", "replace"), offset, lineno)
         if raw.cut:
-            where = f"{parser.ctx.file}:{lineno}"
+            where = f"{parser.file}:{lineno}"
             parser.diag.note(parser.diag.cut, LONG_LINE, where, _LONG_LINE_TEXT)
         offset += raw.size
         if recs:
@@ -230,8 +236,10 @@ def read_found(
     found: Found, run: str, diag: Diagnostics, progress: Progress | None = None
 ) -> Iterator[Record]:
     """Records from one input; a log's unparsed lines are added to ``diag``."""
-    if found.kind == LOG:
-        parser = LogParser(run, found.label)
+    if found.kind in (LOG, PROBE):
+        parser: LogParser | ProbeParser = (
+            LogParser(run, found.label) if found.kind == LOG else ProbeParser(run, found.label)
+        )
         with found.path.open("rb") as f:
             yield from read_log(f, parser, found.rank, progress)
         diag.merge(parser.diag)

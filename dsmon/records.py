@@ -443,6 +443,58 @@ class GpuSampleRecord(Record):
     xid: int | None = None
 
 
+# --- dsmon's per-rank probe (``dsmon run``) -----------------------------------------------
+
+PROBE_PHASES = (
+    "start",  # the engine was called for the first time; nothing timed yet
+    "forward",  # inside DeepSpeedEngine.forward
+    "backward",  # inside DeepSpeedEngine.backward (the gradient reduction included)
+    "step",  # inside DeepSpeedEngine.step
+    "outside",  # between engine calls: data loading, the user's own code
+    "exited",  # the process ended normally
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankStepRecord(Record):
+    """One rank's optimizer step, timed by the probe inside that rank (every rank, not rank 0).
+
+    ``fwd_ms``/``bwd_ms``/``step_ms`` sum the engine calls of the step's gradient-accumulation
+    window (``micro_steps`` forwards); ``clock`` says how: ``cuda`` (CUDA events, device time)
+    or ``cpu`` (the monotonic clock). ``total_ms`` is the host time since the rank's previous
+    step ended (data loading and the user's code included). ``comm_ms`` is the host time the
+    rank spent blocked in DeepSpeed's collectives, None when none blocked: a rank that waits
+    for a slower one spends that wait there, so ``total_ms - comm_ms`` is the time the rank
+    itself needed.
+    """
+
+    KIND: ClassVar[str] = "rank_step"
+    fwd_ms: float | None = None
+    bwd_ms: float | None = None
+    step_ms: float | None = None
+    comm_ms: float | None = None
+    total_ms: float | None = None
+    micro_steps: int | None = None
+    clock: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeartbeatRecord(Record):
+    """Where one rank is now: its phase (one of :data:`PROBE_PHASES`) and since when.
+
+    Written every second while the phase changes and at least every 5 s while it does not,
+    so a heartbeat that stops means a stopped or dead process. ``step`` is the step the rank
+    is working on; ``collective`` names the ``deepspeed.comm`` call it is in (``all_reduce``),
+    when it is in one; ``phase_since`` is when it entered the phase (same clock as ``ts``).
+    """
+
+    KIND: ClassVar[str] = "heartbeat"
+    phase: str
+    collective: str | None = None
+    phase_since: str | None = None
+    pid: int | None = None
+
+
 RECORD_TYPES: tuple[type[Record], ...] = (
     TimerRecord,
     CoordinatorEventRecord,
@@ -460,6 +512,8 @@ RECORD_TYPES: tuple[type[Record], ...] = (
     AutotuneSummaryRecord,
     EventRecord,
     GpuSampleRecord,
+    RankStepRecord,
+    HeartbeatRecord,
 )
 KINDS: dict[str, type[Record]] = {t.KIND: t for t in RECORD_TYPES}
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dsmon.analysis import flops, steps, training
+from dsmon.analysis import flops, ranks, steps, training
 from dsmon.analysis.downsample import downsample
+from dsmon.figures import ranks as ranks_fig
 from dsmon.figures import steps as fig
 from dsmon.figures import training as training_fig
 from dsmon.figures.common import fmt_ms, rounded
+from dsmon.health import thresholds as th
 from ui.charts import chart
 from ui.page import live_body, page_header, page_view
 
@@ -156,12 +158,77 @@ def without_timers() -> None:
         chart(training_fig.training_figure(shown, SPEED), "steps.speed")
 
 
+def every_rank() -> None:
+    """Per-rank busy time, straggler score and where each rank is, from the probe."""
+    f, cut = view.frames, view.cutoff
+    table = f.memo(
+        "steps.rank_table",
+        ["rank_step"],
+        cut,
+        lambda: ranks.rank_step_table(f.frame("rank_step", cut)),
+    )
+    if table.empty:
+        st.caption(
+            "Per-rank step times and heartbeats come from dsmon's probe: start the job with "
+            "`dsmon run -- deepspeed train.py ...` to see every rank here."
+        )
+        return
+    strag = f.memo("steps.stragglers", ["rank_step"], cut, lambda: ranks.stragglers(table))
+    counts = ranks.slowest_counts(ranks.stragglers(steps.steady(table)))
+    left, mid, right = st.columns(3)
+    left.metric("ranks", str(table["rank"].nunique()))
+    steady = steps.steady(strag)
+    mid.metric(
+        "straggler score p50", f"{steady['score'].median():.2f}" if not steady.empty else "—"
+    )
+    if not counts.empty:
+        top = counts.iloc[0]
+        right.metric("slowest most often", f"rank {int(top['rank'])} ({top['share']:.0%} of steps)")
+    chart(
+        ranks_fig.busy_figure(downsample(table, "step", ["busy_ms"], by="rank")),
+        "steps.busy_figure",
+    )
+    chart(
+        ranks_fig.straggler_figure(downsample(strag, "step", ["score"]), th.STRAGGLER_WARN),
+        "steps.straggler_figure",
+    )
+    st.caption(
+        "Busy time = a rank's step time minus the time it was blocked in DeepSpeed's "
+        "collectives: every rank's step lasts as long as the slowest one's, so the ranks "
+        "that wait are the fast ones. Score 1.0 = balanced."
+    )
+    where_ranks(f.frame("heartbeat", cut))
+
+
+def where_ranks(beats: pd.DataFrame) -> None:
+    """Each rank's newest heartbeat: its phase, and how far behind the newest heartbeat it is."""
+    if beats.empty:
+        return
+    states = ranks.rank_states(beats, beats["ts"].max())
+    st.markdown("**Where each rank is** (newest heartbeat of each)")
+    st.dataframe(
+        pd.DataFrame(
+            {
+                "rank": [s.rank for s in states],
+                "where": [s.where() for s in states],
+                "last heartbeat": [s.last_seen for s in states],
+                "behind the newest (s)": [round(s.silent_s, 1) for s in states],
+                "in this phase (s)": [round(s.in_phase_s, 1) for s in states],
+            }
+        ),
+        hide_index=True,
+        width="stretch",
+    )
+
+
 def body() -> None:
     """The page; re-run alone every ``refresh_s`` seconds when live (``ui.page.live_body``)."""
     data = load()
     bd = data["bd"]
     if bd.empty:
         without_timers()
+        st.subheader("Every rank")
+        every_rank()
         return
     stats = steps.step_stats(bd)
     headline(bd, stats)
@@ -177,6 +244,8 @@ def body() -> None:
     distribution(bd, stats)
     st.subheader("ZeRO optimizer timers")
     zero_timers(data["timer"])
+    st.subheader("Every rank")
+    every_rank()
 
 
 page_header("Steps", view)

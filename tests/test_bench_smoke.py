@@ -72,3 +72,26 @@ def test_ingest_prints_both_rates_the_ratio_and_the_stages() -> None:
         rf"^goal: ratio >= 0.5 and >= 20000 records/s {VERDICT}",
         rf"^SQL: executemany \+ bookkeeping +{NUMBER} ",
     )
+
+
+def test_probe_overhead_prints_the_cost_per_step() -> None:
+    out = bench(
+        "probe_overhead.py",
+        "--steps",
+        "200",
+        "--repeats",
+        "2",
+        "--seconds",
+        "1.5",
+        "--step-ms",
+        "50",
+    )
+    assert_lines(
+        out,
+        rf"^probe hot path: 200 optimizer steps of 1 micro-batch\(es\), fastest of 2: plain {NUMBER} "
+        rf"us/step, probed {NUMBER} us/step -> {NUMBER} us per optimizer step$",
+        rf"^probe writer thread: {NUMBER} CPU-s in 1.5 s for \d+ steps of 50 ms = ",
+        rf"^probe overhead: {NUMBER} us per step = {NUMBER} % of a 50 ms step; 1 % holds for "
+        rf"steps >= {NUMBER} ms \(\d+ lines written\)$",
+        rf"^goal: <= 1 % of step time {VERDICT}",
+    )

@@ -171,7 +171,7 @@ def dsmon_invocations() -> list[tuple[str, list[str]]]:
 
 def test_the_manifests_run_dsmon_in_each_role() -> None:
     subcommands = sorted(argv[0] for _, argv in dsmon_invocations())
-    assert subcommands == ["collect", "dashboard", "dashboard", "serve"]
+    assert subcommands == ["collect", "dashboard", "dashboard", "probe", "serve"]
 
 
 @pytest.mark.parametrize(

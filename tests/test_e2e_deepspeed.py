@@ -22,25 +22,22 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import process_support
 import pytest
 from browser_support import chromium, page_text
+from deepspeed_support import DEADLINE_S, deepspeed_bin, end, rank_pid, start, wait_for
 from process_support import free_port, ui_healthy
 
 pytestmark = pytest.mark.slow
 
 TRAIN = Path(__file__).resolve().parent / "e2e" / "train_tiny.py"
-#: Generous: DeepSpeed's start-up alone takes 10-60 s on a busy 2-core machine.
-DEADLINE_S = 240.0
 CONFIG = {
     "train_batch_size": 8,
     "train_micro_batch_size_per_gpu": 4,
@@ -49,54 +46,6 @@ CONFIG = {
     "optimizer": {"type": "AdamW", "params": {"lr": 0.001}},
     "zero_optimization": {"stage": 1},
 }
-
-
-def deepspeed_bin() -> Path:
-    found = os.environ.get("DSMON_DEEPSPEED_BIN")
-    launcher = Path(found) / "deepspeed" if found else shutil.which("deepspeed")
-    if launcher is None or not Path(launcher).exists():
-        reason = "no DeepSpeed: set $DSMON_DEEPSPEED_BIN to a venv's bin with torch + deepspeed"
-        if os.environ.get("DSMON_REQUIRE_DEEPSPEED") == "1":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return Path(launcher).parent
-
-
-def wait_for(what: str, cond: Callable[[], object], procs: list[subprocess.Popen[bytes]]) -> None:
-    process_support.wait_for(what, cond, procs, DEADLINE_S, poll_s=0.5)
-
-
-def start(args: list[str], cwd: Path, env: dict[str, str], out: Path) -> subprocess.Popen[bytes]:
-    with out.open("wb") as f:
-        return subprocess.Popen(
-            args, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=f,
-            stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-
-
-def end(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGINT)
-            proc.wait(timeout=30)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
-def rank_pid(rank: int) -> int | None:
-    """The training process of one local rank (its command line names the rank)."""
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            argv = cmdline.read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if (
-            any(a.endswith(b"train_tiny.py") for a in argv)
-            and f"--local_rank={rank}".encode() in argv
-        ):
-            return int(cmdline.parent.name)
-    return None
 
 
 @pytest.fixture

@@ -33,7 +33,7 @@ def test_config_with_warnings_exits_1(capsys: pytest.CaptureFixture[str]) -> Non
     assert "WARN  optimizer.fused  A fused optimizer runs the step" in out
     assert (
         out.rstrip().splitlines()[-1]
-        == "Summary: 0 fail, 2 warn, 15 unknown, 16 pass, 7 n/a -> warn"
+        == "Summary: 0 fail, 2 warn, 15 unknown, 16 pass, 9 n/a -> warn"
     )
 
 
@@ -56,7 +56,7 @@ def test_json_output(capsys: pytest.CaptureFixture[str]) -> None:
     errors = next(r for r in doc["results"] if r["id"] == "run.errors")
     assert errors["status"] == "fail" and errors["page"] == "steps"
     assert errors["evidence"][0]["label"] == "traceback (rank 0)"
-    assert sum(doc["counts"].values()) == len(doc["results"]) == 40
+    assert sum(doc["counts"].values()) == len(doc["results"]) == 42
 
 
 def test_all_pass_exits_0(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -166,6 +166,8 @@ DEMO_NOT_APPLICABLE = {
     "gpu.memory",
     "gpu.throttling",
     "gpu.errors",
+    "ranks.straggler",  # a log alone: no per-rank probe data
+    "ranks.hang",
 }
 
 
@@ -176,11 +178,11 @@ def test_not_applicable_is_not_a_pass(capsys: pytest.CaptureFixture[str]) -> Non
     for r in doc["results"]:
         by_status.setdefault(r["status"], set()).add(r["id"])
     assert by_status["n/a"] == DEMO_NOT_APPLICABLE
-    assert doc["counts"] == {"pass": 17, "warn": 3, "fail": 0, "unknown": 2, "n/a": 18}
+    assert doc["counts"] == {"pass": 17, "warn": 3, "fail": 0, "unknown": 2, "n/a": 20}
     assert code == doc["exit_code"] == 1
     code, out, _ = run_cli(capsys, str(demo_dir()))
     lines = out.splitlines()
-    assert lines[-1] == "Summary: 0 fail, 3 warn, 2 unknown, 17 pass, 18 n/a -> warn"
+    assert lines[-1] == "Summary: 0 fail, 3 warn, 2 unknown, 17 pass, 20 n/a -> warn"
     assert "N/A   gpu.errors  No ECC or XID errors" in lines
     assert lines[lines.index("N/A   gpu.errors  No ECC or XID errors") + 1] == (
         "      CPU run (no GPUs)"
@@ -199,7 +201,7 @@ def test_nothing_applicable_exits_0() -> None:
             if r.status is Status.NOT_APPLICABLE
         )
     )
-    assert len(checklist.results) == 5  # the GPU rules on a CPU run with no config
+    assert len(checklist.results) == 7  # the GPU rules on a CPU run, the probe rules: no data
     assert checklist.status is Status.NOT_APPLICABLE and exit_code(checklist) == 0
 
 

@@ -49,9 +49,13 @@ def job_pod() -> dict[str, Any]:
     return pod_spec(one("Job"))
 
 
-def sidecar() -> dict[str, Any]:
-    (c,) = [c for c in job_pod().get("initContainers", []) if dsmon_argv(c)]
+def init_container(command: str) -> dict[str, Any]:
+    (c,) = [c for c in job_pod().get("initContainers", []) if (dsmon_argv(c) or [""])[0] == command]
     return c
+
+
+def sidecar() -> dict[str, Any]:
+    return init_container("collect")
 
 
 def trainer() -> dict[str, Any]:
@@ -179,6 +183,28 @@ def test_sidecar_rereads_the_flops_profile_the_config_writes() -> None:
     assert "--deepspeed_config /etc/deepspeed/ds_config.json" in trainer()["args"][0]
     (vol,) = [v for v in job_pod()["volumes"] if v["name"] == config_mount["name"]]
     assert vol["configMap"]["name"] == "deepspeed-config"
+
+
+def test_probe_is_copied_loaded_by_the_trainer_and_followed() -> None:
+    copy = init_container("probe")
+    argv = dsmon_argv(copy)
+    assert argv is not None and "restartPolicy" not in copy  # runs once, before the trainer
+    code, probe_dir = argv[1], flag(argv, "--probe-dir")
+    env = env_of(trainer())
+    assert env["PYTHONPATH"]["value"] == f"{code}/boot"
+    assert (
+        env["DSMON_PROBE_DIR"]["value"]
+        == probe_dir
+        == flag(dsmon_argv(sidecar()) or [], "--probe-dir")
+    )
+    assert mount_of(copy, code)["name"] == mount_of(trainer(), code)["name"] == "dsmon-probe"
+    assert mount_of(trainer(), code).get("readOnly") is True
+    assert probe_dir is not None
+    assert (
+        mount_of(trainer(), probe_dir)["name"] == mount_of(sidecar(), probe_dir)["name"] == "logs"
+    )
+    init_order = [c["name"] for c in job_pod()["initContainers"]]
+    assert init_order.index(copy["name"]) < init_order.index(sidecar()["name"])
 
 
 def test_sidecar_state_survives_a_container_restart() -> None:

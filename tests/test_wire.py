@@ -67,7 +67,7 @@ def test_missing_required_field_is_an_error() -> None:
 
 
 def test_every_kind_is_registered_once() -> None:
-    assert len(KINDS) == 16
+    assert len(KINDS) == 18
     assert all(kind == cls.KIND for kind, cls in KINDS.items())
 
 

@@ -36,6 +36,8 @@ FRAME_KINDS = (
     "flops_profile",
     "gpu",
     "event",
+    "rank_step",
+    "heartbeat",
 )
 #: Comm backends that only run on accelerators.
 _GPU_BACKENDS = frozenset({"nccl", "hccl", "rccl", "xccl"})

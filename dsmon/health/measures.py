@@ -162,3 +162,9 @@ def op_latency_ms(ops: pd.DataFrame, prefixes: tuple[str, ...]) -> float | None:
 def median(values: pd.Series) -> float:
     """Median as float (NaN for an empty series)."""
     return float(values.median()) if not values.empty else float("nan")
+
+
+def job_finished(inputs: HealthInputs) -> bool:
+    """Whether the launcher reported the workers' exit (successful or not)."""
+    ev = inputs.frame("event")
+    return not ev.empty and bool((ev["name"] == "worker_exit").any())

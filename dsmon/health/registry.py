@@ -26,6 +26,7 @@ RULE_MODULES = (
     "runtime_rules",
     "step_rules",
     "run_rules",
+    "rank_rules",
     "gpu_rules",
 )
 CATEGORIES = ("config", "runtime", "gpu")

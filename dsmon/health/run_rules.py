@@ -97,12 +97,6 @@ def _last_ts(inputs: HealthInputs, kinds: tuple[str, ...]) -> pd.Timestamp | Non
     return max(stamps) if stamps else None
 
 
-def _finished(inputs: HealthInputs) -> bool:
-    """Whether the launcher reported the workers' exit (successful or not)."""
-    ev = inputs.frame("event")
-    return not ev.empty and bool((ev["name"] == "worker_exit").any())
-
-
 @rule(
     "run.stalled",
     "The run is still making steps",
@@ -115,7 +109,7 @@ def check_stalled(inputs: HealthInputs) -> Finding:
     """Fail when steps stopped while other data (GPU samples, log lines) keeps arriving."""
     if inputs.now is None:
         return Finding(Status.UNKNOWN, "only judged live (replaying a finished log)")
-    if _finished(inputs):
+    if m.job_finished(inputs):
         return Finding(Status.PASS, "the launcher reported the workers' exit: run finished")
     last_step = _last_ts(inputs, _STEP_KINDS)
     if last_step is None:

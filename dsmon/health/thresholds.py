@@ -131,3 +131,21 @@ MFU_WARN = 0.30
 STALL_MIN_S = 30.0
 STALL_FACTOR = 5.0
 NCCL_TIMEOUT_S = 600.0
+
+# --- every rank (dsmon run's probe) -----------------------------------------------------------
+#: straggler score = slowest rank's busy time / the median rank's, per step (1.0 = balanced).
+#: Its median over the steady steps above 1.2 means the others wait a sixth of each step for
+#: one rank; above 1.5 a third (dsmon's lines; the same 20 % / 50 % as step regressions).
+STRAGGLER_WARN = 1.2
+STRAGGLER_FAIL = 1.5
+#: the score needs this many steps seen by two or more ranks.
+STRAGGLER_MIN_STEPS = 3
+#: the probe writes a heartbeat at least every 5 s (collectors/probe/recorder.py KEEPALIVE_S):
+#: a rank silent for three of them while others still report has stopped. With the
+#: collector's 0.5 s poll the rule fires within 20 s of the rank's last heartbeat, far inside
+#: NCCL's 600 s timeout.
+HEARTBEAT_SILENT_S = 15.0
+#: a live rank in one phase longer than max(HANG_MIN_S, HANG_STEP_FACTOR x the median step)
+#: is stuck (the same lines as the stall rule).
+HANG_MIN_S = STALL_MIN_S
+HANG_STEP_FACTOR = STALL_FACTOR

@@ -218,3 +218,24 @@ class SubParser(Protocol):
     def finish(self, ctx: ParseContext) -> list[Record]:
         """End of input: flush a complete pending block, count a cut one."""
         ...
+
+
+class LineParser(Protocol):
+    """A whole file's parser, fed line by line: ``LogParser`` or ``ProbeParser``.
+
+    The collector and ``dsmon import`` read a log and a probe file the same way.
+    """
+
+    @property
+    def diag(self) -> Diagnostics:
+        """What could not be parsed so far."""
+
+    @property
+    def file(self) -> str | None:
+        """The file name the records carry (for ``file:line`` in diagnostics)."""
+
+    def feed(self, raw: str, offset: int | None = None, line: int | None = None) -> list[Record]:
+        """The records of one physical line."""
+
+    def finish(self) -> list[Record]:
+        """End of input: what the parser still holds."""

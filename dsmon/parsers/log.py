@@ -96,6 +96,11 @@ class LogParser:
         """What could not be parsed so far."""
         return self.ctx.diag
 
+    @property
+    def file(self) -> str | None:
+        """The file name in each record's Source."""
+        return self.ctx.file
+
     def feed(self, raw: str, offset: int | None = None, line: int | None = None) -> list[Record]:
         """Parse one physical line (with or without its newline)."""
         self._lineno = line if line is not None else self._lineno + 1

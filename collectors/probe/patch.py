@@ -1,0 +1,210 @@
+"""Wrapping DeepSpeed's engine and collectives, installed when DeepSpeed's engine is imported.
+
+:func:`install` adds an import hook (a ``sys.meta_path`` finder) that patches
+``deepspeed.runtime.engine.DeepSpeedEngine`` right after that module is executed, or patches
+it at once when it is already imported. Nothing else of the user's program is touched, and a
+failure to patch prints one line and leaves DeepSpeed as it was: the probe must never break a
+run. The per-rank file is opened at the engine's first call (launcher processes import
+DeepSpeed too, but never call an engine, so they write nothing).
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any
+
+from .clocks import clock_for
+from .recorder import Recorder
+
+ENGINE_MODULE = "deepspeed.runtime.engine"
+#: Environment variable naming the folder of the per-rank files; the probe is off without it.
+DIR_ENV = "DSMON_PROBE_DIR"
+#: Engine methods timed, with the phase each one is.
+ENGINE_PHASES = {"forward": "forward", "backward": "backward", "step": "step"}
+#: ``deepspeed.comm`` functions whose name the heartbeat reports while a rank is inside one.
+COLLECTIVES = (
+    "all_reduce",
+    "all_reduce_coalesced",
+    "inference_all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "allgather_fn",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "reduce_scatter_fn",
+    "reduce",
+    "broadcast",
+    "barrier",
+    "all_to_all",
+    "all_to_all_single",
+    "gather",
+    "scatter",
+)
+
+
+class _Probe:
+    """The process's one recorder, made at the engine's first call."""
+
+    recorder: Recorder | None = None
+    depth = 0
+    comm_depth = 0
+    failed = False
+
+
+def _warn(what: str, exc: BaseException) -> None:
+    print(f"dsmon probe: {what}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+
+
+def _rank(engine: Any) -> int:
+    rank = getattr(engine, "global_rank", None)
+    if isinstance(rank, int):
+        return rank
+    return int(os.environ.get("RANK", "0"))
+
+
+def _recorder(engine: Any) -> Recorder | None:
+    """The recorder, opened on first use; None when the probe is off or could not start."""
+    if _Probe.recorder is not None or _Probe.failed:
+        return _Probe.recorder
+    try:
+        folder = os.environ[DIR_ENV]
+        os.makedirs(folder, exist_ok=True)
+        rank = _rank(engine)
+        rec = Recorder(os.path.join(folder, f"rank-{rank}.jsonl"), rank, clock_for(engine))
+        rec.start()
+        atexit.register(rec.close)
+        _Probe.recorder = rec
+    except Exception as exc:  # noqa: BLE001 - never break the run
+        _Probe.failed = True
+        _warn("cannot start", exc)
+    return _Probe.recorder
+
+
+def wrap_engine_method(fn: Callable[..., Any], phase: str) -> Callable[..., Any]:
+    """``fn`` timed as ``phase``; ``step`` also ends the optimizer step at a boundary."""
+
+    @functools.wraps(fn)
+    def wrapper(engine: Any, *args: Any, **kwargs: Any) -> Any:
+        rec = _recorder(engine)
+        if rec is None or _Probe.depth:
+            return fn(engine, *args, **kwargs)
+        before = getattr(engine, "global_steps", None)
+        _Probe.depth += 1
+        rec.enter(phase)
+        token = rec.clock.start()
+        try:
+            return fn(engine, *args, **kwargs)
+        finally:
+            rec.timed(phase, rec.clock.stop(token))
+            _Probe.depth -= 1
+            after = getattr(engine, "global_steps", None)
+            if phase == "step" and isinstance(after, int) and after != before:
+                rec.boundary(after)
+            else:
+                rec.enter("outside")
+
+    wrapper.__dsmon_probe__ = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+def wrap_collective(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """``fn`` reported in the heartbeat while running; its host time counted when blocking."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        rec = _Probe.recorder
+        if rec is None or _Probe.comm_depth:
+            return fn(*args, **kwargs)
+        _Probe.comm_depth += 1
+        before = rec.state
+        rec.enter(before[1], name)
+        t0 = time.perf_counter_ns()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if not kwargs.get("async_op"):
+                rec.comm((time.perf_counter_ns() - t0) / 1e6)
+            _Probe.comm_depth -= 1
+            rec.state = (rec.state[0], *before[1:])  # back in the phase, since it began
+
+    wrapper.__dsmon_probe__ = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+def patch_engine(module: ModuleType) -> None:
+    """Wrap the engine class of ``deepspeed.runtime.engine`` and ``deepspeed.comm``."""
+    cls = module.DeepSpeedEngine
+    for method, phase in ENGINE_PHASES.items():
+        fn = getattr(cls, method, None)
+        if fn is not None and not getattr(fn, "__dsmon_probe__", False):
+            setattr(cls, method, wrap_engine_method(fn, phase))
+    for name in ("deepspeed.comm.comm", "deepspeed.comm"):
+        comm = sys.modules.get(name)
+        if comm is not None:
+            patch_collectives(comm)
+
+
+def patch_collectives(comm: ModuleType, names: Sequence[str] = COLLECTIVES) -> None:
+    """Wrap the named collective functions of a module, where it has them."""
+    for name in names:
+        fn = getattr(comm, name, None)
+        if callable(fn) and not getattr(fn, "__dsmon_probe__", False):
+            setattr(comm, name, wrap_collective(fn, name))
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    """Runs the real loader, then patches the module it executed."""
+
+    def __init__(self, loader: Any) -> None:
+        self._loader = loader
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        """As the real loader does."""
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        """Execute the module, then wrap its engine."""
+        self._loader.exec_module(module)
+        try:
+            patch_engine(module)
+        except Exception as exc:  # noqa: BLE001 - never break the run
+            _warn("cannot wrap DeepSpeed's engine", exc)
+
+
+class EngineImportHook(importlib.abc.MetaPathFinder):
+    """Finds ``deepspeed.runtime.engine`` through the other finders and patches it once loaded."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        """The engine module's spec with a patching loader; None for every other module."""
+        if fullname != ENGINE_MODULE:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _PatchingLoader(spec.loader)
+                return spec
+        return None
+
+
+def install() -> bool:
+    """Patch DeepSpeed's engine now or when it is imported; False when the probe is off."""
+    if not os.environ.get(DIR_ENV):
+        return False
+    loaded = sys.modules.get(ENGINE_MODULE)
+    if loaded is not None:
+        patch_engine(loaded)
+    elif not any(isinstance(f, EngineImportHook) for f in sys.meta_path):
+        sys.meta_path.insert(0, EngineImportHook())
+    return True

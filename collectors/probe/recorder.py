@@ -1,0 +1,187 @@
+"""One rank's measurements and its JSON-lines file, written off the training loop's thread.
+
+The wrapped engine methods only note times and the current phase (a few attribute stores and
+list appends per call); turning them into JSON and writing the file happens in a daemon thread
+(``dsmon-probe``) that wakes every :data:`INTERVAL_S`. That thread also writes the heartbeat:
+the phase the rank is in now and since when, whenever it changed and at least every
+:data:`KEEPALIVE_S`, so a rank whose heartbeat stops has stopped (SIGSTOP, a hung process),
+while one stuck in a collective keeps saying so.
+
+Line formats (one JSON object per line, documented in dsmon's docs/records.md)::
+
+    {"kind": "rank_step", "ts": "...", "rank": 1, "step": 12, "fwd_ms": 3.1, "bwd_ms": 9.4,
+     "step_ms": 2.0, "comm_ms": 6.2, "total_ms": 15.0, "micro_steps": 2, "clock": "cpu"}
+    {"kind": "heartbeat", "ts": "...", "rank": 1, "step": 13, "phase": "backward",
+     "collective": "all_reduce", "phase_since": "...", "pid": 4242}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections import deque
+from datetime import datetime
+from typing import Any
+
+from .clocks import PhaseClock
+
+#: Seconds between wake-ups of the writer thread.
+INTERVAL_S = 1.0
+#: A heartbeat is written at least this often even when nothing changed.
+KEEPALIVE_S = 5.0
+#: Timed phases of the engine, in the field names of a ``rank_step`` line.
+TIMED = {"forward": "fwd_ms", "backward": "bwd_ms", "step": "step_ms"}
+
+
+def stamp(t: float) -> str:
+    """Local time without zone, as DeepSpeed's logger prints it (ms precision)."""
+    return datetime.fromtimestamp(t).isoformat(timespec="milliseconds")
+
+
+class Recorder:
+    """The measurements of one rank and the thread that writes them to ``path``.
+
+    ``state`` is the heartbeat's content, replaced as a whole tuple (one store is atomic, so
+    the writer thread never sees half an update): ``(step, phase, collective, since)``.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        rank: int,
+        clock: PhaseClock,
+        *,
+        interval_s: float = INTERVAL_S,
+        keepalive_s: float = KEEPALIVE_S,
+    ) -> None:
+        self.path = path
+        self.rank = rank
+        self.clock = clock
+        self.state: tuple[int, str, str | None, float] = (1, "start", None, time.time())
+        self._interval_s = interval_s
+        self._keepalive_s = keepalive_s
+        self._window: dict[str, list[Any]] = {p: [] for p in TIMED}
+        self._comm_ms: float | None = None
+        self._last_end = time.perf_counter_ns()
+        self._queue: deque[dict[str, Any]] = deque()
+        self._written: tuple[Any, ...] | None = None
+        self._written_at = 0.0
+        self._stop = threading.Event()
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._thread = threading.Thread(target=self._loop, name="dsmon-probe", daemon=True)
+
+    def start(self) -> None:
+        """Write the first heartbeat and start the writer thread."""
+        self._flush(force_beat=True)
+        self._thread.start()
+
+    # --- called from the training loop (keep cheap) ---------------------------------------
+
+    def enter(self, phase: str, collective: str | None = None) -> None:
+        """The rank enters a phase (or a collective inside the current one)."""
+        self.state = (self.state[0], phase, collective, time.time())
+
+    def timed(self, phase: str, pending: Any) -> None:
+        """A finished phase's measurement (pending on CUDA until the device passes it)."""
+        self._window[phase].append(pending)
+
+    def comm(self, ms: float) -> None:
+        """Host time spent blocked in a collective during this step."""
+        self._comm_ms = (self._comm_ms or 0.0) + ms
+
+    def boundary(self, step: int) -> None:
+        """Optimizer step ``step`` (1-based) just ended: queue its line, start the next."""
+        now_ns = time.perf_counter_ns()
+        self._queue.append(
+            {
+                "t": time.time(),
+                "step": step,
+                "window": self._window,
+                "comm_ms": self._comm_ms,
+                "total_ms": (now_ns - self._last_end) / 1e6,
+            }
+        )
+        self._window = {p: [] for p in TIMED}
+        self._comm_ms = None
+        self._last_end = now_ns
+        self.state = (step + 1, "outside", None, time.time())
+
+    # --- the writer thread -----------------------------------------------------------------
+
+    def close(self) -> None:
+        """At exit: stop the thread, write what is left and a last ``exited`` heartbeat."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2 * self._interval_s)
+        self.state = (self.state[0], "exited", None, time.time())
+        self._flush(final=True, force_beat=True)
+        os.close(self._fd)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            try:
+                self._flush()
+            except Exception:  # noqa: BLE001 - a full disk must not stop training
+                continue
+
+    def _flush(self, *, final: bool = False, force_beat: bool = False) -> None:
+        """Write the step lines whose times are known, then a heartbeat if one is due."""
+        lines: list[dict[str, Any]] = []
+        while self._queue:
+            try:
+                line = self._step_line(self._queue[0], final)
+            except Exception:  # noqa: BLE001 - an event that cannot be read: drop that step
+                self._queue.popleft()
+                continue
+            if line is None:
+                break  # the device has not reached it yet; later lines wait behind it
+            self._queue.popleft()
+            lines.append(line)
+        beat = self._beat(force_beat)
+        if beat is not None:
+            lines.append(beat)
+        if lines:
+            data = "".join(json.dumps(x, separators=(",", ":")) + "\n" for x in lines)
+            os.write(self._fd, data.encode())
+
+    def _step_line(self, item: dict[str, Any], final: bool) -> dict[str, Any] | None:
+        times: dict[str, float | None] = {}
+        for phase, field in TIMED.items():
+            parts = [self.clock.elapsed_ms(p) for p in item["window"][phase]]
+            if any(p is None for p in parts) and not final:
+                return None
+            known = [p for p in parts if p is not None]
+            times[field] = round(sum(known), 3) if known else None
+        return {
+            "kind": "rank_step",
+            "ts": stamp(item["t"]),
+            "rank": self.rank,
+            "step": item["step"],
+            **times,
+            "comm_ms": None if item["comm_ms"] is None else round(item["comm_ms"], 3),
+            "total_ms": round(item["total_ms"], 3),
+            "micro_steps": len(item["window"]["forward"]),
+            "clock": self.clock.name,
+        }
+
+    def _beat(self, force: bool) -> dict[str, Any] | None:
+        step, phase, collective, since = self.state
+        now = time.time()
+        key = (step, phase, collective, since)
+        if not force and key == self._written and now - self._written_at < self._keepalive_s:
+            return None
+        self._written, self._written_at = key, now
+        return {
+            "kind": "heartbeat",
+            "ts": stamp(now),
+            "rank": self.rank,
+            "step": step,
+            "phase": phase,
+            "collective": collective,
+            "phase_since": stamp(since),
+            "pid": os.getpid(),
+        }

@@ -1,0 +1,165 @@
+"""Runtime rules on every rank (the probe of ``dsmon run``): a straggler, and a hang.
+
+DeepSpeed's own output shows rank 0 only, so neither can be judged from a log: both rules
+need the probe's ``rank_step`` and ``heartbeat`` records and are not applicable without them.
+The straggler rule compares what each rank needed by itself per step (busy time, see
+:mod:`dsmon.analysis.ranks`); the hang rule, live only, names the rank that stopped and where,
+and where the others wait, long before NCCL's watchdog kills the job.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from dsmon.analysis import ranks
+from dsmon.health import measures as m
+from dsmon.health import thresholds as th
+from dsmon.health.inputs import HealthInputs
+from dsmon.health.model import Evidence, Finding, Status
+from dsmon.health.registry import rule
+from dsmon.health.verdicts import not_applicable
+
+_NO_PROBE = "no per-rank data: start the job with 'dsmon run -- <launch command>'"
+
+
+@rule(
+    "ranks.straggler",
+    "No rank holds the others up",
+    "Per step, the slowest rank's busy time (its step time minus the time it waited in "
+    "collectives) over the median rank's, from the per-rank probe: a median above 1.2 warns, "
+    "above 1.5 fails.",
+    "runtime",
+    page="steps",
+)
+def check_straggler(inputs: HealthInputs) -> Finding:
+    """Warn or fail when one rank is persistently slower than the median rank."""
+    table = ranks.rank_step_table(inputs.frame("rank_step"))
+    if table.empty:
+        return not_applicable(_NO_PROBE)
+    steady = m.steady(table)
+    if steady["comm_ms"].isna().all():
+        return Finding(
+            Status.UNKNOWN,
+            "no rank was ever seen blocked in a collective (on a GPU, NCCL's collectives return "
+            "at once), so waiting cannot be told from work: compare the ranks' fwd_ms and bwd_ms",
+        )
+    strag = ranks.stragglers(steady)
+    if len(strag) < th.STRAGGLER_MIN_STEPS:
+        return Finding(
+            Status.UNKNOWN, f"only {len(strag)} steps timed on two or more ranks: too few"
+        )
+    score = m.median(strag["score"])
+    counts = ranks.slowest_counts(strag)
+    top = counts.iloc[0]
+    rng = m.step_range(strag)
+    ev = (
+        Evidence("median straggler score", f"{score:.2f}", m.range_text(rng)),
+        Evidence(
+            f"slowest rank most often: rank {int(top['rank'])}",
+            f"{int(top['steps'])} of {len(strag)} steps",
+        ),
+        Evidence("median busy time of the slowest rank", f"{m.median(strag['slowest_ms']):.1f} ms"),
+        Evidence("median busy time of the median rank", f"{m.median(strag['median_ms']):.1f} ms"),
+    )
+    if not score > th.STRAGGLER_WARN:
+        return Finding(
+            Status.PASS, f"ranks are balanced (straggler score {score:.2f})", ev, steps=rng
+        )
+    status = Status.FAIL if score > th.STRAGGLER_FAIL else Status.WARN
+    return Finding(
+        status,
+        f"rank {int(top['rank'])} is the slowest in {top['share']:.0%} of steps; the others "
+        f"wait for it (straggler score {score:.2f})",
+        ev,
+        "on that rank's node: check GPU clocks and throttling, its input pipeline, and other "
+        "processes (nvidia-smi, top)",
+        "text",
+        steps=rng,
+    )
+
+
+def _stuck_limit(inputs: HealthInputs) -> float:
+    """max(HANG_MIN_S, HANG_STEP_FACTOR x the median per-rank step time)."""
+    table = ranks.rank_step_table(inputs.frame("rank_step"))
+    med_ms = m.median(m.steady(table)["total_ms"]) if not table.empty else 0.0
+    med_s = med_ms / 1000.0 if med_ms == med_ms else 0.0
+    return max(th.HANG_MIN_S, th.HANG_STEP_FACTOR * med_s)
+
+
+def _waiting_text(waiting: tuple[ranks.RankState, ...]) -> str:
+    if not waiting:
+        return ""
+    shown = waiting[:3]
+    parts = [f"rank {s.rank} in {s.where()} for {s.in_phase_s:.0f} s" for s in shown]
+    more = f" and {len(waiting) - 3} more" if len(waiting) > 3 else ""
+    return "; waiting: " + ", ".join(parts) + more
+
+
+def _culprit_text(hang: ranks.Hang) -> str:
+    c = hang.culprits[0]
+    names = ", ".join(str(s.rank) for s in hang.culprits)
+    who = f"rank {names}" if len(hang.culprits) == 1 else f"ranks {names}"
+    if hang.silent:
+        return (
+            f"{who} sent no heartbeat for {c.silent_s:.0f} s (stopped or hung), last seen in "
+            f"{c.where()}"
+        )
+    return f"{who} has been in {c.where()} for {c.in_phase_s:.0f} s"
+
+
+@rule(
+    "ranks.hang",
+    "No rank is hung",
+    "Live, from the per-rank probe's heartbeats: a rank silent for 15 s while others report, "
+    "or stuck in one phase for max(30 s, 5 x the median step), is named with its phase and "
+    "where the others wait, long before NCCL's 600 s timeout.",
+    "runtime",
+    page="steps",
+)
+def check_hang(inputs: HealthInputs) -> Finding:
+    """Fail naming the rank that holds the job up, its phase, and what the others wait in."""
+    beats = inputs.frame("heartbeat")
+    if beats.empty:
+        return not_applicable(_NO_PROBE)
+    if inputs.now is None:
+        return Finding(Status.UNKNOWN, "only judged live (replaying a finished run)")
+    states = ranks.rank_states(beats, pd.Timestamp(inputs.now))
+    if all(s.phase == "exited" for s in states):
+        return Finding(Status.PASS, f"all {len(states)} ranks exited normally")
+    if m.job_finished(inputs):
+        return Finding(Status.PASS, "the launcher reported the workers' exit: the job ended")
+    limit = _stuck_limit(inputs)
+    ev = tuple(
+        Evidence(f"rank {s.rank}", s.where(), f"heartbeat {s.silent_s:.0f} s ago")
+        for s in states[:8]
+    )
+    ev += (
+        Evidence("silent limit", f"{th.HEARTBEAT_SILENT_S:.0f} s"),
+        Evidence("stuck limit", f"{limit:.0f} s", "max(30 s, 5 x median step)"),
+    )
+    hang = ranks.find_hang(states, th.HEARTBEAT_SILENT_S, limit)
+    if hang is None:
+        if all(s.silent_s > th.HEARTBEAT_SILENT_S for s in states if s.phase != "exited"):
+            return Finding(
+                Status.UNKNOWN,
+                "no heartbeat from any rank lately: the job ended or its collector is down",
+                ev,
+            )
+        return Finding(Status.PASS, f"all {len(states)} ranks report and move on", ev)
+    left = th.NCCL_TIMEOUT_S - max(s.in_phase_s for s in hang.waiting or hang.culprits)
+    return Finding(
+        Status.FAIL,
+        _culprit_text(hang)
+        + _waiting_text(hang.waiting)
+        + f" (NCCL's default timeout fires in about {max(left, 0):.0f} s)",
+        ev,
+        f"py-spy dump --pid {_pid(beats, hang.culprits[0].rank)}  # on rank "
+        f"{hang.culprits[0].rank}'s node: where it is stuck",
+        "text",
+    )
+
+
+def _pid(beats: pd.DataFrame, rank: int) -> str:
+    """The process id of a rank from its heartbeats (``<pid>`` when unknown)."""
+    pids = beats.loc[beats["rank"] == rank, "pid"].dropna()
+    return str(int(pids.iloc[-1])) if not pids.empty else "<pid>"

@@ -1,0 +1,70 @@
+"""Running a REAL DeepSpeed job from a test: the launcher, processes, ports and waiting.
+
+DeepSpeed and torch live in their own virtualenv, as a user's training environment does:
+``$DSMON_DEEPSPEED_BIN`` names its ``bin`` folder (``.ci/run`` builds it), else ``deepspeed``
+on ``PATH`` is used. Without it a test is skipped, unless ``DSMON_REQUIRE_DEEPSPEED=1``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import process_support
+import pytest
+
+#: Generous: DeepSpeed's start-up alone takes 10-60 s on a busy 2-core machine.
+DEADLINE_S = 240.0
+
+
+def deepspeed_bin() -> Path:
+    found = os.environ.get("DSMON_DEEPSPEED_BIN")
+    launcher = Path(found) / "deepspeed" if found else shutil.which("deepspeed")
+    if launcher is None or not Path(launcher).exists():
+        reason = "no DeepSpeed: set $DSMON_DEEPSPEED_BIN to a venv's bin with torch + deepspeed"
+        if os.environ.get("DSMON_REQUIRE_DEEPSPEED") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return Path(launcher).parent
+
+
+def wait_for(what: str, cond: Callable[[], object], procs: list[subprocess.Popen[bytes]]) -> None:
+    """Until ``cond()`` holds, within :data:`DEADLINE_S`; fails at once if a process exits."""
+    process_support.wait_for(what, cond, procs, DEADLINE_S, poll_s=0.5)
+
+
+def start(args: list[str], cwd: Path, env: dict[str, str], out: Path) -> subprocess.Popen[bytes]:
+    with out.open("wb") as f:
+        return subprocess.Popen(
+            args, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=f,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+
+
+def end(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGINT)
+            proc.wait(timeout=30)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def rank_pid(rank: int) -> int | None:
+    """The training process of one local rank (its command line names the rank)."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if (
+            any(a.endswith(b"train_tiny.py") for a in argv)
+            and f"--local_rank={rank}".encode() in argv
+        ):
+            return int(cmdline.parent.name)
+    return None

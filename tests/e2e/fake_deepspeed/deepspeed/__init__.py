@@ -1,0 +1,1 @@
+"""A stand-in for DeepSpeed with the engine methods the probe wraps (tests without torch)."""

@@ -1,0 +1,51 @@
+"""The Steps page's per-rank view on a real probed DeepSpeed job (tests/data/probe_straggler).
+
+Rank 1 of that job sleeps 0.2 s in every forward (see its README.md): the view must name it
+as the slowest rank, draw one busy-time line per rank, and show where each rank ended.
+A run without the probe says how to get the view.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from dashboard_support import DATA, app_at, figures, shared_store, texts, trace_names, values
+
+from dsmon.ingest import import_paths
+from dsmon.store import open_store
+
+
+@pytest.fixture(scope="module")
+def store_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = Path(tmp_path_factory.mktemp("ranks")) / "store.sqlite"
+    with open_store(path) as store:
+        import_paths(store, [DATA / "probe_straggler"], run="strag")
+    return str(path)
+
+
+def test_the_slow_rank_is_named(store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DSMON_STORE", store_url)
+    at = app_at(store_url, "strag", "steps")
+    assert not at.exception
+    shown = {m.label: m.value for m in at.metric}
+    assert shown["ranks"] == "2"
+    assert shown["slowest most often"] == "rank 1 (100% of steps)"
+    assert float(shown["straggler score p50"]) > 1.3
+    figs = figures(at)
+    busy = figs["Busy time per rank (step time minus waiting in collectives, ms)"]
+    assert trace_names(busy) == ["rank 0", "rank 1"]
+    assert values(busy["data"][0]["x"]) == list(range(1, 21))
+    score = figs["Straggler score per step (slowest rank's busy time / the median rank's)"]
+    assert set(values(score["data"][0]["customdata"])) == {1}
+    where = at.dataframe[-1].value
+    assert list(where["rank"]) == [0, 1]
+    assert set(where["where"]) == {"exited after step 20"}
+
+
+def test_a_run_without_the_probe_says_how_to_get_the_view(monkeypatch: pytest.MonkeyPatch) -> None:
+    url = shared_store()
+    monkeypatch.setenv("DSMON_STORE", url)
+    at = app_at(url, "z2", "steps")
+    assert not at.exception
+    assert "start the job with dsmon run -- deepspeed train.py ..." in texts(at).replace("`", "")
