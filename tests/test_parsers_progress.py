@@ -217,3 +217,19 @@ def test_prefix_helpers() -> None:
     assert not is_prefix("step=1.0000 dt=0.3665", start)  # mlprof_v077.log line 3
     # megatron_ds095_llama/train.log line 10: two param groups of Adam betas
     assert parse_mom("[(0.9, 0.95), (0.9, 0.95)]") == ((0.9, 0.95), (0.9, 0.95))
+
+
+def test_a_step_line_cut_in_its_momentum_never_reads_the_next_header_as_numbers() -> None:
+    """Found by the property test: field excerpt 13's ``step=60`` line cut after ``mom=``, a
+    lone ``[``, then the next line's header, joined as a wrapped line, read ``-04`` of the
+    date as a momentum of -4.0."""
+    from field_logs import lines
+
+    src = lines(13)
+    step60 = next(ln for ln in src if "step=60," in ln)
+    header = next(ln for ln in src if ln.startswith("[2023-04-18 01:47:43,854]"))[:32]
+    cut = step60[: step60.index("mom=") + 4]
+    recs = list(LogParser("r", "x.log").feed_lines([cut, "[", header]))
+    for rec in recs:
+        if isinstance(rec, StepRecord):
+            assert all(v >= 0 for group in rec.mom for v in group), rec.mom

@@ -22,7 +22,9 @@ from dsmon.parsers.base import NEED_MORE, ParseContext
 from dsmon.parsers.lines import LogLine
 from dsmon.records import IterationRecord, Record, StepRecord, ThroughputRecord
 
-_STEP = re.compile(r"step=(\d+), skipped=(\d+), lr=(\[[^\]]*\]), mom=(\[.*\])\s*$")
+# ``mom`` holds numbers, tuples and lists only: a wrapped line joined with the next line's
+# header (``mom=`` + ``[`` + ``[2023-04-18 01:47:43,854] [INFO]``) must not read as momentum.
+_STEP = re.compile(r"step=(\d+), skipped=(\d+), lr=(\[[^\]]*\]), mom=(\[[-+.\deE\s,()\[\]]*\])\s*$")
 _STEP_HEAD = re.compile(r"step=\d+, skipped=\d+, ")
 _NUM = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:inf|nan)")
 _GROUP = re.compile(r"[(\[]([^()\[\]]*)[)\]]")
