@@ -21,7 +21,6 @@ from ui.text import md_escape
 
 #: Session key under which ``app.py`` leaves the view of the selected run.
 VIEW_KEY = "dsmon_view"
-APP = Path(__file__).resolve().parents[1] / "app.py"
 
 
 def page_view(script: str) -> View:
@@ -31,7 +30,10 @@ def page_view(script: str) -> View:
     page's URL; ``app.py`` then runs first and comes back to the page (``?page=<name>``).
     """
     if VIEW_KEY not in st.session_state:
-        st.switch_page(APP, query_params={**st.query_params.to_dict(), "page": Path(script).stem})
+        # app.py sits above pages/ (in a checkout, or <prefix>/share/dsmon of an install),
+        # not beside this package, which an install puts in site-packages.
+        app = Path(script).resolve().parents[1] / "app.py"
+        st.switch_page(app, query_params={**st.query_params.to_dict(), "page": Path(script).stem})
     view: View = st.session_state[VIEW_KEY]
     return view
 
