@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from browser_support import chromium, page_text
 
 pytestmark = pytest.mark.slow
 
@@ -142,6 +143,7 @@ def test_readme_first_command_installs_and_runs_the_demo(clone: Path) -> None:
             ),
             INSTALL_TIMEOUT_S,
         )
+        opened_by_url = steps_page_text(port)
     finally:
         status = stop(proc, signal.SIGINT)
     assert status is not None, f"Ctrl-C did not stop the demo:\n{out.text[-4000:]}"
@@ -152,6 +154,18 @@ def test_readme_first_command_installs_and_runs_the_demo(clone: Path) -> None:
     assert re.search(r"^DeepSpeed\s+0\.19\.8, world size 2$", out.text, re.MULTILINE)
     assert re.search(r"^Steps\s+30\b", out.text, re.MULTILINE)
     assert f"http://127.0.0.1:{port}" in out.text
+    # A page opened by its URL in a fresh browser, from the installed layout (app.py and
+    # pages/ under <venv>/share/dsmon, the ui package in site-packages).
+    assert "Steps · demo" in opened_by_url and "30 timed steps" in opened_by_url, opened_by_url
+
+
+def steps_page_text(port: int) -> str:
+    """The text of the Steps page, opened by its URL before any other page."""
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"http://127.0.0.1:{port}/steps")
+        page.wait_for_function("document.body.innerText.includes('timed steps')", timeout=60_000)
+        return page_text(page)
 
 
 def test_readme_second_command_is_well_formed(clone: Path) -> None:
