@@ -87,7 +87,7 @@ def register(subparsers: Any) -> None:
         help="file holding the ingest token (else $DSMON_TOKEN; generated and printed when "
         "--ingest-port is given)",
     )
-    w.set_defaults(func=run_watch)
+    w.set_defaults(func=run_watch, config_beside_log=True)
     from collectors import run_cmd  # imports this module: registered last
 
     run_cmd.register(subparsers)
@@ -203,7 +203,7 @@ def config_files(args: argparse.Namespace) -> list[str]:
     DeepSpeed's default log level prints no config dump, and a checklist with nothing to judge
     is of little use: the file the job was most likely started with is taken, and said so.
     """
-    if args.ds_config or getattr(args, "func", None) is not run_watch:
+    if args.ds_config or not getattr(args, "config_beside_log", False):
         return list(args.ds_config)
     beside = Path(args.log[0]).parent / "ds_config.json"
     if beside.is_file():

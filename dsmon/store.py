@@ -41,8 +41,8 @@ __all__ = ["RunInfo", "SQLiteStore", "Store", "StoreError", "open_store", "sqlit
 #: How long a writer waits for another writer's transaction before giving up.
 BUSY_TIMEOUT_S = 30.0
 
-# Added after schema version 1 shipped: created when first needed, so older stores open as
-# they are, and read as empty when it is missing.
+# Added after schema version 1 shipped: an older store gets it from its first writer
+# (``_add_indexes``), and reads as empty while it is missing.
 _ACTIVITY_DDL = """CREATE TABLE IF NOT EXISTS run_activity (
     run TEXT PRIMARY KEY,
     restamps INTEGER NOT NULL DEFAULT 0,
@@ -188,18 +188,19 @@ class SQLiteStore(Store):
         self._indexed = True
 
     def _add_indexes(self) -> None:
-        """Give a store written by an older dsmon the indexes added since (first write only).
+        """Give a store written by an older dsmon what was added since (first write only).
 
-        Readers never do it: building an index takes the write lock, for seconds on a big store.
+        That is the ``(run, kind, id)`` index and the ``run_activity`` table. Readers never do it: building an index takes the write lock, for seconds on a big store.
         """
         if self._indexed:
             return
         found = self._conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?", (_RUN_KIND_ID,)
-        ).fetchone()
-        if found is None:
+            "SELECT name FROM sqlite_master WHERE name IN (?, 'run_activity')", (_RUN_KIND_ID,)
+        ).fetchall()
+        if len(found) < 2:
             with self._transaction():
                 self._conn.execute(_RUN_KIND_ID_DDL)
+                self._conn.execute(_ACTIVITY_DDL)
         self._indexed = True
 
     def _transaction(self) -> _Transaction:
@@ -238,13 +239,11 @@ class SQLiteStore(Store):
             for r in cands:
                 top[r.kind] = max(top.get(r.kind, 0), r.step or 0)
             conn.executemany(_RESTAMP_KIND, [(s, s, run, k) for k, s in top.items()])
-            conn.execute(_ACTIVITY_DDL)
             conn.execute(_COUNT_RESTAMPS, (run, filled))
 
     def _received(self, rows: list[RecordRow]) -> None:
         """Note that the runs of ``rows`` are being sent to now (see ``RunInfo.received_at``)."""
         now = received_now()
-        self._conn.execute(_ACTIVITY_DDL)
         self._conn.executemany(_RECEIVED, [(run, now) for run in {r.run for r in rows}])
 
     def _activity(self) -> dict[str, tuple[int, str | None]]:
