@@ -22,6 +22,14 @@ FIELD = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus" / "f
 R = TypeVar("R", bound=Record)
 
 
+#: For a module that cannot run without the excerpts: skipped on a machine whose clone has no
+#: ``../shared`` beside it (a user running the README's test command), never in CI, which has it.
+needs_field_corpus = pytest.mark.skipif(
+    not FIELD.is_dir() and not os.environ.get("CI"),
+    reason=f"no field corpus at {FIELD} (../shared beside the clone)",
+)
+
+
 def field_logs() -> list[Path]:
     """Every excerpt, in number order."""
     return sorted(FIELD.glob("[0-9][0-9]_*.log"))

@@ -8,12 +8,14 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from field_logs import FIELD, field_logs, lines, of, parse_path
+from field_logs import FIELD, field_logs, lines, needs_field_corpus, of, parse_path
 
 from dsmon import wire
 from dsmon.ingest_batch import check_record
 from dsmon.parsers.log import parse_text
 from dsmon.records import IterationRecord, LossScaleRecord
+
+pytestmark = needs_field_corpus
 
 
 def test_the_field_corpus_is_there() -> None:

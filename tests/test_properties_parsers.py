@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pytest
-from field_logs import field_logs
+from field_logs import field_logs, needs_field_corpus
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -31,6 +31,8 @@ from dsmon.parsers.base import Diagnostics, SubParser
 from dsmon.parsers.flops_profiler import parse_profile_file
 from dsmon.parsers.log import LogParser, default_parsers
 from dsmon.records import KINDS, Record
+
+pytestmark = needs_field_corpus
 
 PROFILE = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FIELD_LINES = [ln for p in field_logs() for ln in p.read_text(encoding="utf-8").split("\n")]
