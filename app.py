@@ -13,7 +13,6 @@ from pathlib import Path
 
 import streamlit as st
 
-from dsmon.analysis.gpus import prepare
 from dsmon.commands import default_store
 from dsmon.live import OPEN, FrameHub, View, run_is_live, step_cutoff
 from dsmon.store import open_store
@@ -37,7 +36,7 @@ STEP_KEY = "dsmon_step"
 @st.cache_resource(show_spinner=False)
 def hub(url: str) -> FrameHub:
     """One store connection and frame cache per store, shared by every browser session."""
-    return FrameHub(open_store(url), transforms={"gpu": prepare})
+    return FrameHub(open_store(url))
 
 
 def default_refresh() -> float:

@@ -25,7 +25,6 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from dsmon.alert_defaults import INTERVAL_S
 from dsmon.alerts import Alerter
-from dsmon.analysis.gpus import prepare
 from dsmon.health.model import CheckResult, Status
 from dsmon.health.panel import panel
 from dsmon.live import OPEN, RunFrames, run_is_live
@@ -136,8 +135,7 @@ class HealthWatcher:
         """
         frames = self._frames.get(info.name)
         if frames is None:
-            # GPU samples prepared as the dashboard's (app.py), so verdicts match its page
-            frames = RunFrames(self.store, info.name, transforms={"gpu": prepare})
+            frames = RunFrames(self.store, info.name)
             self._frames[info.name] = frames
         frames.refresh()
         live_now = now if run_is_live(info, now) else None

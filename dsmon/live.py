@@ -30,6 +30,8 @@ T = TypeVar("T")
 
 #: A run whose newest record is younger than this is shown as live (and auto-refreshed).
 LIVE_WINDOW_S = 120.0
+#: The kind kept out of frames: the store folds GPU samples for each query.
+GPU = "gpu"
 #: Memoised derived views kept per run (oldest dropped first).
 MEMO_SIZE = 64
 
@@ -90,6 +92,7 @@ class RunFrames:
         self._memo: OrderedDict[Hashable, Any] = OrderedDict()
         self.last_id = 0
         self._restamps = store.restamps(run)
+        self._gpu_samples = -1  # GPU samples stored when last counted (-1: never counted)
 
     def refresh(self) -> bool:
         """Fetch what was added since the last refresh for every kind already loaded.
@@ -108,6 +111,7 @@ class RunFrames:
             if hi <= self.last_id:
                 return reloaded
             self.last_id = hi
+            self._gpu_samples = -1
             for kind in list(self._frames):
                 self._extend_frame(kind, hi)
             for kind in list(self._records):
@@ -138,17 +142,34 @@ class RunFrames:
         return [r for r in recs if _before(r, cutoff)]
 
     def version(self, kinds: Sequence[str]) -> tuple[int, ...]:
-        """How many times each kind has grown: part of every memo key."""
-        return tuple(self._versions.get(k, 0) for k in kinds)
+        """How many times each kind has grown: part of every memo key.
+
+        ``gpu`` is never loaded as a frame (see :meth:`gpu`): its version is the number of
+        GPU samples stored.
+        """
+        return tuple(self._gpu_count() if k == GPU else self._versions.get(k, 0) for k in kinds)
+
+    def _gpu_count(self) -> int:
+        """GPU samples stored at the last refresh (counted once per refresh that saw news)."""
+        with self._lock:
+            if self._gpu_samples < 0:
+                info = self.info()
+                self._gpu_samples = info.kinds.get(GPU, 0) if info else 0
+            return self._gpu_samples
 
     def memo(self, name: str, kinds: Sequence[str], cutoff: Cutoff, fn: Callable[[], T]) -> T:
         """``fn()``, recomputed only when one of ``kinds`` grew or the cut-off moved."""
         for kind in kinds:  # load what fn will read, so the versions below are current
+            if kind == GPU:
+                continue
             if kind.startswith("rec:"):
                 self.records(kind[4:])
             else:
                 self.frame(kind)
-        key = (name, cutoff, self.version(kinds))
+        return self._memoised((name, cutoff, self.version(kinds)), fn)
+
+    def _memoised(self, key: Hashable, fn: Callable[[], T]) -> T:
+        """The value kept under ``key``, else ``fn()`` kept (the oldest dropped past MEMO_SIZE)."""
         with self._lock:
             if key in self._memo:
                 self._memo.move_to_end(key)
@@ -159,6 +180,15 @@ class RunFrames:
             while len(self._memo) > MEMO_SIZE:
                 self._memo.popitem(last=False)
         return value
+
+    def gpu(self, name: str, cutoff: Cutoff, fn: Callable[[Store, Any], T]) -> T:
+        """``fn(store, ts_max)``: a GPU query, asked again only when samples were added.
+
+        GPU samples are never loaded here: the store answers summaries and buckets from its
+        roll-ups (``dsmon.gpu_reads``), so a day of 64 GPUs costs a query, not 5.5M rows.
+        """
+        key = (GPU, name, cutoff, self._gpu_count())
+        return self._memoised(key, lambda: fn(self.store, cutoff.ts))
 
     def _reload(self) -> None:
         """Forget every loaded row; the next read fetches all again (versions keep growing)."""

@@ -14,13 +14,17 @@ from __future__ import annotations
 import importlib
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from dsmon.records import Record
+from dsmon import store_sql as sql
+from dsmon.gpu_reads import GpuFold, iso_text
+from dsmon.gpu_rows import SampleRow, cut_ms, grid, sample_row
+from dsmon.records import GpuSampleRecord, Record
+from dsmon.store_gpu import LEVELS_S, GpuTables
 from dsmon.store_schema import (
-    ROW_COLUMNS,
+    BATCH_ROWS,
     SCHEMA_VERSION,
     EncodedRecord,
     KindStats,
@@ -30,9 +34,10 @@ from dsmon.store_schema import (
     Store,
     StoreDataError,
     StoreError,
-    batched,
     received_now,
+    record_row,
     restamp_candidates,
+    row_record,
     run_infos,
 )
 
@@ -40,94 +45,6 @@ __all__ = ["RunInfo", "SQLiteStore", "Store", "StoreError", "open_store", "sqlit
 
 #: How long a writer waits for another writer's transaction before giving up.
 BUSY_TIMEOUT_S = 30.0
-
-# Added after schema version 1 shipped: an older store gets it from its first writer
-# (``_add_indexes``), and reads as empty while it is missing.
-_ACTIVITY_DDL = """CREATE TABLE IF NOT EXISTS run_activity (
-    run TEXT PRIMARY KEY,
-    restamps INTEGER NOT NULL DEFAULT 0,
-    received_at TEXT
-)"""
-# Added after schema version 1 shipped too: ``after_id`` reads of one kind ("what is new since
-# id N") walk only the newer rows. A writer adds it to an older store on its first write.
-_RUN_KIND_ID = "records_run_kind_id"
-_RUN_KIND_ID_DDL = f"CREATE INDEX IF NOT EXISTS {_RUN_KIND_ID} ON records (run, kind, id)"
-_DDL = (
-    """CREATE TABLE IF NOT EXISTS records (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        key BLOB NOT NULL UNIQUE,
-        run TEXT NOT NULL,
-        kind TEXT NOT NULL,
-        step INTEGER,
-        ts TEXT,
-        node TEXT,
-        rank INTEGER,
-        file TEXT,
-        line INTEGER,
-        body TEXT NOT NULL
-    )""",
-    "CREATE INDEX IF NOT EXISTS records_run_kind_step ON records (run, kind, step)",
-    "CREATE INDEX IF NOT EXISTS records_run_kind_ts ON records (run, kind, ts)",
-    "CREATE INDEX IF NOT EXISTS records_run_ts ON records (run, ts)",
-    _RUN_KIND_ID_DDL,
-    """CREATE TABLE IF NOT EXISTS run_kinds (
-        run TEXT NOT NULL,
-        kind TEXT NOT NULL,
-        n INTEGER NOT NULL,
-        first_ts TEXT,
-        last_ts TEXT,
-        last_step INTEGER,
-        last_id INTEGER NOT NULL,
-        PRIMARY KEY (run, kind)
-    )""",
-    """CREATE TABLE IF NOT EXISTS run_sources (
-        run TEXT NOT NULL,
-        node TEXT NOT NULL,
-        rank INTEGER NOT NULL,
-        PRIMARY KEY (run, node, rank)
-    )""",
-    _ACTIVITY_DDL,
-)
-
-_INSERT = (
-    f"INSERT OR IGNORE INTO records ({', '.join(ROW_COLUMNS)}) "
-    f"VALUES ({', '.join('?' for _ in ROW_COLUMNS)})"
-)
-# Folds the rows of one transaction (id > ?) into the per-run bookkeeping. SQLite's
-# two-argument min()/max() return NULL when either side is NULL, hence the COALESCE.
-# NOT INDEXED keeps the planner on the rowid range, the batch's own rows: left to itself it
-# walks a (run, kind, ...) index of the whole table to save sorting the GROUP BY, which
-# costs 100s of ms per batch once a big run is stored.
-_UPDATE_KINDS = """
-INSERT INTO run_kinds (run, kind, n, first_ts, last_ts, last_step, last_id)
-SELECT run, kind, COUNT(*), MIN(ts), MAX(ts), MAX(step), MAX(id)
-FROM records NOT INDEXED WHERE id > ? GROUP BY run, kind
-ON CONFLICT (run, kind) DO UPDATE SET
-    n = n + excluded.n,
-    first_ts = COALESCE(MIN(first_ts, excluded.first_ts), first_ts, excluded.first_ts),
-    last_ts = COALESCE(MAX(last_ts, excluded.last_ts), last_ts, excluded.last_ts),
-    last_step = COALESCE(MAX(last_step, excluded.last_step), last_step, excluded.last_step),
-    last_id = MAX(last_id, excluded.last_id)
-"""
-# A record sent again with the step it lacked when first stored (live collectors do so).
-_RESTAMP = "UPDATE records SET step = ?, body = ? WHERE key = ? AND step IS NULL"
-_RESTAMP_KIND = """
-UPDATE run_kinds SET last_step = COALESCE(MAX(last_step, ?), ?) WHERE run = ? AND kind = ?
-"""
-_COUNT_RESTAMPS = """
-INSERT INTO run_activity (run, restamps) VALUES (?, ?)
-ON CONFLICT (run) DO UPDATE SET restamps = restamps + excluded.restamps
-"""
-_RECEIVED = """
-INSERT INTO run_activity (run, received_at) VALUES (?, ?)
-ON CONFLICT (run) DO UPDATE SET received_at = excluded.received_at
-"""
-# -1 stands for "unknown" in the key columns, since NULLs never collide in a primary key.
-_UPDATE_SOURCES = """
-INSERT OR IGNORE INTO run_sources (run, node, rank)
-SELECT DISTINCT run, COALESCE(node, ''), COALESCE(rank, -1)
-FROM records NOT INDEXED WHERE id > ?
-"""
 
 
 def sqlite_path(url: str) -> str:
@@ -161,6 +78,7 @@ class SQLiteStore(Store):
             self._conn = sqlite3.connect(
                 self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
             )
+            self._gpu = GpuTables(self._conn)
             self._setup()
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open store {self.path}: {exc}") from None
@@ -182,7 +100,7 @@ class SQLiteStore(Store):
         if version == SCHEMA_VERSION:
             return  # a reader opening an existing store takes no write lock
         with self._transaction():
-            for stmt in _DDL:
+            for stmt in sql.DDL:
                 conn.execute(stmt)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         self._indexed = True
@@ -195,13 +113,40 @@ class SQLiteStore(Store):
         if self._indexed:
             return
         found = self._conn.execute(
-            "SELECT name FROM sqlite_master WHERE name IN (?, 'run_activity')", (_RUN_KIND_ID,)
+            "SELECT name FROM sqlite_master WHERE name IN (?, 'run_activity', 'gpu_rollup')",
+            (sql.RUN_KIND_ID,),
         ).fetchall()
-        if len(found) < 2:
+        if len(found) < 3:
             with self._transaction():
-                self._conn.execute(_RUN_KIND_ID_DDL)
-                self._conn.execute(_ACTIVITY_DDL)
+                self._conn.execute(sql.RUN_KIND_ID_DDL)
+                self._conn.execute(sql.ACTIVITY_DDL)
+                self._gpu.create()
+                self._move_gpu_records()
         self._indexed = True
+
+    def _move_gpu_records(self) -> None:
+        """Move GPU samples an older dsmon kept as records into the GPU tables (new ids)."""
+        conn = self._conn
+        moved: list[SampleRow] = []
+        ids: list[tuple[int]] = []
+        for rec_id, body in conn.execute("SELECT id, body FROM records WHERE kind = 'gpu'"):
+            rec = row_record(body)
+            row = sample_row(rec) if isinstance(rec, GpuSampleRecord) else None
+            if row is not None:
+                moved.append(row)
+                ids.append((rec_id,))
+        if not moved:
+            return
+        conn.executemany("DELETE FROM records WHERE id = ?", ids)
+        counts: dict[str, int] = {}
+        for row in moved:
+            counts[row.key.run] = counts.get(row.key.run, 0) + 1
+        conn.executemany(
+            "UPDATE run_kinds SET n = n - ? WHERE run = ? AND kind = 'gpu'",
+            [(n, run) for run, n in counts.items()],
+        )
+        conn.execute("DELETE FROM run_kinds WHERE kind = 'gpu' AND n <= 0")
+        self._add_gpu(moved)
 
     def _transaction(self) -> _Transaction:
         return _Transaction(self._conn)
@@ -211,40 +156,52 @@ class SQLiteStore(Store):
         inserted = 0
         with self._lock, _errors(self.path):
             self._add_indexes()
-        for rows in batched(records):
+        for rows, samples in _split(records):
             with self._lock, _errors(self.path), self._transaction():
                 if live:
-                    self._received(rows)
-                before, changes = self._max_id(), self._conn.total_changes
-                self._conn.executemany(_INSERT, rows)
-                new = self._conn.total_changes - changes
-                if new:
-                    self._conn.execute(_UPDATE_KINDS, (before,))
-                    self._conn.execute(_UPDATE_SOURCES, (before,))
-                if new < len(rows):  # some were stored before: fill steps they lacked
-                    self._restamp(rows)
-                inserted += new
+                    self._received({r.run for r in rows} | {s.key.run for s in samples})
+                inserted += self._add_gpu(samples) + self._add_rows(rows)
         return inserted
+
+    def _add_rows(self, rows: list[RecordRow]) -> int:
+        """Insert records-table rows and fold them into the bookkeeping; how many were new."""
+        if not rows:
+            return 0
+        before, changes = self._max_id(), self._conn.total_changes
+        self._conn.executemany(sql.INSERT, rows)
+        new = self._conn.total_changes - changes
+        if new:
+            self._conn.execute(sql.UPDATE_KINDS, (before,))
+            self._conn.execute(sql.UPDATE_SOURCES, (before,))
+        if new < len(rows):  # some were stored before: fill steps they lacked
+            self._restamp(rows)
+        return new
+
+    def _add_gpu(self, samples: list[SampleRow]) -> int:
+        """Insert GPU samples into their tables; how many were new."""
+        kinds = self._gpu.insert(samples)
+        self._conn.executemany(sql.GPU_KINDS, kinds)
+        return sum(k[2] for k in kinds)
 
     def _restamp(self, rows: list[RecordRow]) -> None:
         """Give stored rows without a step the step their copy in ``rows`` carries."""
         conn = self._conn
         for run, cands in restamp_candidates(rows).items():
             changes = conn.total_changes
-            conn.executemany(_RESTAMP, [(r.step, r.body, r.key) for r in cands])
+            conn.executemany(sql.RESTAMP, [(r.step, r.body, r.key) for r in cands])
             filled = conn.total_changes - changes
             if not filled:
                 continue
             top: dict[str, int] = {}
             for r in cands:
                 top[r.kind] = max(top.get(r.kind, 0), r.step or 0)
-            conn.executemany(_RESTAMP_KIND, [(s, s, run, k) for k, s in top.items()])
-            conn.execute(_COUNT_RESTAMPS, (run, filled))
+            conn.executemany(sql.RESTAMP_KIND, [(s, s, run, k) for k, s in top.items()])
+            conn.execute(sql.COUNT_RESTAMPS, (run, filled))
 
-    def _received(self, rows: list[RecordRow]) -> None:
-        """Note that the runs of ``rows`` are being sent to now (see ``RunInfo.received_at``)."""
+    def _received(self, runs: set[str]) -> None:
+        """Note that ``runs`` are being sent to now (see ``RunInfo.received_at``)."""
         now = received_now()
-        self._conn.executemany(_RECEIVED, [(run, now) for run in {r.run for r in rows}])
+        self._conn.executemany(sql.RECEIVED, [(run, now) for run in runs])
 
     def _activity(self) -> dict[str, tuple[int, str | None]]:
         """Restamp count and last receive time per run ({} in a store that never had any)."""
@@ -279,7 +236,7 @@ class SQLiteStore(Store):
         """Id of the newest record of ``run`` (or of the whole store); 0 if there is none."""
         with self._lock:
             if run is None:
-                return self._max_id()
+                return max(self._max_id(), self._gpu.max_id())
             row = self._conn.execute(
                 "SELECT MAX(last_id) FROM run_kinds WHERE run = ?", (run,)
             ).fetchone()
@@ -294,6 +251,47 @@ class SQLiteStore(Store):
         with self._lock, _errors(self.path):
             return self._conn.execute(sql, params).fetchall()
 
+    def _select_records(self, flt: RecordFilter) -> list[tuple[int, Record]]:
+        """Records-table rows merged in id order with GPU samples from their own tables."""
+        rows: list[tuple[int, Record]] = []
+        if flt.kind != "gpu":
+            rows = [(i, row_record(body)) for i, body in self._select(flt)]
+        if flt.kind not in (None, "gpu") or flt.step_min is not None or flt.step_max is not None:
+            return rows
+        if flt.kind == "gpu":  # samples an older dsmon stored as records, not yet moved
+            rows = [(i, row_record(body)) for i, body in self._select(flt)]
+        t_range = (cut_ms(iso_text(flt.ts_min)), cut_ms(iso_text(flt.ts_max)))
+        with self._lock, _errors(self.path):
+            gpu = self._gpu.select(flt.run, flt.after_id, t_range, flt.limit)
+        if not gpu:
+            return rows
+        merged = sorted(rows + gpu, key=lambda pair: pair[0])  # type: ignore[operator]
+        return merged if flt.limit is None else merged[: flt.limit]
+
+    def _gpu_fold(
+        self, run: str, n_buckets: int | None, ts_max: str | None, gpus: Sequence[str] | None
+    ) -> GpuFold:
+        """The fold from the roll-ups (or, for a replay cut-off, the samples) in SQL."""
+        from dsmon import store_gpu_read as read
+
+        cut = cut_ms(ts_max)
+        with self._lock, _errors(self.path):
+            series = read.series(self._conn, run, gpus)
+            span = read.span(self._conn, run, cut)
+            if span is None or series.empty:
+                return GpuFold(read.fold(self._conn, "", [], 0, None), series, 0, None)
+            ids = [int(i) for i in series["series"]]
+            t0, width = span[0], None
+            if n_buckets:
+                t0, width = grid(n_buckets, span, _level_ms(span, n_buckets, cut))
+            return GpuFold(read.fold(self._conn, run, ids, t0, width, cut), series, t0, width)
+
+    def _gpu_latest(self, run: str, ts_max: int | None) -> list[GpuSampleRecord]:
+        from dsmon import store_gpu_read as read
+
+        with self._lock, _errors(self.path):
+            return read.latest(self._conn, run, ts_max)
+
     def check_writable(self) -> None:
         """Rewrite the schema version in place: a real commit through the WAL, no data."""
         with self._lock, _errors(self.path), self._transaction():
@@ -303,6 +301,39 @@ class SQLiteStore(Store):
         """Close the connection (further calls fail)."""
         with self._lock:
             self._conn.close()
+
+
+def _level_ms(span: tuple[int, int], n_buckets: int, cut: int | None) -> int:
+    """The roll-up width (ms) buckets of this span are built from; 1 when from samples.
+
+    A roll-up serves when it still gives a quarter of the buckets asked for: a grid of 75
+    one-minute columns reads far fewer rows than 300 columns of samples would.
+    """
+    if cut is not None:
+        return 1
+    want = (span[1] - span[0]) // max(n_buckets, 1) + 1
+    fits = [lv * 1000 for lv in LEVELS_S if lv * 1000 <= want * 4]
+    return fits[-1] if fits else 1
+
+
+def _split(
+    records: Iterable[Record | EncodedRecord],
+) -> Iterator[tuple[list[RecordRow], list[SampleRow]]]:
+    """Records in batches: rows for the records table, GPU samples for their own tables."""
+    rows: list[RecordRow] = []
+    samples: list[SampleRow] = []
+    for item in records:
+        rec = item.record if isinstance(item, EncodedRecord) else item
+        sample = sample_row(rec) if isinstance(rec, GpuSampleRecord) else None
+        if sample is not None:
+            samples.append(sample)
+        else:
+            rows.append(record_row(*item) if isinstance(item, EncodedRecord) else record_row(rec))
+        if len(rows) + len(samples) >= BATCH_ROWS:
+            yield rows, samples
+            rows, samples = [], []
+    if rows or samples:
+        yield rows, samples
 
 
 @contextmanager

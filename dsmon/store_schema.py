@@ -20,6 +20,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dsmon import wire
+from dsmon.gpu_reads import GpuReads
 from dsmon.records import Record, record_key
 from dsmon.units import parse_ts
 
@@ -260,7 +261,7 @@ def batched(
         yield batch
 
 
-class Store(ABC):
+class Store(ABC, GpuReads):
     """The store contract every backend fulfils; reads are built on :meth:`_select`.
 
     Writes are idempotent (a record's identity is :func:`dsmon.records.record_key`), reads
@@ -309,6 +310,13 @@ class Store(ABC):
     def _select(self, flt: RecordFilter) -> list[tuple[int, str]]:
         """``(id, body)`` of the matching rows in id order, at most ``flt.limit``."""
 
+    def _select_records(self, flt: RecordFilter) -> list[tuple[int, Record]]:
+        """``(id, record)`` of the matching records in id order.
+
+        A backend that keeps some kinds outside the records table merges them in here.
+        """
+        return [(rec_id, row_record(body)) for rec_id, body in self._select(flt)]
+
     def records(
         self,
         run: str,
@@ -323,7 +331,7 @@ class Store(ABC):
     ) -> list[Record]:
         """Records of a run in insertion order, filtered as :class:`RecordFilter` describes."""
         flt = RecordFilter(run, kind, step_min, step_max, ts_min, ts_max, after_id, limit)
-        return [row_record(body) for _, body in self._select(flt)]
+        return [rec for _, rec in self._select_records(flt)]
 
     def scan(self, run: str, kind: str, chunk: int = SCAN_ROWS) -> Iterator[Record]:
         """Every record of one kind of a run in id order, read ``chunk`` rows per query.
@@ -332,16 +340,16 @@ class Store(ABC):
         """
         after = 0
         while True:
-            rows = self._select(RecordFilter(run, kind, after_id=after, limit=chunk))
-            for _, body in rows:
-                yield row_record(body)
+            rows = self._select_records(RecordFilter(run, kind, after_id=after, limit=chunk))
+            for _, rec in rows:
+                yield rec
             if len(rows) < chunk:
                 return
             after = rows[-1][0]
 
     def id_records(self, flt: RecordFilter) -> list[tuple[int, Record]]:
         """``(id, record)`` pairs: what a client paging with ``after_id`` must be told."""
-        return [(rec_id, row_record(body)) for rec_id, body in self._select(flt)]
+        return self._select_records(flt)
 
     def frame(
         self,
@@ -359,8 +367,8 @@ class Store(ABC):
         from dsmon.frames import records_frame
 
         flt = RecordFilter(run, kind, step_min, step_max, ts_min, ts_max, after_id, limit)
-        rows = self._select(flt)
-        return records_frame(kind, [row_record(b) for _, b in rows], [i for i, _ in rows])
+        rows = self._select_records(flt)
+        return records_frame(kind, [rec for _, rec in rows], [i for i, _ in rows])
 
     def __enter__(self) -> Store:
         return self

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pandas as pd
 import streamlit as st
 
 from dsmon.analysis import gpus
+from dsmon.analysis.downsample import N_OUT
 from dsmon.figures import gpus as fig
 from dsmon.figures.common import rounded
+from dsmon.store_schema import Store
 from ui.charts import chart
 from ui.page import live_body, page_header, page_view
 from ui.text import md_escape
@@ -21,13 +26,17 @@ UTIL_NOTE = (
 )
 
 
-def header(samples_inv: tuple[dict[str, int], int]) -> None:
+#: Time buckets of the GPUs x time grids; traces get N_OUT (two points each: min and max).
+GRID_BUCKETS = 300
+
+
+def header(summary: pd.DataFrame) -> None:
     """GPU count, models (mixed models flagged) and the utilisation caveat."""
-    models, n = samples_inv
+    models = gpus.models(summary)
     cols = st.columns(3)
-    cols[0].metric("GPUs", n)
+    cols[0].metric("GPUs", len(summary))
     cols[1].metric("GPU models", len(models))
-    cols[2].metric("Nodes", view.frames.memo("gpus.nodes", ["gpu"], view.cutoff, nodes))
+    cols[2].metric("Nodes", int(summary["node"].nunique()))
     listed = ", ".join(f"{count} x {name}" for name, count in models.items())
     if len(models) > 1:
         st.warning(
@@ -38,49 +47,35 @@ def header(samples_inv: tuple[dict[str, int], int]) -> None:
     st.info(UTIL_NOTE)
 
 
-def nodes() -> int:
-    """Distinct nodes among the samples."""
-    return int(view.frames.frame("gpu", view.cutoff)["node"].nunique())
+def query(name: str, fn: Callable[[Store, Any], pd.DataFrame]) -> pd.DataFrame:
+    """A GPU query of the store at the replay position, asked again only when samples came."""
+    return view.frames.gpu(name, view.cutoff, fn)
 
 
 def metric_section(selected: list[str], metric: str) -> None:
     """One metric: chosen GPUs' traces, the GPUs x time grid and the across-GPU imbalance."""
-    f, cut = view.frames, view.cutoff
-    key = f"gpus.{metric}.{','.join(selected)}"
-    series = f.memo(key, ["gpu"], cut, lambda: gpus.series(f.frame("gpu", cut), metric, selected))
-    chart(fig.lines_figure(series, metric), f"gpus.lines.{metric}")
-    grid = f.memo(
-        f"gpus.grid.{metric}", ["gpu"], cut, lambda: gpus.heatmap(buckets(metric), metric)
+    run = view.run
+    fine = query(
+        f"buckets.fine.{','.join(selected)}",
+        lambda s, cut: s.gpu_buckets(run, N_OUT // 2, cut, gpus=selected),
     )
-    chart(fig.heatmap_figure(grid, metric), f"gpus.heatmap.{metric}")
-    imb = f.memo(
-        f"gpus.imb.{metric}", ["gpu"], cut, lambda: gpus.imbalance(buckets(metric), metric)
-    )
-    chart(fig.imbalance_figure(imb, metric), f"gpus.imbalance.{metric}")
-
-
-def buckets(metric: str) -> pd.DataFrame:
-    """Per-GPU time-bucket means of every metric (shared by the grids and imbalance)."""
-    f, cut = view.frames, view.cutoff
-    return f.memo(
-        f"gpus.buckets.{metric}",
-        ["gpu"],
-        cut,
-        lambda: gpus.buckets(f.frame("gpu", cut), metrics=[metric]),
-    )
+    chart(fig.lines_figure(gpus.lines(fine, metric, selected), metric), f"gpus.lines.{metric}")
+    grid = query("buckets.grid", lambda s, cut: s.gpu_buckets(run, GRID_BUCKETS, cut))
+    chart(fig.heatmap_figure(gpus.heatmap(grid, metric), metric), f"gpus.heatmap.{metric}")
+    chart(fig.imbalance_figure(gpus.imbalance(grid, metric), metric), f"gpus.imbalance.{metric}")
 
 
 def body() -> None:
     """The page; re-run alone every ``refresh_s`` seconds when live (``ui.page.live_body``)."""
-    f, cut = view.frames, view.cutoff
-    samples = f.frame("gpu", cut)
-    if samples.empty:
+    run = view.run
+    summary = query("summary", lambda s, cut: s.gpu_summary(run, cut))
+    if summary.empty:
         st.info(
             "No GPU samples in this run. Run `dsmon collect` with NVML on each node to record them."
         )
         return
-    inv = f.memo("gpus.inventory", ["gpu"], cut, lambda: gpus.inventory(samples))
-    header((f.memo("gpus.models", ["gpu"], cut, lambda: gpus.models(samples)), len(inv)))
+    inv = gpus.inventory(summary)
+    header(summary)
     names = [str(g) for g in inv["gpu"]]
     selected = st.multiselect(
         "GPUs drawn as lines (all GPUs are in the grids)", names, default=names[:MAX_LINES]
@@ -89,18 +84,10 @@ def body() -> None:
     metric = st.radio("Metric", list(labels), format_func=labels.__getitem__, horizontal=True)
     metric_section(selected, metric)
     st.subheader("Clock-event (throttle) reasons")
-    chart(
-        fig.throttle_figure(
-            f.memo("gpus.throttle", ["gpu"], cut, lambda: gpus.throttle_share(samples))
-        ),
-        "gpus.throttle_figure",
-    )
+    chart(fig.throttle_figure(gpus.throttle_share(summary)), "gpus.throttle_figure")
     st.subheader("Latest sample per GPU")
-    st.dataframe(
-        rounded(f.memo("gpus.latest", ["gpu"], cut, lambda: gpus.latest(samples)), 1),
-        hide_index=True,
-        width="stretch",
-    )
+    latest = query("latest", lambda s, cut: gpus.latest_of(s.gpu_latest(run, cut)))
+    st.dataframe(rounded(latest, 1), hide_index=True, width="stretch")
     st.subheader("Inventory")
     st.dataframe(rounded(inv, 1), hide_index=True, width="stretch")
 

@@ -1,5 +1,8 @@
 """GPU telemetry analysis on samples with chosen values (dashboard_support.gpu_samples).
 
+Summaries and buckets are checked twice with the same expectations: folded in memory (a log
+checked without a store) and by the SQLite store from its roll-ups.
+
 Four GPUs, 10 samples each at 1 Hz: n0/gpu1 at 55 % kernel-active time and 200 W, the rest at
 95 %; n1/gpu1 is an H100 (700 W limit) among A100s (400 W); n0/gpu0 has SW power cap (bit 0x4)
 in samples 0 and 5.
@@ -7,18 +10,53 @@ in samples 0 and 5.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import NamedTuple
+
 import numpy as np
 import pandas as pd
 import pytest
 from dashboard_support import gpu_samples
 
+from dsmon import gpu_stats
 from dsmon.analysis import gpus
 from dsmon.frames import records_frame
+from dsmon.gpu_reads import fold_samples
+from dsmon.store import SQLiteStore
 
 
 @pytest.fixture(scope="module")
 def samples() -> pd.DataFrame:
     return gpus.prepare(records_frame("gpu", gpu_samples()))
+
+
+class Source(NamedTuple):
+    """Per-GPU summary and buckets as one source computes them."""
+
+    summary: Callable[[], pd.DataFrame]
+    buckets: Callable[[int], pd.DataFrame]
+
+
+@pytest.fixture(scope="module", params=["memory", "sqlite"])
+def source(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Source:
+    """The same answers folded in pandas (a log in memory) and by the store's SQL roll-ups."""
+    recs = gpu_samples()
+    if request.param == "memory":
+        frame = records_frame("gpu", recs)
+
+        def fold_summary() -> pd.DataFrame:
+            got = fold_samples(frame, None)
+            return gpu_stats.summary(got.fold, got.series)
+
+        def fold_buckets(n: int) -> pd.DataFrame:
+            got = fold_samples(frame, n)
+            return gpu_stats.buckets(got.fold, got.series, got.t0_ms, got.width_ms or 1)
+
+        return Source(fold_summary, fold_buckets)
+    store = SQLiteStore(tmp_path_factory.mktemp("gpus") / "s.sqlite")
+    store.add(recs)
+    run = recs[0].src.run
+    return Source(lambda: store.gpu_summary(run), lambda n: store.gpu_buckets(run, n))
 
 
 def test_prepare_derives_units(samples: pd.DataFrame) -> None:
@@ -35,23 +73,31 @@ def test_prepare_derives_units(samples: pd.DataFrame) -> None:
     ]
 
 
-def test_inventory_and_models(samples: pd.DataFrame) -> None:
-    inv = gpus.inventory(samples)
+def test_inventory_and_models(source: Source) -> None:
+    summary = source.summary()
+    inv = gpus.inventory(summary)
     assert inv["gpu"].tolist() == ["n0/gpu0", "n0/gpu1", "n1/gpu0", "n1/gpu1"]
     assert inv["samples"].tolist() == [10, 10, 10, 10]
     assert inv["power_limit_w"].tolist() == [400.0, 400.0, 400.0, 700.0]
-    assert gpus.models(samples) == {"NVIDIA A100-SXM4-80GB": 3, "NVIDIA H100 80GB HBM3": 1}
+    assert inv["mem_total_gib"].tolist() == [80.0] * 4
+    assert gpus.models(summary) == {"NVIDIA A100-SXM4-80GB": 3, "NVIDIA H100 80GB HBM3": 1}
+    row = summary.set_index("gpu").loc["n1/gpu1"]
+    assert row["mem_used_pct_max"] == 50.0
+    assert row["power_pct"] == pytest.approx(500.0 / 700.0 * 100)
+    assert row["last_ts"] == pd.Timestamp("2026-11-29T14:11:10")
 
 
-def test_series_is_per_gpu(samples: pd.DataFrame) -> None:
-    s = gpus.series(samples, "util_gpu_pct", ["n0/gpu1"])
+def test_lines_keep_each_buckets_extremes(source: Source) -> None:
+    s = gpus.lines(source.buckets(5), "util_gpu_pct", ["n0/gpu1"])
     assert s["gpu"].unique().tolist() == ["n0/gpu1"]
-    assert len(s) == 10 and set(s["value"]) == {55.0}
+    assert len(s) == 2 * 5 and set(s["value"]) == {55.0}
+    assert s["ts"].is_monotonic_increasing
 
 
-def test_buckets_heatmap_and_imbalance(samples: pd.DataFrame) -> None:
-    b = gpus.buckets(samples, n_buckets=5)
+def test_buckets_heatmap_and_imbalance(source: Source) -> None:
+    b = source.buckets(5)
     assert len(b) == 4 * 5  # every GPU has a sample in each 2 s bucket
+    assert b["n"].tolist() == [2] * 20
     grid = gpus.heatmap(b, "util_gpu_pct")
     assert grid.shape == (4, 5)
     assert grid.loc["n0/gpu1"].tolist() == [55.0] * 5
@@ -64,8 +110,8 @@ def test_buckets_heatmap_and_imbalance(samples: pd.DataFrame) -> None:
     assert power["max"].iloc[0] == 500.0 and power["min"].iloc[0] == 200.0
 
 
-def test_throttle_share_and_decoding(samples: pd.DataFrame) -> None:
-    share = gpus.throttle_share(samples).set_index("gpu")
+def test_throttle_share_and_decoding(source: Source) -> None:
+    share = gpus.throttle_share(source.summary()).set_index("gpu")
     assert share.columns.tolist() == ["samples", "SW power cap"]
     assert share["SW power cap"].tolist() == [20.0, 0.0, 0.0, 0.0]
     assert gpus.decode_throttle(0x4 | 0x40) == ("SW power cap", "HW thermal slowdown")
@@ -78,9 +124,13 @@ def test_latest_sample_per_gpu(samples: pd.DataFrame) -> None:
     assert latest.loc["n0/gpu0", "clock_events"] == "none"
 
 
-def test_empty_frames() -> None:
-    empty = gpus.prepare(records_frame("gpu", []))
-    assert gpus.inventory(empty).empty
-    assert gpus.buckets(empty).empty
-    assert gpus.imbalance(gpus.buckets(empty), "util_gpu_pct").empty
-    assert gpus.models(empty) == {}
+def test_empty_inputs() -> None:
+    empty = fold_samples(records_frame("gpu", []), 5)
+    summary = gpu_stats.summary(empty.fold, empty.series)
+    assert gpus.inventory(summary).empty
+    bucketed = gpu_stats.buckets(empty.fold, empty.series, 0, 1)
+    assert bucketed.empty
+    assert gpus.imbalance(bucketed, "util_gpu_pct").empty
+    assert gpus.lines(bucketed, "util_gpu_pct").empty
+    assert gpus.models(summary) == {}
+    assert gpus.throttle_share(summary).empty

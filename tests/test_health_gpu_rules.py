@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from health_support import check, evidence
 
-from dsmon.analysis.gpus import prepare
-from dsmon.frames import records_frame
 from dsmon.health import HealthInputs, RunFacts, Status
-from dsmon.health.gather import inputs_from_records
-from dsmon.health.gpu_rules import samples
+from dsmon.health.gather import inputs_from_records, inputs_from_store
 from dsmon.records import GpuSampleRecord, Source
+from dsmon.store import SQLiteStore
 
 GIB = 1024**3
 A100 = "NVIDIA A100-SXM4-80GB"
@@ -147,9 +146,10 @@ def test_ecc_and_xid() -> None:
     assert check(inputs(bare), "gpu.errors").status is Status.UNKNOWN
 
 
-def test_prepared_frames_from_the_dashboard_work_too() -> None:
+def test_store_summary_gives_the_verdicts_of_records_in_memory(tmp_path: Path) -> None:
     recs = run_of([60.0, 95.0])
-    frame = prepare(records_frame("gpu", recs))  # the dashboard's RunFrames keep this shape
-    pre = HealthInputs(frames={"gpu": frame})
-    assert samples(pre) is frame
-    assert check(pre, "gpu.utilization").summary == check(inputs(recs), "gpu.utilization").summary
+    store = SQLiteStore(tmp_path / "s.sqlite")
+    store.add(recs)
+    stored = inputs_from_store(store, recs[0].src.run)
+    for rule_id in ("gpu.utilization", "gpu.balance", "gpu.memory", "gpu.throttling", "gpu.errors"):
+        assert check(stored, rule_id).summary == check(inputs(recs), rule_id).summary

@@ -1,9 +1,9 @@
 """GPU telemetry views: per-GPU traces, GPUs x time grids, imbalance and throttling.
 
-Input is the store's frame of ``gpu`` records (one NVML poll of one GPU per row). A day of
-1 Hz samples on 64 GPUs is 5.5 million rows, so everything here is vectorised: time buckets
-are summed with ``numpy.bincount`` rather than a pandas group-by, and per-GPU traces are cut
-to ~1,000 points with MinMaxLTTB before they leave this module.
+A day of 1 Hz samples on 64 GPUs is 5.5 million rows, so nothing here reads samples one by
+one: inputs are what the store folds for a page (``Store.gpu_summary``: one row per GPU;
+``Store.gpu_buckets``: mean, min and max per GPU and time bucket; ``dsmon.gpu_stats``), and
+only :func:`prepare`/:func:`latest` see samples, the newest one of each GPU.
 
 NVML's ``utilization.gpu`` is the share of the sample period in which *any* kernel ran
 (kernel-active time), not how busy the SMs were: one tiny kernel reads 100 %. The labels in
@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from dsmon.analysis.downsample import N_OUT, downsample
+from dsmon.frames import records_frame
+from dsmon.records import GpuSampleRecord
 
 GIB = 1024**3
 
@@ -112,137 +113,49 @@ def _labels(nodes: pd.Series, indices: pd.Series) -> np.ndarray:
     return names[codes]
 
 
-def _codes(gpus: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Integer code per row and the GPU label of each code (sorted labels)."""
-    col = gpus["gpu"]
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        cats = np.asarray(col.cat.categories, dtype=object)
-        if col.cat.categories.is_monotonic_increasing:  # prepare() and live keep them sorted
-            return col.cat.codes.to_numpy(), cats
-        order = np.argsort(cats)
-        rank = np.empty_like(order)
-        rank[order] = np.arange(len(order))
-        return rank[col.cat.codes.to_numpy()], cats[order]
-    codes, labels = pd.factorize(col, sort=True)
-    return codes, np.asarray(labels, dtype=object)
-
-
 def _col(frame: pd.DataFrame, col: str) -> pd.Series:
     """A column, or all-None when absent."""
     return frame[col] if col in frame.columns else pd.Series([None] * len(frame), index=frame.index)
 
 
-def _newest(gpus: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
-    """The last stored sample of each GPU (stores append in arrival order) and sample counts.
+def inventory(summary: pd.DataFrame) -> pd.DataFrame:
+    """One row per GPU: model, memory and power limit, sample count and last sample time.
 
-    Found from the GPU codes with numpy, not a group-by: on a day of 1 Hz samples from 64
-    GPUs this is the difference between milliseconds and most of a second per refresh.
+    ``summary`` is the store's per-GPU summary (``Store.gpu_summary``).
     """
-    codes, labels = _codes(gpus)
-    last = np.full(len(labels), -1, dtype=np.int64)
-    last[codes] = np.arange(len(codes))  # repeated indices: the last assignment wins
-    counts = np.bincount(codes, minlength=len(labels))
-    seen = last >= 0
-    rows = gpus.iloc[last[seen]].copy()
-    rows["gpu"] = labels[seen]
-    return rows, counts[seen]
-
-
-def inventory(gpus: pd.DataFrame) -> pd.DataFrame:
-    """One row per GPU: model, memory and power limit, sample count and last sample time."""
-    cols = [
-        "gpu",
-        "node",
-        "gpu_index",
-        "name",
-        "mem_total_gib",
-        "power_limit_w",
-        "samples",
-        "last_ts",
-    ]
-    if gpus.empty:
+    cols = ["gpu", "node", "gpu_index", "name", "mem_total_gib", "power_limit_w", "samples",
+            "last_ts"]  # fmt: skip
+    if summary.empty:
         return pd.DataFrame(columns=cols)
-    rows, counts = _newest(gpus)
-    out = pd.DataFrame(
-        {
-            "gpu": rows["gpu"].to_numpy(),
-            "node": rows["node"].to_numpy() if "node" in rows else None,
-            "gpu_index": rows["gpu_index"].to_numpy(),
-            "name": rows["name"].to_numpy() if "name" in rows else None,
-            "mem_total_gib": pd.to_numeric(
-                _col(rows, "mem_total_bytes"), errors="coerce"
-            ).to_numpy()
-            / GIB,
-            "power_limit_w": pd.to_numeric(_col(rows, "power_limit_w"), errors="coerce").to_numpy(),
-            "samples": counts,
-            "last_ts": rows["ts"].to_numpy(),
-        }
-    )
-    return out.sort_values(["node", "gpu_index"], kind="stable").reset_index(drop=True)
+    out = summary[["gpu", "node", "gpu_index", "name", "power_limit_w", "samples", "last_ts"]]
+    out = out.assign(mem_total_gib=pd.to_numeric(summary["mem_total_bytes"], errors="coerce") / GIB)
+    return out[cols].reset_index(drop=True)
 
 
-def models(gpus: pd.DataFrame) -> dict[str, int]:
+def models(summary: pd.DataFrame) -> dict[str, int]:
     """GPU model name -> how many GPUs of it; more than one key means a mixed-model run."""
-    if gpus.empty or "name" not in gpus.columns:
+    if summary.empty or "name" not in summary.columns:
         return {}
-    per_gpu = gpus.groupby("gpu", observed=True)["name"].last().fillna("unknown model")
-    return {str(k): int(v) for k, v in per_gpu.value_counts().sort_index().items()}
+    counts = summary["name"].fillna("unknown model").value_counts().sort_index()
+    return {str(k): int(v) for k, v in counts.items()}
 
 
-def series(
-    gpus: pd.DataFrame, metric: str, selected: Sequence[str] | None = None, n_out: int = N_OUT
+def lines(
+    bucketed: pd.DataFrame, metric: str, selected: Sequence[str] | None = None
 ) -> pd.DataFrame:
-    """Long frame ``ts, gpu, value`` of one metric, each GPU's trace cut to ``n_out`` points."""
-    codes, labels = _codes(gpus)
-    wanted = set(labels) if selected is None else set(selected)
-    ts, values = gpus["ts"].to_numpy(), gpus[metric].to_numpy()
-    parts = []
-    for code, label in enumerate(labels):
-        if label in wanted:
-            at = np.flatnonzero(codes == code)
-            part = pd.DataFrame({"ts": ts[at], "value": values[at]})
-            parts.append(downsample(part, "ts", ["value"], n_out=n_out).assign(gpu=label))
-    if not parts:
-        return pd.DataFrame(columns=["ts", "gpu", "value"])
-    return pd.concat(parts, ignore_index=True)[["ts", "gpu", "value"]]
+    """Long frame ``ts, gpu, value`` of one metric: each bucket's minimum then its maximum.
 
-
-def buckets(
-    gpus: pd.DataFrame, n_buckets: int = 300, metrics: Sequence[str] | None = None
-) -> pd.DataFrame:
-    """Mean of every metric per GPU and equal time bucket: the input of grids and imbalance.
-
-    Returns one row per (gpu, bucket) with data: ``gpu``, ``ts`` (bucket centre) and the
-    ``metrics`` columns (default: all of :data:`METRICS`; NaN where a GPU had no sample
-    with that field in the bucket). Ask for the one metric on screen: each costs a pass
-    over every sample.
+    Two points per bucket draw the bucket's whole range, so a one-sample spike or drop
+    stays on the chart however long the run (what MinMax downsampling keeps).
     """
-    cols = list(metrics) if metrics is not None else [m.key for m in METRICS]
-    unknown = gpus["ts"].isna()
-    if unknown.any():  # no time (an impossible one, stored long ago)
-        gpus = gpus[~unknown]
-    if gpus.empty:
-        return pd.DataFrame(columns=["gpu", "ts", *cols])
-    ts = gpus["ts"].to_numpy(dtype="datetime64[ns]").astype(np.int64)
-    t0, t1 = int(ts.min()), int(ts.max())
-    width = max((t1 - t0) // max(n_buckets, 1) + 1, 1)
-    bucket = (ts - t0) // width
-    codes, labels = _codes(gpus)
-    key = codes.astype(np.int64) * n_buckets + bucket
-    size = len(labels) * n_buckets
-    data: dict[str, np.ndarray] = {}
-    for col in cols:
-        vals = gpus[col].to_numpy(dtype=np.float64)
-        ok = ~np.isnan(vals)
-        total = np.bincount(key, weights=np.where(ok, vals, 0.0), minlength=size)
-        count = np.bincount(key, weights=ok, minlength=size)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            data[col] = np.where(count > 0, total / count, np.nan)
-    seen = np.bincount(key, minlength=size) > 0
-    out = pd.DataFrame(data)
-    out["gpu"] = np.repeat(np.asarray(labels, dtype=object), n_buckets)
-    out["ts"] = pd.to_datetime(t0 + (np.tile(np.arange(n_buckets), len(labels)) + 0.5) * width)
-    return out[seen].reset_index(drop=True)[["gpu", "ts", *cols]]
+    if bucketed.empty or metric not in bucketed.columns:
+        return pd.DataFrame(columns=["ts", "gpu", "value"])
+    rows = bucketed if selected is None else bucketed[bucketed["gpu"].isin(list(selected))]
+    lo = rows[["ts", "gpu", f"{metric}_min"]].set_axis(["ts", "gpu", "value"], axis=1)
+    hi = rows[["ts", "gpu", f"{metric}_max"]].set_axis(["ts", "gpu", "value"], axis=1)
+    both = pd.concat([lo.assign(order=0), hi.assign(order=1)], ignore_index=True)
+    both = both.sort_values(["gpu", "ts", "order"], kind="stable")
+    return both[["ts", "gpu", "value"]].reset_index(drop=True)
 
 
 def heatmap(bucketed: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -286,43 +199,45 @@ def decode_throttle(mask: int | float | None) -> tuple[str, ...]:
     return tuple(name for bit, name in THROTTLE_REASONS if bits & bit)
 
 
-def throttle_share(gpus: pd.DataFrame) -> pd.DataFrame:
+def throttle_share(summary: pd.DataFrame) -> pd.DataFrame:
     """Per GPU, the % of samples in which each clock-event reason was active.
 
     Only reasons seen at least once get a column; "GPU idle" is listed too, as it is the
     benign reason (no work), next to the ones that cost speed (power cap, thermal, ...).
     """
-    if gpus.empty or "throttle_reasons" not in gpus.columns:
+    if summary.empty or "throttle_known" not in summary.columns:
         return pd.DataFrame(columns=["gpu", "samples"])
-    reasons = gpus["throttle_reasons"].to_numpy(dtype=np.float64)
-    ok = ~np.isnan(reasons)
-    if not ok.any():
+    known = summary[summary["throttle_known"] > 0]
+    if known.empty:
         return pd.DataFrame(columns=["gpu", "samples"])
-    codes, labels = _codes(gpus)
-    codes, masks = codes[ok], reasons[ok].astype(np.int64)
-    samples = np.bincount(codes, minlength=len(labels))
-    seen = samples > 0
-    out = pd.DataFrame({"gpu": labels[seen], "samples": samples[seen]})
-    present = int(np.bitwise_or.reduce(masks)) if masks.size else 0
+    out = pd.DataFrame(
+        {"gpu": known["gpu"].to_numpy(), "samples": known["throttle_known"].to_numpy()}
+    )
     for bit, name in THROTTLE_REASONS:
-        if present & bit:
-            hits = (masks & bit) != 0
-            out[name] = (
-                100.0
-                * np.bincount(codes, weights=hits, minlength=len(labels))[seen]
-                / samples[seen]
-            )
+        hits = known[f"thr_{bit}"].to_numpy(dtype=np.float64)
+        if hits.sum() > 0:
+            out[name] = 100.0 * hits / out["samples"].to_numpy(dtype=np.float64)
     return out
+
+
+def _newest(gpus: pd.DataFrame) -> pd.DataFrame:
+    """The last row of each GPU (rows in time order)."""
+    return gpus.groupby("gpu", observed=True, sort=True).tail(1)
 
 
 def latest(gpus: pd.DataFrame) -> pd.DataFrame:
     """The newest sample of each GPU with its metrics and decoded clock-event reasons."""
     if gpus.empty:
         return pd.DataFrame(columns=["gpu", "ts"])
-    last, _ = _newest(gpus)
+    last = _newest(gpus.sort_values("ts", kind="stable"))
     cols = ["gpu", "name", "ts", *[m.key for m in METRICS]]
     out = last[[c for c in cols if c in last.columns]].copy()
     out["clock_events"] = [
         ", ".join(decode_throttle(m)) or "none" for m in last["throttle_reasons"]
     ]
     return out.sort_values("gpu").reset_index(drop=True)
+
+
+def latest_of(samples: Sequence[GpuSampleRecord]) -> pd.DataFrame:
+    """:func:`latest` of sample records (the store's newest of each GPU)."""
+    return latest(prepare(records_frame("gpu", list(samples))))

@@ -16,7 +16,9 @@ from typing import Any
 
 import pandas as pd
 
+from dsmon import gpu_stats
 from dsmon.frames import records_frame
+from dsmon.gpu_reads import fold_samples
 from dsmon.health.config_view import ConfigView, ds_config_from_effective
 from dsmon.health.inputs import HealthInputs, RunFacts
 from dsmon.health.schema import Version, parse_version
@@ -34,11 +36,12 @@ FRAME_KINDS = (
     "comm_summary",
     "comm_op",
     "flops_profile",
-    "gpu",
     "event",
     "rank_step",
     "heartbeat",
 )
+#: The frame key of the per-GPU summary (``Store.gpu_summary``) the GPU rules read.
+GPU_SUMMARY = "gpu_summary"
 #: Comm backends that only run on accelerators.
 _GPU_BACKENDS = frozenset({"nccl", "hccl", "rccl", "xccl"})
 
@@ -55,6 +58,9 @@ def inputs_from_records(
     for rec in records:
         by_kind.setdefault(rec.KIND, []).append(rec)
     frames = {k: records_frame(k, by_kind[k]) for k in FRAME_KINDS if k in by_kind}
+    if "gpu" in by_kind:
+        fold = fold_samples(records_frame("gpu", by_kind["gpu"]), None)
+        frames[GPU_SUMMARY] = gpu_stats.summary(fold.fold, fold.series)
     nodes = {r.src.node for recs in by_kind.values() for r in recs if r.src.node}
     return build_inputs(
         frames, by_kind.get("config", []), run=run, config=config, now=now, node_names=nodes
@@ -70,6 +76,7 @@ def inputs_from_store(
 ) -> HealthInputs:
     """Inputs for one run of a store (``dsmon check --store PATH --run NAME``)."""
     frames = {k: store.frame(run, k) for k in FRAME_KINDS}
+    frames[GPU_SUMMARY] = store.gpu_summary(run)
     info = next((r for r in store.runs() if r.name == run), None)
     nodes = set(info.nodes) if info else set()
     return build_inputs(
@@ -84,9 +91,12 @@ def inputs_from_frames(
     run: str | None = None,
     now: datetime | None = None,
     node_names: Iterable[str] = (),
+    gpu_summary: pd.DataFrame | None = None,
 ) -> HealthInputs:
     """Inputs from a frame source such as the dashboard's cached ``RunFrames.frame``."""
     frames = {k: frame(k) for k in FRAME_KINDS}
+    if gpu_summary is not None:
+        frames[GPU_SUMMARY] = gpu_summary
     return build_inputs(frames, configs, run=run, now=now, node_names=set(node_names))
 
 
@@ -164,7 +174,7 @@ def _first(details: list[Mapping[str, Any]], key: str) -> Any:
 
 def _gpu_names(frames: Mapping[str, pd.DataFrame]) -> tuple[str, ...]:
     """Distinct GPU model names NVML reported, sorted."""
-    gpu = frames.get("gpu", pd.DataFrame())
+    gpu = frames.get(GPU_SUMMARY, pd.DataFrame())
     if gpu.empty or "name" not in gpu.columns:
         return ()
     return tuple(sorted({str(n) for n in gpu["name"].dropna()}))

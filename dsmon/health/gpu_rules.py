@@ -10,26 +10,18 @@ from __future__ import annotations
 
 import pandas as pd
 
-from dsmon.analysis import gpus
+from dsmon.gpu_rows import THROTTLE_BITS
 from dsmon.health import thresholds as th
+from dsmon.health.gather import GPU_SUMMARY
 from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Evidence, Finding, Status
 from dsmon.health.registry import rule
 from dsmon.health.verdicts import not_applicable
 
-_RAW_KEEP = ("ecc_corrected", "ecc_uncorrected", "xid", "mem_used_bytes")
-
 
 def samples(inputs: HealthInputs) -> pd.DataFrame:
-    """The run's GPU samples in ``analysis.gpus.prepare`` form, error counters kept."""
-    raw = inputs.frame("gpu")
-    if raw.empty or "gpu" in raw.columns:
-        return raw
-    out = gpus.prepare(raw)
-    for col in _RAW_KEEP:
-        if col in raw.columns:
-            out[col] = raw[col].to_numpy()
-    return out
+    """The run's per-GPU summary (``dsmon.gpu_stats.summary``: one row per GPU)."""
+    return inputs.frame(GPU_SUMMARY)
 
 
 def _none(inputs: HealthInputs) -> Finding:
@@ -41,15 +33,16 @@ def _none(inputs: HealthInputs) -> Finding:
 
 def _window(df: pd.DataFrame) -> str:
     """The time span and sample count of the samples, for evidence."""
-    ts = df["ts"].dropna()
-    if ts.empty:
-        return f"{len(df)} samples"
-    return f"{len(df)} samples, {ts.min():%H:%M:%S}-{ts.max():%H:%M:%S}"
+    n = int(df["samples"].sum())
+    first, last = df["first_ts"].dropna(), df["last_ts"].dropna()
+    if first.empty or last.empty:
+        return f"{n} samples"
+    return f"{n} samples, {first.min():%H:%M:%S}-{last.max():%H:%M:%S}"
 
 
 def per_gpu_mean(df: pd.DataFrame, col: str) -> pd.Series:
-    """Mean of a metric per GPU label (GPUs with no value left out)."""
-    return df.dropna(subset=[col]).groupby("gpu")[col].mean().astype("float64").sort_values()
+    """Mean of a metric per GPU label (GPUs with no value left out), lowest first."""
+    return df.set_index("gpu")[col].dropna().astype("float64").sort_values()
 
 
 @rule(
@@ -142,7 +135,7 @@ def check_memory(inputs: HealthInputs) -> Finding:
     df = samples(inputs)
     if df.empty:
         return _none(inputs)
-    used = df.dropna(subset=["mem_used_pct"]).groupby("gpu")["mem_used_pct"].max().sort_values()
+    used = df.set_index("gpu")["mem_used_pct_max"].dropna().astype("float64").sort_values()
     if used.empty:
         return Finding(Status.UNKNOWN, "the samples carry no memory figures")
     top_gpu, top = str(used.index[-1]), float(used.iloc[-1])
@@ -154,11 +147,16 @@ def check_memory(inputs: HealthInputs) -> Finding:
 
 
 def _share(df: pd.DataFrame, mask: int) -> float:
-    """Share of samples with any of ``mask``'s throttle bits set."""
-    known = df["throttle_reasons"].dropna()
-    if known.empty:
+    """Share of samples with any of ``mask``'s throttle bits set (across every GPU).
+
+    Per-bit counts are summed, so a sample with two of ``mask``'s bits counts twice: the
+    rules' masks never hold two reasons that NVML reports together.
+    """
+    known = int(df["throttle_known"].sum())
+    if not known:
         return 0.0
-    return float(((known.astype("int64") & mask) != 0).mean())
+    hits = sum(int(df[f"thr_{bit}"].sum()) for bit in THROTTLE_BITS if bit & mask)
+    return min(hits / known, 1.0)
 
 
 @rule(
@@ -176,7 +174,8 @@ def check_throttling(inputs: HealthInputs) -> Finding:
         return _none(inputs)
     hw, thermal = _share(df, th.THROTTLE_HW_BITS), _share(df, 0x20)
     power = _share(df, 0x4)
-    temp = float(df["temperature_c"].max()) if df["temperature_c"].notna().any() else float("nan")
+    hottest = df["temperature_c_max"].dropna()
+    temp = float(hottest.max()) if not hottest.empty else float("nan")
     ev = (
         Evidence("HW slowdown / HW thermal / power brake", f"{hw:.1%} of samples", _window(df)),
         Evidence("SW thermal slowdown", f"{thermal:.1%} of samples"),
@@ -219,13 +218,8 @@ def check_gpu_errors(inputs: HealthInputs) -> Finding:
     df = samples(inputs)
     if df.empty:
         return _none(inputs)
-    xid, unc = _max(df, "xid"), _max(df, "ecc_uncorrected")
-    corr = df.dropna(subset=["ecc_corrected"]) if "ecc_corrected" in df.columns else df.iloc[0:0]
-    rise = (
-        corr.groupby("gpu")["ecc_corrected"].agg(lambda s: s.max() - s.min())
-        if not corr.empty
-        else pd.Series(dtype="float64")
-    )
+    xid, unc = _max(df, "xid_max"), _max(df, "ecc_uncorrected_max")
+    rise = df["ecc_corrected_rise"].dropna()
     ev = (
         Evidence("XID", xid if xid else "none", _window(df)),
         Evidence("uncorrected ECC", unc if unc is not None else "not reported"),

@@ -19,7 +19,7 @@ from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Checklist, CheckResult, Status
 from dsmon.health.registry import all_rules, evaluate, run_rule
 from dsmon.health.report import facts_line
-from dsmon.live import Cutoff, RunFrames
+from dsmon.live import GPU, Cutoff, RunFrames
 
 #: The rules whose verdict depends on the wall clock (they read ``HealthInputs.now``: a live run
 #: is not "killed" for lacking exit lines, a stall is measured against now), re-evaluated on
@@ -57,14 +57,17 @@ class Panel(NamedTuple):
 def _static(frames: RunFrames, cutoff: Cutoff, run: str) -> tuple[HealthInputs, Checklist]:
     """Inputs and the verdicts of every rule that does not read the clock."""
     configs = frames.records("config", cutoff)
-    inputs = inputs_from_frames(lambda kind: frames.frame(kind, cutoff), configs, run=run)
+    summary = frames.gpu("summary", cutoff, lambda store, cut: store.gpu_summary(run, cut))
+    inputs = inputs_from_frames(
+        lambda kind: frames.frame(kind, cutoff), configs, run=run, gpu_summary=summary
+    )
     rules = [r for r in all_rules() if r.id not in CLOCK_RULES]
     return inputs, evaluate(inputs, rules)
 
 
 def panel(frames: RunFrames, run: str, cutoff: Cutoff, now: datetime | None) -> Panel:
     """The checklist of a run as it stood at ``cutoff``; ``now`` is None when not live."""
-    kinds = [*FRAME_KINDS, "rec:config"]
+    kinds = [*FRAME_KINDS, GPU, "rec:config"]
     inputs, static = frames.memo(
         "health.checklist", kinds, cutoff, lambda: _static(frames, cutoff, run)
     )

@@ -1,0 +1,156 @@
+"""Benchmark: the GPUs page over a day of 64 GPUs (issue 11), typed GPU tables vs JSON rows.
+
+Builds a real SQLite store of ``--hours`` of 1 Hz samples from 64 GPUs (8 nodes; default 24 h
+= 5.5 million samples) through ``SQLiteStore.add``, with the values NVML gives (integer
+utilisation, memory in bytes, power in mW, energy counters, clock-event bits), then measures:
+
+- ``bytes/sample``: the file size (after VACUUM) over the samples it holds; baseline: the
+  same samples stored as records rows (JSON body, key, indexes), the layout before;
+- ``first load``: every query the GPUs page makes on its first render (per-GPU summary,
+  trace buckets, grid buckets, newest sample per GPU) and the figures built from them, with
+  the JSON size of those figures (what Streamlit sends); baseline: the page as it was, all
+  samples decoded into a frame and bucketed in pandas, on ``--baseline-hours`` (the full day
+  takes minutes and about 20 GB that way) and extrapolated linearly, labelled so;
+- ``refresh``: the same after one more second of samples arrives (64 rows), as a live page.
+
+Usage: ``python bench/gpu_page.py [--hours 24] [--baseline-hours 0.5]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sqlite3
+import tempfile
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from dsmon.analysis import gpus
+from dsmon.analysis.downsample import N_OUT
+from dsmon.figures import gpus as fig
+from dsmon.records import GpuSampleRecord, Source
+from dsmon.store import SQLiteStore
+from dsmon.store_schema import record_row
+
+RUN = "bench"
+GPUS = 64
+T0 = datetime(2026, 11, 29, 8, 0, 0)
+GIB = 1024**3
+
+
+def samples(first_s: int, seconds: int) -> Iterator[GpuSampleRecord]:
+    """One NVML poll per GPU and second, values in the form the collector reads them."""
+    rnd = random.Random(first_s)
+    for sec in range(first_s, first_s + seconds):
+        ts = (T0 + timedelta(seconds=sec, milliseconds=rnd.randint(0, 40))).isoformat(
+            timespec="milliseconds"
+        )
+        for g in range(GPUS):
+            yield GpuSampleRecord(
+                src=Source(run=RUN, node=f"node{g // 8:02d}"), ts=ts, gpu_index=g % 8,
+                uuid=f"GPU-{g:04d}", name="NVIDIA H100 80GB HBM3",
+                util_gpu_pct=rnd.choice((100, 100, 99, 97, 0)), util_mem_pct=rnd.randint(20, 60),
+                mem_used_bytes=rnd.randint(60, 79) * GIB, mem_total_bytes=80 * GIB,
+                power_w=rnd.randint(300_000, 700_000) / 1000, power_limit_w=700.0,
+                energy_j=(1_000_000_000 + sec * 650_000 + g) / 1000,
+                temperature_c=rnd.randint(55, 80), sm_clock_mhz=rnd.choice((1980, 1755)),
+                mem_clock_mhz=2619, throttle_reasons=rnd.choice((0, 0, 0, 4)),
+                pcie_tx_bytes_per_s=rnd.randint(0, 2_000_000) * 1024.0,
+                pcie_rx_bytes_per_s=rnd.randint(0, 2_000_000) * 1024.0,
+                ecc_corrected=0, ecc_uncorrected=0,
+            )  # fmt: skip
+
+
+def page(store: SQLiteStore) -> tuple[float, int]:
+    """Seconds and figure JSON bytes of the GPUs page's queries and figures (util metric)."""
+    start = time.perf_counter()
+    summary = store.gpu_summary(RUN)
+    fine = store.gpu_buckets(RUN, N_OUT // 2, gpus=[f"node00/gpu{i}" for i in range(8)])
+    grid = store.gpu_buckets(RUN, 300)
+    latest = gpus.latest_of(store.gpu_latest(RUN))
+    selected = [str(g) for g in gpus.inventory(summary)["gpu"][:8]]
+    figures = [
+        fig.lines_figure(gpus.lines(fine, "util_gpu_pct", selected), "util_gpu_pct"),
+        fig.heatmap_figure(gpus.heatmap(grid, "util_gpu_pct"), "util_gpu_pct"),
+        fig.imbalance_figure(gpus.imbalance(grid, "util_gpu_pct"), "util_gpu_pct"),
+        fig.throttle_figure(gpus.throttle_share(summary)),
+    ]
+    sent = sum(len(f.to_json()) for f in figures) + len(latest.to_json(date_format="iso"))
+    return time.perf_counter() - start, sent
+
+
+def baseline_page(path: Path) -> float:
+    """The page as it was: every sample decoded from its JSON row, then bucketed in pandas."""
+    from dsmon.frames import records_frame
+    from dsmon.store_schema import row_record
+
+    start = time.perf_counter()
+    conn = sqlite3.connect(path)
+    recs = [row_record(b) for (b,) in conn.execute("SELECT body FROM records WHERE kind='gpu'")]
+    frame = gpus.prepare(records_frame("gpu", recs))
+    frame.groupby("gpu", observed=True)["util_gpu_pct"].agg(["mean", "min", "max"])
+    conn.close()
+    return time.perf_counter() - start
+
+
+def build_baseline(path: Path, seconds: int) -> int:
+    """The samples as records rows (the layout before), written with the store's own DDL."""
+    SQLiteStore(path).close()
+    conn = sqlite3.connect(path, isolation_level=None)
+    cols = "key, run, kind, step, ts, node, rank, file, line, body"
+    conn.execute("BEGIN")
+    rows = [record_row(r) for r in samples(0, seconds)]
+    conn.executemany(f"INSERT INTO records ({cols}) VALUES ({','.join('?' * 10)})", rows)
+    conn.execute("COMMIT")
+    conn.execute("VACUUM")
+    conn.close()
+    return len(rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--hours", type=float, default=24.0)
+    ap.add_argument("--baseline-hours", type=float, default=0.5)
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="dsmon-gpu-bench-"))
+    seconds = int(args.hours * 3600)
+    path = tmp / "typed.sqlite"
+    store = SQLiteStore(path)
+    start = time.perf_counter()
+    for hour in range(0, seconds, 3600):
+        store.add(samples(hour, min(3600, seconds - hour)))
+    build_s = time.perf_counter() - start
+    n = seconds * GPUS
+    store.close()
+    conn = sqlite3.connect(path)
+    conn.execute("VACUUM")
+    conn.close()
+    size = os.path.getsize(path)
+    print(f"stored {n:,} samples in {build_s:.0f} s ({n / build_s:,.0f} samples/s)")
+    print(f"typed layout: {size / n:.1f} bytes/sample (whole file, roll-ups and indexes included)")
+    store = SQLiteStore(path)
+    first, sent = page(store)
+    print(f"first load (all queries + figures): {first:.2f} s, {sent / 1e6:.2f} MB of figures")
+    store.add(samples(seconds, 1))
+    refresh, sent = page(store)
+    print(f"refresh after 64 new samples: {refresh:.2f} s, {sent / 1e6:.2f} MB of figures")
+    b_seconds = int(args.baseline_hours * 3600)
+    b_path = tmp / "records.sqlite"
+    b_n = build_baseline(b_path, b_seconds)
+    b_size = os.path.getsize(b_path)
+    b_load = baseline_page(b_path)
+    scale = n / b_n
+    print(f"baseline JSON rows: {b_size / b_n:.1f} bytes/sample ({b_n:,} samples)")
+    print(
+        f"baseline first load: {b_load:.2f} s for {b_n:,} samples; "
+        f"extrapolated to {n:,}: {b_load * scale:.0f} s (linear)"
+    )
+    print(f"ratio bytes/sample typed/baseline: {size / n / (b_size / b_n):.3f}")
+    print(f"ratio first load typed/baseline(extrapolated): {first / (b_load * scale):.4f}")
+
+
+if __name__ == "__main__":
+    main()

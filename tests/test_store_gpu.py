@@ -1,0 +1,205 @@
+"""GPU samples in the store: stored in typed tables, read back equal, folded equal everywhere.
+
+The same checks run on every backend (``store`` fixture): SQLite keeps samples in its own
+tables with roll-ups; PostgreSQL keeps them as records and folds them in pandas. Both must
+give back what was stored and the same summaries and buckets as a fold of the samples in
+memory.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dsmon import gpu_stats
+from dsmon.frames import records_frame
+from dsmon.gpu_reads import fold_samples
+from dsmon.records import EventRecord, GpuSampleRecord, Record, Source
+from dsmon.store import SQLiteStore
+from dsmon.store_schema import RecordFilter, Store, record_row
+
+RUN = "g"
+GIB = 1024**3
+
+
+def sample(sec: int, gpu: int, node: str = "n0", **fields: object) -> GpuSampleRecord:
+    """One poll as the collector makes it; ``fields`` override the defaults."""
+    values: dict[str, object] = {
+        "uuid": f"GPU-{node}-{gpu}",
+        "name": "NVIDIA H100 80GB HBM3",
+        "util_gpu_pct": float((sec * 7 + gpu * 13) % 101),
+        "mem_used_bytes": (40 + sec % 30) * GIB,
+        "mem_total_bytes": 80 * GIB,
+        "power_w": (300_000 + sec * 1_237 % 400_000) / 1000,
+        "power_limit_w": 700.0,
+        "energy_j": (10**9 + sec * 650_123) / 1000,
+        "temperature_c": float(50 + sec % 30),
+        "sm_clock_mhz": 1980.0,
+        "throttle_reasons": 0x4 if sec % 7 == 0 else 0,
+        "ecc_corrected": sec // 100,
+        "pcie_tx_bytes_per_s": 1024.0 * (sec % 1000),
+    }
+    values.update(fields)
+    ts = f"2026-11-29T10:{sec // 60 % 60:02d}:{sec % 60:02d}.{gpu:03d}"
+    return GpuSampleRecord(src=Source(run=RUN, node=node), ts=ts, gpu_index=gpu, **values)  # type: ignore[arg-type]
+
+
+def day(seconds: int = 900) -> list[GpuSampleRecord]:
+    return [sample(sec, g, node) for sec in range(seconds) for node in ("n0", "n1") for g in (0, 1)]
+
+
+def odd_ones() -> list[Record]:
+    """Samples the typed columns cannot hold as they are: all must come back unchanged."""
+    return [
+        sample(5000, 0, ts_power := "n2", power_w=312.4567),  # not a whole mW
+        sample(5001, 0, "n2", name="renamed by the driver"),  # a series field that changed
+        sample(5002, 0, "n2", uuid=None, xid=79, ecc_uncorrected=1),
+        GpuSampleRecord(src=Source(run=RUN, node=ts_power), ts="2026-11-29T12:00:00", gpu_index=1),
+        GpuSampleRecord(
+            src=Source(run=RUN, node="n2", file="nvml.jsonl", line=3), ts=None, gpu_index=2
+        ),  # fmt: skip
+        EventRecord(src=Source(run=RUN, node="n2", file="a.log", line=1), name="oom"),
+    ]
+
+
+def test_samples_come_back_equal_and_once(store: Store) -> None:
+    recs = [*day(50), *odd_ones()]
+    assert store.add(recs) == len(recs)
+    assert store.add(recs[:40]) == 0
+    back = store.records(RUN, "gpu")
+    want = [r for r in recs if isinstance(r, GpuSampleRecord)]
+    assert sorted(map(repr, back)) == sorted(map(repr, want))
+    info = store.runs()[0]
+    assert info.kinds == {"event": 1, "gpu": len(want)}
+    assert set(info.nodes) == {"n0", "n1", "n2"}
+
+
+def test_paging_by_id_sees_every_record_once_in_order(store: Store) -> None:
+    for sec in range(0, 120, 10):  # live batches: ten seconds of samples, then an event
+        store.add(day(sec + 10)[sec * 4 :])
+        store.add([EventRecord(src=Source(run=RUN, file="a.log", line=sec + 1), name="tick")])
+    pairs = []
+    after = 0
+    while True:
+        page = store.id_records(RecordFilter(RUN, after_id=after, limit=37))
+        pairs += page
+        if len(page) < 37:
+            break
+        after = page[-1][0]
+    ids = [i for i, _ in pairs]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids) == 120 * 4 + 12
+    assert [r.KIND for _, r in pairs].count("event") == 12
+    scanned = list(store.scan(RUN, "gpu", chunk=50))
+    assert len(scanned) == 480 and len({(r.src.node, r.gpu_index, r.ts) for r in scanned}) == 480
+    assert store.last_id(RUN) == ids[-1]
+
+
+def _close(a: pd.DataFrame, b: pd.DataFrame) -> None:
+    """Frames equal up to float rounding (sums taken in another order), column by column."""
+    assert list(a["gpu"]) == list(b["gpu"])
+    for col in a.columns:
+        left, right = a[col], b[col]
+        if pd.api.types.is_numeric_dtype(left) and pd.api.types.is_numeric_dtype(right):
+            pd.testing.assert_series_equal(left.astype(float), right.astype(float),
+                                           check_names=False, rtol=1e-9)  # fmt: skip
+        else:
+            assert [str(x) for x in left] == [str(x) for x in right], col
+
+
+@pytest.mark.parametrize("n_buckets", [None, 7, 60])
+def test_store_folds_like_memory(store: Store, n_buckets: int | None) -> None:
+    recs = day(3600)  # an hour: 60 one-minute roll-up buckets per GPU
+    store.add(recs)
+    got = fold_samples(records_frame("gpu", recs), n_buckets)
+    if n_buckets is None:
+        _close(store.gpu_summary(RUN), gpu_stats.summary(got.fold, got.series))
+        return
+    mine = store.gpu_buckets(RUN, n_buckets)
+    assert len(mine) >= n_buckets // 4 * 4  # a roll-up may give fewer, wider buckets
+    # Every sample is counted once, extremes are kept...
+    assert mine.groupby("gpu")["n"].sum().tolist() == [3600] * 4
+    assert mine["util_gpu_pct_max"].max() == 100.0
+    # ...and on the store's grid, a fold of the samples in memory gives the same buckets.
+    grid = store._gpu_fold(RUN, n_buckets, None, None)
+    frame = records_frame("gpu", recs)
+    theirs = gpu_stats.buckets(
+        gpu_stats.fold_frame(frame, grid.t0_ms, grid.width_ms),
+        gpu_stats.series_frame(frame)[0],
+        grid.t0_ms,
+        grid.width_ms or 1,
+    )
+    _close(mine, theirs)
+
+
+def test_replay_cutoff_reads_only_samples_before_it(store: Store) -> None:
+    recs = day(600)
+    store.add(recs)
+    cut = "2026-11-29T10:05:00.000"
+    summary = store.gpu_summary(RUN, ts_max=cut).set_index("gpu")
+    # seconds 0..299 of every GPU, and second 300 of gpu0 (its ts is 10:05:00.000)
+    assert summary["samples"].tolist() == [301, 300, 301, 300]
+    assert str(summary["last_ts"].max()) == "2026-11-29 10:05:00"
+    latest = {(r.src.node, r.gpu_index): r.ts for r in store.gpu_latest(RUN, ts_max=cut)}
+    assert latest[("n0", 0)] == cut and latest[("n1", 1)] == "2026-11-29T10:04:59.001"
+
+
+def test_traces_of_chosen_gpus_only(store: Store) -> None:
+    store.add(day(300))
+    got = store.gpu_buckets(RUN, 30, gpus=["n1/gpu0"])
+    assert set(got["gpu"]) == {"n1/gpu0"} and got["n"].sum() == 300
+
+
+def test_sqlite_layout_is_compact(tmp_path: Path) -> None:
+    """About 60 bytes per sample for the samples table (the JSON rows took ~600)."""
+    store = SQLiteStore(tmp_path / "s.sqlite")
+    store.add(day(2500))
+    store.close()
+    conn = sqlite3.connect(tmp_path / "s.sqlite")
+    conn.execute("VACUUM")
+    pages = (
+        conn.execute("SELECT SUM(pgsize) FROM dbstat WHERE name IN ('gpu_samples')").fetchone()[0]
+        if _has_dbstat(conn)
+        else None
+    )
+    conn.close()
+    if pages is None:
+        pytest.skip("this SQLite has no dbstat table")
+    assert pages / 10_000 <= 60
+
+
+def _has_dbstat(conn: sqlite3.Connection) -> bool:
+    try:
+        conn.execute("SELECT 1 FROM dbstat LIMIT 1")
+    except sqlite3.OperationalError:
+        return False
+    return True
+
+
+def test_older_store_has_its_samples_moved_on_first_write(tmp_path: Path) -> None:
+    """A store where an older dsmon kept GPU samples as records rows."""
+    path = tmp_path / "old.sqlite"
+    SQLiteStore(path).close()
+    conn = sqlite3.connect(path, isolation_level=None)
+    for table in ("gpu_rollup", "gpu_batches", "gpu_samples", "gpu_series"):
+        conn.execute(f"DROP TABLE {table}")
+    old = day(120)
+    cols = "key, run, kind, step, ts, node, rank, file, line, body"
+    conn.executemany(f"INSERT INTO records ({cols}) VALUES ({','.join('?' * 10)})",
+                     [record_row(r) for r in old])  # fmt: skip
+    conn.execute(
+        "INSERT INTO run_kinds VALUES (?, 'gpu', ?, ?, ?, NULL, ?)",
+        (RUN, len(old), old[0].ts, old[-1].ts, len(old)),
+    )
+    conn.close()
+    reader = SQLiteStore(path)
+    assert len(reader.records(RUN, "gpu")) == len(old)  # read before any writer came
+    writer = SQLiteStore(path)
+    writer.add([EventRecord(src=Source(run=RUN, file="a.log", line=1), name="tick")])
+    assert sorted(map(repr, writer.records(RUN, "gpu"))) == sorted(map(repr, old))
+    assert writer.runs()[0].kinds == {"event": 1, "gpu": len(old)}
+    assert writer.gpu_summary(RUN)["samples"].tolist() == [120] * 4
+    raw = sqlite3.connect(path).execute("SELECT COUNT(*) FROM records WHERE kind = 'gpu'")
+    assert raw.fetchone()[0] == 0
