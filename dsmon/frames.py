@@ -15,8 +15,10 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
 import pandas as pd
 
+from dsmon import wire
 from dsmon.records import KINDS, Record, TimerRecord
 
 logger = logging.getLogger(__name__)
@@ -102,6 +104,36 @@ def records_frame(
     columns = list(BASE_COLUMNS) + names
     frame = pd.DataFrame.from_records(rows, columns=_with_extra(columns, rows))
     return _typed(frame, dtypes)
+
+
+def bodies_frame(kind: str, ids: Sequence[int], bodies: Sequence[str]) -> pd.DataFrame:
+    """:func:`records_frame` of stored JSON bodies, without building record objects.
+
+    The store checked every body when it was written, so a page loading a long run's timers
+    (300,000 rows at 100k steps) skips the dataclasses and goes from JSON (orjson, compiled)
+    to columns: the same frame, several times faster.
+    """
+    dtypes = field_dtypes(kind)
+    names = list(dtypes)
+    nested = wire.nested_fields(kind)
+    rows = []
+    timers = kind == "timer"
+    for rec_id, body in zip(ids, bodies, strict=True):
+        row = orjson.loads(body)  # the record's own dict becomes the row: no copy per field
+        src = row.pop("src", None) or {}
+        del row["kind"]
+        row["id"] = rec_id
+        for key in ("node", "rank", "file", "line"):
+            row[key] = src.get(key)
+        for name in nested:
+            if row.get(name):
+                row[name] = wire.nested_value(name, row[name])
+        if timers:
+            for timer, value in (row.get("values_ms") or {}).items():
+                row[f"{timer}_ms"] = value
+        rows.append(row)
+    columns = list(BASE_COLUMNS) + names
+    return _typed(pd.DataFrame.from_records(rows, columns=_with_extra(columns, rows)), dtypes)
 
 
 def _with_extra(columns: list[str], rows: list[dict[str, Any]]) -> list[str]:

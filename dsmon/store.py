@@ -21,7 +21,7 @@ from pathlib import Path
 from dsmon import store_sql as sql
 from dsmon.gpu_reads import GpuFold, iso_text
 from dsmon.gpu_rows import SampleRow, cut_ms, grid, sample_row
-from dsmon.records import GpuSampleRecord, Record
+from dsmon.records import KINDS, GpuSampleRecord, Record
 from dsmon.store_gpu import LEVELS_S, GpuTables
 from dsmon.store_schema import (
     BATCH_ROWS,
@@ -69,6 +69,8 @@ class SQLiteStore(Store):
     Raises:
         StoreError: the file cannot be opened or holds a schema of another version.
     """
+
+    BODY_KINDS = frozenset(KINDS.keys() - {"gpu"})
 
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)

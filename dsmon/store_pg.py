@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from dsmon.records import Record
+from dsmon.records import KINDS, Record
 from dsmon.store_schema import (
     ROW_COLUMNS,
     SCHEMA_VERSION,
@@ -175,6 +175,8 @@ class PgStore(Store):
         StoreError: the server cannot be reached, or the database holds tables of another
             dsmon schema version.
     """
+
+    BODY_KINDS = frozenset(KINDS.keys())
 
     def __init__(self, url: str) -> None:
         self.url = url

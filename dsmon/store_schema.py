@@ -269,6 +269,10 @@ class Store(ABC, GpuReads):
     never misses a record.
     """
 
+    #: Kinds whose every record is a records-table row with its JSON body: frames of them
+    #: are built from the bodies directly (``dsmon.frames.bodies_frame``).
+    BODY_KINDS: frozenset[str] = frozenset()
+
     @abstractmethod
     def add(self, records: Iterable[Record | EncodedRecord], *, live: bool = False) -> int:
         """Store the records not stored yet and commit; returns how many were new.
@@ -364,11 +368,14 @@ class Store(ABC, GpuReads):
         limit: int | None = None,
     ) -> pd.DataFrame:
         """One row per record of one kind: see :func:`dsmon.frames.records_frame`."""
-        from dsmon.frames import records_frame
+        from dsmon.frames import bodies_frame, records_frame
 
         flt = RecordFilter(run, kind, step_min, step_max, ts_min, ts_max, after_id, limit)
-        rows = self._select_records(flt)
-        return records_frame(kind, [rec for _, rec in rows], [i for i, _ in rows])
+        if kind in self.BODY_KINDS:
+            rows = self._select(flt)
+            return bodies_frame(kind, [i for i, _ in rows], [b for _, b in rows])
+        pairs = self._select_records(flt)
+        return records_frame(kind, [rec for _, rec in pairs], [i for i, _ in pairs])
 
     def __enter__(self) -> Store:
         return self

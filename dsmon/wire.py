@@ -93,7 +93,12 @@ def _source(value: Any) -> Source:
         raise WireError(f"field 'src': {exc}") from None
 
 
-def _nested(name: str, value: Any) -> Any:
+def nested_fields(kind: str) -> tuple[str, ...]:
+    """Fields of ``kind`` whose JSON lists stand for tuples or dataclasses."""
+    return _NESTED.get(KINDS[kind], ())
+
+
+def nested_value(name: str, value: Any) -> Any:
     """Rebuild the tuple- and dataclass-valued fields that JSON flattened to lists."""
     if name == "top_modules":
         return tuple(ModuleAggregate(**v) for v in value)
@@ -133,7 +138,7 @@ def from_dict(obj: Mapping[str, Any]) -> Record:
             kwargs[key] = _source(value)
         elif key in _NESTED.get(cls, ()) and value is not None:
             try:
-                kwargs[key] = _nested(key, value)
+                kwargs[key] = nested_value(key, value)
             except (TypeError, ValueError) as exc:
                 raise WireError(f"field {key!r}: {exc}") from None
         else:

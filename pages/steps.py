@@ -17,7 +17,6 @@ from ui.page import live_body, page_header, page_view
 
 view = page_view(__file__)
 PARTS = ("fwd_ms", "bwd_ms", "bwd_inner_ms", "bwd_allreduce_ms", "step_ms", "total_ms")
-ZERO_GROUPS = ("zero_optimizer", "zero3_optimizer")
 SPEED = ["samples/s", "iteration time", "TFLOPS per GPU"]
 
 
@@ -125,12 +124,9 @@ def distribution(bd: pd.DataFrame, stats: pd.DataFrame) -> None:
 
 def zero_timers(timer: pd.DataFrame) -> None:
     """The ZeRO optimizer's own timer lines against the step."""
-    if timer.empty or "group" not in timer.columns:
-        chart(fig.zero_timers_figure(pd.DataFrame(), []), "steps.zero_timers_figure")
-        return
-    zero = timer[timer["group"].isin(ZERO_GROUPS)]
-    timed = zero.drop(columns=["values_ms"], errors="ignore").select_dtypes("number")
-    names = [c[:-3] for c in timed.columns if c.endswith("_ms") and timed[c].notna().any()]
+    zero, names = view.frames.memo(
+        "steps.zero_timers", ["timer"], view.cutoff, lambda: steps.zero_timers(timer)
+    )
     chart(fig.zero_timers_figure(zero, names), "steps.zero_timers_figure")
     st.caption(
         "ZeRO-1/2: optimizer_allgather / optimizer_gradients / optimizer_step; ZeRO-3: optimizer_step. "

@@ -8,9 +8,13 @@ Expected values were read by hand from tests/data/z2/train.log: the 30 global ti
 
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
 import pytest
 
+from dsmon.analysis import steps
+from dsmon.analysis.downsample import N_OUT
 from dsmon.analysis.steps import (
     BREAKDOWN_COLUMNS,
     MICRO_COLUMNS,
@@ -131,3 +135,24 @@ def test_no_timers_gives_empty_frames() -> None:
     assert micro_breakdown(empty).empty
     assert step_stats(step_breakdown(empty)).loc["fwd_ms", "n"] == 0
     assert slowest_steps(step_breakdown(empty), 3).empty
+
+
+def test_zero_timers_are_cut_to_what_a_chart_shows(z2_log_records: list[Record]) -> None:
+    """A ZeRO-2 run's optimizer timer line, repeated for 20k steps with one slow step."""
+    (line,) = [r for r in z2_log_records if isinstance(r, TimerRecord)
+               and r.group == "zero_optimizer"][:1]  # fmt: skip
+    recs = [
+        dataclasses.replace(
+            line,
+            step=s,
+            src=dataclasses.replace(line.src, line=s),
+            values_ms={k: v * (50.0 if s == 12_345 else 1.0) for k, v in line.values_ms.items()},
+        )
+        for s in range(1, 20_001)
+    ]
+    zero, names = steps.zero_timers(records_frame("timer", recs))
+    assert names == [k for k in line.values_ms]
+    assert len(zero) <= 2 * len(names) * N_OUT < len(recs)
+    spike = zero[zero["step"] == 12_345]
+    assert not spike.empty  # the slow step survives the cut
+    assert steps.zero_timers(records_frame("timer", []))[1] == []

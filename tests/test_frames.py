@@ -105,3 +105,22 @@ def test_real_timer_frame(z2_log_records: list[Record]) -> None:
         190.22,
     )
     assert first["ts"] == pd.Timestamp("2026-11-29 14:11:04.882")
+
+
+def test_frames_from_stored_bodies_equal_frames_from_records() -> None:
+    """``Store.frame`` builds frames from the stored JSON directly; the same frame as records."""
+    from dashboard_support import RUNS, shared_store
+
+    from dsmon.records import KINDS
+    from dsmon.store import open_store
+    from dsmon.store_schema import RecordFilter
+
+    store = open_store(shared_store())
+    compared = 0
+    for run in RUNS:
+        for kind in KINDS:
+            pairs = store.id_records(RecordFilter(run, kind))
+            slow = records_frame(kind, [r for _, r in pairs], [i for i, _ in pairs])
+            pd.testing.assert_frame_equal(store.frame(run, kind), slow)
+            compared += len(pairs)
+    assert compared > 500  # every kind the corpus runs have

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from dsmon.analysis.downsample import N_OUT, downsample
+
 #: Engine timers in the order of a step; ``bwd_inner``/``bwd_allreduce`` are parts of ``bwd``.
 PHASES = ("fwd", "bwd", "bwd_inner", "bwd_allreduce", "step")
 PHASE_COLUMNS = tuple(f"{p}_ms" for p in PHASES)
@@ -157,3 +159,24 @@ def steady(frame: pd.DataFrame, warmup: int = WARMUP_STEPS) -> pd.DataFrame:
         return frame
     kept = frame[frame["step"].notna() & (frame["step"] > warmup)]
     return kept if not kept.empty else frame
+
+
+#: Timer groups of the ZeRO optimizer's own lines (ZeRO-1/2 and ZeRO-3).
+ZERO_GROUPS = ("zero_optimizer", "zero3_optimizer")
+
+
+def zero_timers(timers: pd.DataFrame, n_out: int = N_OUT) -> tuple[pd.DataFrame, list[str]]:
+    """The ZeRO optimizer's timer rows, cut to about ``n_out`` points per timer, and their names.
+
+    At 100k steps these lines are 100k rows a chart would otherwise send whole (5 MB).
+    """
+    if timers.empty or "group" not in timers.columns:
+        return timers.iloc[0:0], []
+    zero = timers[timers["group"].isin(ZERO_GROUPS)]
+    timed = zero.drop(columns=["values_ms"], errors="ignore").select_dtypes("number")
+    names = [c[:-3] for c in timed.columns if c.endswith("_ms") and timed[c].notna().any()]
+    if zero.empty or not names:
+        return zero, names
+    cols = [f"{n}_ms" for n in names]
+    filled = zero.assign(**{c: zero[c].astype("float64") for c in cols})
+    return downsample(filled, "step", cols, n_out=n_out), names

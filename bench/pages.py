@@ -1,0 +1,163 @@
+"""Benchmark: every dashboard page on a big run, real store, real page code (issue 11).
+
+Builds a real SQLite store through ``SQLiteStore.add``: ``--steps`` optimizer steps (default
+100,000) of what DeepSpeed prints with ``wall_clock_breakdown`` on rank 0 (engine timers,
+micro-step timers, ZeRO optimizer timers, the step line with loss and lr, a ThroughputTimer
+line every 10 steps) and ``--gpu-hours`` of 1 Hz NVML samples from 64 GPUs (default 24 h =
+5.5 million samples). Then opens each page with Streamlit's own test harness (``AppTest`` on
+``app.py``: the real scripts, the real frame cache, the real queries) and measures:
+
+- ``first``: the page's first render with every cache empty (the first browser to open it);
+- ``refresh``: the render after one more step and one more second of GPU samples were stored
+  (a live tick), caches warm, as a browser already on the page sees it;
+- ``sent``: bytes of the page's figures (plotly JSON) and tables (Arrow), what the browser
+  is sent on each render;
+- the process's peak RSS after all pages.
+
+A live page redraws only its fragment; a full rerun, timed here, costs more, so these are
+upper bounds. ``--steps-only`` skips the GPU samples (they take about 4 minutes to write).
+
+Usage: ``python bench/pages.py [--steps 100000] [--gpu-hours 24] [--pages steps,gpus]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import resource
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gpu_page import samples  # noqa: E402  (the GPU samples of bench/gpu_page.py)
+
+from dsmon.records import Record, Source, StepRecord, ThroughputRecord, TimerRecord  # noqa: E402
+from dsmon.store import SQLiteStore  # noqa: E402
+
+RUN = "bench"
+T0 = datetime(2026, 11, 29, 8, 0, 0)
+STEP_S = 0.8
+PAGES = ("health", "steps", "training", "communication", "gpus", "flops")
+
+
+def step_records(step: int) -> list[Record]:
+    """One step as DeepSpeed 0.19 prints it on rank 0 (values vary a little per step)."""
+    ts = (T0 + timedelta(seconds=step * STEP_S)).isoformat(timespec="milliseconds")
+    jitter = (step * 7919 % 97) / 10
+
+    def src(line: int) -> Source:
+        return Source(run=RUN, node="node00", rank=0, file="train.log", line=step * 6 + line)
+
+    out: list[Record] = [
+        TimerRecord(src=src(0), ts=ts, step=step, group="micro",
+                    values_ms={"fwd_microstep": 210.0 + jitter, "bwd_microstep": 420.0 + jitter,
+                               "bwd_inner_microstep": 300.0, "bwd_allreduce_microstep": 110.0,
+                               "step_microstep": 95.0}),
+        TimerRecord(src=src(1), ts=ts, step=step, group="global",
+                    values_ms={"fwd": 210.0 + jitter, "bwd": 420.0 + jitter, "bwd_inner": 300.0,
+                               "bwd_allreduce": 110.0, "step": 95.0}),
+        TimerRecord(src=src(2), ts=ts, step=step, group="zero_optimizer",
+                    values_ms={"optimizer_allgather": 40.0 + jitter, "optimizer_gradients": 20.0,
+                               "optimizer_step": 30.0}),
+        StepRecord(src=src(3), ts=ts, step=step, skipped=0, lr=(1e-4,), mom=((0.9, 0.999),)),
+    ]  # fmt: skip
+    if step % 10 == 0:
+        out.append(
+            ThroughputRecord(src=src(4), ts=ts, step=step, epoch=0, micro_step=step,
+                             global_step=step, samples_per_s=640.0 - jitter,
+                             running_avg_samples_per_s=640.0)  # fmt: skip
+        )
+    return out
+
+
+def steps(first: int, n: int) -> Iterator[Record]:
+    for step in range(first, first + n):
+        yield from step_records(step)
+
+
+def build(path: Path, n_steps: int, gpu_hours: float) -> SQLiteStore:
+    store = SQLiteStore(path)
+    start = time.perf_counter()
+    store.add(steps(1, n_steps))
+    print(f"stored {n_steps:,} steps in {time.perf_counter() - start:.0f} s")
+    seconds = int(gpu_hours * 3600)
+    start = time.perf_counter()
+    for hour in range(0, seconds, 3600):
+        store.add(samples(hour, min(3600, seconds - hour)))
+    if seconds:
+        print(f"stored {seconds * 64:,} GPU samples in {time.perf_counter() - start:.0f} s")
+    return store
+
+
+def sent_bytes(at: object) -> int:
+    """Bytes of the page's figures and tables as Streamlit sends them."""
+    total = 0
+    for chart in at.get("plotly_chart"):  # type: ignore[attr-defined]
+        total += len(chart.proto.spec)
+    for table in at.get("arrow_data_frame"):  # type: ignore[attr-defined]
+        total += len(table.proto.data)
+    return total
+
+
+def open_page(page: str) -> tuple[object, float]:
+    """A fresh AppTest on ``page`` of the bench run, and the seconds its first render took.
+
+    The app opens on the Health page; for another page the caches are emptied before
+    switching, so its render starts from nothing, as a browser opening its URL first.
+    """
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
+    at.query_params["run"] = RUN
+    st.cache_resource.clear()
+    start = time.perf_counter()
+    at.run()
+    if page != "health":
+        st.cache_resource.clear()
+        start = time.perf_counter()
+        at.switch_page(f"pages/{page}.py").run()
+    return at, time.perf_counter() - start
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=100_000)
+    ap.add_argument("--gpu-hours", type=float, default=24.0)
+    ap.add_argument("--pages", default=",".join(PAGES))
+    ap.add_argument("--store", help="reuse a store built by an earlier run (path)")
+    args = ap.parse_args()
+    path = Path(args.store) if args.store else Path(tempfile.mkdtemp()) / "pages.sqlite"
+    store = SQLiteStore(path) if args.store else build(path, args.steps, args.gpu_hours)
+    info = store.runs()[0]
+    print(f"run: {info.n_records:,} records, last step {info.last_step:,}")
+    os.environ["DSMON_STORE"] = str(path)
+    logging.getLogger("streamlit").setLevel(logging.ERROR)
+
+    step = (info.last_step or 0) + 1
+    second = int(args.gpu_hours * 3600)
+    print(f"{'page':<15}{'first s':>9}{'refresh s':>11}{'sent MB':>9}")
+    for page in args.pages.split(","):
+        at, first = open_page(page)
+        store.add(step_records(step), live=True)
+        store.add(samples(second, 1), live=True)
+        step, second = step + 1, second + 1
+        start = time.perf_counter()
+        at.run()  # type: ignore[attr-defined]
+        refresh = time.perf_counter() - start
+        if at.exception:  # type: ignore[attr-defined]
+            print(f"{page}: {at.exception}")  # type: ignore[attr-defined]
+        print(f"{page:<15}{first:>9.2f}{refresh:>11.2f}{sent_bytes(at) / 1e6:>9.2f}")
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak RSS of this process (store writes included): {rss:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
