@@ -23,7 +23,7 @@ LOG = Path(__file__).parent / "data" / "zero3_coordinator_v0100" / "train.log"
 def frames() -> dict[str, pd.DataFrame]:
     recs = read_log(LOG, "coord")
     kinds = ("timer", "coordinator_event")
-    return {k: records_frame(k, [r for r in recs if r.KIND == k]) for k in kinds}
+    return {k: records_frame(k, [r for r in recs if k == r.KIND]) for k in kinds}
 
 
 def test_parts_of_each_step(frames: dict[str, pd.DataFrame]) -> None:

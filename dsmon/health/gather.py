@@ -38,6 +38,8 @@ FRAME_KINDS = (
     "event",
     "rank_step",
     "heartbeat",
+    "coordinator_event",
+    "memory",
 )
 #: Comm backends that only run on accelerators.
 _GPU_BACKENDS = frozenset({"nccl", "hccl", "rccl", "xccl"})

@@ -24,6 +24,8 @@ RULE_MODULES = (
     "feature_rules",
     "observability_rules",
     "runtime_rules",
+    "network_rules",
+    "memory_rules",
     "step_rules",
     "run_rules",
     "rank_rules",

@@ -8,6 +8,7 @@ coordinator calls methods on; on CPU every operation is synchronous, so streams 
 replaced by an object whose methods do nothing,
 and so are events. DeepSpeed's own code is unchanged.
 """
+
 import contextlib
 import os
 import runpy
