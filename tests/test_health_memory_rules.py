@@ -1,6 +1,6 @@
 """zero3.fragmentation on real output: DeepSpeed's own flush warning, a 2021 ZeRO-3 memory block.
 
-Data: tests/data/zero3_coordinator_v0100/flushes.log (DeepSpeed 0.10.0's stage-3 warning, the
+Data: tests/data/zero3_flush_warning_v0100/train.log (DeepSpeed 0.10.0's stage-3 warning, the
 retry count staged as its README says), field excerpt 03 (ZeRO-3 on 64 V100s, DeepSpeed 0.3.17:
 ``MA 2.34 GB ... CA 5.4 GB``), and the corpus runs z2/z3 (DeepSpeed 0.19.8, no flushes).
 """
@@ -19,18 +19,19 @@ from dsmon.health.gather import inputs_from_records
 from dsmon.health.model import Status
 
 RUN = Path(__file__).parent / "data" / "zero3_coordinator_v0100"
+FLUSH_RUN = Path(__file__).parent / "data" / "zero3_flush_warning_v0100"
 RULE = "zero3.fragmentation"
 
 
 def test_flush_warnings_point_at_sub_group_size() -> None:
     cfg = ConfigView(json.loads((RUN / "ds_config.json").read_text()), source="ds_config.json")
-    inputs = inputs_from_records(read_log(RUN / "flushes.log", "flushes"), config=cfg)
+    inputs = inputs_from_records(read_log(FLUSH_RUN / "train.log", "flushes"), config=cfg)
     r = check(inputs, RULE)
     assert r.status is Status.WARN
     assert r.summary.startswith("12 allocator cache flushes in 4 steps")  # 3 per warning
     assert evidence(r) == {
         "zero_optimization.sub_group_size": "1e9 (default)",
-        "allocator cache flushes": "12 (4 warnings, first at flushes.log:208)",
+        "allocator cache flushes": "12 (4 warnings, first at train.log:208)",
     }
     assert r.fix == '{"zero_optimization": {"sub_group_size": 100000000}}'
     assert r.page == "training"

@@ -300,7 +300,7 @@ def test_events_survive_the_wire() -> None:
 
 def test_allocator_flush_warning_of_zero3() -> None:
     """DeepSpeed 0.10.0's own stage-3 warning (retry count staged, see the folder's README)."""
-    evs, _ = events("zero3_coordinator_v0100/flushes.log")
+    evs, _ = events("zero3_flush_warning_v0100/train.log")
     flushes = [e for e in evs if e.name == "allocator_flush"]
     assert [(e.src.line, e.detail) for e in flushes] == [
         (208, {"flushes": 3}),

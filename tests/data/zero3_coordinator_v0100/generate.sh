@@ -18,7 +18,7 @@ PYTHONPATH="$DS_SRC" timeout 240 "$PY" -m torch.distributed.run --nproc_per_node
   --master_port 29719 cpu_shim.py "$TRAIN" --deepspeed_config ds_config.json --steps 8 \
   > train.log 2>&1
 # The same run with the allocator retry count staged (see cpu_shim.py): ZeRO-3's step() prints
-# its cache-flush warning, which a CPU run cannot trigger for real.
+# its cache-flush warning, which a CPU run cannot trigger for real. Written to its own folder.
 DSMON_ALLOC_RETRIES_PER_CALL=3 PYTHONPATH="$DS_SRC" timeout 240 "$PY" -m torch.distributed.run \
   --nproc_per_node 2 --master_port 29720 cpu_shim.py "$TRAIN" --deepspeed_config ds_config.json \
-  --steps 4 > flushes.log 2>&1
+  --steps 4 > ../zero3_flush_warning_v0100/train.log 2>&1
