@@ -189,6 +189,12 @@ def coordinator_figure(
     )
     fig.update_layout(barmode="stack")
     fig.update_yaxes(title_text="ms", secondary_y=False)
-    fig.update_yaxes(title_text="% wait", range=[0, 100], secondary_y=True)
+    fig.update_yaxes(
+        title_text="% wait",
+        range=[0, 100],
+        tickvals=[0, 25, 50, 75, 100],
+        showgrid=False,
+        secondary_y=True,
+    )
     fig.update_xaxes(title_text="optimizer step")
     return layout(fig, title)
