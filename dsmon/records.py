@@ -398,6 +398,7 @@ EVENT_NAMES = (
     "oom",  # CUDA out of memory
     "nccl_error",  # NCCL timeout / watchdog / error
     "autotuning",  # autotuner progress: start, resources, profile run, optimal exp, end
+    "allocator_flush",  # ZeRO-3: "N pytorch allocator cache flushes since last step"
 )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dsmon.analysis import comm, steps
+from dsmon.analysis import comm, coordinator, steps
 from dsmon.analysis.downsample import downsample
 from dsmon.figures import comm as fig
 from dsmon.figures.common import fmt_ms, fmt_pct, rounded
@@ -28,7 +28,15 @@ OVERLAP_OFF = (
 )
 ZERO3 = (
     "**ZeRO-3**: parameter all-gathers run inside `fwd` and `bwd` (prefetched by the coordinator) "
-    "and have no timer of their own; they hide in the compute bars."
+    "and have no engine timer of their own; they hide in the compute bars. Only DeepSpeed 0.10.0 "
+    "printed the coordinator's own timers (shown below when the run has them)."
+)
+COORDINATOR = (
+    "`*_fetch_wait` is time spent waiting for parameters already requested (transfers not hidden "
+    "behind compute); `*_all_gather` is the all-gather launch, timed inside the `*_submit` timers; "
+    "submission bookkeeping is the rest of `*_fetch_submit` + `*_prefetch_submit`. DeepSpeed "
+    "prints the line on rank 0 during each step's backward; the first line also holds the step "
+    "that recorded the module trace."
 )
 COMMS_LOGGER = (
     "The comms logger **synchronises the device after every collective it times**, so it removes "
@@ -77,6 +85,35 @@ def timers_section(bd: pd.DataFrame) -> None:
         fig.ratio_figure(downsample(ratios, "step", ["allreduce_pct_of_bwd_inner"], by="rank")),
         "communication.ratio_figure",
     )
+
+
+def coordinator_section(bd: pd.DataFrame) -> None:
+    """ZeRO-3 parameter fetch time from the coordinator timers (DeepSpeed 0.10.0 only).
+
+    On this page because these timers are the only measurement of ZeRO-3's parameter
+    all-gathers, which the engine timers above cannot separate from compute.
+    """
+    f, cut = view.frames, view.cutoff
+    per = f.memo(
+        "communication.coordinator",
+        ["timer"],
+        cut,
+        lambda: coordinator.coordinator_steps(f.frame("timer", cut)),
+    )
+    if per.empty:
+        return
+    st.subheader("ZeRO-3 parameter fetches (coordinator timers)")
+    summary = coordinator.summarize(per, bd, f.frame("coordinator_event", cut))
+    cols = st.columns(4)
+    for col, part in zip(cols, coordinator.PARTS, strict=False):
+        col.metric(f"{part.capitalize()} share", fmt_pct(summary.share(part) if summary else None))
+    cols[3].metric(
+        "Fetch time, share of fwd + bwd", fmt_pct(summary.fetch_share if summary else None)
+    )
+    st.caption(COORDINATOR + " Shares are of the summed fetch time over the steps after warm-up.")
+    ys = ["wait_ms", "gather_ms", "submission_ms", "wait_share"]
+    chart(fig.coordinator_figure(downsample(per, "step", ys)), "communication.coordinator_figure")
+    st.dataframe(rounded(per, 3), hide_index=True, width="stretch")
 
 
 def logger_section(bd: pd.DataFrame) -> None:
@@ -161,6 +198,7 @@ def body() -> None:
         )
     else:
         timers_section(bd)
+    coordinator_section(bd)
     st.subheader("Collectives (comms logger)")
     logger_section(bd)
 

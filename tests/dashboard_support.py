@@ -34,6 +34,7 @@ RUNS = {
     "flops_detailed_stdout": "flops_detailed_stdout",
     "grad_accum": "grad_accum",
     "fp16_zero2": "fp16_zero2",
+    "zero3_coordinator": "zero3_coordinator_v0100",
 }
 GPU_RUN = "z2"
 GIB = 1024**3

@@ -14,7 +14,7 @@ all_gather_into_tensor 20 calls, 918.40 ms.
 from __future__ import annotations
 
 import pytest
-from dashboard_support import app_at, figures, shared_store, texts, trace_names
+from dashboard_support import app_at, figures, shared_store, texts, trace_names, values
 
 
 @pytest.fixture(autouse=True)
@@ -109,3 +109,32 @@ def test_bandwidth_by_message_size_and_a_total_that_is_not_credible(store_url: s
     assert {t["name"] for t in spec["data"]} >= {"all_reduce", "broadcast"}
     ok = app_at(store_url, "comms_logger_verbose", "communication")
     assert not [w for w in ok.warning if "Not credible" in w.value]
+
+
+def test_zero3_coordinator_section(store_url: str) -> None:
+    """DeepSpeed 0.10.0's coordinator timers (tests/data/zero3_coordinator_v0100/train.log).
+
+    Steps 3-8 by hand (see tests/test_analysis_coordinator.py): wait 50.78, all-gather launch
+    10.90, submission 2.94 of 64.62 ms; fetch time / (fwd + bwd) median 10.1 %.
+    """
+    at = app_at(store_url, "zero3_coordinator", "communication")
+    assert not at.exception
+    assert "ZeRO-3 parameter fetches (coordinator timers)" in [h.value for h in at.subheader]
+    shown = {m.label: m.value for m in at.metric}
+    assert shown["Wait share"] == "78.6 %"
+    assert shown["Gather share"] == "16.9 %"
+    assert shown["Submission share"] == "4.5 %"
+    assert shown["Fetch time, share of fwd + bwd"] == "10.1 %"
+    fig = figures(at)["ZeRO-3 parameter fetch time per step"]
+    assert trace_names(fig) == [
+        "wait for in-flight parameters",
+        "all-gather launch",
+        "submission bookkeeping",
+        "wait, % of fetch time",
+    ]
+    assert values(fig["data"][0]["x"]) == [2, 3, 4, 5, 6, 7, 8]
+
+
+def test_no_coordinator_section_without_its_timers(store_url: str) -> None:
+    at = app_at(store_url, "z2", "communication")
+    assert "ZeRO-3 parameter fetches (coordinator timers)" not in [h.value for h in at.subheader]

@@ -162,3 +162,20 @@ def test_recommended_ds_config_is_the_one_deployed() -> None:
     profiler = {k: v for k, v in example["flops_profiler"].items() if k != "output_file"}
     assert profiler.items() <= deployed["flops_profiler"].items()
     assert "comms_logger" not in deployed  # its cost: a sync after every collective
+
+
+def test_health_rules_list_matches_the_registry() -> None:
+    """docs/health.md lists every registered rule, in order, under its category, and no other."""
+    from dsmon.health.registry import all_rules
+
+    text = (ROOT / "docs" / "health.md").read_text()
+    rows = re.findall(r"^\| `([\w.]+)` \| (.*?) \|", text, re.MULTILINE)
+    heading_of = {}
+    for m in re.finditer(r"^## [^\n]*\((\w+)\)\n(.*?)(?=^## |\Z)", text, re.DOTALL | re.MULTILINE):
+        heading_of.update(
+            {rid: m.group(1) for rid in re.findall(r"^\| `([\w.]+)`", m.group(2), re.MULTILINE)}
+        )
+    rules = all_rules()
+    assert [rid for rid, _ in rows] == [r.id for r in rules]
+    assert dict(rows) == {r.id: r.title for r in rules}
+    assert heading_of == {r.id: r.category for r in rules}

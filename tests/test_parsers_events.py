@@ -296,3 +296,17 @@ def test_events_survive_the_wire() -> None:
     ):
         evs, _ = events(rel)
         assert [decode(encode(e)) for e in evs] == evs
+
+
+def test_allocator_flush_warning_of_zero3() -> None:
+    """DeepSpeed 0.10.0's own stage-3 warning (retry count staged, see the folder's README)."""
+    evs, _ = events("zero3_flush_warning_v0100/train.log")
+    flushes = [e for e in evs if e.name == "allocator_flush"]
+    assert [(e.src.line, e.detail) for e in flushes] == [
+        (208, {"flushes": 3}),
+        (231, {"flushes": 3}),
+        (258, {"flushes": 3}),
+        (281, {"flushes": 3}),
+    ]
+    assert flushes[0].ts == "2026-12-01T13:02:15.240"
+    assert flushes[0].message.startswith("3 pytorch allocator cache flushes since last step.")

@@ -15,7 +15,7 @@ from dsmon.parsers.base import NEED_MORE, ParseContext
 from dsmon.parsers.lines import LineCleaner
 from dsmon.parsers.log import LogParser
 from dsmon.parsers.timers import TimerParser, classify
-from dsmon.records import Record, TimerRecord
+from dsmon.records import CoordinatorEventRecord, Record, TimerRecord
 
 DATA = Path(__file__).parent / "data"
 OLD = DATA / "timers_old_versions"
@@ -262,3 +262,33 @@ def test_line_wrapped_over_three_lines() -> None:
         recs, parser = parse([full[:a], full[a:b], full[b:]])
         assert [(r.values_ms, r.micro_step) for r in timers(recs)] == [(ref.values_ms, None)]
         assert sum(parser.diag.unparsed.values()) == 0
+
+
+def test_zero3_coordinator_timers_of_v0100() -> None:
+    """Real DeepSpeed 0.10.0 output: the coordinator's timer line and its event lines."""
+    recs, parser = parse(lines_of("zero3_coordinator_v0100/train.log"))
+    assert sum(parser.diag.unparsed.values()) == 0
+    coord = timers(recs, "zero3_coordinator")
+    assert len(coord) == 7 and len(timers(recs, "global")) == 8
+    first = coord[0]  # line 226, printed in step 2's backward, before step 2's engine line
+    assert (first.src.line, first.step, first.legacy) == (226, 2, True)
+    assert first.values_ms == {
+        "forward_fetch_wait": 48.82,
+        "forward_fetch_submit": 2.90,
+        "forward_all_gather": 4.03,
+        "backward_fetch_wait": 17.35,
+        "backward_fetch_submit": 2.05,
+        "backward_all_gather": 1.90,
+        "forward_prefetch_submit": 1.35,
+    }
+    last = coord[-1]
+    assert (last.src.line, last.step) == (372, 8)
+    assert last.values_ms["forward_all_gather"] == 5.09
+    assert last.values_ms["forward_prefetch_submit"] == 5.14
+    events = [r for r in recs if isinstance(r, CoordinatorEventRecord)]
+    assert len(events) == 49  # seven lines per logged step
+    assert [(e.src.line, e.step, e.event, e.count, e.numel) for e in events[:3]] == [
+        (219, 2, "forward_fetch_wait", 37, 466304),
+        (220, 2, "forward_fetch_submit", 0, 0),
+        (221, 2, "forward_all_gather", 1, 932608),
+    ]

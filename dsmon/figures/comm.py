@@ -153,3 +153,48 @@ def ratio_figure(
     fig.update_yaxes(title_text="%", rangemode="tozero")
     fig.update_xaxes(title_text="optimizer step")
     return layout(fig, title)
+
+
+#: The coordinator's three parts as the chart names and colours them.
+COORDINATOR_PARTS = (
+    ("wait_ms", "wait for in-flight parameters", "#E45756"),
+    ("gather_ms", "all-gather launch", "#4C78A8"),
+    ("submission_ms", "submission bookkeeping", "#F58518"),
+)
+
+
+def coordinator_figure(
+    per_step: pd.DataFrame, title: str = "ZeRO-3 parameter fetch time per step"
+) -> go.Figure:
+    """Stacked ms of wait, all-gather and submission per step, and the wait share (right axis).
+
+    ``per_step`` is :func:`dsmon.analysis.coordinator.coordinator_steps` (rank 0 prints the
+    timers, so there is one row per step).
+    """
+    if per_step.empty:
+        return empty("No ZeRO-3 coordinator timer lines (DeepSpeed 0.10.0 printed them).", title)
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    for col, name, color in COORDINATOR_PARTS:
+        fig.add_trace(go.Bar(x=per_step["step"], y=per_step[col], name=name, marker_color=color))
+    fig.add_trace(
+        scatter(
+            len(per_step),
+            x=per_step["step"],
+            y=100.0 * per_step["wait_share"],
+            name="wait, % of fetch time",
+            mode="lines+markers",
+            line={"color": "#333333", "dash": "dot"},
+        ),
+        secondary_y=True,
+    )
+    fig.update_layout(barmode="stack")
+    fig.update_yaxes(title_text="ms", secondary_y=False)
+    fig.update_yaxes(
+        title_text="% wait",
+        range=[0, 100],
+        tickvals=[0, 25, 50, 75, 100],
+        showgrid=False,
+        secondary_y=True,
+    )
+    fig.update_xaxes(title_text="optimizer step")
+    return layout(fig, title)

@@ -39,6 +39,8 @@ FRAME_KINDS = (
     "event",
     "rank_step",
     "heartbeat",
+    "coordinator_event",
+    "memory",
 )
 #: The frame key of the per-GPU summary (``Store.gpu_summary``) the GPU rules read.
 GPU_SUMMARY = "gpu_summary"

@@ -24,6 +24,8 @@ RULE_MODULES = (
     "feature_rules",
     "observability_rules",
     "runtime_rules",
+    "network_rules",
+    "memory_rules",
     "step_rules",
     "run_rules",
     "rank_rules",
@@ -62,10 +64,17 @@ def rule(
 
 
 def all_rules() -> tuple[Rule, ...]:
-    """Every registered rule, importing the rule modules first."""
+    """Every registered rule, importing the rule modules first, in :data:`RULE_MODULES` order.
+
+    Registration order alone depends on which rule module some other import loaded first; the
+    order every surface lists rules in must not.
+    """
     for name in RULE_MODULES:
         importlib.import_module(f"dsmon.health.{name}")
-    return tuple(_RULES.values())
+    rank = {f"dsmon.health.{name}": i for i, name in enumerate(RULE_MODULES)}
+    return tuple(
+        sorted(_RULES.values(), key=lambda r: rank.get(r.func.__module__, len(RULE_MODULES)))
+    )
 
 
 def run_rule(r: Rule, inputs: HealthInputs) -> CheckResult:

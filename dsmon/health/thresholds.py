@@ -70,6 +70,44 @@ PHASE_COMM_SHARE_WARN = 0.25
 #: 0 = serial. Below 0.3 overlap is hardly working (dsmon's choice).
 OVERLAP_MIN = 0.30
 
+# --- ZeRO-3 parameter coordinator (DeepSpeed 0.10.0's timers) -----------------------------------
+#: parameter fetch time (wait + submit) against the fwd + bwd it runs in: the same quarter as
+#: the exposed-communication line above (dsmon's choice), since both are communication the
+#: step waits for.
+COORD_FETCH_SHARE_WARN = 0.25
+#: waiting for in-flight parameters at half of the fetch time or more means the transfers are
+#: not hidden behind compute: bandwidth or topology, read before gather and submission.
+COORD_WAIT_LEADS = 0.50
+#: suggested prefetch bucket: double the current one within these bounds (DeepSpeed's default
+#: 5e7 is the floor; 5e8 is the top of ZERO3_RANGES' sane range).
+PREFETCH_BUCKET_SUGGEST = (5e7, 5e8)
+#: DeepSpeed's defaults (runtime/zero/config.py): persistence 1e5, max live parameters 1e9.
+PERSISTENCE_DEFAULT = 1e5
+MAX_LIVE_DEFAULT = 1e9
+
+# --- network-aware advice (comms logger) --------------------------------------------------------
+#: inter-node bus bandwidth at or below which compressed communication pays: DeepSpeed's 1-bit
+#: and 0/1 Adam and 1-bit LAMB tutorials target "communication-constrained clusters" (Ethernet),
+#: and about 25 Gbps (a 25 GbE link) is where dsmon draws that line.
+LOW_INTERNODE_GBPS = 25.0
+#: above this (InfiniBand EDR / 100 GbE and faster, dsmon's choice) compressing the gradients
+#: costs compute and convergence care for little saved time.
+FAST_INTERNODE_GBPS = 100.0
+#: optimizer types (as DeepSpeed lower-cases them, runtime/config.py) that compress gradient
+#: communication; the engine asserts that ZeRO is off for all three.
+COMPRESSED_OPTIMIZERS = frozenset({"onebitadam", "zerooneadam", "onebitlamb"})
+
+# --- memory fragmentation (ZeRO-3) --------------------------------------------------------------
+#: see_memory_usage's CA (reserved by the caching allocator) at twice MA (held by tensors) or
+#: more, with at least 1 GiB between them: half the reserved memory holds no tensor, the
+#: allocator's blocks are cut up (dsmon's lines; small CPU-run figures stay below the gap).
+RESERVED_OVER_ALLOCATED = 2.0
+RESERVED_GAP_MIN_BYTES = 1 << 30
+#: sub_group_size: DeepSpeed's default 1e9 (runtime/zero/config.py); suggest a tenth of the
+#: current value, not below the low end of ZERO3_RANGES.
+SUB_GROUP_DEFAULT = 1e9
+SUB_GROUP_SHRINK = 10.0
+
 # --- GPUs (NVML) ------------------------------------------------------------------------------
 #: GPU utilisation under 75 % (dsmon's line): NVML's util is kernel-active time, an upper
 #: bound on real SM use, so falling below it is a clear signal. Below 25 % the GPUs mostly wait.

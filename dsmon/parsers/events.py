@@ -127,6 +127,11 @@ _LINE_EVENTS: tuple[tuple[str, re.Pattern[str], _Detail], ...] = (
         lambda m: {"dtype": m[1], "stage": int(m[2])} | _mics(m[3], m[4]),
     ),
     (
+        "allocator_flush",
+        re.compile(r"^(\d+) pytorch allocator cache flushes since last step"),
+        lambda m: {"flushes": int(m[1])},
+    ),
+    (
         "worker_exit",
         re.compile(r"^Process (\d+) exits successfully\."),
         lambda m: {"pid": int(m[1]), "return_code": 0},
@@ -149,7 +154,7 @@ _LINE_EVENTS: tuple[tuple[str, re.Pattern[str], _Detail], ...] = (
 _ANY_LINE_EVENT = re.compile(
     r"DeepSpeed info: |Initializing TorchBackend|WORLD INFO DICT|nnodes=|dist_world_size="
     r"|Optimizer = |ZeRO stage|exits |Killing subprocess|bucket size|persistent param"
-    r"|Initialize \w+ backend|terminate called"
+    r"|Initialize \w+ backend|terminate called|allocator cache flushes"
 )
 #: C++ ``terminate`` with nothing after it yet: its ``what():`` line follows.
 _TERMINATE = re.compile(r"^terminate called after throwing an instance of '[^']*'\s*$")
