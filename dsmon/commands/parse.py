@@ -62,7 +62,7 @@ def _records(name: str, run: str | None, diag: Diagnostics) -> Iterator[Record]:
     path = Path(name)
     found = classify(path, path.name, explicit=True)
     assert found is not None  # explicit files are always readable as a log
-    yield from read_found(found, run or run_name(path), diag)
+    yield from read_found(found, run, diag, default_run=run_name(path))
 
 
 def write_records(records: Iterable[Record], out: TextIO) -> int:
@@ -108,6 +108,15 @@ def _parse_all(names: list[str], run: str | None, diag: Diagnostics) -> int:
     return n
 
 
+def quiet_stdout() -> None:
+    """After the reader of stdout went away: not an error of ours, and nothing more to say.
+
+    stdout is pointed at /dev/null, so the flush at exit does not fail a second time.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
 def run(args: argparse.Namespace) -> int:
     """Parse every FILE; exit 0 once all were read, 1 with one line when one cannot be."""
     for name in args.files:
@@ -117,9 +126,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         n = _parse_all(args.files, args.run, diag)
     except BrokenPipeError:
-        # The reader went away (``dsmon parse big.log | head``): not an error of ours.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        quiet_stdout()  # the reader went away (``dsmon parse big.log | head``)
         return 0
     print(format_diagnostics(diag, len(args.files), n), file=sys.stderr)
     return 0
