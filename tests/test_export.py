@@ -184,3 +184,19 @@ def test_parse_output_imports_like_the_log(tmp_path: Path) -> None:
         (res,) = import_paths(b, [out])
         assert list(res.runs) == ["z2"]
         assert by_kind(b, "z2") == by_kind(a, "z2")
+
+
+def test_records_import_reports_progress_in_bytes(source: Path, tmp_path: Path) -> None:
+    export(source, "z2", tmp_path / "z2.jsonl")
+    totals: list[int] = []
+    seen: list[int] = []
+
+    def factory(total: int) -> object:
+        totals.append(total)
+        return seen.append
+
+    with open_store(tmp_path / "b.sqlite") as store:
+        import_paths(store, [tmp_path / "z2.jsonl"], progress_factory=factory)  # type: ignore[arg-type]
+    size = (tmp_path / "z2.jsonl").stat().st_size
+    assert totals == [size]
+    assert sum(seen) == size
