@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -66,17 +66,28 @@ def _records(name: str, run: str | None, diag: Diagnostics) -> Iterator[Record]:
 
 
 def write_records(records: Iterable[Record], out: TextIO) -> int:
-    """Write records as JSON lines in batches; returns how many."""
+    """Write records as JSON lines in batches; returns how many.
+
+    The lines are encoded to UTF-8 bytes (``wire.encode_bytes``) and go to the stream's
+    binary buffer when it has one (stdout, a file): decoding them to text only for the text
+    layer to encode them again cost more than encoding them.
+    """
+    binary = getattr(out, "buffer", None)
+    if binary is not None:
+        out.flush()
+    write: Callable[[bytes], object] = (
+        binary.write if binary is not None else lambda data: out.write(data.decode("utf-8"))
+    )
     n = 0
-    batch: list[str] = []
+    batch: list[bytes] = []
     for rec in records:
-        batch.append(wire.encode(rec))
+        batch.append(wire.encode_bytes(rec))
         if len(batch) >= WRITE_BATCH:
-            out.write("\n".join(batch) + "\n")
+            write(b"\n".join(batch) + b"\n")
             n += len(batch)
             batch.clear()
     if batch:
-        out.write("\n".join(batch) + "\n")
+        write(b"\n".join(batch) + b"\n")
         n += len(batch)
     return n
 
