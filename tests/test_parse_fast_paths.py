@@ -8,11 +8,12 @@ in tests/data and the field excerpts users pasted (when ../shared is beside the 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from field_logs import FIELD
 
-from dsmon.parsers import lines, pyrepr
+from dsmon.parsers import lines, pyrepr, timers
 
 DATA = Path(__file__).parent / "data"
 LOGS = sorted(DATA.glob("**/*.log")) + sorted(FIELD.glob("*.log"))
@@ -47,3 +48,27 @@ def test_quoted_strings_read_as_python_reads_them() -> None:
         except (ValueError, SyntaxError):
             continue
         assert pyrepr._string(q) == want
+
+
+def test_timer_fields_read_as_the_whole_line_regex_reads_them() -> None:
+    """Every timer line of the real logs: split per field == check whole body, then find all."""
+    body_rx = re.compile(
+        rf"(?:\s*{timers._NAME}: (?:{timers._VAL})\s*\|)*\s*{timers._NAME}: (?:{timers._VAL})\s*"
+    )
+    pair_rx = re.compile(rf"\s*({timers._NAME}): ({timers._VAL})\s*(?:\||$)")
+    bodies = [
+        m.group(2) or ""
+        for text in real_lines()
+        if "time (ms)" in text
+        and (m := timers._HEAD.match(text[text.index("time (ms)") :])) is not None
+    ]
+    # with each body cut short at every length: wrapped lines are what the check is for
+    cuts = [body[:n] for body in bodies[:200] for n in range(len(body))]
+    assert len(bodies) > 500
+    for body in bodies + cuts:
+        if body_rx.fullmatch(body) is None:
+            want = None
+        else:
+            pairs = pair_rx.findall(body)
+            want = (tuple(timers._rejoin(n) for n, _ in pairs), [float(v) for _, v in pairs])
+        assert timers._fields(body) == want, body
