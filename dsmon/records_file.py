@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -56,7 +56,11 @@ def looks_like_records(head: bytes) -> bool:
 
 
 def read_records_file(
-    path: Path, label: str, diag: Diagnostics, run: str | None = None, progress: Any = None
+    path: Path,
+    label: str,
+    diag: Diagnostics,
+    run: str | None = None,
+    progress: Callable[[int], object] | None = None,
 ) -> Iterator[Record | EncodedRecord]:
     """:func:`read_records` of a file; ``label`` names it in the diagnostics."""
     with path.open("rb") as f:
@@ -68,7 +72,7 @@ def read_records(
     label: str,
     diag: Diagnostics,
     run: str | None = None,
-    progress: Any = None,
+    progress: Callable[[int], object] | None = None,
 ) -> Iterator[Record | EncodedRecord]:
     """The records of a records file, each checked; ``run`` renames them all when given.
 
