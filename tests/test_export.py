@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import DATA, Z2
+from dashboard_support import GPUS, gpu_samples
 
 from dsmon import cli
 from dsmon.ingest import RECORDS, classify, import_paths
@@ -59,6 +60,16 @@ def test_round_trip_into_each_backend(source: Path, store: Store, tmp_path: Path
         assert res.inserted == res.records == sum(r.n_records for r in before.runs())
     flops = by_kind(store, "flops_detailed_stdout")["flops_profile"]
     assert flops and all(p.modules for p in flops)  # nested module tables came back whole
+
+
+def test_gpu_samples_round_trip(store: Store, tmp_path: Path) -> None:
+    """GPU samples (which no log holds: the collector samples NVML) move whole too."""
+    with open_store(tmp_path / "a.sqlite") as a:
+        a.add(gpu_samples("gpus", seconds=30))
+        export(tmp_path / "a.sqlite", "gpus", tmp_path / "gpus.jsonl")
+        (res,) = import_paths(store, [tmp_path / "gpus.jsonl"])
+        assert res.inserted == 30 * len(GPUS)
+        assert store.records("gpus", "gpu") == a.records("gpus", "gpu")
 
 
 def test_export_prints_what_parse_prints(source: Path, capsys: pytest.CaptureFixture[str]) -> None:
