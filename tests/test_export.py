@@ -211,3 +211,18 @@ def test_records_import_reports_progress_in_bytes(source: Path, tmp_path: Path) 
     size = (tmp_path / "z2.jsonl").stat().st_size
     assert totals == [size]
     assert sum(seen) == size
+
+
+def test_parse_of_an_export_prints_it_back(
+    source: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``dsmon parse`` recognises an export too, and checks it: same lines out, bad ones named."""
+    export(source, "z2", tmp_path / "z2.jsonl")
+    text = (tmp_path / "z2.jsonl").read_text()
+    (tmp_path / "z2.jsonl").write_text(text + '{"kind":"timer","src":{"run":"z2"},"step":-1}\n')
+    capsys.readouterr()
+    assert cli.main(["parse", str(tmp_path / "z2.jsonl")]) == 0
+    out, err = capsys.readouterr()
+    assert out == text
+    assert "unparsed record: 1" in err
+    assert "z2.jsonl:120: field 'group': required by kind 'timer' but missing" in err
