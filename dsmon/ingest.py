@@ -8,7 +8,9 @@ and the ``ds_config.json`` used. :func:`discover` tells them apart, :func:`read_
 turns each into records with the pure parsers of ``dsmon.parsers``, and
 :func:`import_paths` streams them into a store. Logs are read in binary, one line at a time
 (a 500 MB log never sits in memory), each line decoded as UTF-8 with replacement since real
-logs carry stray bytes, and every record keeps the byte offset of its line.
+logs carry stray bytes, and every record keeps the byte offset of its line. dsmon's own
+JSON-lines records (``dsmon export``, ``dsmon parse``) are recognised by content too and read
+back as they are (``dsmon.records_file``), keeping the runs they name unless one is given.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Replay is "ingest once": the same discovery and parsers the live collectors use, run over
 files and run folders already on disk. Importing is idempotent, so importing a run again
-after it wrote more output adds only what is new.
+after it wrote more output adds only what is new. The JSON lines ``dsmon export`` writes are
+read back the same way, which moves a run from one store to another.
 """
 
 from __future__ import annotations
