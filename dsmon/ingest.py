@@ -8,7 +8,9 @@ and the ``ds_config.json`` used. :func:`discover` tells them apart, :func:`read_
 turns each into records with the pure parsers of ``dsmon.parsers``, and
 :func:`import_paths` streams them into a store. Logs are read in binary, one line at a time
 (a 500 MB log never sits in memory), each line decoded as UTF-8 with replacement since real
-logs carry stray bytes, and every record keeps the byte offset of its line.
+logs carry stray bytes, and every record keeps the byte offset of its line. dsmon's own
+JSON-lines records (``dsmon export``, ``dsmon parse``) are recognised by content too and read
+back as they are (``dsmon.records_file``), keeping the runs they name unless one is given.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from dsmon.parsers.flops_profiler import parse_profile_file
 from dsmon.parsers.log import LogParser
 from dsmon.parsers.probe import ProbeParser
 from dsmon.records import Record
-from dsmon.store_schema import Store
+from dsmon.records_file import looks_like_records, read_records_file
+from dsmon.store_schema import EncodedRecord, Store
 
 #: Kinds of input :func:`discover` recognises.
 LOG, PROFILE, CSV_MONITOR, DS_CONFIG, AUTOTUNE_SUMMARY, AUTOTUNE_EXP = (
@@ -38,6 +41,8 @@ LOG, PROFILE, CSV_MONITOR, DS_CONFIG, AUTOTUNE_SUMMARY, AUTOTUNE_EXP = (
     "autotune_summary",
     "autotune_exp",
 )
+#: dsmon's own JSON-lines records (``dsmon parse``/``dsmon export``), told by content.
+RECORDS = "records"
 #: The per-rank probe's files (``dsmon run``): ``rank-<N>.jsonl`` of JSON lines.
 PROBE = "probe"
 _PROBE_FILE = re.compile(r"^rank-\d+\.jsonl$")
@@ -100,6 +105,8 @@ class ImportResult:
     records: int = 0
     inserted: int = 0
     diag: Diagnostics = field(default_factory=Diagnostics)
+    #: The runs the records were stored under: ``run``, or those a records file names.
+    runs: dict[str, None] = field(default_factory=dict)
 
 
 def _head(path: Path, n: int = SNIFF_BYTES) -> bytes:
@@ -121,9 +128,11 @@ def _kind(path: Path) -> str | None:
         return DS_CONFIG
     if name == "metrics.json":
         return AUTOTUNE_EXP
+    head = _head(path)
+    if looks_like_records(head):
+        return RECORDS
     if name.endswith(".json"):
         return None
-    head = _head(path)
     if name.endswith(".csv"):
         return CSV_MONITOR if head.startswith(b"step,") else None
     if name == "summary.txt" and head.lstrip(b"| ").startswith(_AUTOTUNE_HEADER):
@@ -233,9 +242,23 @@ def read_log(
 
 
 def read_found(
-    found: Found, run: str, diag: Diagnostics, progress: Progress | None = None
+    found: Found,
+    run: str | None,
+    diag: Diagnostics,
+    progress: Progress | None = None,
+    default_run: str = "run",
 ) -> Iterator[Record]:
-    """Records from one input; a log's unparsed lines are added to ``diag``."""
+    """Records from one input; a log's unparsed lines are added to ``diag``.
+
+    ``run`` names the run of every record; when None, a records file keeps the runs its
+    records name (a run moved between stores keeps its name) and other inputs are filed
+    under ``default_run``.
+    """
+    if found.kind == RECORDS:
+        for rec in read_records_file(found.path, found.label, diag, run, progress):
+            yield rec.record if isinstance(rec, EncodedRecord) else rec
+        return
+    run = run or default_run
     if found.kind in (LOG, PROBE):
         parser: LogParser | ProbeParser = (
             LogParser(run, found.label) if found.kind == LOG else ProbeParser(run, found.label)
@@ -342,7 +365,11 @@ def import_paths(
     for name, inputs in groups.items():
         res = ImportResult(name, inputs)
         for found in inputs:
-            records = _counted(read_found(found, name, res.diag, progress), res)
+            if found.kind == RECORDS:
+                read = read_records_file(found.path, found.label, res.diag, run, progress)
+                records = _counted(read, res)
+            else:
+                records = _counted_as(read_found(found, name, res.diag, progress), res)
             try:
                 res.inserted += store.add(records)
             except OSError as exc:  # vanished or unreadable since discovery
@@ -351,7 +378,21 @@ def import_paths(
     return results
 
 
-def _counted(records: Iterable[Record], res: ImportResult) -> Iterator[Record]:
+def _counted_as(
+    records: Iterable[Record | EncodedRecord], res: ImportResult
+) -> Iterator[Record | EncodedRecord]:
+    """Records of an input filed under the result's run."""
+    res.runs[res.run] = None
     for rec in records:
         res.records += 1
+        yield rec
+
+
+def _counted(
+    records: Iterable[Record | EncodedRecord], res: ImportResult
+) -> Iterator[Record | EncodedRecord]:
+    """Records of a records file, which name their runs themselves."""
+    for rec in records:
+        res.records += 1
+        res.runs[(rec.record if isinstance(rec, EncodedRecord) else rec).src.run] = None
         yield rec

@@ -33,6 +33,7 @@ __all__ = [
     "BatchError",
     "check_length",
     "check_record",
+    "encoded_record",
     "inflate",
     "parse_batch",
     "parse_batch_encoded",
@@ -74,10 +75,18 @@ def parse_batch_encoded(body: bytes) -> list[EncodedRecord]:
             rec = parse_line(line)
         except WireError as exc:
             raise BatchError(400, f"line {number}: {exc}") from None
-        constant = ("NaN" in line or "Infinity" in line) and _CONSTANT.search(line)
-        stored = encode(rec) if constant else line.strip()
-        records.append(EncodedRecord(rec, stored))
+        records.append(encoded_record(rec, line))
     return records
+
+
+def encoded_record(rec: Record, line: str) -> EncodedRecord:
+    """``rec`` with the line to store for it: ``line`` as it came, if it is strict JSON.
+
+    ``line`` must be the one ``rec`` was just decoded and checked from; a line holding a
+    ``NaN``/``Infinity`` constant is encoded again, so stored bodies stay strict JSON.
+    """
+    constant = ("NaN" in line or "Infinity" in line) and _CONSTANT.search(line)
+    return EncodedRecord(rec, encode(rec) if constant else line.strip())
 
 
 def parse_line(line: str) -> Record:

@@ -88,3 +88,37 @@ def test_the_documented_example_is_what_dsmon_parse_prints() -> None:
         offset += len(raw)
     recs.extend(parser.finish())
     assert example in {wire.encode(r) for r in recs}
+
+
+@pytest.mark.parametrize("run", ["z2", "flops_detailed_stdout", "comms_logger_verbose", "z3"])
+def test_fast_encoder_writes_what_the_json_module_writes(run: str) -> None:
+    """Every record of real runs: the same object as ``json`` makes of ``to_dict``, same order.
+
+    The lines agree byte for byte except where a float is spelled another way for the same
+    number (``1e-05`` / ``0.00001``), which this test would show as a failed text comparison.
+    """
+    text = (DATA / run / "train.log").read_text(encoding="utf-8")
+    recs, _ = parse_text(text, run=run, file="train.log")
+    assert recs
+    for rec in recs:
+        fast = wire.encode(rec)
+        reference = json.dumps(wire.to_dict(rec), ensure_ascii=False, separators=(",", ":"))
+        assert list(json.loads(fast).items()) == list(json.loads(reference).items())
+        if "e-" not in reference:
+            assert fast == reference
+
+
+def test_small_floats_are_spelled_without_exponent_and_read_back_the_same() -> None:
+    rec = ThroughputRecord(src=Source(run="r", line=1), samples_per_s=1e-05, global_step=1)
+    line = wire.encode(rec)
+    assert '"samples_per_s":0.00001,' in line
+    assert wire.decode(line) == rec
+
+
+def test_values_the_fast_encoder_refuses_take_the_json_path() -> None:
+    """An int beyond 64 bits (a counter a script printed) is written whole, not refused."""
+    rec = ThroughputRecord(src=Source(run="r", line=1), samples_per_s=1.5, global_step=2**70)
+    line = wire.encode(rec)
+    assert f'"global_step":{2**70}' in line
+    assert line.startswith('{"kind":"throughput","src":{"run":"r",')
+    assert wire.decode(line) == rec

@@ -2,7 +2,8 @@
 
 Replay is "ingest once": the same discovery and parsers the live collectors use, run over
 files and run folders already on disk. Importing is idempotent, so importing a run again
-after it wrote more output adds only what is new.
+after it wrote more output adds only what is new. The JSON lines ``dsmon export`` writes are
+read back the same way, which moves a run from one store to another.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from tqdm import tqdm
 
 from dsmon.commands import CommandError, default_store
 from dsmon.ingest import ImportResult, Progress, import_paths
+from dsmon.records_file import BAD_RECORD
 from dsmon.store import open_store
 from dsmon.store_schema import Store, redact_url
 
@@ -27,10 +29,16 @@ def register(subparsers: Any) -> None:
         "import",
         help="read saved DeepSpeed output (files or run folders) into the store",
         description="Import logs, flops-profiler files, csv_monitor folders, autotuner "
-        "results and ds_config.json from files or run folders, then print a run summary.",
+        "results and ds_config.json from files or run folders, then print a run summary. "
+        "Also reads back the JSON lines 'dsmon parse' and 'dsmon export' write (and "
+        "GET /v1/records answers), whatever the file is called.",
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="a file or a run folder")
-    p.add_argument("--run", help="run name for everything imported (default: folder name)")
+    p.add_argument(
+        "--run",
+        help="run name for everything imported (default: the folder's name; for JSON-lines "
+        "records, the run each record names)",
+    )
     p.add_argument("--store", help="store path or URL (default: $DSMON_STORE or ./dsmon.sqlite)")
     p.set_defaults(func=run)
 
@@ -67,18 +75,29 @@ def import_and_summarise(store: Store, paths: list[Path], run: str | None = None
             bar.close()
     if not any(r.files for r in results):
         raise CommandError(f"nothing to import in {', '.join(map(str, paths))}")
+    for res in results:
+        _warn_bad_records(res)
     return [_report(store, r) for r in results if r.files]
 
 
+def _warn_bad_records(res: ImportResult) -> None:
+    """One line on stderr per bad JSON-lines record shown: ``FILE:LINE: field 'x': reason``."""
+    for example in res.diag.examples.get(BAD_RECORD, []):
+        print(f"dsmon import: skipped {example}", file=sys.stderr)
+
+
 def _report(store: Store, res: ImportResult) -> str:
-    """What one run's import did, then its summary."""
+    """What one run's import did, then the summary of each run it stored records of."""
     head = f"Imported    {res.records} records ({res.inserted} new) from {len(res.files)} file(s)"
-    unparsed = sum(res.diag.unparsed.values()) + sum(res.diag.cut.values())
+    bad = res.diag.unparsed[BAD_RECORD]
+    unparsed = sum(res.diag.unparsed.values()) + sum(res.diag.cut.values()) - bad
     if unparsed:
         head += f"; {unparsed} lines or blocks not understood (dsmon parse shows them)"
+    if bad:
+        head += f"; {bad} bad record lines skipped"
     from dsmon.summary import summary_text  # pandas: loaded only when a summary is printed
 
-    return f"{head}\n{summary_text(store, res.run)}"
+    return "\n".join([head, *(summary_text(store, run) for run in res.runs)])
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -62,21 +62,32 @@ def _records(name: str, run: str | None, diag: Diagnostics) -> Iterator[Record]:
     path = Path(name)
     found = classify(path, path.name, explicit=True)
     assert found is not None  # explicit files are always readable as a log
-    yield from read_found(found, run or run_name(path), diag)
+    yield from read_found(found, run, diag, default_run=run_name(path))
 
 
 def write_records(records: Iterable[Record], out: TextIO) -> int:
-    """Write records as JSON lines in batches; returns how many."""
+    """Write records as JSON lines in batches; returns how many.
+
+    The lines are encoded to UTF-8 bytes (``wire.encode_bytes``) and go to the stream's
+    binary buffer when it has one (stdout, a file): decoding them to text only for the text
+    layer to encode them again cost more than encoding them.
+    """
+    binary = getattr(out, "buffer", None)
+    if binary is not None:
+        out.flush()
+    write: Callable[[bytes], object] = (
+        binary.write if binary is not None else lambda data: out.write(data.decode("utf-8"))
+    )
     n = 0
-    batch: list[str] = []
+    batch: list[bytes] = []
     for rec in records:
-        batch.append(wire.encode(rec))
+        batch.append(wire.encode_bytes(rec))
         if len(batch) >= WRITE_BATCH:
-            out.write("\n".join(batch) + "\n")
+            write(b"\n".join(batch) + b"\n")
             n += len(batch)
             batch.clear()
     if batch:
-        out.write("\n".join(batch) + "\n")
+        write(b"\n".join(batch) + b"\n")
         n += len(batch)
     return n
 
@@ -108,6 +119,15 @@ def _parse_all(names: list[str], run: str | None, diag: Diagnostics) -> int:
     return n
 
 
+def quiet_stdout() -> None:
+    """After the reader of stdout went away: not an error of ours, and nothing more to say.
+
+    stdout is pointed at /dev/null, so the flush at exit does not fail a second time.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
 def run(args: argparse.Namespace) -> int:
     """Parse every FILE; exit 0 once all were read, 1 with one line when one cannot be."""
     for name in args.files:
@@ -117,9 +137,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         n = _parse_all(args.files, args.run, diag)
     except BrokenPipeError:
-        # The reader went away (``dsmon parse big.log | head``): not an error of ours.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        quiet_stdout()  # the reader went away (``dsmon parse big.log | head``)
         return 0
     print(format_diagnostics(diag, len(args.files), n), file=sys.stderr)
     return 0

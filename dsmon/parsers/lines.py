@@ -47,9 +47,11 @@ _TEE = re.compile(r"\[default(\d+)\]: ?")
 _STREAMS = frozenset({"stdout", "stderr"})
 # Where a second line starts inside a physical line: a logger header, or a print_dist
 # ``[Rank N] `` that does not directly follow a logger header (that one is part of log_dist).
-_EMBEDDED = re.compile(
-    r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d{3}\] \[[A-Z]+\] \[|(?<!\] )\[Rank -?\d+\] (?=time \(ms\))"
-)
+# The two halves are also searched apart (``has_embedded``): the lookbehind before the first
+# character makes the regex engine try every position of every line, 2 us a line.
+_EMBEDDED_HEADER = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d{3}\] \[[A-Z]+\] \[")
+_RANK_TIMER = re.compile(r"\[Rank -?\d+\] (?=time \(ms\))")
+_EMBEDDED = re.compile(rf"{_EMBEDDED_HEADER.pattern}|(?<!\] ){_RANK_TIMER.pattern}")
 #: Line starts that no launcher prefix has (a logger header, ``[Rank N]``, ``[rankN]:``), so
 #: the prefix search can be skipped for most lines.
 _NO_LAUNCHER_PREFIX = frozenset({"[2", "[R", "[r"})
@@ -192,8 +194,24 @@ def valid_date(date: str) -> bool:
 
 
 def valid_time(time: str) -> bool:
-    """``HH:MM:SS`` names a time of day."""
-    return int(time[:2]) < 24 and int(time[3:5]) < 60 and int(time[6:8]) < 60
+    """``HH:MM:SS`` (two digits each) names a time of day.
+
+    Compared as text, digit by digit: once per logger line, three ``int()`` calls showed in
+    the profile of ``dsmon parse``.
+    """
+    return time[:2] < "24" and time[3] < "6" and time[6] < "6"
+
+
+def has_embedded(raw: str) -> bool:
+    """``_EMBEDDED.search(raw, 1) is not None``, the same answer, several times faster."""
+    if _EMBEDDED_HEADER.search(raw, 1) is not None:
+        return True
+    at = raw.find("[Rank ", 1)
+    while at >= 0:
+        if raw[max(0, at - 2) : at] != "] " and _RANK_TIMER.match(raw, at) is not None:
+            return True
+        at = raw.find("[Rank ", at + 1)
+    return False
 
 
 def _segments(raw: str) -> list[str]:
@@ -202,7 +220,7 @@ def _segments(raw: str) -> list[str]:
     ``\\r`` separates tqdm redraws; a logger header or a print_dist timer line in mid-line
     marks a second process's output glued to the first.
     """
-    if "\r" not in raw and (raw.find("[", 1) < 0 or _EMBEDDED.search(raw, 1) is None):
+    if "\r" not in raw and (raw.find("[", 1) < 0 or not has_embedded(raw)):
         # the common case, one line as it is: no split, and tqdm only if it draws a bar
         if not raw.strip() or ("%|" in raw and _TQDM.match(raw)):
             return [""]

@@ -233,9 +233,12 @@ class LogParser:
 
     def _ordered(self) -> Iterable[SubParser]:
         """Parsers in a block get the line before the others."""
-        active = [p for p in self._parsers if p.in_block]
-        if not active:
+        for p in self._parsers:
+            if p.in_block:
+                break
+        else:  # no block open, the common case: no list built per line
             return self._parsers
+        active = [p for p in self._parsers if p.in_block]
         return active + [p for p in self._parsers if not p.in_block]
 
     def _stamp(self, recs: list[Record], rel: int, out: list[Record]) -> None:

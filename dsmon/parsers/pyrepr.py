@@ -49,6 +49,17 @@ def scalar(token: str) -> Any:
         return token
 
 
+def _string(quoted: str) -> str:
+    """A quoted string literal's text; only one with escapes needs Python's own reader.
+
+    Most printed strings (``'adam'``, ``'cpu'``) have none, and compiling each with
+    ``ast.literal_eval`` was most of the time a config dump takes to read.
+    """
+    if "\\" not in quoted:
+        return quoted[1:-1]
+    return str(ast.literal_eval(quoted))
+
+
 class _Reader:
     """Recursive-descent reader over one printed value."""
 
@@ -78,7 +89,7 @@ class _Reader:
         m = _STRING.match(self.s, self.i)
         if m:
             self.i = m.end()
-            return ast.literal_eval(m.group(1))
+            return _string(m.group(1))
         m = _GROUPED_INT.match(self.s, self.i) or _BARE.match(self.s, self.i)
         if m is None:
             raise ReprError(f"unexpected {ch!r} at column {self.i + 1}")
@@ -153,6 +164,8 @@ def parse_value(text: str) -> Any:
     s = text.strip()
     if not s:
         return ""
+    if _BARE.fullmatch(s):  # one word (True, 1e-05, torch.float16): what most lines print
+        return scalar(s)
     reader = _Reader(s)
     try:
         if _KV_START.match(s):

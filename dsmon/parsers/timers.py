@@ -106,8 +106,8 @@ _HEAD = re.compile(r"(?:rank=(\d+) )?time \(ms\)(?: \|(.*)|\s*)$")
 _RANK_PREFIX = re.compile(r"rank=\d*")
 _VAL = r"-?\d+\.\d\d|-?(?:inf|nan)"
 _NAME = r"[A-Za-z0-9_][\w .\-/]*?"
-_BODY = re.compile(rf"(?:\s*{_NAME}: (?:{_VAL})\s*\|)*\s*{_NAME}: (?:{_VAL})\s*")
-_PAIR = re.compile(rf"\s*({_NAME}): ({_VAL})\s*(?:\||$)")
+#: One field between ``|``s (neither a name nor a value holds a ``|``).
+_FIELD = re.compile(rf"\s*({_NAME}): ({_VAL})\s*")
 _VALUE = re.compile(_VAL)
 _CUT_FIELD = re.compile(r"\s*(?:[A-Za-z0-9_][\w .\-/]*(?::\s*-?\d*\.?\d?)?)?$")
 _DAMAGED = re.compile(rf"\s*{_NAME}: -?\d+\.\d\d\S")
@@ -200,11 +200,20 @@ def _cut_head(text: str) -> bool:
 
 
 def _fields(body: str) -> _Fields | None:
-    """Names and ms values of the ``| name: value`` fields, or None if one does not parse."""
-    if _BODY.fullmatch(body) is None:
-        return None
-    pairs = _PAIR.findall(body)
-    return tuple(_rejoin(n) for n, _ in pairs), [float(v) for _, v in pairs]
+    """Names and ms values of the ``| name: value`` fields, or None if one does not parse.
+
+    Split on ``|``, one short match per field: a regex over the whole body to check it, then
+    another to pick the fields out, took twice as long on the most common line of a big log.
+    """
+    names: list[str] = []
+    values: list[float] = []
+    for part in body.split("|"):
+        m = _FIELD.fullmatch(part)
+        if m is None:
+            return None
+        names.append(_rejoin(m.group(1)))
+        values.append(float(m.group(2)))
+    return tuple(names), values
 
 
 @functools.lru_cache(maxsize=512)
