@@ -2,7 +2,7 @@
 
 Run with ``dsmon dashboard`` (or ``streamlit run app.py``); the store is ``$DSMON_STORE``.
 The selected run and replay step live in the URL (``?run=...&step=...``), so a link opens
-the same view. Pages read a :class:`dsmon.live.View` from ``st.session_state``.
+the same view. Pages read a :class:`dsmon.view.cache.View` from ``st.session_state``.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from pathlib import Path
 import streamlit as st
 
 from dsmon.commands import default_store
-from dsmon.live import OPEN, FrameHub, View, run_is_live, step_cutoff
-from dsmon.store import open_store
-from dsmon.store_schema import RunInfo, redact_url
+from dsmon.store.base import RunInfo, redact_url
+from dsmon.store.sqlite import open_store
+from dsmon.view.cache import OPEN, FrameHub, View, run_is_live, step_cutoff
 from ui import page as ui_page
 from ui.text import md_escape
 

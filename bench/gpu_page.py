@@ -31,9 +31,9 @@ from pathlib import Path
 from dsmon.analysis import gpus
 from dsmon.analysis.downsample import N_OUT
 from dsmon.figures import gpus as fig
-from dsmon.records import GpuSampleRecord, Source
-from dsmon.store import SQLiteStore
-from dsmon.store_schema import record_row
+from dsmon.model.records import GpuSampleRecord, Source
+from dsmon.store.base import record_row
+from dsmon.store.sqlite import SQLiteStore
 
 RUN = "bench"
 GPUS = 64
@@ -84,8 +84,8 @@ def page(store: SQLiteStore) -> tuple[float, int]:
 
 def baseline_page(path: Path) -> float:
     """The page as it was: every sample decoded from its JSON row, then bucketed in pandas."""
-    from dsmon.frames import records_frame
-    from dsmon.store_schema import row_record
+    from dsmon.model.frames import records_frame
+    from dsmon.store.base import row_record
 
     start = time.perf_counter()
     conn = sqlite3.connect(path)

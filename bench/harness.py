@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from collectors.transport import HttpResponse, UrlTransport
-from dsmon.tokens import write_token_file
+from dsmon.serve.tokens import write_token_file
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_LOG = ROOT / "dsmon" / "data" / "demo" / "train.log"

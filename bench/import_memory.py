@@ -30,8 +30,8 @@ _BASELINE = """
 import sys
 from pathlib import Path
 from dsmon.analysis.steps import step_breakdown
-from dsmon.ingest import import_paths
-from dsmon.store import open_store
+from dsmon.load.files import import_paths
+from dsmon.store.sqlite import open_store
 with open_store(sys.argv[2]) as store:
     import_paths(store, [Path(sys.argv[1])], "x")
     step_breakdown(store.frame("x", "timer"))

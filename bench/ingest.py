@@ -40,12 +40,12 @@ from pathlib import Path
 
 from harness import DEMO_LOG, ApiClient, IngestServer
 
-from dsmon.ingest_batch import inflate, parse_batch
-from dsmon.parsers.log import parse_text
-from dsmon.records import Record
-from dsmon.store import SQLiteStore
-from dsmon.store_schema import ROW_COLUMNS, RecordRow, key_digest, record_row
-from dsmon.wire import encode
+from dsmon.model.records import Record
+from dsmon.model.wire import encode
+from dsmon.parse.log import parse_text
+from dsmon.serve.batch import inflate, parse_batch
+from dsmon.store.base import ROW_COLUMNS, RecordRow, key_digest, record_row
+from dsmon.store.sqlite import SQLiteStore
 
 BATCH = 2000  # the sender's batch_records
 GOAL_RATIO = 0.5

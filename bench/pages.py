@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpu_page import samples  # noqa: E402  (the GPU samples of bench/gpu_page.py)
 
-from dsmon.records import Record, Source, StepRecord, ThroughputRecord, TimerRecord  # noqa: E402
-from dsmon.store import SQLiteStore  # noqa: E402
+from dsmon.model.records import Record, Source, StepRecord, ThroughputRecord, TimerRecord  # noqa: E402
+from dsmon.store.sqlite import SQLiteStore  # noqa: E402
 
 RUN = "bench"
 T0 = datetime(2026, 11, 29, 8, 0, 0)
@@ -70,9 +70,16 @@ def step_records(step: int) -> list[Record]:
     ]  # fmt: skip
     if step % 10 == 0:
         out.append(
-            ThroughputRecord(src=src(4), ts=ts, step=step, epoch=0, micro_step=step,
-                             global_step=step, samples_per_s=640.0 - jitter,
-                             running_avg_samples_per_s=640.0)  # fmt: skip
+            ThroughputRecord(
+                src=src(4),
+                ts=ts,
+                step=step,
+                epoch=0,
+                micro_step=step,
+                global_step=step,
+                samples_per_s=640.0 - jitter,
+                running_avg_samples_per_s=640.0,
+            )  # fmt: skip
         )
     return out
 

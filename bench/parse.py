@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from dsmon.parsers.log import LogParser
+from dsmon.parse.log import LogParser
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_LOG = ROOT / "dsmon" / "data" / "demo" / "train.log"

@@ -30,10 +30,10 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from dsmon import store_sql
-from dsmon.records import RankStepRecord, Record, Source, TimerRecord
-from dsmon.store import SQLiteStore
-from dsmon.store_schema import RecordFilter
+from dsmon.model.records import RankStepRecord, Record, Source, TimerRecord
+from dsmon.store import sqlite_sql as store_sql
+from dsmon.store.base import RecordFilter
+from dsmon.store.sqlite import SQLiteStore
 
 RUN = "bench"
 GPUS = 64

@@ -38,8 +38,7 @@ from dsmon.commands.dashboard import (
     start_streamlit,
     wait_for_signal,
 )
-from dsmon.serving import ServeError, start_ingest_server
-from dsmon.tokens import TokenError, generate_token, load_token, resolve_token, token_banner
+from dsmon.serve.tokens import TokenError, generate_token, load_token, resolve_token, token_banner
 
 logger = logging.getLogger(__name__)
 
@@ -291,6 +290,10 @@ def run_watch(args: argparse.Namespace) -> int:
     if args.ingest_port:
         check_port(args.ingest_port, "--ingest-port", "watch")
     token, shown = _watch_token(args)
+    # Only the commands that serve load the server stack (uvicorn, starlette): a node's
+    # ``dsmon collect`` never does.
+    from dsmon.serve.run import ServeError, start_ingest_server
+
     try:
         ingest = start_ingest_server(store, token, args.ingest_address, args.ingest_port)
     except (ServeError, TokenError) as exc:

@@ -4,7 +4,7 @@ A *generation* is one file that lived at the path: rotation by rename, deletion 
 re-creation, copytruncate and truncation each start a new one. A generation is identified by
 a fingerprint of its first bytes (filebeat's ``file_identity: fingerprint``), with device and
 inode as a hint, because inodes are reused (elastic/beats#1341). Each generation gets its own
-incremental :class:`~dsmon.parsers.log.LogParser` and its own ``Source.file`` label (``path``
+incremental :class:`~dsmon.parse.log.LogParser` and its own ``Source.file`` label (``path``
 for the first one seen, ``path#N`` after that), so its byte offsets never collide with an
 earlier generation's in the store.
 
@@ -37,9 +37,9 @@ from collectors.state import (
     fingerprint,
     same_start,
 )
-from dsmon.linereader import MAX_LINE_BYTES
-from dsmon.parsers.base import LineParser
-from dsmon.records import Record
+from dsmon.model.records import Record
+from dsmon.parse.base import LineParser
+from dsmon.parse.linereader import MAX_LINE_BYTES
 
 logger = logging.getLogger(__name__)
 
@@ -454,7 +454,7 @@ class FileFollower:
 def with_rank(records: list[Record], rank: int) -> list[Record]:
     """Records of a per-rank log take the file's rank when their line named none.
 
-    The same rule as ``dsmon import`` (``dsmon.ingest``), so live and replay records agree.
+    The same rule as ``dsmon import`` (``dsmon.load.files``), so live and replay records agree.
     """
     return [
         r if r.src.rank is not None else replace(r, src=replace(r.src, rank=rank)) for r in records

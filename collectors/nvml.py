@@ -1,4 +1,4 @@
-"""The NVML poller: one :class:`~dsmon.records.GpuSampleRecord` per GPU per interval.
+"""The NVML poller: one :class:`~dsmon.model.records.GpuSampleRecord` per GPU per interval.
 
 The NVML module is passed in (``pynvml`` from nvidia-ml-py, or ``tests.fakes.FakeNvml``), so
 the poller holds no import-time side effect and tests run without a GPU. NVML is initialised
@@ -27,7 +27,7 @@ from typing import Any
 
 from collectors.gpu_select import GpuId, Selection, match
 from collectors.nvml_fields import GPM_METRICS, READERS, Reader
-from dsmon.records import GpuSampleRecord, Source
+from dsmon.model.records import GpuSampleRecord, Source
 
 logger = logging.getLogger(__name__)
 

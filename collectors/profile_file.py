@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from collectors.state import ProfileState
-from dsmon.records import FlopsProfileRecord, Record
+from dsmon.model.records import FlopsProfileRecord, Record
 
 logger = logging.getLogger(__name__)
 

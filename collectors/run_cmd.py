@@ -24,11 +24,15 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import collectors.probe
 from collectors.agent import Agent
 from collectors.commands import build_agent, collector_options, log_to_stderr
+
+if TYPE_CHECKING:
+    from dsmon.serve.run import IngestServer
+
 from dsmon.commands import CommandError, default_store
 from dsmon.commands.dashboard import (
     absolute_store,
@@ -40,8 +44,7 @@ from dsmon.commands.dashboard import (
     stop_on_signals,
     wait_for_signal,
 )
-from dsmon.serving import IngestServer, ServeError, start_ingest_server
-from dsmon.tokens import TokenError, generate_token, load_token
+from dsmon.serve.tokens import TokenError, generate_token, load_token
 
 #: The variable the probe reads (``collectors.probe.patch.DIR_ENV``).
 PROBE_DIR_ENV = "DSMON_PROBE_DIR"
@@ -217,6 +220,8 @@ def _destination(args: argparse.Namespace) -> tuple[str, str, IngestServer | Non
         return args.server, token, None
     token = generate_token()
     store = absolute_store(args.store or default_store())
+    from dsmon.serve.run import ServeError, start_ingest_server  # the server stack, only here
+
     try:
         ingest = start_ingest_server(store, token, "127.0.0.1", 0)
     except (ServeError, TokenError) as exc:

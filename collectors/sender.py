@@ -1,6 +1,6 @@
 """The sender: delivers records to the dashboard's ingest endpoint, at least once.
 
-Records are encoded as JSON lines (``dsmon.wire``), gzipped and POSTed to ``/v1/records`` with
+Records are encoded as JSON lines (``dsmon.model.wire``), gzipped and POSTed to ``/v1/records`` with
 a bearer token, in batches. The server answers 200 only after its store committed, and the
 store keeps one record per key, so sending a batch twice is harmless: delivery is at-least-once
 and the store holds each record exactly once.
@@ -41,8 +41,8 @@ from dataclasses import dataclass
 
 from collectors.spool import Spool
 from collectors.transport import HttpResponse, Transport
-from dsmon.records import Record
-from dsmon.wire import encode
+from dsmon.model.records import Record
+from dsmon.model.wire import encode
 
 logger = logging.getLogger(__name__)
 

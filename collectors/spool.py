@@ -1,7 +1,7 @@
 """The collector's on-disk spool: records kept while the dashboard cannot be reached.
 
 The spool is a directory of append-only JSON-lines segments (``000000000001.jsonl``, ...), one
-encoded record (``dsmon.wire.encode``) per line. Segments are written in name order and read
+encoded record (``dsmon.model.wire.encode``) per line. Segments are written in name order and read
 back in the same order, so records drain in the order they were spooled. A segment is never
 rewritten: it is read whole once it is sealed and deleted once the server has acknowledged
 every line of it. An append is flushed and fsynced before it returns, because the caller

@@ -41,15 +41,15 @@ from collectors.state import (
     same_start,
     same_stem,
 )
-from dsmon.parsers.log import LogParser
-from dsmon.parsers.probe import ProbeParser
-from dsmon.records import Record
+from dsmon.model.records import Record
+from dsmon.parse.log import LogParser
+from dsmon.parse.probe import ProbeParser
 
 logger = logging.getLogger(__name__)
 
 #: Generations remembered as read, so a rotated file that matches the glob is not re-read.
 MAX_FINISHED = 256
-# Per-rank logs of ``deepspeed --enable_each_rank_log``: ``<time>_rank<N>.log`` (as dsmon.ingest).
+# Per-rank logs of ``deepspeed --enable_each_rank_log``: ``<time>_rank<N>.log`` (as dsmon.load.files).
 _RANK_LOG = re.compile(r"_rank(\d+)\.log$")
 #: The per-rank probe's files in its folder (``rank-<N>.jsonl``, one per rank).
 PROBE_FILES = "rank-*.jsonl"
@@ -383,7 +383,7 @@ class Waker:
 
 def default_config_parser(run: str, node: str | None) -> ProfileParser:
     """A ds_config.json read whole as a ``file`` config record; an unreadable one is logged."""
-    from dsmon.parsers.files import FileFormatError, parse_ds_config
+    from dsmon.parse.files import FileFormatError, parse_ds_config
 
     def parse(text: str, label: str) -> Sequence[Record]:
         try:
@@ -398,7 +398,7 @@ def default_config_parser(run: str, node: str | None) -> ProfileParser:
 
 def default_profile_parser(run: str, node: str | None) -> ProfileParser:
     """The foundation's whole-file flops-profile parser, bound to this run and node."""
-    from dsmon.parsers.flops_profiler import parse_profile_file
+    from dsmon.parse.profile_file import parse_profile_file
 
     def parse(text: str, label: str) -> Sequence[Record]:
         records, _ = parse_profile_file(text, run, label, node)

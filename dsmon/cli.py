@@ -18,8 +18,8 @@ from typing import Any
 
 from dsmon import __version__, commands
 from dsmon.commands import CommandError
-from dsmon.ingest import InputError
-from dsmon.store_schema import StoreError
+from dsmon.load.files import InputError
+from dsmon.store.base import StoreError
 
 #: Entry-point group through which other packages add subcommands.
 ENTRY_POINT_GROUP = "dsmon.commands"

@@ -10,7 +10,7 @@ import streamlit as st
 from dsmon.analysis import autotune
 from dsmon.figures import autotune as fig
 from dsmon.figures.common import rounded
-from dsmon.records import Record
+from dsmon.model.records import Record
 from ui.charts import chart
 from ui.page import live_body, page_header, page_view
 from ui.text import md_escape

@@ -7,11 +7,11 @@ import streamlit as st
 
 from dsmon.analysis import comm, coordinator, steps
 from dsmon.analysis.downsample import downsample
+from dsmon.analysis.peaks import LINKS, find_link
 from dsmon.figures import comm as fig
 from dsmon.figures.common import fmt_ms, fmt_pct, rounded
 from dsmon.health.config_view import ConfigView
-from dsmon.live import preferred_config
-from dsmon.peaks import LINKS, find_link
+from dsmon.model.ds_config import preferred_config
 from ui.charts import chart
 from ui.page import live_body, page_header, page_view
 

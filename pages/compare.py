@@ -8,7 +8,8 @@ import streamlit as st
 from dsmon.analysis import compare, training
 from dsmon.analysis.downsample import downsample
 from dsmon.figures import compare as fig
-from dsmon.live import OPEN, FrameHub, RunFrames, preferred_config
+from dsmon.model.ds_config import preferred_config
+from dsmon.view.cache import OPEN, FrameHub, RunFrames
 from ui.charts import chart
 from ui.page import live_body, page_header, page_view
 from ui.text import md_escape

@@ -7,9 +7,7 @@ import streamlit as st
 
 from dsmon.analysis import flops, gpus, steps
 from dsmon.analysis.downsample import downsample
-from dsmon.figures import flops as fig
-from dsmon.live import preferred_config
-from dsmon.peaks import (
+from dsmon.analysis.peaks import (
     A100_REFERENCE,
     DTYPES,
     PEAKS,
@@ -18,7 +16,9 @@ from dsmon.peaks import (
     peak_by_model,
     training_dtype,
 )
-from dsmon.records import FlopsProfileRecord
+from dsmon.figures import flops as fig
+from dsmon.model.ds_config import preferred_config
+from dsmon.model.records import FlopsProfileRecord
 from ui.charts import chart
 from ui.page import live_body, page_header, page_view
 from ui.text import md_escape

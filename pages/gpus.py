@@ -12,7 +12,7 @@ from dsmon.analysis import gpus
 from dsmon.analysis.downsample import N_OUT
 from dsmon.figures import gpus as fig
 from dsmon.figures.common import rounded
-from dsmon.store_schema import Store
+from dsmon.store.base import Store
 from ui.charts import chart
 from ui.page import live_body, page_header, page_view
 from ui.text import md_escape

@@ -8,7 +8,7 @@ import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 from dsmon.health.model import CheckResult, Status
-from dsmon.health.panel import (
+from dsmon.view.health_panel import (
     COUNT_ORDER,
     PAGE_SCRIPTS,
     SECTIONS,

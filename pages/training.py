@@ -9,7 +9,7 @@ from dsmon.analysis import training
 from dsmon.analysis.downsample import downsample
 from dsmon.figures import training as fig
 from dsmon.figures.common import rounded
-from dsmon.live import preferred_config
+from dsmon.model.ds_config import preferred_config
 from ui.charts import chart
 from ui.page import live_body, page_header, page_view
 

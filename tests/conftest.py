@@ -14,11 +14,11 @@ import pytest
 from hypothesis import settings as hypothesis_settings
 from pg_support import open_pg_store
 
-from dsmon.ingest import discover, read_found
-from dsmon.parsers.base import Diagnostics
-from dsmon.records import Record, record_key
-from dsmon.store import open_store
-from dsmon.store_schema import Store
+from dsmon.load.files import discover, read_found
+from dsmon.model.records import Record, record_key
+from dsmon.parse.base import Diagnostics
+from dsmon.store.base import Store
+from dsmon.store.sqlite import open_store
 
 DATA = Path(__file__).parent / "data"
 

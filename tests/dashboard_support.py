@@ -19,10 +19,10 @@ import numpy as np
 import pandas as pd
 from streamlit.testing.v1 import AppTest
 
-from dsmon.ingest import discover, import_paths, read_found
-from dsmon.parsers.base import Diagnostics
-from dsmon.records import GpuSampleRecord, Record, Source
-from dsmon.store import open_store
+from dsmon.load.files import discover, import_paths, read_found
+from dsmon.model.records import GpuSampleRecord, Record, Source
+from dsmon.parse.base import Diagnostics
+from dsmon.store.sqlite import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"

@@ -16,8 +16,9 @@ from typing import TypeVar
 
 from field_logs import field_path
 
-from dsmon import cli, wire
-from dsmon.records import Record
+from dsmon import cli
+from dsmon.model import wire
+from dsmon.model.records import Record
 
 R = TypeVar("R", bound=Record)
 

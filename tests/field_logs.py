@@ -13,9 +13,9 @@ from typing import TypeVar
 
 import pytest
 
-from dsmon.ingest import discover, read_found
-from dsmon.parsers.base import Diagnostics
-from dsmon.records import Record
+from dsmon.load.files import discover, read_found
+from dsmon.model.records import Record
+from dsmon.parse.base import Diagnostics
 
 FIELD = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus" / "field"
 

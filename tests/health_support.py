@@ -10,9 +10,9 @@ from typing import Any
 from dsmon.health import ConfigView, HealthInputs, RunFacts, evaluate
 from dsmon.health.gather import inputs_from_records
 from dsmon.health.model import Checklist, CheckResult
-from dsmon.ingest import discover, read_found
-from dsmon.parsers.base import Diagnostics
-from dsmon.records import Record
+from dsmon.load.files import discover, read_found
+from dsmon.model.records import Record
+from dsmon.parse.base import Diagnostics
 
 DATA = Path(__file__).parent / "data"
 SEEDS = DATA / "health_seed_configs"

@@ -18,7 +18,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from dsmon.store_pg import PgStore
+from dsmon.store.postgres import PgStore
 
 PG_URL_ENV = "DSMON_TEST_PG_URL"
 START_SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "start-postgres.sh"

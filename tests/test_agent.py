@@ -24,12 +24,12 @@ from collectors.spool import Spool
 from collectors.state import StateFile
 from collectors.tailer import Tailer
 from collectors.transport import UrlTransport
-from dsmon.ingest import discover, read_found
-from dsmon.parsers.base import Diagnostics
-from dsmon.parsers.log import LogParser
-from dsmon.records import Record
-from dsmon.serving import IngestServer, start_ingest_server
-from dsmon.wire import decode, encode
+from dsmon.load.files import discover, read_found
+from dsmon.model.records import Record
+from dsmon.model.wire import decode, encode
+from dsmon.parse.base import Diagnostics
+from dsmon.parse.log import LogParser
+from dsmon.serve.run import IngestServer, start_ingest_server
 
 DATA = Path(__file__).parent / "data"
 Z2 = (DATA / "z2" / "train.log").read_bytes().splitlines(keepends=True)

@@ -28,15 +28,15 @@ from dashboard_support import read_records
 from prometheus_client.parser import text_string_to_metric_families
 from test_server import call, ndjson
 
-from dsmon.alerts import Alerter, AlertTarget
 from dsmon.cli import main
 from dsmon.health.gather import inputs_from_records
 from dsmon.health.model import Status
 from dsmon.health.registry import evaluate
-from dsmon.health_watch import HealthWatcher
-from dsmon.records import EventRecord, Record
-from dsmon.serving import start_ingest_server
-from dsmon.store import open_store
+from dsmon.model.records import EventRecord, Record
+from dsmon.serve.run import start_ingest_server
+from dsmon.store.sqlite import open_store
+from dsmon.watch.alerts import Alerter, AlertTarget
+from dsmon.watch.health import HealthWatcher
 
 TOKEN = "test-token-0123456789abcdef"
 DASH = "http://dash.example:8501"

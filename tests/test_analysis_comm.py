@@ -20,8 +20,8 @@ from dsmon.analysis.comm import (
     overlap_estimate,
 )
 from dsmon.analysis.steps import step_breakdown
-from dsmon.frames import records_frame
-from dsmon.records import Record
+from dsmon.model.frames import records_frame
+from dsmon.model.records import Record
 
 
 @pytest.fixture(scope="module")

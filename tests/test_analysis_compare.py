@@ -7,7 +7,7 @@ import pytest
 from dashboard_support import read_records
 
 from dsmon.analysis import compare
-from dsmon.frames import records_frame
+from dsmon.model.frames import records_frame
 
 
 def frames_of(folder: str) -> dict[str, pd.DataFrame]:

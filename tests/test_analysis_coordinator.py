@@ -13,8 +13,8 @@ import pytest
 from conftest import read_log
 
 from dsmon.analysis import coordinator, steps
-from dsmon.frames import records_frame
-from dsmon.records import Source, TimerRecord
+from dsmon.model.frames import records_frame
+from dsmon.model.records import Source, TimerRecord
 
 LOG = Path(__file__).parent / "data" / "zero3_coordinator_v0100" / "train.log"
 

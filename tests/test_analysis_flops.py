@@ -17,10 +17,10 @@ import pytest
 from dashboard_support import read_records
 
 from dsmon.analysis import flops, steps
-from dsmon.frames import records_frame
-from dsmon.parsers.log import parse_text
-from dsmon.peaks import find_peak
-from dsmon.records import FlopsProfileRecord, Record
+from dsmon.analysis.peaks import find_peak
+from dsmon.model.frames import records_frame
+from dsmon.model.records import FlopsProfileRecord, Record
+from dsmon.parse.log import parse_text
 
 DATA = Path(__file__).parent / "data"
 

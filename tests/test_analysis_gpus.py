@@ -18,11 +18,11 @@ import pandas as pd
 import pytest
 from dashboard_support import gpu_samples
 
-from dsmon import gpu_stats
 from dsmon.analysis import gpus
-from dsmon.frames import records_frame
-from dsmon.gpu_reads import fold_samples
-from dsmon.store import SQLiteStore
+from dsmon.model.frames import records_frame
+from dsmon.store import gpu_fold
+from dsmon.store.gpu_reads import fold_samples
+from dsmon.store.sqlite import SQLiteStore
 
 
 @pytest.fixture(scope="module")
@@ -46,11 +46,11 @@ def source(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
         def fold_summary() -> pd.DataFrame:
             got = fold_samples(frame, None)
-            return gpu_stats.summary(got.fold, got.series)
+            return gpu_fold.summary(got.fold, got.series)
 
         def fold_buckets(n: int) -> pd.DataFrame:
             got = fold_samples(frame, n)
-            return gpu_stats.buckets(got.fold, got.series, got.t0_ms, got.width_ms or 1)
+            return gpu_fold.buckets(got.fold, got.series, got.t0_ms, got.width_ms or 1)
 
         return Source(fold_summary, fold_buckets)
     store = SQLiteStore(tmp_path_factory.mktemp("gpus") / "s.sqlite")
@@ -126,9 +126,9 @@ def test_latest_sample_per_gpu(samples: pd.DataFrame) -> None:
 
 def test_empty_inputs() -> None:
     empty = fold_samples(records_frame("gpu", []), 5)
-    summary = gpu_stats.summary(empty.fold, empty.series)
+    summary = gpu_fold.summary(empty.fold, empty.series)
     assert gpus.inventory(summary).empty
-    bucketed = gpu_stats.buckets(empty.fold, empty.series, 0, 1)
+    bucketed = gpu_fold.buckets(empty.fold, empty.series, 0, 1)
     assert bucketed.empty
     assert gpus.imbalance(bucketed, "util_gpu_pct").empty
     assert gpus.lines(bucketed, "util_gpu_pct").empty

@@ -23,8 +23,8 @@ from dsmon.analysis.steps import (
     step_breakdown,
     step_stats,
 )
-from dsmon.frames import records_frame
-from dsmon.records import Record, Source, TimerRecord
+from dsmon.model.frames import records_frame
+from dsmon.model.records import Record, Source, TimerRecord
 
 
 @pytest.fixture(scope="module")

@@ -23,10 +23,10 @@ import pytest
 from dashboard_support import DATA, app_at, figures, trace_names, values
 
 from dsmon.health.gather import inputs_from_store
-from dsmon.ingest import import_paths
-from dsmon.live import preferred_config
-from dsmon.records import ConfigRecord
-from dsmon.store import open_store
+from dsmon.load.files import import_paths
+from dsmon.model.ds_config import preferred_config
+from dsmon.model.records import ConfigRecord
+from dsmon.store.sqlite import open_store
 
 
 def tuned_run(root: Path) -> Path:

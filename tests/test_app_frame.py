@@ -9,8 +9,8 @@ import pytest
 from dashboard_support import RUNS, app_at, shared_store
 from streamlit.testing.v1 import AppTest
 
-from dsmon.records import Source, StepRecord
-from dsmon.store import open_store
+from dsmon.model.records import Source, StepRecord
+from dsmon.store.sqlite import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from dashboard_support import app_at, read_records
 
-from dsmon.store import open_store
+from dsmon.store.sqlite import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = ["steps", "training", "autotuner", "compare", "communication", "gpus", "flops"]

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from dashboard_support import DATA, app_at, figures, shared_store, texts, trace_names, values
 
-from dsmon.ingest import import_paths
-from dsmon.store import open_store
+from dsmon.load.files import import_paths
+from dsmon.store.sqlite import open_store
 
 
 @pytest.fixture(scope="module")

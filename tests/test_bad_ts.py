@@ -18,11 +18,11 @@ import pytest
 from dashboard_support import DATA, app_at, gpu_samples, record_uncaught, shared_store
 
 from dsmon.cli import main
-from dsmon.frames import records_frame
-from dsmon.records import EventRecord, Record, Source, StepRecord
-from dsmon.store import open_store
-from dsmon.store_schema import key_digest
-from dsmon.wire import encode
+from dsmon.model.frames import records_frame
+from dsmon.model.records import EventRecord, Record, Source, StepRecord
+from dsmon.model.wire import encode
+from dsmon.store.base import key_digest
+from dsmon.store.sqlite import open_store
 
 BAD_TS = "2026-19-39T25:61:00.000"  # month 19, day 39: no such moment
 PAGES = ("health", "steps", "training", "autotuner", "compare", "gpus", "communication", "flops")

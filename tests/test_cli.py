@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 from conftest import DATA, Z2
 
-from dsmon import cli, wire
+from dsmon import cli
 from dsmon.commands import demo
-from dsmon.records import Record
-from dsmon.store import open_store
+from dsmon.model import wire
+from dsmon.model.records import Record
+from dsmon.store.sqlite import open_store
 
 
 def run_cli(*argv: str) -> int:

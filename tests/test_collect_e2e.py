@@ -34,12 +34,12 @@ from collectors.state import StateFile
 from collectors.tailer import Tailer
 from collectors.transport import UrlTransport
 from dsmon.cli import main
-from dsmon.parsers.log import LogParser
-from dsmon.records import Record
-from dsmon.serving import start_ingest_server
-from dsmon.store import open_store
-from dsmon.tokens import write_token_file
-from dsmon.wire import decode, encode
+from dsmon.model.records import Record
+from dsmon.model.wire import decode, encode
+from dsmon.parse.log import LogParser
+from dsmon.serve.run import start_ingest_server
+from dsmon.serve.tokens import write_token_file
+from dsmon.store.sqlite import open_store
 
 pytestmark = pytest.mark.slow
 

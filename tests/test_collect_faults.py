@@ -40,9 +40,9 @@ from typing import BinaryIO
 import pytest
 from test_collect_e2e import Z2_LINES, Cluster, stored, wait_for
 
-from dsmon.parsers.log import LogParser
-from dsmon.records import Record, TimerRecord
-from dsmon.wire import decode, encode
+from dsmon.model.records import Record, TimerRecord
+from dsmon.model.wire import decode, encode
+from dsmon.parse.log import LogParser
 
 pytestmark = pytest.mark.slow
 

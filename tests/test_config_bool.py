@@ -1,4 +1,4 @@
-"""ds_config booleans read the way DeepSpeed reads them (dsmon.config_bool), everywhere in dsmon.
+"""ds_config booleans read the way DeepSpeed reads them (dsmon.model.ds_config), everywhere in dsmon.
 
 Expected values are DeepSpeed's: pydantic's lax bool coercion for DeepSpeedConfigModel
 sections (deepspeed/runtime/config_utils.py; pydantic documents the accepted strings 0/off/f/
@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from health_support import check, config_inputs
 
-from dsmon.config_bool import ds_bool, section_enabled
+from dsmon.analysis.peaks import training_dtype
+from dsmon.analysis.summary import config_highlights
 from dsmon.health import ConfigView, Status
-from dsmon.peaks import training_dtype
-from dsmon.summary import config_highlights
+from dsmon.model.ds_config import ds_bool, section_enabled
 
 
 @pytest.mark.parametrize(

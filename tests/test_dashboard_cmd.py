@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from dsmon import wire
 from dsmon.cli import build_parser, main
-from dsmon.records import Record, TimerRecord
-from dsmon.tokens import write_token_file
+from dsmon.model import wire
+from dsmon.model.records import Record, TimerRecord
+from dsmon.serve.tokens import write_token_file
 
 pytestmark = pytest.mark.slow
 

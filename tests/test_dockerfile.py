@@ -30,8 +30,8 @@ from deploy_support import (
 
 from dsmon import cli
 from dsmon.commands import dashboard
-from dsmon.serving import DEFAULT_PORT as INGEST_PORT
-from dsmon.serving import start_ingest_server
+from dsmon.serve.run import DEFAULT_PORT as INGEST_PORT
+from dsmon.serve.run import start_ingest_server
 
 #: Packages that build native code; none may be installed in the runtime stage.
 BUILD_TOOLS = re.compile(

@@ -35,7 +35,7 @@ from dsmon.health import evaluate
 from dsmon.health.gather import inputs_from_store
 from dsmon.health.model import CheckResult
 from dsmon.health.registry import all_rules
-from dsmon.store import open_store
+from dsmon.store.sqlite import open_store
 
 pytestmark = pytest.mark.slow
 

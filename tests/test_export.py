@@ -18,11 +18,11 @@ from conftest import DATA, Z2
 from dashboard_support import GPUS, gpu_samples
 
 from dsmon import cli
-from dsmon.ingest import RECORDS, classify, import_paths
-from dsmon.records import Record
-from dsmon.serving import start_ingest_server
-from dsmon.store import open_store
-from dsmon.store_schema import Store
+from dsmon.load.files import RECORDS, classify, import_paths
+from dsmon.model.records import Record
+from dsmon.serve.run import start_ingest_server
+from dsmon.store.base import Store
+from dsmon.store.sqlite import open_store
 
 RUNS = ("z2", "flops_detailed_stdout", "csv_tensorboard")
 TOKEN = "test-token-0123456789abcdef"

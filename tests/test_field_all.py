@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from field_logs import FIELD, field_logs, lines, needs_field_corpus, of, parse_path
 
-from dsmon import wire
-from dsmon.ingest_batch import check_record
-from dsmon.parsers.log import parse_text
-from dsmon.records import IterationRecord, LossScaleRecord
+from dsmon.model import wire
+from dsmon.model.records import IterationRecord, LossScaleRecord
+from dsmon.parse.log import parse_text
+from dsmon.serve.batch import check_record
 
 pytestmark = needs_field_corpus
 

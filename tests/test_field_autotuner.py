@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from field_corpus import dsmon_parse
 
-from dsmon.records import AutotuneExperimentRecord, AutotuneSummaryRecord, EventRecord
+from dsmon.model.records import AutotuneExperimentRecord, AutotuneSummaryRecord, EventRecord
 
 
 def rows(

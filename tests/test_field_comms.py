@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from field_logs import lines, of, parse_field
 
-from dsmon.parsers.log import parse_text
-from dsmon.records import (
+from dsmon.model.records import (
     CommOpRecord,
     CommSummaryRecord,
     EventRecord,
@@ -17,6 +16,7 @@ from dsmon.records import (
     ThroughputRecord,
     TimerRecord,
 )
+from dsmon.parse.log import parse_text
 
 KB, MB = 1024, 1024 * 1024
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from field_corpus import dsmon_parse
 
-from dsmon.live import preferred_config
-from dsmon.records import ConfigRecord, EventRecord, MemoryRecord, StepRecord
+from dsmon.model.ds_config import preferred_config
+from dsmon.model.records import ConfigRecord, EventRecord, MemoryRecord, StepRecord
 
 
 def configs(number: int) -> dict[str, ConfigRecord]:

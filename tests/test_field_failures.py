@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from field_logs import lines, of, parse_field
 
-from dsmon.parsers.log import parse_text
-from dsmon.records import EventRecord
+from dsmon.model.records import EventRecord
+from dsmon.parse.log import parse_text
 
 MIB, GIB = 1 << 20, 1 << 30
 

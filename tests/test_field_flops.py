@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from field_corpus import dsmon_parse
 
-from dsmon.records import FlopsProfileRecord, ModuleAggregate, ModuleProfile, TimerRecord
+from dsmon.model.records import FlopsProfileRecord, ModuleAggregate, ModuleProfile, TimerRecord
 
 
 def module(rec: FlopsProfileRecord, path: str) -> ModuleProfile:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from field_logs import lines, of, parse_field
 
-from dsmon.parsers.log import parse_text
-from dsmon.records import IterationRecord, MemoryRecord, ThroughputRecord, TimerRecord
+from dsmon.model.records import IterationRecord, MemoryRecord, ThroughputRecord, TimerRecord
+from dsmon.parse.log import parse_text
 
 MIB = 1024 * 1024
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from field_logs import lines, of, parse_field
 
-from dsmon.parsers.log import parse_text
-from dsmon.records import LossScaleRecord, StepRecord, ThroughputRecord
+from dsmon.model.records import LossScaleRecord, StepRecord, ThroughputRecord
+from dsmon.parse.log import parse_text
 
 
 def test_04_deepscale_zero3_overflow_at_the_floor() -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from field_logs import lines, of, parse_field
 
-from dsmon.parsers.log import parse_text
-from dsmon.records import IterationRecord, LossScaleRecord, StepRecord, ThroughputRecord
+from dsmon.model.records import IterationRecord, LossScaleRecord, StepRecord, ThroughputRecord
+from dsmon.parse.log import parse_text
 
 GIB = 1 << 30
 

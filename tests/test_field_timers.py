@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from field_logs import lines, of, parse_field
 
-from dsmon.parsers.log import parse_text
-from dsmon.records import StepRecord, ThroughputRecord, TimerRecord
+from dsmon.model.records import StepRecord, ThroughputRecord, TimerRecord
+from dsmon.parse.log import parse_text
 
 
 def test_16_zenflow_new_names_without_any_prefix() -> None:

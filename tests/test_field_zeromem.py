@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from field_logs import of, parse_field
 
-from dsmon.records import EventRecord, MemoryRecord
+from dsmon.model.records import EventRecord, MemoryRecord
 
 GIB = 1 << 30
 

@@ -12,17 +12,17 @@ import plotly.graph_objects as go
 import pytest
 from dashboard_support import gpu_samples, read_records
 
-from dsmon import gpu_stats
 from dsmon.analysis import comm, flops, gpus, steps
+from dsmon.analysis.peaks import A100_REFERENCE
 from dsmon.figures import comm as comm_fig
 from dsmon.figures import flops as flops_fig
 from dsmon.figures import gpus as gpus_fig
 from dsmon.figures import steps as steps_fig
 from dsmon.figures.common import WEBGL_MIN_POINTS, empty, rank_label, scatter, trace_points
-from dsmon.frames import records_frame
-from dsmon.gpu_reads import fold_samples
-from dsmon.peaks import A100_REFERENCE
-from dsmon.records import Record
+from dsmon.model.frames import records_frame
+from dsmon.model.records import Record
+from dsmon.store import gpu_fold
+from dsmon.store.gpu_reads import fold_samples
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +104,7 @@ def test_bandwidth_against_the_link() -> None:
 
 def test_gpu_figures() -> None:
     got = fold_samples(records_frame("gpu", gpu_samples()), 5)
-    b = gpu_stats.buckets(got.fold, got.series, got.t0_ms, got.width_ms or 1)
+    b = gpu_fold.buckets(got.fold, got.series, got.t0_ms, got.width_ms or 1)
     heat = gpus_fig.heatmap_figure(gpus.heatmap(b, "util_gpu_pct"), "util_gpu_pct")
     assert heat.data[0].zmax == 100 and list(heat.data[0].y) == [
         "n0/gpu0",

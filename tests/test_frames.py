@@ -3,8 +3,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from dsmon.frames import BASE_COLUMNS, field_dtypes, records_frame
-from dsmon.records import Record, Source, StepRecord, ThroughputRecord, TimerRecord
+from dsmon.model.frames import BASE_COLUMNS, field_dtypes, records_frame
+from dsmon.model.records import Record, Source, StepRecord, ThroughputRecord, TimerRecord
 
 
 def _timer(line: int, group: str, values: dict[str, float], rank: int | None = 0) -> TimerRecord:
@@ -111,9 +111,9 @@ def test_frames_from_stored_bodies_equal_frames_from_records() -> None:
     """``Store.frame`` builds frames from the stored JSON directly; the same frame as records."""
     from dashboard_support import RUNS, shared_store
 
-    from dsmon.records import KINDS
-    from dsmon.store import open_store
-    from dsmon.store_schema import RecordFilter
+    from dsmon.model.records import KINDS
+    from dsmon.store.base import RecordFilter
+    from dsmon.store.sqlite import open_store
 
     store = open_store(shared_store())
     compared = 0

@@ -12,8 +12,8 @@ from dsmon.health.fixes import effective_fix, read_at_stage
 from dsmon.health.gather import inputs_from_records
 from dsmon.health.model import Finding
 from dsmon.health.verdicts import fix_json
-from dsmon.ingest import discover, read_found
-from dsmon.parsers.base import Diagnostics
+from dsmon.load.files import discover, read_found
+from dsmon.parse.base import Diagnostics
 
 _USE_BF16 = fix_json({"fp16": {"enabled": False}, "bf16": {"enabled": True}})
 

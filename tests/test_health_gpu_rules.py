@@ -10,8 +10,8 @@ from health_support import check, evidence
 
 from dsmon.health import HealthInputs, RunFacts, Status
 from dsmon.health.gather import inputs_from_records, inputs_from_store
-from dsmon.records import GpuSampleRecord, Source
-from dsmon.store import SQLiteStore
+from dsmon.model.records import GpuSampleRecord, Source
+from dsmon.store.sqlite import SQLiteStore
 
 GIB = 1024**3
 A100 = "NVIDIA A100-SXM4-80GB"

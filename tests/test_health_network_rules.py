@@ -22,7 +22,7 @@ from health_support import check, corpus_inputs, evidence
 from dsmon.health import ConfigView, HealthInputs, RunFacts
 from dsmon.health.gather import inputs_from_records
 from dsmon.health.model import Status
-from dsmon.records import CommSummaryRecord, Record, Source, TimerRecord
+from dsmon.model.records import CommSummaryRecord, Record, Source, TimerRecord
 
 RUN = Path(__file__).parent / "data" / "zero3_coordinator_v0100"
 COORD = "zero3.coordinator"

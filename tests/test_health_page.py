@@ -10,8 +10,8 @@ from dashboard_support import app_at
 from health_support import CORPUS
 from streamlit.testing.v1 import AppTest
 
-from dsmon.ingest import import_paths
-from dsmon.store import open_store
+from dsmon.load.files import import_paths
+from dsmon.store.sqlite import open_store
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +93,8 @@ def test_a_live_launched_run_is_not_reported_killed(tmp_path: Path) -> None:
     """The launcher prints its exit lines only at the end: a running job has none yet."""
     from datetime import datetime
 
-    from dsmon.health.panel import panel
-    from dsmon.live import OPEN, RunFrames
+    from dsmon.view.cache import OPEN, RunFrames
+    from dsmon.view.health_panel import panel
 
     lines = (DATA / "z2" / "train.log").read_text(encoding="utf-8").splitlines(keepends=True)
     log = tmp_path / "run" / "train.log"
@@ -112,8 +112,8 @@ def test_a_live_launched_run_is_not_reported_killed(tmp_path: Path) -> None:
 def test_every_rule_that_reads_the_clock_is_evaluated_live() -> None:
     import inspect
 
-    from dsmon.health.panel import CLOCK_RULES
     from dsmon.health.registry import all_rules
+    from dsmon.view.health_panel import CLOCK_RULES
 
     reads_now = {r.id for r in all_rules() if "inputs.now" in inspect.getsource(r.func)}
     helpers = {"run.errors"}  # reads it in a helper it calls (_clean_end)

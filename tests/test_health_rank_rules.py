@@ -13,14 +13,14 @@ from pathlib import Path
 import pandas as pd
 
 from dsmon.analysis import ranks
-from dsmon.frames import records_frame
 from dsmon.health import evaluate
 from dsmon.health.gather import inputs_from_records
 from dsmon.health.model import CheckResult, Status
 from dsmon.health.registry import all_rules
-from dsmon.ingest import discover, read_found
-from dsmon.parsers.base import Diagnostics
-from dsmon.records import HeartbeatRecord, RankStepRecord, Record, Source
+from dsmon.load.files import discover, read_found
+from dsmon.model.frames import records_frame
+from dsmon.model.records import HeartbeatRecord, RankStepRecord, Record, Source
+from dsmon.parse.base import Diagnostics
 
 RUN = Path(__file__).parent / "data" / "probe_straggler"
 T0 = datetime(2026, 12, 1, 12, 0, 0)

@@ -18,9 +18,9 @@ from health_support import DATA, check, corpus_config, corpus_inputs, corpus_rec
 from dsmon.health import ConfigView, Status, evaluate
 from dsmon.health import thresholds as th
 from dsmon.health.gather import inputs_from_records
-from dsmon.ingest import discover, read_found
-from dsmon.parsers.base import Diagnostics
-from dsmon.records import EventRecord, GpuSampleRecord, Record, Source, TimerRecord
+from dsmon.load.files import discover, read_found
+from dsmon.model.records import EventRecord, GpuSampleRecord, Record, Source, TimerRecord
+from dsmon.parse.base import Diagnostics
 
 W, U = Status.WARN, Status.UNKNOWN
 
@@ -92,7 +92,7 @@ def _timer(n: int, **values: float) -> TimerRecord:
 
 
 def _op(step: int, latency: float) -> Record:
-    from dsmon.records import CommOpRecord
+    from dsmon.model.records import CommOpRecord
 
     return CommOpRecord(
         src=Source(run="r", file="t.log", line=1000 + step, rank=0),

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import DATA, Z2, read_log
 
-from dsmon.ingest import (
+from dsmon.load.files import (
     AUTOTUNE_EXP,
     AUTOTUNE_SUMMARY,
     CSV_MONITOR,
@@ -26,11 +26,10 @@ from dsmon.ingest import (
     plan,
     run_name,
 )
-from dsmon.ingest import (
+from dsmon.load.files import (
     read_log as read_log_stream,
 )
-from dsmon.parsers.log import LogParser
-from dsmon.records import (
+from dsmon.model.records import (
     AutotuneExperimentRecord,
     AutotuneSummaryRecord,
     FlopsProfileRecord,
@@ -38,7 +37,8 @@ from dsmon.records import (
     Record,
     TimerRecord,
 )
-from dsmon.store_schema import Store
+from dsmon.parse.log import LogParser
+from dsmon.store.base import Store
 
 
 def kinds(folder: Path) -> list[tuple[str, str, int | None]]:

@@ -6,21 +6,21 @@ import zlib
 
 import pytest
 
-from dsmon import wire
-from dsmon.ingest_batch import (
-    MAX_GZIP_MEMBERS,
-    BatchError,
-    check_length,
-    inflate,
-    parse_batch,
-)
-from dsmon.records import (
+from dsmon.model import wire
+from dsmon.model.records import (
     FlopsProfileRecord,
     ModuleProfile,
     Record,
     Source,
     StepRecord,
     TimerRecord,
+)
+from dsmon.serve.batch import (
+    MAX_GZIP_MEMBERS,
+    BatchError,
+    check_length,
+    inflate,
+    parse_batch,
 )
 
 
@@ -186,9 +186,9 @@ def test_surrogate_pairs_are_fine() -> None:
 
 def test_received_lines_are_stored_as_sent_unless_they_hold_constants() -> None:
     """The server stores the checked line itself; NaN/Infinity lines are re-encoded strictly."""
-    from dsmon import wire
-    from dsmon.ingest_batch import parse_batch_encoded
-    from dsmon.records import Source, ThroughputRecord
+    from dsmon.model import wire
+    from dsmon.model.records import Source, ThroughputRecord
+    from dsmon.serve.batch import parse_batch_encoded
 
     plain = ThroughputRecord(src=Source(run="r", file="f", line=7), global_step=5)
     line = wire.encode(plain)

@@ -32,7 +32,7 @@ from deploy_support import (
 )
 
 from dsmon.commands import dashboard
-from dsmon.serving import DEFAULT_PORT as INGEST_PORT
+from dsmon.serve.run import DEFAULT_PORT as INGEST_PORT
 
 TOKEN_SECRET = "dsmon-ingest-token"
 UNITS = {"m": 1e-3, "": 1.0, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}

@@ -16,12 +16,12 @@ import pytest
 from dashboard_support import DATA
 
 import collectors.follower
-from dsmon import linereader
 from dsmon.cli import main
-from dsmon.ingest import LONG_LINE, read_log
-from dsmon.linereader import MAX_LINE_BYTES, RawLine, capped_lines
-from dsmon.parsers.log import LogParser
-from dsmon.records import Record
+from dsmon.load.files import LONG_LINE, read_log
+from dsmon.model.records import Record
+from dsmon.parse import linereader
+from dsmon.parse.linereader import MAX_LINE_BYTES, RawLine, capped_lines
+from dsmon.parse.log import LogParser
 
 LOG = DATA / "z2" / "train.log"
 AFTER = 10  # the huge line goes after this line of the real log

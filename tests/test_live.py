@@ -15,10 +15,18 @@ import pytest
 from dashboard_support import gpu_samples, read_records
 
 from dsmon.analysis import gpus
-from dsmon.live import OPEN, Cutoff, FrameHub, RunFrames, is_live, preferred_config, step_cutoff
-from dsmon.records import ConfigRecord, Record, Source
-from dsmon.store import open_store
-from dsmon.store_schema import Store
+from dsmon.model.ds_config import preferred_config
+from dsmon.model.records import ConfigRecord, Record, Source
+from dsmon.store.base import Store
+from dsmon.store.sqlite import open_store
+from dsmon.view.cache import (
+    OPEN,
+    Cutoff,
+    FrameHub,
+    RunFrames,
+    is_live,
+    step_cutoff,
+)
 
 
 class CountingStore:

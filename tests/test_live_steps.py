@@ -11,10 +11,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from dsmon.live import RunFrames, is_live, run_is_live
-from dsmon.parsers.log import LogParser
-from dsmon.records import Record, TimerRecord, record_key
-from dsmon.store_schema import Store
+from dsmon.model.records import Record, TimerRecord, record_key
+from dsmon.parse.log import LogParser
+from dsmon.store.base import Store
+from dsmon.view.cache import RunFrames, is_live, run_is_live
 
 DATA = Path(__file__).parent / "data"
 

@@ -7,8 +7,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from dsmon.metrics import StoreCollector
-from dsmon.records import (
+from dsmon.model.records import (
     GpuSampleRecord,
     IterationRecord,
     Record,
@@ -17,8 +16,9 @@ from dsmon.records import (
     ThroughputRecord,
     TimerRecord,
 )
-from dsmon.store import open_store
-from dsmon.store_schema import Store
+from dsmon.serve.metrics import StoreCollector
+from dsmon.store.base import Store
+from dsmon.store.sqlite import open_store
 
 # Figures below are read by hand from tests/data/z2/train.log (DeepSpeed 0.19.8, rank 0);
 # the comment on each record names its line.

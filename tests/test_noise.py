@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from dsmon.parsers.log import parse_text
-from dsmon.records import Record, TimerRecord
+from dsmon.model.records import Record, TimerRecord
+from dsmon.parse.log import parse_text
 
 LOG = (Path(__file__).parent / "data" / "z2" / "train.log").read_text(encoding="utf-8")
 LINES = LOG.splitlines()

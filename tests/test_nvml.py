@@ -15,8 +15,8 @@ from fakes import (
 )
 
 from collectors.nvml import NvmlPoller
-from dsmon.records import GpuSampleRecord, record_key
-from dsmon.wire import decode, encode
+from dsmon.model.records import GpuSampleRecord, record_key
+from dsmon.model.wire import decode, encode
 
 
 class Clock:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from field_logs import FIELD
 
-from dsmon.parsers import lines, pyrepr, timers
+from dsmon.parse import lines, pyrepr, timers
 
 DATA = Path(__file__).parent / "data"
 LOGS = sorted(DATA.glob("**/*.log")) + sorted(FIELD.glob("*.log"))

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dsmon.parsers.autotuner import MAX_AWAIT, AutotunerParser
-from dsmon.parsers.base import Diagnostics
-from dsmon.parsers.log import LogParser, parse_text
-from dsmon.records import AutotuneSummaryRecord, EventRecord, Record
+from dsmon.model.records import AutotuneSummaryRecord, EventRecord, Record
+from dsmon.parse.autotuner import MAX_AWAIT, AutotunerParser
+from dsmon.parse.base import Diagnostics
+from dsmon.parse.log import LogParser, parse_text
 
 DATA = Path(__file__).parent / "data"
 

@@ -2,7 +2,7 @@
 
 Expected values are read by hand from the files under tests/data/ (each folder has a README.md
 naming its source). Message sizes map to bytes as the nearest integer to the printed, rounded
-1024-based figure (``3.56 MB`` -> round(3.56 * 1024**2) = 3732931), see dsmon.units.
+1024-based figure (``3.56 MB`` -> round(3.56 * 1024**2) = 3732931), see dsmon.model.units.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from dsmon.parsers.base import Diagnostics
-from dsmon.parsers.comms import CommsParser
-from dsmon.parsers.log import LogParser
-from dsmon.records import CommOpRecord, CommSummaryRecord, Record
+from dsmon.model.records import CommOpRecord, CommSummaryRecord, Record
+from dsmon.parse.base import Diagnostics
+from dsmon.parse.comms import CommsParser
+from dsmon.parse.log import LogParser
 
 DATA = Path(__file__).parent / "data"
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from dsmon.parsers.config_dump import loads_lenient, printed_words
-from dsmon.parsers.log import parse_text
-from dsmon.parsers.pyrepr import parse_value
-from dsmon.records import ConfigRecord, Record, Source
-from dsmon.wire import decode, encode
+from dsmon.model.records import ConfigRecord, Record, Source
+from dsmon.model.wire import decode, encode
+from dsmon.parse.config_dump import loads_lenient, printed_words
+from dsmon.parse.log import parse_text
+from dsmon.parse.pyrepr import parse_value
 
 DATA = Path(__file__).parent / "data"
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dsmon.parsers.log import parse_text
-from dsmon.records import EventRecord
-from dsmon.wire import decode, encode
+from dsmon.model.records import EventRecord
+from dsmon.model.wire import decode, encode
+from dsmon.parse.log import parse_text
 
 DATA = Path(__file__).parent / "data"
 

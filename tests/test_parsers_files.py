@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from dsmon.parsers.files import (
+from dsmon.model.records import AutotuneSummaryRecord
+from dsmon.parse.files import (
     FileFormatError,
     parse_autotune_experiment,
     parse_autotune_summary,
     parse_csv_monitor,
     parse_ds_config,
 )
-from dsmon.records import AutotuneSummaryRecord
 
 DATA = Path(__file__).parent / "data"
 CSV = DATA / "csv_tensorboard/csv_monitor/tiny_gpt_csv"

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from dsmon.parsers.base import Diagnostics
-from dsmon.parsers.flops_profiler import FlopsProfilerParser, parse_profile_file
-from dsmon.parsers.log import LogParser, parse_text
-from dsmon.records import FlopsProfileRecord, ModuleAggregate, ModuleProfile, Record
+from dsmon.model.records import FlopsProfileRecord, ModuleAggregate, ModuleProfile, Record
+from dsmon.parse.base import Diagnostics
+from dsmon.parse.flops_profiler import FlopsProfilerParser
+from dsmon.parse.log import LogParser, parse_text
+from dsmon.parse.profile_file import parse_profile_file
 
 DATA = Path(__file__).parent / "data"
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dsmon.parsers.log import LogParser
-from dsmon.records import LossScaleRecord, Record
+from dsmon.model.records import LossScaleRecord, Record
+from dsmon.parse.log import LogParser
 
 DATA = Path(__file__).parent / "data"
 

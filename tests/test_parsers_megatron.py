@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from dsmon.parsers.base import ParseContext
-from dsmon.parsers.lines import LineCleaner
-from dsmon.parsers.log import parse_text
-from dsmon.parsers.megatron import MegatronParser
-from dsmon.records import IterationRecord
+from dsmon.model.records import IterationRecord
+from dsmon.parse.base import ParseContext
+from dsmon.parse.lines import LineCleaner
+from dsmon.parse.log import parse_text
+from dsmon.parse.megatron import MegatronParser
 
 DATA = Path(__file__).parent / "data"
 

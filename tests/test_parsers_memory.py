@@ -9,8 +9,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from dsmon.parsers.log import LogParser
-from dsmon.records import MemoryRecord, Record
+from dsmon.model.records import MemoryRecord, Record
+from dsmon.parse.log import LogParser
 
 DATA = Path(__file__).parent / "data"
 GIB = 1024**3

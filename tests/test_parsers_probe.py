@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from dsmon.parsers.probe import ProbeLineError, ProbeParser, parse_probe_line
-from dsmon.records import HeartbeatRecord, RankStepRecord, Record
-from dsmon.wire import decode, encode
+from dsmon.model.records import HeartbeatRecord, RankStepRecord, Record
+from dsmon.model.wire import decode, encode
+from dsmon.parse.probe import ProbeLineError, ProbeParser, parse_probe_line
 
 PROBE = Path(__file__).parent / "data" / "probe_straggler" / "probe"
 

@@ -21,14 +21,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dsmon import wire
-from dsmon.parsers import files
-from dsmon.parsers.autotuner import AutotunerParser
-from dsmon.parsers.base import Diagnostics
-from dsmon.parsers.config_dump import ConfigDumpParser, loads_lenient, salvage_json
-from dsmon.parsers.flops_profiler import FlopsProfilerParser, parse_profile_file
-from dsmon.parsers.log import LogParser
-from dsmon.records import (
+from dsmon.model import wire
+from dsmon.model.records import (
     AutotuneExperimentRecord,
     AutotuneSummaryRecord,
     ConfigRecord,
@@ -38,6 +32,13 @@ from dsmon.records import (
     MonitorPointRecord,
     Record,
 )
+from dsmon.parse import files
+from dsmon.parse.autotuner import AutotunerParser
+from dsmon.parse.base import Diagnostics
+from dsmon.parse.config_dump import ConfigDumpParser, loads_lenient, salvage_json
+from dsmon.parse.flops_profiler import FlopsProfilerParser
+from dsmon.parse.log import LogParser
+from dsmon.parse.profile_file import parse_profile_file
 
 DATA = Path(__file__).parent / "data"
 #: Real outputs of the three kinds: engine profiles (both layouts), dumps, autotuner tables.

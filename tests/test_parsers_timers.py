@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from dsmon.parsers.base import NEED_MORE, ParseContext
-from dsmon.parsers.lines import LineCleaner
-from dsmon.parsers.log import LogParser
-from dsmon.parsers.timers import TimerParser, classify
-from dsmon.records import CoordinatorEventRecord, Record, TimerRecord
+from dsmon.model.records import CoordinatorEventRecord, Record, TimerRecord
+from dsmon.parse.base import NEED_MORE, ParseContext
+from dsmon.parse.lines import LineCleaner
+from dsmon.parse.log import LogParser
+from dsmon.parse.timers import TimerParser, classify
 
 DATA = Path(__file__).parent / "data"
 OLD = DATA / "timers_old_versions"

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from dsmon.peaks import A100_REFERENCE, LINKS, PEAKS, find_peak, mfu, peak_tflops, training_dtype
+from dsmon.analysis.peaks import (
+    A100_REFERENCE,
+    LINKS,
+    PEAKS,
+    find_peak,
+    mfu,
+    peak_tflops,
+    training_dtype,
+)
 
 
 @pytest.mark.parametrize(

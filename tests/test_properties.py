@@ -13,15 +13,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dsmon import wire
-from dsmon.parsers.log import LogParser
-from dsmon.records import (
+from dsmon.model import wire
+from dsmon.model.records import (
     CommOpRecord,
     Record,
     StepRecord,
     ThroughputRecord,
     TimerRecord,
 )
+from dsmon.parse.log import LogParser
 
 DATA = Path(__file__).parent / "data"
 RUNS = ("z2", "grad_accum", "fp16_zero2", "comms_logger_verbose", "z3")

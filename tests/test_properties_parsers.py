@@ -24,13 +24,13 @@ from field_logs import field_logs, needs_field_corpus
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dsmon import wire
-from dsmon.ingest_batch import BatchError, parse_batch
-from dsmon.parsers import files
-from dsmon.parsers.base import Diagnostics, SubParser
-from dsmon.parsers.flops_profiler import parse_profile_file
-from dsmon.parsers.log import LogParser, default_parsers
-from dsmon.records import KINDS, Record
+from dsmon.model import wire
+from dsmon.model.records import KINDS, Record
+from dsmon.parse import files
+from dsmon.parse.base import Diagnostics, SubParser
+from dsmon.parse.log import LogParser, default_parsers
+from dsmon.parse.profile_file import parse_profile_file
+from dsmon.serve.batch import BatchError, parse_batch
 
 pytestmark = needs_field_corpus
 

@@ -1,4 +1,4 @@
-"""The live replay core (dsmon/replay.py) on the bundled real run (DeepSpeed 0.19.8 ZeRO-2).
+"""The live replay core (dsmon/load/playback.py) on the bundled real run (DeepSpeed 0.19.8 ZeRO-2).
 
 The bundled run is tests/data/z2 byte for byte (tests/test_cli.py checks it). Timestamps and
 line numbers below are read from dsmon/data/demo/train.log: the prelude ends with the
@@ -16,10 +16,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from dsmon.commands.demo import demo_dir
-from dsmon.ingest import InputError, import_paths, plan, read_found
-from dsmon.parsers.base import Diagnostics
-from dsmon.records import Record, record_key
-from dsmon.replay import (
+from dsmon.load.files import InputError, import_paths, plan, read_found
+from dsmon.load.playback import (
     Pace,
     ReplayResult,
     ReplayThread,
@@ -27,7 +25,9 @@ from dsmon.replay import (
     replay_paths,
     step_batches,
 )
-from dsmon.store import open_store
+from dsmon.model.records import Record, record_key
+from dsmon.parse.base import Diagnostics
+from dsmon.store.sqlite import open_store
 
 BASE = datetime(2030, 1, 1)
 

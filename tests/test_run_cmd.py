@@ -20,7 +20,7 @@ import pytest
 from process_support import free_port
 
 from collectors.run_cmd import BOOT_DIR, PROBE_DIR_ENV, probe_env
-from dsmon.store import open_store
+from dsmon.store.sqlite import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_DS = ROOT / "tests" / "e2e" / "fake_deepspeed"

@@ -18,9 +18,9 @@ import pytest
 from collectors.sender import Sender
 from collectors.spool import Spool
 from collectors.transport import HttpResponse, UrlTransport, ingest_url
-from dsmon.records import Record, record_key
-from dsmon.serving import IngestServer, start_ingest_server
-from dsmon.wire import encode
+from dsmon.model.records import Record, record_key
+from dsmon.model.wire import encode
+from dsmon.serve.run import IngestServer, start_ingest_server
 
 TOKEN = "test-token-0123456789abcdef"
 

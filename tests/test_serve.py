@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from dsmon import wire
 from dsmon.commands import CommandError
-from dsmon.records import Record, Source, TimerRecord
-from dsmon.store import open_store
+from dsmon.model import wire
+from dsmon.model.records import Record, Source, TimerRecord
+from dsmon.store.sqlite import open_store
 
 TOKEN = "serve-test-token-0123456789"
 

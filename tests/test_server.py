@@ -14,11 +14,11 @@ from urllib.parse import urlsplit
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from dsmon import wire
-from dsmon.records import Record, Source, StepRecord, TimerRecord
-from dsmon.serving import IngestServer, ServeError, bind_socket, start_ingest_server
-from dsmon.store import open_store
-from dsmon.store_schema import Store, StoreError
+from dsmon.model import wire
+from dsmon.model.records import Record, Source, StepRecord, TimerRecord
+from dsmon.serve.run import IngestServer, ServeError, bind_socket, start_ingest_server
+from dsmon.store.base import Store, StoreError
+from dsmon.store.sqlite import open_store
 
 TOKEN = "test-token-0123456789abcdef"
 LIMIT = 64 * 1024
@@ -272,7 +272,7 @@ class FlakyStore:
 def test_store_failure_is_503_and_nothing_is_acknowledged(tmp_path: Path) -> None:
     import uvicorn
 
-    from dsmon.server import create_app
+    from dsmon.serve.app import create_app
 
     flaky = FlakyStore(open_store(tmp_path / "f.sqlite"))
     app = create_app(flaky, TOKEN)  # type: ignore[arg-type]

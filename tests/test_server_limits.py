@@ -20,10 +20,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from test_server import TOKEN, auth, call, ndjson, post, small_batch
 
-from dsmon.records import Source, TimerRecord
-from dsmon.server import Limits
-from dsmon.serving import IngestServer, start_ingest_server
-from dsmon.store_schema import StoreDataError
+from dsmon.model.records import Source, TimerRecord
+from dsmon.serve.app import Limits
+from dsmon.serve.run import IngestServer, start_ingest_server
+from dsmon.store.base import StoreDataError
 
 QUICK = Limits(batches_in_hand=1, slot_wait_s=1.0, body_timeout_s=1.0, headers_timeout_s=0.5)
 

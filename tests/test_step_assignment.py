@@ -13,9 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dsmon.parsers.base import StepClock
-from dsmon.parsers.log import LogParser
-from dsmon.records import (
+from dsmon.model.records import (
     FlopsProfileRecord,
     LossScaleRecord,
     MemoryRecord,
@@ -24,6 +22,8 @@ from dsmon.records import (
     ThroughputRecord,
     TimerRecord,
 )
+from dsmon.parse.base import StepClock
+from dsmon.parse.log import LogParser
 
 DATA = Path(__file__).parent / "data"
 TRUTH = re.compile(r"\[train\.py\] step (\d+) .*global_steps (\d+)")

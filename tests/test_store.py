@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dsmon.records import (
+from dsmon.model.records import (
     ConfigRecord,
     Record,
     Source,
@@ -17,8 +17,8 @@ from dsmon.records import (
     TimerRecord,
     record_key,
 )
-from dsmon.store import SQLiteStore, open_store, sqlite_path
-from dsmon.store_schema import RecordFilter, RunInfo, Store, StoreError, key_digest
+from dsmon.store.base import RecordFilter, RunInfo, Store, StoreError, key_digest
+from dsmon.store.sqlite import SQLiteStore, open_store, sqlite_path
 
 
 def timer(

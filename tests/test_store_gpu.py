@@ -14,12 +14,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dsmon import gpu_stats
-from dsmon.frames import records_frame
-from dsmon.gpu_reads import fold_samples
-from dsmon.records import EventRecord, GpuSampleRecord, Record, Source
-from dsmon.store import SQLiteStore
-from dsmon.store_schema import RecordFilter, Store, record_row
+from dsmon.model.frames import records_frame
+from dsmon.model.records import EventRecord, GpuSampleRecord, Record, Source
+from dsmon.store import gpu_fold
+from dsmon.store.base import RecordFilter, Store, record_row
+from dsmon.store.gpu_reads import fold_samples
+from dsmon.store.sqlite import SQLiteStore
 
 RUN = "g"
 GIB = 1024**3
@@ -115,7 +115,7 @@ def test_store_folds_like_memory(store: Store, n_buckets: int | None) -> None:
     store.add(recs)
     got = fold_samples(records_frame("gpu", recs), n_buckets)
     if n_buckets is None:
-        _close(store.gpu_summary(RUN), gpu_stats.summary(got.fold, got.series))
+        _close(store.gpu_summary(RUN), gpu_fold.summary(got.fold, got.series))
         return
     mine = store.gpu_buckets(RUN, n_buckets)
     assert len(mine) >= n_buckets // 4 * 4  # a roll-up may give fewer, wider buckets
@@ -125,9 +125,9 @@ def test_store_folds_like_memory(store: Store, n_buckets: int | None) -> None:
     # ...and on the store's grid, a fold of the samples in memory gives the same buckets.
     grid = store._gpu_fold(RUN, n_buckets, None, None)
     frame = records_frame("gpu", recs)
-    theirs = gpu_stats.buckets(
-        gpu_stats.fold_frame(frame, grid.t0_ms, grid.width_ms),
-        gpu_stats.series_frame(frame)[0],
+    theirs = gpu_fold.buckets(
+        gpu_fold.fold_frame(frame, grid.t0_ms, grid.width_ms),
+        gpu_fold.series_frame(frame)[0],
         grid.t0_ms,
         grid.width_ms or 1,
     )

@@ -18,12 +18,13 @@ import psycopg
 import pytest
 from pg_support import ThrowawayPgStore, create_schema, drop_schema, pg_url
 
-from dsmon import store_pg, wire
-from dsmon.records import Record, Source, StepRecord, TimerRecord
-from dsmon.serving import start_ingest_server
-from dsmon.store import open_store
-from dsmon.store_pg import PgStore, redact_url
-from dsmon.store_schema import RecordFilter, StoreDataError, StoreError
+from dsmon.model import wire
+from dsmon.model.records import Record, Source, StepRecord, TimerRecord
+from dsmon.serve.run import start_ingest_server
+from dsmon.store import postgres as store_pg
+from dsmon.store.base import RecordFilter, StoreDataError, StoreError
+from dsmon.store.postgres import PgStore, redact_url
+from dsmon.store.sqlite import open_store
 
 
 def timers(run: str, start: int, n: int, node: str = "n1") -> list[Record]:

@@ -13,9 +13,9 @@ from __future__ import annotations
 import pytest
 from conftest import DATA, Z2
 
-from dsmon.ingest import import_paths
-from dsmon.store_schema import Store
-from dsmon.summary import config_highlights, render_summary, run_summary
+from dsmon.analysis.summary import config_highlights, render_summary, run_summary
+from dsmon.load.files import import_paths
+from dsmon.store.base import Store
 
 
 @pytest.fixture

@@ -19,10 +19,10 @@ import pytest
 from conftest import DATA, Z2
 
 from dsmon.analysis.steps import step_breakdown
-from dsmon.ingest import import_paths
-from dsmon.store import open_store
-from dsmon.store_schema import Store
-from dsmon.summary_scan import median_of, step_breakdown_of
+from dsmon.analysis.summary_scan import median_of, step_breakdown_of
+from dsmon.load.files import import_paths
+from dsmon.store.base import Store
+from dsmon.store.sqlite import open_store
 
 _STEP = re.compile(r"(step=|global_step=|micro_step=|global_steps )(\d+)")
 #: Log size and the growth allowed. Loading every timer record cost ~15 MB per MB of log.
@@ -31,8 +31,8 @@ MAX_GROWTH_MIB = 40
 
 _CHILD = """
 import json, resource, sys
-from dsmon.store import open_store
-from dsmon.summary import summary_text
+from dsmon.store.sqlite import open_store
+from dsmon.analysis.summary import summary_text
 def peak(): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 with open_store(sys.argv[1]) as store:
     small = summary_text(store, "z2")  # every import and cache warm

@@ -22,10 +22,7 @@ from collectors import follower as follower_mod
 from collectors.profile_file import PROFILE_SETTLE_S
 from collectors.state import Checkpoint, StateFile
 from collectors.tailer import Tailer, Waker, default_run_name
-from dsmon.parsers.base import ParseContext
-from dsmon.parsers.lines import LogLine
-from dsmon.parsers.log import LogParser
-from dsmon.records import (
+from dsmon.model.records import (
     ConfigRecord,
     EventRecord,
     FlopsProfileRecord,
@@ -33,6 +30,9 @@ from dsmon.records import (
     TimerRecord,
     record_key,
 )
+from dsmon.parse.base import ParseContext
+from dsmon.parse.lines import LogLine
+from dsmon.parse.log import LogParser
 
 DATA = Path(__file__).parent / "data"
 Z2_LINES = (DATA / "z2" / "train.log").read_bytes().splitlines(keepends=True)

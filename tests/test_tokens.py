@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from dsmon.tokens import (
+from dsmon.serve.tokens import (
     TokenError,
     generate_token,
     load_token,

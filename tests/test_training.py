@@ -19,17 +19,17 @@ from conftest import DATA
 from dashboard_support import app_at, figures, texts, values
 
 from dsmon.analysis.training import latest, train_batch_size, training_series
-from dsmon.frames import records_frame
-from dsmon.ingest import import_paths
-from dsmon.records import ConfigRecord, Record
-from dsmon.store import open_store
+from dsmon.load.files import import_paths
+from dsmon.model.frames import records_frame
+from dsmon.model.records import ConfigRecord, Record
+from dsmon.store.sqlite import open_store
 
 KINDS = ("step", "iteration", "monitor", "loss_scale", "memory", "throughput")
 
 
 def frames_of(folder: str) -> tuple[dict[str, object], list[Record]]:
-    from dsmon.ingest import discover, read_found
-    from dsmon.parsers.base import Diagnostics
+    from dsmon.load.files import discover, read_found
+    from dsmon.parse.base import Diagnostics
 
     recs = [
         r for found in discover(DATA / folder) for r in read_found(found, folder, Diagnostics())

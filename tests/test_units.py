@@ -1,4 +1,4 @@
-"""dsmon.units on the strings DeepSpeed really prints.
+"""dsmon.model.units on the strings DeepSpeed really prints.
 
 Every input below is copied from a file under tests/data/ (the file is named in a comment), so the
 readers are checked against real output, not against strings written to fit them.
@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from dsmon import units
+from dsmon.model import units
 
 
 @pytest.mark.parametrize(

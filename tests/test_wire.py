@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from dsmon import wire
-from dsmon.parsers.log import LogParser, parse_text
-from dsmon.records import KINDS, Source, ThroughputRecord, TimerRecord
+from dsmon.model import wire
+from dsmon.model.records import KINDS, Source, ThroughputRecord, TimerRecord
+from dsmon.parse.log import LogParser, parse_text
 
 DATA = Path(__file__).parent / "data"
 

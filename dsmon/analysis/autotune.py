@@ -18,7 +18,12 @@ from typing import Any
 
 import pandas as pd
 
-from dsmon.records import AutotuneExperimentRecord, AutotuneSummaryRecord, ConfigRecord, Record
+from dsmon.model.records import (
+    AutotuneExperimentRecord,
+    AutotuneSummaryRecord,
+    ConfigRecord,
+    Record,
+)
 
 #: The origin of the autotuner's ``ds_config_optimal.json`` (see records.CONFIG_ORIGINS).
 OPTIMAL_ORIGIN = "autotune_optimal"

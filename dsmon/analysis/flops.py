@@ -5,7 +5,7 @@ micro-batch costs in MACs and FLOPs, and how long fwd/bwd/step took at that one 
 backward FLOPs are *estimated* as ``bwd_factor`` (2, plus recompute) times forward, and its
 latencies are a single step's. :func:`step_tflops` therefore scales the profiled FLOPs by
 the engine timers of every step, which gives an achieved-TFLOPS series for the whole run,
-and :func:`mfu_rows` holds it against the dense peak of the GPU model (``dsmon.peaks``).
+and :func:`mfu_rows` holds it against the dense peak of the GPU model (``dsmon.analysis.peaks``).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from dsmon.peaks import GpuPeak, mfu
-from dsmon.records import FlopsProfileRecord, ModuleProfile
+from dsmon.analysis.peaks import GpuPeak, mfu
+from dsmon.model.records import FlopsProfileRecord, ModuleProfile
 
 TERA = 1e12
 

@@ -2,7 +2,7 @@
 
 A day of 1 Hz samples on 64 GPUs is 5.5 million rows, so nothing here reads samples one by
 one: inputs are what the store folds for a page (``Store.gpu_summary``: one row per GPU;
-``Store.gpu_buckets``: mean, min and max per GPU and time bucket; ``dsmon.gpu_stats``), and
+``Store.gpu_buckets``: mean, min and max per GPU and time bucket; ``dsmon.store.gpu_fold``), and
 only :func:`prepare`/:func:`latest` see samples, the newest one of each GPU.
 
 NVML's ``utilization.gpu`` is the share of the sample period in which *any* kernel ran
@@ -18,10 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from dsmon.frames import records_frame
-from dsmon.records import GpuSampleRecord
-
-GIB = 1024**3
+from dsmon.model.frames import records_frame
+from dsmon.model.records import GpuSampleRecord
+from dsmon.store.gpu_rows import GIB, gpu_label
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,12 +59,6 @@ THROTTLE_REASONS: tuple[tuple[int, str], ...] = (
 _KEEP = ("ts", "node", "gpu_index", "name", "uuid", "mem_total_bytes", "power_limit_w")
 
 
-def gpu_label(node: object, gpu_index: object) -> str:
-    """How a GPU is named on every chart: ``node/gpuN`` (``gpuN`` when the node is unknown)."""
-    idx = "?" if gpu_index is None or pd.isna(gpu_index) else int(gpu_index)  # type: ignore[call-overload]
-    return f"gpu{idx}" if node is None or pd.isna(node) else f"{node}/gpu{idx}"  # type: ignore[call-overload]
-
-
 def _num(frame: pd.DataFrame, col: str) -> pd.Series:
     """A column as float (NaN for missing), or all-NaN when the column is absent."""
     if col not in frame.columns:
@@ -78,7 +71,7 @@ def prepare(frame: pd.DataFrame) -> pd.DataFrame:
 
     Keeps identity columns, adds ``gpu`` (label) and the derived metrics of :data:`METRICS`
     (memory in GiB and % of total, power % of limit), as float32 to halve memory on long runs.
-    ``gpu`` is categorical; ``dsmon.live`` unions the categories when it appends a chunk.
+    ``gpu`` is categorical; ``dsmon.view.cache`` unions the categories when it appends a chunk.
     """
     out = pd.DataFrame({c: frame[c] for c in _KEEP if c in frame.columns})
     for col in ("node", "name", "uuid"):  # repeated strings: codes are cheap to copy and group

@@ -77,7 +77,7 @@ def step_breakdown(timers: pd.DataFrame) -> pd.DataFrame:
 def group_breakdown(global_rows: pd.DataFrame, opt_rows: pd.DataFrame) -> pd.DataFrame:
     """:func:`step_breakdown` of the ``global`` and ``zero_optimizer`` timer rows, given apart.
 
-    A reader that streams a big run's timers (``dsmon.summary_scan``) keeps each group in
+    A reader that streams a big run's timers (``dsmon.analysis.summary_scan``) keeps each group in
     its own compact frame and never builds the frame of every timer column.
     """
     names = {f"{p}_ms": f"{p}_ms" for p in PHASES}

@@ -2,7 +2,7 @@
 
 With a webhook (``--alert-webhook`` or ``$DSMON_ALERT_WEBHOOK``) or ``--health-metrics``,
 both processes evaluate the health checklist of recent runs in the background
-(``dsmon.health_watch``): ``/metrics`` exports each rule's status, and with a webhook every
+(``dsmon.watch.health``): ``/metrics`` exports each rule's status, and with a webhook every
 rule that turns to FAIL is posted. It is opt-in because the watcher holds the frames of each
 recent run in memory, as a dashboard viewer does: an ingest server alone never needs them.
 """
@@ -12,11 +12,11 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from dsmon.alert_defaults import FORMATS, INTERVAL_S, MIN_GAP_S, WEBHOOK_ENV
 from dsmon.commands import CommandError
+from dsmon.watch.alert_defaults import FORMATS, INTERVAL_S, MIN_GAP_S, WEBHOOK_ENV
 
 if TYPE_CHECKING:  # loaded on use: building the command line must stay light
-    from dsmon.health_watch import HealthWatcher
+    from dsmon.watch.health import HealthWatcher
 
 
 def add_alert_options(p: argparse.ArgumentParser) -> None:
@@ -70,10 +70,10 @@ def start_watcher(
     Raises:
         CommandError: a bad webhook URL or timing, or a store that cannot be opened.
     """
-    from dsmon.alerts import Alerter, shown_url, target_from
-    from dsmon.health_watch import HealthWatcher
-    from dsmon.store import open_store
-    from dsmon.store_schema import StoreError
+    from dsmon.store.base import StoreError
+    from dsmon.store.sqlite import open_store
+    from dsmon.watch.alerts import Alerter, shown_url, target_from
+    from dsmon.watch.health import HealthWatcher
 
     if args.alert_min_gap < 0 or args.health_interval <= 0:
         raise CommandError(f"{command}: --alert-min-gap and --health-interval must be positive")

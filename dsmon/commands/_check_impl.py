@@ -14,11 +14,11 @@ from dsmon.health import ConfigView, HealthInputs, evaluate
 from dsmon.health.config_view import ConfigFileError, config_from_text
 from dsmon.health.gather import inputs_from_records, inputs_from_store
 from dsmon.health.report import exit_code, format_text, subject_line, to_json
-from dsmon.ingest import DS_CONFIG, InputError, discover, read_found, run_name
-from dsmon.parsers.base import Diagnostics
-from dsmon.records import Record
-from dsmon.store import open_store
-from dsmon.store_schema import StoreError
+from dsmon.load.files import DS_CONFIG, InputError, discover, read_found, run_name
+from dsmon.model.records import Record
+from dsmon.parse.base import Diagnostics
+from dsmon.store.base import StoreError
+from dsmon.store.sqlite import open_store
 
 #: Exit status for input that cannot be read (the same as a failing checklist, per issue #5).
 UNREADABLE = 2

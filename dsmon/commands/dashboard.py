@@ -2,7 +2,7 @@
 
 The dashboard (``app.py`` with ``pages/``) is a Streamlit script, so the UI always runs as
 ``python -m streamlit run app.py`` with the store in ``$DSMON_STORE``: the core package never
-imports Streamlit. By default this process also runs the ingest server (``dsmon.serving``)
+imports Streamlit. By default this process also runs the ingest server (``dsmon.serve.run``)
 in a thread, so collectors on other nodes can report to the machine people look at with
 nothing else to start; Streamlit is then a child process, and this one supervises both:
 SIGINT/SIGTERM stop both, and a UI that dies takes the ingest down with it so nothing keeps
@@ -30,13 +30,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dsmon.alert_defaults import WEBHOOK_ENV
 from dsmon.commands import STORE_ENV, CommandError, default_store
 from dsmon.commands._alerting import add_alert_options, start_watcher, stop_watcher
-from dsmon.serving import DEFAULT_PORT as DEFAULT_INGEST_PORT
-from dsmon.serving import ServeError, start_ingest_server
-from dsmon.store_schema import redact_url
-from dsmon.tokens import TokenError, resolve_token, token_banner
+from dsmon.serve import DEFAULT_PORT as DEFAULT_INGEST_PORT
+from dsmon.serve.tokens import TokenError, resolve_token, token_banner
+from dsmon.store.base import redact_url
+from dsmon.watch.alert_defaults import WEBHOOK_ENV
 
 DEFAULT_PORT = 8501
 DEFAULT_ADDRESS = "127.0.0.1"
@@ -349,6 +348,8 @@ def serve_with_ingest(args: argparse.Namespace, store: str) -> int:
     host = args.ingest_address or args.address
     stop = stop_on_signals()
     watcher = start_watcher(args, store, "dashboard", dashboard_url(args.port, args.address))
+    from dsmon.serve.run import ServeError, start_ingest_server  # the server stack, only here
+
     try:
         ingest = start_ingest_server(
             store, token, host, args.ingest_port, health=watcher.states if watcher else None

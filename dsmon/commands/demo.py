@@ -3,7 +3,7 @@
 The bundled run (``dsmon/data/demo/``) is unmodified output of DeepSpeed 0.19.8: ZeRO-2,
 two ranks, 30 steps with wall-clock breakdown and the flops profiler. It ships inside the
 package so a plain ``pip install`` is enough to see what dsmon makes of a real run, and it
-is replayed as if it were training now (``dsmon.replay``): a background thread writes one
+is replayed as if it were training now (``dsmon.load.playback``): a background thread writes one
 optimizer step per second (``--speed``) while the dashboard redraws, so the first thing a
 user sees is the live view, not only a finished run. The summary is printed when the
 replay ends; the dashboard keeps serving until Ctrl-C.
@@ -27,9 +27,9 @@ from typing import Any
 
 from dsmon.commands import CommandError, dashboard
 from dsmon.commands.import_ import import_and_summarise
-from dsmon.replay import DEFAULT_SPEED, ReplayResult, ReplayThread
-from dsmon.store import open_store
-from dsmon.store_schema import redact_url
+from dsmon.load.playback import DEFAULT_SPEED, ReplayResult, ReplayThread
+from dsmon.store.base import redact_url
+from dsmon.store.sqlite import open_store
 
 #: Where ``dsmon demo`` puts its store unless told otherwise.
 DEFAULT_DEMO_STORE = "dsmon-demo.sqlite"
@@ -113,7 +113,7 @@ def replay_report(store_url: str, result: ReplayResult) -> str:
         f"Replayed    {result.records} records ({result.inserted} new) from "
         f"{result.files} file(s) in {result.elapsed_s:.1f} s"
     )
-    from dsmon.summary import summary_text  # pandas: loaded only when a summary is printed
+    from dsmon.analysis.summary import summary_text  # pandas: loaded only when a summary is printed
 
     with open_store(store_url) as store:
         return f"{head}\n{summary_text(store, result.run)}"

@@ -1,6 +1,6 @@
 """``dsmon export RUN``: a stored run's records as JSON lines, which ``dsmon import`` reads back.
 
-The lines are the wire form (``dsmon.wire``) that ``dsmon parse`` prints and the ingest API
+The lines are the wire form (``dsmon.model.wire``) that ``dsmon parse`` prints and the ingest API
 takes, so a run moves between stores (``dsmon export RUN --store a.sqlite -o run.jsonl``, then
 ``dsmon import run.jsonl --store postgresql://...``) and a script can read it without dsmon.
 The run is read one kind at a time, a thousand records per query (``Store.scan``), so a run of
@@ -19,9 +19,9 @@ from typing import Any, TextIO
 
 from dsmon.commands import CommandError, default_store
 from dsmon.commands.parse import STDIN, quiet_stdout, write_records
-from dsmon.records import Record
-from dsmon.store import open_store, sqlite_path
-from dsmon.store_schema import RunInfo, Store, redact_url
+from dsmon.model.records import Record
+from dsmon.store.base import RunInfo, Store, redact_url
+from dsmon.store.sqlite import open_store, sqlite_path
 
 
 def register(subparsers: Any) -> None:

@@ -17,10 +17,10 @@ from typing import Any
 from tqdm import tqdm
 
 from dsmon.commands import CommandError, default_store
-from dsmon.ingest import ImportResult, Progress, import_paths
-from dsmon.records_file import BAD_RECORD
-from dsmon.store import open_store
-from dsmon.store_schema import Store, redact_url
+from dsmon.load.files import ImportResult, Progress, import_paths
+from dsmon.load.records_file import BAD_RECORD
+from dsmon.store.base import Store, redact_url
+from dsmon.store.sqlite import open_store
 
 
 def register(subparsers: Any) -> None:
@@ -95,7 +95,7 @@ def _report(store: Store, res: ImportResult) -> str:
         head += f"; {unparsed} lines or blocks not understood (dsmon parse shows them)"
     if bad:
         head += f"; {bad} bad record lines skipped"
-    from dsmon.summary import summary_text  # pandas: loaded only when a summary is printed
+    from dsmon.analysis.summary import summary_text  # pandas: loaded only when a summary is printed
 
     return "\n".join([head, *(summary_text(store, run) for run in res.runs)])
 

@@ -1,6 +1,6 @@
 """``dsmon parse FILE...``: records as JSON lines on stdout, what did not parse on stderr.
 
-The output is the wire form (``dsmon.wire``) that the ingest API accepts, so
+The output is the wire form (``dsmon.model.wire``) that the ingest API accepts, so
 ``dsmon parse train.log`` shows exactly what dsmon understood of a log and can be replayed
 into a server. The command streams: a 500 MB log is read one line at a time and records are
 written in batches, since one ``write`` per record would dominate the run time.
@@ -15,12 +15,12 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from dsmon import wire
 from dsmon.commands import CommandError
-from dsmon.ingest import classify, read_found, read_log, run_name
-from dsmon.parsers.base import Diagnostics
-from dsmon.parsers.log import LogParser
-from dsmon.records import Record
+from dsmon.load.files import classify, read_found, read_log, run_name
+from dsmon.model import wire
+from dsmon.model.records import Record
+from dsmon.parse.base import Diagnostics
+from dsmon.parse.log import LogParser
 
 #: Records encoded per ``write`` call.
 WRITE_BATCH = 2048

@@ -16,9 +16,9 @@ from typing import Any
 
 from dsmon.commands import CommandError, default_store
 from dsmon.commands._alerting import add_alert_options, start_watcher, stop_watcher
-from dsmon.serving import DEFAULT_PORT, ServeError, serve_forever
-from dsmon.store_schema import redact_url
-from dsmon.tokens import TokenError, keep_or_create_token_file, load_token
+from dsmon.serve import DEFAULT_PORT
+from dsmon.serve.tokens import TokenError, keep_or_create_token_file, load_token
+from dsmon.store.base import redact_url
 
 
 def register(subparsers: Any) -> None:
@@ -74,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"dsmon: ingest server on {url}, store {redact_url(store_url)}", file=sys.stderr)
 
     watcher = start_watcher(args, store_url, "serve")
+    from dsmon.serve.run import ServeError, serve_forever  # the server stack, only here
+
     try:
         serve_forever(
             store_url,

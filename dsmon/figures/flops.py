@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
+from dsmon.analysis.peaks import ReferenceRange
 from dsmon.figures.common import COLORS, empty, layout, rank_label, scatter
-from dsmon.peaks import ReferenceRange
 
 METRIC_LABELS = {"params": "params", "macs": "fwd MACs", "fwd_latency": "fwd latency (ms)"}
 

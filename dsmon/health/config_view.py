@@ -16,12 +16,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dsmon.config_bool import ds_bool
 from dsmon.health import schema
 from dsmon.health.model import Evidence
 from dsmon.health.names import INVENTED
 from dsmon.health.schema import Version
-from dsmon.parsers.files import FileFormatError, load_config_text
+from dsmon.model.ds_config import ds_bool
+from dsmon.parse.files import FileFormatError, load_config_text
 
 _MISSING = object()
 
@@ -101,7 +101,7 @@ class ConfigView:
         return int(stage) if stage is not None else 0
 
     def flag(self, path: str) -> bool | None:
-        """A boolean setting as DeepSpeed reads it: ``"yes"`` is on (:mod:`dsmon.config_bool`).
+        """A boolean setting as DeepSpeed reads it: ``"yes"`` is on (:mod:`dsmon.model.ds_config`).
 
         Keys of a section DeepSpeed models with pydantic (in this version) are coerced the
         pydantic way; top-level keys and dict-based sections by truthiness. None when the

@@ -2,7 +2,7 @@
 
 The checklist runs in three places (``dsmon check`` on files, ``dsmon check --store``, the
 dashboard), each holding its data differently. All three end in :func:`build_inputs`, so a
-rule sees the same frames (``dsmon.frames.records_frame`` shape, as ``Store.frame`` returns)
+rule sees the same frames (``dsmon.model.frames.records_frame`` shape, as ``Store.frame`` returns)
 and the same facts wherever it runs. Facts (version, device, world size, nodes, GPU models)
 are read from the run's own events, config dump, flops profile and NVML samples, and each
 remembers where it was learnt so the evidence can say so.
@@ -16,15 +16,15 @@ from typing import Any
 
 import pandas as pd
 
-from dsmon import gpu_stats
-from dsmon.frames import records_frame
-from dsmon.gpu_reads import fold_samples
 from dsmon.health.config_view import ConfigView, ds_config_from_effective
 from dsmon.health.inputs import HealthInputs, RunFacts
 from dsmon.health.schema import Version, parse_version
-from dsmon.live import preferred_config
-from dsmon.records import ConfigRecord, Record
-from dsmon.store_schema import Store
+from dsmon.model.ds_config import preferred_config
+from dsmon.model.frames import records_frame
+from dsmon.model.records import ConfigRecord, Record
+from dsmon.store import gpu_fold
+from dsmon.store.base import Store
+from dsmon.store.gpu_reads import fold_samples
 
 #: Record kinds the rules read as frames (configs are read as records).
 FRAME_KINDS = (
@@ -62,7 +62,7 @@ def inputs_from_records(
     frames = {k: records_frame(k, by_kind[k]) for k in FRAME_KINDS if k in by_kind}
     if "gpu" in by_kind:
         fold = fold_samples(records_frame("gpu", by_kind["gpu"]), None)
-        frames[GPU_SUMMARY] = gpu_stats.summary(fold.fold, fold.series)
+        frames[GPU_SUMMARY] = gpu_fold.summary(fold.fold, fold.series)
     nodes = {r.src.node for recs in by_kind.values() for r in recs if r.src.node}
     return build_inputs(
         frames, by_kind.get("config", []), run=run, config=config, now=now, node_names=nodes

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import pandas as pd
 
-from dsmon.gpu_rows import THROTTLE_BITS
 from dsmon.health import thresholds as th
 from dsmon.health.gather import GPU_SUMMARY
 from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Evidence, Finding, Status
 from dsmon.health.registry import rule
 from dsmon.health.verdicts import not_applicable
+from dsmon.store.gpu_rows import THROTTLE_BITS
 
 
 def samples(inputs: HealthInputs) -> pd.DataFrame:
-    """The run's per-GPU summary (``dsmon.gpu_stats.summary``: one row per GPU)."""
+    """The run's per-GPU summary (``dsmon.store.gpu_fold.summary``: one row per GPU)."""
     return inputs.frame(GPU_SUMMARY)
 
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from dsmon import peaks
-from dsmon.analysis import flops, steps
+from dsmon.analysis import flops, peaks, steps
 from dsmon.health import measures as m
 from dsmon.health import thresholds as th
 from dsmon.health.inputs import HealthInputs

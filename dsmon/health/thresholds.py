@@ -160,7 +160,7 @@ SPIKE_FACTOR = 3.0
 #: Megatron-LM on A100 (Narayanan et al., SC21, "Efficient Large-Scale Language Model Training
 #: on GPU Clusters Using Megatron-LM"): 52 % of peak per GPU for a 1T model on 3072 GPUs. Well
 #: tuned large runs reach 40-55 %; below 30 % there is usually something to fix. The
-#: evidence cites ``dsmon.peaks.A100_REFERENCE`` (the dashboard's band) next to the verdict.
+#: evidence cites ``dsmon.analysis.peaks.A100_REFERENCE`` (the dashboard's band) next to the verdict.
 MFU_WARN = 0.30
 
 # --- stalled run ------------------------------------------------------------------------------

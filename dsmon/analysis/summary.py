@@ -1,0 +1,260 @@
+"""The one-screen run summary printed by ``dsmon import`` and ``dsmon demo``.
+
+It answers the first questions about a run without opening the dashboard: how far it got,
+how long a step takes and where the time goes (forward, backward, optimizer step), how much
+of the step is exposed communication, the throughput, and the config choices that matter
+most for speed. Every figure comes from the store through the ``dsmon.analysis`` functions,
+so the summary and the dashboard always agree.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from dsmon.analysis.comm import exposed_comm_share
+from dsmon.analysis.steps import slowest_steps, step_stats
+from dsmon.analysis.summary_scan import median_of, step_breakdown_of
+from dsmon.model.ds_config import preferred_config, section_enabled
+from dsmon.model.records import EventRecord
+from dsmon.store.base import RunInfo, Store
+
+#: Config origins in order of preference: the user's own keys read most naturally.
+_PROBLEMS = ("traceback", "oom", "nccl_error")
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """The figures of the summary; None where the run's output does not tell."""
+
+    info: RunInfo
+    timed_steps: int = 0
+    median_ms: Mapping[str, float] = field(default_factory=dict)
+    p90_total_ms: float | None = None
+    slowest: tuple[tuple[int, float], ...] = ()
+    samples_per_s: float | None = None
+    comm_share: float | None = None
+    flops_per_s_per_gpu: float | None = None
+    config: Mapping[str, str] = field(default_factory=dict)
+    ds_version: str | None = None
+    world_size: int | None = None
+    exit_codes: tuple[int, ...] = ()
+    problems: tuple[str, ...] = ()
+
+
+def _num(value: Any) -> float | None:
+    """A finite float, or None for NA/NaN/None."""
+    if value is None or value is pd.NA:
+        return None
+    f = float(value)
+    return f if math.isfinite(f) else None
+
+
+def _get(cfg: Mapping[str, Any], *path: str) -> Any:
+    """A nested config value, or None."""
+    cur: Any = cfg
+    for key in path:
+        if not isinstance(cur, Mapping) or key not in cur:
+            return None
+        cur = cur[key]
+    return cur
+
+
+def _enabled(cfg: Mapping[str, Any], *keys: str) -> bool:
+    """Whether the section (under the first of its spellings present) is enabled."""
+    return section_enabled(cfg, *keys)
+
+
+def config_highlights(cfg: Mapping[str, Any]) -> dict[str, str]:
+    """The settings that shape performance most, from a DeepSpeed config dict."""
+    zero = _get(cfg, "zero_optimization", "stage")
+    if zero is None:
+        zero = cfg.get("zero_optimization_stage")
+    precision = "bf16" if _enabled(cfg, "bf16", "bfloat16") else None
+    precision = precision or ("fp16" if _enabled(cfg, "fp16") else "fp32")
+    out = {
+        "zero_stage": zero,
+        "precision": precision,
+        "train_batch_size": cfg.get("train_batch_size"),
+        "micro_batch_per_gpu": cfg.get("train_micro_batch_size_per_gpu"),
+        "grad_accum": cfg.get("gradient_accumulation_steps"),
+        "optimizer": _get(cfg, "optimizer", "type") or cfg.get("optimizer_name"),
+        "offload_optimizer": _get(cfg, "zero_optimization", "offload_optimizer", "device"),
+        "offload_param": _get(cfg, "zero_optimization", "offload_param", "device"),
+        "overlap_comm": _get(cfg, "zero_optimization", "overlap_comm"),
+    }
+    return {k: str(v) for k, v in out.items() if v is not None}
+
+
+def _config(store: Store, run: str) -> dict[str, str]:
+    """Highlights of the most user-facing config record the run has."""
+    chosen = preferred_config(store.records(run, "config"))
+    return config_highlights(chosen.config) if chosen is not None else {}
+
+
+def _timing(breakdown: pd.DataFrame) -> dict[str, Any]:
+    """Median phase times, p90 total and the slowest steps of a breakdown."""
+    if breakdown.empty:
+        return {}
+    stats = step_stats(breakdown)
+    medians = {c: float(stats.loc[c, "p50"]) for c in stats.index if stats.loc[c, "n"] > 0}
+    slow = slowest_steps(breakdown[breakdown["step"].notna()], 3)
+    return {
+        "timed_steps": int(breakdown["step"].nunique()),
+        "median_ms": medians,
+        "p90_total_ms": _num(stats.loc["total_ms", "p90"]),
+        "slowest": tuple(
+            (int(s), float(t)) for s, t in zip(slow["step"], slow["total_ms"], strict=True)
+        ),
+    }
+
+
+def _events(store: Store, run: str) -> dict[str, Any]:
+    """Version, world size, worker exit codes and failures from the run's event records."""
+    out: dict[str, Any] = {"exit_codes": (), "problems": ()}
+    codes: list[int] = []
+    problems: list[str] = []
+    for rec in store.scan(run, "event"):
+        if not isinstance(rec, EventRecord):
+            continue
+        detail = rec.detail
+        if rec.name == "deepspeed_version" and "version" in detail:
+            out["ds_version"] = str(detail["version"])
+        elif rec.name == "world_info" and isinstance(detail.get("dist_world_size"), int):
+            out["world_size"] = detail["dist_world_size"]
+        elif rec.name == "worker_exit" and isinstance(detail.get("return_code"), int):
+            codes.append(detail["return_code"])
+        elif rec.name in _PROBLEMS:
+            problems.append(f"{rec.name}: {rec.message}")
+    out["exit_codes"], out["problems"] = tuple(codes), tuple(problems)
+    return out
+
+
+def run_summary(store: Store, run: str) -> RunSummary:
+    """Compute the summary of one run from the store.
+
+    Raises:
+        KeyError: the store has no run of that name.
+    """
+    info = next((r for r in store.runs() if r.name == run), None)
+    if info is None:
+        raise KeyError(run)
+    # One streaming pass per kind (dsmon.analysis.summary_scan): a big import's summary never holds
+    # every record at once.
+    breakdown = step_breakdown_of(store, run) if "timer" in info.kinds else pd.DataFrame()
+    share = exposed_comm_share(breakdown) if not breakdown.empty else None
+    return RunSummary(
+        info=info,
+        samples_per_s=median_of(store, run, "throughput", "samples_per_s"),
+        comm_share=share.p50 if share is not None else None,
+        flops_per_s_per_gpu=median_of(store, run, "flops_profile", "flops_per_s_per_gpu"),
+        config=_config(store, run) if "config" in info.kinds else {},
+        **_timing(breakdown),
+        **(_events(store, run) if "event" in info.kinds else {}),
+    )
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} ms"
+
+
+def _rate(flops: float) -> str:
+    """FLOPS with a unit prefix, as DeepSpeed's profiler prints them."""
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6)):
+        if flops >= scale:
+            return f"{flops / scale:.2f} {prefix}FLOPS"
+    return f"{flops:.0f} FLOPS"
+
+
+def _span(info: RunInfo) -> str:
+    """``first -> last (duration)`` of the run's timestamps."""
+    if info.first_ts is None or info.last_ts is None:
+        return "-"
+    seconds = (pd.Timestamp(info.last_ts) - pd.Timestamp(info.first_ts)).total_seconds()
+    return f"{info.first_ts} -> {info.last_ts} ({seconds:.1f} s)"
+
+
+def _where(info: RunInfo) -> str:
+    """Nodes and ranks seen, e.g. ``ranks 0, 1`` or ``2 nodes, 16 ranks``."""
+    parts = []
+    if info.nodes:
+        parts.append(
+            f"nodes {', '.join(info.nodes)}" if len(info.nodes) <= 4 else f"{len(info.nodes)} nodes"
+        )
+    if info.ranks:
+        rs = info.ranks
+        parts.append(f"ranks {', '.join(map(str, rs))}" if len(rs) <= 8 else f"{len(rs)} ranks")
+    return "; ".join(parts) or "-"
+
+
+def _step_lines(s: RunSummary) -> list[str]:
+    """The step count, the median breakdown and the slowest steps."""
+    steps = "-" if s.info.last_step is None else str(s.info.last_step)
+    lines = [f"Steps       {steps} (with timer breakdown: {s.timed_steps})"]
+    if s.median_ms:
+        m = s.median_ms
+        phases = " | ".join(
+            f"{name} {_ms(m.get(f'{name}_ms'))}" for name in ("fwd", "bwd", "step", "total")
+        )
+        lines.append(f"Step time   median {phases} (p90 total {_ms(s.p90_total_ms)})")
+    if s.slowest:
+        slow = ", ".join(f"step {step} {_ms(ms)}" for step, ms in s.slowest)
+        lines.append(f"Slowest     {slow}")
+    return lines
+
+
+def _outcome(s: RunSummary) -> str:
+    """How the run ended, as far as its output tells."""
+    failed = [c for c in s.exit_codes if c != 0]
+    if s.problems:
+        more = f" (+{len(s.problems) - 1} more)" if len(s.problems) > 1 else ""
+        head = f"failed: {s.problems[0]}{more}"
+        return head + (f"; exit codes {', '.join(map(str, failed))}" if failed else "")
+    if failed:
+        return f"failed: exit codes {', '.join(map(str, failed))}"
+    if s.exit_codes:
+        return f"{len(s.exit_codes)} worker(s) exited successfully"
+    return "no exit seen: still running, or killed with its job"
+
+
+def _deepspeed(s: RunSummary) -> str:
+    version = s.ds_version or "version unknown"
+    return version if s.world_size is None else f"{version}, world size {s.world_size}"
+
+
+def render_summary(s: RunSummary) -> str:
+    """The summary as plain text, one figure per line, fitting one terminal screen."""
+    info = s.info
+    kinds = ", ".join(f"{k} {n}" for k, n in sorted(info.kinds.items()))
+    lines = [
+        f"Run         {info.name}",
+        f"Time        {_span(info)}",
+        f"Sources     {_where(info)}",
+        f"DeepSpeed   {_deepspeed(s)}",
+        f"Outcome     {_outcome(s)}",
+        f"Records     {info.n_records} ({kinds})",
+        *_step_lines(s),
+    ]
+    if s.comm_share is not None:
+        lines.append(
+            f"Comm        exposed communication {s.comm_share:.1%} of step time (median over steps, warm-up left out)"
+        )
+    if s.samples_per_s is not None:
+        lines.append(f"Throughput  {s.samples_per_s:.1f} samples/s (median)")
+    if s.flops_per_s_per_gpu is not None:
+        lines.append(f"FLOPS       {_rate(s.flops_per_s_per_gpu)} per GPU (flops profiler)")
+    if s.config:
+        lines.append("Config      " + " ".join(f"{k}={v}" for k, v in s.config.items()))
+    return "\n".join(lines)
+
+
+def summary_text(store: Store, run: str) -> str:
+    """The run's one-screen summary, or one line saying the run holds no records."""
+    try:
+        return render_summary(run_summary(store, run))
+    except KeyError:
+        return f"Run         {run}: no records"

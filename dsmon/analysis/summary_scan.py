@@ -1,0 +1,83 @@
+"""The run summary's inputs, read in one streaming pass with memory bounded by what it keeps.
+
+A 500 MB log holds millions of timer records; building a Python object per record and a
+frame of every column (``Store.frame``) took gigabytes for a summary that needs a few
+numbers per optimizer step. Here the store is read in chunks of ids (``Store.scan``), each
+record is reduced to the numbers the summary uses (step, rank and the phase timers of each
+line of the groups the step breakdown reads, one float per throughput line or flops
+profile), and the frames handed to ``dsmon.analysis`` are built from those compact columns,
+so the summary computes its figures with the same functions as the dashboard and agrees
+with it.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+
+import pandas as pd
+
+from dsmon.analysis.steps import OPTIMIZER_TIMERS, PHASES, group_breakdown
+from dsmon.model.records import TimerRecord
+from dsmon.store.base import Store
+
+#: Timer groups the step breakdown reads, and the timers it takes from each.
+_KEPT = {"global": PHASES, "zero_optimizer": OPTIMIZER_TIMERS}
+_NAN = float("nan")
+
+
+def _num(value: float | int | None) -> float:
+    return _NAN if value is None else float(value)
+
+
+class _GroupColumns:
+    """One timer group's lines as packed doubles: step, rank, its timers (NaN = absent)."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+        self.cols = {c: array("d") for c in ("step", "rank", *(f"{n}_ms" for n in names))}
+        self.seen: set[str] = set()
+
+    def add(self, rec: TimerRecord) -> None:
+        """Append one timer line."""
+        self.cols["step"].append(_num(rec.step))
+        self.cols["rank"].append(_num(rec.src.rank))
+        for name in self.names:
+            value = rec.values_ms.get(name)
+            if value is not None:
+                self.seen.add(name)
+            self.cols[f"{name}_ms"].append(_num(value))
+
+    def frame(self) -> pd.DataFrame:
+        """The columns ``Store.frame`` would give these lines; a timer never seen has none."""
+        out = pd.DataFrame(
+            {
+                "step": pd.array(self.cols.pop("step"), dtype="float64").astype("Int64"),
+                "rank": pd.array(self.cols.pop("rank"), dtype="float64").astype("Int64"),
+            }
+        )
+        for name in self.names:
+            values = self.cols.pop(f"{name}_ms")  # freed as the frame takes each column
+            if name in self.seen:
+                out[f"{name}_ms"] = pd.array(values, dtype="float64").to_numpy()
+        return out
+
+
+def step_breakdown_of(store: Store, run: str) -> pd.DataFrame:
+    """``step_breakdown(store.frame(run, "timer"))``, computed in one pass over the timers."""
+    groups = {group: _GroupColumns(names) for group, names in _KEPT.items()}
+    for rec in store.scan(run, "timer"):
+        if isinstance(rec, TimerRecord) and rec.group in groups:
+            groups[rec.group].add(rec)
+    return group_breakdown(groups["global"].frame(), groups["zero_optimizer"].frame())
+
+
+def median_of(store: Store, run: str, kind: str, field: str) -> float | None:
+    """Median of one numeric field over a kind's records (None when no record has it)."""
+    values = array("d")
+    for rec in store.scan(run, kind):
+        value = getattr(rec, field, None)
+        if isinstance(value, int | float):
+            values.append(float(value))
+    median = float(pd.Series(values, dtype="float64").median())
+    return median if math.isfinite(median) else None

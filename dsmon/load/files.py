@@ -1,0 +1,398 @@
+"""The I/O edge for saved output: find what files and run folders hold, read them into records.
+
+A run folder written by DeepSpeed holds several kinds of output: the combined stdout log
+(``train.log``, a Slurm ``*.out``), per-rank logs from ``--enable_each_rank_log``
+(``rank_logs/<time>_rank<N>.log``), the flops profiler's ``output_file``, csv_monitor
+series (``Train_Samples_*.csv``), autotuner results (``summary.txt``, ``*/metrics.json``)
+and the ``ds_config.json`` used. :func:`discover` tells them apart, :func:`read_found`
+turns each into records with the pure parsers of ``dsmon.parse``, and
+:func:`import_paths` streams them into a store. Logs are read in binary, one line at a time
+(a 500 MB log never sits in memory), each line decoded as UTF-8 with replacement since real
+logs carry stray bytes, and every record keeps the byte offset of its line. dsmon's own
+JSON-lines records (``dsmon export``, ``dsmon parse``) are recognised by content too and read
+back as they are (``dsmon.load.records_file``), keeping the runs they name unless one is given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from dsmon.load.records_file import looks_like_records, read_records_file
+from dsmon.model.records import Record
+from dsmon.parse import files
+from dsmon.parse.base import Diagnostics, LineParser
+from dsmon.parse.linereader import MAX_LINE_BYTES, capped_lines
+from dsmon.parse.log import LogParser
+from dsmon.parse.probe import ProbeParser
+from dsmon.parse.profile_file import parse_profile_file
+from dsmon.store.base import EncodedRecord, Store
+
+#: Kinds of input :func:`discover` recognises.
+LOG, PROFILE, CSV_MONITOR, DS_CONFIG, AUTOTUNE_SUMMARY, AUTOTUNE_EXP = (
+    "log",
+    "flops_profile",
+    "csv_monitor",
+    "ds_config",
+    "autotune_summary",
+    "autotune_exp",
+)
+#: dsmon's own JSON-lines records (``dsmon parse``/``dsmon export``), told by content.
+RECORDS = "records"
+#: The per-rank probe's files (``dsmon run``): ``rank-<N>.jsonl`` of JSON lines.
+PROBE = "probe"
+_PROBE_FILE = re.compile(r"^rank-\d+\.jsonl$")
+#: Suffixes of files that may be logs; inside a folder they must also look like DeepSpeed's.
+LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
+SNIFF_BYTES = 64 * 1024
+_LOG_MARKERS = (
+    b"DeepSpeed",
+    b"deepspeed",
+    b"time (ms) |",
+    b"[Rank ",
+    b"] [INFO] [",
+    b"] [WARNING] [",
+    b"consumed samples",
+    b"samples/sec",
+)
+#: Lines only a log has (a profile ``output_file`` beginning like a log holds none of them).
+_LOGGER_MARKERS = (b"] [INFO] [", b"] [WARNING] [", b"[Rank ", b"time (ms) |")
+_RANK_LOG = re.compile(r"_rank(\d+)\.log$")
+_DS_CONFIG = re.compile(r"^(ds|deepspeed)[_-]?config.*\.json$", re.IGNORECASE)
+_PROFILE_HEADER = b"DeepSpeed Flops Profiler"
+_AUTOTUNE_HEADER = b"tuning_space"
+#: Keys every autotuner ``metrics.json`` has, to know one saved under another name.
+_METRICS_KEYS = (b'"latency"', b'"throughput"', b'"FLOPS_per_gpu"')
+#: Progress is reported every this many bytes, not every line (the hot loop stays cheap).
+_PROGRESS_EVERY = 1 << 20
+
+#: The diagnostics kind under which lines cut to :data:`MAX_LINE_BYTES` are counted.
+LONG_LINE = "long_line"
+_LONG_LINE_TEXT = f"longer than {MAX_LINE_BYTES} bytes: parsed cut to that length"
+
+Progress = Callable[[int], object]
+
+
+class InputError(OSError):
+    """A path that cannot be read; the message is ``cannot read PATH: reason``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """One input file and how to read it.
+
+    ``label`` is the file name stored in each record's Source: the path relative to the
+    folder that was imported, or the bare name of a file given directly, so importing the
+    same run again, from anywhere, yields the same record keys.
+    """
+
+    path: Path
+    kind: str
+    label: str
+    rank: int | None = None
+
+
+@dataclass(slots=True)
+class ImportResult:
+    """What one run's import did."""
+
+    run: str
+    files: list[Found] = field(default_factory=list)
+    records: int = 0
+    inserted: int = 0
+    diag: Diagnostics = field(default_factory=Diagnostics)
+    #: The runs the records were stored under: ``run``, or those a records file names.
+    runs: dict[str, None] = field(default_factory=dict)
+
+
+def _head(path: Path, n: int = SNIFF_BYTES) -> bytes:
+    with path.open("rb") as f:
+        return f.read(n)
+
+
+def _rank_of(name: str) -> int | None:
+    m = _RANK_LOG.search(name)
+    return int(m.group(1)) if m else None
+
+
+def _kind(path: Path) -> str | None:
+    """What a file holds, judged by its name and first bytes; None for nothing dsmon reads."""
+    name = path.name
+    if _PROBE_FILE.match(name):
+        return PROBE if _head(path, 16).startswith(b'{"kind":') else None
+    if _DS_CONFIG.match(name):
+        return DS_CONFIG
+    if name == "metrics.json":
+        return AUTOTUNE_EXP
+    head = _head(path)
+    if looks_like_records(head):
+        return RECORDS
+    if name.endswith(".json"):
+        return None
+    if name.endswith(".csv"):
+        return CSV_MONITOR if head.startswith(b"step,") else None
+    if name == "summary.txt" and head.lstrip(b"| ").startswith(_AUTOTUNE_HEADER):
+        return AUTOTUNE_SUMMARY
+    if _PROFILE_HEADER in head.lstrip()[:200] and not any(m in head for m in _LOGGER_MARKERS):
+        return PROFILE  # an output_file holds the profile alone, no logger lines
+    if head.lstrip().startswith(b"{") and all(k in head for k in _METRICS_KEYS):
+        return AUTOTUNE_EXP
+    if name.endswith(LOG_SUFFIXES) and any(m in head for m in _LOG_MARKERS):
+        return LOG
+    return None
+
+
+def classify(path: Path, label: str, explicit: bool = False) -> Found | None:
+    """How to read one file, or None when it holds nothing dsmon reads.
+
+    A file given explicitly is read as a log unless it is recognisably something else; a
+    file met while walking a folder must also look like DeepSpeed output to count as a log.
+    """
+    kind = _kind(path) or (LOG if explicit else None)
+    if kind is None:
+        return None
+    return Found(path, kind, label, _rank_of(path.name) if kind == LOG else None)
+
+
+def _walk(root: Path) -> Iterator[Path]:
+    """Files under ``root`` in name order, skipping hidden entries and caches."""
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).parts
+        if any(p.startswith(".") or p == "__pycache__" for p in rel):
+            continue
+        if path.is_file():
+            yield path
+
+
+def _inputs(root: Path) -> list[Path]:
+    """Files of a folder worth classifying.
+
+    An autotuner experiment folder (one with ``metrics.json``) is read through its
+    ``metrics.json`` alone: its ``ds_config.json`` is that experiment's, not the run's, and
+    its ``stdout.log`` belongs to a short trial run, not to the run being imported.
+    """
+    paths = list(_walk(root))
+    experiments = {p.parent for p in paths if p.name == "metrics.json"}
+    return [p for p in paths if p.parent not in experiments or p.name == "metrics.json"]
+
+
+def discover(path: Path) -> list[Found]:
+    """The readable inputs a file or a run folder holds.
+
+    Raises:
+        InputError: the path does not exist or cannot be read.
+    """
+    try:
+        if path.is_dir():
+            found = (classify(p, p.relative_to(path).as_posix()) for p in _inputs(path))
+            return [f for f in found if f is not None]
+        result = classify(path, path.name, explicit=True)
+    except OSError as exc:
+        raise InputError(f"cannot read {exc.filename or path}: {exc.strerror or exc}") from None
+    return [result] if result is not None else []
+
+
+def run_name(path: Path) -> str:
+    """The default run name: the folder's name, or the name of the folder a file is in."""
+    folder = path if path.is_dir() else path.parent
+    return folder.resolve().name or "run"
+
+
+def _with_rank(records: list[Record], rank: int) -> list[Record]:
+    """Records of a per-rank log carry the file's rank when their line did not name one."""
+    return [
+        r
+        if r.src.rank is not None
+        else dataclasses.replace(r, src=dataclasses.replace(r.src, rank=rank))
+        for r in records
+    ]
+
+
+def read_log(
+    stream: BinaryIO,
+    parser: LineParser,
+    rank: int | None = None,
+    progress: Progress | None = None,
+) -> Iterator[Record]:
+    """Records of a binary log stream, line by line, with byte offsets; then ``finish()``.
+
+    A line longer than :data:`~dsmon.parse.linereader.MAX_LINE_BYTES` is parsed cut to that
+    length (memory stays flat whatever the line) and counted in the parser's diagnostics.
+    """
+    offset = reported = 0
+    for lineno, raw in enumerate(capped_lines(stream), start=1):
+        recs = parser.feed(raw.data.decode("utf-8", "replace"), offset, lineno)
+        if raw.cut:
+            where = f"{parser.file}:{lineno}"
+            parser.diag.note(parser.diag.cut, LONG_LINE, where, _LONG_LINE_TEXT)
+        offset += raw.size
+        if recs:
+            yield from (recs if rank is None else _with_rank(recs, rank))
+        if progress is not None and offset - reported >= _PROGRESS_EVERY:
+            progress(offset - reported)
+            reported = offset
+    tail = parser.finish()
+    yield from (tail if rank is None else _with_rank(tail, rank))
+    if progress is not None and offset > reported:
+        progress(offset - reported)
+
+
+def read_found(
+    found: Found,
+    run: str | None,
+    diag: Diagnostics,
+    progress: Progress | None = None,
+    default_run: str = "run",
+) -> Iterator[Record]:
+    """Records from one input; a log's unparsed lines are added to ``diag``.
+
+    ``run`` names the run of every record; when None, a records file keeps the runs its
+    records name (a run moved between stores keeps its name) and other inputs are filed
+    under ``default_run``.
+    """
+    if found.kind == RECORDS:
+        for rec in read_records_file(found.path, found.label, diag, run, progress):
+            yield rec.record if isinstance(rec, EncodedRecord) else rec
+        return
+    run = run or default_run
+    if found.kind in (LOG, PROBE):
+        parser: LogParser | ProbeParser = (
+            LogParser(run, found.label) if found.kind == LOG else ProbeParser(run, found.label)
+        )
+        with found.path.open("rb") as f:
+            yield from read_log(f, parser, found.rank, progress)
+        diag.merge(parser.diag)
+        return
+    yield from _parse_file(found, run, diag)
+    if progress is not None:
+        progress(found.path.stat().st_size)
+
+
+def _parse_file(found: Found, run: str, diag: Diagnostics) -> list[Record]:
+    """Records of a whole non-log file; a file unusable as a whole is counted, not fatal."""
+    text = found.path.read_text(encoding="utf-8", errors="replace")
+    try:
+        if found.kind == DS_CONFIG:
+            return [files.parse_ds_config(text, run, found.label)]
+        if found.kind == AUTOTUNE_EXP:
+            return [_autotune_experiment(found, text, run)]
+        parse = _TABLE_PARSERS[found.kind]
+    except files.FileFormatError as exc:
+        diag.note(diag.unparsed, found.kind, found.label, str(exc))
+        return []
+    recs, file_diag = parse(text, run, found.label)
+    diag.merge(file_diag)
+    return list(recs)
+
+
+_TABLE_PARSERS: dict[str, Callable[[str, str, str], tuple[Sequence[Record], Diagnostics]]] = {
+    CSV_MONITOR: files.parse_csv_monitor,
+    AUTOTUNE_SUMMARY: files.parse_autotune_summary,
+    PROFILE: parse_profile_file,
+}
+
+
+def _autotune_experiment(found: Found, metrics: str, run: str) -> Record:
+    """An experiment folder's ``metrics.json`` with its ``exp.json`` and ``ds_config.json``.
+
+    Metrics saved under another name (a copy, a paste) are read alone, named after the file.
+    """
+    if found.path.name != "metrics.json":
+        return files.parse_autotune_experiment(found.path.stem, metrics, run, found.label)
+    folder = found.path.parent
+    exp, cfg = folder / "exp.json", folder / "ds_config.json"
+    return files.parse_autotune_experiment(
+        folder.name,
+        metrics,
+        run,
+        found.label,
+        exp.read_text(encoding="utf-8", errors="replace") if exp.is_file() else None,
+        cfg.read_text(encoding="utf-8", errors="replace") if cfg.is_file() else None,
+    )
+
+
+def _size(inputs: Iterable[Found]) -> int:
+    total = 0
+    for f in inputs:
+        try:
+            total += f.path.stat().st_size
+        except OSError:
+            continue
+    return total
+
+
+def plan(paths: Iterable[Path], run: str | None = None) -> dict[str, list[Found]]:
+    """Inputs grouped by run: one run per path unless ``run`` names a single one.
+
+    Raises:
+        InputError: a path does not exist or cannot be read.
+    """
+    groups: dict[str, list[Found]] = {}
+    for path in paths:
+        if not path.exists():
+            raise InputError(f"cannot read {path}: No such file or directory")
+        groups.setdefault(run or run_name(path), []).extend(discover(path))
+    return groups
+
+
+def import_paths(
+    store: Store,
+    paths: Iterable[Path],
+    run: str | None = None,
+    progress_factory: Callable[[int], Progress] | None = None,
+) -> list[ImportResult]:
+    """Read files or run folders into ``store``; one result per run.
+
+    Args:
+        store: where the records go (idempotent: importing twice inserts nothing new).
+        paths: files and run folders.
+        run: the run name for everything; default: each folder's name.
+        progress_factory: called with the total byte count, returns a callback that is
+            given the bytes read as reading advances (a progress bar's ``update``).
+
+    Raises:
+        InputError: a path does not exist or a file cannot be read; what was read before
+            stays stored (a second import completes it without duplicates).
+    """
+    groups = plan(paths, run)
+    total = sum(_size(inputs) for inputs in groups.values())
+    progress = progress_factory(total) if progress_factory is not None else None
+    results = []
+    for name, inputs in groups.items():
+        res = ImportResult(name, inputs)
+        for found in inputs:
+            if found.kind == RECORDS:
+                read = read_records_file(found.path, found.label, res.diag, run, progress)
+                records = _counted(read, res)
+            else:
+                records = _counted_as(read_found(found, name, res.diag, progress), res)
+            try:
+                res.inserted += store.add(records)
+            except OSError as exc:  # vanished or unreadable since discovery
+                raise InputError(f"cannot read {found.path}: {exc.strerror or exc}") from None
+        results.append(res)
+    return results
+
+
+def _counted_as(
+    records: Iterable[Record | EncodedRecord], res: ImportResult
+) -> Iterator[Record | EncodedRecord]:
+    """Records of an input filed under the result's run."""
+    res.runs[res.run] = None
+    for rec in records:
+        res.records += 1
+        yield rec
+
+
+def _counted(
+    records: Iterable[Record | EncodedRecord], res: ImportResult
+) -> Iterator[Record | EncodedRecord]:
+    """Records of a records file, which name their runs themselves."""
+    for rec in records:
+        res.records += 1
+        res.runs[(rec.record if isinstance(rec, EncodedRecord) else rec).src.run] = None
+        yield rec

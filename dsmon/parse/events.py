@@ -1,0 +1,402 @@
+"""Run-level happenings in a log: versions, launcher facts, optimizer choice, crashes, exits.
+
+Each becomes an :class:`EventRecord` (names in ``records.EVENT_NAMES``): the health checks and the
+run timeline read them. Worker tracebacks span many lines, per rank and interleaved, so they are
+assembled per rank and become one event each, named after their exception line. CUDA
+out-of-memory and NCCL failures are recognised wherever they appear, in a traceback or alone.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from dsmon.model.records import EventRecord, Record
+from dsmon.parse.base import NEED_MORE, ParseContext
+from dsmon.parse.lines import LogLine
+
+_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+_SIZE = r"([\d.]+) ?(B|KiB|MiB|GiB|TiB)"
+_WATCHDOG = "Watchdog caught collective operation timeout"
+_WORK = re.compile(r"WorkNCCL\((.*?)\) ran for (\d+) milliseconds before timing out")
+_WORK_FIELD = re.compile(r"(\w+(?:\(ms\))?)=([^,]*)")
+_WORK_KEYS = {
+    "SeqNum": "seq_num",
+    "OpType": "op_type",
+    "NumelIn": "numel_in",
+    "NumelOut": "numel_out",
+    "Timeout(ms)": "timeout_ms",
+}
+_RANK_IN_TEXT = re.compile(r"\[(?:PG [^\]]*?)?Rank (\d+)\]")
+_NCCL_ERROR = re.compile(r"NCCL error in: (\S+), (.*?)(?:, NCCL version ([\w.]+))?$")
+_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory")
+_OOM_FIELDS = {
+    "tried_to_allocate_bytes": re.compile(r"Tried to allocate " + _SIZE),
+    "total_capacity_bytes": re.compile(
+        r"total capaci?ty of " + _SIZE + r"|" + _SIZE + r" total capacity"
+    ),
+    "free_bytes": re.compile(r"of which " + _SIZE + r" is free|" + _SIZE + r" free"),
+}
+_GPU = re.compile(r"GPU (\d+)")
+
+_Detail = Callable[[re.Match[str]], dict[str, Any]]
+
+
+def _literal(text: str) -> Any:
+    """A Python literal the launcher printed, or the text when it is not one."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def _mics(enabled: str | None, hierarchical: str | None) -> dict[str, bool]:
+    """ZeRO-3's ``MiCS is enabled X, Hierarchical params gather Y`` (v0.9+), when printed."""
+    if enabled is None or hierarchical is None:
+        return {}
+    return {"mics": enabled == "True", "hierarchical_params_gather": hierarchical == "True"}
+
+
+def _local_rank(cmd: str) -> int | None:
+    m = re.search(r"--local_rank=(\d+)", cmd)
+    return int(m.group(1)) if m else None
+
+
+_LINE_EVENTS: tuple[tuple[str, re.Pattern[str], _Detail], ...] = (
+    (
+        "deepspeed_version",
+        re.compile(r"^DeepSpeed info: version=([^,]+), git-hash=([^,]*), git-branch=(.*)$"),
+        lambda m: {"version": m[1], "git_hash": m[2], "git_branch": m[3].strip()},
+    ),
+    (
+        "dist_backend",
+        re.compile(r"^Initializing TorchBackend in DeepSpeed with backend (\w+)"),
+        lambda m: {"backend": m[1]},
+    ),
+    (
+        "world_info",
+        re.compile(r"^WORLD INFO DICT: (\{.*\})\s*$"),
+        lambda m: {"world_info": _literal(m[1])},
+    ),
+    (
+        "world_info",
+        re.compile(r"^nnodes=(\d+), num_local_procs=(\d+), node_rank=(\d+)"),
+        lambda m: {"nnodes": int(m[1]), "num_local_procs": int(m[2]), "node_rank": int(m[3])},
+    ),
+    (
+        "world_info",
+        re.compile(r"^dist_world_size=(\d+)\s*$"),
+        lambda m: {"dist_world_size": int(m[1])},
+    ),
+    (
+        "dist_backend",
+        re.compile(r"^Initialize (\w+) backend\s*$"),
+        lambda m: {"backend": m[1]},
+    ),
+    (
+        "zero_init",
+        re.compile(r"^(Reduce|Prefetch|Allgather) bucket size ([\d,]+)\s*$"),
+        lambda m: {f"{m[1].lower()}_bucket_size": int(m[2].replace(",", ""))},
+    ),
+    (
+        "zero_init",
+        re.compile(r"^Parameter Offload: Total persistent parameters: (\d+) in (\d+) params"),
+        lambda m: {"persistent_numel": int(m[1]), "persistent_params": int(m[2])},
+    ),
+    (
+        "traceback",
+        re.compile(
+            r"^terminate called after throwing an instance of '([^']*)'\s*(?:what\(\):\s*(.*))?$"
+        ),
+        lambda m: {"exception": m[1], "native": True, "what": m[2] and m[2].strip()},
+    ),
+    (
+        "optimizer",
+        re.compile(r"^DeepSpeed (Basic|Final) Optimizer = (\S+)"),
+        lambda m: {"which": m[1].lower(), "optimizer": m[2]},
+    ),
+    (
+        "zero_stage",
+        re.compile(
+            r"^Creating (\S+) ZeRO stage (\d) optimizer"
+            r"(?:, MiCS is enabled (True|False), Hierarchical params gather (True|False))?"
+        ),
+        lambda m: {"dtype": m[1], "stage": int(m[2])} | _mics(m[3], m[4]),
+    ),
+    (
+        "allocator_flush",
+        re.compile(r"^(\d+) pytorch allocator cache flushes since last step"),
+        lambda m: {"flushes": int(m[1])},
+    ),
+    (
+        "worker_exit",
+        re.compile(r"^Process (\d+) exits successfully\."),
+        lambda m: {"pid": int(m[1]), "return_code": 0},
+    ),
+    (
+        "worker_exit",
+        re.compile(r"^(.*) exits with return code = (-?\d+)\s*$"),
+        lambda m: {"return_code": int(m[2]), "local_rank": _local_rank(m[1]), "cmd": m[1]},
+    ),
+    (
+        "worker_exit",
+        re.compile(r"^Killing subprocess (\d+)"),
+        lambda m: {"pid": int(m[1]), "killed": True},
+    ),
+)
+
+
+#: Words one of the line events above always holds: most lines hold none, and one search for
+#: literals costs a fraction of trying each pattern in turn.
+_ANY_LINE_EVENT = re.compile(
+    r"DeepSpeed info: |Initializing TorchBackend|WORLD INFO DICT|nnodes=|dist_world_size="
+    r"|Optimizer = |ZeRO stage|exits |Killing subprocess|bucket size|persistent param"
+    r"|Initialize \w+ backend|terminate called|allocator cache flushes"
+)
+#: C++ ``terminate`` with nothing after it yet: its ``what():`` line follows.
+_TERMINATE = re.compile(r"^terminate called after throwing an instance of '[^']*'\s*$")
+#: A cheap test for the words every failure message holds (OOM, NCCL errors and timeouts).
+_FAILURE_HINT = re.compile(r"out of memory|OutOfMemoryError|NCCL")
+
+
+def _bytes(m: re.Match[str] | None) -> int | None:
+    """The first size a pattern captured (``20.00 MiB``), in bytes."""
+    if m is None:
+        return None
+    groups = [g for g in m.groups() if g is not None]
+    return round(float(groups[0]) * _UNITS[groups[1]])
+
+
+def oom_detail(text: str) -> dict[str, Any]:
+    """What a CUDA OOM message says: the failed allocation, the GPU, its capacity, what was free."""
+    detail: dict[str, Any] = {name: _bytes(rx.search(text)) for name, rx in _OOM_FIELDS.items()}
+    gpu = _GPU.search(text)
+    detail["gpu"] = int(gpu.group(1)) if gpu else None
+    return detail
+
+
+def nccl_detail(text: str) -> dict[str, Any] | None:
+    """A watchdog timeout's work item, or an ``NCCL error in:`` location; None if neither."""
+    m = _WORK.search(text)
+    if m:
+        return {"kind": "timeout", "ran_for_ms": int(m.group(2)), **_work_fields(m.group(1))}
+    m = _NCCL_ERROR.search(text)
+    if m:
+        return {"kind": "error", "where": m.group(1), "reason": m.group(2), "version": m.group(3)}
+    if _WATCHDOG in text:  # cut before "ran for": what the work item shows so far
+        return {
+            "kind": "timeout",
+            "ran_for_ms": None,
+            **_work_fields(text.partition("WorkNCCL(")[2]),
+        }
+    return None
+
+
+def _work_fields(text: str) -> dict[str, Any]:
+    """``SeqNum=808, OpType=ALLREDUCE, ..., Timeout(ms)=600000`` as snake_case names."""
+    out: dict[str, Any] = {}
+    for key, value in _WORK_FIELD.findall(text):
+        value = value.strip()
+        out[_WORK_KEYS.get(key, key.lower())] = int(value) if value.isdigit() else value or None
+    return out
+
+
+def failure_events(line: LogLine, ctx: ParseContext, k0: int = 0) -> list[Record]:
+    """``oom`` / ``nccl_error`` events for a line that reports one (any line, any framing)."""
+    text = line.text
+    out: list[Record] = []
+    if _FAILURE_HINT.search(text) is None:
+        return out
+    rank = line.rank
+    if rank is None:
+        m = _RANK_IN_TEXT.search(text)
+        rank = int(m.group(1)) if m else None
+    if _OOM.search(text):
+        detail = oom_detail(text)
+        out.append(_event(ctx, line, k0, "oom", text, detail, rank))
+    nccl = nccl_detail(text)
+    if nccl is not None:
+        out.append(_event(ctx, line, k0 + len(out), "nccl_error", text, nccl, rank))
+    return out
+
+
+def _event(
+    ctx: ParseContext,
+    line: LogLine,
+    k: int,
+    name: str,
+    message: str,
+    detail: dict[str, Any],
+    rank: int | None = None,
+) -> EventRecord:
+    return EventRecord(
+        src=ctx.src(line, k, rank=rank),
+        ts=ctx.ts(line),
+        name=name,
+        message=message.strip(),
+        detail=detail,
+    )
+
+
+_FRAME = re.compile(r'^\s*File "(.*)", line (\d+), in (.*)$')
+_EXC_TYPE = re.compile(r"^([A-Za-z_][\w.]*)(?::|$)")
+_TB_HEADER = "Traceback (most recent call last):"
+_CHAIN_MARKERS = (
+    "During handling of the above exception, another exception occurred:",
+    "The above exception was the direct cause of the following exception:",
+)
+#: Lines after an exception line still taken as its message (``Last error:`` ...).
+MAX_TAIL = 10
+#: Lines a traceback may run without reaching its exception line before it counts as cut.
+MAX_TRACEBACK_LINES = 2000
+
+
+_Key = tuple[bool, int | None]  # (torch ``[rankN]:`` prefix?, rank)
+
+
+@dataclass(slots=True)
+class _Traceback:
+    """One traceback being read: frames so far, then its exception line."""
+
+    start: LogLine
+    chained: bool = False
+    frames: int = 0
+    last_frame: tuple[str, int, str] | None = None
+    exc: LogLine | None = None
+    lines: int = 0
+    tail: int = 0
+    chain_marker: bool = False
+
+
+class TracebackAssembler:
+    """Turns tracebacks into one ``traceback`` event each, per rank.
+
+    torch prefixes each line of a worker's traceback with ``[rankN]:`` (the cleaner sets
+    ``line.traceback`` and ``line.rank``), and ranks' tracebacks interleave, so one is kept open
+    per rank; unprefixed tracebacks (older torch, single process) share one key. The event
+    is emitted at the exception line, so a live tail shows a crash at once; a chained exception
+    (``During handling of ...``) yields a second event with ``chained`` set.
+    """
+
+    def __init__(self) -> None:
+        self._open: dict[_Key, _Traceback] = {}
+
+    @property
+    def open(self) -> bool:
+        """A traceback is waiting for its exception line."""
+        return any(tb.exc is None for tb in self._open.values())
+
+    def feed(self, line: LogLine, ctx: ParseContext) -> list[Record] | None:
+        """Events for a traceback line, [] for a claimed one, None for any other line."""
+        if line.ts is not None:
+            return None
+        key = (line.traceback, line.rank)
+        tb = self._open.get(key)
+        if line.text.rstrip().endswith(_TB_HEADER):
+            if tb is not None and tb.exc is None:
+                ctx.cut_block("traceback", tb.start)
+            chained = tb is not None and tb.chain_marker
+            self._open[key] = _Traceback(start=line, chained=chained)
+            return []
+        if tb is None:
+            if not (line.traceback and _FRAME.match(line.text)):
+                return None
+            tb = self._open[key] = _Traceback(start=line)  # a fragment without its header
+        return self._body(tb, key, line, ctx)
+
+    def finish(self, ctx: ParseContext) -> list[Record]:
+        """End of input: a traceback without its exception line is cut."""
+        for tb in self._open.values():
+            if tb.exc is None:
+                ctx.cut_block("traceback", tb.start)
+        self._open.clear()
+        return []
+
+    def _body(
+        self, tb: _Traceback, key: _Key, line: LogLine, ctx: ParseContext
+    ) -> list[Record] | None:
+        text = line.text
+        if text.strip() in _CHAIN_MARKERS:
+            tb.chain_marker = True
+            return []
+        if tb.exc is not None:
+            return self._tail(tb, key, line)
+        tb.lines += 1
+        if text.startswith(" ") or not text.strip():
+            m = _FRAME.match(text)
+            if m:
+                tb.frames += 1
+                tb.last_frame = (m.group(1), int(m.group(2)), m.group(3))
+            elif tb.lines > MAX_TRACEBACK_LINES:
+                ctx.cut_block("traceback", tb.start)
+                del self._open[key]
+            return []
+        tb.exc = line
+        return self._emit(tb, line, ctx)
+
+    def _tail(self, tb: _Traceback, key: _Key, line: LogLine) -> list[Record] | None:
+        """A line after the exception: more of its message, or the traceback is over."""
+        text = line.text
+        more = not text.startswith("[") if key[0] else not text.strip()
+        if more and tb.tail < MAX_TAIL:
+            tb.tail += 1
+            return []
+        del self._open[key]
+        return None
+
+    def _emit(self, tb: _Traceback, line: LogLine, ctx: ParseContext) -> list[Record]:
+        text = line.text.strip()
+        m = _EXC_TYPE.match(text)
+        file, lineno, func = tb.last_frame or (None, None, None)
+        detail = {
+            "exception": m.group(1) if m else None,
+            "frames": tb.frames,
+            "file": file,
+            "line": lineno,
+            "function": func,
+            "chained": tb.chained,
+            "first_line": tb.start.line,
+        }
+        out: list[Record] = [_event(ctx, line, 0, "traceback", text, detail)]
+        return out + failure_events(line, ctx, k0=1)
+
+
+class EventParser:
+    """One-line events plus per-rank traceback assembly.
+
+    ``in_block`` is set while a traceback is open, so its frame lines reach this parser first.
+    """
+
+    def __init__(self) -> None:
+        self._tracebacks = TracebackAssembler()
+        self.in_block = False
+
+    def feed(self, line: LogLine, ctx: ParseContext) -> list[Record] | None:
+        """Records for one line, or None when the line is no event."""
+        recs = self._tracebacks.feed(line, ctx)
+        self.in_block = self._tracebacks.open
+        if recs is not None:
+            return recs
+        return self._line_event(line, ctx)
+
+    def finish(self, ctx: ParseContext) -> list[Record]:
+        """Tracebacks still open at the end: complete ones are emitted, cut ones counted."""
+        recs = self._tracebacks.finish(ctx)
+        self.in_block = False
+        return recs
+
+    def _line_event(self, line: LogLine, ctx: ParseContext) -> list[Record] | None:
+        text = line.text
+        if _ANY_LINE_EVENT.search(text) is not None:
+            if not ctx.final and _TERMINATE.match(text):
+                return NEED_MORE  # joined with the next line, kept only if that is ``what():``
+            for name, rx, detail in _LINE_EVENTS:
+                m = rx.search(text)
+                if m:
+                    return [_event(ctx, line, 0, name, text, detail(m))]
+        if _WATCHDOG in text and _WORK.search(text) is None and not ctx.final:
+            return NEED_MORE  # terminal-wrapped: the work item continues on the next line
+        return failure_events(line, ctx) or None

@@ -1,0 +1,349 @@
+"""The incremental log parser: physical lines in, records out, for replay and live tailing alike.
+
+:class:`LogParser` cleans each physical line (``lines.LineCleaner``), offers the logical
+lines to the sub-parsers, joins terminal-wrapped lines, and assigns optimizer steps to the
+records that carry none (``base.StepClock``). It does no I/O: the caller feeds lines, so
+``dsmon parse``, ``dsmon import`` and the live tailer share one code path and one result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+
+from dsmon.model.records import Record
+from dsmon.parse.base import NEED_MORE, STEPPED_KINDS, Diagnostics, ParseContext, SubParser
+from dsmon.parse.lines import LineCleaner, LogLine
+
+#: Records waiting for the step clock to learn its base, at most this many (then released
+#: with ``step`` None, so a log that never anchors is not held back). In live mode, the number
+#: of records sent without a step that are remembered to be sent again once it is known.
+MAX_HELD = 5000
+MAX_JOINS = 4
+_START_LOGGERS = frozenset({"runner.py", "launch.py"})
+_START_TEXTS = ("DeepSpeed info:", "Initializing TorchBackend", "DeepSpeedEngine configuration")
+_END_TEXTS = ("Process ", "Killing subprocess")
+
+
+def default_parsers() -> list[SubParser]:
+    """One instance of every DeepSpeed line parser, in the order lines are offered to them."""
+    from dsmon.parse.autotuner import AutotunerParser
+    from dsmon.parse.comms import CommsParser
+    from dsmon.parse.config_dump import ConfigDumpParser
+    from dsmon.parse.events import EventParser
+    from dsmon.parse.flops_profiler import FlopsProfilerParser
+    from dsmon.parse.loss_scale import LossScaleParser
+    from dsmon.parse.megatron import MegatronParser
+    from dsmon.parse.memory import MemoryParser
+    from dsmon.parse.progress import ProgressParser
+    from dsmon.parse.timers import TimerParser
+
+    return [
+        TimerParser(),
+        ProgressParser(),
+        CommsParser(),
+        FlopsProfilerParser(),
+        LossScaleParser(),
+        ConfigDumpParser(),
+        MemoryParser(),
+        MegatronParser(),
+        AutotunerParser(),
+        EventParser(),
+    ]
+
+
+class LogParser:
+    """Parses one log file (or stream) incrementally.
+
+    Args:
+        run: the run name every record is filed under.
+        file: the file name recorded in each record's Source.
+        node: the node (host) name, when the caller knows it.
+        parsers: sub-parsers to use; :func:`default_parsers` when omitted.
+        live: never hold a record back waiting for its step number. A live view must show
+            what the log says within a second, and a log may go on for hours before it
+            names a step (DeepSpeed's default log level prints no ``step=`` lines). Records
+            whose step is not known yet are emitted at once with ``step`` None and emitted
+            *again*, with the step, when the clock learns it; the store fills the step of
+            the copy it already has (same identity key). Offline (``dsmon parse``/``import``)
+            each record is emitted once, with its step, after holding.
+    """
+
+    def __init__(
+        self,
+        run: str,
+        file: str | None = None,
+        node: str | None = None,
+        parsers: Sequence[SubParser] | None = None,
+        *,
+        live: bool = False,
+    ) -> None:
+        self.ctx = ParseContext(run, file, node)
+        self.live = live
+        self._parsers = list(parsers) if parsers is not None else default_parsers()
+        self._cleaner = LineCleaner()
+        self._lineno = 0
+        self._carry: LogLine | None = None
+        self._chain: list[LogLine] = []
+        self._saved: _DiagSnapshot | None = None
+        self._held: list[tuple[Record, int | None]] = []  # rel to stamp with, None: keep
+        self._sent_unstamped: deque[tuple[Record, int]] = deque(maxlen=MAX_HELD)  # live mode
+        self._gave_up = False
+
+    @property
+    def diag(self) -> Diagnostics:
+        """What could not be parsed so far."""
+        return self.ctx.diag
+
+    @property
+    def file(self) -> str | None:
+        """The file name in each record's Source."""
+        return self.ctx.file
+
+    def feed(self, raw: str, offset: int | None = None, line: int | None = None) -> list[Record]:
+        """Parse one physical line (with or without its newline)."""
+        self._lineno = line if line is not None else self._lineno + 1
+        self.ctx.diag.lines += 1
+        out: list[Record] = []
+        for logical in self._cleaner.clean(raw, self._lineno, offset):
+            if logical.bad_ts is not None:
+                self.ctx.bad_timestamp(logical, logical.bad_ts)
+            self._take(logical, out)
+        return self._assign_steps(out)
+
+    def feed_lines(self, lines: Iterable[str]) -> Iterator[Record]:
+        """Parse a whole stream, then finish it."""
+        for raw in lines:
+            yield from self.feed(raw)
+        yield from self.finish()
+
+    def finish(self) -> list[Record]:
+        """End of input: flush wrapped lines and open blocks, release held records."""
+        out: list[Record] = []
+        if self._carry is not None:
+            self._end_chain(out)
+        for p in self._parsers:
+            out.extend(p.finish(self.ctx))
+        out = self._assign_steps(out)
+        out.extend(rec for rec, _ in self._held)  # never numbered: no anchor, no count
+        self.ctx.diag.records += len(self._held)
+        self._held.clear()
+        self._sent_unstamped.clear()
+        return out
+
+    def _take(self, logical: LogLine, out: list[Record]) -> None:
+        """One logical line: the continuation of a terminal-wrapped line, or a line of its own.
+
+        A parser that finds a line cut short returns NEED_MORE; the line is then joined with the
+        next ones while they carry no header of their own (at most MAX_JOINS). A join that no
+        parser takes, or that a parser counts as unparsed, was no continuation after all (the
+        line just happened to end early): it is undone, the first line is parsed as it is and
+        the others are taken again as the lines they are.
+        """
+        if self._carry is None:
+            self._dispatch(logical, out)
+            if self._carry is not None:
+                self._chain = [logical]
+                self._saved = _DiagSnapshot(self.ctx.diag)
+            return
+        if logical.prefixed or not logical.text or len(self._chain) > MAX_JOINS:
+            self._end_chain(out)
+            self._take(logical, out)
+            return
+        joined = dataclasses.replace(self._carry, text=self._carry.text + logical.text)
+        self._carry = None
+        mark = self._mark(out)
+        taken = self._dispatch(joined, out)
+        if self._carry is not None:
+            self._chain.append(logical)  # still cut: wait for the next piece
+        elif self._failed(taken, mark, out):
+            self._undo_chain(out, [logical])
+        else:
+            self._chain = []
+
+    def _end_chain(self, out: list[Record]) -> None:
+        """No continuation follows: parse the wrapped line as it is, or undo a failed join."""
+        carry, self._carry = self._carry, None
+        assert carry is not None
+        mark = self._mark(out)
+        taken = self._dispatch(carry, out, final=True)
+        if len(self._chain) > 1 and self._failed(taken, mark, out):
+            self._undo_chain(out, [])  # may leave a new wrapped line (and its chain) pending
+        else:
+            self._chain = []
+
+    def _mark(self, out: list[Record]) -> tuple[int, int]:
+        """Records made so far and unparsed lines counted so far, to judge a join."""
+        return len(out) + len(self._held), _total(self.ctx.diag.unparsed)
+
+    def _failed(self, taken: bool, mark: tuple[int, int], out: list[Record]) -> bool:
+        """A join failed if no parser took it, or one counted it unparsed and made nothing.
+
+        A parser that salvaged records from a broken join keeps them (undoing would count
+        the step clock twice); only a join that produced nothing is undone.
+        """
+        made, unparsed = self._mark(out)
+        return made == mark[0] and (not taken or unparsed != mark[1])
+
+    def _undo_chain(self, out: list[Record], more: list[LogLine]) -> None:
+        """Parse the first line of a failed join on its own, then take the others again."""
+        chain, self._chain = self._chain, []
+        if self._saved is not None:
+            self._saved.restore(self.ctx.diag)
+        self._dispatch(chain[0], out, final=True)
+        for piece in chain[1:] + more:
+            self._take(piece, out)
+
+    def _dispatch(self, line: LogLine, out: list[Record], final: bool = False) -> bool:
+        """Offer a logical line to the parser inside a block first, then to all in order.
+
+        Returns whether a parser took the line.
+        """
+        ctx = self.ctx
+        if line.ts is not None:
+            ctx.last_ts = line.ts
+        clock = ctx.clock
+        if clock.base is None and clock.rel == 0 and _is_start(line):
+            clock.mark_start()
+        rel = clock.rel
+        ctx.final = final
+        for p in self._ordered():
+            recs = p.feed(line, ctx)
+            if recs is None:
+                continue
+            self._drain(rel, out)
+            if recs is NEED_MORE:
+                if not final:
+                    self._carry = line
+                    return True
+                recs = []
+            if clock.take_retro():
+                rel -= 1
+            self._stamp(recs, rel, out)
+            return True
+        self._drain(rel, out)
+        return False
+
+    def _drain(self, rel: int, out: list[Record]) -> None:
+        """Records of a block that ended before this line (``ParseContext.pending``)."""
+        if self.ctx.pending:
+            pending, self.ctx.pending = self.ctx.pending, []
+            self._stamp(pending, rel, out)
+
+    def _ordered(self) -> Iterable[SubParser]:
+        """Parsers in a block get the line before the others."""
+        for p in self._parsers:
+            if p.in_block:
+                break
+        else:  # no block open, the common case: no list built per line
+            return self._parsers
+        active = [p for p in self._parsers if p.in_block]
+        return active + [p for p in self._parsers if not p.in_block]
+
+    def _stamp(self, recs: list[Record], rel: int, out: list[Record]) -> None:
+        """Give stepped records the step in progress when their line was read, or hold them.
+
+        While records are held, the others wait behind them, so records leave in file order.
+        """
+        clock = self.ctx.clock
+        for rec in recs:
+            needs = rec.step is None and rec.KIND in STEPPED_KINDS
+            if self.live and needs and not clock.resolved():
+                out.append(rec)
+                self._sent_unstamped.append((rec, rel))
+                continue
+            if not clock.resolved() and not self._gave_up and (needs or self._held):
+                self._held.append((rec, rel if needs else None))
+                continue
+            out.append(_with_step(rec, clock.stamp(rel)) if needs else rec)
+
+    def _assign_steps(self, out: list[Record]) -> list[Record]:
+        """Release held records once the clock can decide (or too many are held)."""
+        if self._sent_unstamped and self.ctx.clock.resolved():
+            out = self._restamped() + out
+        if self._held:
+            clock = self.ctx.clock
+            if clock.resolved():
+                fixed = [
+                    rec if rel is None else _with_step(rec, clock.stamp(rel))
+                    for rec, rel in self._held
+                ]
+                self._held.clear()
+                out = fixed + out
+            elif len(self._held) > MAX_HELD:
+                out = [r for r, _ in self._held] + out
+                self._held.clear()
+                self._gave_up = True  # from now on unnumbered records are not held back
+        self.ctx.diag.records += len(out)
+        return out
+
+    def _restamped(self) -> list[Record]:
+        """Live mode: copies, now with their step, of records already sent without one.
+
+        Not counted in ``diag.records``: they are the same records, sent again. A blind clock
+        numbers nothing, so nothing is sent again then.
+        """
+        clock = self.ctx.clock
+        again = [
+            dataclasses.replace(rec, step=step)
+            for rec, rel in self._sent_unstamped
+            if (step := clock.stamp(rel)) is not None
+        ]
+        self._sent_unstamped.clear()
+        self.ctx.diag.records -= len(again)
+        return again
+
+
+class _DiagSnapshot:
+    """The unparsed/cut counts before a tentative join, to undo a join that failed."""
+
+    def __init__(self, diag: Diagnostics) -> None:
+        self.unparsed = diag.unparsed.copy()
+        self.cut = diag.cut.copy()
+        self.examples = {kind: list(ex) for kind, ex in diag.examples.items()}
+
+    def restore(self, diag: Diagnostics) -> None:
+        """Put the counts back as they were."""
+        diag.unparsed = self.unparsed
+        diag.cut = self.cut
+        diag.examples = self.examples
+
+
+def _total(counts: Counter[str]) -> int:
+    return sum(counts.values())
+
+
+def _with_step(rec: Record, step: int | None) -> Record:
+    """The record with its step, unchanged when the step is unknown.
+
+    The record was made by a parser for this line and has not been handed out yet, so its
+    step is filled in place: ``dataclasses.replace`` would copy every record of a large log.
+    """
+    if step is not None:
+        object.__setattr__(rec, "step", step)
+    return rec
+
+
+def _is_start(line: LogLine) -> bool:
+    """Launcher or engine-init output: the log begins with the run, not in the middle.
+
+    The launcher also speaks at the end of a run (``Process N exits successfully``, ``Killing
+    subprocess``), which says nothing about where the log starts.
+    """
+    text = line.text
+    if line.logger in _START_LOGGERS:
+        return not text.startswith(_END_TEXTS) and "exits with return code" not in text
+    return text.startswith(_START_TEXTS)
+
+
+def parse_text(
+    text: str, run: str = "run", file: str | None = None, node: str | None = None
+) -> tuple[list[Record], Diagnostics]:
+    """Parse a whole text at once (tests, small files)."""
+    parser = LogParser(run, file, node)
+    recs = list(parser.feed_lines(text.splitlines()))
+    return recs, parser.diag
+
+
+ParserFactory = Callable[[], Sequence[SubParser]]

@@ -1,0 +1,162 @@
+"""The per-rank probe's JSON lines (``DSMON_PROBE_DIR/rank-N.jsonl``) as records.
+
+The probe that ``dsmon run`` loads into every rank writes one JSON object per line: a
+``rank_step`` line at each optimizer step and a ``heartbeat`` line while the rank runs (see
+docs/records.md). This module turns those lines into :class:`~dsmon.model.records.RankStepRecord`
+and :class:`~dsmon.model.records.HeartbeatRecord`. It is a pure function of the text, with the same
+``feed``/``finish`` shape as :class:`~dsmon.parse.log.LogParser`, so the collector follows a
+probe file exactly as it follows a log. A line that is not valid (cut by a crash mid-write,
+a wrong type) is counted with its file, line and field, and skipped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from dsmon.model.records import PROBE_PHASES, HeartbeatRecord, RankStepRecord, Record, Source
+from dsmon.parse.base import Diagnostics
+
+#: The diagnostics bucket of probe lines that do not parse.
+KIND = "probe"
+
+
+class ProbeLineError(ValueError):
+    """One bad field of a probe line."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"field {field!r}: {reason}")
+
+
+def _number(obj: Mapping[str, Any], name: str) -> float | None:
+    value = obj.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ProbeLineError(name, f"not a duration: {value!r}")
+    return float(value)
+
+
+def _int(obj: Mapping[str, Any], name: str, required: bool = False) -> int | None:
+    value = obj.get(name)
+    if value is None and not required:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ProbeLineError(name, f"not a count: {value!r}")
+    return value
+
+
+def _time(obj: Mapping[str, Any], name: str) -> str:
+    value = obj.get(name)
+    try:
+        datetime.fromisoformat(str(value))
+    except ValueError:
+        raise ProbeLineError(name, f"not a time: {value!r}") from None
+    return str(value)
+
+
+def _text(obj: Mapping[str, Any], name: str) -> str | None:
+    value = obj.get(name)
+    if value is not None and not isinstance(value, str):
+        raise ProbeLineError(name, f"not text: {value!r}")
+    return value
+
+
+def _rank_step(obj: Mapping[str, Any], src: Source) -> RankStepRecord:
+    return RankStepRecord(
+        src=src,
+        ts=_time(obj, "ts"),
+        step=_int(obj, "step", required=True),
+        fwd_ms=_number(obj, "fwd_ms"),
+        bwd_ms=_number(obj, "bwd_ms"),
+        step_ms=_number(obj, "step_ms"),
+        comm_ms=_number(obj, "comm_ms"),
+        total_ms=_number(obj, "total_ms"),
+        micro_steps=_int(obj, "micro_steps"),
+        clock=_text(obj, "clock"),
+    )
+
+
+def _heartbeat(obj: Mapping[str, Any], src: Source) -> HeartbeatRecord:
+    phase = _text(obj, "phase")
+    if phase not in PROBE_PHASES:
+        raise ProbeLineError("phase", f"unknown phase {phase!r}")
+    since = obj.get("phase_since")
+    return HeartbeatRecord(
+        src=src,
+        ts=_time(obj, "ts"),
+        step=_int(obj, "step"),
+        phase=phase,
+        collective=_text(obj, "collective"),
+        phase_since=None if since is None else _time(obj, "phase_since"),
+        pid=_int(obj, "pid"),
+    )
+
+
+_BUILDERS: dict[str, Callable[[Mapping[str, Any], Source], Record]] = {
+    "rank_step": _rank_step,
+    "heartbeat": _heartbeat,
+}
+
+
+def parse_probe_line(
+    text: str, run: str, file: str | None = None, node: str | None = None, **pos: int | None
+) -> Record:
+    """One probe line as a record; raises :class:`ProbeLineError` naming the bad field.
+
+    Args:
+        text: the line (its newline may be there).
+        run: the run name.
+        file: the file label of the record's source.
+        node: the node of the record's source.
+        pos: ``line`` and ``offset`` of the line in its file.
+    """
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ProbeLineError("-", f"not JSON: {exc.msg}") from None
+    if not isinstance(obj, dict):
+        raise ProbeLineError("-", "not a JSON object")
+    build = _BUILDERS.get(obj.get("kind"))  # type: ignore[arg-type]
+    if build is None:
+        raise ProbeLineError("kind", f"unknown kind {obj.get('kind')!r}")
+    rank = _int(obj, "rank", required=True)
+    src = Source(run=run, file=file, node=node, rank=rank, **pos)  # type: ignore[arg-type]
+    return build(obj, src)
+
+
+class ProbeParser:
+    """Parses one probe file incrementally (the interface of ``LogParser``)."""
+
+    def __init__(self, run: str, file: str | None = None, node: str | None = None) -> None:
+        self.run, self.file, self.node = run, file, node
+        self._diag = Diagnostics()
+        self._lineno = 0
+
+    @property
+    def diag(self) -> Diagnostics:
+        """The lines that could not be used so far."""
+        return self._diag
+
+    def feed(self, raw: str, offset: int | None = None, line: int | None = None) -> list[Record]:
+        """Parse one line; a blank line is nothing, a bad one is counted and skipped."""
+        self._lineno = line if line is not None else self._lineno + 1
+        self._diag.lines += 1
+        if not raw.strip():
+            return []
+        try:
+            rec = parse_probe_line(
+                raw, self.run, self.file, self.node, line=self._lineno, offset=offset
+            )
+        except ProbeLineError as exc:
+            where = f"{self.file or '-'}:{self._lineno}: {exc}"
+            self._diag.note(self._diag.unparsed, KIND, where, raw.strip())
+            return []
+        self._diag.records += 1
+        return [rec]
+
+    def finish(self) -> list[Record]:
+        """Nothing is held across lines."""
+        return []

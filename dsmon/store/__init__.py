@@ -1,0 +1,1 @@
+"""Where records live: the SQLite and PostgreSQL stores, and GPU samples' typed tables."""

@@ -1,0 +1,379 @@
+"""What every store backend shares: the row form of a record, the query filter, the Store contract.
+
+A record is stored as its JSON-lines form (``dsmon.model.wire``) next to a few indexed columns
+(run, kind, step, ts, node, rank, file, line) and a digest of :func:`dsmon.model.records.record_key`
+that carries a UNIQUE constraint, so writing the same record twice stores it once. SQLite
+(``dsmon.store.sqlite``) and PostgreSQL (``dsmon.store.postgres``) differ only in SQL dialect and
+connection handling; the mapping between rows and records, the filters and the DataFrame
+view live here so both return the same answers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from dsmon.model import wire
+from dsmon.model.records import Record, record_key
+from dsmon.model.units import parse_ts
+from dsmon.model.wire import EncodedRecord
+from dsmon.store.gpu_reads import GpuReads
+
+if TYPE_CHECKING:  # pandas loads only when a frame is asked for: collectors never need it
+    import pandas as pd
+
+#: Bumped when the tables change shape; a store written by another version is refused.
+SCHEMA_VERSION = 1
+#: Records written per transaction: large enough to amortise the commit, small enough
+#: that a reader never waits long and memory stays flat on a 500 MB import.
+BATCH_ROWS = 5000
+#: Records decoded at a time by :meth:`Store.scan`: it never holds more record objects.
+SCAN_ROWS = 1000
+
+
+class StoreError(RuntimeError):
+    """The store cannot be opened or used (bad URL, unreadable file, foreign schema)."""
+
+
+class StoreDataError(StoreError):
+    """The database refused the data itself (a value too long for an index, say).
+
+    Sending the same records again can never succeed, unlike a database that is down or
+    busy: the ingest server answers 400 for this, 503 for other store errors.
+    """
+
+
+class RecordRow(NamedTuple):
+    """The columns one record is stored as (order = the INSERT column order)."""
+
+    key: bytes
+    run: str
+    kind: str
+    step: int | None
+    ts: str | None
+    node: str | None
+    rank: int | None
+    file: str | None
+    line: int | None
+    body: str
+
+
+ROW_COLUMNS = RecordRow._fields
+
+
+def key_digest(rec: Record) -> bytes:
+    """A 16-byte digest of the record's identity: a compact UNIQUE key for any backend.
+
+    The identity tuple holds the file path, which repeated on every row would double the
+    index; 128 bits keep collisions out of reach for any realistic number of records.
+    """
+    text = "\x1f".join(str(part) for part in record_key(rec))
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+
+
+def record_row(rec: Record, body: str | None = None) -> RecordRow:
+    """The row under which ``rec`` is stored (``body``: its JSON line, if already encoded)."""
+    s = rec.src
+    if body is None:
+        body = wire.encode(rec)
+    return RecordRow(
+        key_digest(rec), s.run, rec.KIND, rec.step, rec.ts, s.node, s.rank, s.file, s.line, body
+    )
+
+
+def row_record(body: str) -> Record:
+    """Rebuild a record from its stored body."""
+    return wire.decode(body)
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """What the store knows about one run, cheap enough to ask on every dashboard refresh.
+
+    ``kinds`` counts records per kind; ``last_id`` is the id of the newest record, so a
+    reader can ask for ``records(run, after_id=last_id)`` next time and get only what is new.
+    ``received_at`` is when a live sender (the ingest server, the demo's replay) last stored
+    records of the run, in this machine's local time: DeepSpeed prints many lines without a
+    timestamp (timer lines, all of them at its default log level), so the records' own
+    ``last_ts`` can stand still for hours while the run is well alive.
+    """
+
+    name: str
+    first_ts: str | None
+    last_ts: str | None
+    n_records: int
+    nodes: tuple[str, ...]
+    ranks: tuple[int, ...]
+    last_step: int | None
+    kinds: dict[str, int] = field(default_factory=dict)
+    last_id: int = 0
+    received_at: str | None = None
+
+
+class KindStats(NamedTuple):
+    """One (run, kind) line of the per-run bookkeeping table."""
+
+    run: str
+    kind: str
+    n: int
+    first_ts: str | None
+    last_ts: str | None
+    last_step: int | None
+    last_id: int
+
+
+def redact_url(url: str) -> str:
+    """The URL with its password replaced by ``***``, fit for messages, logs and the UI.
+
+    Here rather than with the PostgreSQL backend so that showing a store's name never loads
+    a database driver.
+    """
+    return re.sub(r"^(\w+://[^:/@]*:)[^/?#]*@", r"\1***@", url)
+
+
+def received_now() -> str:
+    """The receive time noted for a live batch: local wall clock, as records' ``ts``."""
+    return datetime.now().isoformat(timespec="milliseconds")
+
+
+def run_infos(
+    stats: Iterable[KindStats],
+    sources: Iterable[tuple[str, Any, Any]],
+    activity: dict[str, tuple[int, str | None]] | None = None,
+) -> list[RunInfo]:
+    """Fold per-kind statistics and the (run, node, rank) pairs seen into one RunInfo per run."""
+    nodes: dict[str, set[str]] = {}
+    ranks: dict[str, set[int]] = {}
+    for run, node, rank in sources:
+        if node is not None and node != "":
+            nodes.setdefault(run, set()).add(str(node))
+        if rank is not None and rank >= 0:
+            ranks.setdefault(run, set()).add(int(rank))
+    by_run: dict[str, list[KindStats]] = {}
+    for st in stats:
+        by_run.setdefault(st.run, []).append(st)
+    received = {run: at for run, (_, at) in (activity or {}).items()}
+    return [
+        _fold(name, rows, nodes.get(name, set()), ranks.get(name, set()), received.get(name))
+        for name, rows in sorted(by_run.items())
+    ]
+
+
+def _fold(
+    name: str, rows: list[KindStats], nodes: set[str], ranks: set[int], received_at: str | None
+) -> RunInfo:
+    """One run's RunInfo from its per-kind rows.
+
+    A time no calendar has (an older dsmon stored ``2026-19-39`` as it came) is left out:
+    it would sort as the run's newest and break every reader that computes with it.
+    """
+    firsts = [r.first_ts for r in rows if r.first_ts is not None and parse_ts(r.first_ts)]
+    lasts = [r.last_ts for r in rows if r.last_ts is not None and parse_ts(r.last_ts)]
+    steps = [r.last_step for r in rows if r.last_step is not None]
+    return RunInfo(
+        name=name,
+        first_ts=min(firsts) if firsts else None,
+        last_ts=max(lasts) if lasts else None,
+        n_records=sum(r.n for r in rows),
+        nodes=tuple(sorted(nodes)),
+        ranks=tuple(sorted(ranks)),
+        last_step=max(steps) if steps else None,
+        kinds={r.kind: r.n for r in sorted(rows, key=lambda r: r.kind)},
+        last_id=max(r.last_id for r in rows),
+        received_at=received_at,
+    )
+
+
+def _iso(value: str | datetime | None) -> str | None:
+    """Timestamps compare as the ISO strings records carry (millisecond precision, no zone)."""
+    if value is None or isinstance(value, str):
+        return value
+    return value.replace(tzinfo=None).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True, slots=True)
+class RecordFilter:
+    """The query every read shares: one run, optionally one kind, step/time/id ranges.
+
+    Ranges are inclusive; ``after_id`` is exclusive (records newer than one already seen).
+    """
+
+    run: str
+    kind: str | None = None
+    step_min: int | None = None
+    step_max: int | None = None
+    ts_min: str | datetime | None = None
+    ts_max: str | datetime | None = None
+    after_id: int | None = None
+    limit: int | None = None
+
+    def where(self, ph: str = "?") -> tuple[str, list[Any]]:
+        """The SQL WHERE clause and its parameters, with ``ph`` as the placeholder."""
+        conds: list[tuple[str, Any]] = [("run = {}", self.run)]
+        optional = (
+            ("kind = {}", self.kind),
+            ("step >= {}", self.step_min),
+            ("step <= {}", self.step_max),
+            ("ts >= {}", _iso(self.ts_min)),
+            ("ts <= {}", _iso(self.ts_max)),
+            ("id > {}", self.after_id),
+        )
+        conds += [(sql, v) for sql, v in optional if v is not None]
+        return " AND ".join(sql.format(ph) for sql, _ in conds), [v for _, v in conds]
+
+
+def restamp_candidates(rows: list[RecordRow]) -> dict[str, list[RecordRow]]:
+    """The rows of a batch that may fill a stored row's missing step, by run."""
+    out: dict[str, list[RecordRow]] = {}
+    for row in rows:
+        if row.step is not None:
+            out.setdefault(row.run, []).append(row)
+    return out
+
+
+def batched(
+    records: Iterable[Record | EncodedRecord], size: int = BATCH_ROWS
+) -> Iterator[list[RecordRow]]:
+    """Rows in lists of ``size``, so an import streams instead of holding every record."""
+    batch: list[RecordRow] = []
+    for rec in records:
+        batch.append(record_row(*rec) if isinstance(rec, EncodedRecord) else record_row(rec))
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+class Store(ABC, GpuReads):
+    """The store contract every backend fulfils; reads are built on :meth:`_select`.
+
+    Writes are idempotent (a record's identity is :func:`dsmon.model.records.record_key`), reads
+    return records in insertion order, and ids grow monotonically so ``after_id`` polling
+    never misses a record.
+    """
+
+    #: Kinds whose every record is a records-table row with its JSON body: frames of them
+    #: are built from the bodies directly (``dsmon.model.frames.bodies_frame``).
+    BODY_KINDS: frozenset[str] = frozenset()
+
+    @abstractmethod
+    def add(self, records: Iterable[Record | EncodedRecord], *, live: bool = False) -> int:
+        """Store the records not stored yet and commit; returns how many were new.
+
+        ``live``: they come from a live sender, so the run's ``received_at`` is set to now.
+        """
+
+    @abstractmethod
+    def runs(self) -> list[RunInfo]:
+        """Every run in the store, by name."""
+
+    @abstractmethod
+    def last_id(self, run: str | None = None) -> int:
+        """Id of the newest record (of ``run``, or of any run); 0 when there is none."""
+
+    @abstractmethod
+    def restamps(self, run: str) -> int:
+        """How many stored records of ``run`` have had their step filled in after the fact.
+
+        A live collector sends a record at once, without its step when the log has not named
+        one yet, and again once it has (``LogParser(live=True)``); the store then fills the
+        step of the row it has, in place. Readers that keep rows in memory
+        (``dsmon.view.cache.RunFrames``) compare this count to know when to read them again.
+        """
+
+    @abstractmethod
+    def check_writable(self) -> None:
+        """Commit a write that changes nothing, or raise :class:`StoreError` saying why not.
+
+        Reading proves little: a store on a full disk, a read-only mount or a corrupt file
+        still answers reads while every write fails. The ingest server's ``/healthz`` asks.
+        """
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the connection."""
+
+    @abstractmethod
+    def _select(self, flt: RecordFilter) -> list[tuple[int, str]]:
+        """``(id, body)`` of the matching rows in id order, at most ``flt.limit``."""
+
+    def _select_records(self, flt: RecordFilter) -> list[tuple[int, Record]]:
+        """``(id, record)`` of the matching records in id order.
+
+        A backend that keeps some kinds outside the records table merges them in here.
+        """
+        return [(rec_id, row_record(body)) for rec_id, body in self._select(flt)]
+
+    def records(
+        self,
+        run: str,
+        kind: str | None = None,
+        *,
+        step_min: int | None = None,
+        step_max: int | None = None,
+        ts_min: str | datetime | None = None,
+        ts_max: str | datetime | None = None,
+        after_id: int | None = None,
+        limit: int | None = None,
+    ) -> list[Record]:
+        """Records of a run in insertion order, filtered as :class:`RecordFilter` describes."""
+        flt = RecordFilter(run, kind, step_min, step_max, ts_min, ts_max, after_id, limit)
+        return [rec for _, rec in self._select_records(flt)]
+
+    def scan(self, run: str, kind: str, chunk: int = SCAN_ROWS) -> Iterator[Record]:
+        """Every record of one kind of a run in id order, read ``chunk`` rows per query.
+
+        For passes over a whole big run (the import summary) that must not hold it all.
+        """
+        after = 0
+        while True:
+            rows = self._select_records(RecordFilter(run, kind, after_id=after, limit=chunk))
+            for _, rec in rows:
+                yield rec
+            if len(rows) < chunk:
+                return
+            after = rows[-1][0]
+
+    def id_records(self, flt: RecordFilter) -> list[tuple[int, Record]]:
+        """``(id, record)`` pairs: what a client paging with ``after_id`` must be told."""
+        return self._select_records(flt)
+
+    def frame(
+        self,
+        run: str,
+        kind: str,
+        *,
+        step_min: int | None = None,
+        step_max: int | None = None,
+        ts_min: str | datetime | None = None,
+        ts_max: str | datetime | None = None,
+        after_id: int | None = None,
+        limit: int | None = None,
+    ) -> pd.DataFrame:
+        """One row per record of one kind: see :func:`dsmon.model.frames.records_frame`."""
+        from dsmon.model.frames import bodies_frame, records_frame
+
+        flt = RecordFilter(run, kind, step_min, step_max, ts_min, ts_max, after_id, limit)
+        if kind in self.BODY_KINDS:
+            rows = self._select(flt)
+            return bodies_frame(kind, [i for i, _ in rows], [b for _, b in rows])
+        pairs = self._select_records(flt)
+        return records_frame(kind, [rec for _, rec in pairs], [i for i, _ in pairs])
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,115 @@
+"""What a store answers about a run's GPUs: per-GPU summaries, time buckets, newest samples.
+
+Pages and GPU rules ask these instead of loading every sample: a day of 64 GPUs at 1 Hz is
+5.5 million of them. A backend with roll-ups (SQLite) overrides :meth:`GpuReads._gpu_fold`
+and :meth:`GpuReads._gpu_latest`; the defaults fold the samples in pandas from ``frame``, so
+every backend gives the same answers (the store tests compare them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, NamedTuple, cast
+
+from dsmon.model.records import GpuSampleRecord
+from dsmon.store.gpu_rows import cut_ms, gpu_label, grid
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from dsmon.store.base import Store
+
+
+class GpuFold(NamedTuple):
+    """A fold (:mod:`dsmon.store.gpu_fold`) with its series and bucket grid."""
+
+    fold: pd.DataFrame
+    series: pd.DataFrame
+    t0_ms: int
+    width_ms: int | None
+
+
+class GpuReads:
+    """GPU queries shared by the store backends (mixed into ``dsmon.store.base.Store``)."""
+
+    def gpu_summary(self, run: str, ts_max: str | datetime | None = None) -> pd.DataFrame:
+        """One row per GPU (``gpu_fold.summary``), samples up to ``ts_max`` when given."""
+        from dsmon.store import gpu_fold
+
+        got = self._gpu_fold(run, None, iso_text(ts_max), None)
+        return gpu_fold.summary(got.fold, got.series)
+
+    def gpu_buckets(
+        self,
+        run: str,
+        n_buckets: int,
+        ts_max: str | datetime | None = None,
+        gpus: Sequence[str] | None = None,
+    ) -> pd.DataFrame:
+        """Mean/min/max of every metric per GPU in up to ``n_buckets`` equal time buckets.
+
+        ``gpus`` (labels, ``node/gpuN``) restricts the answer to those GPUs: traces are
+        drawn for a few GPUs, at a finer grain than the grids of all of them.
+        """
+        from dsmon.store import gpu_fold
+
+        got = self._gpu_fold(run, n_buckets, iso_text(ts_max), gpus)
+        return gpu_fold.buckets(got.fold, got.series, got.t0_ms, got.width_ms or 1)
+
+    def gpu_latest(self, run: str, ts_max: str | datetime | None = None) -> list[GpuSampleRecord]:
+        """The newest sample of each GPU (up to ``ts_max``)."""
+        return self._gpu_latest(run, cut_ms(iso_text(ts_max)))
+
+    def _gpu_fold(
+        self, run: str, n_buckets: int | None, ts_max: str | None, gpus: Sequence[str] | None
+    ) -> GpuFold:
+        """The fold from the samples themselves (backends without roll-ups)."""
+        frame = cast("Store", self).frame(run, "gpu", ts_max=ts_max)
+        if gpus is not None and not frame.empty:
+            labels = [
+                gpu_label(n, i) for n, i in zip(frame["node"], frame["gpu_index"], strict=True)
+            ]
+            frame = frame[[label in set(gpus) for label in labels]]
+        return fold_samples(frame, n_buckets)
+
+    def _gpu_latest(self, run: str, ts_max: int | None) -> list[GpuSampleRecord]:
+        newest: dict[tuple[str | None, int], GpuSampleRecord] = {}
+        for rec in cast("Store", self).records(run, "gpu"):
+            if not isinstance(rec, GpuSampleRecord) or rec.ts is None:
+                continue
+            t = cut_ms(rec.ts)
+            if t is None or (ts_max is not None and t > ts_max):
+                continue
+            key = (rec.src.node, rec.gpu_index)
+            old = newest.get(key)
+            if old is None or (cut_ms(old.ts) or 0) <= t:
+                newest[key] = rec
+        return list(newest.values())
+
+
+def fold_samples(frame: pd.DataFrame, n_buckets: int | None) -> GpuFold:
+    """The fold of a frame of samples in memory, in ``n_buckets`` buckets (None: one)."""
+    import pandas as pd
+
+    from dsmon.store import gpu_fold
+
+    empty = GpuFold(pd.DataFrame(columns=list(gpu_fold.FOLD_COLUMNS)),
+                    pd.DataFrame(columns=list(gpu_fold.SERIES_COLUMNS)), 0, None)  # fmt: skip
+    if frame.empty or "ts" not in frame.columns:
+        return empty
+    span = gpu_fold.span_ms(frame["ts"])
+    if span is None:
+        return empty
+    t0, width = grid(n_buckets, span) if n_buckets else (span[0], None)
+    series, _ = gpu_fold.series_frame(frame[frame["ts"].notna()])
+    return GpuFold(gpu_fold.fold_frame(frame, t0, width), series, t0, width)
+
+
+def iso_text(value: object) -> str | None:
+    """A time bound as the ISO text records carry (datetimes and pandas Timestamps too)."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=None).isoformat(timespec="milliseconds")
+    return None

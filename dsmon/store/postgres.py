@@ -1,0 +1,328 @@
+"""The PostgreSQL store backend, for deployments where many nodes report to one dashboard.
+
+SQLite serialises writers on one file; when dozens of collectors push through several ingest
+servers, or the dashboard runs on another host than the database, PostgreSQL takes over.
+The tables, row form and query filters are the SQLite store's (``dsmon.store.base``), so
+both backends answer every question the same way; only the SQL dialect and connection
+handling differ:
+
+- A batch is COPYed into a temporary table and moved into ``records`` with one
+  ``INSERT ... ON CONFLICT (key) DO NOTHING`` that also updates the per-run bookkeeping, so a
+  replayed batch stores nothing twice and costs one round trip.
+- Writers take a table lock that only writers contend for (readers never wait): ids are
+  handed out and committed in the same order, so a reader polling ``after_id`` can never see
+  id 11 committed while id 10 is still in flight and skip it forever.
+- Text columns use the "C" collation: ``ts`` range filters and min/max compare ISO strings
+  byte-wise, as SQLite does, whatever the database's default locale.
+- A dropped connection (server restart, network blip) is reopened and the call retried
+  once; writes are idempotent, so the retry cannot duplicate a record.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+import psycopg
+
+from dsmon.model.records import KINDS, Record
+from dsmon.store.base import (
+    ROW_COLUMNS,
+    SCHEMA_VERSION,
+    EncodedRecord,
+    KindStats,
+    RecordFilter,
+    RecordRow,
+    RunInfo,
+    Store,
+    StoreDataError,
+    StoreError,
+    batched,
+    received_now,
+    redact_url,
+    run_infos,
+)
+
+__all__ = ["PgStore", "redact_url"]
+
+T = TypeVar("T")
+
+#: How long opening a connection may take before the store gives up.
+CONNECT_TIMEOUT_S = 10
+#: SQLSTATE classes of errors caused by the values written: data exceptions (22),
+#: integrity violations (23) and program limits such as an index row too long (54).
+_DATA_SQLSTATES = ("22", "23", "54")
+
+_DDL = (
+    """CREATE TABLE IF NOT EXISTS dsmon_meta (
+        name TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS records (
+        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        key BYTEA NOT NULL UNIQUE,
+        run TEXT COLLATE "C" NOT NULL,
+        kind TEXT COLLATE "C" NOT NULL,
+        step BIGINT,
+        ts TEXT COLLATE "C",
+        node TEXT COLLATE "C",
+        rank BIGINT,
+        file TEXT COLLATE "C",
+        line BIGINT,
+        body TEXT NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS records_run_kind_step ON records (run, kind, step)",
+    "CREATE INDEX IF NOT EXISTS records_run_kind_ts ON records (run, kind, ts)",
+    "CREATE INDEX IF NOT EXISTS records_run_ts ON records (run, ts)",
+    # ``after_id`` polling of one run ("what is new since I last looked").
+    "CREATE INDEX IF NOT EXISTS records_run_id ON records (run, id)",
+    # ... and of one kind of it; added after schema version 1, so older stores get it here.
+    "CREATE INDEX IF NOT EXISTS records_run_kind_id ON records (run, kind, id)",
+    """CREATE TABLE IF NOT EXISTS run_kinds (
+        run TEXT COLLATE "C" NOT NULL,
+        kind TEXT COLLATE "C" NOT NULL,
+        n BIGINT NOT NULL,
+        first_ts TEXT COLLATE "C",
+        last_ts TEXT COLLATE "C",
+        last_step BIGINT,
+        last_id BIGINT NOT NULL,
+        PRIMARY KEY (run, kind)
+    )""",
+    """CREATE TABLE IF NOT EXISTS run_sources (
+        run TEXT COLLATE "C" NOT NULL,
+        node TEXT COLLATE "C" NOT NULL,
+        rank BIGINT NOT NULL,
+        PRIMARY KEY (run, node, rank)
+    )""",
+    """CREATE TABLE IF NOT EXISTS run_activity (
+        run TEXT COLLATE "C" PRIMARY KEY,
+        restamps BIGINT NOT NULL DEFAULT 0,
+        received_at TEXT COLLATE "C"
+    )""",
+)
+
+_COLS = ", ".join(ROW_COLUMNS)
+# Column types of the staging table (the records table's, without constraints).
+_ROW_TYPES = {"key": "BYTEA", "step": "BIGINT", "rank": "BIGINT", "line": "BIGINT"}
+# The staging table lives per connection and empties itself at every commit.
+_STAGING = (
+    "CREATE TEMP TABLE IF NOT EXISTS dsmon_incoming (seq INTEGER, "
+    + ", ".join(f"{c} {_ROW_TYPES.get(c, 'TEXT')}" for c in ROW_COLUMNS)
+    + ") ON COMMIT DELETE ROWS"
+)
+# One statement: insert what is new (in batch order, so ids follow the log), then fold the
+# rows actually inserted into the bookkeeping tables. -1 and '' stand for an unknown rank
+# or node in the key columns, as in the SQLite store. LEAST/GREATEST skip NULLs.
+_MOVE = f"""
+WITH ins AS (
+    INSERT INTO records ({_COLS})
+    SELECT {_COLS} FROM dsmon_incoming ORDER BY seq
+    ON CONFLICT (key) DO NOTHING
+    RETURNING id, run, kind, step, ts, node, rank
+), kinds AS (
+    INSERT INTO run_kinds AS k (run, kind, n, first_ts, last_ts, last_step, last_id)
+    SELECT run, kind, COUNT(*), MIN(ts), MAX(ts), MAX(step), MAX(id) FROM ins GROUP BY run, kind
+    ON CONFLICT (run, kind) DO UPDATE SET
+        n = k.n + excluded.n,
+        first_ts = LEAST(k.first_ts, excluded.first_ts),
+        last_ts = GREATEST(k.last_ts, excluded.last_ts),
+        last_step = GREATEST(k.last_step, excluded.last_step),
+        last_id = GREATEST(k.last_id, excluded.last_id)
+), sources AS (
+    INSERT INTO run_sources (run, node, rank)
+    SELECT DISTINCT run, COALESCE(node, ''), COALESCE(rank, -1) FROM ins
+    ON CONFLICT DO NOTHING
+)
+SELECT COUNT(*) FROM ins
+"""
+
+# Rows stored before without a step, sent again with it (live collectors do so): fill the
+# step in place, then fold what changed into the bookkeeping.
+_RESTAMP = """
+WITH filled AS (
+    UPDATE records r SET step = i.step, body = i.body FROM dsmon_incoming i
+    WHERE r.key = i.key AND r.step IS NULL AND i.step IS NOT NULL
+    RETURNING r.run, r.kind, r.step
+), kinds AS (
+    UPDATE run_kinds k SET last_step = GREATEST(k.last_step, f.top)
+    FROM (SELECT run, kind, MAX(step) AS top FROM filled GROUP BY run, kind) f
+    WHERE k.run = f.run AND k.kind = f.kind
+), counts AS (
+    INSERT INTO run_activity AS c (run, restamps) SELECT run, COUNT(*) FROM filled GROUP BY run
+    ON CONFLICT (run) DO UPDATE SET restamps = c.restamps + excluded.restamps
+)
+SELECT COUNT(*) FROM filled
+"""
+_RECEIVED = """
+INSERT INTO run_activity AS c (run, received_at) SELECT DISTINCT run, %s FROM dsmon_incoming
+ON CONFLICT (run) DO UPDATE SET received_at = excluded.received_at
+"""
+
+
+class PgStore(Store):
+    """A store in a PostgreSQL database, selected by a ``postgresql://`` URL.
+
+    The tables go into the first schema of the connection's ``search_path`` (``public`` by
+    default; ``?options=-csearch_path%3Dname`` in the URL picks another). One connection per
+    store object, shared by threads under a lock, like the SQLite store.
+
+    Args:
+        url: a libpq connection URL, ``postgresql://user:password@host:port/database``.
+
+    Raises:
+        StoreError: the server cannot be reached, or the database holds tables of another
+            dsmon schema version.
+    """
+
+    BODY_KINDS = frozenset(KINDS.keys())
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._lock = threading.Lock()
+        self._conn: psycopg.Connection[Any] | None = None
+        with self._lock:
+            self._call(self._setup)
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        """A fresh autocommit connection with the staging table in place."""
+        conn = psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+        conn.execute(_STAGING)
+        return conn
+
+    def _live(self) -> psycopg.Connection[Any]:
+        """The connection, reopened when the server closed it."""
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self._conn = self._connect()
+        return self._conn
+
+    def _call(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """Run ``fn`` on the live connection; retry once on a new one if the link dropped.
+
+        Callers hold ``self._lock``. Every operation is a read or an idempotent write, so
+        running it a second time after a failure of unknown outcome is safe.
+        """
+        try:
+            try:
+                return fn(self._live())
+            except psycopg.OperationalError:
+                if self._conn is not None and not (self._conn.broken or self._conn.closed):
+                    raise  # the server refused the statement: retrying would not help
+                self._conn = None
+                return fn(self._live())
+        except psycopg.Error as exc:
+            reason = " ".join(str(exc).split())
+            # The data itself is refused (too long for an index, out of range): permanent.
+            data = isinstance(exc, psycopg.DataError | psycopg.IntegrityError) or (
+                exc.sqlstate is not None and exc.sqlstate.startswith(_DATA_SQLSTATES)
+            )
+            error = StoreDataError if data else StoreError
+            raise error(f"store {redact_url(self.url)}: {reason}") from None
+
+    def _setup(self, conn: psycopg.Connection[Any]) -> None:
+        """Create the tables if needed, or check that they are of this schema version."""
+        with conn.transaction():
+            # Two processes opening a new database at once would race on CREATE TABLE.
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext('dsmon schema'))")
+            for stmt in _DDL:
+                conn.execute(stmt)
+            row = conn.execute("SELECT value FROM dsmon_meta WHERE name = 'schema_version'")
+            found = row.fetchone()
+            if found is None:
+                conn.execute(
+                    "INSERT INTO dsmon_meta (name, value) VALUES ('schema_version', %s)",
+                    (str(SCHEMA_VERSION),),
+                )
+            elif found[0] != str(SCHEMA_VERSION):
+                raise StoreError(
+                    f"cannot open store {redact_url(self.url)}: schema version {found[0]}, "
+                    f"this dsmon reads version {SCHEMA_VERSION}"
+                )
+
+    def add(self, records: Iterable[Record | EncodedRecord], *, live: bool = False) -> int:
+        """Store the records not stored yet, one transaction per few thousand; returns how many."""
+        inserted = 0
+        for rows in batched(records):
+            with self._lock:
+                inserted += self._call(functools.partial(_insert, rows=rows, live=live))
+        return inserted
+
+    def runs(self) -> list[RunInfo]:
+        """Every run, from the bookkeeping tables (no scan of the records)."""
+        with self._lock:
+            stats, sources, activity = self._call(_run_tables)
+        return run_infos(
+            (KindStats(*row) for row in stats),
+            sources,
+            {run: (int(n), at) for run, n, at in activity},
+        )
+
+    def last_id(self, run: str | None = None) -> int:
+        """Id of the newest record of ``run`` (or of the whole store); 0 if there is none."""
+        sql = "SELECT MAX(id) FROM records"
+        params: tuple[str, ...] = ()
+        if run is not None:
+            sql, params = "SELECT MAX(last_id) FROM run_kinds WHERE run = %s", (run,)
+        with self._lock:
+            row = self._call(lambda conn: conn.execute(sql, params).fetchone())
+        return int(row[0] or 0) if row else 0
+
+    def restamps(self, run: str) -> int:
+        """Rows of ``run`` whose step was filled in later."""
+        sql = "SELECT restamps FROM run_activity WHERE run = %s"
+        with self._lock:
+            row = self._call(lambda conn: conn.execute(sql, (run,)).fetchone())
+        return int(row[0]) if row else 0
+
+    def _select(self, flt: RecordFilter) -> list[tuple[int, str]]:
+        where, params = flt.where("%s")
+        sql = f"SELECT id, body FROM records WHERE {where} ORDER BY id"
+        if flt.limit is not None:
+            sql += " LIMIT %s"
+            params.append(flt.limit)
+        with self._lock:
+            rows = self._call(lambda conn: conn.execute(sql, params).fetchall())
+        return [(int(i), str(body)) for i, body in rows]
+
+    def check_writable(self) -> None:
+        """Rewrite the schema version row in place: a committed write that changes no data."""
+        sql = "UPDATE dsmon_meta SET value = value WHERE name = 'schema_version'"
+        with self._lock:
+            self._call(lambda conn: conn.execute(sql))
+
+    def close(self) -> None:
+        """Close the connection (a later call opens a new one)."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+
+def _insert(conn: psycopg.Connection[Any], rows: list[RecordRow], live: bool = False) -> int:
+    """COPY ``rows`` to the staging table and move the new ones; commits before returning."""
+    with conn.transaction(), conn.cursor() as cur:
+        # Writers queue here; readers (ACCESS SHARE) are not blocked by this mode.
+        cur.execute("LOCK TABLE records IN SHARE ROW EXCLUSIVE MODE")
+        with cur.copy(f"COPY dsmon_incoming (seq, {_COLS}) FROM STDIN") as copy:
+            for seq, row in enumerate(rows):
+                copy.write_row((seq, *row))
+        found = cur.execute(_MOVE).fetchone()
+        new = int(found[0]) if found else 0
+        if new < len(rows) and any(r.step is not None for r in rows):
+            cur.execute(_RESTAMP)
+        if live:
+            cur.execute(_RECEIVED, (received_now(),))
+    return new
+
+
+def _run_tables(conn: psycopg.Connection[Any]) -> tuple[list[Any], list[Any], list[Any]]:
+    """The bookkeeping rows behind :meth:`PgStore.runs`, read in one snapshot."""
+    with conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        stats = conn.execute(
+            "SELECT run, kind, n, first_ts, last_ts, last_step, last_id FROM run_kinds"
+        ).fetchall()
+        sources = conn.execute("SELECT run, node, rank FROM run_sources").fetchall()
+        activity = conn.execute("SELECT run, restamps, received_at FROM run_activity").fetchall()
+    return stats, sources, activity

@@ -1,0 +1,357 @@
+"""In-memory frames of a run that grow by only what is new, shared by every dashboard session.
+
+A refresh every 1-2 s must not re-read a day of samples. :class:`RunFrames` loads a kind
+once, then on each :meth:`RunFrames.refresh` asks the store for ids above the last one it
+saw (``after_id``), appends them, and bumps that kind's version. Derived views (breakdowns,
+grids, figures' inputs) are memoised on those versions and the replay cut-off, so a refresh
+with nothing new costs one ``last_id`` query. The object is thread-safe: Streamlit runs
+sessions on separate threads and keeps this one in ``st.cache_resource``.
+
+Replay ("the dashboard as it stood at step N") is a filter on the cached frames
+(:class:`Cutoff`), never a second copy of the data.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+import pandas as pd
+
+from dsmon.model.records import Record, record_key
+from dsmon.model.units import parse_ts
+from dsmon.store.base import RunInfo, Store
+
+T = TypeVar("T")
+
+#: A run whose newest record is younger than this is shown as live (and auto-refreshed).
+LIVE_WINDOW_S = 120.0
+#: The kind kept out of frames: the store folds GPU samples for each query.
+GPU = "gpu"
+#: Memoised derived views kept per run (oldest dropped first).
+MEMO_SIZE = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Cutoff:
+    """Replay position: keep records up to ``step`` (and, for unstepped ones, up to ``ts``)."""
+
+    step: int | None = None
+    ts: pd.Timestamp | None = None
+
+    def apply(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """Rows of ``frame`` that existed at this position (all rows for an open cut-off)."""
+        if frame.empty or (self.step is None and self.ts is None):
+            return frame
+        keep = pd.Series(True, index=frame.index)
+        has_step = (
+            frame["step"].notna()
+            if "step" in frame.columns
+            else pd.Series(False, index=frame.index)
+        )
+        if self.step is not None and "step" in frame.columns:
+            keep &= ~has_step | (frame["step"] <= self.step)
+        if self.ts is not None and "ts" in frame.columns:
+            keep &= has_step | frame["ts"].isna() | (frame["ts"] <= self.ts)
+        return frame[keep]
+
+
+OPEN = Cutoff()
+
+
+class RunFrames:
+    """Frames and records of one run, extended incrementally; see the module docstring.
+
+    Args:
+        store: where records come from.
+        run: the run name.
+        transforms: optional per-kind function applied to each newly fetched chunk before
+            it is appended (e.g. ``dsmon.analysis.gpus.prepare`` for ``gpu``), so a long
+            run's frame is kept compact and the work is done once per row.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        run: str,
+        transforms: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] | None = None,
+    ) -> None:
+        self.store = store
+        self.run = run
+        self._transforms = transforms or {}
+        self._lock = threading.RLock()
+        self._frames: dict[str, pd.DataFrame] = {}
+        self._records: dict[str, list[Record]] = {}
+        self._seen: dict[str, int] = {}
+        self._versions: dict[str, int] = {}
+        self._keys: dict[str, set[tuple[str, str, str, str, int, str]]] = {}
+        self._memo: OrderedDict[Hashable, Any] = OrderedDict()
+        self.last_id = 0
+        self._restamps = store.restamps(run)
+        self._gpu_samples = -1  # GPU samples stored when last counted (-1: never counted)
+
+    def refresh(self) -> bool:
+        """Fetch what was added since the last refresh for every kind already loaded.
+
+        When stored rows had their step filled in since (a live collector learned it late),
+        the loaded kinds are read again whole: that happens once or twice per log, when the
+        step clock first resolves, so it is cheaper than tracking changed rows.
+        """
+        with self._lock:
+            restamps = self.store.restamps(self.run)
+            reloaded = restamps != self._restamps
+            if reloaded:
+                self._restamps = restamps
+                self._reload()
+            hi = self.store.last_id(self.run)
+            if hi <= self.last_id:
+                return reloaded
+            self.last_id = hi
+            self._gpu_samples = -1
+            for kind in list(self._frames):
+                self._extend_frame(kind, hi)
+            for kind in list(self._records):
+                self._extend_records(kind, hi)
+            return True
+
+    def info(self) -> RunInfo | None:
+        """The store's bookkeeping of this run now (None once it is gone)."""
+        return next((r for r in self.store.runs() if r.name == self.run), None)
+
+    def frame(self, kind: str, cutoff: Cutoff = OPEN) -> pd.DataFrame:
+        """All rows of ``kind`` loaded so far, as they stood at ``cutoff``."""
+        with self._lock:
+            if kind not in self._frames:
+                self._frames[kind] = pd.DataFrame()
+                self._seen.setdefault(kind, 0)
+                self._extend_frame(kind, self._hi())
+            return cutoff.apply(self._frames[kind])
+
+    def records(self, kind: str, cutoff: Cutoff = OPEN) -> list[Record]:
+        """Record objects of a kind (for the few that carry trees: flops profiles, configs)."""
+        with self._lock:
+            if kind not in self._records:
+                self._records[kind] = []
+                self._seen.setdefault(f"rec:{kind}", 0)
+                self._extend_records(kind, self._hi())
+            recs = self._records[kind]
+        return [r for r in recs if _before(r, cutoff)]
+
+    def version(self, kinds: Sequence[str]) -> tuple[int, ...]:
+        """How many times each kind has grown: part of every memo key.
+
+        ``gpu`` is never loaded as a frame (see :meth:`gpu`): its version is the number of
+        GPU samples stored.
+        """
+        return tuple(self._gpu_count() if k == GPU else self._versions.get(k, 0) for k in kinds)
+
+    def _gpu_count(self) -> int:
+        """GPU samples stored at the last refresh (counted once per refresh that saw news)."""
+        with self._lock:
+            if self._gpu_samples < 0:
+                info = self.info()
+                self._gpu_samples = info.kinds.get(GPU, 0) if info else 0
+            return self._gpu_samples
+
+    def memo(self, name: str, kinds: Sequence[str], cutoff: Cutoff, fn: Callable[[], T]) -> T:
+        """``fn()``, recomputed only when one of ``kinds`` grew or the cut-off moved."""
+        for kind in kinds:  # load what fn will read, so the versions below are current
+            if kind == GPU:
+                continue
+            if kind.startswith("rec:"):
+                self.records(kind[4:])
+            else:
+                self.frame(kind)
+        return self._memoised((name, cutoff, self.version(kinds)), fn)
+
+    def _memoised(self, key: Hashable, fn: Callable[[], T]) -> T:
+        """The value kept under ``key``, else ``fn()`` kept (the oldest dropped past MEMO_SIZE)."""
+        with self._lock:
+            if key in self._memo:
+                self._memo.move_to_end(key)
+                return self._memo[key]
+        value = fn()
+        with self._lock:
+            self._memo[key] = value
+            while len(self._memo) > MEMO_SIZE:
+                self._memo.popitem(last=False)
+        return value
+
+    def gpu(self, name: str, cutoff: Cutoff, fn: Callable[[Store, Any], T]) -> T:
+        """``fn(store, ts_max)``: a GPU query, asked again only when samples were added.
+
+        GPU samples are never loaded here: the store answers summaries and buckets from its
+        roll-ups (``dsmon.store.gpu_reads``), so a day of 64 GPUs costs a query, not 5.5M rows.
+        """
+        key = (GPU, name, cutoff, self._gpu_count())
+        return self._memoised(key, lambda: fn(self.store, cutoff.ts))
+
+    def _reload(self) -> None:
+        """Forget every loaded row; the next read fetches all again (versions keep growing)."""
+        for kind in list(self._frames):
+            self._frames[kind] = pd.DataFrame()
+            self._seen[kind] = 0
+            self._extend_frame(kind, self._hi())
+            self._versions[kind] = self._versions.get(kind, 0) + 1
+        for kind in list(self._records):
+            self._records[kind] = []
+            self._keys[kind] = set()
+            self._seen[f"rec:{kind}"] = 0
+            self._extend_records(kind, self._hi())
+            self._versions[f"rec:{kind}"] = self._versions.get(f"rec:{kind}", 0) + 1
+
+    def _hi(self) -> int:
+        """The id bound of the data this object has promised to show."""
+        if self.last_id == 0:
+            self.last_id = self.store.last_id(self.run)
+        return self.last_id
+
+    def _extend_frame(self, kind: str, hi: int) -> None:
+        """Append rows with ``seen < id <= hi`` (rows above ``hi`` wait for the next refresh)."""
+        new = self.store.frame(self.run, kind, after_id=self._seen[kind])
+        if not new.empty and "id" in new.columns:
+            new = new[new["id"] <= hi]
+        self._seen[kind] = hi
+        if new.empty:
+            return
+        if kind in self._transforms:
+            new = self._transforms[kind](new)
+        old = self._frames[kind]
+        self._frames[kind] = new.reset_index(drop=True) if old.empty else _append(old, new)
+        self._versions[kind] = self._versions.get(kind, 0) + 1
+
+    def _extend_records(self, kind: str, hi: int) -> None:
+        """Append record objects above the last id seen for them."""
+        key = f"rec:{kind}"
+        new = self.store.records(self.run, kind, after_id=self._seen[key])
+        self._seen[key] = hi
+        # Records carry no id, so ones stored after ``hi`` may come again next time:
+        # their identity key drops the repeat.
+        have = self._keys.setdefault(kind, set())
+        fresh = [r for r in new if record_key(r) not in have]
+        have.update(record_key(r) for r in fresh)
+        if fresh:
+            self._records[kind].extend(fresh)
+            self._versions[key] = self._versions.get(key, 0) + 1
+
+
+def _append(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
+    """``old`` then ``new``; categorical columns stay categorical (categories united)."""
+    for col in new.columns:
+        a, b = old.get(col), new[col]
+        if a is None or not isinstance(a.dtype, pd.CategoricalDtype):
+            continue
+        if isinstance(b.dtype, pd.CategoricalDtype) and b.cat.categories.equals(a.cat.categories):
+            continue
+        union = a.cat.categories.union(pd.Index(b.astype(object).dropna().unique()))
+        if not union.equals(a.cat.categories):
+            old = old.assign(**{col: a.cat.set_categories(union)})
+        new = new.assign(**{col: pd.Categorical(b.astype(object), categories=union)})
+    return pd.concat([old, new], ignore_index=True)
+
+
+def _before(rec: Record, cutoff: Cutoff) -> bool:
+    """Whether a record existed at the replay position."""
+    if cutoff.step is not None and rec.step is not None:
+        return rec.step <= cutoff.step
+    when = parse_ts(rec.ts)
+    if cutoff.ts is not None and when is not None:
+        return pd.Timestamp(when) <= cutoff.ts
+    return True
+
+
+class FrameHub:
+    """One :class:`RunFrames` per run over one store: the object ``st.cache_resource`` keeps."""
+
+    def __init__(
+        self,
+        store: Store,
+        transforms: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] | None = None,
+    ) -> None:
+        self.store = store
+        self._transforms = transforms
+        self._runs: dict[str, RunFrames] = {}
+        self._lock = threading.Lock()
+
+    def run(self, name: str) -> RunFrames:
+        """The frames of run ``name`` (created on first use)."""
+        with self._lock:
+            if name not in self._runs:
+                self._runs[name] = RunFrames(self.store, name, self._transforms)
+            return self._runs[name]
+
+
+def is_live(last_ts: str | None, now: datetime, window_s: float = LIVE_WINDOW_S) -> bool:
+    """A run is live when its newest record is at most ``window_s`` old (either clock way).
+
+    DeepSpeed stamps lines in the writer's local time without a zone, so the comparison is
+    against the local wall clock and tolerates small skew in both directions.
+    """
+    if not last_ts:
+        return False
+    try:
+        age = abs((now - pd.Timestamp(last_ts).to_pydatetime()).total_seconds())
+    except (ValueError, OverflowError):  # a timestamp no calendar has: says nothing
+        return False
+    return age <= window_s
+
+
+def run_is_live(info: RunInfo, now: datetime, window_s: float = LIVE_WINDOW_S) -> bool:
+    """Whether a run is being written to: records received lately, or lately stamped.
+
+    Receive time comes first: lines printed without a timestamp (timer lines; every line at
+    DeepSpeed's default log level) leave ``last_ts`` at the run's start while it goes on.
+    """
+    return is_live(info.received_at, now, window_s) or is_live(info.last_ts, now, window_s)
+
+
+def status_line(info: RunInfo | None, now: datetime) -> str:
+    """One line on where the run stands, drawn with every refresh of a page.
+
+    It is part of the page's live fragment, not of the sidebar (which is drawn only on a full
+    rerun), so it never contradicts the charts below it.
+    """
+    if info is None:
+        return "This run is no longer in the store."
+    state = "live" if run_is_live(info, now) else "finished"
+    last = info.last_ts.replace("T", " ") if info.last_ts else "no timestamp"
+    step = "-" if info.last_step is None else f"{info.last_step:,}"
+    nodes = f"{len(info.nodes)} node(s)" if info.nodes else "node unknown"
+    return (
+        f"{state} · last step {step} · {nodes} · {len(info.ranks)} rank(s) sent records · "
+        f"{info.n_records:,} records · last stamped line {last}"
+    )
+
+
+def step_cutoff(steps: pd.DataFrame, step: int | None) -> Cutoff:
+    """The replay position of optimizer step ``step``: its number and the time it ended.
+
+    ``steps`` is any stepped frame with ``step`` and ``ts`` (timers, step lines); the time
+    bounds the records that have no step (GPU samples, events).
+    """
+    if step is None:
+        return OPEN
+    if steps.empty or "ts" not in steps.columns:
+        return Cutoff(step=step)
+    upto = steps[steps["step"] <= step]["ts"].dropna()
+    return Cutoff(step=step, ts=None if upto.empty else pd.Timestamp(upto.max()))
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """What the dashboard frame hands each page: the run, its frames, replay and refresh.
+
+    ``refresh_s`` is the fragment period when ``live`` (None: no auto-refresh, e.g. replay).
+    ``hub`` gives the frames of the store's other runs, for a page that compares runs.
+    """
+
+    run: str
+    frames: RunFrames
+    cutoff: Cutoff = OPEN
+    live: bool = False
+    refresh_s: float | None = None
+    hub: FrameHub | None = None

@@ -1,0 +1,113 @@
+"""The checklist as the dashboard's health page needs it: cheap to refresh, live where it matters.
+
+The page redraws every 1-2 s. Re-running forty rules over a long run's frames each time would
+waste the refresh, and none of them can change unless new records arrived, except the stall
+rule, whose verdict depends on the clock. So the checklist is memoised on the run's frame
+versions (``dsmon.view.cache.RunFrames.memo``) and only ``run.stalled`` is evaluated on every
+refresh. Pages import this module and render what it returns; they compute nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from datetime import datetime
+from typing import NamedTuple
+
+from dsmon.health.gather import FRAME_KINDS, inputs_from_frames
+from dsmon.health.inputs import HealthInputs
+from dsmon.health.model import Checklist, CheckResult, Status
+from dsmon.health.registry import all_rules, evaluate, run_rule
+from dsmon.health.report import facts_line
+from dsmon.view.cache import GPU, Cutoff, RunFrames
+
+#: The rules whose verdict depends on the wall clock (they read ``HealthInputs.now``: a live run
+#: is not "killed" for lacking exit lines, a stall is measured against now), re-evaluated on
+#: every refresh instead of memoised. tests/test_health_page.py checks that no other rule reads it.
+CLOCK_RULES = frozenset({"run.errors", "run.stalled", "ranks.hang"})
+#: Dashboard page script per rule ``page`` (the scripts app.py lists).
+PAGE_SCRIPTS = {
+    "steps": "pages/steps.py",
+    "training": "pages/training.py",
+    "communication": "pages/communication.py",
+    "gpus": "pages/gpus.py",
+    "flops": "pages/flops.py",
+}
+#: Streamlit badge colour per status.
+BADGE_COLORS = {
+    Status.PASS: "green",
+    Status.WARN: "orange",
+    Status.FAIL: "red",
+    Status.UNKNOWN: "gray",
+    Status.NOT_APPLICABLE: "blue",
+}
+#: The counts row, worst first; rules that do not apply come last, apart from the passes.
+COUNT_ORDER = (Status.FAIL, Status.WARN, Status.UNKNOWN, Status.PASS, Status.NOT_APPLICABLE)
+#: Categories in display order, with their headings.
+SECTIONS = (("config", "Configuration"), ("runtime", "Run"), ("gpu", "GPUs"))
+
+
+class Panel(NamedTuple):
+    """What the health page shows: the checklist and one line of facts about the run."""
+
+    checklist: Checklist
+    subject: str
+
+
+def _static(frames: RunFrames, cutoff: Cutoff, run: str) -> tuple[HealthInputs, Checklist]:
+    """Inputs and the verdicts of every rule that does not read the clock."""
+    configs = frames.records("config", cutoff)
+    summary = frames.gpu("summary", cutoff, lambda store, cut: store.gpu_summary(run, cut))
+    inputs = inputs_from_frames(
+        lambda kind: frames.frame(kind, cutoff), configs, run=run, gpu_summary=summary
+    )
+    rules = [r for r in all_rules() if r.id not in CLOCK_RULES]
+    return inputs, evaluate(inputs, rules)
+
+
+def panel(frames: RunFrames, run: str, cutoff: Cutoff, now: datetime | None) -> Panel:
+    """The checklist of a run as it stood at ``cutoff``; ``now`` is None when not live."""
+    kinds = [*FRAME_KINDS, GPU, "rec:config"]
+    inputs, static = frames.memo(
+        "health.checklist", kinds, cutoff, lambda: _static(frames, cutoff, run)
+    )
+    live = dataclasses.replace(inputs, now=now)
+    clock = {r.id: run_rule(r, live) for r in all_rules() if r.id in CLOCK_RULES}
+    results = merged(static.results, clock)
+    return Panel(Checklist(results), facts_line(inputs))
+
+
+def merged(static: Sequence[CheckResult], clock: dict[str, CheckResult]) -> tuple[CheckResult, ...]:
+    """All results in registry order: the memoised ones with the clock rules slotted in."""
+    by_id = {r.rule_id: r for r in static} | clock
+    return tuple(by_id[r.id] for r in all_rules() if r.id in by_id)
+
+
+def badge(status: Status) -> str:
+    """The Streamlit markdown badge of a status (``:red-badge[FAIL]``)."""
+    return f":{BADGE_COLORS[status]}-badge[{status.label.upper()}]"
+
+
+class Section(NamedTuple):
+    """One category's results as the page lays them out."""
+
+    problems: list[CheckResult]
+    passing: list[CheckResult]
+    not_applicable: list[CheckResult]
+
+
+def by_category(checklist: Checklist, category: str) -> Section:
+    """One category's results: problems worst first, the passes, the rules that do not apply.
+
+    Problems are shown one by one; passes are listed together, and the rules that do not apply
+    in a list of their own, so the page leads with what needs attention and never presents an
+    unchecked rule as a pass.
+    """
+    order = {Status.FAIL: 0, Status.WARN: 1, Status.UNKNOWN: 2}
+    rows = [r for r in checklist.results if r.category == category]
+    problems = sorted((r for r in rows if r.status in order), key=lambda r: order[r.status])
+    return Section(
+        problems,
+        [r for r in rows if r.status is Status.PASS],
+        [r for r in rows if r.status is Status.NOT_APPLICABLE],
+    )
