@@ -17,7 +17,10 @@ Freshness of a line = visible time - write time, both on this process's monotoni
 prints p50, p99 and max; the goal is p99 <= 1 s. The polling period bounds the error of
 each figure from above (a record is seen at most one poll after it was stored).
 
-Usage: ``python bench/freshness.py [--seconds 30] [--rate 50] [--poll-interval 0.5]``
+``--prefill N`` first stores N timer records of the same run (an earlier log of it) through
+the store API, so the figures are those of a store that already holds a big run.
+
+Usage: ``python bench/freshness.py [--seconds 30] [--rate 50] [--poll-interval 0.5] [--prefill 5000000]``
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from harness import (
@@ -127,8 +131,33 @@ def report(args: argparse.Namespace, written: dict[int, float], seen: dict[int, 
     print(f"goal: p99 <= {GOAL_P99_S * 1000:.0f} ms -> {'met' if met else 'NOT met'}")
 
 
+def prefill(path: Path, n: int) -> None:
+    """Store ``n`` engine timer records of the same run (an earlier log of it) beforehand.
+
+    The live lines then go into a store that already holds a big run, as in production:
+    any per-batch cost that grows with the stored rows shows up in the figures.
+    """
+    from dsmon.model.records import Source, TimerRecord
+    from dsmon.store.sqlite import SQLiteStore
+
+    def records() -> Iterator[TimerRecord]:
+        for i in range(n):
+            yield TimerRecord(
+                src=Source(run=RUN, node="bench", rank=0, file="earlier.log", line=i + 1),
+                step=i + 1, group="global", values_ms={"fwd": 100.0, "bwd": 200.0, "step": 50.0},
+            )  # fmt: skip
+
+    start = time.perf_counter()
+    store = SQLiteStore(path)
+    store.add(records())
+    store.close()
+    print(f"prefill: {n:,} records of run {RUN} stored in {time.perf_counter() - start:.0f} s")
+
+
 def measure(args: argparse.Namespace, tmp: Path) -> None:
     """Start server and collector, write, watch, report, stop everything."""
+    if args.prefill:
+        prefill(tmp / "store.sqlite", args.prefill)
     server = IngestServer(tmp, tmp / "store.sqlite")
     log_path = tmp / RUN / "train.log"
     log = Appender(log_path)
@@ -162,6 +191,7 @@ def main() -> None:
     ap.add_argument("--poll-interval", type=float, default=0.5, help="collector poll (0.5 s)")
     ap.add_argument("--poll-every", type=float, default=0.02, help="client poll (0.02 s)")
     ap.add_argument("--drain", type=float, default=10.0, help="wait for the last lines (10 s)")
+    ap.add_argument("--prefill", type=int, default=0, help="records of the run stored first (0)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="dsmon-fresh-") as tmp:
         measure(args, Path(tmp))

@@ -12,12 +12,13 @@ line every 10 steps) and ``--gpu-hours`` of 1 Hz NVML samples from 64 GPUs (defa
   (a live tick), caches warm, as a browser already on the page sees it;
 - ``sent``: bytes of the page's figures (plotly JSON) and tables (Arrow), what the browser
   is sent on each render;
-- the process's peak RSS after all pages.
+- ``RSS``: the peak RSS of the process that rendered the page (each page in its own).
 
 A live page redraws only its fragment; a full rerun, timed here, costs more, so these are
 upper bounds. ``--steps-only`` skips the GPU samples (they take about 4 minutes to write).
 
-Usage: ``python bench/pages.py [--steps 100000] [--gpu-hours 24] [--pages steps,gpus]``
+Usage: ``python bench/pages.py [--steps 100000] [--gpu-hours 24] [--pages steps,gpus] [--keep]``
+(``--store PATH`` measures a store kept by an earlier ``--keep`` run again.)
 """
 
 from __future__ import annotations
@@ -26,12 +27,15 @@ import argparse
 import logging
 import os
 import resource
+import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
+
+import pandas as pd
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -134,36 +138,60 @@ def open_page(page: str) -> tuple[object, float]:
     return at, time.perf_counter() - start
 
 
+def measure(path: Path, page: str, step: int, second: int) -> str:
+    """One page in this process: first render, a live tick, the refresh; the result line."""
+    os.environ["DSMON_STORE"] = str(path)
+    logging.getLogger("streamlit").setLevel(logging.ERROR)
+    store = SQLiteStore(path)
+    at, first = open_page(page)
+    store.add(step_records(step), live=True)
+    store.add(samples(second, 1), live=True)
+    start = time.perf_counter()
+    at.run()  # type: ignore[attr-defined]
+    refresh = time.perf_counter() - start
+    if at.exception:  # type: ignore[attr-defined]
+        print(f"{page}: {at.exception}", file=sys.stderr)  # type: ignore[attr-defined]
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return f"{page:<15}{first:>9.2f}{refresh:>11.2f}{sent_bytes(at) / 1e6:>9.2f}{rss:>10.0f}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=100_000)
     ap.add_argument("--gpu-hours", type=float, default=24.0)
     ap.add_argument("--pages", default=",".join(PAGES))
-    ap.add_argument("--store", help="reuse a store built by an earlier run (path)")
+    ap.add_argument("--store", help="reuse a store an earlier run built (path; --keep prints it)")
+    ap.add_argument("--keep", action="store_true", help="keep the store built, print its path")
+    ap.add_argument("--child", help=argparse.SUPPRESS)  # page,step,second: one page, here
     args = ap.parse_args()
+    if args.child:
+        page, step, second = args.child.split(",")
+        print(measure(Path(args.store), page, int(step), int(second)), flush=True)
+        return
     path = Path(args.store) if args.store else Path(tempfile.mkdtemp()) / "pages.sqlite"
     store = SQLiteStore(path) if args.store else build(path, args.steps, args.gpu_hours)
     info = store.runs()[0]
+    span = store.gpu_summary(RUN)
+    last_s = int((span["last_ts"].max() - pd.Timestamp(T0)).total_seconds()) if len(span) else 0
+    store.close()
     print(f"run: {info.n_records:,} records, last step {info.last_step:,}")
-    os.environ["DSMON_STORE"] = str(path)
-    logging.getLogger("streamlit").setLevel(logging.ERROR)
-
-    step = (info.last_step or 0) + 1
-    second = int(args.gpu_hours * 3600)
-    print(f"{'page':<15}{'first s':>9}{'refresh s':>11}{'sent MB':>9}")
+    print(f"{'page':<15}{'first s':>9}{'refresh s':>11}{'sent MB':>9}{'RSS MiB':>10}")
+    step, second = (info.last_step or 0) + 1, last_s + 1
     for page in args.pages.split(","):
-        at, first = open_page(page)
-        store.add(step_records(step), live=True)
-        store.add(samples(second, 1), live=True)
+        # each page in a process of its own: a first render from nothing, and its own RSS
+        child = [
+            sys.executable,
+            __file__,
+            "--store",
+            str(path),
+            "--child",
+            f"{page},{step},{second}",
+        ]
+        out = subprocess.run(child, capture_output=True, text=True, check=False)
+        print(out.stdout.strip() or f"{page}: failed: {out.stderr.strip()[-300:]}", flush=True)
         step, second = step + 1, second + 1
-        start = time.perf_counter()
-        at.run()  # type: ignore[attr-defined]
-        refresh = time.perf_counter() - start
-        if at.exception:  # type: ignore[attr-defined]
-            print(f"{page}: {at.exception}")  # type: ignore[attr-defined]
-        print(f"{page:<15}{first:>9.2f}{refresh:>11.2f}{sent_bytes(at) / 1e6:>9.2f}")
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"peak RSS of this process (store writes included): {rss:.0f} MiB")
+    if args.keep:
+        print(f"store kept: {path}")
 
 
 if __name__ == "__main__":

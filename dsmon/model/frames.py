@@ -33,7 +33,8 @@ _BASE_DTYPES = {
     "file": "object",
     "line": "Int64",
 }
-_SKIP = frozenset({"src", "ts", "step"})
+#: Fields not made columns: ``values_ms`` is widened into one ``<name>_ms`` column per timer.
+_SKIP = frozenset({"src", "ts", "step", "values_ms"})
 
 
 def _dtype(annotation: str) -> str:
@@ -103,7 +104,7 @@ def records_frame(
     ]
     columns = list(BASE_COLUMNS) + names
     frame = pd.DataFrame.from_records(rows, columns=_with_extra(columns, rows))
-    return _typed(frame, dtypes)
+    return typed(frame, dtypes)
 
 
 def bodies_frame(kind: str, ids: Sequence[int], bodies: Sequence[str]) -> pd.DataFrame:
@@ -126,14 +127,14 @@ def bodies_frame(kind: str, ids: Sequence[int], bodies: Sequence[str]) -> pd.Dat
         for key in ("node", "rank", "file", "line"):
             row[key] = src.get(key)
         for name in nested:
-            if row.get(name):
+            if row.get(name) is not None:
                 row[name] = wire.nested_value(name, row[name])
         if timers:
-            for timer, value in (row.get("values_ms") or {}).items():
+            for timer, value in (row.pop("values_ms", None) or {}).items():
                 row[f"{timer}_ms"] = value
         rows.append(row)
     columns = list(BASE_COLUMNS) + names
-    return _typed(pd.DataFrame.from_records(rows, columns=_with_extra(columns, rows)), dtypes)
+    return typed(pd.DataFrame.from_records(rows, columns=_with_extra(columns, rows)), dtypes)
 
 
 def _with_extra(columns: list[str], rows: list[dict[str, Any]]) -> list[str]:
@@ -146,7 +147,7 @@ def _with_extra(columns: list[str], rows: list[dict[str, Any]]) -> list[str]:
     return columns + list(extra)
 
 
-def _typed(frame: pd.DataFrame, dtypes: dict[str, str]) -> pd.DataFrame:
+def typed(frame: pd.DataFrame, dtypes: dict[str, str]) -> pd.DataFrame:
     """Apply the declared dtypes; extra (timer) columns are float."""
     wanted: dict[str, Any] = {
         col: _BASE_DTYPES.get(col) or dtypes.get(col) or "float64"

@@ -33,6 +33,8 @@ SCHEMA_VERSION = 1
 #: Records written per transaction: large enough to amortise the commit, small enough
 #: that a reader never waits long and memory stays flat on a 500 MB import.
 BATCH_ROWS = 5000
+#: Frames of fewer rows are read in Python: Arrow's fixed cost per call is not worth it.
+ARROW_MIN_ROWS = 2000
 #: Records decoded at a time by :meth:`Store.scan`: it never holds more record objects.
 SCAN_ROWS = 1000
 
@@ -358,12 +360,15 @@ class Store(ABC, GpuReads):
         limit: int | None = None,
     ) -> pd.DataFrame:
         """One row per record of one kind: see :func:`dsmon.model.frames.records_frame`."""
+        from dsmon.model.arrow_frames import arrow_frame
         from dsmon.model.frames import bodies_frame, records_frame
 
         flt = RecordFilter(run, kind, step_min, step_max, ts_min, ts_max, after_id, limit)
         if kind in self.BODY_KINDS:
             rows = self._select(flt)
-            return bodies_frame(kind, [i for i, _ in rows], [b for _, b in rows])
+            ids, bodies = [i for i, _ in rows], [b for _, b in rows]
+            fast = arrow_frame(kind, ids, bodies) if len(rows) >= ARROW_MIN_ROWS else None
+            return fast if fast is not None else bodies_frame(kind, ids, bodies)
         pairs = self._select_records(flt)
         return records_frame(kind, [rec for _, rec in pairs], [i for i, _ in pairs])
 

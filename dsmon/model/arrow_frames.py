@@ -1,0 +1,160 @@
+"""Frames of stored JSON bodies read by Arrow's JSON reader: a long run's first load in C++.
+
+Opening a run of 100k steps reads 300k timer rows and 100k step rows; even with orjson, a
+Python loop over them takes seconds. ``pyarrow.json`` (pyarrow comes with Streamlit) parses
+the bodies in one call into columns, given the record model's own schema for the fixed
+fields; only the timer names (``values_ms``), which vary with the run, are inferred. The
+result is handed to :func:`dsmon.model.frames.typed` like any other frame, so dtypes and
+timestamps are what :func:`dsmon.model.frames.records_frame` gives. A kind with fields Arrow
+cannot hold as columns (nested mappings, module trees) is left to the Python reader, and so
+is any batch Arrow refuses (a value of another type than the model says).
+"""
+
+from __future__ import annotations
+
+import io
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.json as pj
+
+from dsmon.model.frames import BASE_COLUMNS, field_dtypes, typed
+from dsmon.model.records import KINDS
+
+_SCALARS: dict[Any, pa.DataType] = {
+    float: pa.float64(),
+    int: pa.int64(),
+    str: pa.string(),
+    bool: pa.bool_(),
+}
+_SOURCE = pa.struct(
+    [("node", pa.string()), ("rank", pa.int64()), ("file", pa.string()), ("line", pa.int64())]
+)
+#: Fields read as lists and handed on as tuples, as the record model holds them.
+_TUPLES = {"lr", "mom"}
+_INT64 = {pa.int64(): pd.Int64Dtype()}
+
+
+def _arrow_type(tp: Any) -> pa.DataType | None:
+    """The Arrow type of a field annotation, None when it has no flat column form."""
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return _arrow_type(args[0]) if len(args) == 1 else None
+    if tp in _SCALARS:
+        return _SCALARS[tp]
+    if typing.get_origin(tp) is tuple and tp == tuple[float, ...]:
+        return pa.list_(pa.float64())
+    if typing.get_origin(tp) is tuple and tp == tuple[tuple[float, ...], ...]:
+        return pa.list_(pa.list_(pa.float64()))
+    return None
+
+
+class KindSchema(typing.NamedTuple):
+    """How Arrow reads a kind: the explicit schema, and mapping fields left to inference."""
+
+    schema: pa.Schema
+    mappings: tuple[str, ...]  # read only when null everywhere (else the Python reader)
+
+
+_SCHEMAS: dict[str, KindSchema | None] = {}
+
+
+def schema(kind: str) -> KindSchema | None:
+    """The explicit schema of a kind's bodies (timer names left out), or None if it has none."""
+    if kind in _SCHEMAS:
+        return _SCHEMAS[kind]
+    hints = typing.get_type_hints(KINDS[kind])
+    fields = [("src", _SOURCE), ("ts", pa.string()), ("step", pa.int64())]
+    mappings: list[str] = []
+    found: KindSchema | None = None
+    for name in field_dtypes(kind):
+        arrow = _arrow_type(hints[name])
+        if arrow is not None:
+            fields.append((name, arrow))
+        elif _is_mapping(hints[name]):
+            mappings.append(name)
+        else:
+            break
+    else:
+        found = KindSchema(pa.schema(fields), tuple(mappings))
+    _SCHEMAS[kind] = found
+    return found
+
+
+def _is_mapping(tp: Any) -> bool:
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if typing.get_origin(tp) in (typing.Union, types.UnionType) and len(args) == 1:
+        return _is_mapping(args[0])
+    return typing.get_origin(tp) in (Mapping, dict)
+
+
+def arrow_frame(kind: str, ids: Sequence[int], bodies: Sequence[str]) -> pd.DataFrame | None:
+    """The frame of ``kind`` from its stored bodies, or None when Arrow cannot read them."""
+    found = schema(kind)
+    if found is None or not bodies:
+        return None
+    data = "\n".join(bodies).encode("utf-8")
+    options = pj.ParseOptions(explicit_schema=found.schema, unexpected_field_behavior="infer")
+    try:
+        table = pj.read_json(
+            io.BytesIO(data), read_options=pj.ReadOptions(block_size=len(data) + 1),
+            parse_options=options,
+        )  # fmt: skip
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    for name in found.mappings:  # a mapping with keys in some row: the Python reader's job
+        if name in table.column_names and not _empty_mappings(table.column(name)):
+            return None
+    return typed(_columns(kind, table, ids), field_dtypes(kind))
+
+
+def _empty_mappings(column: pa.ChunkedArray) -> bool:
+    """Whether every value of an inferred mapping column is ``{}`` or null."""
+    return column.null_count == len(column) or (
+        pa.types.is_struct(column.type) and column.type.num_fields == 0
+    )
+
+
+def _columns(kind: str, table: pa.Table, ids: Sequence[int]) -> pd.DataFrame:
+    """BASE_COLUMNS, the kind's fields, then one ``<name>_ms`` column per timer name."""
+    src = table.column("src").combine_chunks()
+    cols: dict[str, Any] = {"id": pa.array(ids, pa.int64())}
+    cols["step"], cols["ts"] = table.column("step"), table.column("ts")
+    for key in ("node", "rank", "file", "line"):
+        cols[key] = src.field(key)
+    mappings: list[str] = []
+    for name in field_dtypes(kind):
+        if name not in table.column_names:
+            cols[name] = pa.nulls(table.num_rows)
+        elif pa.types.is_struct(table.column(name).type):
+            mappings.append(name)  # {} in every row (see _empty_mappings)
+            cols[name] = pa.nulls(table.num_rows)
+        else:
+            cols[name] = table.column(name)
+    if "values_ms" in table.column_names:
+        timers = table.column("values_ms").combine_chunks()
+        if pa.types.is_struct(timers.type):
+            for i in range(timers.type.num_fields):
+                cols[f"{timers.type.field(i).name}_ms"] = timers.field(i).cast(pa.float64())
+    table = pa.table(cols)
+    frame = table.to_pandas(types_mapper=_INT64.get)
+    for field in table.schema:  # text as Python str or None, as records give it (not NaN)
+        if pa.types.is_string(field.type) or pa.types.is_null(field.type):
+            column = frame[field.name]
+            frame[field.name] = column.astype(object).where(column.notna(), None)
+    for name in mappings:
+        frame[name] = [{} for _ in range(len(frame))]
+    for name in _TUPLES & set(frame.columns):
+        frame[name] = [_tuple(v) for v in frame[name]]
+    return frame[list(BASE_COLUMNS) + [c for c in frame.columns if c not in BASE_COLUMNS]]
+
+
+def _tuple(value: Any) -> Any:
+    """A list column's value as the record holds it: tuples all the way down."""
+    if value is None:
+        return None
+    return tuple(_tuple(v) if hasattr(v, "__len__") else float(v) for v in value)
