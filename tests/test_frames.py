@@ -4,7 +4,14 @@ import pandas as pd
 import pytest
 
 from dsmon.model.frames import BASE_COLUMNS, field_dtypes, records_frame
-from dsmon.model.records import Record, Source, StepRecord, ThroughputRecord, TimerRecord
+from dsmon.model.records import (
+    EventRecord,
+    Record,
+    Source,
+    StepRecord,
+    ThroughputRecord,
+    TimerRecord,
+)
 
 
 def _timer(line: int, group: str, values: dict[str, float], rank: int | None = 0) -> TimerRecord:
@@ -130,3 +137,17 @@ def test_frames_from_stored_bodies_equal_frames_from_records() -> None:
             compared += len(pairs)
     assert compared > 500  # every kind the corpus runs have
     assert {"timer", "step", "throughput"} <= by_arrow
+
+
+def test_arrow_reader_leaves_what_it_cannot_read_to_the_python_reader() -> None:
+    """A time no calendar has (an old store may hold one) or a value of another type."""
+    from dsmon.model import wire
+    from dsmon.model.arrow_frames import arrow_frame
+
+    good = wire.encode(_timer(1, "global", {"fwd": 1.0}))
+    assert arrow_frame("timer", [1], [good]) is not None
+    assert arrow_frame("timer", [1, 2], [good, good.replace("2026-11-29", "2026-19-39")]) is None
+    assert arrow_frame("timer", [1, 2], [good, good.replace('"global"', "7")]) is None
+    event = EventRecord(src=Source(run="r", file="a.log", line=3), name="oom",
+                        detail={"rank": 1, "gpu": {"index": 0}})  # fmt: skip
+    assert arrow_frame("event", [1], [wire.encode(event)]) is None  # a detail with keys

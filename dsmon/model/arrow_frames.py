@@ -68,7 +68,7 @@ def schema(kind: str) -> KindSchema | None:
     if kind in _SCHEMAS:
         return _SCHEMAS[kind]
     hints = typing.get_type_hints(KINDS[kind])
-    fields = [("src", _SOURCE), ("ts", pa.string()), ("step", pa.int64())]
+    fields = [("src", _SOURCE), ("ts", pa.timestamp("us")), ("step", pa.int64())]
     mappings: list[str] = []
     found: KindSchema | None = None
     for name in field_dtypes(kind):
