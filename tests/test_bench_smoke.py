@@ -95,3 +95,25 @@ def test_probe_overhead_prints_the_cost_per_step() -> None:
         rf"steps >= {NUMBER} ms \(\d+ lines written\)$",
         rf"^goal: <= 1 % of step time {VERDICT}",
     )
+
+
+def test_gpu_page_prints_size_loads_and_ratios() -> None:
+    out = bench("gpu_page.py", "--hours", "0.02", "--baseline-hours", "0.01")
+    assert_lines(
+        out,
+        rf"^stored 4,608 samples in {NUMBER} s",
+        rf"^typed layout: {NUMBER} bytes/sample",
+        rf"^first load \(all queries \+ figures\): {NUMBER} s, {NUMBER} MB of figures$",
+        rf"^refresh after 64 new samples: {NUMBER} s",
+        rf"^ratio bytes/sample typed/baseline: {NUMBER}$",
+    )
+
+
+def test_pages_prints_every_page_it_was_asked_for() -> None:
+    out = bench("pages.py", "--steps", "300", "--gpu-hours", "0.01", "--pages", "health,gpus")
+    assert_lines(
+        out,
+        r"^run: [\d,]+ records, last step 300$",
+        rf"^health +{NUMBER} +{NUMBER} +{NUMBER} +\d+$",
+        rf"^gpus +{NUMBER} +{NUMBER} +{NUMBER} +\d+$",
+    )
