@@ -29,11 +29,13 @@ from collectors.state import StateFile
 from collectors.tailer import Tailer, default_run_name
 from collectors.transport import UrlTransport
 from dsmon.commands import CommandError, default_store
+from dsmon.commands._alerting import add_alert_options, start_watcher, stop_watcher
 from dsmon.commands.dashboard import (
     absolute_store,
     add_server_options,
     check_port,
     child_failed,
+    dashboard_url,
     end_child,
     start_streamlit,
     wait_for_signal,
@@ -86,6 +88,7 @@ def register(subparsers: Any) -> None:
         help="file holding the ingest token (else $DSMON_TOKEN; generated and printed when "
         "--ingest-port is given)",
     )
+    add_alert_options(w)
     w.set_defaults(func=run_watch, config_beside_log=True)
     from collectors import run_cmd  # imports this module: registered last
 
@@ -294,9 +297,14 @@ def run_watch(args: argparse.Namespace) -> int:
     # ``dsmon collect`` never does.
     from dsmon.serve.run import ServeError, start_ingest_server
 
+    watcher = start_watcher(args, store, "watch", dashboard_url(args.port, args.address))
     try:
-        ingest = start_ingest_server(store, token, args.ingest_address, args.ingest_port)
+        ingest = start_ingest_server(
+            store, token, args.ingest_address, args.ingest_port,
+            health=watcher.states if watcher else None,
+        )  # fmt: skip
     except (ServeError, TokenError) as exc:
+        stop_watcher(watcher)
         raise CommandError(f"watch: {exc}") from None
     if args.ingest_port:
         print(f"dsmon watch: ingest API on {ingest.url} (POST /v1/records)", flush=True)
@@ -316,6 +324,7 @@ def run_watch(args: argparse.Namespace) -> int:
             end_child(ui)
     finally:
         ingest.stop()
+        stop_watcher(watcher)
     if ui_ended and not signalled:
         child_failed(ui, "watch")
     return 0

@@ -262,3 +262,15 @@ def test_bad_webhook_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main([*argv, "--alert-webhook", "ftp://hooks.example/x"]) == 1
     err = capsys.readouterr().err
     assert err == "dsmon: serve: alert webhook ftp://hooks.example/...: not an http(s) URL\n"
+
+
+def test_watch_takes_the_alert_options_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``dsmon watch`` (one machine, nothing to configure) alerts like dashboard and serve."""
+    log = tmp_path / "train.log"
+    log.write_text("")
+    argv = ["watch", str(log), "--store", str(tmp_path / "s.sqlite"), "--no-browser"]
+    assert main([*argv, "--alert-webhook", "ftp://hooks.example/x"]) == 1
+    err = capsys.readouterr().err
+    assert err == "dsmon: watch: alert webhook ftp://hooks.example/...: not an http(s) URL\n"
