@@ -140,6 +140,7 @@ def _columns(kind: str, table: pa.Table, ids: Sequence[int]) -> pd.DataFrame:
         if pa.types.is_struct(timers.type):
             for i in range(timers.type.num_fields):
                 cols[f"{timers.type.field(i).name}_ms"] = timers.field(i).cast(pa.float64())
+    tuples = {name: _tuples(cols.pop(name)) for name in _TUPLES & set(cols)}
     table = pa.table(cols)
     frame = table.to_pandas(types_mapper=_INT64.get)
     for field in table.schema:  # text as Python str or None, as records give it (not NaN)
@@ -148,13 +149,15 @@ def _columns(kind: str, table: pa.Table, ids: Sequence[int]) -> pd.DataFrame:
             frame[field.name] = column.astype(object).where(column.notna(), None)
     for name in mappings:
         frame[name] = [{} for _ in range(len(frame))]
-    for name in _TUPLES & set(frame.columns):
-        frame[name] = [_tuple(v) for v in frame[name]]
+    for name, values in tuples.items():
+        frame[name] = values
     return frame[list(BASE_COLUMNS) + [c for c in frame.columns if c not in BASE_COLUMNS]]
 
 
-def _tuple(value: Any) -> Any:
-    """A list column's value as the record holds it: tuples all the way down."""
-    if value is None:
-        return None
-    return tuple(_tuple(v) if hasattr(v, "__len__") else float(v) for v in value)
+def _tuples(column: pa.ChunkedArray) -> list[Any]:
+    """A list column's values as the record holds them: tuples of floats (of tuples)."""
+    nested = pa.types.is_list(column.type.value_type)
+    return [
+        None if v is None else tuple(map(tuple, v)) if nested else tuple(v)
+        for v in column.to_pylist()
+    ]
