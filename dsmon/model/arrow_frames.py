@@ -140,6 +140,7 @@ def _columns(kind: str, table: pa.Table, ids: Sequence[int]) -> pd.DataFrame:
         if pa.types.is_struct(timers.type):
             for i in range(timers.type.num_fields):
                 cols[f"{timers.type.field(i).name}_ms"] = timers.field(i).cast(pa.float64())
+    order = list(cols)
     tuples = {name: _tuples(cols.pop(name)) for name in _TUPLES & set(cols)}
     table = pa.table(cols)
     frame = table.to_pandas(types_mapper=_INT64.get)
@@ -151,7 +152,7 @@ def _columns(kind: str, table: pa.Table, ids: Sequence[int]) -> pd.DataFrame:
         frame[name] = [{} for _ in range(len(frame))]
     for name, values in tuples.items():
         frame[name] = values
-    return frame[list(BASE_COLUMNS) + [c for c in frame.columns if c not in BASE_COLUMNS]]
+    return frame[order]
 
 
 def _tuples(column: pa.ChunkedArray) -> list[Any]:
