@@ -10,7 +10,7 @@ with ``resource.getrusage(RUSAGE_CHILDREN)``:
 - ``baseline``: the same import, then the summary's inputs built as before issue 11: every
   timer, throughput and flops-profile record of the run loaded with ``Store.frame``.
 
-Usage: ``python bench/import_memory.py [--mb 10 40]`` (one log per size). The goal is
+Usage: ``python bench/import_memory.py [--mb 10 40] [--no-baseline]`` (one log per size). The goal is
 <= 500 MB peak at 500 MB of log; from the growth between the smallest and the largest size the
 script extrapolates both to 500 MB (linear, labelled as such).
 """
@@ -77,6 +77,11 @@ def main() -> None:
     """Build each log, measure both ways, print the peaks and their growth with the log."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mb", type=float, nargs="+", default=[10.0, 40.0])
+    ap.add_argument(
+        "--no-baseline",
+        action="store_true",
+        help="measure dsmon only (a 500 MB baseline takes GBs)",
+    )
     args = ap.parse_args()
     dsmon = str(Path(sys.executable).with_name("dsmon"))
     print(
@@ -89,7 +94,11 @@ def main() -> None:
             steps = build_log(log, int(size * 1e6))
             mb = log.stat().st_size / 1e6
             new = measure([dsmon, "import", str(log), "--store", f"{tmp}/a.sqlite", "--run", "x"])
-            old = measure([sys.executable, "-c", _BASELINE, str(log), f"{tmp}/b.sqlite"])
+            old = (
+                (float("nan"), float("nan"))
+                if args.no_baseline
+                else measure([sys.executable, "-c", _BASELINE, str(log), f"{tmp}/b.sqlite"])
+            )
         peaks.append((mb, new[1], old[1]))
         print(f"{mb:>8.1f}{steps:>10,}{new[0]:>10.1f}{new[1]:>11.0f}{old[0]:>10.1f}{old[1]:>10.0f}")
     if len(peaks) > 1:  # the growth per MB of log between the smallest and the largest size
