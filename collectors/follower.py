@@ -40,6 +40,7 @@ from collectors.state import (
 from dsmon.model.records import Record
 from dsmon.parse.base import LineParser
 from dsmon.parse.linereader import MAX_LINE_BYTES
+from dsmon.parse.run_files import with_rank
 
 logger = logging.getLogger(__name__)
 
@@ -449,16 +450,6 @@ class FileFollower:
         self._adopt(old, saved.gen)
         self._replay_to(saved.offset, saved.line)
         self._retire(out)
-
-
-def with_rank(records: list[Record], rank: int) -> list[Record]:
-    """Records of a per-rank log take the file's rank when their line named none.
-
-    The same rule as ``dsmon import`` (``dsmon.load.files``), so live and replay records agree.
-    """
-    return [
-        r if r.src.rank is not None else replace(r, src=replace(r.src, rank=rank)) for r in records
-    ]
 
 
 def _identity(f: BinaryIO) -> tuple[int, int]:

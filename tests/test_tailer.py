@@ -21,7 +21,7 @@ from conftest import read_log, settled
 from collectors import follower as follower_mod
 from collectors.profile_file import PROFILE_SETTLE_S
 from collectors.state import Checkpoint, StateFile
-from collectors.tailer import Tailer, Waker, default_run_name
+from collectors.tailer import Tailer, Waker
 from dsmon.model.records import (
     ConfigRecord,
     EventRecord,
@@ -33,6 +33,7 @@ from dsmon.model.records import (
 from dsmon.parse.base import ParseContext
 from dsmon.parse.lines import LogLine
 from dsmon.parse.log import LogParser
+from dsmon.parse.run_files import run_name
 
 DATA = Path(__file__).parent / "data"
 Z2_LINES = (DATA / "z2" / "train.log").read_bytes().splitlines(keepends=True)
@@ -543,8 +544,8 @@ def test_live_records_equal_those_of_dsmon_import(tmp_path: Path, name: str) -> 
 
 
 def test_default_run_name_is_the_log_folder(tmp_path: Path) -> None:
-    assert default_run_name(str(tmp_path / "exp1" / "train.log")) == "exp1"
-    assert default_run_name(str(tmp_path / "exp2" / "rank_logs" / "*.log")) == "rank_logs"
+    assert run_name(str(tmp_path / "exp1" / "train.log")) == "exp1"
+    assert run_name(str(tmp_path / "exp2" / "rank_logs" / "*.log")) == "rank_logs"
 
 
 def test_watch_dirs_and_waker(tmp_path: Path) -> None:
