@@ -112,10 +112,6 @@ class FileFollower:
         """The ``Source.file`` of the current generation's records."""
         return self._label if self._gen == 0 else f"{self._label}#{self._gen}"
 
-    def identity(self) -> tuple[int, int] | None:
-        """Device and inode of the open generation."""
-        return (self._dev, self._ino) if self._f is not None else None
-
     def identities(self) -> set[tuple[int, int]]:
         """Device and inode of every file this follower reads or will resume."""
         out = {(old._dev, old._ino) for old in self._retired}
