@@ -19,6 +19,7 @@ import pytest
 from conftest import read_log, settled
 
 from collectors import follower as follower_mod
+from collectors import generation as generation_mod
 from collectors.profile_file import PROFILE_SETTLE_S
 from collectors.state import Checkpoint, StateFile
 from collectors.tailer import Tailer, Waker
@@ -358,7 +359,7 @@ def test_delete_and_recreate_between_polls(tmp_path: Path) -> None:
 
 
 def test_non_utf8_bytes_and_overlong_lines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(follower_mod, "MAX_LINE_BYTES", 64)
+    monkeypatch.setattr(generation_mod, "MAX_LINE_BYTES", 64)
     log = tmp_path / "train.log"
     t = tailer(tmp_path, str(log))
     long_line = b"x" * 200 + b"\n"
