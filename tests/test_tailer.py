@@ -549,6 +549,16 @@ def test_default_run_name_is_the_log_folder(tmp_path: Path) -> None:
     assert run_name(str(tmp_path / "exp2" / "rank_logs" / "*.log")) == "rank_logs"
 
 
+def test_a_folder_with_glob_characters_names_the_run(tmp_path: Path) -> None:
+    log = tmp_path / "run[1]" / "train.log"
+    log.parent.mkdir()
+    shutil.copyfile(DATA / "z2" / "train.log", log)
+    # the file exists: its folder names the run (as dsmon import names it), not the fixed part
+    # of the glob the path would be if it did not exist
+    assert run_name(str(log)) == run_name(log.parent) == "run[1]"
+    assert run_name(str(tmp_path / "run[2]" / "train.log")) == tmp_path.name
+
+
 def test_watch_dirs_and_waker(tmp_path: Path) -> None:
     (tmp_path / "logs").mkdir()
     t = tailer(
