@@ -3,9 +3,10 @@
 The record dataclasses declare each field's type; the JSON codec (:mod:`dsmon.model.wire`)
 must rebuild tuples and nested dataclasses from JSON lists, the checker
 (:mod:`dsmon.model.check`) must test each value against its type and explain a mismatch, and
-the frames (:mod:`dsmon.model.frames`) must give each column its pandas dtype. All of them
-read the answer here, from one :class:`Schema` per class, so they cannot drift apart: a
-field added to the model is checked, decoded and typed alike.
+the frames (:mod:`dsmon.model.frames`, :mod:`dsmon.model.arrow_frames`) must give each column
+its pandas (or Arrow) type. All of them read the answer here, from one :class:`Schema` per
+class, so they cannot drift apart: a field added to the model is checked, decoded and typed
+alike.
 """
 
 from __future__ import annotations
@@ -29,14 +30,17 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 class Field:
     """One field of a record class, with everything its type means to dsmon.
 
-    ``inline`` is the type test as a Python expression on ``v`` (``type(v) is str``) when
-    the type is a plain class or a union of them, for the generated per-class checker;
-    ``decode`` is None when JSON already gives the value as the field holds it.
+    ``base`` is the annotation without ``| None``; ``inline`` is the type test as a Python
+    expression on ``v`` (``type(v) is str``) when the type is a plain class or a union of
+    them, for the generated per-class checker; ``decode`` is None when JSON already gives the
+    value as the field holds it.
     """
 
     name: str
     annotation: Any
+    base: Any
     required: bool
+    is_mapping: bool
     dtype: str
     check: Check
     inline: str | None
@@ -99,14 +103,17 @@ def _is_required(f: dataclasses.Field[Any]) -> bool:
 
 
 def _field(name: str, tp: Any, required: bool) -> Field:
+    base = _without_none(tp)
     return Field(
         name=name,
         annotation=tp,
+        base=base,
         required=required,
-        dtype=_dtype(tp),
+        is_mapping=typing.get_origin(base) in (Mapping, dict),
+        dtype=_dtype(base),
         check=_predicate(tp),
         inline=_inline(tp),
-        decode=_decoder(_without_none(tp)),
+        decode=_decoder(base),
     )
 
 
@@ -126,9 +133,9 @@ def _without_none(tp: Any) -> Any:
 _DTYPES: dict[Any, str] = {bool: "boolean", int: "Int64", float: "float64"}
 
 
-def _dtype(tp: Any) -> str:
-    """The pandas dtype of a field of annotation ``tp``; mappings, tuples, text are objects."""
-    return _DTYPES.get(_without_none(tp), "object")
+def _dtype(base: Any) -> str:
+    """The pandas dtype of a field of type ``base``; mappings, tuples, text are objects."""
+    return _DTYPES.get(base, "object")
 
 
 # --- JSON lists back into tuples and nested records -------------------------------------------
