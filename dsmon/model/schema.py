@@ -148,7 +148,7 @@ def _decoder(tp: Any) -> Decode | None:
         item = _item_decoder(args[0]) if len(args) == 2 and args[1] is Ellipsis else None
         if item is None:
             return tuple
-        return lambda value: tuple(item(v) for v in value)
+        return lambda value: tuple(map(item, value))  # map: no Python frame per item
     return None
 
 
