@@ -26,7 +26,7 @@ from collectors.nvml import NvmlPoller
 from collectors.sender import Sender
 from collectors.spool import Spool
 from collectors.state import StateFile
-from collectors.tailer import Tailer, default_run_name
+from collectors.tailer import Tailer
 from collectors.transport import UrlTransport
 from dsmon.commands import CommandError, default_store
 from dsmon.commands._alerting import add_alert_options, start_watcher, stop_watcher
@@ -40,6 +40,7 @@ from dsmon.commands.dashboard import (
     start_streamlit,
     wait_for_signal,
 )
+from dsmon.parse.run_files import run_name
 from dsmon.serve.tokens import TokenError, generate_token, load_token, resolve_token, token_banner
 
 logger = logging.getLogger(__name__)
@@ -222,7 +223,7 @@ def build_agent(args: argparse.Namespace, url: str, token: str, spool_max_bytes:
     except SelectionError as exc:
         raise CommandError(str(exc)) from None
     node = args.node or socket.gethostname()
-    run = args.run or default_run_name(args.log[0])
+    run = args.run or run_name(args.log[0])
     state_dir = Path(args.state_dir) if args.state_dir else default_state_dir(run, node)
     args.lock = lock_state_dir(state_dir)
     tailer = Tailer(

@@ -8,9 +8,10 @@ incremental :class:`~dsmon.parse.log.LogParser` and its own ``Source.file`` labe
 for the first one seen, ``path#N`` after that), so its byte offsets never collide with an
 earlier generation's in the store.
 
-Only complete lines are parsed: bytes after the last newline wait for theirs (pygtail#50),
-except at the end of a generation, when the last line is complete by definition. A line longer
-than :data:`MAX_LINE_BYTES` is parsed truncated and the rest of it skipped.
+Reading one generation (complete lines only, the line-length cap, offsets and line numbers)
+is :class:`~collectors.generation.GenerationReader`'s; this module decides when a generation
+starts and ends. At the end of a generation its unterminated last line is complete by
+definition and is parsed too.
 
 **Resuming.** The saved position is the start of the first line whose records are not yet
 known to be delivered. Parser state (the step clock, an open multi-line block) depends on
@@ -29,17 +30,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import BinaryIO
 
-from collectors.state import (
-    EMPTY_FP,
-    FP_BYTES,
-    Position,
-    find_generation,
-    fingerprint,
-    same_start,
+from collectors.generation import (
+    CHUNK,
+    GenerationReader,
+    ParserFactory,
+    identity,
+    last_line_end,
+    open_quiet,
 )
+from collectors.state import EMPTY_FP, Position, find_generation, same_start
 from dsmon.model.records import Record
-from dsmon.parse.base import LineParser
-from dsmon.parse.linereader import MAX_LINE_BYTES
 
 logger = logging.getLogger(__name__)
 
@@ -48,13 +48,9 @@ MAX_READ_PER_POLL = 32 << 20
 #: A generation no longer at its path (renamed, deleted, replaced) is still read until it has
 #: been idle this long: a writer such as ``tee`` keeps appending to the renamed file.
 MISSING_LINGER_S = 30.0
-_CHUNK = 1 << 20
 
 
-ParserFactory = Callable[[str], LineParser]
-
-
-class FileFollower:
+class FileFollower(GenerationReader):
     """Reads one path incrementally and parses what it reads.
 
     Args:
@@ -88,32 +84,18 @@ class FileFollower:
         known: Callable[[BinaryIO], bool] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.path = path
-        self.long_lines = 0
-        self._label = label or (saved.label if saved and saved.label else path)
-        self._rank = rank
-        self._make_parser = make_parser
+        first_label = label or (saved.label if saved and saved.label else path)
+        super().__init__(path, make_parser, first_label, rank, saved.gen if saved else 0)
         self._saved = saved
         self._older = list(older)
         self._from_end = from_end
         self._on_finished = on_finished or (lambda pos: None)
         self._known = known or (lambda f: False)
         self._clock = clock
-        self._f: BinaryIO | None = None
         # Earlier generations no longer at the path, still read until idle (oldest first).
         self._retired: list[FileFollower] = []
         self._idle_since = 0.0
         self._skip: tuple[int, int] | None = None  # the file at the path that is not ours
-        self._reset(saved.gen if saved else 0)
-
-    @property
-    def label(self) -> str:
-        """The ``Source.file`` of the current generation's records."""
-        return self._label if self._gen == 0 else f"{self._label}#{self._gen}"
-
-    def identity(self) -> tuple[int, int] | None:
-        """Device and inode of the open generation."""
-        return (self._dev, self._ino) if self._f is not None else None
 
     def identities(self) -> set[tuple[int, int]]:
         """Device and inode of every file this follower reads or will resume."""
@@ -124,10 +106,6 @@ class FileFollower:
         elif self._saved is not None and self._saved.fp_len:
             out.add((self._saved.dev, self._saved.ino))
         return out
-
-    def fingerprint(self) -> tuple[str, int] | None:
-        """The first-bytes fingerprint of the open generation (to recognise a copy of it)."""
-        return (self._fp, self._fp_len) if self._f is not None else None
 
     def positions(self) -> list[Position]:
         """The positions to save now: the retired generations (oldest first), the path's own."""
@@ -145,12 +123,6 @@ class FileFollower:
         # Between generations: keep the count, so a file created later is not taken for the
         # first generation (whose offsets, and so record keys, it would reuse).
         return Position(self.path, self._gen, 0, 0, EMPTY_FP, 0, 0, 0, self._label)
-
-    def _current(self) -> Position:
-        return Position(
-            self.path, self._gen, self._dev, self._ino, self._fp, self._fp_len,
-            self._offset, self._line, self._label,
-        )  # fmt: skip
 
     def poll(self, *, final: bool = False) -> list[Record]:
         """Records from what was written since the last poll, across any rotation.
@@ -187,7 +159,7 @@ class FileFollower:
         if self._f is not None and self._buf and not self._skipping:
             self._feed(bytes(self._buf), self._offset, out)
         recs = self._parser.finish()
-        out.extend(recs if self._rank is None else with_rank(recs, self._rank))
+        self._emit(recs, out)
         return out
 
     def close(self) -> None:
@@ -201,22 +173,11 @@ class FileFollower:
 
     # --- one generation ------------------------------------------------------------------
 
-    def _reset(self, gen: int) -> None:
-        self._gen = gen
-        self._parser = self._make_parser(self.label)
-        self._buf = bytearray()
-        self._buf_start = 0
-        self._offset = 0
-        self._line = 0
-        self._skipping = False
-        self._dev = self._ino = 0
-        self._fp, self._fp_len = EMPTY_FP, 0
-
     def _open(self, out: list[Record]) -> None:
         """Open the path, resuming a saved position or starting a new generation."""
         while self._older:  # generations that were still read when the last process ended
             self._finish_elsewhere(self._older.pop(0), out)
-        f = _open_quiet(self.path)
+        f = open_quiet(self.path)
         if f is None:
             if self._saved is not None and self._saved.fp_len:
                 # Rotated away while the collector was stopped, nothing new at the path yet.
@@ -248,7 +209,7 @@ class FileFollower:
         """Start reading a file new at the path, unless the tailer knows it under another."""
         if self._known(f):
             logger.info("dsmon: %s holds a log generation already followed; not re-read", self.path)
-            self._skip = _identity(f)
+            self._skip = identity(f)
             self._reset(gen)
             f.close()
             return
@@ -256,7 +217,7 @@ class FileFollower:
         self._adopt(f, gen)
         if self._from_end:
             self._from_end = False
-            self._replay_to(_last_line_end(f, size), None)
+            self._replay_to(last_line_end(f, size), None)
 
     def _unretire(self, ident: tuple[int, int]) -> bool:
         """The path names a retired generation again (renamed back): follow it as current."""
@@ -268,75 +229,6 @@ class FileFollower:
         self.__dict__.update(back.__dict__)
         self._retired = rest
         return True
-
-    def _adopt(self, f: BinaryIO, gen: int) -> None:
-        self._reset(gen)
-        st = os.fstat(f.fileno())
-        self._f, self._dev, self._ino = f, st.st_dev, st.st_ino
-        self._fp, self._fp_len = fingerprint(f, st.st_size)
-
-    def _replay_to(self, offset: int, line: int | None) -> None:
-        """Parse ``[0, offset)`` without emitting: rebuilds the parser state of a resume."""
-        assert self._f is not None
-        self._f.seek(0)
-        left = offset
-        while left > 0:
-            data = self._f.read(min(_CHUNK, left))
-            if not data:
-                break
-            left -= len(data)
-            self._consume(data, None)
-        if line is not None and line != self._line:
-            logger.warning(
-                "dsmon: %s: saved position said line %d at byte %d, re-read found line %d",
-                self.path, line, offset, self._line,
-            )  # fmt: skip
-
-    def _read(self, out: list[Record] | None, budget: int) -> None:
-        """Parse what was appended since the last read (at most ``budget`` bytes)."""
-        assert self._f is not None
-        while budget > 0:
-            data = self._f.read(min(_CHUNK, budget))
-            if not data:
-                break
-            budget -= len(data)
-            self._consume(data, out)
-        if self._fp_len < FP_BYTES:
-            size = self._buf_start + len(self._buf)
-            self._fp, self._fp_len = fingerprint(self._f, size)
-
-    def _consume(self, data: bytes, out: list[Record] | None) -> None:
-        """Split bytes into lines and parse the complete ones; ``out=None`` discards records."""
-        buf = self._buf
-        buf += data
-        pos = 0
-        while (nl := buf.find(b"\n", pos)) >= 0:
-            if self._skipping:
-                self._skipping = False
-            else:
-                self._feed(bytes(buf[pos:nl]), self._buf_start + pos, out)
-            self._line += 1
-            pos = nl + 1
-            self._offset = self._buf_start + pos
-        del buf[:pos]
-        self._buf_start += pos
-        if len(buf) > MAX_LINE_BYTES:
-            if not self._skipping:
-                self._feed(bytes(buf[:MAX_LINE_BYTES]), self._offset, out)
-                self._skipping = True
-                self.long_lines += 1
-                logger.warning(
-                    "dsmon: %s:%d: line longer than %d bytes; the rest is skipped",
-                    self.path, self._line + 1, MAX_LINE_BYTES,
-                )  # fmt: skip
-            self._buf_start += len(buf)
-            buf.clear()
-
-    def _feed(self, raw: bytes, offset: int, out: list[Record] | None) -> None:
-        text = raw.decode("utf-8", errors="replace")
-        recs = self._parser.feed(text, offset=offset, line=self._line + 1)
-        if out is not None:
-            out.extend(recs if self._rank is None else with_rank(recs, self._rank))
 
     # --- generation changes --------------------------------------------------------------
 
@@ -354,13 +246,6 @@ class FileFollower:
             return
         if self._was_truncated():
             self._truncated(out)
-
-    def _was_truncated(self) -> bool:
-        """The open file is shorter than what was read, or no longer starts as it did."""
-        assert self._f is not None
-        size = os.fstat(self._f.fileno()).st_size
-        read_to = self._buf_start + len(self._buf)
-        return size < read_to or not same_start(self._f, self._fp, self._fp_len)
 
     def _path_missing(self, out: list[Record]) -> None:
         """Deleted or renamed away: the open file is read on as a retired generation."""
@@ -412,7 +297,7 @@ class FileFollower:
         if copy is not None:
             with copy:
                 copy.seek(read_to)
-                while data := copy.read(_CHUNK):
+                while data := copy.read(CHUNK):
                     self._consume(data, out)
         self._end_generation(out, keep_open=keep_open)
 
@@ -423,7 +308,7 @@ class FileFollower:
             self._line += 1
             self._offset = self._buf_start + len(self._buf)
         recs = self._parser.finish()
-        out.extend(recs if self._rank is None else with_rank(recs, self._rank))
+        self._emit(recs, out)
         f = self._f
         if f is not None:
             self._on_finished(self._current())
@@ -449,43 +334,3 @@ class FileFollower:
         self._adopt(old, saved.gen)
         self._replay_to(saved.offset, saved.line)
         self._retire(out)
-
-
-def with_rank(records: list[Record], rank: int) -> list[Record]:
-    """Records of a per-rank log take the file's rank when their line named none.
-
-    The same rule as ``dsmon import`` (``dsmon.load.files``), so live and replay records agree.
-    """
-    return [
-        r if r.src.rank is not None else replace(r, src=replace(r.src, rank=rank)) for r in records
-    ]
-
-
-def _identity(f: BinaryIO) -> tuple[int, int]:
-    st = os.fstat(f.fileno())
-    return st.st_dev, st.st_ino
-
-
-def _open_quiet(path: str) -> BinaryIO | None:
-    """Open for reading, or None when the file is not there (yet) or not a readable file."""
-    try:
-        f = open(path, "rb")  # noqa: SIM115 - the follower keeps it open across polls
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-        return None
-    except PermissionError as exc:
-        logger.warning("dsmon: cannot read %s: %s", path, exc)
-        return None
-    return f
-
-
-def _last_line_end(f: BinaryIO, size: int) -> int:
-    """Offset just after the last newline in the file's first ``size`` bytes (0 if none)."""
-    pos = size
-    while pos > 0:
-        start = max(0, pos - _CHUNK)
-        chunk = os.pread(f.fileno(), pos - start, start)
-        nl = chunk.rfind(b"\n")
-        if nl >= 0:
-            return start + nl + 1
-        pos = start
-    return 0

@@ -87,11 +87,6 @@ class NvmlPoller:
         self._events: Any = None
         self._logged: set[tuple[str, ...]] = set()
 
-    @property
-    def gpu_count(self) -> int:
-        """GPUs being polled."""
-        return len(self._gpus)
-
     def start(self) -> bool:
         """Initialise NVML and open the selected GPUs; False (one warning line) without NVML.
 

@@ -22,7 +22,6 @@ import fnmatch
 import glob
 import logging
 import os
-import re
 import threading
 import time
 from collections import deque
@@ -44,13 +43,13 @@ from collectors.state import (
 from dsmon.model.records import Record
 from dsmon.parse.log import LogParser
 from dsmon.parse.probe import ProbeParser
+from dsmon.parse.run_files import rank_of, static_root
 
 logger = logging.getLogger(__name__)
 
 #: Generations remembered as read, so a rotated file that matches the glob is not re-read.
 MAX_FINISHED = 256
 # Per-rank logs of ``deepspeed --enable_each_rank_log``: ``<time>_rank<N>.log`` (as dsmon.load.files).
-_RANK_LOG = re.compile(r"_rank(\d+)\.log$")
 #: The per-rank probe's files in its folder (``rank-<N>.jsonl``, one per rank).
 PROBE_FILES = "rank-*.jsonl"
 
@@ -285,33 +284,11 @@ def _matches(patterns: Iterable[str]) -> dict[str, str]:
         if not glob.has_magic(pattern):
             out.setdefault(pattern, os.path.basename(pattern) or pattern)
             continue
-        root = _static_root(pattern)
+        root = static_root(pattern)
         for path in sorted(glob.glob(pattern, recursive=True)):
             if os.path.isfile(path):
                 out.setdefault(path, os.path.relpath(path, root))
     return out
-
-
-def _static_root(pattern: str) -> str:
-    """The folder part of a glob before its first wildcard (``.`` when it starts with one)."""
-    parts = Path(pattern).parts
-    magic_at = next(i for i, p in enumerate(parts) if glob.has_magic(p))
-    return str(Path(*parts[:magic_at])) if magic_at else "."
-
-
-def rank_of(path: str) -> int | None:
-    """The rank of a per-rank log (``..._rank3.log`` from ``--enable_each_rank_log``)."""
-    m = _RANK_LOG.search(path)
-    return int(m.group(1)) if m else None
-
-
-def default_run_name(pattern: str) -> str:
-    """The run a log belongs to by default: the name of the folder it (or its glob) is in.
-
-    The same rule as ``dsmon import``, which names a run after the folder of its files.
-    """
-    folder = Path(_static_root(pattern)) if glob.has_magic(pattern) else Path(pattern).parent
-    return folder.resolve().name or "run"
 
 
 def _watch_root(pattern: str) -> tuple[str, bool]:

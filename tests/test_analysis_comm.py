@@ -17,7 +17,6 @@ from dsmon.analysis.comm import (
     COMM_SHARE_COLUMNS,
     comm_ops,
     comm_share,
-    overlap_estimate,
 )
 from dsmon.analysis.steps import step_breakdown
 from dsmon.model.frames import records_frame
@@ -81,11 +80,3 @@ def test_comm_ops_from_verbose_lines() -> None:
 def test_empty_inputs() -> None:
     assert comm_ops(pd.DataFrame()).empty
     assert comm_share(pd.DataFrame()).empty
-
-
-def test_overlap_estimate() -> None:
-    assert overlap_estimate(80.0, 40.0, 100.0) == pytest.approx(0.5)
-    assert overlap_estimate(80.0, 40.0, 120.0) == 0.0
-    assert overlap_estimate(80.0, 40.0, 70.0) == 1.0
-    assert overlap_estimate(80.0, 0.0, 80.0) is None
-    assert overlap_estimate(float("nan"), 10.0, 80.0) is None

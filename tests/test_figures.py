@@ -18,7 +18,7 @@ from dsmon.figures import comm as comm_fig
 from dsmon.figures import flops as flops_fig
 from dsmon.figures import gpus as gpus_fig
 from dsmon.figures import steps as steps_fig
-from dsmon.figures.common import WEBGL_MIN_POINTS, empty, rank_label, scatter, trace_points
+from dsmon.figures.common import WEBGL_MIN_POINTS, empty, rank_label, scatter
 from dsmon.model.frames import records_frame
 from dsmon.model.records import Record
 from dsmon.store import gpu_fold
@@ -33,6 +33,11 @@ def z2() -> list[Record]:
 @pytest.fixture(scope="module")
 def breakdown(z2: list[Record]) -> pd.DataFrame:
     return steps.step_breakdown(records_frame("timer", z2))
+
+
+def trace_points(fig: go.Figure) -> int:
+    """Total number of x values over all traces: what a refresh ships to the browser."""
+    return sum(len(t.x) for t in fig.data if getattr(t, "x", None) is not None)
 
 
 def test_webgl_only_past_a_thousand_points() -> None:

@@ -24,7 +24,6 @@ from dsmon.load.files import (
     discover,
     import_paths,
     plan,
-    run_name,
 )
 from dsmon.load.files import (
     read_log as read_log_stream,
@@ -38,6 +37,7 @@ from dsmon.model.records import (
     TimerRecord,
 )
 from dsmon.parse.log import LogParser
+from dsmon.parse.run_files import run_name
 from dsmon.store.base import Store
 
 

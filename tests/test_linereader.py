@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from dashboard_support import DATA
 
-import collectors.follower
+import collectors.generation
 from dsmon.cli import main
 from dsmon.load.files import LONG_LINE, read_log
 from dsmon.model.records import Record
@@ -41,7 +41,7 @@ def test_lines_are_cut_to_the_limit_and_keep_their_size() -> None:
 
 
 def test_the_collectors_cut_lines_at_the_same_length() -> None:
-    assert collectors.follower.MAX_LINE_BYTES is linereader.MAX_LINE_BYTES
+    assert collectors.generation.MAX_LINE_BYTES is linereader.MAX_LINE_BYTES
 
 
 def with_huge_line(tmp_path: Path) -> Path:

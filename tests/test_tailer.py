@@ -19,9 +19,10 @@ import pytest
 from conftest import read_log, settled
 
 from collectors import follower as follower_mod
+from collectors import generation as generation_mod
 from collectors.profile_file import PROFILE_SETTLE_S
 from collectors.state import Checkpoint, StateFile
-from collectors.tailer import Tailer, Waker, default_run_name
+from collectors.tailer import Tailer, Waker
 from dsmon.model.records import (
     ConfigRecord,
     EventRecord,
@@ -33,6 +34,7 @@ from dsmon.model.records import (
 from dsmon.parse.base import ParseContext
 from dsmon.parse.lines import LogLine
 from dsmon.parse.log import LogParser
+from dsmon.parse.run_files import run_name
 
 DATA = Path(__file__).parent / "data"
 Z2_LINES = (DATA / "z2" / "train.log").read_bytes().splitlines(keepends=True)
@@ -357,7 +359,7 @@ def test_delete_and_recreate_between_polls(tmp_path: Path) -> None:
 
 
 def test_non_utf8_bytes_and_overlong_lines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(follower_mod, "MAX_LINE_BYTES", 64)
+    monkeypatch.setattr(generation_mod, "MAX_LINE_BYTES", 64)
     log = tmp_path / "train.log"
     t = tailer(tmp_path, str(log))
     long_line = b"x" * 200 + b"\n"
@@ -543,8 +545,18 @@ def test_live_records_equal_those_of_dsmon_import(tmp_path: Path, name: str) -> 
 
 
 def test_default_run_name_is_the_log_folder(tmp_path: Path) -> None:
-    assert default_run_name(str(tmp_path / "exp1" / "train.log")) == "exp1"
-    assert default_run_name(str(tmp_path / "exp2" / "rank_logs" / "*.log")) == "rank_logs"
+    assert run_name(str(tmp_path / "exp1" / "train.log")) == "exp1"
+    assert run_name(str(tmp_path / "exp2" / "rank_logs" / "*.log")) == "rank_logs"
+
+
+def test_a_folder_with_glob_characters_names_the_run(tmp_path: Path) -> None:
+    log = tmp_path / "run[1]" / "train.log"
+    log.parent.mkdir()
+    shutil.copyfile(DATA / "z2" / "train.log", log)
+    # the file exists: its folder names the run (as dsmon import names it), not the fixed part
+    # of the glob the path would be if it did not exist
+    assert run_name(str(log)) == run_name(log.parent) == "run[1]"
+    assert run_name(str(tmp_path / "run[2]" / "train.log")) == tmp_path.name
 
 
 def test_watch_dirs_and_waker(tmp_path: Path) -> None:

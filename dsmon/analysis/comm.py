@@ -292,20 +292,6 @@ def run_ms(breakdown: pd.DataFrame, stamped: Sequence[pd.DataFrame]) -> float | 
     return float(span.total_seconds() * 1000.0) or None
 
 
-def overlap_estimate(compute_ms: float, comm_ms: float, step_ms: float) -> float | None:
-    """The fraction of communication that ran under compute, from three durations.
-
-    If nothing overlapped, a step takes ``compute + comm``; every millisecond it is shorter
-    than that was communication hidden under compute. The result is clipped to [0, 1];
-    None when ``comm_ms`` is not positive or a value is missing (NaN).
-    """
-    values = (compute_ms, comm_ms, step_ms)
-    if any(v is None or v != v for v in values) or comm_ms <= 0:
-        return None
-    hidden = compute_ms + comm_ms - step_ms
-    return min(1.0, max(0.0, hidden / comm_ms))
-
-
 def timer_ratios(breakdown: pd.DataFrame) -> pd.DataFrame:
     """Per step: ``bwd_allreduce`` as % of ``bwd_inner``, ``optimizer_allgather`` as % of ``fwd``.
 

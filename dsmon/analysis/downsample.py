@@ -101,11 +101,6 @@ def _downsample_group(group: pd.DataFrame, x: str, ys: Sequence[str], n_out: int
     return group.iloc[sorted(keep)]
 
 
-def bucket_width(x_min: float, x_max: float, n_buckets: int) -> float:
-    """Width of equal buckets covering ``[x_min, x_max]`` (at least 1, so one point fits)."""
-    return max((x_max - x_min) / max(n_buckets, 1), 1.0)
-
-
 def histogram(values: pd.Series, n_bins: int = 40) -> pd.DataFrame:
     """Counts in ``n_bins`` equal bins: what a histogram of 100k steps sends, not 100k numbers.
 

@@ -20,7 +20,7 @@ import pandas as pd
 
 from dsmon.model.frames import records_frame
 from dsmon.model.records import GpuSampleRecord
-from dsmon.store.gpu_rows import GIB, gpu_label
+from dsmon.store.gpu_rows import GIB, THROTTLE_REASONS, gpu_label
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,19 +42,6 @@ METRICS: tuple[GpuMetric, ...] = (
     GpuMetric("sm_clock_mhz", "SM clock", "MHz"),
 )
 METRIC_BY_KEY = {m.key: m for m in METRICS}
-
-#: NVML clock-event ("throttle") reason bits, nvmlClocksEventReason* in nvml.h.
-THROTTLE_REASONS: tuple[tuple[int, str], ...] = (
-    (0x1, "GPU idle"),
-    (0x2, "Applications clocks setting"),
-    (0x4, "SW power cap"),
-    (0x8, "HW slowdown"),
-    (0x10, "Sync boost"),
-    (0x20, "SW thermal slowdown"),
-    (0x40, "HW thermal slowdown"),
-    (0x80, "HW power brake"),
-    (0x100, "Display clock setting"),
-)
 
 _KEEP = ("ts", "node", "gpu_index", "name", "uuid", "mem_total_bytes", "power_limit_w")
 

@@ -14,9 +14,10 @@ from dsmon.health import ConfigView, HealthInputs, evaluate
 from dsmon.health.config_view import ConfigFileError, config_from_text
 from dsmon.health.gather import inputs_from_records, inputs_from_store
 from dsmon.health.report import exit_code, format_text, subject_line, to_json
-from dsmon.load.files import DS_CONFIG, InputError, discover, read_found, run_name
+from dsmon.load.files import DS_CONFIG, InputError, discover, read_found
 from dsmon.model.records import Record
 from dsmon.parse.base import Diagnostics
+from dsmon.parse.run_files import run_name
 from dsmon.store.base import StoreError
 from dsmon.store.sqlite import open_store
 

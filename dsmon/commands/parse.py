@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from dsmon.commands import CommandError
-from dsmon.load.files import classify, read_found, read_log, run_name
+from dsmon.load.files import classify, read_found, read_log
 from dsmon.model import wire
 from dsmon.model.records import Record
 from dsmon.parse.base import Diagnostics
 from dsmon.parse.log import LogParser
+from dsmon.parse.run_files import run_name
 
 #: Records encoded per ``write`` call.
 WRITE_BATCH = 2048

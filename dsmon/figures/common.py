@@ -70,11 +70,6 @@ def empty(message: str, title: str = "", height: int = 200) -> go.Figure:
     return layout(fig, title, height=height)
 
 
-def trace_points(fig: go.Figure) -> int:
-    """Total number of x values over all traces: what a refresh ships to the browser."""
-    return sum(len(t.x) for t in fig.data if getattr(t, "x", None) is not None)
-
-
 def fmt_ms(value: Any) -> str:
     """A millisecond figure as the pages print it; a dash when unknown."""
     return "—" if value is None or pd.isna(value) else f"{float(value):.2f} ms"

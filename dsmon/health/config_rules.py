@@ -66,14 +66,15 @@ def check_contiguous_gradients(cfg: ConfigView, inputs: HealthInputs) -> Finding
 
 @rule(
     "zero.bucket_sizes",
-    "Communication buckets are 2e8-5e8 elements",
+    f"Communication buckets are {format_value(th.BUCKET_MIN)}-{format_value(th.BUCKET_MAX)} "
+    "elements",
     "reduce_bucket_size and (stages 1-2) allgather_bucket_size: smaller buckets mean many "
     "small collectives and launch overhead, larger ones hold more memory.",
     "config",
 )
 @needs_config
 def check_bucket_sizes(cfg: ConfigView, inputs: HealthInputs) -> Finding:
-    """Judge each bucket size the stage uses against the 2e8-5e8 range."""
+    """Judge each bucket size the stage uses against the BUCKET_MIN-BUCKET_MAX range."""
     if cfg.stage == 0:
         return not_applicable("ZeRO is off (stage 0)", cfg.get(f"{_Z}.stage").evidence())
     keys = ["reduce_bucket_size"] + (["allgather_bucket_size"] if cfg.stage < 3 else [])
@@ -294,13 +295,13 @@ def check_batch_arithmetic(cfg: ConfigView, inputs: HealthInputs) -> Finding:
 @rule(
     "batch.clipping_with_accumulation",
     "Long gradient accumulation has gradient clipping",
-    "With more than 32 accumulation steps, gradient_clipping guards against exploding "
+    f"With more than {th.GAS_CLIP_LIMIT} accumulation steps, gradient_clipping guards against exploding "
     "gradients. Its default became 1.0 in DeepSpeed 0.19.3; before that it was 0 (off).",
     "config",
 )
 @needs_config
 def check_clipping_with_accumulation(cfg: ConfigView, inputs: HealthInputs) -> Finding:
-    """Warn when GAS > 32 and clipping is off (set to 0, or unset on DeepSpeed < 0.19.3)."""
+    """Warn when GAS > GAS_CLIP_LIMIT and clipping is off (set to 0, or unset on DeepSpeed < 0.19.3)."""
     tbs, micro, gas = _batch_numbers(cfg)
     dp = inputs.facts.dp_size
     if gas is None and tbs and micro and dp:

@@ -13,10 +13,10 @@ import pandas as pd
 from dsmon.health import thresholds as th
 from dsmon.health.gather import GPU_SUMMARY
 from dsmon.health.inputs import HealthInputs
-from dsmon.health.model import Evidence, Finding, Status
+from dsmon.health.model import Evidence, Finding, Status, percent
 from dsmon.health.registry import rule
 from dsmon.health.verdicts import not_applicable
-from dsmon.store.gpu_rows import THROTTLE_BITS
+from dsmon.store.gpu_rows import SW_POWER_CAP, SW_THERMAL, THROTTLE_BITS
 
 
 def samples(inputs: HealthInputs) -> pd.DataFrame:
@@ -47,9 +47,9 @@ def per_gpu_mean(df: pd.DataFrame, col: str) -> pd.Series:
 
 @rule(
     "gpu.utilization",
-    "Every GPU is busy at least 75 % of the time",
+    f"Every GPU is busy at least {th.GPU_UTIL_WARN:g} % of the time",
     "Mean NVML utilization.gpu (kernel-active time, not SM occupancy) per GPU over the "
-    "samples: below 75 % the GPU waits on data, communication or the host.",
+    f"samples: below {th.GPU_UTIL_WARN:g} % the GPU waits on data, communication or the host.",
     "gpu",
     page="gpus",
 )
@@ -81,8 +81,9 @@ def check_utilization(inputs: HealthInputs) -> Finding:
 @rule(
     "gpu.balance",
     "GPUs are evenly loaded",
-    "Spread of mean utilisation across GPUs: max - min above 0.3 fails (a rebalancing "
-    "trigger); min/max below 0.8 warns (its 'balance > 0.8' target).",
+    f"Spread of mean utilisation across GPUs: max - min above {th.GPU_SPREAD_FAIL:g} fails (a "
+    f"rebalancing trigger); min/max below {th.GPU_BALANCE_WARN:g} warns (its "
+    f"'balance > {th.GPU_BALANCE_WARN:g}' target).",
     "gpu",
     page="gpus",
 )
@@ -125,13 +126,13 @@ def check_balance(inputs: HealthInputs) -> Finding:
 @rule(
     "gpu.memory",
     "GPU memory keeps some headroom",
-    "Peak NVML memory used / total per GPU: above 95 % a fragmentation OOM is near (NVML "
+    f"Peak NVML memory used / total per GPU: above {percent(th.GPU_MEM_WARN_FRAC)} a fragmentation OOM is near (NVML "
     "counts PyTorch's cached reserve too, so healthy runs sit high).",
     "gpu",
     page="gpus",
 )
 def check_memory(inputs: HealthInputs) -> Finding:
-    """Warn when a GPU's peak memory use is above 95 % of the card."""
+    """Warn when a GPU's peak memory use is above GPU_MEM_WARN_FRAC of the card."""
     df = samples(inputs)
     if df.empty:
         return _none(inputs)
@@ -162,8 +163,9 @@ def _share(df: pd.DataFrame, mask: int) -> float:
 @rule(
     "gpu.throttling",
     "GPU clocks are not throttled by heat or power faults",
-    "NVML clock-event reasons: HW slowdown, HW thermal and power-brake slowdowns fail above 5 % "
-    "of samples; SW thermal slowdown or temperatures of 85 C and more warn.",
+    "NVML clock-event reasons: HW slowdown, HW thermal and power-brake slowdowns fail above "
+    f"{percent(th.THROTTLE_WARN_SHARE)} of samples; SW thermal slowdown or temperatures of "
+    f"{th.GPU_TEMP_WARN_C:g} C and more warn.",
     "gpu",
     page="gpus",
 )
@@ -172,8 +174,8 @@ def check_throttling(inputs: HealthInputs) -> Finding:
     df = samples(inputs)
     if df.empty:
         return _none(inputs)
-    hw, thermal = _share(df, th.THROTTLE_HW_BITS), _share(df, 0x20)
-    power = _share(df, 0x4)
+    hw, thermal = _share(df, th.THROTTLE_HW_BITS), _share(df, SW_THERMAL)
+    power = _share(df, SW_POWER_CAP)
     hottest = df["temperature_c_max"].dropna()
     temp = float(hottest.max()) if not hottest.empty else float("nan")
     ev = (

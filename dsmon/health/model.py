@@ -72,6 +72,11 @@ class Evidence:
         return f"{self.label} = {format_value(self.value)}{where}"
 
 
+def percent(share: float) -> str:
+    """A share as rules write it (``0.25`` -> ``25 %``): how a threshold enters product text."""
+    return f"{share * 100:g} %"
+
+
 def format_value(value: Any) -> str:
     """Numbers as people write them in ds_config (5e8, not 500000000.0); others via str."""
     if isinstance(value, bool) or value is None:

@@ -196,7 +196,7 @@ def _decompress_fix(used: list[str]) -> str:
     "network.compression",
     "Compressed communication matches the measured inter-node bandwidth",
     "Multi-node runs: the comms logger's busbw of the largest collective messages. At about "
-    "25 Gbps and under, 1-bit / 0/1 Adam or ZeRO++ qwZ/qgZ pay; on a fast network they cost "
+    f"{th.LOW_INTERNODE_GBPS:g} Gbps and under, 1-bit / 0/1 Adam or ZeRO++ qwZ/qgZ pay; on a fast network they cost "
     "more than they save.",
     "runtime",
     page="communication",

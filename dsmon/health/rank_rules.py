@@ -26,8 +26,8 @@ _NO_PROBE = "no per-rank data: start the job with 'dsmon run -- <launch command>
     "ranks.straggler",
     "No rank holds the others up",
     "Per step, the slowest rank's busy time (its step time minus the time it waited in "
-    "collectives) over the median rank's, from the per-rank probe: a median above 1.2 warns, "
-    "above 1.5 fails.",
+    "collectives) over the median rank's, from the per-rank probe: a median above "
+    f"{th.STRAGGLER_WARN:g} warns, above {th.STRAGGLER_FAIL:g} fails.",
     "runtime",
     page="steps",
 )
@@ -110,9 +110,10 @@ def _culprit_text(hang: ranks.Hang) -> str:
 @rule(
     "ranks.hang",
     "No rank is hung",
-    "Live, from the per-rank probe's heartbeats: a rank silent for 15 s while others report, "
-    "or stuck in one phase for max(30 s, 5 x the median step), is named with its phase and "
-    "where the others wait, long before NCCL's 600 s timeout.",
+    "Live, from the per-rank probe's heartbeats: a rank silent for "
+    f"{th.HEARTBEAT_SILENT_S:g} s while others report, or stuck in one phase for "
+    f"max({th.HANG_MIN_S:g} s, {th.HANG_STEP_FACTOR:g} x the median step), is named with its "
+    f"phase and where the others wait, long before NCCL's {th.NCCL_TIMEOUT_S:g} s timeout.",
     "runtime",
     page="steps",
 )
@@ -135,7 +136,11 @@ def check_hang(inputs: HealthInputs) -> Finding:
     )
     ev += (
         Evidence("silent limit", f"{th.HEARTBEAT_SILENT_S:.0f} s"),
-        Evidence("stuck limit", f"{limit:.0f} s", "max(30 s, 5 x median step)"),
+        Evidence(
+            "stuck limit",
+            f"{limit:.0f} s",
+            f"max({th.HANG_MIN_S:g} s, {th.HANG_STEP_FACTOR:g} x median step)",
+        ),
     )
     hang = ranks.find_hang(states, th.HEARTBEAT_SILENT_S, limit)
     if hang is None:

@@ -103,8 +103,9 @@ def _last_ts(inputs: HealthInputs, kinds: tuple[str, ...]) -> pd.Timestamp | Non
 @rule(
     "run.stalled",
     "The run is still making steps",
-    "Live: no new step for max(30 s, 5 x the median step time) while the collector still "
-    "delivers data, well before NCCL's 600 s collective timeout kills the job.",
+    f"Live: no new step for max({th.STALL_MIN_S:g} s, {th.STALL_FACTOR:g} x the median step "
+    "time) while the collector still delivers data, well before NCCL's "
+    f"{th.NCCL_TIMEOUT_S:g} s collective timeout kills the job.",
     "runtime",
     page="steps",
 )
@@ -126,7 +127,11 @@ def check_stalled(inputs: HealthInputs) -> Finding:
     alive_age = (now - newest).total_seconds() if newest is not None else age
     ev = (
         Evidence("last step data", str(last_step), f"{age:.0f} s ago"),
-        Evidence("stall limit", f"{limit:.0f} s", "max(30 s, 5 x median step)"),
+        Evidence(
+            "stall limit",
+            f"{limit:.0f} s",
+            f"max({th.STALL_MIN_S:g} s, {th.STALL_FACTOR:g} x median step)",
+        ),
         Evidence("newest record of any kind", str(newest), f"{alive_age:.0f} s ago"),
     )
     if age <= limit:

@@ -17,7 +17,7 @@ from dsmon.analysis import comm
 from dsmon.health import measures as m
 from dsmon.health import thresholds as th
 from dsmon.health.inputs import HealthInputs
-from dsmon.health.model import Evidence, Finding, Status
+from dsmon.health.model import Evidence, Finding, Status, percent
 from dsmon.health.registry import rule
 from dsmon.health.verdicts import fix_json, not_applicable
 
@@ -40,14 +40,15 @@ def _overlap_setting(inputs: HealthInputs) -> Evidence:
 
 @rule(
     "comm.share",
-    "Communication takes at most 25 % of a step",
+    f"Communication takes at most {percent(th.COMM_SHARE_WARN)} of a step",
     "Exposed communication (bwd_allreduce, + optimizer_allgather on ZeRO-1/2) as a share of "
-    "fwd + bwd + step, per step, median over the run after warm-up (target: under 25 %).",
+    "fwd + bwd + step, per step, median over the run after warm-up (target: under "
+    f"{percent(th.COMM_SHARE_WARN)}).",
     "runtime",
     page="communication",
 )
 def check_comm_share(inputs: HealthInputs) -> Finding:
-    """Median exposed-communication share against the 25 % / 50 % lines."""
+    """Median exposed-communication share against COMM_SHARE_WARN and COMM_SHARE_FAIL."""
     bd = m.breakdown(inputs)
     if bd.empty:
         return Finding(Status.UNKNOWN, _NO_TIMERS)
@@ -74,8 +75,8 @@ def check_comm_share(inputs: HealthInputs) -> Finding:
         {
             "zero_optimization": {
                 "overlap_comm": True,
-                "reduce_bucket_size": 500000000,
-                "allgather_bucket_size": 500000000,
+                "reduce_bucket_size": int(th.BUCKET_MAX),
+                "allgather_bucket_size": int(th.BUCKET_MAX),
             }
         }
     )
@@ -123,7 +124,7 @@ def _timer_phase_shares(bd: pd.DataFrame) -> list[tuple[str, float, str]]:
 
 @rule(
     "comm.phase_share",
-    "All-gather and reduction stay under 25 % of their phase",
+    f"All-gather and reduction stay under {percent(th.PHASE_COMM_SHARE_WARN)} of their phase",
     "All-gather time against fwd and reduce-scatter/all-reduce time against bwd (read as "
     "'allgather = 60 ms (24 % of fwd)'), from the comms logger when present, else from the "
     "timers.",
@@ -131,7 +132,7 @@ def _timer_phase_shares(bd: pd.DataFrame) -> list[tuple[str, float, str]]:
     page="communication",
 )
 def check_phase_share(inputs: HealthInputs) -> Finding:
-    """Warn when either collective family exceeds 25 % of its phase."""
+    """Warn when either collective family exceeds PHASE_COMM_SHARE_WARN of its phase."""
     bd = m.breakdown(inputs)
     if bd.empty:
         return Finding(Status.UNKNOWN, _NO_TIMERS)
@@ -152,14 +153,25 @@ def check_phase_share(inputs: HealthInputs) -> Finding:
         {
             "zero_optimization": {
                 "overlap_comm": True,
-                "reduce_bucket_size": 500000000,
-                bucket: 50000000 if zero3 else 500000000,
+                "reduce_bucket_size": int(th.BUCKET_MAX),
+                bucket: int(th.PREFETCH_BUCKET_DEFAULT if zero3 else th.BUCKET_MAX),
             }
         }
     )
     if not high:
-        return Finding(Status.PASS, "each phase's communication is within 25 %", ev, steps=rng)
-    return Finding(Status.WARN, "; ".join(high) + " (> 25 %)", ev, fix, steps=rng)
+        return Finding(
+            Status.PASS,
+            f"each phase's communication is within {percent(th.PHASE_COMM_SHARE_WARN)}",
+            ev,
+            steps=rng,
+        )
+    return Finding(
+        Status.WARN,
+        "; ".join(high) + f" (> {percent(th.PHASE_COMM_SHARE_WARN)})",
+        ev,
+        fix,
+        steps=rng,
+    )
 
 
 class _UntrustedCommsError(Exception):
@@ -250,7 +262,7 @@ def check_overlap(inputs: HealthInputs) -> Finding:
     page="steps",
 )
 def check_skipped(inputs: HealthInputs) -> Finding:
-    """Skipped share against 1 % (warn) and 10 % (fail)."""
+    """Skipped share against SKIPPED_WARN and SKIPPED_FAIL."""
     st = inputs.frame("step")
     rows = st[(st["step"] > 0) & st["skipped"].notna()] if not st.empty else st
     if rows.empty:

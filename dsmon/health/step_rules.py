@@ -13,7 +13,7 @@ from dsmon.analysis import flops, peaks, steps
 from dsmon.health import measures as m
 from dsmon.health import thresholds as th
 from dsmon.health.inputs import HealthInputs
-from dsmon.health.model import Evidence, Finding, Status
+from dsmon.health.model import Evidence, Finding, Status, percent
 from dsmon.health.registry import rule
 from dsmon.health.verdicts import not_applicable
 
@@ -23,8 +23,9 @@ _NO_STEPS = "no step timing: needs wall_clock_breakdown, throughput lines or ite
 @rule(
     "steps.regression",
     "Recent steps are as fast as the run's median",
-    "Median step time of the last 20 % of steps against the whole run's median (after "
-    "warm-up): a slowdown of 20 % warns, 50 % fails.",
+    f"Median step time of the last {percent(th.RECENT_SHARE)} of steps against the whole "
+    f"run's median (after warm-up): a slowdown of {percent(th.REGRESSION_WARN - 1)} warns, "
+    f"{percent(th.REGRESSION_FAIL - 1)} fails.",
     "runtime",
     page="steps",
 )
@@ -66,8 +67,8 @@ def check_regression(inputs: HealthInputs) -> Finding:
 
 @rule(
     "steps.spikes",
-    "No step takes more than 3x the median",
-    "Steps slower than 3x the median step time (after warm-up): checkpoint saves, evaluation, "
+    f"No step takes more than {th.SPIKE_FACTOR:g}x the median",
+    f"Steps slower than {th.SPIKE_FACTOR:g}x the median step time (after warm-up): checkpoint saves, evaluation, "
     "data stalls or a straggling rank.",
     "runtime",
     page="steps",
@@ -130,7 +131,7 @@ def _achieved_tflops(inputs: HealthInputs) -> tuple[float, str] | None:
 
 @rule(
     "flops.mfu",
-    "Model FLOPs utilisation is at least 30 %",
+    f"Model FLOPs utilisation is at least {percent(th.MFU_WARN)}",
     "Achieved TFLOPS per GPU (flops profiler, or Megatron's TFLOPs) against the dense peak of "
     "the GPU model and training dtype; well-tuned large runs reach 40-55 % on A100.",
     "runtime",

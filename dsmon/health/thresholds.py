@@ -8,6 +8,7 @@ measurements) or, where no source gives one, the reasoning behind dsmon's choice
 from __future__ import annotations
 
 from dsmon.analysis import steps
+from dsmon.store import gpu_rows
 
 # --- communication buckets (elements, not bytes) ----------------------------------------------
 #: DeepSpeed's default is 5e8 (runtime/zero/config.py), the value its config-json docs and
@@ -80,7 +81,8 @@ COORD_FETCH_SHARE_WARN = 0.25
 COORD_WAIT_LEADS = 0.50
 #: suggested prefetch bucket: double the current one within these bounds (DeepSpeed's default
 #: 5e7 is the floor; 5e8 is the top of ZERO3_RANGES' sane range).
-PREFETCH_BUCKET_SUGGEST = (5e7, 5e8)
+PREFETCH_BUCKET_DEFAULT = 5e7
+PREFETCH_BUCKET_SUGGEST = (PREFETCH_BUCKET_DEFAULT, BUCKET_MAX)
 #: DeepSpeed's defaults (runtime/zero/config.py): persistence 1e5, max live parameters 1e9.
 PERSISTENCE_DEFAULT = 1e5
 MAX_LIVE_DEFAULT = 1e9
@@ -124,16 +126,8 @@ GPU_MEM_WARN_FRAC = 0.95
 GPU_TEMP_WARN_C = 85.0
 #: share of samples with a throttle reason set before it is reported.
 THROTTLE_WARN_SHARE = 0.05
-#: NVML clocks-event (throttle) reason bits (nvml.h nvmlClocksEventReason*).
-THROTTLE_BITS: dict[int, str] = {
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x20: "sw_thermal",
-    0x40: "hw_thermal",
-    0x80: "hw_power_brake",
-}
 #: reasons that mean broken cooling or power delivery rather than a busy GPU.
-THROTTLE_HW_BITS = 0x8 | 0x40 | 0x80
+THROTTLE_HW_BITS = gpu_rows.HW_SLOWDOWN | gpu_rows.HW_THERMAL | gpu_rows.HW_POWER_BRAKE
 
 # --- loss scale (runtime) ---------------------------------------------------------------------
 #: share of optimizer steps skipped for overflow. At DeepSpeed's defaults about 0.2 % are

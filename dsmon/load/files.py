@@ -15,7 +15,6 @@ back as they are (``dsmon.load.records_file``), keeping the runs they name unles
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from dsmon.parse.linereader import MAX_LINE_BYTES, capped_lines
 from dsmon.parse.log import LogParser
 from dsmon.parse.probe import ProbeParser
 from dsmon.parse.profile_file import parse_profile_file
+from dsmon.parse.run_files import rank_of, run_name, with_rank
 from dsmon.store.base import EncodedRecord, Store
 
 #: Kinds of input :func:`discover` recognises.
@@ -61,7 +61,6 @@ _LOG_MARKERS = (
 )
 #: Lines only a log has (a profile ``output_file`` beginning like a log holds none of them).
 _LOGGER_MARKERS = (b"] [INFO] [", b"] [WARNING] [", b"[Rank ", b"time (ms) |")
-_RANK_LOG = re.compile(r"_rank(\d+)\.log$")
 _DS_CONFIG = re.compile(r"^(ds|deepspeed)[_-]?config.*\.json$", re.IGNORECASE)
 _PROFILE_HEADER = b"DeepSpeed Flops Profiler"
 _AUTOTUNE_HEADER = b"tuning_space"
@@ -114,11 +113,6 @@ def _head(path: Path, n: int = SNIFF_BYTES) -> bytes:
         return f.read(n)
 
 
-def _rank_of(name: str) -> int | None:
-    m = _RANK_LOG.search(name)
-    return int(m.group(1)) if m else None
-
-
 def _kind(path: Path) -> str | None:
     """What a file holds, judged by its name and first bytes; None for nothing dsmon reads."""
     name = path.name
@@ -155,7 +149,7 @@ def classify(path: Path, label: str, explicit: bool = False) -> Found | None:
     kind = _kind(path) or (LOG if explicit else None)
     if kind is None:
         return None
-    return Found(path, kind, label, _rank_of(path.name) if kind == LOG else None)
+    return Found(path, kind, label, rank_of(path.name) if kind == LOG else None)
 
 
 def _walk(root: Path) -> Iterator[Path]:
@@ -196,22 +190,6 @@ def discover(path: Path) -> list[Found]:
     return [result] if result is not None else []
 
 
-def run_name(path: Path) -> str:
-    """The default run name: the folder's name, or the name of the folder a file is in."""
-    folder = path if path.is_dir() else path.parent
-    return folder.resolve().name or "run"
-
-
-def _with_rank(records: list[Record], rank: int) -> list[Record]:
-    """Records of a per-rank log carry the file's rank when their line did not name one."""
-    return [
-        r
-        if r.src.rank is not None
-        else dataclasses.replace(r, src=dataclasses.replace(r.src, rank=rank))
-        for r in records
-    ]
-
-
 def read_log(
     stream: BinaryIO,
     parser: LineParser,
@@ -231,12 +209,12 @@ def read_log(
             parser.diag.note(parser.diag.cut, LONG_LINE, where, _LONG_LINE_TEXT)
         offset += raw.size
         if recs:
-            yield from (recs if rank is None else _with_rank(recs, rank))
+            yield from (recs if rank is None else with_rank(recs, rank))
         if progress is not None and offset - reported >= _PROGRESS_EVERY:
             progress(offset - reported)
             reported = offset
     tail = parser.finish()
-    yield from (tail if rank is None else _with_rank(tail, rank))
+    yield from (tail if rank is None else with_rank(tail, rank))
     if progress is not None and offset > reported:
         progress(offset - reported)
 

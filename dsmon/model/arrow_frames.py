@@ -13,17 +13,17 @@ is any batch Arrow refuses (a value of another type than the model says).
 from __future__ import annotations
 
 import io
-import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.json as pj
 
-from dsmon.model.frames import BASE_COLUMNS, field_dtypes, typed
+from dsmon.model.frames import field_dtypes, typed
 from dsmon.model.records import KINDS
+from dsmon.model.schema import Field, schema
 
 _SCALARS: dict[Any, pa.DataType] = {
     float: pa.float64(),
@@ -34,23 +34,23 @@ _SCALARS: dict[Any, pa.DataType] = {
 _SOURCE = pa.struct(
     [("node", pa.string()), ("rank", pa.int64()), ("file", pa.string()), ("line", pa.int64())]
 )
-#: Fields read as lists and handed on as tuples, as the record model holds them.
-_TUPLES = {"lr", "mom"}
+#: Field types read as lists (and handed on as tuples, as the record model holds them).
+_LISTS: dict[Any, pa.DataType] = {
+    tuple[float, ...]: pa.list_(pa.float64()),
+    tuple[tuple[float, ...], ...]: pa.list_(pa.list_(pa.float64())),
+}
 _INT64 = {pa.int64(): pd.Int64Dtype()}
 
 
-def _arrow_type(tp: Any) -> pa.DataType | None:
-    """The Arrow type of a field annotation, None when it has no flat column form."""
-    args = [a for a in typing.get_args(tp) if a is not type(None)]
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        return _arrow_type(args[0]) if len(args) == 1 else None
-    if tp in _SCALARS:
-        return _SCALARS[tp]
-    if typing.get_origin(tp) is tuple and tp == tuple[float, ...]:
-        return pa.list_(pa.float64())
-    if typing.get_origin(tp) is tuple and tp == tuple[tuple[float, ...], ...]:
-        return pa.list_(pa.list_(pa.float64()))
-    return None
+def _arrow_type(field: Field) -> pa.DataType | None:
+    """The Arrow type of a record field, None when it has no flat column form."""
+    return _SCALARS.get(field.base) or _LISTS.get(field.base)
+
+
+def _columns_of(kind: str) -> list[Field]:
+    """The fields of ``kind`` that are frame columns, in the frame's order."""
+    by_name = {f.name: f for f in schema(KINDS[kind]).fields}
+    return [by_name[name] for name in field_dtypes(kind)]
 
 
 class KindSchema(typing.NamedTuple):
@@ -63,20 +63,19 @@ class KindSchema(typing.NamedTuple):
 _SCHEMAS: dict[str, KindSchema | None] = {}
 
 
-def schema(kind: str) -> KindSchema | None:
+def arrow_schema(kind: str) -> KindSchema | None:
     """The explicit schema of a kind's bodies (timer names left out), or None if it has none."""
     if kind in _SCHEMAS:
         return _SCHEMAS[kind]
-    hints = typing.get_type_hints(KINDS[kind])
     fields = [("src", _SOURCE), ("ts", pa.timestamp("us")), ("step", pa.int64())]
     mappings: list[str] = []
     found: KindSchema | None = None
-    for name in field_dtypes(kind):
-        arrow = _arrow_type(hints[name])
+    for field in _columns_of(kind):
+        arrow = _arrow_type(field)
         if arrow is not None:
-            fields.append((name, arrow))
-        elif _is_mapping(hints[name]):
-            mappings.append(name)
+            fields.append((field.name, arrow))
+        elif field.is_mapping:
+            mappings.append(field.name)
         else:
             break
     else:
@@ -85,16 +84,9 @@ def schema(kind: str) -> KindSchema | None:
     return found
 
 
-def _is_mapping(tp: Any) -> bool:
-    args = [a for a in typing.get_args(tp) if a is not type(None)]
-    if typing.get_origin(tp) in (typing.Union, types.UnionType) and len(args) == 1:
-        return _is_mapping(args[0])
-    return typing.get_origin(tp) in (Mapping, dict)
-
-
 def arrow_frame(kind: str, ids: Sequence[int], bodies: Sequence[str]) -> pd.DataFrame | None:
     """The frame of ``kind`` from its stored bodies, or None when Arrow cannot read them."""
-    found = schema(kind)
+    found = arrow_schema(kind)
     if found is None or not bodies:
         return None
     data = "\n".join(bodies).encode("utf-8")
@@ -141,7 +133,8 @@ def _columns(kind: str, table: pa.Table, ids: Sequence[int]) -> pd.DataFrame:
             for i in range(timers.type.num_fields):
                 cols[f"{timers.type.field(i).name}_ms"] = timers.field(i).cast(pa.float64())
     order = list(cols)
-    tuples = {name: _tuples(cols.pop(name)) for name in _TUPLES & set(cols)}
+    listed = [f.name for f in _columns_of(kind) if f.base in _LISTS and f.name in cols]
+    tuples = {name: _tuples(cols.pop(name)) for name in listed}
     table = pa.table(cols)
     frame = table.to_pandas(types_mapper=_INT64.get)
     for field in table.schema:  # text as Python str or None, as records give it (not NaN)

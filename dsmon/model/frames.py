@@ -10,7 +10,6 @@ pandas ``Int64``: missing stays NA and never turns into 0 or a float).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -18,8 +17,8 @@ from typing import Any
 import orjson
 import pandas as pd
 
-from dsmon.model import wire
 from dsmon.model.records import KINDS, Record, TimerRecord
+from dsmon.model.schema import schema
 
 logger = logging.getLogger(__name__)
 
@@ -37,23 +36,9 @@ _BASE_DTYPES = {
 _SKIP = frozenset({"src", "ts", "step", "values_ms"})
 
 
-def _dtype(annotation: str) -> str:
-    """The pandas dtype for a field annotation (annotations are strings here)."""
-    if "Mapping" in annotation or "tuple" in annotation or "Any" in annotation:
-        return "object"
-    if annotation.startswith("bool"):
-        return "boolean"
-    if annotation.startswith("int"):
-        return "Int64"
-    if annotation.startswith("float"):
-        return "float64"
-    return "object"
-
-
 def field_dtypes(kind: str) -> dict[str, str]:
     """Column name -> dtype of a kind's own fields, in declaration order."""
-    cls = KINDS[kind]
-    return {f.name: _dtype(str(f.type)) for f in dataclasses.fields(cls) if f.name not in _SKIP}
+    return {f.name: f.dtype for f in schema(KINDS[kind]).fields if f.name not in _SKIP}
 
 
 def _row(rec: Record, rec_id: int | None, names: Sequence[str]) -> dict[str, Any]:
@@ -116,7 +101,7 @@ def bodies_frame(kind: str, ids: Sequence[int], bodies: Sequence[str]) -> pd.Dat
     """
     dtypes = field_dtypes(kind)
     names = list(dtypes)
-    nested = wire.nested_fields(kind)
+    decoders = schema(KINDS[kind]).decoders
     rows = []
     timers = kind == "timer"
     for rec_id, body in zip(ids, bodies, strict=True):
@@ -126,9 +111,9 @@ def bodies_frame(kind: str, ids: Sequence[int], bodies: Sequence[str]) -> pd.Dat
         row["id"] = rec_id
         for key in ("node", "rank", "file", "line"):
             row[key] = src.get(key)
-        for name in nested:
+        for name, decode in decoders.items():
             if row.get(name) is not None:
-                row[name] = wire.nested_value(name, row[name])
+                row[name] = decode(row[name])
         if timers:
             for timer, value in (row.pop("values_ms", None) or {}).items():
                 row[f"{timer}_ms"] = value

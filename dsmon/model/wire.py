@@ -14,31 +14,12 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from dsmon.model.records import (
-    KINDS,
-    FlopsProfileRecord,
-    ModuleAggregate,
-    ModuleProfile,
-    Record,
-    Source,
-    StepRecord,
-)
+from dsmon.model.records import KINDS, Record, Source
+from dsmon.model.schema import field_names, schema
 
 
 class WireError(ValueError):
     """A JSON object that is not a valid record; the message names the offending field."""
-
-
-_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
-_FIELD_SETS: dict[type, frozenset[str]] = {}
-
-
-def _field_names(cls: type) -> tuple[str, ...]:
-    """A dataclass's field names, computed once per class (encoding is a hot path)."""
-    names = _FIELD_NAMES.get(cls)
-    if names is None:
-        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
-    return names
 
 
 _PLAIN = frozenset({str, int, bool, type(None)})
@@ -59,8 +40,8 @@ def _clean(value: Any) -> Any:
         return {k if k.__class__ is str else str(k): _clean(v) for k, v in value.items()}
     if cls is tuple or cls is list:
         return [_clean(v) for v in value]
-    if cls in _FIELD_NAMES or (dataclasses.is_dataclass(value) and not isinstance(value, type)):
-        return {name: _clean(getattr(value, name)) for name in _field_names(cls)}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {name: _clean(getattr(value, name)) for name in field_names(cls)}
     if isinstance(value, float):
         return _clean(float(value))
     if isinstance(value, Mapping):
@@ -73,7 +54,7 @@ def _clean(value: Any) -> Any:
 def to_dict(rec: Record) -> dict[str, Any]:
     """The record as a plain JSON-ready dict, ``kind`` first."""
     out: dict[str, Any] = {"kind": rec.KIND}
-    for name in _field_names(type(rec)):
+    for name in field_names(type(rec)):
         out[name] = _clean(getattr(rec, name))
     return out
 
@@ -116,30 +97,6 @@ def _source(value: Any) -> Source:
         raise WireError(f"field 'src': {exc}") from None
 
 
-def nested_fields(kind: str) -> tuple[str, ...]:
-    """Fields of ``kind`` whose JSON lists stand for tuples or dataclasses."""
-    return _NESTED.get(KINDS[kind], ())
-
-
-def nested_value(name: str, value: Any) -> Any:
-    """Rebuild the tuple- and dataclass-valued fields that JSON flattened to lists."""
-    if name == "top_modules":
-        return tuple(ModuleAggregate(**v) for v in value)
-    if name == "modules":
-        return tuple(ModuleProfile(**v) for v in value)
-    if name == "lr":
-        return tuple(float(v) for v in value)
-    if name == "mom":
-        return tuple(tuple(float(x) for x in v) for v in value)
-    return value
-
-
-_NESTED = {
-    FlopsProfileRecord: ("top_modules", "modules"),
-    StepRecord: ("lr", "mom"),
-}
-
-
 def from_dict(obj: Mapping[str, Any]) -> Record:
     """Build a record from its dict form; raises :class:`WireError` on any bad field."""
     if not isinstance(obj, Mapping):
@@ -148,9 +105,8 @@ def from_dict(obj: Mapping[str, Any]) -> Record:
     cls = KINDS.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise WireError(f"field 'kind': unknown record kind {kind!r}")
-    names = _FIELD_SETS.get(cls)
-    if names is None:
-        names = _FIELD_SETS[cls] = frozenset(_field_names(cls))
+    shape = schema(cls)
+    names, decoders = shape.name_set, shape.decoders
     kwargs: dict[str, Any] = {}
     for key, value in obj.items():
         if key == "kind":
@@ -159,9 +115,9 @@ def from_dict(obj: Mapping[str, Any]) -> Record:
             raise WireError(f"field {key!r}: not a field of kind {kind!r}")
         if key == "src":
             kwargs[key] = _source(value)
-        elif key in _NESTED.get(cls, ()) and value is not None:
+        elif key in decoders and value is not None:
             try:
-                kwargs[key] = nested_value(key, value)
+                kwargs[key] = decoders[key](value)
             except (TypeError, ValueError) as exc:
                 raise WireError(f"field {key!r}: {exc}") from None
         else:

@@ -91,8 +91,22 @@ FOLDED = (
     ("temp", "temperature_c", "temperature_c", 1.0),
     ("clock", "sm_clock_mhz", "sm_clock_mhz", 1.0),
 )
-#: NVML clock-event reason bits counted per bucket (``dsmon.analysis.gpus.THROTTLE_REASONS``).
-THROTTLE_BITS = (0x1, 0x2, 0x4, 0x8, 0x10, 0x20, 0x40, 0x80, 0x100)
+#: NVML clock-event reason bits the rules name (nvmlClocksEventReason* in nvml.h).
+SW_POWER_CAP, HW_SLOWDOWN, SW_THERMAL, HW_THERMAL, HW_POWER_BRAKE = 0x4, 0x8, 0x20, 0x40, 0x80
+#: Every NVML clock-event ("throttle") reason bit, with the name nvidia-smi gives it.
+THROTTLE_REASONS: tuple[tuple[int, str], ...] = (
+    (0x1, "GPU idle"),
+    (0x2, "Applications clocks setting"),
+    (SW_POWER_CAP, "SW power cap"),
+    (HW_SLOWDOWN, "HW slowdown"),
+    (0x10, "Sync boost"),
+    (SW_THERMAL, "SW thermal slowdown"),
+    (HW_THERMAL, "HW thermal slowdown"),
+    (HW_POWER_BRAKE, "HW power brake"),
+    (0x100, "Display clock setting"),
+)
+#: The reason bits counted per bucket: every one.
+THROTTLE_BITS = tuple(bit for bit, _ in THROTTLE_REASONS)
 #: The statistics kept per folded metric.
 STATS = ("n", "sum", "min", "max")
 #: Fold columns after (series, bucket, count), in the order every source computes them.
