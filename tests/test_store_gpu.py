@@ -22,6 +22,7 @@ from dsmon.model.records import EventRecord, GpuSampleRecord, Record, Source
 from dsmon.store import gpu_fold
 from dsmon.store.base import RecordFilter, Store, record_row
 from dsmon.store.gpu_reads import fold_samples
+from dsmon.store.gpu_tables import GpuTables
 from dsmon.store.postgres import PgStore
 from dsmon.store.sqlite import SQLiteStore
 
@@ -99,6 +100,39 @@ def test_paging_by_id_sees_every_record_once_in_order(store: Store) -> None:
     scanned = list(store.scan(RUN, "gpu", chunk=50))
     assert len(scanned) == 480 and len({(r.src.node, r.gpu_index, r.ts) for r in scanned}) == 480
     assert store.last_id(RUN) == ids[-1]
+
+
+def _another(store: Store) -> Store:
+    """A second store object (another connection) on the same data."""
+    return SQLiteStore(store.path) if isinstance(store, SQLiteStore) else PgStore(store.url)  # type: ignore[attr-defined]
+
+
+def test_paging_reads_records_and_samples_in_one_snapshot(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batches committed between the records read and the samples read are seen by neither.
+
+    Otherwise a reader would get the samples of a later batch but not the records of an
+    earlier one, move its cursor past them and never see them.
+    """
+    store.add([EventRecord(src=Source(run=RUN, file="a.log", line=1), name="first")])
+    other = _another(store)
+    late = [EventRecord(src=Source(run=RUN, file="a.log", line=2), name="late"), *day(3)]
+    real_select = GpuTables.select
+
+    def select_after_other_writes(self: GpuTables, *args: object) -> object:
+        if late:
+            other.add(late[:1])  # a batch of records...
+            other.add(late[1:])  # ...then one of samples, with higher ids
+            late.clear()
+        return real_select(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(GpuTables, "select", select_after_other_writes)
+    seen = store.id_records(RecordFilter(RUN, after_id=0))
+    monkeypatch.undo()
+    seen += store.id_records(RecordFilter(RUN, after_id=seen[-1][0]))
+    other.close()
+    assert [r.KIND for _, r in seen] == ["event", "event", *["gpu"] * 12]
 
 
 def _close(a: pd.DataFrame, b: pd.DataFrame) -> None:

@@ -37,23 +37,21 @@ class TypedGpuStore(Store):
 
     @abstractmethod
     def _on_gpu(self, fn: Callable[[GpuTables], T]) -> T:
-        """``fn`` of the GPU tables on the store's connection, under its lock and error rules."""
+        """``fn`` of the GPU tables on the store's connection, in one read snapshot.
+
+        Under the store's lock and error rules.
+        """
 
     def _select_records(self, flt: RecordFilter) -> list[tuple[int, Record]]:
-        """Records-table rows merged in id order with GPU samples from their own tables."""
-        rows: list[tuple[int, Record]] = []
-        if flt.kind != "gpu":
-            rows = [(i, row_record(body)) for i, body in self._select(flt)]
+        """Records-table rows merged in id order with GPU samples from their own tables.
+
+        Both are read in one snapshot: a batch committed between two reads could otherwise
+        show its GPU samples but not an older batch's records, and a reader paging with
+        ``after_id`` would step over those for good.
+        """
         if flt.kind not in (None, "gpu") or flt.step_min is not None or flt.step_max is not None:
-            return rows
-        if flt.kind == "gpu":  # samples without a time, or an older dsmon's not yet moved
-            rows = [(i, row_record(body)) for i, body in self._select(flt)]
-        t_range = (cut_ms(iso_text(flt.ts_min)), cut_ms(iso_text(flt.ts_max)))
-        gpu = self._on_gpu(lambda t: t.select(flt.run, flt.after_id, t_range, flt.limit))
-        if not gpu:
-            return rows
-        merged = sorted(rows + gpu, key=lambda pair: pair[0])  # type: ignore[operator]
-        return merged if flt.limit is None else merged[: flt.limit]
+            return [(i, row_record(body)) for i, body in self._select(flt)]
+        return self._on_gpu(lambda t: _merged(t, flt))
 
     def _gpu_fold(
         self, run: str, n_buckets: int | None, ts_max: str | None, gpus: Sequence[str] | None
@@ -67,6 +65,22 @@ class TypedGpuStore(Store):
         from dsmon.store import gpu_sql_read as read
 
         return self._on_gpu(lambda t: read.latest(t, run, ts_max))
+
+
+def _merged(tables: GpuTables, flt: RecordFilter) -> list[tuple[int, Record]]:
+    """Records-table rows and GPU samples matching ``flt``, in id order.
+
+    The records-table rows are other kinds, samples without a time and samples an older
+    dsmon stored that no writer has moved yet.
+    """
+    sql, params = flt.select("?")
+    rows: list[tuple[int, Record]] = [(int(i), row_record(b)) for i, b in tables.rows(sql, params)]
+    t_range = (cut_ms(iso_text(flt.ts_min)), cut_ms(iso_text(flt.ts_max)))
+    gpu = tables.select(flt.run, flt.after_id, t_range, flt.limit)
+    if not gpu:
+        return rows
+    merged = sorted(rows + gpu, key=lambda pair: pair[0])  # type: ignore[operator]
+    return merged if flt.limit is None else merged[: flt.limit]
 
 
 def split(

@@ -85,6 +85,8 @@ class GpuTables(ABC):
 
     def add(self, rows: Sequence[SampleRow]) -> int:
         """Store the samples not stored yet, with their bookkeeping; how many were new."""
+        if not rows:
+            return 0
         kinds = self.insert(rows)
         self.execute_many(gpu_sql.gpu_kinds(self.DIALECT), kinds)
         return sum(k[2] for k in kinds)

@@ -192,7 +192,7 @@ class PgStore(TypedGpuStore):
             self._call(self._setup)
 
     def _connect(self) -> psycopg.Connection[Any]:
-        """A fresh autocommit connection with the staging table in place."""
+        """A fresh autocommit connection with the staging tables in place."""
         conn = psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
         conn.execute(_STAGING)
         conn.execute(TEMP_DDL)
@@ -274,8 +274,13 @@ class PgStore(TypedGpuStore):
             raise
 
     def _on_gpu(self, fn: Callable[[GpuTables], T]) -> T:
+        def snapshot(conn: psycopg.Connection[Any]) -> T:
+            with conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                return fn(PgGpuTables(conn, self._series))
+
         with self._lock:
-            return self._call(lambda conn: fn(PgGpuTables(conn, self._series)))
+            return self._call(snapshot)
 
     def runs(self) -> list[RunInfo]:
         """Every run, from the bookkeeping tables (no scan of the records)."""
@@ -305,11 +310,7 @@ class PgStore(TypedGpuStore):
         return int(row[0]) if row else 0
 
     def _select(self, flt: RecordFilter) -> list[tuple[int, str]]:
-        where, params = flt.where("%s")
-        sql = f"SELECT id, body FROM records WHERE {where} ORDER BY id"
-        if flt.limit is not None:
-            sql += " LIMIT %s"
-            params.append(flt.limit)
+        sql, params = flt.select("%s")
         with self._lock:
             rows = self._call(lambda conn: conn.execute(sql, params).fetchall())
         return [(int(i), str(body)) for i, body in rows]

@@ -222,16 +222,12 @@ class SQLiteStore(TypedGpuStore):
         return int(row[0] or 0)
 
     def _select(self, flt: RecordFilter) -> list[tuple[int, str]]:
-        where, params = flt.where("?")
-        sql = f"SELECT id, body FROM records WHERE {where} ORDER BY id"
-        if flt.limit is not None:
-            sql += " LIMIT ?"
-            params.append(flt.limit)
+        sql, params = flt.select("?")
         with self._lock, _errors(self.path):
             return self._conn.execute(sql, params).fetchall()
 
     def _on_gpu(self, fn: Callable[[GpuTables], T]) -> T:
-        with self._lock, _errors(self.path):
+        with self._lock, _errors(self.path), _Transaction(self._conn, "BEGIN"):
             return fn(self._gpu)
 
     def check_writable(self) -> None:
@@ -267,14 +263,15 @@ class _Transaction:
 
     IMMEDIATE takes the write lock up front: a deferred transaction that reads first and
     writes later can fail with SQLITE_BUSY without waiting, when another writer got there
-    in between.
+    in between. Reads that must see one snapshot (``BEGIN``) take no lock.
     """
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, begin: str = "BEGIN IMMEDIATE") -> None:
         self._conn = conn
+        self._begin = begin
 
     def __enter__(self) -> None:
-        self._conn.execute("BEGIN IMMEDIATE")
+        self._conn.execute(self._begin)
 
     def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         if exc_type is None:
