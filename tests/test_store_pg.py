@@ -173,6 +173,8 @@ def test_tables_indexes_and_collation(pg: ThrowawayPgStore) -> None:
         "records_run_kind_ts",
         "records_run_ts",
         "records_run_id",
+        "gpu_samples_pkey",  # (series, t_ms): a sample stored once, found by time
+        "gpu_rollup_pkey",
     } <= indexes
     assert collation == ("C",)
 
