@@ -1,11 +1,12 @@
 """Benchmark: the GPUs page over a day of 64 GPUs (issue 11), typed GPU tables vs JSON rows.
 
-Builds a real SQLite store of ``--hours`` of 1 Hz samples from 64 GPUs (8 nodes; default 24 h
-= 5.5 million samples) through ``SQLiteStore.add``, with the values NVML gives (integer
-utilisation, memory in bytes, power in mW, energy counters, clock-event bits), then measures:
+Builds a real store of ``--hours`` of 1 Hz samples from 64 GPUs (8 nodes; default 24 h = 5.5
+million samples) through ``Store.add``, with the values NVML gives (integer utilisation,
+memory in bytes, power in mW, energy counters, clock-event bits), then measures:
 
-- ``bytes/sample``: the file size (after VACUUM) over the samples it holds; baseline: the
-  same samples stored as records rows (JSON body, key, indexes), the layout before;
+- ``bytes/sample``: the store's size over the samples it holds (SQLite: the file after VACUUM;
+  PostgreSQL: the GPU tables with their indexes); baseline: the same samples stored as
+  records rows (JSON body, key, indexes), the layout before, in the same backend;
 - ``first load``: every query the GPUs page makes on its first render (per-GPU summary,
   trace buckets, grid buckets, newest sample per GPU) and the figures built from them, with
   the JSON size of those figures (what Streamlit sends); baseline: the page as it was, all
@@ -13,7 +14,10 @@ utilisation, memory in bytes, power in mW, energy counters, clock-event bits), t
   takes minutes and about 20 GB that way) and extrapolated linearly, labelled so;
 - ``refresh``: the same after one more second of samples arrives (64 rows), as a live page.
 
-Usage: ``python bench/gpu_page.py [--hours 24] [--baseline-hours 0.5]``
+Usage: ``python bench/gpu_page.py [--hours 24] [--baseline-hours 0.5] [--store-url URL]``
+
+``--store-url postgresql://...`` measures a PostgreSQL store instead of a SQLite file in a
+temporary folder; it must name an empty database (or schema), which is left filled.
 """
 
 from __future__ import annotations
@@ -32,8 +36,8 @@ from dsmon.analysis import gpus
 from dsmon.analysis.downsample import N_OUT
 from dsmon.figures import gpus as fig
 from dsmon.model.records import GpuSampleRecord, Source
-from dsmon.store.base import record_row
-from dsmon.store.sqlite import SQLiteStore
+from dsmon.store.base import ROW_COLUMNS, RecordRow, Store, record_row
+from dsmon.store.sqlite import SQLiteStore, open_store
 
 RUN = "bench"
 GPUS = 64
@@ -64,7 +68,7 @@ def samples(first_s: int, seconds: int) -> Iterator[GpuSampleRecord]:
             )  # fmt: skip
 
 
-def page(store: SQLiteStore) -> tuple[float, int]:
+def page(store: Store) -> tuple[float, int]:
     """Seconds and figure JSON bytes of the GPUs page's queries and figures (util metric)."""
     start = time.perf_counter()
     summary = store.gpu_summary(RUN)
@@ -82,66 +86,126 @@ def page(store: SQLiteStore) -> tuple[float, int]:
     return time.perf_counter() - start, sent
 
 
-def baseline_page(path: Path) -> float:
+def baseline_page(bodies: list[str]) -> float:
     """The page as it was: every sample decoded from its JSON row, then bucketed in pandas."""
     from dsmon.model.frames import records_frame
     from dsmon.store.base import row_record
 
     start = time.perf_counter()
-    conn = sqlite3.connect(path)
-    recs = [row_record(b) for (b,) in conn.execute("SELECT body FROM records WHERE kind='gpu'")]
+    recs = [row_record(b) for b in bodies]
     frame = gpus.prepare(records_frame("gpu", recs))
     frame.groupby("gpu", observed=True)["util_gpu_pct"].agg(["mean", "min", "max"])
-    conn.close()
     return time.perf_counter() - start
 
 
-def build_baseline(path: Path, seconds: int) -> int:
-    """The samples as records rows (the layout before), written with the store's own DDL."""
-    SQLiteStore(path).close()
-    conn = sqlite3.connect(path, isolation_level=None)
-    cols = "key, run, kind, step, ts, node, rank, file, line, body"
-    conn.execute("BEGIN")
-    rows = [record_row(r) for r in samples(0, seconds)]
-    conn.executemany(f"INSERT INTO records ({cols}) VALUES ({','.join('?' * 10)})", rows)
-    conn.execute("COMMIT")
-    conn.execute("VACUUM")
-    conn.close()
-    return len(rows)
+class SqliteBench:
+    """The typed store and the JSON-row baseline as SQLite files in a temporary folder."""
+
+    def __init__(self) -> None:
+        self.tmp = Path(tempfile.mkdtemp(prefix="dsmon-gpu-bench-"))
+        self.url = str(self.tmp / "typed.sqlite")
+
+    def typed_size(self) -> int:
+        """The typed store's file after VACUUM (roll-ups, indexes, bookkeeping included)."""
+        conn = sqlite3.connect(self.url)
+        conn.execute("VACUUM")
+        conn.close()
+        return os.path.getsize(self.url)
+
+    def baseline(self, rows: list[RecordRow]) -> tuple[int, float]:
+        """Bytes and first-load seconds of ``rows`` stored with the store's own DDL."""
+        path = self.tmp / "records.sqlite"
+        SQLiteStore(path).close()
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute("BEGIN")
+        marks = ",".join("?" * len(ROW_COLUMNS))
+        conn.executemany(f"INSERT INTO records ({', '.join(ROW_COLUMNS)}) VALUES ({marks})", rows)
+        conn.execute("COMMIT")
+        conn.execute("VACUUM")
+        conn.close()
+        start = time.perf_counter()
+        conn = sqlite3.connect(path)
+        bodies = [b for (b,) in conn.execute("SELECT body FROM records WHERE kind='gpu'")]
+        conn.close()
+        read_s = time.perf_counter() - start
+        return os.path.getsize(path), read_s + baseline_page(bodies)
+
+
+class PgBench:
+    """The typed store in the PostgreSQL database named; the baseline in its records table.
+
+    The typed store keeps no GPU samples in ``records``, so that table holds the baseline
+    rows alone and its size (indexes and TOAST included) is theirs.
+    """
+
+    def __init__(self, url: str) -> None:
+        import psycopg
+
+        self.url = url
+        self.psycopg = psycopg
+        with open_store(url) as store:
+            if store.runs():
+                raise SystemExit(f"{url}: not empty; --store-url needs an empty database")
+
+    def _size(self, tables: tuple[str, ...]) -> int:
+        with self.psycopg.connect(self.url, autocommit=True) as conn:
+            for table in tables:
+                conn.execute(f"VACUUM ANALYZE {table}")
+            sql = "SELECT SUM(pg_total_relation_size(t)) FROM unnest(%s::regclass[]) AS t"
+            row = conn.execute(sql, (list(tables),)).fetchone()
+        return int(row[0]) if row else 0
+
+    def typed_size(self) -> int:
+        """The GPU tables, their indexes and TOAST."""
+        return self._size(("gpu_samples", "gpu_rollup", "gpu_series", "gpu_batches"))
+
+    def baseline(self, rows: list[RecordRow]) -> tuple[int, float]:
+        """Bytes and first-load seconds of ``rows`` COPYed into ``records``."""
+        copy_sql = f"COPY records ({', '.join(ROW_COLUMNS)}) FROM STDIN"
+        with (
+            self.psycopg.connect(self.url, autocommit=True) as conn,
+            conn.cursor() as cur,
+            cur.copy(copy_sql) as copy,
+        ):
+            for row in rows:
+                copy.write_row(row)
+        size = self._size(("records",))
+        start = time.perf_counter()
+        with self.psycopg.connect(self.url) as conn:
+            bodies = [b for (b,) in conn.execute("SELECT body FROM records WHERE kind = 'gpu'")]
+        read_s = time.perf_counter() - start
+        return size, read_s + baseline_page(bodies)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hours", type=float, default=24.0)
     ap.add_argument("--baseline-hours", type=float, default=0.5)
+    ap.add_argument("--store-url", help="postgresql://... (an empty database); default SQLite")
     args = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="dsmon-gpu-bench-"))
+    bench = PgBench(args.store_url) if args.store_url else SqliteBench()
     seconds = int(args.hours * 3600)
-    path = tmp / "typed.sqlite"
-    store = SQLiteStore(path)
+    store = open_store(bench.url)
     start = time.perf_counter()
     for hour in range(0, seconds, 3600):
         store.add(samples(hour, min(3600, seconds - hour)))
     build_s = time.perf_counter() - start
     n = seconds * GPUS
     store.close()
-    conn = sqlite3.connect(path)
-    conn.execute("VACUUM")
-    conn.close()
-    size = os.path.getsize(path)
+    size = bench.typed_size()
+    print(f"store: {'PostgreSQL' if args.store_url else 'SQLite'}")
     print(f"stored {n:,} samples in {build_s:.0f} s ({n / build_s:,.0f} samples/s)")
-    print(f"typed layout: {size / n:.1f} bytes/sample (whole file, roll-ups and indexes included)")
-    store = SQLiteStore(path)
+    print(f"typed layout: {size / n:.1f} bytes/sample (roll-ups and indexes included)")
+    store = open_store(bench.url)
     first, sent = page(store)
     print(f"first load (all queries + figures): {first:.2f} s, {sent / 1e6:.2f} MB of figures")
     store.add(samples(seconds, 1))
     refresh, sent = page(store)
     print(f"refresh after 64 new samples: {refresh:.2f} s, {sent / 1e6:.2f} MB of figures")
-    b_seconds = int(args.baseline_hours * 3600)
-    b_path = tmp / "records.sqlite"
-    b_n = build_baseline(b_path, b_seconds)
-    b_size = os.path.getsize(b_path)
-    b_load = baseline_page(b_path)
+    store.close()
+    rows = [record_row(r) for r in samples(0, int(args.baseline_hours * 3600))]
+    b_n = len(rows)
+    b_size, b_load = bench.baseline(rows)
     scale = n / b_n
     print(f"baseline JSON rows: {b_size / b_n:.1f} bytes/sample ({b_n:,} samples)")
     print(

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from pg_support import create_schema, drop_schema
 
 pytestmark = pytest.mark.slow
 
@@ -97,10 +98,20 @@ def test_probe_overhead_prints_the_cost_per_step() -> None:
     )
 
 
-def test_gpu_page_prints_size_loads_and_ratios() -> None:
-    out = bench("gpu_page.py", "--hours", "0.02", "--baseline-hours", "0.01")
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_gpu_page_prints_size_loads_and_ratios(backend: str) -> None:
+    url: list[str] = []
+    if backend == "postgresql":
+        schema, pg = create_schema()
+        url = ["--store-url", pg]
+    try:
+        out = bench("gpu_page.py", "--hours", "0.02", "--baseline-hours", "0.01", *url)
+    finally:
+        if url:
+            drop_schema(schema)
     assert_lines(
         out,
+        rf"^store: {'PostgreSQL' if url else 'SQLite'}$",
         rf"^stored 4,608 samples in {NUMBER} s",
         rf"^typed layout: {NUMBER} bytes/sample",
         rf"^first load \(all queries \+ figures\): {NUMBER} s, {NUMBER} MB of figures$",

@@ -1,24 +1,29 @@
 """GPU samples in the store: stored in typed tables, read back equal, folded equal everywhere.
 
-The same checks run on every backend (``store`` fixture): SQLite keeps samples in its own
-tables with roll-ups; PostgreSQL keeps them as records and folds them in pandas. Both must
-give back what was stored and the same summaries and buckets as a fold of the samples in
-memory.
+The same checks run on every backend (``store`` fixture): SQLite and PostgreSQL keep samples
+in the same typed tables with roll-ups and answer in SQL. Both must give back what was
+stored and the same summaries and buckets as a fold of the samples in memory.
 """
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
+import psycopg
 import pytest
+from pg_support import ThrowawayPgStore
 
 from dsmon.model.frames import records_frame
 from dsmon.model.records import EventRecord, GpuSampleRecord, Record, Source
 from dsmon.store import gpu_fold
 from dsmon.store.base import RecordFilter, Store, record_row
 from dsmon.store.gpu_reads import fold_samples
+from dsmon.store.gpu_tables import GpuTables
+from dsmon.store.postgres import PgStore
 from dsmon.store.sqlite import SQLiteStore
 
 RUN = "g"
@@ -95,6 +100,39 @@ def test_paging_by_id_sees_every_record_once_in_order(store: Store) -> None:
     scanned = list(store.scan(RUN, "gpu", chunk=50))
     assert len(scanned) == 480 and len({(r.src.node, r.gpu_index, r.ts) for r in scanned}) == 480
     assert store.last_id(RUN) == ids[-1]
+
+
+def _another(store: Store) -> Store:
+    """A second store object (another connection) on the same data."""
+    return SQLiteStore(store.path) if isinstance(store, SQLiteStore) else PgStore(store.url)  # type: ignore[attr-defined]
+
+
+def test_paging_reads_records_and_samples_in_one_snapshot(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batches committed between the records read and the samples read are seen by neither.
+
+    Otherwise a reader would get the samples of a later batch but not the records of an
+    earlier one, move its cursor past them and never see them.
+    """
+    store.add([EventRecord(src=Source(run=RUN, file="a.log", line=1), name="first")])
+    other = _another(store)
+    late = [EventRecord(src=Source(run=RUN, file="a.log", line=2), name="late"), *day(3)]
+    real_select = GpuTables.select
+
+    def select_after_other_writes(self: GpuTables, *args: object) -> object:
+        if late:
+            other.add(late[:1])  # a batch of records...
+            other.add(late[1:])  # ...then one of samples, with higher ids
+            late.clear()
+        return real_select(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(GpuTables, "select", select_after_other_writes)
+    seen = store.id_records(RecordFilter(RUN, after_id=0))
+    monkeypatch.undo()
+    seen += store.id_records(RecordFilter(RUN, after_id=seen[-1][0]))
+    other.close()
+    assert [r.KIND for _, r in seen] == ["event", "event", *["gpu"] * 12]
 
 
 def _close(a: pd.DataFrame, b: pd.DataFrame) -> None:
@@ -178,28 +216,76 @@ def _has_dbstat(conn: sqlite3.Connection) -> bool:
     return True
 
 
-def test_older_store_has_its_samples_moved_on_first_write(tmp_path: Path) -> None:
-    """A store where an older dsmon kept GPU samples as records rows."""
+class OlderStore(NamedTuple):
+    """A store of some backend as an older dsmon left it, and SQL run on it directly."""
+
+    open: Callable[[], Store]
+    sql: Callable[[str, Sequence[Sequence[object]]], list[tuple[object, ...]]]
+
+
+def _older_sqlite(tmp_path: Path) -> Iterator[OlderStore]:
     path = tmp_path / "old.sqlite"
     SQLiteStore(path).close()
-    conn = sqlite3.connect(path, isolation_level=None)
-    for table in ("gpu_rollup", "gpu_batches", "gpu_samples", "gpu_series"):
-        conn.execute(f"DROP TABLE {table}")
+
+    def run(sql: str, rows: Sequence[Sequence[object]]) -> list[tuple[object, ...]]:
+        with sqlite3.connect(path, isolation_level=None) as conn:
+            if len(rows) > 1:
+                conn.executemany(sql, rows)
+                return []
+            return conn.execute(sql, rows[0] if rows else ()).fetchall()
+
+    run("DROP TABLE gpu_rollup", [])
+    for table in ("gpu_batches", "gpu_samples", "gpu_series"):
+        run(f"DROP TABLE {table}", [])
+    yield OlderStore(lambda: SQLiteStore(path), run)
+
+
+def _older_pg(tmp_path: Path) -> Iterator[OlderStore]:
+    del tmp_path
+    first = ThrowawayPgStore()
+
+    def run(sql: str, rows: Sequence[Sequence[object]]) -> list[tuple[object, ...]]:
+        with psycopg.connect(first.url, autocommit=True) as conn, conn.cursor() as cur:
+            sql = sql.replace("?", "%s")
+            if len(rows) > 1:
+                cur.executemany(sql, rows)
+                return []
+            cur.execute(sql, rows[0] if rows else ())
+            return cur.fetchall() if cur.description else []
+
+    run("DROP TABLE gpu_rollup, gpu_batches, gpu_samples, gpu_series", [])
+    run("DELETE FROM dsmon_meta WHERE name = 'gpu_layout'", [])
+    yield OlderStore(lambda: PgStore(first.url), run)
+    first.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def older_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OlderStore]:
+    """A store where an older dsmon kept GPU samples as records rows."""
+    make = {"sqlite": _older_sqlite, "postgresql": _older_pg}[request.param]
+    yield from make(tmp_path)
+
+
+def test_older_store_has_its_samples_moved_on_first_write(older_store: OlderStore) -> None:
     old = day(120)
     cols = "key, run, kind, step, ts, node, rank, file, line, body"
-    conn.executemany(f"INSERT INTO records ({cols}) VALUES ({','.join('?' * 10)})",
-                     [record_row(r) for r in old])  # fmt: skip
-    conn.execute(
+    older_store.sql(f"INSERT INTO records ({cols}) VALUES ({','.join('?' * 10)})",
+                    [record_row(r) for r in old])  # fmt: skip
+    older_store.sql(
         "INSERT INTO run_kinds VALUES (?, 'gpu', ?, ?, ?, NULL, ?)",
-        (RUN, len(old), old[0].ts, old[-1].ts, len(old)),
+        [(RUN, len(old), old[0].ts, old[-1].ts, len(old))],
     )
-    conn.close()
-    reader = SQLiteStore(path)
+    reader = older_store.open()
     assert len(reader.records(RUN, "gpu")) == len(old)  # read before any writer came
-    writer = SQLiteStore(path)
+    writer = older_store.open()
     writer.add([EventRecord(src=Source(run=RUN, file="a.log", line=1), name="tick")])
     assert sorted(map(repr, writer.records(RUN, "gpu"))) == sorted(map(repr, old))
     assert writer.runs()[0].kinds == {"event": 1, "gpu": len(old)}
     assert writer.gpu_summary(RUN)["samples"].tolist() == [120] * 4
-    raw = sqlite3.connect(path).execute("SELECT COUNT(*) FROM records WHERE kind = 'gpu'")
-    assert raw.fetchone()[0] == 0
+    assert older_store.sql("SELECT COUNT(*) FROM records WHERE kind = 'gpu'", []) == [(0,)]
+    # Moved once: a second writer finds nothing to move and stores no sample twice.
+    again = older_store.open()
+    again.add(old[:10])
+    assert again.gpu_summary(RUN)["samples"].tolist() == [120] * 4
+    for s in (reader, writer, again):
+        s.close()

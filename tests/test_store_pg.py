@@ -19,7 +19,7 @@ import pytest
 from pg_support import ThrowawayPgStore, create_schema, drop_schema, pg_url
 
 from dsmon.model import wire
-from dsmon.model.records import Record, Source, StepRecord, TimerRecord
+from dsmon.model.records import GpuSampleRecord, Record, Source, StepRecord, TimerRecord
 from dsmon.serve.run import start_ingest_server
 from dsmon.store import postgres as store_pg
 from dsmon.store.base import RecordFilter, StoreDataError, StoreError
@@ -78,16 +78,34 @@ def test_reconnects_after_the_server_drops_the_connection(pg: ThrowawayPgStore) 
     assert [r.step for r in pg.records("r")] == list(range(1, 16))
 
 
+def gpu_samples(run: str, start: int, n: int, node: str) -> list[Record]:
+    """``n`` one-second polls of one GPU, from second ``start``."""
+    return [
+        GpuSampleRecord(
+            src=Source(run=run, node=node),
+            ts=f"2026-11-29T14:{sec // 60 % 60:02d}:{sec % 60:02d}.000",
+            gpu_index=0,
+            util_gpu_pct=float(sec % 100),
+        )
+        for sec in range(start, start + n)
+    ]
+
+
+@pytest.mark.parametrize("with_gpu", [False, True])
 def test_concurrent_writers_never_let_an_after_id_reader_miss_a_record(
-    pg: ThrowawayPgStore,
+    pg: ThrowawayPgStore, with_gpu: bool
 ) -> None:
+    """GPU sample ids are taken under the writers' lock too: they commit in order."""
     writers = [PgStore(pg.url) for _ in range(3)]
     seen: dict[int, Record] = {}
     done = threading.Event()
 
     def write(k: int) -> None:
         for b in range(20):
-            writers[k].add(timers("r", (k * 20 + b) * 25, 25, node=f"n{k}"))
+            batch = timers("r", (k * 20 + b) * 25, 25, node=f"n{k}")
+            if with_gpu:
+                batch += gpu_samples("r", b * 10, 10, node=f"n{k}")
+            writers[k].add(batch)
 
     def read() -> None:
         cursor = 0
@@ -111,8 +129,9 @@ def test_concurrent_writers_never_let_an_after_id_reader_miss_a_record(
     reader.join()
     for w in writers:
         w.close()
-    assert len(seen) == 3 * 20 * 25
+    assert len(seen) == 3 * 20 * (25 + (10 if with_gpu else 0))
     assert [seen[i] for i in sorted(seen)] == pg.records("r")
+    assert pg.last_id("r") == pg.last_id() == max(seen)
 
 
 def test_schema_is_created_once_by_concurrent_openers() -> None:
@@ -154,6 +173,8 @@ def test_tables_indexes_and_collation(pg: ThrowawayPgStore) -> None:
         "records_run_kind_ts",
         "records_run_ts",
         "records_run_id",
+        "gpu_samples_pkey",  # (series, t_ms): a sample stored once, found by time
+        "gpu_rollup_pkey",
     } <= indexes
     assert collation == ("C",)
 
@@ -191,6 +212,18 @@ def test_a_value_the_database_refuses_is_a_data_error(pg: ThrowawayPgStore) -> N
         pg.add(timers(name, 0, 1))
     pg.check_writable()  # the store still takes writes
     assert pg.add(timers("ok", 0, 1)) == 1
+
+
+def test_a_refused_batch_leaves_no_gpu_series_behind(pg: ThrowawayPgStore) -> None:
+    """The series a rolled-back batch created is created again with the next one."""
+    name = "".join(hashlib.sha256(str(i).encode()).hexdigest() for i in range(100))
+    polls = gpu_samples("r", 0, 5, node="n1")
+    with pytest.raises(StoreDataError):
+        pg.add([*polls, *timers(name, 0, 1)])  # one batch: the samples roll back too
+    assert pg.records("r") == []
+    assert pg.add(polls) == 5
+    assert pg.records("r", "gpu") == polls
+    assert pg.gpu_summary("r")["samples"].tolist() == [5]
 
 
 def test_after_id_read_of_one_kind_uses_the_run_kind_id_index(pg: ThrowawayPgStore) -> None:

@@ -229,6 +229,15 @@ class RecordFilter:
         conds += [(sql, v) for sql, v in optional if v is not None]
         return " AND ".join(sql.format(ph) for sql, _ in conds), [v for _, v in conds]
 
+    def select(self, ph: str = "?") -> tuple[str, list[Any]]:
+        """``SELECT id, body`` of the matching records-table rows in id order, and parameters."""
+        where, params = self.where(ph)
+        sql = f"SELECT id, body FROM records WHERE {where} ORDER BY id"
+        if self.limit is not None:
+            sql += f" LIMIT {ph}"
+            params.append(self.limit)
+        return sql, params
+
 
 def restamp_candidates(rows: list[RecordRow]) -> dict[str, list[RecordRow]]:
     """The rows of a batch that may fill a stored row's missing step, by run."""

@@ -2,9 +2,9 @@
 
 A *fold* frame has one row per (series, bucket) with count, sum, min and max of each charted
 metric in NVML's own units, clock-event counts per reason bit, error counter extremes and
-the bucket's first and last sample time. The SQLite store computes it in SQL from its
-roll-ups (``dsmon.store.sqlite_gpu_read``); :func:`fold_frame` computes the same from a frame of
-samples in memory (a log checked without a store, the PostgreSQL store). Everything the GPUs
+the bucket's first and last sample time. The stores compute it in SQL from their
+roll-ups (``dsmon.store.gpu_sql_read``); :func:`fold_frame` computes the same from a frame of
+samples in memory (a log checked without a store). Everything the GPUs
 page and the GPU rules show is derived from folds here: per-bucket means/min/max
 (:func:`buckets`), per-GPU totals (:func:`summary`), so both sources give equal answers.
 """

@@ -1,24 +1,23 @@
 """What a store answers about a run's GPUs: per-GPU summaries, time buckets, newest samples.
 
 Pages and GPU rules ask these instead of loading every sample: a day of 64 GPUs at 1 Hz is
-5.5 million of them. A backend with roll-ups (SQLite) overrides :meth:`GpuReads._gpu_fold`
-and :meth:`GpuReads._gpu_latest`; the defaults fold the samples in pandas from ``frame``, so
-every backend gives the same answers (the store tests compare them).
+5.5 million of them. Each backend answers :meth:`GpuReads._gpu_fold` and
+:meth:`GpuReads._gpu_latest` in SQL from its roll-ups (:mod:`dsmon.store.gpu_store`);
+:func:`fold_samples` gives the same fold from samples in memory (a log checked without a
+store), and the store tests compare the two.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, NamedTuple, cast
+from typing import TYPE_CHECKING, NamedTuple
 
 from dsmon.model.records import GpuSampleRecord
-from dsmon.store.gpu_rows import cut_ms, gpu_label, grid
+from dsmon.store.gpu_rows import cut_ms, grid
 
 if TYPE_CHECKING:
     import pandas as pd
-
-    from dsmon.store.base import Store
 
 
 class GpuFold(NamedTuple):
@@ -64,28 +63,12 @@ class GpuReads:
     def _gpu_fold(
         self, run: str, n_buckets: int | None, ts_max: str | None, gpus: Sequence[str] | None
     ) -> GpuFold:
-        """The fold from the samples themselves (backends without roll-ups)."""
-        frame = cast("Store", self).frame(run, "gpu", ts_max=ts_max)
-        if gpus is not None and not frame.empty:
-            labels = [
-                gpu_label(n, i) for n, i in zip(frame["node"], frame["gpu_index"], strict=True)
-            ]
-            frame = frame[[label in set(gpus) for label in labels]]
-        return fold_samples(frame, n_buckets)
+        """The fold of a run's samples on a grid of ``n_buckets`` (None: one per GPU)."""
+        raise NotImplementedError
 
     def _gpu_latest(self, run: str, ts_max: int | None) -> list[GpuSampleRecord]:
-        newest: dict[tuple[str | None, int], GpuSampleRecord] = {}
-        for rec in cast("Store", self).records(run, "gpu"):
-            if not isinstance(rec, GpuSampleRecord) or rec.ts is None:
-                continue
-            t = cut_ms(rec.ts)
-            if t is None or (ts_max is not None and t > ts_max):
-                continue
-            key = (rec.src.node, rec.gpu_index)
-            old = newest.get(key)
-            if old is None or (cut_ms(old.ts) or 0) <= t:
-                newest[key] = rec
-        return list(newest.values())
+        """The newest sample of each GPU, up to ``ts_max`` (ms on the samples' clock)."""
+        raise NotImplementedError
 
 
 def fold_samples(frame: pd.DataFrame, n_buckets: int | None) -> GpuFold:

@@ -16,6 +16,8 @@ handling differ:
   byte-wise, as SQLite does, whatever the database's default locale.
 - A dropped connection (server restart, network blip) is reopened and the call retried
   once; writes are idempotent, so the retry cannot duplicate a record.
+- GPU samples go to the typed GPU tables with roll-ups, as in SQLite
+  (:mod:`dsmon.store.postgres_gpu`); their ids come from the records' sequence.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from dsmon.model.records import KINDS, Record
+from dsmon.model.records import Record
 from dsmon.store.base import (
     ROW_COLUMNS,
     SCHEMA_VERSION,
@@ -36,14 +38,17 @@ from dsmon.store.base import (
     RecordFilter,
     RecordRow,
     RunInfo,
-    Store,
     StoreDataError,
     StoreError,
-    batched,
     received_now,
     redact_url,
     run_infos,
 )
+from dsmon.store.gpu_rows import SampleRow, SeriesInfo, SeriesKey
+from dsmon.store.gpu_store import TypedGpuStore, split
+from dsmon.store.gpu_tables import GpuTables
+from dsmon.store.postgres_gpu import DDL as GPU_DDL
+from dsmon.store.postgres_gpu import TEMP_DDL, PgGpuTables
 
 __all__ = ["PgStore", "redact_url"]
 
@@ -101,6 +106,7 @@ _DDL = (
         restamps BIGINT NOT NULL DEFAULT 0,
         received_at TEXT COLLATE "C"
     )""",
+    *GPU_DDL,
 )
 
 _COLS = ", ".join(ROW_COLUMNS)
@@ -156,12 +162,12 @@ WITH filled AS (
 SELECT COUNT(*) FROM filled
 """
 _RECEIVED = """
-INSERT INTO run_activity AS c (run, received_at) SELECT DISTINCT run, %s FROM dsmon_incoming
+INSERT INTO run_activity (run, received_at) VALUES (%s, %s)
 ON CONFLICT (run) DO UPDATE SET received_at = excluded.received_at
 """
 
 
-class PgStore(Store):
+class PgStore(TypedGpuStore):
     """A store in a PostgreSQL database, selected by a ``postgresql://`` URL.
 
     The tables go into the first schema of the connection's ``search_path`` (``public`` by
@@ -176,19 +182,20 @@ class PgStore(Store):
             dsmon schema version.
     """
 
-    BODY_KINDS = frozenset(KINDS.keys())
-
     def __init__(self, url: str) -> None:
         self.url = url
         self._lock = threading.Lock()
         self._conn: psycopg.Connection[Any] | None = None
+        self._series: dict[SeriesKey, SeriesInfo] = {}  # GPU series ids (never change)
+        self._typed = False  # GPU samples an older dsmon stored as records are moved
         with self._lock:
             self._call(self._setup)
 
     def _connect(self) -> psycopg.Connection[Any]:
-        """A fresh autocommit connection with the staging table in place."""
+        """A fresh autocommit connection with the staging tables in place."""
         conn = psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
         conn.execute(_STAGING)
+        conn.execute(TEMP_DDL)
         return conn
 
     def _live(self) -> psycopg.Connection[Any]:
@@ -234,6 +241,7 @@ class PgStore(Store):
                     "INSERT INTO dsmon_meta (name, value) VALUES ('schema_version', %s)",
                     (str(SCHEMA_VERSION),),
                 )
+                PgGpuTables(conn).mark_typed()  # a new store: nothing to move
             elif found[0] != str(SCHEMA_VERSION):
                 raise StoreError(
                     f"cannot open store {redact_url(self.url)}: schema version {found[0]}, "
@@ -243,10 +251,36 @@ class PgStore(Store):
     def add(self, records: Iterable[Record | EncodedRecord], *, live: bool = False) -> int:
         """Store the records not stored yet, one transaction per few thousand; returns how many."""
         inserted = 0
-        for rows in batched(records):
+        for rows, samples in split(records):
+            write = functools.partial(self._write, rows=rows, samples=samples, live=live)
             with self._lock:
-                inserted += self._call(functools.partial(_insert, rows=rows, live=live))
+                inserted += self._call(write)
+                self._typed = True
         return inserted
+
+    def _write(
+        self,
+        conn: psycopg.Connection[Any],
+        rows: list[RecordRow],
+        samples: list[SampleRow],
+        live: bool,
+    ) -> int:
+        """One batch in one transaction; cached GPU series are forgotten if it fails."""
+        tables = PgGpuTables(conn, self._series)
+        try:
+            return _insert(conn, tables, rows, samples, live=live, typed=self._typed)
+        except BaseException:
+            tables.forget()
+            raise
+
+    def _on_gpu(self, fn: Callable[[GpuTables], T]) -> T:
+        def snapshot(conn: psycopg.Connection[Any]) -> T:
+            with conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                return fn(PgGpuTables(conn, self._series))
+
+        with self._lock:
+            return self._call(snapshot)
 
     def runs(self) -> list[RunInfo]:
         """Every run, from the bookkeeping tables (no scan of the records)."""
@@ -260,7 +294,7 @@ class PgStore(Store):
 
     def last_id(self, run: str | None = None) -> int:
         """Id of the newest record of ``run`` (or of the whole store); 0 if there is none."""
-        sql = "SELECT MAX(id) FROM records"
+        sql = "SELECT GREATEST(MAX(id), (SELECT MAX(last_id) FROM gpu_batches)) FROM records"
         params: tuple[str, ...] = ()
         if run is not None:
             sql, params = "SELECT MAX(last_id) FROM run_kinds WHERE run = %s", (run,)
@@ -276,11 +310,7 @@ class PgStore(Store):
         return int(row[0]) if row else 0
 
     def _select(self, flt: RecordFilter) -> list[tuple[int, str]]:
-        where, params = flt.where("%s")
-        sql = f"SELECT id, body FROM records WHERE {where} ORDER BY id"
-        if flt.limit is not None:
-            sql += " LIMIT %s"
-            params.append(flt.limit)
+        sql, params = flt.select("%s")
         with self._lock:
             rows = self._call(lambda conn: conn.execute(sql, params).fetchall())
         return [(int(i), str(body)) for i, body in rows]
@@ -299,20 +329,45 @@ class PgStore(Store):
                 self._conn = None
 
 
-def _insert(conn: psycopg.Connection[Any], rows: list[RecordRow], live: bool = False) -> int:
-    """COPY ``rows`` to the staging table and move the new ones; commits before returning."""
+def _insert(
+    conn: psycopg.Connection[Any],
+    tables: PgGpuTables,
+    rows: list[RecordRow],
+    samples: list[SampleRow],
+    *,
+    live: bool = False,
+    typed: bool = True,
+) -> int:
+    """Store GPU samples, then COPY ``rows`` to the staging table and move the new ones.
+
+    Commits before returning. ``typed`` False: first look for GPU samples an older dsmon
+    kept as records.
+    """
     with conn.transaction(), conn.cursor() as cur:
-        # Writers queue here; readers (ACCESS SHARE) are not blocked by this mode.
+        # Writers queue here; readers (ACCESS SHARE) are not blocked by this mode. GPU
+        # sample ids are taken under it too, so every id commits in the order handed out.
         cur.execute("LOCK TABLE records IN SHARE ROW EXCLUSIVE MODE")
-        with cur.copy(f"COPY dsmon_incoming (seq, {_COLS}) FROM STDIN") as copy:
-            for seq, row in enumerate(rows):
-                copy.write_row((seq, *row))
-        found = cur.execute(_MOVE).fetchone()
-        new = int(found[0]) if found else 0
-        if new < len(rows) and any(r.step is not None for r in rows):
-            cur.execute(_RESTAMP)
+        if not typed:
+            tables.move_once()
+        new = tables.add(samples)
+        if rows:
+            new += _insert_rows(cur, rows)
         if live:
-            cur.execute(_RECEIVED, (received_now(),))
+            runs = {r.run for r in rows} | {s.key.run for s in samples}
+            now = received_now()
+            cur.executemany(_RECEIVED, [(run, now) for run in sorted(runs)])
+    return new
+
+
+def _insert_rows(cur: psycopg.Cursor[Any], rows: list[RecordRow]) -> int:
+    """COPY records-table rows to the staging table and move the new ones; how many."""
+    with cur.copy(f"COPY dsmon_incoming (seq, {_COLS}) FROM STDIN") as copy:
+        for seq, row in enumerate(rows):
+            copy.write_row((seq, *row))
+    found = cur.execute(_MOVE).fetchone()
+    new = int(found[0]) if found else 0
+    if new < len(rows) and any(r.step is not None for r in rows):
+        cur.execute(_RESTAMP)
     return new
 
 

@@ -14,14 +14,14 @@ from __future__ import annotations
 import importlib
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
-from dsmon.model.records import KINDS, GpuSampleRecord, Record
+from dsmon.model.records import Record
 from dsmon.store import sqlite_sql as sql
 from dsmon.store.base import (
-    BATCH_ROWS,
     SCHEMA_VERSION,
     EncodedRecord,
     KindStats,
@@ -32,16 +32,16 @@ from dsmon.store.base import (
     StoreDataError,
     StoreError,
     received_now,
-    record_row,
     restamp_candidates,
-    row_record,
     run_infos,
 )
-from dsmon.store.gpu_reads import GpuFold, iso_text
-from dsmon.store.gpu_rows import SampleRow, cut_ms, grid, sample_row
-from dsmon.store.sqlite_gpu import LEVELS_S, GpuTables
+from dsmon.store.gpu_store import TypedGpuStore, move_gpu_records, split
+from dsmon.store.gpu_tables import GpuTables
+from dsmon.store.sqlite_gpu import SQLiteGpuTables
 
 __all__ = ["RunInfo", "SQLiteStore", "Store", "StoreError", "open_store", "sqlite_path"]
+
+T = TypeVar("T")
 
 #: How long a writer waits for another writer's transaction before giving up.
 BUSY_TIMEOUT_S = 30.0
@@ -56,7 +56,7 @@ def sqlite_path(url: str) -> str:
     return url
 
 
-class SQLiteStore(Store):
+class SQLiteStore(TypedGpuStore):
     """The default store backend.
 
     One connection per store object, shared by threads under a lock (Streamlit serves
@@ -70,8 +70,6 @@ class SQLiteStore(Store):
         StoreError: the file cannot be opened or holds a schema of another version.
     """
 
-    BODY_KINDS = frozenset(KINDS.keys() - {"gpu"})
-
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
         self._lock = threading.Lock()
@@ -80,7 +78,7 @@ class SQLiteStore(Store):
             self._conn = sqlite3.connect(
                 self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
             )
-            self._gpu = GpuTables(self._conn)
+            self._gpu = SQLiteGpuTables(self._conn)
             self._setup()
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open store {self.path}: {exc}") from None
@@ -119,36 +117,12 @@ class SQLiteStore(Store):
             (sql.RUN_KIND_ID,),
         ).fetchall()
         if len(found) < 3:
-            with self._transaction():
+            with self._forgetting(), self._transaction():
                 self._conn.execute(sql.RUN_KIND_ID_DDL)
                 self._conn.execute(sql.ACTIVITY_DDL)
                 self._gpu.create()
-                self._move_gpu_records()
+                move_gpu_records(self._gpu)
         self._indexed = True
-
-    def _move_gpu_records(self) -> None:
-        """Move GPU samples an older dsmon kept as records into the GPU tables (new ids)."""
-        conn = self._conn
-        moved: list[SampleRow] = []
-        ids: list[tuple[int]] = []
-        for rec_id, body in conn.execute("SELECT id, body FROM records WHERE kind = 'gpu'"):
-            rec = row_record(body)
-            row = sample_row(rec) if isinstance(rec, GpuSampleRecord) else None
-            if row is not None:
-                moved.append(row)
-                ids.append((rec_id,))
-        if not moved:
-            return
-        conn.executemany("DELETE FROM records WHERE id = ?", ids)
-        counts: dict[str, int] = {}
-        for row in moved:
-            counts[row.key.run] = counts.get(row.key.run, 0) + 1
-        conn.executemany(
-            "UPDATE run_kinds SET n = n - ? WHERE run = ? AND kind = 'gpu'",
-            [(n, run) for run, n in counts.items()],
-        )
-        conn.execute("DELETE FROM run_kinds WHERE kind = 'gpu' AND n <= 0")
-        self._add_gpu(moved)
 
     def _transaction(self) -> _Transaction:
         return _Transaction(self._conn)
@@ -158,12 +132,21 @@ class SQLiteStore(Store):
         inserted = 0
         with self._lock, _errors(self.path):
             self._add_indexes()
-        for rows, samples in _split(records):
-            with self._lock, _errors(self.path), self._transaction():
+        for rows, samples in split(records):
+            with self._lock, _errors(self.path), self._forgetting(), self._transaction():
                 if live:
                     self._received({r.run for r in rows} | {s.key.run for s in samples})
-                inserted += self._add_gpu(samples) + self._add_rows(rows)
+                inserted += self._gpu.add(samples) + self._add_rows(rows)
         return inserted
+
+    @contextmanager
+    def _forgetting(self) -> Iterator[None]:
+        """Forget cached GPU series when a write fails: its new series were rolled back."""
+        try:
+            yield
+        except BaseException:
+            self._gpu.forget()
+            raise
 
     def _add_rows(self, rows: list[RecordRow]) -> int:
         """Insert records-table rows and fold them into the bookkeeping; how many were new."""
@@ -178,12 +161,6 @@ class SQLiteStore(Store):
         if new < len(rows):  # some were stored before: fill steps they lacked
             self._restamp(rows)
         return new
-
-    def _add_gpu(self, samples: list[SampleRow]) -> int:
-        """Insert GPU samples into their tables; how many were new."""
-        kinds = self._gpu.insert(samples)
-        self._conn.executemany(sql.GPU_KINDS, kinds)
-        return sum(k[2] for k in kinds)
 
     def _restamp(self, rows: list[RecordRow]) -> None:
         """Give stored rows without a step the step their copy in ``rows`` carries."""
@@ -245,54 +222,13 @@ class SQLiteStore(Store):
         return int(row[0] or 0)
 
     def _select(self, flt: RecordFilter) -> list[tuple[int, str]]:
-        where, params = flt.where("?")
-        sql = f"SELECT id, body FROM records WHERE {where} ORDER BY id"
-        if flt.limit is not None:
-            sql += " LIMIT ?"
-            params.append(flt.limit)
+        sql, params = flt.select("?")
         with self._lock, _errors(self.path):
             return self._conn.execute(sql, params).fetchall()
 
-    def _select_records(self, flt: RecordFilter) -> list[tuple[int, Record]]:
-        """Records-table rows merged in id order with GPU samples from their own tables."""
-        rows: list[tuple[int, Record]] = []
-        if flt.kind != "gpu":
-            rows = [(i, row_record(body)) for i, body in self._select(flt)]
-        if flt.kind not in (None, "gpu") or flt.step_min is not None or flt.step_max is not None:
-            return rows
-        if flt.kind == "gpu":  # samples an older dsmon stored as records, not yet moved
-            rows = [(i, row_record(body)) for i, body in self._select(flt)]
-        t_range = (cut_ms(iso_text(flt.ts_min)), cut_ms(iso_text(flt.ts_max)))
-        with self._lock, _errors(self.path):
-            gpu = self._gpu.select(flt.run, flt.after_id, t_range, flt.limit)
-        if not gpu:
-            return rows
-        merged = sorted(rows + gpu, key=lambda pair: pair[0])  # type: ignore[operator]
-        return merged if flt.limit is None else merged[: flt.limit]
-
-    def _gpu_fold(
-        self, run: str, n_buckets: int | None, ts_max: str | None, gpus: Sequence[str] | None
-    ) -> GpuFold:
-        """The fold from the roll-ups (or, for a replay cut-off, the samples) in SQL."""
-        from dsmon.store import sqlite_gpu_read as read
-
-        cut = cut_ms(ts_max)
-        with self._lock, _errors(self.path):
-            series = read.series(self._conn, run, gpus)
-            span = read.span(self._conn, run, cut)
-            if span is None or series.empty:
-                return GpuFold(read.fold(self._conn, "", [], 0, None), series, 0, None)
-            ids = [int(i) for i in series["series"]]
-            t0, width = span[0], None
-            if n_buckets:
-                t0, width = grid(n_buckets, span, _level_ms(span, n_buckets, cut))
-            return GpuFold(read.fold(self._conn, run, ids, t0, width, cut), series, t0, width)
-
-    def _gpu_latest(self, run: str, ts_max: int | None) -> list[GpuSampleRecord]:
-        from dsmon.store import sqlite_gpu_read as read
-
-        with self._lock, _errors(self.path):
-            return read.latest(self._conn, run, ts_max)
+    def _on_gpu(self, fn: Callable[[GpuTables], T]) -> T:
+        with self._lock, _errors(self.path), _Transaction(self._conn, "BEGIN"):
+            return fn(self._gpu)
 
     def check_writable(self) -> None:
         """Rewrite the schema version in place: a real commit through the WAL, no data."""
@@ -303,39 +239,6 @@ class SQLiteStore(Store):
         """Close the connection (further calls fail)."""
         with self._lock:
             self._conn.close()
-
-
-def _level_ms(span: tuple[int, int], n_buckets: int, cut: int | None) -> int:
-    """The roll-up width (ms) buckets of this span are built from; 1 when from samples.
-
-    A roll-up serves when it still gives a quarter of the buckets asked for: a grid of 75
-    one-minute columns reads far fewer rows than 300 columns of samples would.
-    """
-    if cut is not None:
-        return 1
-    want = (span[1] - span[0]) // max(n_buckets, 1) + 1
-    fits = [lv * 1000 for lv in LEVELS_S if lv * 1000 <= want * 4]
-    return fits[-1] if fits else 1
-
-
-def _split(
-    records: Iterable[Record | EncodedRecord],
-) -> Iterator[tuple[list[RecordRow], list[SampleRow]]]:
-    """Records in batches: rows for the records table, GPU samples for their own tables."""
-    rows: list[RecordRow] = []
-    samples: list[SampleRow] = []
-    for item in records:
-        rec = item.record if isinstance(item, EncodedRecord) else item
-        sample = sample_row(rec) if isinstance(rec, GpuSampleRecord) else None
-        if sample is not None:
-            samples.append(sample)
-        else:
-            rows.append(record_row(*item) if isinstance(item, EncodedRecord) else record_row(rec))
-        if len(rows) + len(samples) >= BATCH_ROWS:
-            yield rows, samples
-            rows, samples = [], []
-    if rows or samples:
-        yield rows, samples
 
 
 @contextmanager
@@ -360,14 +263,15 @@ class _Transaction:
 
     IMMEDIATE takes the write lock up front: a deferred transaction that reads first and
     writes later can fail with SQLITE_BUSY without waiting, when another writer got there
-    in between.
+    in between. Reads that must see one snapshot (``BEGIN``) take no lock.
     """
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, begin: str = "BEGIN IMMEDIATE") -> None:
         self._conn = conn
+        self._begin = begin
 
     def __enter__(self) -> None:
-        self._conn.execute("BEGIN IMMEDIATE")
+        self._conn.execute(self._begin)
 
     def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         if exc_type is None:

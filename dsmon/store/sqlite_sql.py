@@ -1,7 +1,7 @@
 """The SQL of the SQLite store: its tables, and the statements each write runs.
 
 Kept apart from :mod:`dsmon.store.sqlite` so the store's logic reads without pages of SQL; the
-GPU tables' SQL is in :mod:`dsmon.store.sqlite_gpu`.
+GPU tables' SQL is in :mod:`dsmon.store.gpu_sql`.
 """
 
 from __future__ import annotations
@@ -76,16 +76,6 @@ ON CONFLICT (run, kind) DO UPDATE SET
     first_ts = COALESCE(MIN(first_ts, excluded.first_ts), first_ts, excluded.first_ts),
     last_ts = COALESCE(MAX(last_ts, excluded.last_ts), last_ts, excluded.last_ts),
     last_step = COALESCE(MAX(last_step, excluded.last_step), last_step, excluded.last_step),
-    last_id = MAX(last_id, excluded.last_id)
-"""
-# GPU samples' share of the bookkeeping, counted by ``GpuTables.insert``.
-GPU_KINDS = """
-INSERT INTO run_kinds (run, kind, n, first_ts, last_ts, last_step, last_id)
-VALUES (?, ?, ?, ?, ?, NULL, ?)
-ON CONFLICT (run, kind) DO UPDATE SET
-    n = n + excluded.n,
-    first_ts = COALESCE(MIN(first_ts, excluded.first_ts), first_ts, excluded.first_ts),
-    last_ts = COALESCE(MAX(last_ts, excluded.last_ts), last_ts, excluded.last_ts),
     last_id = MAX(last_id, excluded.last_id)
 """
 # A record sent again with the step it lacked when first stored (live collectors do so).
