@@ -95,7 +95,7 @@ def test_mfu_rows() -> None:
 
 def test_latest_profile_prefers_a_whole_one_to_a_cut_one() -> None:
     """grad_accum's log stopped a few lines into its fourth profile block (line 375)."""
-    lines = (DATA / "flops_grad_accum/train.log").read_text(encoding="utf-8").splitlines()
+    lines = (DATA / "grad_accum/train.log").read_text(encoding="utf-8").splitlines()
     recs, _ = parse_text("\n".join(lines[:390]), "r", "train.log")
     profiles = [r for r in recs if isinstance(r, FlopsProfileRecord)]
     assert [(p.src.line, p.partial) for p in profiles] == [

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from health_support import CORPUS, SEEDS
+from health_support import SEEDS, corpus_dir
 
 from dsmon.cli import main
 from dsmon.commands.demo import demo_dir
@@ -24,11 +24,11 @@ def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, s
 
 
 def test_config_with_warnings_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run_cli(capsys, str(CORPUS / "z3_overlap_true" / "ds_config.json"))
+    code, out, err = run_cli(capsys, str(corpus_dir("z3_overlap_true") / "ds_config.json"))
     assert code == 1 and err == ""
     assert out.splitlines()[0] == (
-        f"dsmon check: {CORPUS / 'z3_overlap_true' / 'ds_config.json'} - DeepSpeed unknown "
-        f"(judged as 0.19.8), config: {CORPUS / 'z3_overlap_true' / 'ds_config.json'} (file)"
+        f"dsmon check: {corpus_dir('z3_overlap_true') / 'ds_config.json'} - DeepSpeed unknown "
+        f"(judged as 0.19.8), config: {corpus_dir('z3_overlap_true') / 'ds_config.json'} (file)"
     )
     assert "WARN  optimizer.fused  A fused optimizer runs the step" in out
     assert (
@@ -38,7 +38,7 @@ def test_config_with_warnings_exits_1(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_run_folder_with_a_failure_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run_cli(capsys, str(CORPUS / "fp16_zero2"))
+    code, out, _ = run_cli(capsys, str(corpus_dir("fp16_zero2")))
     assert code == 2
     assert " - DeepSpeed 0.19.8, 2 rank(s) on 1 node(s), cpu, config: " in out.splitlines()[0]
     lines = out.splitlines()
@@ -48,7 +48,7 @@ def test_run_folder_with_a_failure_exits_2(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_json_output(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run_cli(capsys, "--json", str(CORPUS / "crash_step17"))
+    code, out, _ = run_cli(capsys, "--json", str(corpus_dir("crash_step17")))
     doc = json.loads(out)
     assert code == doc["exit_code"] == 2
     assert doc["status"] == "fail"
@@ -83,7 +83,7 @@ def test_explicit_config_with_a_log_uses_the_log_facts(capsys: pytest.CaptureFix
         "--format",
         "json",
         str(SEEDS / "seed004_heterogeneous.json"),
-        str(CORPUS / "z0" / "train.log"),
+        str(corpus_dir("z0") / "train.log"),
     )
     doc = json.loads(out)
     keys = next(r for r in doc["results"] if r["id"] == "schema.keys")
@@ -123,11 +123,11 @@ def test_store_mode_agrees_with_file_mode(
 ) -> None:
     url = str(tmp_path / "s.sqlite")
     store = open_store(url)
-    import_paths(store, [CORPUS / "fp16_zero2"])
+    import_paths(store, [corpus_dir("fp16_zero2")])
     store.close()
     code, out, _ = run_cli(capsys, "--json", "--store", url, "--run", "fp16_zero2")
     stored = {r["id"]: r for r in json.loads(out)["results"]}
-    _, out, _ = run_cli(capsys, "--json", str(CORPUS / "fp16_zero2"))
+    _, out, _ = run_cli(capsys, "--json", str(corpus_dir("fp16_zero2")))
     files = {r["id"]: r for r in json.loads(out)["results"]}
     assert code == 2
     # Live evaluation knows the clock: the launcher's exit lines say the run finished.
@@ -245,7 +245,7 @@ def test_nothing_to_check_in_the_input_is_an_error(
         "",
         f"dsmon: cannot read {blank}: empty file: nothing to check\n",
     )
-    code, _, err = run_cli(capsys, str(CORPUS / "z0"), str(tmp_path / "z0_typo"))
+    code, _, err = run_cli(capsys, str(corpus_dir("z0")), str(tmp_path / "z0_typo"))
     assert (code, err) == (
         2,
         f"dsmon: cannot read {tmp_path / 'z0_typo'}: No such file or directory\n",

@@ -5,7 +5,15 @@ from __future__ import annotations
 import json
 
 import pytest
-from health_support import CORPUS, check, config_inputs, corpus_config, evidence, seed
+from health_support import (
+    check,
+    config_inputs,
+    corpus_config,
+    corpus_dir,
+    corpus_runs,
+    evidence,
+    seed,
+)
 
 from dsmon.health import ConfigView, Status, evaluate
 
@@ -65,7 +73,7 @@ CORPUS_VERDICTS: dict[str, dict[str, Status]] = {
 
 
 def test_the_table_covers_every_corpus_config() -> None:
-    assert set(CORPUS_VERDICTS) == {p.parent.name for p in CORPUS.glob("*/ds_config.json")}
+    assert set(CORPUS_VERDICTS) == corpus_runs()
 
 
 @pytest.mark.parametrize("run", sorted(CORPUS_VERDICTS))
@@ -237,7 +245,7 @@ def test_fp16_loss_scaler() -> None:
 
 
 def test_fp16_with_zeropp_quantized_gradients() -> None:
-    raw = json.loads((CORPUS / "fp16_zero3" / "ds_config.json").read_text())
+    raw = json.loads((corpus_dir("fp16_zero3") / "ds_config.json").read_text())
     raw["zero_optimization"]["zero_quantized_gradients"] = True
     r = check(config_inputs(ConfigView(raw)), "fp16.zeropp_quantized_gradients")
     assert r.status is Status.WARN

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from conftest import DATA
 from dashboard_support import app_at
-from health_support import CORPUS
+from health_support import corpus_dir
 from streamlit.testing.v1 import AppTest
 
 from dsmon.load.files import import_paths
@@ -18,8 +18,8 @@ from dsmon.store.sqlite import open_store
 def stored(tmp_path_factory: pytest.TempPathFactory) -> str:
     path = tmp_path_factory.mktemp("health") / "store.sqlite"
     with open_store(path) as s:
-        import_paths(s, [CORPUS / "fp16_zero2"], run="fp16_zero2")
-        import_paths(s, [CORPUS / "crash_step17"], run="crash_step17")
+        import_paths(s, [corpus_dir("fp16_zero2")], run="fp16_zero2")
+        import_paths(s, [corpus_dir("crash_step17")], run="crash_step17")
     return str(path)
 
 

@@ -13,7 +13,15 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from health_support import DATA, check, corpus_config, corpus_inputs, corpus_records, evidence
+from health_support import (
+    DATA,
+    LOGGED_RUNS,
+    check,
+    corpus_config,
+    corpus_inputs,
+    corpus_records,
+    evidence,
+)
 
 from dsmon.health import ConfigView, Status, evaluate
 from dsmon.health import thresholds as th
@@ -139,12 +147,12 @@ def test_skipped_steps_fail_warn_pass() -> None:
 def test_scale_collapse() -> None:
     ok = check(corpus_inputs("fp16_zero2"), "loss_scale.collapse")
     assert (ok.status, ok.summary) == (Status.PASS, "loss scale 8192, 13 halvings above the floor")
-    old = log_records(DATA / "health_loss_scale_collapse" / "issue697_v03.log", "i697")
+    old = log_records(DATA / "loss_scale_old_versions" / "issue697_v03.log", "i697")
     cfg = ConfigView({"fp16": {"enabled": True}})
     r = check(inputs_from_records(old, config=cfg), "loss_scale.collapse")
     assert r.status is Status.FAIL
     assert evidence(r)["latest loss scale"].startswith("1 (issue697_v03.log:15")
-    exc = log_records(DATA / "health_loss_scale_collapse" / "min_scale_exception.log", "ex")
+    exc = log_records(DATA / "loss_scale_old_versions" / "other_lines.log", "ex")
     r = check(inputs_from_records(exc), "loss_scale.collapse")
     assert r.summary == "the loss scale hit its minimum and the run stopped"
     near = [
@@ -251,7 +259,7 @@ def test_stall_detection_live() -> None:
     assert check(corpus_inputs("sigkill_all"), "run.stalled").status is Status.UNKNOWN  # replay
 
 
-# The full checklist of every corpus run whose log is in tests/data/health_corpus, judged as
+# The full checklist of every corpus run judged on its log (health_support.LOGGED_RUNS), judged as
 # ``dsmon check RUN_FOLDER`` judges it (replay: run.stalled is unknown); rules not listed pass.
 # comm.overlap is unknown everywhere: no comms logger, or (z3_overlap_*) latencies the CPU
 # accelerator reports longer than the whole run. flops.mfu does not apply where a profile exists
@@ -269,6 +277,10 @@ RUN_VERDICTS: dict[str, dict[str, Status]] = {
     "z0": {_PH: W, _O: U, "steps.spikes": W, _S: U},
     "sigkill_all": {_OV: W, _FP: W, _PH: W, _O: U, "run.errors": W, _M: U, _S: U},
 }
+
+
+def test_the_table_covers_every_logged_corpus_run() -> None:
+    assert set(RUN_VERDICTS) == LOGGED_RUNS
 
 
 @pytest.mark.parametrize("run", sorted(RUN_VERDICTS))

@@ -108,7 +108,7 @@ def test_z2_summary() -> None:
 
 
 def test_z3_doubles_macs() -> None:
-    (rec,), _ = parse_log("flops_z3/train.log")
+    (rec,), _ = parse_log("z3/train.log")
     assert rec.src.line == 214
     assert rec.fwd_macs_per_gpu == 452.98e6
     assert rec.fwd_flops_per_gpu == 907.97e6
@@ -117,7 +117,7 @@ def test_z3_doubles_macs() -> None:
 
 
 def test_grad_accum_prints_one_block_per_micro_step() -> None:
-    recs, diag = parse_log("flops_grad_accum/train.log")
+    recs, diag = parse_log("grad_accum/train.log")
     assert [r.profile_step for r in recs] == [5, 5, 5, 6]
     assert [r.fwd_latency_ms for r in recs] == [7.35, 15.07, 22.42, 29.89]
     assert [r.src.line for r in recs] == [221, 272, 323, 375]
@@ -360,7 +360,7 @@ def test_launcher_prefix_and_interleaved_lines_change_nothing() -> None:
 
 def test_block_without_its_end_is_partial_and_the_next_one_kept() -> None:
     """grad_accum with the closing dashed line of its first block removed (line 267)."""
-    lines = (DATA / "flops_grad_accum/train.log").read_text().splitlines()
+    lines = (DATA / "grad_accum/train.log").read_text().splitlines()
     assert lines[266].startswith("-" * 78)
     recs, diag = parse_lines(lines[:266] + lines[267:])
     (whole, *_), _ = parse_lines(lines)
@@ -459,8 +459,8 @@ def test_moe_labels_in_deepspeeds_layout() -> None:
 
 
 def test_aggregated_depths_without_entries() -> None:
-    """ZeRO-3 can print ``depth N:`` with nothing under it: flops_z3 with the entry lines removed."""
-    lines = (DATA / "flops_z3/train.log").read_text().splitlines()
+    """ZeRO-3 can print ``depth N:`` with nothing under it: z3 with the entry lines removed."""
+    lines = (DATA / "z3/train.log").read_text().splitlines()
     bare = [t for t in lines if not t.startswith(("    params ", "    MACs ", "    fwd latency "))]
     assert len(lines) - len(bare) == 12
     (rec,), diag = parse_lines(bare)

@@ -115,7 +115,7 @@ def test_skipped_iterations_without_loss_and_a_cut_last_line() -> None:
 
 
 def test_megatron_lm_timestamp_prefix_and_extra_loss() -> None:
-    recs, _ = iterations("megatron_lm_issues/megatron_lm_issue756.log")
+    recs, _ = iterations("health_megatron_h100/train.log")
     r = recs[0]
     assert (r.iteration, r.total_iterations, r.ts) == (43, 100, "2024-04-06T02:59:36.000")
     assert r.flops_per_s_per_gpu == pytest.approx(239.8e12, rel=1e-12)

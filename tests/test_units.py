@@ -18,7 +18,7 @@ from dsmon.model import units
     [
         ("234.88 MMACs", 234.88e6),  # flops_z0: fwd MACs per GPU
         ("0 MACs", 0.0),  # flops_z0: aggregated depth 1, Embedding
-        ("452.98 MMACs", 452.98e6),  # flops_z3
+        ("452.98 MMACs", 452.98e6),  # z3
         ("55.48 TMACs", 55.48e12),  # flops_auroragpt_exponents
         ("29.03 GMACs", 29.03e9),  # flops_v080_resnet18
         ("924.84 MMACs", 924.84e6),  # flops_v080_resnet18: layer2.0.conv1
@@ -78,8 +78,8 @@ def test_parse_params(text: str, expected: float) -> None:
     ("text", "expected"),
     [
         ("34.92 ms", 34.92),  # flops_z0: fwd latency
-        ("7.35 ms ", 7.35),  # flops_grad_accum, padded by '{:<8}'
-        ("13.35 us", 0.01335),  # flops_grad_accum: step latency
+        ("7.35 ms ", 7.35),  # grad_accum, padded by '{:<8}'
+        ("13.35 us", 0.01335),  # grad_accum: step latency
         ("833.75 us", 0.83375),
         ("1.89 s", 1890.0),  # flops_v0x_readme_megatron
         ("1.23 s", 1230.0),
