@@ -10,8 +10,7 @@ from dsmon.analysis.downsample import downsample
 from dsmon.analysis.peaks import LINKS, find_link
 from dsmon.figures import comm as fig
 from dsmon.figures.common import fmt_ms, fmt_pct, rounded
-from dsmon.health.config_view import ConfigView
-from dsmon.model.ds_config import preferred_config
+from dsmon.health.gather import config_from_records
 from ui.charts import chart
 from ui.page import live_body, page_header, page_view
 
@@ -47,14 +46,13 @@ COMMS_LOGGER = (
 
 def caveats() -> None:
     """What the timers can and cannot show for this run's config, next to the numbers."""
-    cfg = preferred_config(view.frames.records("config"))
-    if cfg is None:
+    conf = config_from_records(view.frames.records("config"), None)
+    if conf is None:
         st.warning(
             "No DeepSpeed config in this run's output: cannot tell whether overlap_comm is on. "
             "With overlap_comm on, `bwd_allreduce` is only the exposed tail."
         )
         return
-    conf = ConfigView(cfg.config, origin=cfg.origin, source=cfg.src.file)
     overlap = conf.get("zero_optimization.overlap_comm")
     origin = "set in the config" if overlap.explicit else f"default for ZeRO stage {conf.stage}"
     on = conf.flag(overlap.path)  # read as DeepSpeed does: "false" is off, "yes" is on

@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from dsmon.model.ds_config import section
 from dsmon.model.records import (
     AutotuneExperimentRecord,
     AutotuneSummaryRecord,
@@ -93,8 +94,7 @@ def _stage_and_mbs(name: str | None, config: Mapping[str, Any] | None) -> tuple[
     """ZeRO stage and micro-batch size: from the ds_config when saved, else from the name."""
     from_name = name_settings(name or "")
     cfg = config or {}
-    zero = cfg.get("zero_optimization")
-    stage = zero.get("stage") if isinstance(zero, Mapping) else None
+    stage = section(cfg, "zero_optimization").get("stage")
     if not isinstance(stage, int):
         stage = from_name.get("zero_optimization", {}).get("stage")
     mbs = cfg.get("train_micro_batch_size_per_gpu")

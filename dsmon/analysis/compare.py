@@ -5,8 +5,8 @@ comparing. The comparison reads every run exactly as its own pages do: the step 
 engine's ``fwd + bwd + step`` of the slowest rank (:func:`dsmon.analysis.comm.per_step`), the
 exposed communication share is :func:`dsmon.analysis.comm.comm_share`, throughput and loss
 come from :func:`dsmon.analysis.training.training_series`. The config of each run is its
-preferred config (``dsmon.view.cache.preferred_config``: the user's keys first), flattened to dotted
-keys so a table can list only the keys whose values differ.
+preferred config (:func:`dsmon.model.ds_config.preferred_config`: the user's keys first),
+flattened to dotted keys so a table can list only the keys whose values differ.
 """
 
 from __future__ import annotations

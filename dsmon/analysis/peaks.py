@@ -125,7 +125,7 @@ def training_dtype(config: Mapping[str, Any] | None) -> str:
     """
     if not config:
         return "fp32"
-    if section_enabled(config, "bf16", "bfloat16"):
+    if section_enabled(config, "bf16"):
         return "bf16"
     return "fp16" if section_enabled(config, "fp16") else "fp32"
 

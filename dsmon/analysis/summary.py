@@ -19,7 +19,7 @@ import pandas as pd
 from dsmon.analysis.comm import exposed_comm_share
 from dsmon.analysis.steps import slowest_steps, step_stats
 from dsmon.analysis.summary_scan import median_of, step_breakdown_of
-from dsmon.model.ds_config import preferred_config, section_enabled
+from dsmon.model.ds_config import preferred_config, section, section_enabled, zero_stage
 from dsmon.model.records import EventRecord
 from dsmon.store.base import RunInfo, Store
 
@@ -54,40 +54,38 @@ def _num(value: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def _get(cfg: Mapping[str, Any], *path: str) -> Any:
-    """A nested config value, or None."""
-    cur: Any = cfg
-    for key in path:
-        if not isinstance(cur, Mapping) or key not in cur:
-            return None
-        cur = cur[key]
-    return cur
-
-
-def _enabled(cfg: Mapping[str, Any], *keys: str) -> bool:
-    """Whether the section (under the first of its spellings present) is enabled."""
-    return section_enabled(cfg, *keys)
-
-
 def config_highlights(cfg: Mapping[str, Any]) -> dict[str, str]:
-    """The settings that shape performance most, from a DeepSpeed config dict."""
-    zero = _get(cfg, "zero_optimization", "stage")
-    if zero is None:
-        zero = cfg.get("zero_optimization_stage")
-    precision = "bf16" if _enabled(cfg, "bf16", "bfloat16") else None
-    precision = precision or ("fp16" if _enabled(cfg, "fp16") else "fp32")
+    """The settings that shape performance most, from a DeepSpeed config dict.
+
+    Sections are read as DeepSpeed reads them (:mod:`dsmon.model.ds_config`), so
+    ``"zero_optimization": true`` is stage 1 here as in the checklist. An effective-config dump
+    has no ``zero_optimization`` section: its ``zero_optimization_stage`` attribute is used.
+    """
+    zero = section(cfg, "zero_optimization")
+    if "zero_optimization" in cfg:
+        stage: Any = zero_stage(cfg)
+    else:
+        stage = cfg.get("zero_optimization_stage")
+    precision = "bf16" if section_enabled(cfg, "bf16") else None
+    precision = precision or ("fp16" if section_enabled(cfg, "fp16") else "fp32")
     out = {
-        "zero_stage": zero,
+        "zero_stage": stage,
         "precision": precision,
         "train_batch_size": cfg.get("train_batch_size"),
         "micro_batch_per_gpu": cfg.get("train_micro_batch_size_per_gpu"),
         "grad_accum": cfg.get("gradient_accumulation_steps"),
-        "optimizer": _get(cfg, "optimizer", "type") or cfg.get("optimizer_name"),
-        "offload_optimizer": _get(cfg, "zero_optimization", "offload_optimizer", "device"),
-        "offload_param": _get(cfg, "zero_optimization", "offload_param", "device"),
-        "overlap_comm": _get(cfg, "zero_optimization", "overlap_comm"),
+        "optimizer": section(cfg, "optimizer").get("type") or cfg.get("optimizer_name"),
+        "offload_optimizer": _device(zero, "offload_optimizer"),
+        "offload_param": _device(zero, "offload_param"),
+        "overlap_comm": zero.get("overlap_comm"),
     }
     return {k: str(v) for k, v in out.items() if v is not None}
+
+
+def _device(zero: Mapping[str, Any], offload: str) -> Any:
+    """The ``device`` of a ZeRO offload sub-section, or None."""
+    sub = zero.get(offload)
+    return sub.get("device") if isinstance(sub, Mapping) else None
 
 
 def _config(store: Store, run: str) -> dict[str, str]:

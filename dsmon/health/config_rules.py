@@ -8,13 +8,13 @@ that does not apply to the configured ZeRO stage says so instead of passing sile
 from __future__ import annotations
 
 from dsmon.health import thresholds as th
-from dsmon.health.config_view import ConfigView, as_float
+from dsmon.health.config_view import ConfigView
 from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Evidence, Finding, Status, format_value, worst
 from dsmon.health.registry import rule
 from dsmon.health.schema import default_for
 from dsmon.health.verdicts import fix_json, needs_config, not_applicable, range_finding
-from dsmon.model.ds_config import ds_bool
+from dsmon.model.ds_config import as_float, ds_bool
 
 _Z = "zero_optimization"
 

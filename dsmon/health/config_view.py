@@ -5,13 +5,13 @@ false", and must follow DeepSpeed's own quirks: ZeRO keys accepted under both th
 ``stage3_`` alias and field name, ``"auto"`` (the HF Trainer placeholder) meaning the default,
 ``bfloat16`` as the old spelling of ``bf16``, and ``"zero_optimization": true`` as the
 deprecated boolean form. :class:`ConfigView` does that once, so each rule reads one
-:class:`Setting` and can cite where its value came from.
+:class:`Setting` and can cite where its value came from; the sections themselves are read by
+:mod:`dsmon.model.ds_config`, the reader the summary, the peak table and the pages share.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +20,8 @@ from dsmon.health import schema
 from dsmon.health.model import Evidence
 from dsmon.health.names import INVENTED
 from dsmon.health.schema import Version
-from dsmon.model.ds_config import ds_bool
+from dsmon.model.ds_config import as_float, ds_bool, zero_stage
+from dsmon.model.ds_config import section as ds_section
 from dsmon.parse.files import FileFormatError, load_config_text
 
 _MISSING = object()
@@ -64,10 +65,15 @@ class ConfigView:
         self.version = version
 
     def section(self, path: str) -> Mapping[str, Any]:
-        """The dict at a dotted section path; {} when absent or not a dict."""
-        node: Any = self.raw
-        for part in path.split("."):
-            node = _lookup(node, part)
+        """The dict at a dotted section path; {} when absent or not a dict.
+
+        The top-level section is read as DeepSpeed reads it (:func:`dsmon.model.ds_config.section`:
+        ``bfloat16`` for ``bf16``, ``"zero_optimization": true`` as stage 1).
+        """
+        top, *rest = path.split(".")
+        node: Any = ds_section(self.raw, top)
+        for part in rest:
+            node = node.get(part)
             if not isinstance(node, Mapping):
                 return {}
         return node
@@ -94,11 +100,7 @@ class ConfigView:
     @property
     def stage(self) -> int:
         """The ZeRO stage; the deprecated boolean form means stage 1 (true) or 0 (false)."""
-        zero = _lookup(self.raw, "zero_optimization")
-        if isinstance(zero, bool):
-            return int(zero)
-        stage = as_float(zero.get("stage")) if isinstance(zero, Mapping) else None
-        return int(stage) if stage is not None else 0
+        return zero_stage(self.raw)
 
     def flag(self, path: str) -> bool | None:
         """A boolean setting as DeepSpeed reads it: ``"yes"`` is on (:mod:`dsmon.model.ds_config`).
@@ -128,17 +130,6 @@ class ConfigView:
         return None
 
 
-def _lookup(node: Any, part: str) -> Any:
-    """One level of a dotted path, knowing DeepSpeed's alternative spellings of a section."""
-    if not isinstance(node, Mapping):
-        return None
-    if part in node:
-        return node[part]
-    if part == "bf16":
-        return node.get("bfloat16")
-    return None
-
-
 def _explicit(holder: Mapping[str, Any], section: str, key: str) -> Any:
     """The user's value for ``key`` in ``holder``, under either spelling; _MISSING if none."""
     if key in holder:
@@ -153,21 +144,6 @@ def _explicit(holder: Mapping[str, Any], section: str, key: str) -> Any:
         if name == key and alias in holder:
             return holder[alias]
     return _MISSING
-
-
-def as_float(value: Any) -> float | None:
-    """A config number as float (JSON ints, floats, numeric strings); None otherwise."""
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            out = float(value)
-        except ValueError:
-            return None
-        return out if math.isfinite(out) else None
-    return None
 
 
 #: Effective-dump attributes that are ds_config sections under another name.

@@ -19,10 +19,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from dsmon.health import schema
-from dsmon.health.config_view import ConfigView, as_float
+from dsmon.health.config_view import ConfigView
 from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Finding
 from dsmon.health.verdicts import fix_json
+from dsmon.model.ds_config import as_float
 
 _ZERO = "zero_optimization"
 #: ZeRO keys only the listed stages read (stage 0 builds no ZeRO optimizer at all); setting

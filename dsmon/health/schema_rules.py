@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsmon.health import names, schema
-from dsmon.health.config_view import ConfigView, as_float
+from dsmon.health.config_view import ConfigView
 from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Evidence, Finding, Status, worst
 from dsmon.health.registry import rule
 from dsmon.health.verdicts import fix_json, needs_config, not_applicable
+from dsmon.model.ds_config import as_float, refused_sections
 
 _DEPRECATED = {
     "zero_optimization.cpu_offload": "offload_optimizer",
@@ -206,6 +207,11 @@ def check_optimizer_type(cfg: ConfigView, inputs: HealthInputs) -> Finding:
 
 def _hard_check_failures(cfg: ConfigView) -> Iterator[tuple[str, Evidence]]:
     """DeepSpeed's own asserts and validators on value combinations (reference 11.1)."""
+    for key in refused_sections(cfg.raw):
+        yield (
+            f"{key} must be a JSON object: deepspeed.initialize raises on a bare value",
+            Evidence(key, cfg.raw[key], "set"),
+        )
     if cfg.enabled("fp16") and cfg.enabled("bf16"):
         yield "fp16 and bf16 cannot both be enabled (assert)", Evidence("fp16+bf16", True, "set")
     if cfg.stage > 3:
@@ -242,7 +248,8 @@ def _fp16_hard_checks(cfg: ConfigView) -> Iterator[tuple[str, Evidence]]:
     "schema.hard_checks",
     "Values pass DeepSpeed's own consistency checks",
     "The combinations deepspeed.initialize asserts on: fp16 with bf16, stage > 3, 'sum' "
-    "all-reduce with ZeRO-3, partial offload without ZeRO-3, fp16 scaler limits.",
+    "all-reduce with ZeRO-3, partial offload without ZeRO-3, fp16 scaler limits, a section "
+    "such as fp16 written as a bare value instead of an object.",
     "config",
 )
 @needs_config

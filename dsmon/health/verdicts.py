@@ -12,9 +12,10 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
-from dsmon.health.config_view import ConfigView, Setting, as_float
+from dsmon.health.config_view import ConfigView, Setting
 from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Evidence, Finding, Status, format_value
+from dsmon.model.ds_config import as_float
 
 ConfigRuleFunc = Callable[[ConfigView, HealthInputs], Finding]
 

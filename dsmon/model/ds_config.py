@@ -19,12 +19,21 @@ judges a run that is not the one that ran:
   engine tests it with ``if``: Python truthiness. There ``"false"`` and ``"no"`` are on, since
   every non-empty string is true.
 
-The module depends on the record model only, so that core code (:mod:`dsmon.analysis.peaks`, :mod:`dsmon.analysis.summary`)
-and the health rules can share it.
+A section is read the way DeepSpeed's getters read it (:func:`section`): ``bfloat16`` is the
+old key of ``bf16`` (used when ``bf16`` is absent or null); ``"zero_optimization": true`` is
+the deprecated boolean form, stage 1 (``false``: stage 0), with the top-level ``allgather_size``
+as its bucket (``get_zero_config``/``read_zero_config_deprecated``); any other section written as
+a bare boolean, number or string (``"fp16": true``) is not a dict, and ``deepspeed.initialize``
+raises on it (``DeepSpeedFP16Config(**True)``): it reads as unset, and :func:`refused_sections`
+names it.
+
+The module depends on the record model only, so that core code (:mod:`dsmon.analysis.peaks`,
+:mod:`dsmon.analysis.summary`, :mod:`dsmon.analysis.autotune`) and the health rules can share it.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -66,17 +75,86 @@ def ds_bool(value: Any, *, pydantic: bool = True) -> bool | None:
     return pydantic_bool(value) if pydantic else bool(value)
 
 
-def section_enabled(config: Mapping[str, Any], *sections: str, pydantic: bool = True) -> bool:
-    """Whether the first of ``sections`` present in a ds_config dict has ``enabled`` on.
+#: Sections DeepSpeed also reads under an older key, in the order it looks them up.
+_KEYS = {"bf16": ("bf16", "bfloat16")}
+#: Sections whose getter unpacks the value as a dict (``Model(**value)``, ``value.get(...)``),
+#: so that a bare boolean, number or string raises in ``deepspeed.initialize``.
+_DICT_SECTIONS = (
+    "zero_optimization", "fp16", "bf16", "flops_profiler", "tensorboard", "csv_monitor", "wandb",
+    "comet",
+)  # fmt: skip
+_ZERO = "zero_optimization"
 
-    ``section_enabled(cfg, "bf16", "bfloat16")`` reads bf16 under its current or legacy key,
-    as DeepSpeed does (the first key present wins, even when its flag is off).
+
+def _written(config: Mapping[str, Any], name: str) -> tuple[str, Any]:
+    """The key a section is written under and its value: the first key present and not null."""
+    keys = _KEYS.get(name, (name,))
+    for key in keys:
+        if config.get(key) is not None:
+            return key, config[key]
+    return keys[0], None
+
+
+def section(config: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    """The dict DeepSpeed reads a top-level section from; {} when absent or refused.
+
+    ``"zero_optimization": true`` becomes ``{"stage": 1}`` (with ``allgather_bucket_size``
+    from the top-level ``allgather_size`` when set) and ``false`` ``{"stage": 0}``, as
+    DeepSpeed's ``read_zero_config_deprecated`` builds them.
     """
-    for name in sections:
-        section = config.get(name)
-        if isinstance(section, Mapping):
-            return ds_bool(section.get("enabled"), pydantic=pydantic) is True
-    return False
+    value = _written(config, name)[1]
+    if name == _ZERO and isinstance(value, bool):
+        if not value:
+            return {"stage": 0}
+        size = config.get("allgather_size")
+        return {"stage": 1} if size is None else {"stage": 1, "allgather_bucket_size": size}
+    return value if isinstance(value, Mapping) else {}
+
+
+def refused_sections(config: Mapping[str, Any]) -> list[str]:
+    """The keys of sections written as something DeepSpeed cannot read as a dict.
+
+    ``"fp16": true`` or ``"zero_optimization": 2`` raise in ``deepspeed.initialize``; only
+    ``zero_optimization`` has a boolean form.
+    """
+    out = []
+    for name in _DICT_SECTIONS:
+        key, value = _written(config, name)
+        if value is None or isinstance(value, Mapping):
+            continue
+        if not (name == _ZERO and isinstance(value, bool)):
+            out.append(key)
+    return out
+
+
+def as_float(value: Any) -> float | None:
+    """A config number as float (JSON ints, floats, numeric strings); None otherwise."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            out = float(value)
+        except ValueError:
+            return None
+        return out if math.isfinite(out) else None
+    return None
+
+
+def zero_stage(config: Mapping[str, Any]) -> int:
+    """The ZeRO stage DeepSpeed runs: 0 when unset, ``"auto"`` or not a number."""
+    stage = as_float(section(config, _ZERO).get("stage"))
+    return int(stage) if stage is not None else 0
+
+
+def section_enabled(config: Mapping[str, Any], name: str, *, pydantic: bool = True) -> bool:
+    """Whether a section's ``enabled`` flag is on, read as DeepSpeed reads it.
+
+    ``section_enabled(cfg, "bf16")`` also reads the legacy ``bfloat16`` key, as DeepSpeed
+    does (``bf16`` wins when both are present, even when its flag is off).
+    """
+    return ds_bool(section(config, name).get("enabled"), pydantic=pydantic) is True
 
 
 #: Config origins in order of preference: the user's keys first, DeepSpeed's dump last.
