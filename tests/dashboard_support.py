@@ -101,13 +101,17 @@ def build_store(path: Path) -> str:
 
 
 def app_at(store: str, run: str, page: str | None = None, **query: str) -> AppTest:
-    """The dashboard as a browser would show ``?run=<run>`` on ``pages/<page>.py``."""
+    """The dashboard as a browser would show ``?run=<run>`` on ``pages/<page>.py``.
+
+    A browser opening a page's address runs the app once, on that page; so does this (the
+    pages have no custom ``url_path``, so the file name names the page before the first run).
+    """
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
     at.query_params["run"] = run
     at.query_params.update(query)
-    at.run()
     if page is not None:
-        at.switch_page(f"pages/{page}.py").run()
+        at.switch_page(f"pages/{page}.py")
+    at.run()
     return at
 
 

@@ -253,9 +253,14 @@ def test_a_silent_server_cannot_hold_the_stop_past_its_grace_period(tmp_path: Pa
     assert agent.sender.stats.failures >= 1
 
 
+@pytest.mark.slow
 def test_a_full_spool_pauses_reading_and_loses_nothing(tmp_path: Path) -> None:
     """Issue: with a small spool and an outage, batches that did not fit were dropped for
-    good. Now the tail loop stops reading while the spool is full and resumes after."""
+    good. Now the tail loop stops reading while the spool is full and resumes after.
+
+    Slow (real threads, a real outage, about 3 s): the fast lane keeps the same issue's test
+    on a fake clock (test_sender.py, test_full_spool_holds_batches_and_pauses_reading...) and
+    the agent's paused stop below."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # nothing listens there until the server starts below

@@ -153,6 +153,9 @@ def test_each_parser_survives_arbitrary_bytes(name: str, chunks: list[bytes]) ->
     assert_from_input(parse(lines, [PARSERS[name]()]), lines)
 
 
+# Each parser alone (no other parser takes a line first): slow, 10 x 40 examples; the fast lane
+# keeps the same property for all parsers together (test_all_parsers_never_invent_a_value).
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(PARSERS))
 @PROFILE
 @given(lines=damaged_field_lines())

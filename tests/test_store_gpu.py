@@ -15,6 +15,7 @@ from typing import NamedTuple
 import pandas as pd
 import psycopg
 import pytest
+from conftest import STORE_BACKENDS
 from pg_support import ThrowawayPgStore
 
 from dsmon.model.frames import records_frame
@@ -147,10 +148,24 @@ def _close(a: pd.DataFrame, b: pd.DataFrame) -> None:
             assert [str(x) for x in left] == [str(x) for x in right], col
 
 
-@pytest.mark.parametrize("n_buckets", [None, 7, 60])
-def test_store_folds_like_memory(store: Store, n_buckets: int | None) -> None:
-    recs = day(3600)  # an hour: 60 one-minute roll-up buckets per GPU
+@pytest.fixture(scope="module", params=list(STORE_BACKENDS))
+def hour_store(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Store, list[GpuSampleRecord]]]:
+    """A store of each backend holding an hour of samples (60 one-minute roll-up buckets per
+    GPU), filled once for the tests that only read it."""
+    store = STORE_BACKENDS[request.param](tmp_path_factory.mktemp("hour"))
+    recs = day(3600)
     store.add(recs)
+    yield store, recs
+    store.close()
+
+
+@pytest.mark.parametrize("n_buckets", [None, 7, 60])
+def test_store_folds_like_memory(
+    hour_store: tuple[Store, list[GpuSampleRecord]], n_buckets: int | None
+) -> None:
+    store, recs = hour_store
     got = fold_samples(records_frame("gpu", recs), n_buckets)
     if n_buckets is None:
         _close(store.gpu_summary(RUN), gpu_fold.summary(got.fold, got.series))
