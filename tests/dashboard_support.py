@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from streamlit.components.v2 import manifest_scanner
 from streamlit.testing.v1 import AppTest
 
 from dsmon.load.files import discover, import_paths, read_found
@@ -25,6 +26,12 @@ from dsmon.parse.base import Diagnostics
 from dsmon.store.sqlite import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Every AppTest run makes Streamlit read the metadata of every installed package in search of
+# components (about 30 ms each, hundreds of runs); the packages do not change during the tests.
+manifest_scanner.scan_component_manifests = functools.cache(  # type: ignore[assignment]
+    manifest_scanner.scan_component_manifests
+)
 DATA = Path(__file__).resolve().parent / "data"
 #: Run name -> corpus folder under tests/data/.
 RUNS = {

@@ -148,26 +148,33 @@ def _close(a: pd.DataFrame, b: pd.DataFrame) -> None:
             assert [str(x) for x in left] == [str(x) for x in right], col
 
 
+@pytest.fixture(scope="module")
+def hour() -> tuple[list[GpuSampleRecord], pd.DataFrame]:
+    """An hour of samples (60 one-minute roll-up buckets per GPU) and their frame, made once."""
+    recs = day(3600)
+    return recs, records_frame("gpu", recs)
+
+
 @pytest.fixture(scope="module", params=list(STORE_BACKENDS))
 def hour_store(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[Store, list[GpuSampleRecord]]]:
-    """A store of each backend holding an hour of samples (60 one-minute roll-up buckets per
-    GPU), filled once for the tests that only read it."""
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    hour: tuple[list[GpuSampleRecord], pd.DataFrame],
+) -> Iterator[Store]:
+    """A store of each backend holding :func:`hour`, filled once for the tests that only read it."""
     store = STORE_BACKENDS[request.param](tmp_path_factory.mktemp("hour"))
-    recs = day(3600)
-    store.add(recs)
-    yield store, recs
+    store.add(hour[0])
+    yield store
     store.close()
 
 
 @pytest.mark.parametrize("n_buckets", [None, 7, 60])
 def test_store_folds_like_memory(
-    hour_store: tuple[Store, list[GpuSampleRecord]], n_buckets: int | None
+    hour_store: Store, hour: tuple[list[GpuSampleRecord], pd.DataFrame], n_buckets: int | None
 ) -> None:
-    store, recs = hour_store
-    got = fold_samples(records_frame("gpu", recs), n_buckets)
+    store, frame = hour_store, hour[1]
     if n_buckets is None:
+        got = fold_samples(frame, None)
         _close(store.gpu_summary(RUN), gpu_fold.summary(got.fold, got.series))
         return
     mine = store.gpu_buckets(RUN, n_buckets)
@@ -177,7 +184,6 @@ def test_store_folds_like_memory(
     assert mine["util_gpu_pct_max"].max() == 100.0
     # ...and on the store's grid, a fold of the samples in memory gives the same buckets.
     grid = store._gpu_fold(RUN, n_buckets, None, None)
-    frame = records_frame("gpu", recs)
     theirs = gpu_fold.buckets(
         gpu_fold.fold_frame(frame, grid.t0_ms, grid.width_ms),
         gpu_fold.series_frame(frame)[0],
@@ -245,7 +251,9 @@ def _older_sqlite(tmp_path: Path) -> Iterator[OlderStore]:
     def run(sql: str, rows: Sequence[Sequence[object]]) -> list[tuple[object, ...]]:
         with sqlite3.connect(path, isolation_level=None) as conn:
             if len(rows) > 1:
+                conn.execute("BEGIN")  # one transaction, not one fsync per row
                 conn.executemany(sql, rows)
+                conn.execute("COMMIT")
                 return []
             return conn.execute(sql, rows[0] if rows else ()).fetchall()
 

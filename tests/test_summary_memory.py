@@ -61,7 +61,10 @@ def long_log(path: Path, size: int) -> int:
     return k * span
 
 
+@pytest.mark.slow
 def test_summary_of_a_big_import_keeps_memory_bounded(tmp_path: Path) -> None:
+    """Slow (a 6 MB import and a child process): the fast lane keeps the streaming pass's
+    results on a smaller long log (test_streamed_inputs_match_the_stores_frames[big])."""
     log = tmp_path / "train.log"
     steps = long_log(log, LOG_BYTES)
     db = tmp_path / "s.sqlite"
