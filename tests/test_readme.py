@@ -52,6 +52,14 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert all(ln.startswith(allowed) for ln in commands[:-1]), commands[:-1]
 
 
+def test_plain_pytest_runs_every_test_and_the_fast_lane_is_documented() -> None:
+    """CI's ``pytest`` deselects nothing; ``-m "not slow"`` is the documented fast lane."""
+    options = pyproject()["tool"]["pytest"]["ini_options"]
+    assert "-m" not in options["addopts"].split() and "slow" not in options["addopts"]
+    assert any(m.startswith("slow:") for m in options["markers"])
+    assert '`.venv/bin/pytest -m "not slow"`' in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
 def test_console_script_and_demo_data_exist() -> None:
     project = pyproject()
     assert project["project"]["scripts"] == {"dsmon": "dsmon.cli:main"}
