@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 import yaml
 from deploy_support import (
-    DSMON_EXE,
     K8S,
     containers,
     dsmon_argv,
@@ -31,6 +30,7 @@ from deploy_support import (
     workloads,
 )
 
+from dsmon import cli
 from dsmon.commands import dashboard
 from dsmon.serve.run import DEFAULT_PORT as INGEST_PORT
 
@@ -375,14 +375,13 @@ def test_postgresql_overlay_takes_the_store_url_from_a_secret() -> None:
 # --- the DeepSpeed config they ship --------------------------------------------------------
 
 
-def test_shipped_ds_config_passes_dsmons_observe_checks() -> None:
-    res = subprocess.run(
-        [DSMON_EXE, "check", "--json", str(K8S / "base" / "ds_config.json")],
-        capture_output=True,
-        text=True,
-    )
-    assert res.returncode == 0, res.stdout + res.stderr
-    report = json.loads(res.stdout)
+def test_shipped_ds_config_passes_dsmons_observe_checks(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = cli.main(["check", "--json", str(K8S / "base" / "ds_config.json")])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    report = json.loads(out)
     assert report["counts"]["fail"] == report["counts"]["warn"] == 0
     observe = {r["id"]: r["status"] for r in report["results"] if r["id"].startswith("observe.")}
     assert set(observe.values()) == {"pass"}, observe
