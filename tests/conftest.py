@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings as hypothesis_settings
 from pg_support import open_pg_store
+from server_support import finish_stops
 
 from dsmon.load.files import discover, read_found
 from dsmon.model.records import Record, record_key
@@ -41,6 +42,13 @@ STORE_BACKENDS: dict[str, Callable[[Path], Store]] = {
     "sqlite": _open_sqlite,
     "postgresql": open_pg_store,  # skipped without $DSMON_TEST_PG_URL, except in CI
 }
+
+
+@pytest.fixture(scope="session", autouse=True)
+def servers_stopped() -> Iterator[None]:
+    """Every ingest server a fixture stopped in the background has stopped, without error."""
+    yield
+    assert finish_stops() == []
 
 
 @pytest.fixture(params=list(STORE_BACKENDS))

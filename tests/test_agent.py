@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import settled
+from server_support import stop_later
 
 from collectors.agent import Agent
 from collectors.sender import Sender
@@ -82,7 +83,7 @@ def live_only(lines: list[bytes]) -> set[str]:
 def server(tmp_path: Path) -> Iterator[IngestServer]:
     handle = start_ingest_server(str(tmp_path / "store.sqlite"), TOKEN, port=0)
     yield handle
-    handle.stop()
+    stop_later(handle)
 
 
 def stored(server: IngestServer) -> set[str]:

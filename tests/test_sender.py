@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from server_support import stop_later
 
 from collectors.sender import Sender
 from collectors.spool import Spool
@@ -43,7 +44,7 @@ def free_port() -> int:
 def server(tmp_path: Path) -> Iterator[IngestServer]:
     handle = start_ingest_server(str(tmp_path / "store.sqlite"), TOKEN, port=0)
     yield handle
-    handle.stop()
+    stop_later(handle)
 
 
 def make_sender(url: str, tmp_path: Path, token: str = TOKEN, **kw: object) -> Sender:

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from server_support import stop_later
 
 from dsmon.model import wire
 from dsmon.model.records import Record, Source, StepRecord, TimerRecord
@@ -68,7 +69,7 @@ def srv(tmp_path: Path) -> Iterator[IngestServer]:
         str(tmp_path / "ingest.sqlite"), TOKEN, "127.0.0.1", 0, max_body_bytes=LIMIT
     )
     yield handle
-    handle.stop()
+    stop_later(handle)
 
 
 def small_batch(n: int = 5, run: str = "z2") -> list[Record]:

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from server_support import stop_later
 from test_server import TOKEN, auth, call, ndjson, post, small_batch
 
 from dsmon.model.records import Source, TimerRecord
@@ -33,14 +34,14 @@ def quick(tmp_path: Path) -> Iterator[IngestServer]:
     """A server with one body slot and short deadlines."""
     handle = start_ingest_server(str(tmp_path / "s.sqlite"), TOKEN, "127.0.0.1", 0, limits=QUICK)
     yield handle
-    handle.stop()
+    stop_later(handle)
 
 
 @pytest.fixture
 def srv(tmp_path: Path) -> Iterator[IngestServer]:
     handle = start_ingest_server(str(tmp_path / "s.sqlite"), TOKEN, "127.0.0.1", 0)
     yield handle
-    handle.stop()
+    stop_later(handle)
 
 
 def raw(srv: IngestServer) -> socket.socket:
