@@ -1,4 +1,4 @@
-"""A run's ds_config as DeepSpeed reads it: which config record to read, and its booleans.
+"""A run's ds_config as DeepSpeed reads it: which config record to read, its sections, its flags.
 
 A run's output can hold several configs (the user's ds_config.json, a file the collector
 was pointed at, DeepSpeed's start-up dump): :func:`preferred_config` is the one choice every
