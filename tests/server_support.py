@@ -2,8 +2,8 @@
 
 uvicorn notices ``should_exit`` at its next 0.1 s tick and then waits another 0.1 s for the
 connections it asked to close, so every ``IngestServer.stop`` costs about 0.2 s of sleep.
-A fixture that only needs its server gone stops it in a thread of its own, and the next test
-runs meanwhile; at the end of the session :func:`finish_stops` waits for every one of them
+A fixture, or a test at its end, that only needs its server gone stops it in a thread of its own,
+and the next test runs meanwhile; at the end of the session :func:`finish_stops` waits for each
 and returns what any raised, so a stop that fails still fails the run (tests/conftest.py).
 """
 

@@ -352,4 +352,4 @@ def test_a_stop_while_the_spool_is_full_leaves_the_rest_to_the_next_collector(
         wait_until("every record", lambda: stored(handle) == live_only(Z2))
     finally:
         again.stop()
-        handle.stop()
+        stop_later(handle)

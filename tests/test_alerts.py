@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 from dashboard_support import read_records
 from prometheus_client.parser import text_string_to_metric_families
+from server_support import stop_later
 from test_server import call, ndjson
 
 from dsmon.cli import main
@@ -204,7 +205,7 @@ def test_metrics_gauge_per_rule_state(tmp_path: Path) -> None:
         w.tick()
         _, _, data = call(srv, "GET", "/metrics")
     finally:
-        srv.stop()
+        stop_later(srv)
         w.stop()
     samples = {
         (s.labels["rule"], s.labels["status"]): s.value

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import DATA, Z2
 from dashboard_support import GPUS, gpu_samples
+from server_support import stop_later
 
 from dsmon import cli
 from dsmon.load.files import RECORDS, classify, import_paths
@@ -150,7 +151,7 @@ def test_a_v1_records_answer_imports(source: Path, tmp_path: Path) -> None:
         with urllib.request.urlopen(request, timeout=30) as resp:
             body = resp.read()
     finally:
-        handle.stop()
+        stop_later(handle)
     (tmp_path / "page.json").write_bytes(body)
     answer = json.loads(body)
     # one record per line too, as a script that splits the answer writes them

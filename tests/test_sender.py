@@ -97,7 +97,7 @@ def test_outage_spools_and_drains_when_the_server_is_back(
         sender.pump()
         assert stored_keys(handle) == [record_key(r) for r in z2_log_records]
     finally:
-        handle.stop()
+        stop_later(handle)
     assert sender.spool.empty
     assert list((tmp_path / "spool").iterdir()) == []
 
@@ -174,7 +174,7 @@ def test_full_spool_holds_batches_and_pauses_reading_until_the_server_is_back(
         want = recs[:30] + recs[40:50]
         assert sorted(stored_keys(handle)) == sorted(record_key(r) for r in want)
     finally:
-        handle.stop()
+        stop_later(handle)
     assert "dsmon: the spool has room again: log reading resumed" in caplog.messages
 
 
@@ -221,7 +221,7 @@ def test_disk_full_holds_batches_and_leaves_no_torn_line(
         assert stored_keys(handle) == [record_key(r) for r in recs]
         assert (sender.stats.rejected, sender.stats.dropped) == (0, 0)  # no torn line sent
     finally:
-        handle.stop()
+        stop_later(handle)
 
 
 def test_a_record_the_server_refuses_is_isolated_and_dropped(
@@ -262,7 +262,7 @@ def test_oversized_batches_are_split(tmp_path: Path, z2_log_records: list[Record
         assert stored_keys(handle) == [record_key(r) for r in z2_log_records]
         assert sender.stats.rejected == 0
     finally:
-        handle.stop()
+        stop_later(handle)
 
 
 def test_backoff_doubles_with_jitter_up_to_the_cap(tmp_path: Path) -> None:
