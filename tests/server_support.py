@@ -10,8 +10,10 @@ and returns what any raised, so a stop that fails still fails the run (tests/con
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
-from dsmon.serve.run import IngestServer
+if TYPE_CHECKING:  # conftest imports this module: it must not load the server stack
+    from dsmon.serve.run import IngestServer
 
 _STOPPING: list[threading.Thread] = []
 _ERRORS: list[BaseException] = []
