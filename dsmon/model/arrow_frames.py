@@ -84,12 +84,14 @@ def arrow_schema(kind: str) -> KindSchema | None:
     return found
 
 
-def arrow_frame(kind: str, ids: Sequence[int], bodies: Sequence[str]) -> pd.DataFrame | None:
+def arrow_frame(
+    kind: str, ids: Sequence[int], bodies: Sequence[str | bytes]
+) -> pd.DataFrame | None:
     """The frame of ``kind`` from its stored bodies, or None when Arrow cannot read them."""
     found = arrow_schema(kind)
     if found is None or not bodies:
         return None
-    data = "\n".join(bodies).encode("utf-8")
+    data = b"\n".join([b if isinstance(b, bytes) else b.encode("utf-8") for b in bodies])
     options = pj.ParseOptions(explicit_schema=found.schema, unexpected_field_behavior="infer")
     try:
         table = pj.read_json(

@@ -92,7 +92,7 @@ def records_frame(
     return typed(frame, dtypes)
 
 
-def bodies_frame(kind: str, ids: Sequence[int], bodies: Sequence[str]) -> pd.DataFrame:
+def bodies_frame(kind: str, ids: Sequence[int], bodies: Sequence[str | bytes]) -> pd.DataFrame:
     """:func:`records_frame` of stored JSON bodies, without building record objects.
 
     The store checked every body when it was written, so a page loading a long run's timers

@@ -226,6 +226,12 @@ class SQLiteStore(TypedGpuStore):
         with self._lock, _errors(self.path):
             return self._conn.execute(sql, params).fetchall()
 
+    def _select_bodies(self, flt: RecordFilter) -> list[tuple[int, bytes]]:
+        sql, params = flt.select("?")
+        sql = sql.replace("SELECT id, body FROM", "SELECT id, CAST(body AS BLOB) FROM", 1)
+        with self._lock, _errors(self.path):
+            return self._conn.execute(sql, params).fetchall()
+
     def _on_gpu(self, fn: Callable[[GpuTables], T]) -> T:
         with self._lock, _errors(self.path), _Transaction(self._conn, "BEGIN"):
             return fn(self._gpu)
