@@ -35,3 +35,15 @@ def test_a_run_without_config_is_left_out_of_the_differences() -> None:
         {"key": "zero_optimization", "a": "(not set)", "b": "{}"},
         {"key": "zero_optimization.stage", "a": "2", "b": "(not set)"},
     ]
+
+
+def test_zero_written_as_true_is_stage_1_like_the_section() -> None:
+    """DeepSpeed reads ``"zero_optimization": true`` as stage 1: not a difference."""
+    diff = compare.config_diff(
+        {"a": {"zero_optimization": True}, "b": {"zero_optimization": {"stage": 1}}}
+    )
+    assert diff.empty
+    other = compare.config_diff(
+        {"a": {"zero_optimization": True}, "b": {"zero_optimization": {"stage": 2}}}
+    )
+    assert other.to_dict("records") == [{"key": "zero_optimization.stage", "a": "1", "b": "2"}]

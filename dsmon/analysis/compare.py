@@ -20,6 +20,9 @@ import pandas as pd
 from dsmon.analysis.comm import comm_share, per_step
 from dsmon.analysis.steps import step_breakdown
 from dsmon.analysis.training import training_series
+from dsmon.model.ds_config import section
+
+ZERO = "zero_optimization"
 
 #: The quantities overlaid, in drawing order, with their axis titles.
 METRICS = {
@@ -100,13 +103,24 @@ def _shown(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
+def as_read(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The config with ZeRO's boolean form written as the section DeepSpeed builds from it.
+
+    ``"zero_optimization": true`` is ZeRO stage 1 (``dsmon.model.ds_config.section``): two
+    runs that both ran stage 1 must not show as different for how they wrote it.
+    """
+    if isinstance(config.get(ZERO), bool):
+        return {**config, ZERO: dict(section(config, ZERO))}
+    return config
+
+
 def config_diff(configs: Mapping[str, Mapping[str, Any] | None]) -> pd.DataFrame:
     """The keys whose values differ between the runs' configs, one column per run.
 
     A run without a config is left out (nothing is known of its settings, so it cannot
     differ); a key one config lacks shows :data:`ABSENT`.
     """
-    known = {run: flatten(c) for run, c in configs.items() if c is not None}
+    known = {run: flatten(as_read(c)) for run, c in configs.items() if c is not None}
     keys = sorted({k for flat in known.values() for k in flat})
     rows = []
     for key in keys:
