@@ -20,7 +20,7 @@ from pg_support import ThrowawayPgStore
 
 from dsmon.model.frames import records_frame
 from dsmon.model.records import EventRecord, GpuSampleRecord, Record, Source
-from dsmon.store import gpu_fold
+from dsmon.store import gpu_fold, gpu_store
 from dsmon.store.base import RecordFilter, Store, record_row
 from dsmon.store.gpu_reads import fold_samples
 from dsmon.store.gpu_tables import GpuTables
@@ -289,7 +289,10 @@ def older_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Olde
     yield from make(tmp_path)
 
 
-def test_older_store_has_its_samples_moved_on_first_write(older_store: OlderStore) -> None:
+def test_older_store_has_its_samples_moved_on_first_write(
+    older_store: OlderStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gpu_store, "MOVE_CHUNK", 70)  # 480 rows: moved in 7 steps
     old = day(120)
     cols = "key, run, kind, step, ts, node, rank, file, line, body"
     older_store.sql(f"INSERT INTO records ({cols}) VALUES ({','.join('?' * 10)})",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from dsmon.model.records import KINDS, GpuSampleRecord, Record
 from dsmon.store.base import (
@@ -103,15 +103,33 @@ def split(
         yield rows, samples
 
 
+#: Old GPU rows converted per step of a migration: memory stays flat on a store of millions.
+MOVE_CHUNK = 20_000
+
+
 def move_gpu_records(tables: GpuTables) -> int:
     """Move GPU samples an older dsmon kept as records into the GPU tables (new ids).
 
-    Runs in the caller's write transaction; returns how many were moved. Samples without a
-    time stay records, as new ones do.
+    Runs in the caller's write transaction, :data:`MOVE_CHUNK` rows at a time; returns how
+    many were moved. Samples without a time stay records, as new ones do.
     """
+    total, after = 0, 0
+    while True:
+        found = tables.rows(
+            "SELECT id, body FROM records WHERE kind = 'gpu' AND id > ? ORDER BY id LIMIT ?",
+            (after, MOVE_CHUNK),
+        )
+        if not found:
+            return total
+        total += _move_chunk(tables, found)
+        after = found[-1][0]
+
+
+def _move_chunk(tables: GpuTables, found: list[Any]) -> int:
+    """Move one chunk of old GPU rows; how many were new in the GPU tables."""
     moved: list[SampleRow] = []
     ids: list[tuple[int]] = []
-    for rec_id, body in tables.rows("SELECT id, body FROM records WHERE kind = 'gpu'"):
+    for rec_id, body in found:
         rec = row_record(body)
         row = sample_row(rec) if isinstance(rec, GpuSampleRecord) else None
         if row is not None:
