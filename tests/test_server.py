@@ -137,6 +137,18 @@ def test_chunked_body_over_the_limit_is_413(srv: IngestServer) -> None:
     assert json.loads(data) == {"error": f"body exceeds the limit of {LIMIT} bytes"}
 
 
+def test_a_sender_still_sending_past_the_limit_reads_the_413(srv: IngestServer) -> None:
+    """16 times the limit, chunked: the client sends it all before it reads the answer.
+
+    The server reads and drops the rest before it answers and closes; closing with unread
+    data would reset the connection, and the sender would see a reset, not the 413.
+    """
+    chunks = [b"x" * 16384] * (16 * LIMIT // 16384)
+    status, _, data = call(srv, "POST", "/v1/records", iter(chunks), auth(), chunked=True)
+    assert status == 413
+    assert json.loads(data) == {"error": f"body exceeds the limit of {LIMIT} bytes"}
+
+
 def test_gzip_bomb_is_413(srv: IngestServer) -> None:
     bomb = gzip.compress(b"\n" * (64 * LIMIT))
     assert len(bomb) < LIMIT // 8

@@ -36,7 +36,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -216,16 +216,19 @@ class IngestApi:
         """
         body = bytearray()
         limit, timeout_s = self.max_body_bytes, self.limits.body_timeout_s
+        stream = request.stream()
         try:
             async with asyncio.timeout(timeout_s):
-                async for chunk in request.stream():
+                async for chunk in stream:
                     body += chunk
                     if len(body) > limit:
-                        msg = f"body exceeds the limit of {limit} bytes"
-                        raise BatchError(413, msg, _CLOSE)
+                        break
+                else:
+                    return bytes(body)
         except TimeoutError:
             raise BatchError(408, f"body not received within {timeout_s:g} s", _CLOSE) from None
-        return bytes(body)
+        await _drain(stream)
+        raise BatchError(413, f"body exceeds the limit of {limit} bytes", _CLOSE)
 
     def _decode(self, body: bytes, encoding: str | None) -> list[EncodedRecord]:
         return parse_batch_encoded(inflate(body, encoding, self.max_body_bytes))
@@ -293,6 +296,24 @@ class IngestApi:
 
 # The rest of a body not read to its end would be taken for the next request.
 _CLOSE = {"Connection": "close"}
+#: What is read and dropped of a body past the limit before the 413 goes out (and how long):
+#: closing a socket with unread data resets the connection, and a client still sending then
+#: gets "connection reset" instead of the answer that tells it not to send that batch again.
+DRAIN_BYTES = 4 * 1024 * 1024
+DRAIN_S = 1.0
+
+
+async def _drain(stream: AsyncIterator[bytes]) -> None:
+    """Read and drop the rest of a refused body, up to DRAIN_BYTES or DRAIN_S."""
+    dropped = 0
+    try:
+        async with asyncio.timeout(DRAIN_S):
+            async for chunk in stream:
+                dropped += len(chunk)
+                if dropped > DRAIN_BYTES:
+                    return
+    except (TimeoutError, ClientDisconnect):
+        return  # the 413 goes out all the same (a client that left never reads it)
 
 
 def _one_line(exc: BaseException) -> str:
