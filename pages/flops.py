@@ -51,10 +51,7 @@ def pick_profile(profiles: list[FlopsProfileRecord]) -> FlopsProfileRecord:
 
 def gpu_model() -> GpuPeak | None:
     """The GPU model for MFU: from the NVML samples, else the user's pick."""
-    run = view.run
-    seen = gpus.models(
-        view.frames.gpu("summary", view.cutoff, lambda s, cut: s.gpu_summary(run, cut))
-    )
+    seen = gpus.models(view.frames.gpu_summary(view.cutoff))
     detected = [p for p in (find_peak(name) for name in seen) if p is not None]
     models = [UNKNOWN, *[p.model for p in PEAKS]]
     default = models.index(detected[0].model) if detected else 0

@@ -68,7 +68,7 @@ def metric_section(selected: list[str], metric: str) -> None:
 def body() -> None:
     """The page; re-run alone every ``refresh_s`` seconds when live (``ui.page.live_body``)."""
     run = view.run
-    summary = query("summary", lambda s, cut: s.gpu_summary(run, cut))
+    summary = view.frames.gpu_summary(view.cutoff)
     if summary.empty:
         st.info(
             "No GPU samples in this run. Run `dsmon collect` with NVML on each node to record them."

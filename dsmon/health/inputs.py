@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import pandas as pd
 
@@ -51,7 +52,9 @@ class HealthInputs:
     ``Store.frame`` returns for it. ``now`` is the evaluation time for live rules (the stall
     rule); None when replaying a finished run. ``effective`` is the config DeepSpeed printed
     at start-up (every value resolved), when the run's output has one: rules judge the
-    user's ``config``, but a fix is only offered when it changes ``effective``.
+    user's ``config``, but a fix is only offered when it changes ``effective``. ``derived``
+    keeps what several rules compute from the same frames (the step breakdown), once per
+    evaluation; it goes with the inputs (``dataclasses.replace`` shares it, as the frames).
     """
 
     config: ConfigView | None = None
@@ -60,6 +63,7 @@ class HealthInputs:
     frames: Mapping[str, pd.DataFrame] = field(default_factory=dict)
     now: datetime | None = None
     run: str | None = None
+    derived: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def frame(self, kind: str) -> pd.DataFrame:
         """The frame of one kind; an empty frame when the run has none."""

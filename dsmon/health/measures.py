@@ -47,23 +47,15 @@ def range_text(rng: tuple[int, int] | None) -> str:
     return f"step {rng[0]}" if rng[0] == rng[1] else f"steps {rng[0]}-{rng[1]}"
 
 
-#: The last timer frame broken down and its breakdown: a checklist's rules all read the same
-#: frame, and on a long run one breakdown takes a tenth of a second (seven rules ask).
-_LAST_BREAKDOWN: list[tuple[pd.DataFrame, pd.DataFrame]] = []
-
-
 def all_steps(inputs: HealthInputs) -> pd.DataFrame:
     """The breakdown of every timed step, warm-up included (what the comms logger covers).
 
-    Computed once per timer frame (the same object for every rule of one evaluation); callers
-    never change the frame they get.
+    Computed once per evaluation (``HealthInputs.derived``): seven rules read it, and on a
+    long run one breakdown takes a tenth of a second. Callers never change the frame.
     """
-    timers = inputs.frame("timer")
-    last = _LAST_BREAKDOWN[0] if _LAST_BREAKDOWN else None
-    if last is not None and last[0] is timers:
-        return last[1]
-    bd = steps.step_breakdown(timers)
-    _LAST_BREAKDOWN[:] = [(timers, bd)]
+    bd = inputs.derived.get("all_steps")
+    if bd is None:
+        bd = inputs.derived["all_steps"] = steps.step_breakdown(inputs.frame("timer"))
     return bd
 
 

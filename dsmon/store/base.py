@@ -229,10 +229,13 @@ class RecordFilter:
         conds += [(sql, v) for sql, v in optional if v is not None]
         return " AND ".join(sql.format(ph) for sql, _ in conds), [v for _, v in conds]
 
-    def select(self, ph: str = "?") -> tuple[str, list[Any]]:
-        """``SELECT id, body`` of the matching records-table rows in id order, and parameters."""
+    def select(self, ph: str = "?", body: str = "body") -> tuple[str, list[Any]]:
+        """``SELECT id, <body>`` of the matching records-table rows in id order, and parameters.
+
+        ``body``: the SQL the body is read as (``CAST(body AS BLOB)`` for its bytes).
+        """
         where, params = self.where(ph)
-        sql = f"SELECT id, body FROM records WHERE {where} ORDER BY id"
+        sql = f"SELECT id, {body} FROM records WHERE {where} ORDER BY id"
         if self.limit is not None:
             sql += f" LIMIT {ph}"
             params.append(self.limit)

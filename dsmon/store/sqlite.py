@@ -227,8 +227,7 @@ class SQLiteStore(TypedGpuStore):
             return self._conn.execute(sql, params).fetchall()
 
     def _select_bodies(self, flt: RecordFilter) -> list[tuple[int, bytes]]:
-        sql, params = flt.select("?")
-        sql = sql.replace("SELECT id, body FROM", "SELECT id, CAST(body AS BLOB) FROM", 1)
+        sql, params = flt.select("?", body="CAST(body AS BLOB)")
         with self._lock, _errors(self.path):
             return self._conn.execute(sql, params).fetchall()
 

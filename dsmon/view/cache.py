@@ -190,6 +190,10 @@ class RunFrames:
         key = (GPU, name, cutoff, self._gpu_count())
         return self._memoised(key, lambda: fn(self.store, cutoff.ts))
 
+    def gpu_summary(self, cutoff: Cutoff = OPEN) -> pd.DataFrame:
+        """One row per GPU (``Store.gpu_summary``): what the GPUs, FLOPS and Health pages read."""
+        return self.gpu("summary", cutoff, lambda store, cut: store.gpu_summary(self.run, cut))
+
     def _reload(self) -> None:
         """Forget every loaded row; the next read fetches all again (versions keep growing)."""
         for kind in list(self._frames):

@@ -57,7 +57,7 @@ class Panel(NamedTuple):
 def _static(frames: RunFrames, cutoff: Cutoff, run: str) -> tuple[HealthInputs, Checklist]:
     """Inputs and the verdicts of every rule that does not read the clock."""
     configs = frames.records("config", cutoff)
-    summary = frames.gpu("summary", cutoff, lambda store, cut: store.gpu_summary(run, cut))
+    summary = frames.gpu_summary(cutoff)
     inputs = inputs_from_frames(
         lambda kind: frames.frame(kind, cutoff), configs, run=run, gpu_summary=summary
     )
