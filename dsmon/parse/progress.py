@@ -24,7 +24,9 @@ from dsmon.parse.lines import LogLine
 
 # ``mom`` holds numbers, tuples and lists only: a wrapped line joined with the next line's
 # header (``mom=`` + ``[`` + ``[2023-04-18 01:47:43,854] [INFO]``) must not read as momentum.
-_STEP = re.compile(r"step=(\d+), skipped=(\d+), lr=(\[[^\]]*\]), mom=(\[[-+.\deE\s,()\[\]]*\])\s*$")
+_STEP = re.compile(
+    r"step=(\d+), skipped=(\d+), lr=(\[[-+.\deEinfa\s,]*\]), mom=(\[[-+.\deE\s,()\[\]]*\])\s*$"
+)
 _STEP_HEAD = re.compile(r"step=\d+, skipped=\d+, ")
 _NUM = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:inf|nan)")
 _GROUP = re.compile(r"[(\[]([^()\[\]]*)[)\]]")
@@ -229,7 +231,7 @@ def _looks_cut(rest: str) -> bool:
 def _pipeline_line(text: str, line: LogLine, ctx: ParseContext) -> list[Record] | None:
     """``steps: N loss: L [name: v ...] iter time (s): T samples/sec: S`` (pipeline engine)."""
     m = _PIPE.match(text)
-    if m is None:
+    if m is None or _spans_lines(m.group(3)):
         if "loss: " in text or is_prefix(text, _PIPE_START):
             return _cut("iteration", line, ctx)
         return None
@@ -250,6 +252,15 @@ def _pipeline_line(text: str, line: LogLine, ctx: ParseContext) -> list[Record] 
     )
     ctx.clock.anchor(n + 1)  # printed after step N completed: N+1 is next
     return [rec]
+
+
+def _spans_lines(losses: str) -> bool:
+    """Whether the named losses hold another line's fields: a cut line joined to what followed.
+
+    ``samples/sec: 441.545`` cut, then a damaged header ``03 08:58:01,996] ...`` and the next
+    ``steps:`` line joined to it would read ``441.54503`` as a loss nobody printed.
+    """
+    return "steps: " in losses or "samples/sec" in losses or "iter time" in losses
 
 
 def _rank0(line: LogLine) -> int:
