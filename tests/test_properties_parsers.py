@@ -163,8 +163,8 @@ def test_each_parser_never_invents_a_value(name: str, lines: list[str]) -> None:
     assert_from_input(parse(lines, [PARSERS[name]()]), lines)
 
 
-#: Damaged field lines Hypothesis once found reading ``441.545`` + ``03`` as a number nobody
-#: printed (a cut line joined to the lines after it); kept so every run tries them.
+#: Damaged field lines Hypothesis found reading a number nobody printed (``441.545`` + ``03``,
+#: ``=1`` + ``0.9``: a cut line joined to lines that were no continuation); every run tries them.
 JOINED_CUTS = (
     [
         "    steps: 110 loss: 1.9161 i  ter time (s): 0.580 samples/sec: 441.545",
@@ -178,6 +178,16 @@ JOINED_CUTS = (
         "    steps: 110 loss: 1.9161 iter time (s): 0.580 samples/sec: 441.545",
         "120, skipped=0, lr=[0.001], mom=[[0.9, 0.999]]",
     ],
+    [
+        "[2023-04-18 01:46:59,171] [INFO] [timer.py:199:stop] epoch=0/micro_step=10/"
+        "global_step=10, RunningAvgSamplesPerSec=1",
+        "0.9, 0.95)]",
+    ],
+    [
+        "[2023-05-15 14:38:04,876] [INFO] [logging.py:96:log_dist] [Rank 0] rank=0 | comm op: "
+        "reduce | time (ms): 0.09 | msg size: 20.32 KB | algbw (Gbps): 1",
+        "0.22314453125|cri_loss: 0.1396484375|unsuper_loss: 0.0",
+    ],
 )
 
 
@@ -185,6 +195,8 @@ JOINED_CUTS = (
 @given(lines=damaged_field_lines())
 @example(lines=JOINED_CUTS[0])
 @example(lines=JOINED_CUTS[1])
+@example(lines=JOINED_CUTS[2])
+@example(lines=JOINED_CUTS[3])
 def test_all_parsers_never_invent_a_value(lines: list[str]) -> None:
     assert_from_input(parse(lines), lines)
 

@@ -169,6 +169,9 @@ class ParseContext:
         #: True while a line is offered for the last time (no continuation will be joined), so
         #: a parser parses what it has instead of returning NEED_MORE.
         self.final = False
+        #: True while the line offered is several physical lines joined (terminal wrapping):
+        #: a parser must not salvage part of it, as the join point may fall inside a number.
+        self.joined = False
         #: Records of a block that ended on a line of someone else's: the parser that saw the
         #: end returns None for that line and leaves the block's records here.
         self.pending: list[Record] = []

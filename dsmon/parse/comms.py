@@ -133,6 +133,11 @@ class CommsParser:
         values, complete = self._op_values(fields, line, ctx)
         if not complete and not ctx.final:
             return NEED_MORE  # the line stops before its last field: cut by terminal wrapping
+        if not complete and ctx.joined:
+            # still cut after joining the next lines: they were no continuation (``): 1`` +
+            # ``0.22|...`` would read 10.22); the join is undone and the first line kept alone
+            ctx.unparsed(CommOpRecord.KIND, line)
+            return []
         if not complete and fields:
             # a cut line's last field may stop mid-number (``time (ms): 1`` of ``1.23``): keep
             # only the fields a separator closed, never a number that may be cut

@@ -167,7 +167,9 @@ class LogParser:
         carry, self._carry = self._carry, None
         assert carry is not None
         mark = self._mark(out)
+        self.ctx.joined = len(self._chain) > 1
         taken = self._dispatch(carry, out, final=True)
+        self.ctx.joined = False
         if len(self._chain) > 1 and self._failed(taken, mark, out):
             self._undo_chain(out, [])  # may leave a new wrapped line (and its chain) pending
         else:

@@ -108,6 +108,8 @@ class ProgressParser:
             if not ctx.final:
                 return NEED_MORE
             ctx.unparsed("throughput", line)
+            if ctx.joined:
+                return []  # ``=1`` + ``0.9, ...`` would read 10.9: the join is undone
             rest = rest.rpartition(", ")[0]  # the figure cut in the middle is not stored
         kv = _key_values(rest)
         if kv is None:
