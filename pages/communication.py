@@ -5,12 +5,13 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dsmon.analysis import comm, coordinator, steps
+from dsmon.analysis import comm, coordinator
 from dsmon.analysis.downsample import downsample
 from dsmon.analysis.peaks import LINKS, find_link
 from dsmon.figures import comm as fig
 from dsmon.figures.common import fmt_ms, fmt_pct, rounded
 from dsmon.health.gather import config_from_records
+from dsmon.view import step_views
 from ui.charts import chart
 from ui.page import live_body, page_header, page_view
 
@@ -92,12 +93,7 @@ def coordinator_section(bd: pd.DataFrame) -> None:
     all-gathers, which the engine timers above cannot separate from compute.
     """
     f, cut = view.frames, view.cutoff
-    per = f.memo(
-        "communication.coordinator",
-        ["timer"],
-        cut,
-        lambda: coordinator.coordinator_steps(f.frame("timer", cut)),
-    )
+    per = step_views.coordinator_steps(f, cut)
     if per.empty:
         return
     st.subheader("ZeRO-3 parameter fetches (coordinator timers)")
@@ -185,9 +181,7 @@ def overlap_section(bd: pd.DataFrame, op_rows: pd.DataFrame) -> None:
 def body() -> None:
     """The page; re-run alone every ``refresh_s`` seconds when live (``ui.page.live_body``)."""
     f, cut = view.frames, view.cutoff
-    bd = f.memo(
-        "steps.breakdown", ["timer"], cut, lambda: steps.step_breakdown(f.frame("timer", cut))
-    )
+    bd = step_views.breakdown(f, cut)
     caveats()
     st.subheader("Share of step time in communication (engine timers)")
     if bd.empty:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dsmon.analysis import flops, gpus, steps
+from dsmon.analysis import flops, gpus
 from dsmon.analysis.downsample import downsample
 from dsmon.analysis.peaks import (
     A100_REFERENCE,
@@ -19,6 +19,7 @@ from dsmon.analysis.peaks import (
 from dsmon.figures import flops as fig
 from dsmon.model.ds_config import preferred_config
 from dsmon.model.records import FlopsProfileRecord
+from dsmon.view import step_views
 from ui.charts import chart
 from ui.page import live_body, page_header, page_view
 from ui.text import md_escape
@@ -146,12 +147,8 @@ def body() -> None:
         )
     st.subheader("Profile summary")
     st.dataframe(flops.summary(profile), hide_index=True, width="stretch", height="content")
-    bd = f.memo(
-        "steps.breakdown", ["timer"], cut, lambda: steps.step_breakdown(f.frame("timer", cut))
-    )
-    micro = f.memo(
-        "steps.micro", ["timer"], cut, lambda: steps.micro_breakdown(f.frame("timer", cut))
-    )
+    bd = step_views.breakdown(f, cut)
+    micro = step_views.micro(f, cut)
     per_step = flops.step_tflops(bd, profile, flops.micro_batches_per_step(micro))
     st.subheader("Achieved TFLOPS and MFU")
     mfu_section(profile, per_step)

@@ -12,6 +12,7 @@ from dsmon.figures import steps as fig
 from dsmon.figures import training as training_fig
 from dsmon.figures.common import fmt_ms, rounded
 from dsmon.health import thresholds as th
+from dsmon.view import step_views
 from ui.charts import chart
 from ui.page import live_body, page_header, page_view
 
@@ -23,12 +24,8 @@ SPEED = ["samples/s", "iteration time", "TFLOPS per GPU"]
 def load() -> dict[str, pd.DataFrame]:
     """The frames this page draws, memoised on new records and the replay position."""
     f, cut = view.frames, view.cutoff
-    bd = f.memo(
-        "steps.breakdown", ["timer"], cut, lambda: steps.step_breakdown(f.frame("timer", cut))
-    )
-    micro = f.memo(
-        "steps.micro", ["timer"], cut, lambda: steps.micro_breakdown(f.frame("timer", cut))
-    )
+    bd = step_views.breakdown(f, cut)
+    micro = step_views.micro(f, cut)
     tp = f.memo(
         "steps.tp",
         ["throughput", "iteration"],
@@ -40,7 +37,6 @@ def load() -> dict[str, pd.DataFrame]:
         "micro": micro,
         "tp": tp,
         "loss": f.frame("loss_scale", cut),
-        "timer": f.frame("timer", cut),
     }
 
 
@@ -122,10 +118,14 @@ def distribution(bd: pd.DataFrame, stats: pd.DataFrame) -> None:
     )
 
 
-def zero_timers(timer: pd.DataFrame) -> None:
+def zero_timers() -> None:
     """The ZeRO optimizer's own timer lines against the step."""
-    zero, names = view.frames.memo(
-        "steps.zero_timers", ["timer"], view.cutoff, lambda: steps.zero_timers(timer)
+    f, cut = view.frames, view.cutoff
+    zero, names = f.memo(
+        "steps.zero_timers",
+        ["timer"],
+        cut,
+        lambda: steps.zero_timers(step_views.zero_rows(f, cut)),
     )
     chart(fig.zero_timers_figure(zero, names), "steps.zero_timers_figure")
     st.caption(
@@ -239,7 +239,7 @@ def body() -> None:
     st.subheader("Step-time distribution")
     distribution(bd, stats)
     st.subheader("ZeRO optimizer timers")
-    zero_timers(data["timer"])
+    zero_timers()
     st.subheader("Every rank")
     every_rank()
 

@@ -150,9 +150,9 @@ def test_zero_timers_are_cut_to_what_a_chart_shows(z2_log_records: list[Record])
         )
         for s in range(1, 20_001)
     ]
-    zero, names = steps.zero_timers(records_frame("timer", recs))
+    zero, names = steps.zero_timers(steps.zero_rows(records_frame("timer", recs)))
     assert names == [k for k in line.values_ms]
     assert len(zero) <= 2 * len(names) * N_OUT < len(recs)
     spike = zero[zero["step"] == 12_345]
     assert not spike.empty  # the slow step survives the cut
-    assert steps.zero_timers(records_frame("timer", []))[1] == []
+    assert steps.zero_timers(steps.zero_rows(records_frame("timer", [])))[1] == []

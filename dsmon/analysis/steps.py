@@ -165,17 +165,26 @@ def steady(frame: pd.DataFrame, warmup: int = WARMUP_STEPS) -> pd.DataFrame:
 ZERO_GROUPS = ("zero_optimizer", "zero3_optimizer")
 
 
-def zero_timers(timers: pd.DataFrame, n_out: int = N_OUT) -> tuple[pd.DataFrame, list[str]]:
-    """The ZeRO optimizer's timer rows, cut to about ``n_out`` points per timer, and their names.
+def zero_rows(timers: pd.DataFrame) -> pd.DataFrame:
+    """The timer rows of the ZeRO optimizer's own lines (ZeRO-1/2 and ZeRO-3), in step order."""
+    if timers.empty or "group" not in timers.columns:
+        return timers.iloc[0:0]
+    zero = timers[timers["group"].isin(ZERO_GROUPS)]
+    if zero.empty or "step" not in zero.columns:
+        return zero.reset_index(drop=True)
+    return zero.sort_values("step", kind="stable", na_position="last").reset_index(drop=True)
+
+
+def zero_timers(zero: pd.DataFrame, n_out: int = N_OUT) -> tuple[pd.DataFrame, list[str]]:
+    """:func:`zero_rows` cut to about ``n_out`` points per timer, and the timers' names.
 
     At 100k steps these lines are 100k rows a chart would otherwise send whole (5 MB).
     """
-    if timers.empty or "group" not in timers.columns:
-        return timers.iloc[0:0], []
-    zero = timers[timers["group"].isin(ZERO_GROUPS)]
+    if zero.empty:
+        return zero, []
     timed = zero.drop(columns=["values_ms"], errors="ignore").select_dtypes("number")
     names = [c[:-3] for c in timed.columns if c.endswith("_ms") and timed[c].notna().any()]
-    if zero.empty or not names:
+    if not names:
         return zero, names
     cols = [f"{n}_ms" for n in names]
     filled = zero.assign(**{c: zero[c].astype("float64") for c in cols})

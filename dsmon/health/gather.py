@@ -10,6 +10,7 @@ remembers where it was learnt so the evidence can say so.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from dsmon.health.config_view import ConfigView, ds_config_from_effective
-from dsmon.health.inputs import HealthInputs, RunFacts
+from dsmon.health.inputs import HealthInputs, LazyFrames, RunFacts
 from dsmon.health.schema import Version, parse_version
 from dsmon.model.ds_config import preferred_config
 from dsmon.model.frames import records_frame
@@ -94,11 +95,20 @@ def inputs_from_frames(
     now: datetime | None = None,
     node_names: Iterable[str] = (),
     gpu_summary: pd.DataFrame | None = None,
+    views: Mapping[str, Callable[[], pd.DataFrame]] | None = None,
 ) -> HealthInputs:
-    """Inputs from a frame source such as the dashboard's cached ``RunFrames.frame``."""
-    frames = {k: frame(k) for k in FRAME_KINDS}
+    """Inputs from a frame source such as the dashboard's cached ``RunFrames.frame``.
+
+    Frames are read when a rule first asks (:class:`LazyFrames`); ``views`` gives per-step
+    views the caller keeps (``dsmon.health.inputs.BREAKDOWN`` ...) so rules reuse them.
+    """
+    loaders: dict[str, Callable[[], pd.DataFrame]] = {
+        k: functools.partial(frame, k) for k in FRAME_KINDS
+    }
+    loaders.update(views or {})
     if gpu_summary is not None:
-        frames[GPU_SUMMARY] = gpu_summary
+        loaders[GPU_SUMMARY] = lambda: gpu_summary
+    frames = LazyFrames(loaders)
     return build_inputs(frames, configs, run=run, now=now, node_names=set(node_names))
 
 
@@ -133,7 +143,12 @@ def build_inputs(
             version=version,
         )
     return HealthInputs(
-        config=config, effective=in_effect, facts=facts, frames=dict(frames), now=now, run=run
+        config=config,
+        effective=in_effect,
+        facts=facts,
+        frames=frames if isinstance(frames, LazyFrames) else dict(frames),
+        now=now,
+        run=run,
     )
 
 

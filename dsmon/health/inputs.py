@@ -8,7 +8,7 @@ store or from parsed records live in :mod:`dsmon.health.gather`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -17,6 +17,39 @@ import pandas as pd
 
 from dsmon.health.config_view import ConfigView
 from dsmon.health.schema import Version, version_text
+
+#: Keys of :attr:`HealthInputs.frames` for per-step views of the timer rows that a caller
+#: already holds (the dashboard's, updated with new steps only): a rule that needs one takes
+#: it instead of computing it from every timer row (``dsmon.health.measures.step_view``).
+BREAKDOWN = "timer:breakdown"
+MICRO = "timer:micro"
+COORDINATOR = "timer:coordinator"
+#: Key of a frame indexed by kind whose ``ts`` is that kind's newest timestamp: the stall
+#: rule asks on every live refresh, and a maximum over every row would cost a scan each time.
+NEWEST_TS = "newest_ts"
+
+
+class LazyFrames(Mapping[str, pd.DataFrame]):
+    """Frames loaded on first use, then kept.
+
+    A checklist that reads only the step breakdown never joins the raw timer rows: on a run
+    of a million steps that join alone took most of a refresh.
+    """
+
+    def __init__(self, loaders: Mapping[str, Callable[[], pd.DataFrame]]) -> None:
+        self._loaders = dict(loaders)
+        self._loaded: dict[str, pd.DataFrame] = {}
+
+    def __getitem__(self, kind: str) -> pd.DataFrame:
+        if kind not in self._loaded:
+            self._loaded[kind] = self._loaders[kind]()
+        return self._loaded[kind]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._loaders)
+
+    def __len__(self) -> int:
+        return len(self._loaders)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,13 +9,14 @@ plain numbers with their step range.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pandas as pd
 
 from dsmon.analysis import comm, steps
 from dsmon.health import thresholds as th
-from dsmon.health.inputs import HealthInputs
+from dsmon.health.inputs import BREAKDOWN, HealthInputs
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,18 +54,35 @@ def all_steps(inputs: HealthInputs) -> pd.DataFrame:
     Computed once per evaluation (``HealthInputs.derived``): seven rules read it, and on a
     long run one breakdown takes a tenth of a second. Callers never change the frame.
     """
-    bd = inputs.derived.get("all_steps")
-    if bd is None:
-        bd = inputs.derived["all_steps"] = steps.step_breakdown(inputs.frame("timer"))
-    return bd
+    return step_view(inputs, BREAKDOWN, steps.step_breakdown)
+
+
+def step_view(
+    inputs: HealthInputs, key: str, fn: Callable[[pd.DataFrame], pd.DataFrame]
+) -> pd.DataFrame:
+    """``fn`` of the timer rows, computed once per evaluation (``HealthInputs.derived``).
+
+    A caller that already holds it (the dashboard, whose copy grows with new steps only)
+    passes it among the frames under ``key``, and it is taken from there.
+    """
+    got = inputs.derived.get(key)
+    if got is None:
+        given = inputs.frames.get(key)
+        got = given if given is not None else fn(inputs.frame("timer"))
+        inputs.derived[key] = got
+    return got
 
 
 def breakdown(inputs: HealthInputs) -> pd.DataFrame:
-    """The engine's per-step breakdown without warm-up steps (empty without timer lines)."""
-    bd = all_steps(inputs)
-    if bd.empty:
-        return bd
-    return steady(bd)
+    """The engine's per-step breakdown without warm-up steps (empty without timer lines).
+
+    Kept per evaluation like :func:`all_steps`: a dozen rules read it.
+    """
+    bd = inputs.derived.get("steady_steps")
+    if bd is None:
+        bd = all_steps(inputs)
+        bd = inputs.derived["steady_steps"] = bd if bd.empty else steady(bd)
+    return bd
 
 
 def steady(frame: pd.DataFrame) -> pd.DataFrame:
@@ -79,7 +97,18 @@ def per_step(bd: pd.DataFrame, column: str) -> pd.Series:
 
 
 def step_times(inputs: HealthInputs) -> StepSeries | None:
-    """Step durations: engine timers, else Megatron iteration times, else inverse throughput."""
+    """Step durations: engine timers, else Megatron iteration times, else inverse throughput.
+
+    Kept per evaluation: the stall rule asks on every live refresh, other rules once.
+    """
+    if "step_times" not in inputs.derived:
+        inputs.derived["step_times"] = _step_times(inputs)
+    series: StepSeries | None = inputs.derived["step_times"]
+    return series
+
+
+def _step_times(inputs: HealthInputs) -> StepSeries | None:
+    """:func:`step_times`, computed."""
     bd = breakdown(inputs)
     if not bd.empty and bd["total_ms"].notna().any():
         s = per_step(bd, "total_ms")

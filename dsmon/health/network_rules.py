@@ -17,7 +17,7 @@ from dsmon.analysis import coordinator, network
 from dsmon.health import measures as m
 from dsmon.health import thresholds as th
 from dsmon.health.fixes import in_effect
-from dsmon.health.inputs import HealthInputs
+from dsmon.health.inputs import COORDINATOR, HealthInputs
 from dsmon.health.model import Evidence, Finding, Status
 from dsmon.health.registry import rule
 from dsmon.health.verdicts import fix_json, not_applicable
@@ -119,7 +119,7 @@ def _coordinator_evidence(
 )
 def check_coordinator(inputs: HealthInputs) -> Finding:
     """Say which part of the parameter fetch time dominates, and warn when it is large."""
-    per = coordinator.coordinator_steps(inputs.frame("timer"))
+    per = m.step_view(inputs, COORDINATOR, coordinator.coordinator_steps)
     if per.empty:
         return not_applicable(
             "no ZeRO-3 coordinator timer lines (only DeepSpeed 0.10.0 printed them, "

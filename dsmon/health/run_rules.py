@@ -15,7 +15,7 @@ import pandas as pd
 from dsmon.health import measures as m
 from dsmon.health import thresholds as th
 from dsmon.health.gather import GPU_SUMMARY
-from dsmon.health.inputs import HealthInputs
+from dsmon.health.inputs import NEWEST_TS, HealthInputs
 from dsmon.health.model import Evidence, Finding, Status
 from dsmon.health.registry import rule
 
@@ -92,8 +92,13 @@ def _rank(value: object) -> str:
 
 
 def _last_ts(inputs: HealthInputs, kinds: tuple[str, ...]) -> pd.Timestamp | None:
-    """Newest timestamp among the given kinds' frames."""
-    stamps = [inputs.frame(k)["ts"].max() for k in kinds if "ts" in inputs.frame(k).columns]
+    """Newest timestamp among the given kinds' frames (or the caller's :data:`NEWEST_TS`)."""
+    newest = inputs.frames.get(NEWEST_TS)
+    stamps: list[pd.Timestamp]
+    if newest is not None:
+        stamps = [newest["ts"][k] for k in kinds if k in newest.index]
+    else:
+        stamps = [inputs.frame(k)["ts"].max() for k in kinds if "ts" in inputs.frame(k).columns]
     if "gpu" in kinds and "last_ts" in inputs.frame(GPU_SUMMARY).columns:
         stamps.append(inputs.frame(GPU_SUMMARY)["last_ts"].max())
     stamps = [t for t in stamps if pd.notna(t)]

@@ -12,7 +12,7 @@ import pandas as pd
 from dsmon.analysis import flops, peaks, steps
 from dsmon.health import measures as m
 from dsmon.health import thresholds as th
-from dsmon.health.inputs import HealthInputs
+from dsmon.health.inputs import MICRO, HealthInputs
 from dsmon.health.model import Evidence, Finding, Status, percent
 from dsmon.health.registry import rule
 from dsmon.health.verdicts import not_applicable
@@ -111,7 +111,8 @@ def _achieved_tflops(inputs: HealthInputs) -> tuple[float, str] | None:
         fwd, factor = row.get("fwd_flops_per_gpu"), row.get("bwd_factor")
         bd = m.breakdown(inputs)
         if pd.notna(fwd) and not bd.empty:
-            micro = flops.micro_batches_per_step(steps.micro_breakdown(inputs.frame("timer")))
+            micro_rows = m.step_view(inputs, MICRO, steps.micro_breakdown)
+            micro = flops.micro_batches_per_step(micro_rows)
             per = 1.0 + (float(factor) if pd.notna(factor) else 2.0)
             iter_s = m.per_step(bd, "total_ms") / 1000.0
             tf = per * float(fwd) * micro / iter_s.where(iter_s > 0) / flops.TERA

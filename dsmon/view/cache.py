@@ -25,6 +25,8 @@ import pandas as pd
 from dsmon.model.records import Record, record_key
 from dsmon.model.units import parse_ts
 from dsmon.store.base import RunInfo, Store
+from dsmon.view.chunks import Chunks
+from dsmon.view.fold import StepFn, StepFold
 
 T = TypeVar("T")
 
@@ -84,7 +86,9 @@ class RunFrames:
         self.run = run
         self._transforms = transforms or {}
         self._lock = threading.RLock()
-        self._frames: dict[str, pd.DataFrame] = {}
+        self._frames: dict[str, Chunks] = {}
+        self._folds: dict[str, StepFold] = {}
+        self._newest: dict[str, pd.Timestamp] = {}
         self._records: dict[str, list[Record]] = {}
         self._seen: dict[str, int] = {}
         self._versions: dict[str, int] = {}
@@ -125,11 +129,35 @@ class RunFrames:
     def frame(self, kind: str, cutoff: Cutoff = OPEN) -> pd.DataFrame:
         """All rows of ``kind`` loaded so far, as they stood at ``cutoff``."""
         with self._lock:
-            if kind not in self._frames:
-                self._frames[kind] = pd.DataFrame()
-                self._seen.setdefault(kind, 0)
-                self._extend_frame(kind, self._hi())
-            return cutoff.apply(self._frames[kind])
+            return cutoff.apply(self._chunks(kind).whole())
+
+    def _chunks(self, kind: str) -> Chunks:
+        """The rows of ``kind`` loaded so far (loaded on first use)."""
+        if kind not in self._frames:
+            self._frames[kind] = Chunks()
+            self._seen.setdefault(kind, 0)
+            self._extend_frame(kind, self._hi())
+        return self._frames[kind]
+
+    def newest_ts(self, kinds: Sequence[str]) -> pd.DataFrame:
+        """Each kind's newest ``ts`` (index: kind), kept as rows arrive instead of scanned."""
+        with self._lock:
+            for kind in kinds:
+                self._chunks(kind)
+            stamps = {k: self._newest[k] for k in kinds if k in self._newest}
+        return pd.DataFrame({"ts": pd.Series(stamps, dtype="datetime64[ns]")})
+
+    def fold(self, name: str, kind: str, cutoff: Cutoff, fn: StepFn) -> pd.DataFrame:
+        """``fn(frame(kind, cutoff))`` for a step-local ``fn``, updated with new steps only.
+
+        A live refresh pays for its new steps, not for the run (:mod:`dsmon.view.fold`).
+        Replay asks for one position at a time, so it is memoised like any other view.
+        """
+        if cutoff != OPEN:
+            return self.memo(name, [kind], cutoff, lambda: fn(self.frame(kind, cutoff)))
+        with self._lock:
+            chunks = self._chunks(kind)
+            return self._folds.setdefault(name, StepFold(fn)).update(chunks)
 
     def records(self, kind: str, cutoff: Cutoff = OPEN) -> list[Record]:
         """Record objects of a kind (for the few that carry trees: flops profiles, configs)."""
@@ -165,7 +193,8 @@ class RunFrames:
             if kind.startswith("rec:"):
                 self.records(kind[4:])
             else:
-                self.frame(kind)
+                with self._lock:
+                    self._chunks(kind)
         return self._memoised((name, cutoff, self.version(kinds)), fn)
 
     def _memoised(self, key: Hashable, fn: Callable[[], T]) -> T:
@@ -196,8 +225,9 @@ class RunFrames:
 
     def _reload(self) -> None:
         """Forget every loaded row; the next read fetches all again (versions keep growing)."""
+        self._newest.clear()
         for kind in list(self._frames):
-            self._frames[kind] = pd.DataFrame()
+            self._frames[kind].reset()
             self._seen[kind] = 0
             self._extend_frame(kind, self._hi())
             self._versions[kind] = self._versions.get(kind, 0) + 1
@@ -224,8 +254,11 @@ class RunFrames:
             return
         if kind in self._transforms:
             new = self._transforms[kind](new)
-        old = self._frames[kind]
-        self._frames[kind] = new.reset_index(drop=True) if old.empty else _append(old, new)
+        self._frames[kind].append(new)
+        newest = new["ts"].max() if "ts" in new.columns else None
+        if newest is not None and pd.notna(newest):
+            old = self._newest.get(kind)
+            self._newest[kind] = newest if old is None else max(old, newest)
         self._versions[kind] = self._versions.get(kind, 0) + 1
 
     def _extend_records(self, kind: str, hi: int) -> None:
@@ -241,21 +274,6 @@ class RunFrames:
         if fresh:
             self._records[kind].extend(fresh)
             self._versions[key] = self._versions.get(key, 0) + 1
-
-
-def _append(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
-    """``old`` then ``new``; categorical columns stay categorical (categories united)."""
-    for col in new.columns:
-        a, b = old.get(col), new[col]
-        if a is None or not isinstance(a.dtype, pd.CategoricalDtype):
-            continue
-        if isinstance(b.dtype, pd.CategoricalDtype) and b.cat.categories.equals(a.cat.categories):
-            continue
-        union = a.cat.categories.union(pd.Index(b.astype(object).dropna().unique()))
-        if not union.equals(a.cat.categories):
-            old = old.assign(**{col: a.cat.set_categories(union)})
-        new = new.assign(**{col: pd.Categorical(b.astype(object), categories=union)})
-    return pd.concat([old, new], ignore_index=True)
 
 
 def _before(rec: Record, cutoff: Cutoff) -> bool:

@@ -15,11 +15,12 @@ from datetime import datetime
 from typing import NamedTuple
 
 from dsmon.health.gather import FRAME_KINDS, inputs_from_frames
-from dsmon.health.inputs import HealthInputs
+from dsmon.health.inputs import BREAKDOWN, COORDINATOR, MICRO, NEWEST_TS, HealthInputs
 from dsmon.health.model import Checklist, CheckResult, Status
 from dsmon.health.registry import all_rules, evaluate, run_rule
 from dsmon.health.report import facts_line
-from dsmon.view.cache import GPU, Cutoff, RunFrames
+from dsmon.view import step_views
+from dsmon.view.cache import GPU, OPEN, Cutoff, RunFrames
 
 #: The rules whose verdict depends on the wall clock (they read ``HealthInputs.now``: a live run
 #: is not "killed" for lacking exit lines, a stall is measured against now), re-evaluated on
@@ -58,8 +59,19 @@ def _static(frames: RunFrames, cutoff: Cutoff, run: str) -> tuple[HealthInputs, 
     """Inputs and the verdicts of every rule that does not read the clock."""
     configs = frames.records("config", cutoff)
     summary = frames.gpu_summary(cutoff)
+    views = {
+        BREAKDOWN: lambda: step_views.breakdown(frames, cutoff),
+        MICRO: lambda: step_views.micro(frames, cutoff),
+        COORDINATOR: lambda: step_views.coordinator_steps(frames, cutoff),
+    }
+    if cutoff == OPEN:
+        views[NEWEST_TS] = lambda: frames.newest_ts(FRAME_KINDS)
     inputs = inputs_from_frames(
-        lambda kind: frames.frame(kind, cutoff), configs, run=run, gpu_summary=summary
+        lambda kind: frames.frame(kind, cutoff),
+        configs,
+        run=run,
+        gpu_summary=summary,
+        views=views,
     )
     rules = [r for r in all_rules() if r.id not in CLOCK_RULES]
     return inputs, evaluate(inputs, rules)

@@ -1,0 +1,90 @@
+"""Per-step analyses that a live refresh updates with the new steps only.
+
+The step breakdown, the micro-step breakdown and the ZeRO-3 coordinator times are
+*step-local*: the result rows of a step depend only on the timer rows of that step. A refresh
+that brings ten new steps to a run of a million therefore needs to compute ten steps, not a
+million. :class:`StepFold` keeps the result of the steps it considers finished and the raw
+rows of the last :data:`LATE_STEPS` steps (ranks' lines interleave, so a step's lines from
+one rank may arrive after a later step's from another), and computes only those again.
+
+It never guesses: a row of a step it already finished, or a row without a step (a live run
+before the step clock resolved), sends it back to computing everything, which is what the
+dashboard did before; the answer is the same either way (``tests/test_view_fold.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import pandas as pd
+
+from dsmon.view.chunks import Chunks, concat
+
+#: Steps behind the newest one whose rows may still come (computed again on each update).
+LATE_STEPS = 16
+
+StepFn = Callable[[pd.DataFrame], pd.DataFrame]
+
+
+class StepFold:
+    """``fn`` over a growing frame, done on new steps only; see the module docstring.
+
+    Args:
+        fn: a step-local function of the frame's rows returning a frame with a ``step``
+            column, sorted by step (``dsmon.analysis.steps.step_breakdown`` and the like).
+    """
+
+    def __init__(self, fn: StepFn) -> None:
+        self.fn = fn
+        self._generation = -1
+        self._seen = 0
+        self._done = pd.DataFrame()  # results of the steps before ``_boundary``
+        self._open = pd.DataFrame()  # raw rows of the steps from ``_boundary`` on
+        self._boundary = -math.inf
+        self._incremental = False
+        self._result: pd.DataFrame | None = None
+
+    def update(self, chunks: Chunks) -> pd.DataFrame:
+        """The result over every row of ``chunks`` now."""
+        if self._result is not None and chunks.generation == self._generation:
+            if chunks.rows == self._seen:
+                return self._result
+            new = chunks.since(self._seen)
+            self._seen = chunks.rows
+            if self._incremental and _steps_from(new, self._boundary):
+                self._result = self._extend(new)
+                return self._result
+        return self._restart(chunks)
+
+    def _restart(self, chunks: Chunks) -> pd.DataFrame:
+        """Everything computed from all rows, and the state to go on from."""
+        whole = chunks.whole()
+        self._generation, self._seen = chunks.generation, chunks.rows
+        result = self.fn(whole)
+        self._incremental = _steps_from(whole, -math.inf) and "step" in result.columns
+        if self._incremental:
+            self._boundary = float(whole["step"].max()) - LATE_STEPS
+            self._done = result[result["step"] < self._boundary]
+            self._open = whole[whole["step"] >= self._boundary]
+        self._result = result
+        return result
+
+    def _extend(self, new: pd.DataFrame) -> pd.DataFrame:
+        """The result after ``new`` rows, all of steps not yet finished."""
+        rows = concat([self._open, new])
+        boundary = max(self._boundary, float(rows["step"].max()) - LATE_STEPS)
+        closing = rows["step"] < boundary
+        if closing.any():
+            self._done = concat([self._done, self.fn(rows[closing])])
+            rows = rows[~closing]
+        self._open, self._boundary = rows, boundary
+        return concat([self._done, self.fn(rows)])
+
+
+def _steps_from(rows: pd.DataFrame, boundary: float) -> bool:
+    """Whether every row has a step, none of them before ``boundary``."""
+    if rows.empty or "step" not in rows.columns:
+        return False
+    step = rows["step"]
+    return bool(step.notna().all()) and float(step.min()) >= boundary
