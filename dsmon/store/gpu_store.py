@@ -93,7 +93,7 @@ def split(
     rows: list[RecordRow] = []
     samples: list[SampleRow] = []
     for item in records:
-        made = _stored_as(item)
+        made = item if isinstance(item, RecordRow) else _stored_as(item)  # rows: no call
         if isinstance(made, RecordRow):
             rows.append(made)
         else:
@@ -105,8 +105,8 @@ def split(
         yield rows, samples
 
 
-def _stored_as(item: Record | EncodedRecord | RecordRow) -> RecordRow | SampleRow:
-    """What one item is stored as: a GPU sample with a time as a sample row, else a row."""
+def _stored_as(item: Record | EncodedRecord) -> RecordRow | SampleRow:
+    """What one record is stored as: a GPU sample with a time as a sample row, else a row."""
     rec = item.record if isinstance(item, EncodedRecord) else item
     sample = sample_row(rec) if isinstance(rec, GpuSampleRecord) else None
     return as_row(item) if sample is None else sample
