@@ -2,8 +2,11 @@
 
 The ingest server accepts bytes from the network, so everything here assumes hostile or broken
 input: a body is bounded before and after gzip decompression (``dsmon.serve.body``, whose
-names are re-exported here), and every line must pass :func:`dsmon.model.check.parse_line`
-(types, depth, names, times), before anything is stored; a batch is taken whole or not at all.
+names are re-exported here), and every line must pass the checks of
+:func:`dsmon.model.check.parse_line` (types, depth, names, times) before anything is stored;
+a batch is taken whole or not at all. The server's own path, :func:`parse_batch_rows`, runs
+most lines through the faster :func:`dsmon.serve.rows.checked_row` and the rest through
+``parse_line``, so it accepts and refuses exactly what ``parse_line`` does.
 """
 
 from __future__ import annotations
