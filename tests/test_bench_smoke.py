@@ -70,8 +70,9 @@ def test_ingest_prints_both_rates_the_ratio_and_the_stages() -> None:
         rf"^direct executemany: +{NUMBER} records/s",
         rf"^http POST /v1/records: +{NUMBER} records/s",
         rf"^ratio http/direct: {NUMBER}; every round inserted all 3000: True$",
-        rf"^goal: ratio >= 0.5 and >= 20000 records/s {VERDICT}",
-        rf"^SQL: executemany \+ bookkeeping +{NUMBER} ",
+        rf"^goal: ratio >= 0.5 and >= 50000 records/s {VERDICT}",
+        rf"^decode, check, row \(parse_batch_rows\) +{NUMBER} ",
+        rf"^SQL: store.add \(insert, bookkeeping\) +{NUMBER} ",
     )
 
 

@@ -9,6 +9,7 @@ import pytest
 from dsmon.model import wire
 from dsmon.model.records import (
     FlopsProfileRecord,
+    GpuSampleRecord,
     ModuleProfile,
     Record,
     Source,
@@ -21,7 +22,13 @@ from dsmon.serve.batch import (
     check_length,
     inflate,
     parse_batch,
+    parse_batch_encoded,
+    parse_batch_rows,
 )
+from dsmon.store.base import EncodedRecord, RecordRow, as_row, record_row
+
+#: The batch decoders a bad line must be refused by alike: the records' and the server's.
+DECODERS = pytest.mark.parametrize("decode", [parse_batch, parse_batch_rows])
 
 
 def refused(fn: object, *args: object) -> tuple[int, str]:
@@ -139,19 +146,21 @@ def test_blank_lines_and_ints_for_floats_are_fine() -> None:
         (timer_line(group="glo\ud800bal"), "not valid Unicode: lone surrogate \\ud800"),
     ],
 )
-def test_bad_line_names_line_and_field(line: str, error: str) -> None:
+@DECODERS
+def test_bad_line_names_line_and_field(decode: object, line: str, error: str) -> None:
     good = timer_line()
-    assert refused(parse_batch, f"{good}\n{line}\n{good}".encode()) == (400, f"line 2: {error}")
+    assert refused(decode, f"{good}\n{line}\n{good}".encode()) == (400, f"line 2: {error}")
 
 
-def test_nested_rows_are_checked() -> None:
+@DECODERS
+def test_nested_rows_are_checked(decode: object) -> None:
     prof = FlopsProfileRecord(
         src=Source(run="z2", line=300),
         modules=(ModuleProfile(path="m", module_class="Linear", depth=1),),
     )
     obj = json.loads(wire.encode(prof))
     obj["modules"][0]["depth"] = "1"
-    assert refused(parse_batch, json.dumps(obj).encode()) == (
+    assert refused(decode, json.dumps(obj).encode()) == (
         400,
         "line 1: field 'modules[0].depth': expected int, got str",
     )
@@ -161,20 +170,21 @@ def test_nested_rows_are_checked() -> None:
         )
     )
     step["mom"] = [[0.9, "x"]]
-    assert refused(parse_batch, json.dumps(step).encode()) == (
+    assert refused(decode, json.dumps(step).encode()) == (
         400,
         "line 1: field 'mom': could not convert string to float: 'x'",
     )
 
 
-def test_not_json_and_not_utf8() -> None:
-    assert refused(parse_batch, b'{"kind":\n') == (
+@DECODERS
+def test_not_json_and_not_utf8(decode: object) -> None:
+    assert refused(decode, b'{"kind":\n') == (
         400,
         "line 1: not JSON: Expecting value: line 1 column 9 (char 8)",
     )
     first = timer_line().encode() + b"\n"
     assert len(first) == 271
-    assert refused(parse_batch, first + b"\xff\xfe\n") == (400, "line 2: not UTF-8 at byte 271")
+    assert refused(decode, first + b"\xff\xfe\n") == (400, "line 2: not UTF-8 at byte 271")
 
 
 def test_surrogate_pairs_are_fine() -> None:
@@ -199,10 +209,69 @@ def test_received_lines_are_stored_as_sent_unless_they_hold_constants() -> None:
     assert "NaN" not in b.body and wire.decode(b.body).samples_per_s is None  # type: ignore[attr-defined]
 
 
+@DECODERS
 @pytest.mark.parametrize("ts", ["2026-19-39T17:52:18.030", "2026-11-29T25:61:00.000", "yesterday"])
-def test_a_time_that_names_no_real_moment_is_refused(ts: str) -> None:
-    assert parse_batch(timer_line(ts="2026-11-29T14:11:04.882").encode())  # a real one is fine
-    assert refused(parse_batch, timer_line(ts=ts).encode()) == (
+def test_a_time_that_names_no_real_moment_is_refused(decode: object, ts: str) -> None:
+    assert decode(timer_line(ts="2026-11-29T14:11:04.882").encode())  # type: ignore[operator]
+    assert refused(decode, timer_line(ts=ts).encode()) == (
         400,
         f"line 1: field 'ts': not an ISO-8601 date and time: {ts!r}",
     )
+
+
+def test_the_server_makes_the_rows_records_make(z2_log_records: list[Record]) -> None:
+    """``parse_batch_rows`` builds no record, yet stores what ``record_row`` would."""
+    gpu = GpuSampleRecord(
+        src=Source(run="z2", node="n1"), ts="2026-11-29T14:11:04.882", gpu_index=3
+    )
+    records = [*z2_log_records, gpu]
+    body = "\n".join(wire.encode(r) for r in records).encode()
+    got = parse_batch_rows(body)
+    assert [as_row(r) for r in got] == [record_row(r, wire.encode(r)) for r in records]
+    # every kind but GPU samples (stored in their own tables, from the record) skips the record
+    assert all(isinstance(r, RecordRow) for r in got[:-1])
+    assert isinstance(got[-1], EncodedRecord) and got[-1].record == gpu
+
+
+@pytest.mark.parametrize(
+    ("line", "fast"),
+    [
+        (timer_line(group="a\u0000b"), True),  # a NUL where the store takes one
+        (timer_line(src={"run": "z2", "node": "a\u0000b"}), False),  # refused, by parse_line
+        (timer_line(src={"run": "z" * 300}), False),  # longer than the fast check vouches for
+        (timer_line(values_ms={"fwd": float("nan")}), False),  # NaN: stored re-encoded as null
+        (timer_line(values_ms={"fwd": True}), False),  # a bool for a float: the model takes it
+        (timer_line(group="Infinity and NaN"), True),  # only in a string: stored as sent
+    ],
+)
+def test_lines_the_fast_path_leaves_alone_are_judged_as_before(line: str, fast: bool) -> None:
+    body = line.encode()
+    try:
+        expected = [as_row(e) for e in parse_batch_encoded(body)]
+    except BatchError as exc:
+        assert not fast and refused(parse_batch_rows, body) == (exc.status, exc.message)
+        return
+    (row,) = parse_batch_rows(body)
+    assert isinstance(row, RecordRow) == fast
+    assert as_row(row)[:-1] == expected[0][:-1]
+    assert wire.decode(as_row(row).body) == wire.decode(expected[0].body)
+
+
+def outcome(decode: object, body: bytes) -> object:
+    """What a decoder makes of ``body``: its rows, or its refusal."""
+    try:
+        return [as_row(r) for r in decode(body)]  # type: ignore[operator]
+    except BatchError as exc:
+        return exc.status, exc.message
+
+
+@pytest.mark.parametrize("depth", [50, 62, 63, 64, 100, 2000])
+def test_nesting_is_counted_alike(depth: int) -> None:
+    detail = "[" * depth + "]" * depth
+    line = f'{{"kind": "event", "src": {{"run": "z2"}}, "name": "x", "detail": {{"d": {detail}}}}}'
+    got = outcome(parse_batch_rows, line.encode())
+    assert got == outcome(parse_batch_encoded, line.encode())
+    if depth <= 50:
+        assert isinstance(got, list)
+    if depth >= 100:
+        assert got == (400, "line 1: not JSON: nested more than 64 levels deep")

@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from dsmon.model import wire
 from dsmon.model.records import (
     ConfigRecord,
     Record,
@@ -17,7 +18,8 @@ from dsmon.model.records import (
     TimerRecord,
     record_key,
 )
-from dsmon.store.base import RecordFilter, RunInfo, Store, StoreError, key_digest
+from dsmon.serve.batch import parse_batch_rows
+from dsmon.store.base import RecordFilter, RecordRow, RunInfo, Store, StoreError, key_digest
 from dsmon.store.sqlite import SQLiteStore, open_store, sqlite_path
 
 
@@ -173,6 +175,21 @@ def test_real_run_round_trips(store: Store, z2_log_records: list[Record]) -> Non
     assert info.kinds["timer"] == 90
     assert info.last_step == 30
     assert info.ranks == (0,)
+
+
+def test_rows_the_server_made_store_what_records_store(
+    store: Store, z2_log_records: list[Record]
+) -> None:
+    """The ingest server hands the store rows, not records: same records, runs and dedup."""
+    body = "\n".join(wire.encode(r) for r in z2_log_records).encode()
+    rows = parse_batch_rows(body)
+    assert all(isinstance(r, RecordRow) for r in rows)
+    assert store.add(rows, live=True) == len(z2_log_records)
+    assert store.add(z2_log_records) == 0  # the same keys as the records'
+    assert store.records("z2") == z2_log_records
+    (info,) = store.runs()
+    assert (info.kinds["timer"], info.last_step, info.ranks) == (90, 30, (0,))
+    assert info.received_at is not None
 
 
 def test_key_digest_follows_record_key() -> None:

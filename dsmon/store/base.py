@@ -10,12 +10,12 @@ view live here so both return the same answers.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from hashlib import blake2b as _blake2b
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -75,8 +75,16 @@ def key_digest(rec: Record) -> bytes:
     The identity tuple holds the file path, which repeated on every row would double the
     index; 128 bits keep collisions out of reach for any realistic number of records.
     """
-    text = "\x1f".join(str(part) for part in record_key(rec))
-    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+    return identity_digest(*record_key(rec))
+
+
+def identity_digest(run: str, node: str, file: str, pos: str, sub: int, kind: str) -> bytes:
+    """:func:`key_digest` of the parts of a record's identity (``record_key``'s tuple).
+
+    Apart so that the ingest server can key a checked line without building its record.
+    """
+    text = f"{run}\x1f{node}\x1f{file}\x1f{pos}\x1f{sub}\x1f{kind}"
+    return _blake2b(text.encode("utf-8"), digest_size=16).digest()
 
 
 def record_row(rec: Record, body: str | None = None) -> RecordRow:
@@ -87,6 +95,15 @@ def record_row(rec: Record, body: str | None = None) -> RecordRow:
     return RecordRow(
         key_digest(rec), s.run, rec.KIND, rec.step, rec.ts, s.node, s.rank, s.file, s.line, body
     )
+
+
+def as_row(item: Record | EncodedRecord | RecordRow) -> RecordRow:
+    """The row of a record, of a record with its line, or a row made already (as it is)."""
+    if isinstance(item, RecordRow):
+        return item
+    if isinstance(item, EncodedRecord):
+        return record_row(*item)
+    return record_row(item)
 
 
 def row_record(body: str) -> Record:
@@ -252,12 +269,12 @@ def restamp_candidates(rows: list[RecordRow]) -> dict[str, list[RecordRow]]:
 
 
 def batched(
-    records: Iterable[Record | EncodedRecord], size: int = BATCH_ROWS
+    records: Iterable[Record | EncodedRecord | RecordRow], size: int = BATCH_ROWS
 ) -> Iterator[list[RecordRow]]:
     """Rows in lists of ``size``, so an import streams instead of holding every record."""
     batch: list[RecordRow] = []
     for rec in records:
-        batch.append(record_row(*rec) if isinstance(rec, EncodedRecord) else record_row(rec))
+        batch.append(as_row(rec))
         if len(batch) >= size:
             yield batch
             batch = []
@@ -278,8 +295,13 @@ class Store(ABC, GpuReads):
     BODY_KINDS: frozenset[str] = frozenset()
 
     @abstractmethod
-    def add(self, records: Iterable[Record | EncodedRecord], *, live: bool = False) -> int:
+    def add(
+        self, records: Iterable[Record | EncodedRecord | RecordRow], *, live: bool = False
+    ) -> int:
         """Store the records not stored yet and commit; returns how many were new.
+
+        A :class:`RecordRow` is stored as it is: the ingest server makes them of the lines
+        it checked, without building records (``dsmon.serve.rows``).
 
         ``live``: they come from a live sender, so the run's ``received_at`` is set to now.
         """

@@ -20,7 +20,7 @@ from dsmon.store.base import (
     RecordFilter,
     RecordRow,
     Store,
-    record_row,
+    as_row,
     row_record,
 )
 from dsmon.store.gpu_reads import GpuFold, iso_text
@@ -84,23 +84,32 @@ def _merged(tables: GpuTables, flt: RecordFilter) -> list[tuple[int, Record]]:
 
 
 def split(
-    records: Iterable[Record | EncodedRecord],
+    records: Iterable[Record | EncodedRecord | RecordRow],
 ) -> Iterator[tuple[list[RecordRow], list[SampleRow]]]:
-    """Records in batches: rows for the records table, GPU samples for their own tables."""
+    """Records in batches: rows for the records table, GPU samples for their own tables.
+
+    A :class:`RecordRow` (the ingest server makes them of checked lines) goes as it is.
+    """
     rows: list[RecordRow] = []
     samples: list[SampleRow] = []
     for item in records:
-        rec = item.record if isinstance(item, EncodedRecord) else item
-        sample = sample_row(rec) if isinstance(rec, GpuSampleRecord) else None
-        if sample is not None:
-            samples.append(sample)
+        made = item if isinstance(item, RecordRow) else _stored_as(item)  # rows: no call
+        if isinstance(made, RecordRow):
+            rows.append(made)
         else:
-            rows.append(record_row(*item) if isinstance(item, EncodedRecord) else record_row(rec))
+            samples.append(made)
         if len(rows) + len(samples) >= BATCH_ROWS:
             yield rows, samples
             rows, samples = [], []
     if rows or samples:
         yield rows, samples
+
+
+def _stored_as(item: Record | EncodedRecord) -> RecordRow | SampleRow:
+    """What one record is stored as: a GPU sample with a time as a sample row, else a row."""
+    rec = item.record if isinstance(item, EncodedRecord) else item
+    sample = sample_row(rec) if isinstance(rec, GpuSampleRecord) else None
+    return as_row(item) if sample is None else sample
 
 
 #: Old GPU rows converted per step of a migration: memory stays flat on a store of millions.

@@ -248,7 +248,9 @@ class PgStore(TypedGpuStore):
                     f"this dsmon reads version {SCHEMA_VERSION}"
                 )
 
-    def add(self, records: Iterable[Record | EncodedRecord], *, live: bool = False) -> int:
+    def add(
+        self, records: Iterable[Record | EncodedRecord | RecordRow], *, live: bool = False
+    ) -> int:
         """Store the records not stored yet, one transaction per few thousand; returns how many."""
         inserted = 0
         for rows, samples in split(records):

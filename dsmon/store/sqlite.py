@@ -127,7 +127,9 @@ class SQLiteStore(TypedGpuStore):
     def _transaction(self) -> _Transaction:
         return _Transaction(self._conn)
 
-    def add(self, records: Iterable[Record | EncodedRecord], *, live: bool = False) -> int:
+    def add(
+        self, records: Iterable[Record | EncodedRecord | RecordRow], *, live: bool = False
+    ) -> int:
         """Store the records not stored yet, committing every few thousand; returns how many."""
         inserted = 0
         with self._lock, _errors(self.path):
