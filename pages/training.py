@@ -10,23 +10,19 @@ from dsmon.analysis.downsample import downsample
 from dsmon.figures import training as fig
 from dsmon.figures.common import rounded
 from dsmon.model.ds_config import preferred_config
+from dsmon.view import step_views
 from ui.charts import chart
 from ui.page import live_body, page_header, page_view
 
 view = page_view(__file__)
-KINDS = ("step", "iteration", "monitor", "loss_scale", "memory", "throughput")
 
 
 def load() -> pd.DataFrame:
-    """Every training quantity of the run, memoised on new records and the replay position."""
+    """Every training quantity of the run: each kind's points, grown by new steps only."""
     f, cut = view.frames, view.cutoff
-
-    def build() -> pd.DataFrame:
-        config = preferred_config(f.records("config", cut))
-        tbs = training.train_batch_size(config.config if config else None)
-        return training.training_series({k: f.frame(k, cut) for k in KINDS}, tbs)
-
-    return f.memo("training.series", [*KINDS, "rec:config"], cut, build)
+    config = preferred_config(f.records("config", cut))
+    tbs = training.train_batch_size(config.config if config else None)
+    return step_views.training_series(f, cut, tbs)
 
 
 def body() -> None:

@@ -17,12 +17,12 @@ import pandas as pd
 import pytest
 from conftest import read_log
 
-from dsmon.analysis import coordinator, steps
+from dsmon.analysis import coordinator, steps, training
 from dsmon.health.gather import inputs_from_store
 from dsmon.health.registry import evaluate
 from dsmon.model.records import Record
 from dsmon.store.base import Store
-from dsmon.view import fold
+from dsmon.view import fold, step_views
 from dsmon.view.cache import OPEN, Cutoff, RunFrames
 from dsmon.view.chunks import Chunks, concat
 from dsmon.view.health_panel import panel
@@ -137,3 +137,25 @@ def test_live_checklist_from_folds_equals_the_checklist_of_the_store(
     assert [(r.rule_id, r.status, r.summary) for r in live.checklist.results] == [
         (r.rule_id, r.status, r.summary) for r in full.results
     ]
+
+
+@pytest.mark.parametrize("name", ["z2", "fp16_zero2", "memory_breakdown"])
+def test_training_points_folded_per_kind_equal_the_whole_series(
+    name: str, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fold, "LATE_STEPS", 1)
+    recs = records_of(name)
+    frames = RunFrames(store, name)
+    for start in range(0, len(recs), 11):
+        store.add(recs[start : start + 11])
+        frames.refresh()
+        got = step_views.training_series(frames, OPEN, None)
+        whole = {k: frames.frame(k) for k in training.SERIES_KINDS}
+        key = ["metric", "source", "step", "value"]
+        expect = training.training_series(whole).sort_values(key, kind="stable")
+        pd.testing.assert_frame_equal(
+            got.sort_values(key, kind="stable").reset_index(drop=True),
+            expect.reset_index(drop=True),
+        )
+    assert set(got["metric"]) >= {"learning rate"}
+    assert frames._folds["training.step"]._incremental

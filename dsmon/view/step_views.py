@@ -9,9 +9,11 @@ length of the run.
 
 from __future__ import annotations
 
+import functools
+
 import pandas as pd
 
-from dsmon.analysis import coordinator, steps
+from dsmon.analysis import coordinator, steps, training
 from dsmon.view.cache import Cutoff, RunFrames
 
 
@@ -33,3 +35,27 @@ def coordinator_steps(frames: RunFrames, cutoff: Cutoff) -> pd.DataFrame:
 def zero_rows(frames: RunFrames, cutoff: Cutoff) -> pd.DataFrame:
     """The ZeRO optimizer's own timer rows (``steps.zero_rows``), before downsampling."""
     return frames.fold("steps.zero_rows", "timer", cutoff, steps.zero_rows)
+
+
+def training_series(frames: RunFrames, cutoff: Cutoff, tbs: int | None) -> pd.DataFrame:
+    """``training.training_series`` of the run, each kind's points grown by new steps only.
+
+    Rows come kind by kind, each kind's by step (not in metric order: sorting a million
+    points on every refresh is what this avoids; charts and tables group them anyway).
+    csv_monitor points need the config's ``train_batch_size``, so they are kept per size.
+    """
+    kinds = list(training.SERIES_KINDS)
+
+    def joined() -> pd.DataFrame:
+        parts = [
+            frames.fold(
+                f"training.{kind}" + (f".{tbs}" if kind == "monitor" else ""),
+                kind,
+                cutoff,
+                functools.partial(training.kind_series, kind, train_batch_size=tbs),
+            )
+            for kind in kinds
+        ]
+        return training.joined(parts)
+
+    return frames.memo(f"training.series.{tbs}", kinds, cutoff, joined)
