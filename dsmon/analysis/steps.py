@@ -172,6 +172,12 @@ def zero_rows(timers: pd.DataFrame) -> pd.DataFrame:
     zero = timers[timers["group"].isin(ZERO_GROUPS)]
     if zero.empty or "step" not in zero.columns:
         return zero.reset_index(drop=True)
+    # only what the chart reads: a timer frame has a column per timer of every group
+    keys = [k for k in ("step", "rank") if k in zero.columns]
+    timed = [
+        c for c in zero.columns if c.endswith("_ms") and c != "values_ms" and zero[c].notna().any()
+    ]
+    zero = zero[[*keys, *timed]]
     return zero.sort_values("step", kind="stable", na_position="last").reset_index(drop=True)
 
 

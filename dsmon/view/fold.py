@@ -75,11 +75,15 @@ class StepFold:
         rows = concat([self._open, new])
         boundary = max(self._boundary, float(rows["step"].max()) - LATE_STEPS)
         closing = rows["step"] < boundary
+        parts = [self._done]
         if closing.any():
-            self._done = concat([self._done, self.fn(rows[closing])])
+            parts.append(self.fn(rows[closing]))
             rows = rows[~closing]
         self._open, self._boundary = rows, boundary
-        return concat([self._done, self.fn(rows)])
+        result = concat([*parts, self.fn(rows)])
+        # the finished steps' results are the head of the result: a slice, not a second copy
+        self._done = result.iloc[: sum(len(p) for p in parts)]
+        return result
 
 
 def _steps_from(rows: pd.DataFrame, boundary: float) -> bool:
