@@ -93,7 +93,7 @@ def steady(frame: pd.DataFrame) -> pd.DataFrame:
 def per_step(bd: pd.DataFrame, column: str) -> pd.Series:
     """One value per step: the slowest rank's, since the step waits for it."""
     rows = bd.dropna(subset=["step", column])
-    return rows.groupby("step")[column].max().astype("float64")
+    return comm.max_per_step(rows, column)
 
 
 def step_times(inputs: HealthInputs) -> StepSeries | None:
