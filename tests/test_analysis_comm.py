@@ -17,6 +17,7 @@ from dsmon.analysis.comm import (
     COMM_SHARE_COLUMNS,
     comm_ops,
     comm_share,
+    max_per_step,
 )
 from dsmon.analysis.steps import step_breakdown
 from dsmon.model.frames import records_frame
@@ -80,3 +81,14 @@ def test_comm_ops_from_verbose_lines() -> None:
 def test_empty_inputs() -> None:
     assert comm_ops(pd.DataFrame()).empty
     assert comm_share(pd.DataFrame()).empty
+
+
+def test_max_per_step_without_grouping_equals_the_group_by(z2_log_records: list[Record]) -> None:
+    """One row per step (rank 0's timers) takes the short way; two ranks' rows group."""
+    bd = step_breakdown(records_frame("timer", [r for r in z2_log_records if r.KIND == "timer"]))
+    assert bd["step"].is_unique and len(bd) > 10
+    two = pd.concat([bd, bd.assign(rank=1, total_ms=bd["total_ms"] * 2)]).sort_values("step")
+    for rows in (bd, two, bd.iloc[::-1]):
+        pd.testing.assert_series_equal(
+            max_per_step(rows, "total_ms"), rows.groupby("step")["total_ms"].max().astype("float64")
+        )
