@@ -130,8 +130,9 @@ def build_view(url: str) -> View | None:
     cutoff = OPEN
     if refresh_s is None:
         step = replay_controls(info)
-        stepped = frames.frame("timer") if info.kinds.get("timer") else frames.frame("step")
-        cutoff = step_cutoff(stepped, step)
+        if step is not None:  # the run's timers or step lines are read only to replay
+            stepped = frames.frame("timer") if info.kinds.get("timer") else frames.frame("step")
+            cutoff = step_cutoff(stepped, step)
     st.sidebar.caption(f"Store: {md_escape(redact_url(url))}")
     return View(
         run=info.name,

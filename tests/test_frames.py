@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 
+from dsmon.model.arrow_frames import _tuples
 from dsmon.model.frames import BASE_COLUMNS, field_dtypes, records_frame
 from dsmon.model.records import (
     EventRecord,
@@ -151,3 +153,20 @@ def test_arrow_reader_leaves_what_it_cannot_read_to_the_python_reader() -> None:
     event = EventRecord(src=Source(run="r", file="a.log", line=3), name="oom",
                         detail={"rank": 1, "gpu": {"index": 0}})  # fmt: skip
     assert arrow_frame("event", [1], [wire.encode(event)]) is None  # a detail with keys
+
+
+def test_list_columns_become_the_same_tuples_by_offsets_as_row_by_row() -> None:
+    """lr/mom cut from flat values by offsets: sliced chunks, empty lists, nesting, nulls."""
+    flat = pa.list_(pa.float64())
+    cases = [
+        pa.chunked_array([pa.array([[1.0], [2.0, 3.0], [4.0], [5.0]], flat).slice(1, 2)]),
+        pa.chunked_array([pa.array([[[0.9, 0.999]], [[0.1], [0.2, 0.3]], []], pa.list_(flat))]),
+        pa.chunked_array([pa.array([[1.0], None, [2.0]], flat), pa.array([[3.0]], flat)]),
+    ]
+    expected = [
+        [(2.0, 3.0), (4.0,)],
+        [((0.9, 0.999),), ((0.1,), (0.2, 0.3)), ()],
+        [(1.0,), None, (2.0,), (3.0,)],
+    ]
+    for column, want in zip(cases, expected, strict=True):
+        assert _tuples(column) == want
