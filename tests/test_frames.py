@@ -115,11 +115,20 @@ def test_real_timer_frame(z2_log_records: list[Record]) -> None:
     assert first["ts"] == pd.Timestamp("2026-11-29 14:11:04.882")
 
 
-def test_frames_from_stored_bodies_equal_frames_from_records() -> None:
-    """``Store.frame`` builds frames from the stored JSON directly; the same frame as records."""
+@pytest.mark.parametrize("block_bytes", [4 << 20, 2048])
+def test_frames_from_stored_bodies_equal_frames_from_records(
+    block_bytes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Store.frame`` builds frames from the stored JSON directly; the same frame as records.
+
+    Also when Arrow parses the JSON in many blocks (in parallel), each inferring its fields.
+    """
     from dashboard_support import RUNS, shared_store
 
+    from dsmon.model import arrow_frames
     from dsmon.model.arrow_frames import arrow_frame
+
+    monkeypatch.setattr(arrow_frames, "BLOCK_BYTES", block_bytes)
     from dsmon.model.records import KINDS
     from dsmon.store.base import RecordFilter
     from dsmon.store.sqlite import open_store
