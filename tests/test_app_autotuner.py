@@ -13,6 +13,7 @@ Runs (see each tests/data folder's README.md):
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import shutil
@@ -42,8 +43,12 @@ def tuned_run(root: Path) -> Path:
 
 @functools.cache
 def autotune_store() -> str:
-    """One store of these runs and the plain z2 run per test process (the tests only read it)."""
+    """One store of these runs and the plain z2 run per test process (the tests only read it).
+
+    Its folder goes when the process exits (it was left in the temp dir by every run).
+    """
     root = Path(tempfile.mkdtemp(prefix="dsmon-autotune-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
     path = root / "store.sqlite"
     with open_store(path) as store:
         import_paths(store, [DATA / "autotune_gpt2_large"], run="gpt2_large")
