@@ -8,9 +8,11 @@ written through the store API, as the dashboard would receive them.
 
 from __future__ import annotations
 
+import atexit
 import base64
 import functools
 import json
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -85,8 +87,13 @@ def gpu_samples(run: str = GPU_RUN, seconds: int = GPU_SECONDS) -> list[GpuSampl
 
 @functools.cache
 def shared_store() -> str:
-    """One store of :data:`RUNS` per test process (the dashboard tests only read it)."""
-    return build_store(Path(tempfile.mkdtemp(prefix="dsmon-dash-")) / "store.sqlite")
+    """One store of :data:`RUNS` per test process (the dashboard tests only read it).
+
+    Its folder goes when the process exits.
+    """
+    root = Path(tempfile.mkdtemp(prefix="dsmon-dash-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    return build_store(root / "store.sqlite")
 
 
 def read_records(folder: str, run: str) -> list[Record]:
