@@ -22,7 +22,7 @@ from dsmon.health.gather import inputs_from_store
 from dsmon.health.registry import evaluate
 from dsmon.model.records import Record
 from dsmon.store.base import Store
-from dsmon.view import fold, step_views
+from dsmon.view import cache, fold, step_views
 from dsmon.view.cache import OPEN, Cutoff, RunFrames
 from dsmon.view.chunks import Chunks, concat
 from dsmon.view.health_panel import panel
@@ -159,3 +159,23 @@ def test_training_points_folded_per_kind_equal_the_whole_series(
         )
     assert set(got["metric"]) >= {"learning rate"}
     assert frames._folds["training.step"]._incremental
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_a_run_loaded_in_pages_folds_page_by_page_to_the_whole_answer(
+    name: str, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stored run opened at once is read in pages; the folds never join its timer rows."""
+    monkeypatch.setattr(fold, "LATE_STEPS", 2)
+    monkeypatch.setattr(cache, "PAGE_ROWS", 7)
+    store.add(records_of(name))
+    frames = RunFrames(store, name)
+    parts = len(frames._chunks("timer").parts)
+    got = {n: frames.fold(n, "timer", OPEN, fn) for n, fn in FNS.items()}
+    assert parts > 3 and len(frames._frames["timer"].parts) == parts  # never joined
+    whole = frames.frame("timer")
+    assert len(whole) == len(store.frame(name, "timer"))
+    for n, fn in FNS.items():
+        pd.testing.assert_frame_equal(
+            got[n].reset_index(drop=True), fn(whole).reset_index(drop=True)
+        )

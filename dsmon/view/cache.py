@@ -36,6 +36,8 @@ LIVE_WINDOW_S = 120.0
 GPU = "gpu"
 #: Memoised derived views kept per run (oldest dropped first).
 MEMO_SIZE = 64
+#: Rows read from the store at a time when a kind is loaded.
+PAGE_ROWS = 200_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,13 +247,29 @@ class RunFrames:
         return self.last_id
 
     def _extend_frame(self, kind: str, hi: int) -> None:
-        """Append rows with ``seen < id <= hi`` (rows above ``hi`` wait for the next refresh)."""
-        new = self.store.frame(self.run, kind, after_id=self._seen[kind])
-        if not new.empty and "id" in new.columns:
-            new = new[new["id"] <= hi]
+        """Append rows with ``seen < id <= hi`` (rows above ``hi`` wait for the next refresh).
+
+        Read :data:`PAGE_ROWS` at a time, each page its own chunk: a million steps' stored
+        JSON is never in memory at once.
+        """
+        after, grew = self._seen[kind], False
+        while True:
+            page = self.store.frame(self.run, kind, after_id=after, limit=PAGE_ROWS)
+            if page.empty or "id" not in page.columns:  # (every store frame has ids)
+                grew = self._append(kind, page) or grew
+                break
+            after = int(page["id"].max())
+            grew = self._append(kind, page[page["id"] <= hi]) or grew
+            if len(page) < PAGE_ROWS or after >= hi:
+                break
         self._seen[kind] = hi
+        if grew:
+            self._versions[kind] = self._versions.get(kind, 0) + 1
+
+    def _append(self, kind: str, new: pd.DataFrame) -> bool:
+        """Add one page of rows to ``kind``'s chunks; whether there were any."""
         if new.empty:
-            return
+            return False
         if kind in self._transforms:
             new = self._transforms[kind](new)
         self._frames[kind].append(new)
@@ -259,7 +277,7 @@ class RunFrames:
         if newest is not None and pd.notna(newest):
             old = self._newest.get(kind)
             self._newest[kind] = newest if old is None else max(old, newest)
-        self._versions[kind] = self._versions.get(kind, 0) + 1
+        return True
 
     def _extend_records(self, kind: str, hi: int) -> None:
         """Append record objects above the last id seen for them."""

@@ -58,9 +58,36 @@ class StepFold:
         return self._restart(chunks)
 
     def _restart(self, chunks: Chunks) -> pd.DataFrame:
-        """Everything computed from all rows, and the state to go on from."""
-        whole = chunks.whole()
+        """Everything computed again, part by part as the rows arrived, never joined whole.
+
+        A run's rows are loaded in pages (``dsmon.view.cache.PAGE_ROWS``): folding them page
+        by page keeps a million steps' timer rows from being copied into one frame.
+        """
         self._generation, self._seen = chunks.generation, chunks.rows
+        done: list[pd.DataFrame] = []
+        rows, boundary = pd.DataFrame(), -math.inf
+        for part in chunks.parts:
+            if not _steps_from(part, boundary):
+                return self._whole(chunks)
+            rows = concat([rows, part])
+            boundary = max(boundary, float(rows["step"].max()) - LATE_STEPS)
+            closing = rows["step"] < boundary
+            if closing.any():
+                done.append(self.fn(rows[closing]))
+                rows = rows[~closing]
+        if rows.empty:
+            return self._whole(chunks)
+        result = concat([*done, self.fn(rows)])
+        if "step" not in result.columns:
+            return self._whole(chunks)
+        self._incremental, self._boundary, self._open = True, boundary, rows
+        self._done = result.iloc[: sum(len(d) for d in done)]
+        self._result = result
+        return result
+
+    def _whole(self, chunks: Chunks) -> pd.DataFrame:
+        """Everything computed from all rows at once, and the state to go on from."""
+        whole = chunks.whole()
         result = self.fn(whole)
         self._incremental = _steps_from(whole, -math.inf) and "step" in result.columns
         if self._incremental:
