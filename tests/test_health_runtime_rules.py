@@ -191,6 +191,10 @@ def test_regression_and_spikes() -> None:
     ]
     r = check(inputs_from_records(slow), "steps.regression")
     assert r.status is Status.FAIL and r.steps == (22, 25)
+    # a CPU run (gloo) is not told to look at GPU throttling; one where NVML saw a GPU is
+    assert "GPU" not in r.summary + (r.fix or "") and "data loading" in r.summary
+    on_gpu = check(inputs_from_records([*slow, gpu_sample("2025-01-01T00:00:00")]), r.rule_id)
+    assert "GPU throttling" in on_gpu.summary and "GPUs page" in (on_gpu.fix or "")
     spikes = check(corpus_inputs("z0"), "steps.spikes")
     assert (spikes.status, spikes.summary) == (Status.WARN, "6 of 28 steps took over 3x the median")
     assert check(corpus_inputs("fp16_zero2"), "steps.spikes").status is Status.PASS

@@ -54,12 +54,21 @@ def check_regression(inputs: HealthInputs) -> Finding:
             Status.PASS, f"recent steps run at {ratio:.2f}x the run's median", ev, steps=rng
         )
     status = Status.FAIL if ratio > th.REGRESSION_FAIL else Status.WARN
+    if inputs.facts.device == "cpu":  # no GPU to throttle: the run's own output says so
+        causes, fix = (
+            "data loading, checkpoints and other processes on the nodes",
+            "look for other processes on the nodes and slower data loading over the same steps",
+        )
+    else:
+        causes, fix = (
+            "GPU throttling, data loading and other jobs on the nodes",
+            "compare the GPUs page (clocks, throttling) over the same steps",
+        )
     return Finding(
         status,
-        f"recent steps are {ratio:.2f}x slower than the run's median: check "
-        "GPU throttling, data loading and other jobs on the nodes",
+        f"recent steps are {ratio:.2f}x slower than the run's median: check {causes}",
         ev,
-        "compare the GPUs page (clocks, throttling) over the same steps",
+        fix,
         "text",
         steps=recent_rng,
     )
