@@ -126,6 +126,17 @@ def test_gpu_figures() -> None:
     )
 
 
+def test_gpu_lines_legend_moves_under_the_axis_when_it_would_reach_the_title() -> None:
+    got = fold_samples(records_frame("gpu", gpu_samples()), 5)
+    b = gpu_fold.buckets(got.fold, got.series, got.t0_ms, got.width_ms or 1)
+    four = gpus.lines(b, "power_w")
+    eight = pd.concat([four, four.assign(gpu=four["gpu"] + "x")], ignore_index=True)
+    assert four["gpu"].nunique() == 4 and eight["gpu"].nunique() == 8
+    assert gpus_fig.lines_figure(four, "power_w").layout.legend.y == 1.0  # beside the title
+    below = gpus_fig.lines_figure(eight, "power_w").layout
+    assert below.legend.y < 0 and below.legend.yanchor == "top" and below.margin.b > 40
+
+
 def test_tflops_with_peak_and_reference(z2: list[Record], breakdown: pd.DataFrame) -> None:
     profile = [r for r in z2 if r.KIND == "flops_profile"][-1]
     per_step = flops.step_tflops(breakdown, profile, 1)  # type: ignore[arg-type]

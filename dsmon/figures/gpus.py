@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -10,6 +12,10 @@ from dsmon.analysis.gpus import METRIC_BY_KEY
 from dsmon.figures.common import empty, epoch_ms, layout, scatter
 
 NO_SAMPLES = "No GPU samples in this run."
+
+
+#: GPU traces whose legend still fits beside the title, above the plot.
+LEGEND_ABOVE_MAX = 4
 
 
 def _title(metric: str) -> str:
@@ -31,7 +37,14 @@ def lines_figure(series: pd.DataFrame, metric: str) -> go.Figure:
             scatter(len(rows), x=epoch_ms(rows["ts"]), y=rows["value"], name=str(gpu), mode="lines")
         )
     fig.update_xaxes(type="date")
-    return layout(fig, title)
+    fig = layout(fig, title)
+    if len(fig.data) > LEGEND_ABOVE_MAX:
+        # one row of names above the plot runs into the title: the GPUs go under the axis
+        fig.update_layout(
+            legend={"yanchor": "top", "y": -0.12, "x": 0.0, "xanchor": "left"},
+            margin={"b": 40 + 22 * math.ceil(len(fig.data) / 6)},
+        )
+    return fig
 
 
 def heatmap_figure(grid: pd.DataFrame, metric: str) -> go.Figure:
