@@ -114,6 +114,7 @@ def test_chunks_join_categoricals_without_losing_values() -> None:
     assert pd.isna(whole["g"].iloc[4])
     assert len(chunks.parts) == 1 and chunks.since(2)["v"].tolist() == [3, 4, 5]
     assert concat([pd.DataFrame(), whole]).equals(whole)
+    assert concat([]).empty and Chunks().whole().empty and Chunks().since(0).empty
 
 
 @pytest.mark.parametrize("name", ["z2", "zero3_coordinator_v0100"])

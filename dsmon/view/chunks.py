@@ -70,6 +70,8 @@ def concat(parts: list[pd.DataFrame]) -> pd.DataFrame:
     first.
     """
     parts = [p for p in parts if not p.empty] or parts[:1]
+    if not parts:
+        return pd.DataFrame()
     if len(parts) == 1:
         return parts[0].reset_index(drop=True)
     cat_cols = {c for p in parts for c in p.columns if isinstance(p[c].dtype, pd.CategoricalDtype)}

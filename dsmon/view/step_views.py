@@ -1,10 +1,10 @@
 """The per-step frames several pages and the checklist share, each computed once per run.
 
 The Steps, Communication and FLOPS pages and the health checklist all read the step
-breakdown; the Steps and FLOPS pages the micro-step one. Naming each view once here means
-they share one :class:`dsmon.view.fold.StepFold` per run, so a live refresh computes the
-new steps once for every reader, and a refresh's cost follows the steps it brings, not the
-length of the run.
+breakdown; the Steps and FLOPS pages the micro-step one; the Training page each kind's
+curves. Naming each view once here means they share one :class:`dsmon.view.fold.StepFold`
+per run, so a live refresh computes the new steps once for every reader, and a refresh's
+cost follows the steps it brings, not the length of the run.
 """
 
 from __future__ import annotations
