@@ -181,9 +181,8 @@ def zero_rows(timers: pd.DataFrame) -> pd.DataFrame:
         return zero.reset_index(drop=True)
     # only what the chart reads: a timer frame has a column per timer of every group
     keys = [k for k in ("step", "rank") if k in zero.columns]
-    timed = [
-        c for c in zero.columns if c.endswith("_ms") and c != "values_ms" and zero[c].notna().any()
-    ]
+    numbers = zero.select_dtypes("number")  # not the values_ms / min_values_ms mappings
+    timed = [c for c in numbers.columns if c.endswith("_ms") and numbers[c].notna().any()]
     zero = zero[[*keys, *timed]]
     return zero.sort_values("step", kind="stable", na_position="last").reset_index(drop=True)
 
@@ -195,8 +194,7 @@ def zero_timers(zero: pd.DataFrame, n_out: int = N_OUT) -> tuple[pd.DataFrame, l
     """
     if zero.empty:
         return zero, []
-    timed = zero.drop(columns=["values_ms"], errors="ignore").select_dtypes("number")
-    names = [c[:-3] for c in timed.columns if c.endswith("_ms") and timed[c].notna().any()]
+    names = [c[:-3] for c in zero.columns if c.endswith("_ms")]  # zero_rows kept only these
     if not names:
         return zero, names
     cols = [f"{n}_ms" for n in names]

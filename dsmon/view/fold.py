@@ -69,12 +69,7 @@ class StepFold:
         for part in chunks.parts:
             if not _steps_from(part, boundary):
                 return self._whole(chunks)
-            rows = concat([rows, part])
-            boundary = max(boundary, float(rows["step"].max()) - LATE_STEPS)
-            closing = rows["step"] < boundary
-            if closing.any():
-                done.append(self.fn(rows[closing]))
-                rows = rows[~closing]
+            rows, boundary = self._close(concat([rows, part]), boundary, done)
         if rows.empty:
             return self._whole(chunks)
         result = concat([*done, self.fn(rows)])
@@ -101,18 +96,26 @@ class StepFold:
 
     def _extend(self, new: pd.DataFrame) -> pd.DataFrame:
         """The result after ``new`` rows, all of steps not yet finished."""
-        rows = concat([self._open, new])
-        boundary = max(self._boundary, float(rows["step"].max()) - LATE_STEPS)
-        closing = rows["step"] < boundary
         parts = [self._done]
-        if closing.any():
-            parts.append(self.fn(rows[closing]))
-            rows = rows[~closing]
-        self._open, self._boundary = rows, boundary
-        result = concat([*parts, self.fn(rows)])
+        self._open, self._boundary = self._close(concat([self._open, new]), self._boundary, parts)
+        result = concat([*parts, self.fn(self._open)])
         # the finished steps' results are the head of the result: a slice, not a second copy
         self._done = result.iloc[: sum(len(p) for p in parts)]
         return result
+
+    def _close(
+        self, rows: pd.DataFrame, boundary: float, done: list[pd.DataFrame]
+    ) -> tuple[pd.DataFrame, float]:
+        """Finish the steps :data:`LATE_STEPS` behind the newest: their result goes to ``done``.
+
+        Returns the rows still open and the new boundary (never lower than ``boundary``).
+        """
+        boundary = max(boundary, float(rows["step"].max()) - LATE_STEPS)
+        closing = rows["step"] < boundary
+        if closing.any():
+            done.append(self.fn(rows[closing]))
+            rows = rows[~closing]
+        return rows, boundary
 
 
 def _steps_from(rows: pd.DataFrame, boundary: float) -> bool:
