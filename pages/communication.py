@@ -65,7 +65,7 @@ def caveats() -> None:
 def timers_section(bd: pd.DataFrame) -> None:
     """Exposed communication from the engine timers."""
     share = comm.comm_share(bd)
-    stats = comm.exposed_comm_share(bd)
+    stats = comm.steady_share_stats(share)
     cols = st.columns(3)
     cols[0].metric("Exposed comm, p50 share of step", fmt_pct(stats.p50 if stats else None))
     cols[1].metric("bwd_allreduce p50", fmt_ms(comm.per_step(bd, "bwd_allreduce_ms").median()))

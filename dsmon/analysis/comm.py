@@ -45,21 +45,37 @@ def comm_share(breakdown: pd.DataFrame) -> pd.DataFrame:
     """
     if breakdown.empty:
         return pd.DataFrame(columns=list(COMM_SHARE_COLUMNS))
-    comm = breakdown["bwd_allreduce_ms"].astype("float64")
+    # numpy, not pandas arithmetic: the checklist and the Communication page take this over
+    # every step on each live refresh, and at a million steps pandas' aligned, masked
+    # operations and frame copies were most of the checklist's time
+    comm = _floats(breakdown["bwd_allreduce_ms"])
     if "optimizer_allgather_ms" in breakdown.columns:
-        comm = comm.add(breakdown["optimizer_allgather_ms"].astype("float64"), fill_value=0.0)
-    total = breakdown["total_ms"].astype("float64")
-    share = comm / total.where(total > 0)
-    out = pd.DataFrame(
+        comm = _add_known(comm, _floats(breakdown["optimizer_allgather_ms"]))
+    total = _floats(breakdown["total_ms"])
+    share = np.full(len(total), np.nan)
+    np.divide(comm, total, out=share, where=total > 0)
+    return pd.DataFrame(
         {
-            "step": breakdown["step"],
-            "rank": breakdown["rank"],
+            "step": breakdown["step"].array,
+            "rank": breakdown["rank"].array,
             "exposed_comm_ms": comm,
             "total_ms": total,
             "comm_share": share,
         }
     )
-    return out.reset_index(drop=True)
+
+
+def _floats(column: pd.Series) -> np.ndarray:
+    """A column as float64 with NaN for missing values (a fresh array, never a view)."""
+    return column.to_numpy(dtype="float64", na_value=np.nan, copy=True)
+
+
+def _add_known(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a + b`` where one side may be missing (NaN only where both are)."""
+    out = np.where(np.isnan(a), b, a)
+    both = ~np.isnan(a) & ~np.isnan(b)
+    out[both] = a[both] + b[both]
+    return out
 
 
 class ShareStats(NamedTuple):
@@ -114,7 +130,16 @@ def exposed_comm_share(breakdown: pd.DataFrame) -> ShareStats | None:
 
     Over the steps after warm-up (:func:`dsmon.analysis.steps.steady`), slowest rank per step.
     """
-    return share_stats(comm_share(steady(breakdown)), "comm_share")
+    return steady_share_stats(comm_share(breakdown))
+
+
+def steady_share_stats(shares: pd.DataFrame) -> ShareStats | None:
+    """:func:`exposed_comm_share` from :func:`comm_share`'s rows, for a caller that has them.
+
+    The share is row by row, so the steady rows of the shares are the shares of the steady
+    steps: computed once, not twice, on each refresh of a long run.
+    """
+    return share_stats(steady(shares), "comm_share")
 
 
 def phase_share(breakdown: pd.DataFrame, column: str) -> ShareStats | None:

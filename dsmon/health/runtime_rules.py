@@ -52,8 +52,9 @@ def check_comm_share(inputs: HealthInputs) -> Finding:
     bd = m.breakdown(inputs)
     if bd.empty:
         return Finding(Status.UNKNOWN, _NO_TIMERS)
-    cs = comm.comm_share(bd).dropna(subset=["comm_share"])
-    stats = comm.exposed_comm_share(bd)
+    shares = comm.comm_share(bd)
+    stats = comm.steady_share_stats(shares)
+    cs = shares[shares["comm_share"].notna()]
     if cs.empty or stats is None:
         return Finding(Status.UNKNOWN, "the timer lines carry no bwd_allreduce figure")
     rng = m.step_range(cs)
