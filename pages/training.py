@@ -6,7 +6,6 @@ import pandas as pd
 import streamlit as st
 
 from dsmon.analysis import training
-from dsmon.analysis.downsample import downsample
 from dsmon.figures import training as fig
 from dsmon.figures.common import rounded
 from dsmon.model.ds_config import preferred_config
@@ -35,7 +34,7 @@ def body() -> None:
             '"csv_monitor" writes the loss; "memory_breakdown": true prints memory.'
         )
         return
-    shown = downsample(series, "step", ["value"], by=["metric", "source"])
+    shown, newest = training.traces_and_latest(series)
     chart(fig.training_figure(shown), "training.curves")
     st.caption(
         "Each source is its own line: DeepSpeed's step= and ThroughputTimer lines, its "
@@ -43,7 +42,7 @@ def body() -> None:
         "into steps by train_batch_size), and Megatron-DeepSpeed or pipeline iteration lines."
     )
     st.subheader("Latest values")
-    st.dataframe(rounded(training.latest(series), 6), hide_index=True, width="stretch")
+    st.dataframe(rounded(newest, 6), hide_index=True, width="stretch")
 
 
 page_header("Training", view)

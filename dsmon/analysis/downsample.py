@@ -15,6 +15,8 @@ import numpy as np
 import pandas as pd
 from tsdownsample import MinMaxLTTBDownsampler, NaNMinMaxLTTBDownsampler
 
+from dsmon.analysis import groups
+
 #: Points per trace the dashboard aims at (plotly-resampler's and TensorBoard's default).
 N_OUT = 1000
 
@@ -50,6 +52,7 @@ def downsample(
     ys: Sequence[str],
     n_out: int = N_OUT,
     by: str | Sequence[str] | None = None,
+    grouped: list[np.ndarray] | None = None,
 ) -> pd.DataFrame:
     """Rows of ``frame`` that keep the shape of each ``ys`` column against ``x``.
 
@@ -60,14 +63,18 @@ def downsample(
             stacked chart of several columns stays aligned.
         n_out: points to keep per column and group.
         by: optional grouping columns (rank, GPU): each group is one trace.
+        grouped: ``groups.positions(frame, by)``, when the caller has them already.
 
     Returns:
         The kept rows sorted by ``by`` then ``x``; the frame itself when it is small enough.
     """
     if frame.empty or len(frame) <= n_out:
         return frame.sort_values([*_as_list(by), x], kind="stable") if not frame.empty else frame
-    parts = [_downsample_group(g, x, ys, n_out) for _, g in _groups(frame, by)]
-    return pd.concat(parts) if parts else frame.iloc[0:0]
+    # each trace is picked on numpy arrays of its positions: a pandas group-by split the
+    # whole frame into sub-frames first, which at a million rows cost more than the picking
+    xs, ys_arrays = _as_x(frame[x]), _y_arrays(frame, ys)
+    kept = [_pick(pos, xs, ys_arrays, n_out) for pos in grouped or groups.positions(frame, _as_list(by))]
+    return frame.take(np.concatenate(kept)) if kept else frame.iloc[0:0]
 
 
 def _as_list(by: str | Sequence[str] | None) -> list[str]:
@@ -77,29 +84,32 @@ def _as_list(by: str | Sequence[str] | None) -> list[str]:
     return [by] if isinstance(by, str) else list(by)
 
 
-def _groups(
-    frame: pd.DataFrame, by: str | Sequence[str] | None
-) -> list[tuple[object, pd.DataFrame]]:
-    """One (key, rows) pair per trace."""
-    cols = _as_list(by)
-    if not cols:
-        return [(None, frame)]
-    return list(frame.groupby(cols if len(cols) > 1 else cols[0], sort=True, dropna=False))
+def _y_arrays(frame: pd.DataFrame, ys: Sequence[str]) -> list[np.ndarray]:
+    """The ``ys`` columns the frame has, as float64 (what is not a number becomes NaN)."""
+    return [
+        pd.to_numeric(frame[col], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+        for col in ys
+        if col in frame.columns
+    ]
 
 
-def _downsample_group(group: pd.DataFrame, x: str, ys: Sequence[str], n_out: int) -> pd.DataFrame:
-    """Downsample one trace group: the union of the points each y column keeps."""
-    if not group[x].is_monotonic_increasing:  # a frame in step order is not sorted again
-        group = group.sort_values(x, kind="stable")
-    if len(group) <= n_out:
-        return group
-    xs = _as_x(group[x])
-    keep: set[int] = set()
-    for col in ys:
-        if col in group.columns:
-            y = pd.to_numeric(group[col], errors="coerce").to_numpy(dtype=np.float64)
-            keep.update(indices(xs, y, n_out).tolist())
-    return group.iloc[sorted(keep)]
+def _missing_last(x: np.ndarray) -> np.ndarray:
+    """A sort key that puts NaN and NaT last, as ``sort_values`` does."""
+    if x.dtype == np.int64:  # datetimes as nanoseconds: NaT is the smallest int64
+        return np.where(x == np.iinfo(np.int64).min, np.inf, x.astype(np.float64))
+    return x
+
+
+def _pick(pos: np.ndarray, xs: np.ndarray, ys: list[np.ndarray], n_out: int) -> np.ndarray:
+    """Positions kept from one trace, in ``x`` order: the union of what each y column needs."""
+    x = xs[pos]
+    if not np.all(x[1:] >= x[:-1]):  # a trace already in x order is not sorted again
+        ordered = np.argsort(_missing_last(x), kind="stable")
+        pos, x = pos[ordered], x[ordered]
+    if len(pos) <= n_out:
+        return pos
+    keep = np.unique(np.concatenate([indices(x, y[pos], n_out) for y in ys] or [np.arange(0)]))
+    return pos[keep]
 
 
 def histogram(values: pd.Series, n_bins: int = 40) -> pd.DataFrame:
