@@ -34,6 +34,10 @@ FNS: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] = {
     "coordinator": coordinator.coordinator_steps,
     "zero_rows": steps.zero_rows,
 }
+#: The same, of the ``step=`` lines.
+STEP_FNS: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] = {
+    "skipped": steps.skipped_counts,
+}
 #: Runs with ZeRO-2 optimizer timers, gradient accumulation and ZeRO-3 coordinator timers.
 RUNS = ("z2", "grad_accum", "zero3_coordinator_v0100", "act_ckpt")
 
@@ -43,12 +47,13 @@ def records_of(name: str) -> list[Record]:
 
 
 def assert_folds_equal(frames: RunFrames) -> None:
-    whole = frames.frame("timer")
-    for name, fn in FNS.items():
-        got = frames.fold(name, "timer", OPEN, fn)
-        pd.testing.assert_frame_equal(
-            got.reset_index(drop=True), fn(whole).reset_index(drop=True), check_dtype=True
-        )
+    for kind, fns in (("timer", FNS), ("step", STEP_FNS)):
+        whole = frames.frame(kind)
+        for name, fn in fns.items():
+            got = frames.fold(name, kind, OPEN, fn)
+            pd.testing.assert_frame_equal(
+                got.reset_index(drop=True), fn(whole).reset_index(drop=True), check_dtype=True
+            )
 
 
 def feed(store: Store, run: str, recs: list[Record], chunk: int) -> RunFrames:
@@ -74,6 +79,7 @@ def test_folds_equal_the_whole_computation_as_a_run_grows(
     assert bd["step"].nunique() >= 5  # the run has enough steps to close some
     folded = frames._folds["breakdown"]
     assert folded._incremental and len(folded._done) > 0  # finished steps were kept
+    assert frames._folds["skipped"]._incremental  # step= lines fold too
 
 
 def test_rows_of_a_finished_step_arriving_late_give_the_same_answer(

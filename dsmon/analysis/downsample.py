@@ -73,7 +73,9 @@ def downsample(
     # each trace is picked on numpy arrays of its positions: a pandas group-by split the
     # whole frame into sub-frames first, which at a million rows cost more than the picking
     xs, ys_arrays = _as_x(frame[x]), _y_arrays(frame, ys)
-    kept = [_pick(pos, xs, ys_arrays, n_out) for pos in grouped or groups.positions(frame, _as_list(by))]
+    kept = [
+        _pick(pos, xs, ys_arrays, n_out) for pos in grouped or groups.positions(frame, _as_list(by))
+    ]
     return frame.take(np.concatenate(kept)) if kept else frame.iloc[0:0]
 
 

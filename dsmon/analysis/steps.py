@@ -147,6 +147,20 @@ def slowest_steps(breakdown: pd.DataFrame, n: int = 5) -> pd.DataFrame:
     return ranked.head(n).reset_index(drop=True)
 
 
+def skipped_counts(step_lines: pd.DataFrame) -> pd.DataFrame:
+    """``step, skipped`` of each ``step=`` line that has both, in step order (ties: as read).
+
+    DeepSpeed's ``skipped`` is a running count since the start, so the last row holds the
+    run's figure. Step-local, so the dashboard keeps it per step (``dsmon.view.fold``)
+    instead of sorting every step line of the run on each refresh.
+    """
+    cols = ["step", "skipped"]
+    if step_lines.empty or not set(cols) <= set(step_lines.columns):
+        return pd.DataFrame(columns=cols)
+    known = step_lines[(step_lines["step"] > 0) & step_lines["skipped"].notna()]
+    return known[cols].sort_values("step", kind="stable").reset_index(drop=True)
+
+
 #: The first optimizer steps are slow for reasons that say nothing about the run (allocator
 #: warm-up, kernel selection, first collectives): headline figures leave them out.
 WARMUP_STEPS = 2

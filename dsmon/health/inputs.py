@@ -24,6 +24,8 @@ from dsmon.health.schema import Version, version_text
 BREAKDOWN = "timer:breakdown"
 MICRO = "timer:micro"
 COORDINATOR = "timer:coordinator"
+#: Likewise of the ``step=`` lines: ``dsmon.analysis.steps.skipped_counts``.
+SKIPPED = "step:skipped"
 #: Key of a frame indexed by kind whose ``ts`` is that kind's newest timestamp: the stall
 #: rule asks on every live refresh, and a maximum over every row would cost a scan each time.
 NEWEST_TS = "newest_ts"

@@ -58,9 +58,12 @@ def all_steps(inputs: HealthInputs) -> pd.DataFrame:
 
 
 def step_view(
-    inputs: HealthInputs, key: str, fn: Callable[[pd.DataFrame], pd.DataFrame]
+    inputs: HealthInputs,
+    key: str,
+    fn: Callable[[pd.DataFrame], pd.DataFrame],
+    kind: str = "timer",
 ) -> pd.DataFrame:
-    """``fn`` of the timer rows, computed once per evaluation (``HealthInputs.derived``).
+    """``fn`` of one kind's rows, computed once per evaluation (``HealthInputs.derived``).
 
     A caller that already holds it (the dashboard, whose copy grows with new steps only)
     passes it among the frames under ``key``, and it is taken from there.
@@ -68,7 +71,7 @@ def step_view(
     got = inputs.derived.get(key)
     if got is None:
         given = inputs.frames.get(key)
-        got = given if given is not None else fn(inputs.frame("timer"))
+        got = given if given is not None else fn(inputs.frame(kind))
         inputs.derived[key] = got
     return got
 

@@ -13,10 +13,10 @@ import math
 
 import pandas as pd
 
-from dsmon.analysis import comm
+from dsmon.analysis import comm, steps
 from dsmon.health import measures as m
 from dsmon.health import thresholds as th
-from dsmon.health.inputs import HealthInputs
+from dsmon.health.inputs import SKIPPED, HealthInputs
 from dsmon.health.model import Evidence, Finding, Status, percent
 from dsmon.health.registry import rule
 from dsmon.health.verdicts import fix_json, not_applicable
@@ -264,11 +264,10 @@ def check_overlap(inputs: HealthInputs) -> Finding:
 )
 def check_skipped(inputs: HealthInputs) -> Finding:
     """Skipped share against SKIPPED_WARN and SKIPPED_FAIL."""
-    st = inputs.frame("step")
-    rows = st[(st["step"] > 0) & st["skipped"].notna()] if not st.empty else st
+    rows = m.step_view(inputs, SKIPPED, steps.skipped_counts, kind="step")
     if rows.empty:
         return Finding(Status.UNKNOWN, "no step= lines (steps_per_print / log_level)")
-    last = rows.sort_values("step").iloc[-1]
+    last = rows.iloc[-1]
     n, skipped = int(last["step"]), int(last["skipped"])
     share = skipped / n
     ev = (

@@ -15,7 +15,14 @@ from datetime import datetime
 from typing import NamedTuple
 
 from dsmon.health.gather import FRAME_KINDS, inputs_from_frames
-from dsmon.health.inputs import BREAKDOWN, COORDINATOR, MICRO, NEWEST_TS, HealthInputs
+from dsmon.health.inputs import (
+    BREAKDOWN,
+    COORDINATOR,
+    MICRO,
+    NEWEST_TS,
+    SKIPPED,
+    HealthInputs,
+)
 from dsmon.health.model import Checklist, CheckResult, Status
 from dsmon.health.registry import all_rules, evaluate, run_rule
 from dsmon.health.report import facts_line
@@ -63,6 +70,7 @@ def _static(frames: RunFrames, cutoff: Cutoff, run: str) -> tuple[HealthInputs, 
         BREAKDOWN: lambda: step_views.breakdown(frames, cutoff),
         MICRO: lambda: step_views.micro(frames, cutoff),
         COORDINATOR: lambda: step_views.coordinator_steps(frames, cutoff),
+        SKIPPED: lambda: step_views.skipped(frames, cutoff),
     }
     if cutoff == OPEN:
         views[NEWEST_TS] = lambda: frames.newest_ts(FRAME_KINDS)

@@ -27,6 +27,11 @@ def micro(frames: RunFrames, cutoff: Cutoff) -> pd.DataFrame:
     return frames.fold("steps.micro", "timer", cutoff, steps.micro_breakdown)
 
 
+def skipped(frames: RunFrames, cutoff: Cutoff) -> pd.DataFrame:
+    """``steps.skipped_counts``: the running skipped-step count of each ``step=`` line."""
+    return frames.fold("steps.skipped", "step", cutoff, steps.skipped_counts)
+
+
 def coordinator_steps(frames: RunFrames, cutoff: Cutoff) -> pd.DataFrame:
     """``coordinator.coordinator_steps``: ZeRO-3 parameter-fetch times per step and rank."""
     return frames.fold("comm.coordinator", "timer", cutoff, coordinator.coordinator_steps)
