@@ -96,11 +96,13 @@ def inputs_from_frames(
     node_names: Iterable[str] = (),
     gpu_summary: pd.DataFrame | None = None,
     views: Mapping[str, Callable[[], pd.DataFrame]] | None = None,
+    present: Callable[[str], bool] | None = None,
 ) -> HealthInputs:
     """Inputs from a frame source such as the dashboard's cached ``RunFrames.frame``.
 
     Frames are read when a rule first asks (:class:`LazyFrames`); ``views`` gives per-step
-    views the caller keeps (``dsmon.health.inputs.BREAKDOWN`` ...) so rules reuse them.
+    views the caller keeps (``dsmon.health.inputs.BREAKDOWN`` ...) so rules reuse them;
+    ``present`` tells whether a kind has rows without reading them.
     """
     loaders: dict[str, Callable[[], pd.DataFrame]] = {
         k: functools.partial(frame, k) for k in FRAME_KINDS
@@ -108,7 +110,7 @@ def inputs_from_frames(
     loaders.update(views or {})
     if gpu_summary is not None:
         loaders[GPU_SUMMARY] = lambda: gpu_summary
-    frames = LazyFrames(loaders)
+    frames = LazyFrames(loaders, present)
     return build_inputs(frames, configs, run=run, now=now, node_names=set(node_names))
 
 

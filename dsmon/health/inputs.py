@@ -38,9 +38,24 @@ class LazyFrames(Mapping[str, pd.DataFrame]):
     of a million steps that join alone took most of a refresh.
     """
 
-    def __init__(self, loaders: Mapping[str, Callable[[], pd.DataFrame]]) -> None:
+    def __init__(
+        self,
+        loaders: Mapping[str, Callable[[], pd.DataFrame]],
+        present: Callable[[str], bool] | None = None,
+    ) -> None:
         self._loaders = dict(loaders)
         self._loaded: dict[str, pd.DataFrame] = {}
+        self._present = present
+
+    def has_rows(self, kind: str) -> bool:
+        """Whether ``kind`` has rows, asked of ``present`` when the frame is not loaded yet.
+
+        A rule that only needs to know whether the run printed step lines at all should not
+        join a million of them to find out.
+        """
+        if kind in self._loaded or self._present is None or kind not in self._loaders:
+            return kind in self._loaders and not self[kind].empty
+        return self._present(kind)
 
     def __getitem__(self, kind: str) -> pd.DataFrame:
         if kind not in self._loaded:
@@ -104,3 +119,9 @@ class HealthInputs:
         """The frame of one kind; an empty frame when the run has none."""
         df = self.frames.get(kind)
         return df if df is not None else pd.DataFrame()
+
+    def has_rows(self, kind: str) -> bool:
+        """Whether the run has records of ``kind`` (without loading them, where it can)."""
+        if isinstance(self.frames, LazyFrames):
+            return self.frames.has_rows(kind)
+        return not self.frame(kind).empty

@@ -142,9 +142,12 @@ def _stepped(frame: pd.DataFrame, alt: str) -> pd.DataFrame:
 
 def _series(s: pd.Series) -> pd.DataFrame:
     """A step-indexed series as a ``step, value`` frame sorted by step."""
-    out = s.rename("value").rename_axis("step").reset_index()
-    out["step"] = out["step"].astype("int64")
-    return out.sort_values("step").reset_index(drop=True)
+    # one value per step, so there are no ties: a series already in step order (the
+    # engine timers' always is) is not sorted again, and no frame is copied to rename it
+    out = pd.DataFrame({"step": s.index.to_numpy(dtype="int64"), "value": s.to_numpy()})
+    if out["step"].is_monotonic_increasing:
+        return out
+    return out.sort_values("step", kind="stable").reset_index(drop=True)
 
 
 def comm_ops(inputs: HealthInputs) -> pd.DataFrame:

@@ -315,7 +315,7 @@ def check_scale_collapse(inputs: HealthInputs) -> Finding:
         ls = ls.sort_values(["ts", "line"], kind="stable", na_position="first")
     scales = ls["new_scale"].dropna() if not ls.empty else pd.Series(dtype="float64")
     if scales.empty:
-        if inputs.frame("step").empty:
+        if not inputs.has_rows("step"):
             return Finding(Status.UNKNOWN, "no loss-scale or step lines (INFO hidden?)")
         return Finding(Status.PASS, "no loss-scale reductions in the log (increases are silent)")
     latest = float(scales.iloc[-1])

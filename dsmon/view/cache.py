@@ -133,6 +133,13 @@ class RunFrames:
         with self._lock:
             return cutoff.apply(self._chunks(kind).whole())
 
+    def has_rows(self, kind: str, cutoff: Cutoff = OPEN) -> bool:
+        """Whether :meth:`frame` would have rows, without joining them when live."""
+        if cutoff != OPEN:
+            return not self.frame(kind, cutoff).empty
+        with self._lock:
+            return self._chunks(kind).rows > 0
+
     def _chunks(self, kind: str) -> Chunks:
         """The rows of ``kind`` loaded so far (loaded on first use)."""
         if kind not in self._frames:

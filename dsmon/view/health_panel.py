@@ -80,6 +80,7 @@ def _static(frames: RunFrames, cutoff: Cutoff, run: str) -> tuple[HealthInputs, 
         run=run,
         gpu_summary=summary,
         views=views,
+        present=lambda kind: frames.has_rows(kind, cutoff),
     )
     rules = [r for r in all_rules() if r.id not in CLOCK_RULES]
     return inputs, evaluate(inputs, rules)
