@@ -79,6 +79,7 @@ def test_folds_equal_the_whole_computation_as_a_run_grows(
     assert bd["step"].nunique() >= 5  # the run has enough steps to close some
     folded = frames._folds["breakdown"]
     assert folded._incremental and len(folded._done) > 0  # finished steps were kept
+    assert folded._buffer is not None  # its result grows in place (dsmon.view.rowbuffer)
     assert frames._folds["skipped"]._incremental  # step= lines fold too
 
 

@@ -20,6 +20,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from dsmon.view.chunks import Chunks, concat
+from dsmon.view.rowbuffer import RowBuffer
 
 #: Steps behind the newest one whose rows may still come (computed again on each update).
 LATE_STEPS = 16
@@ -44,6 +45,8 @@ class StepFold:
         self._boundary = -math.inf
         self._incremental = False
         self._result: pd.DataFrame | None = None
+        # the result's rows, when its columns allow: ``_done`` is then its first rows
+        self._buffer: RowBuffer | None = None
 
     def update(self, chunks: Chunks) -> pd.DataFrame:
         """The result over every row of ``chunks`` now."""
@@ -76,10 +79,7 @@ class StepFold:
         if "step" not in result.columns:
             return self._whole(chunks)
         self._incremental, self._boundary, self._open = True, boundary, rows
-        # a copy, not a slice: joining a slice of this result on the first refresh cost as
-        # much again as the refresh (measured at a million steps)
-        self._done = result.iloc[: sum(len(d) for d in done)].copy()
-        self._result = result
+        self._keep(result, sum(len(d) for d in done))
         return result
 
     def _whole(self, chunks: Chunks) -> pd.DataFrame:
@@ -87,20 +87,49 @@ class StepFold:
         whole = chunks.whole()
         result = self.fn(whole)
         self._incremental = _steps_from(whole, -math.inf) and "step" in result.columns
+        self._result = result
         if self._incremental:
             self._boundary = float(whole["step"].max()) - LATE_STEPS
-            self._done = result[result["step"] < self._boundary]
             self._open = whole[whole["step"] >= self._boundary]
-        self._result = result
+            # the result is in step order: the finished steps are its first rows
+            self._keep(result, int((result["step"] < self._boundary).sum()))
         return result
+
+    def _keep(self, result: pd.DataFrame, done: int) -> None:
+        """Hold ``result``, whose first ``done`` rows are finished steps, to extend it later.
+
+        A copy either way, not a slice: joining a slice of this result on the first refresh
+        cost as much again as the refresh (measured at a million steps).
+        """
+        self._result = result
+        self._buffer = RowBuffer.of(result)
+        if self._buffer is None:
+            self._done = result.iloc[:done].copy()
+        else:
+            self._buffer.rows = done
+            self._done = self._buffer.frame(done)
 
     def _extend(self, new: pd.DataFrame) -> pd.DataFrame:
         """The result after ``new`` rows, all of steps not yet finished."""
-        parts = [self._done]
-        self._open, self._boundary = self._close(concat([self._open, new]), self._boundary, parts)
-        result = concat([*parts, self.fn(self._open)])
-        # the finished steps' results are the head of the result: a slice, not a second copy
-        self._done = result.iloc[: sum(len(p) for p in parts)]
+        closed: list[pd.DataFrame] = []
+        self._open, self._boundary = self._close(concat([self._open, new]), self._boundary, closed)
+        tail = self.fn(self._open)
+        buffer = self._buffer
+        if buffer is not None and all(buffer.fits(p) for p in [*closed, tail]):
+            # written after the finished rows: nothing before them is copied
+            for part in closed:
+                buffer.write(buffer.rows, part)
+            done = buffer.rows
+            buffer.write(done, tail)
+            buffer.rows = done  # the open steps' rows are written over on the next refresh
+            self._done, self._result = buffer.frame(done), buffer.frame(done + len(tail))
+            return self._result
+        result = concat([self._done, *closed, tail])
+        done = len(self._done) + sum(len(p) for p in closed)
+        if self._buffer is not None:  # the columns changed (a timer first seen): hold anew
+            self._keep(result, done)
+        else:  # the finished steps' results are the head of the result: a slice, not a copy
+            self._done, self._result = result.iloc[:done], result
         return result
 
     def _close(
