@@ -27,6 +27,8 @@ def _frame(rows: list[tuple[str | None, int | None, int | None]]) -> pd.DataFram
             "rank": pd.array(ranks, dtype="Int64"),
             "step": pd.array(steps, dtype="Float64"),
             "value": np.arange(len(rows), dtype=np.float64),
+            # categories unsorted and partly unused, as a union of parts leaves them
+            "label": pd.Categorical(names, categories=["samples/s", "zz", "loss", "learning rate", "ä"]),
         }
     )
 
@@ -35,10 +37,12 @@ def _frame(rows: list[tuple[str | None, int | None, int | None]]) -> pd.DataFram
 @given(st.lists(st.tuples(NAMES, RANKS, STEPS), min_size=1, max_size=60))
 def test_positions_are_pandas_groups_in_key_order(rows: list) -> None:
     frame = _frame(rows)
-    for cols in (["metric"], ["rank"], ["metric", "rank"], ["rank", "metric"]):
+    for cols in (["metric"], ["rank"], ["metric", "rank"], ["rank", "metric"], ["label", "rank"]):
         expected = [
             g.index.to_numpy()
-            for _, g in frame.groupby(cols if len(cols) > 1 else cols[0], dropna=False)
+            for _, g in frame.groupby(
+                cols if len(cols) > 1 else cols[0], dropna=False, observed=True
+            )
         ]
         got = groups.positions(frame, cols)
         assert [list(p) for p in got] == [list(p) for p in expected], cols

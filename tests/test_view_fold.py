@@ -20,11 +20,12 @@ from conftest import read_log
 from dsmon.analysis import coordinator, steps, training
 from dsmon.health.gather import inputs_from_store
 from dsmon.health.registry import evaluate
+from dsmon.model.joined import concat
 from dsmon.model.records import Record
 from dsmon.store.base import Store
 from dsmon.view import cache, fold, step_views
 from dsmon.view.cache import OPEN, Cutoff, RunFrames
-from dsmon.view.chunks import Chunks, concat
+from dsmon.view.chunks import Chunks
 from dsmon.view.health_panel import panel
 
 DATA = Path(__file__).parent / "data"

@@ -28,6 +28,13 @@ def codes(frame: pd.DataFrame, cols: Sequence[str]) -> np.ndarray:
 def _factorized(values: pd.Series) -> tuple[np.ndarray, int]:
     """Codes of a column in the sort order of its values (missing last), and how many."""
     dtype = values.dtype
+    if isinstance(dtype, pd.CategoricalDtype):
+        # the codes are the answer already (in category order, as a group-by sorts them);
+        # pandas' factorize would sort and remap them again
+        n = len(dtype.categories)
+        col_codes = values.cat.codes.to_numpy().astype(np.int64)
+        col_codes[col_codes < 0] = n  # missing: after every category
+        return col_codes, n + 1
     if isinstance(dtype, pd.StringDtype) and dtype.storage == "pyarrow":
         # Arrow's own dictionary encoding: pandas' factorize of the same strings took
         # three times as long (it sorts and remaps through Python objects)
@@ -49,8 +56,13 @@ def positions(frame: pd.DataFrame, cols: Sequence[str]) -> list[np.ndarray]:
     if not cols:
         return [np.arange(len(frame))]
     keys = codes(frame, cols)
+    if len(keys) and keys.max() < 1 << 16:
+        # few groups (metrics, ranks): numpy's stable sort of 16-bit keys is a radix sort,
+        # five times faster than the merge sort it uses for 64-bit ones
+        keys = keys.astype(np.uint16)
     order = np.argsort(keys, kind="stable")
-    return np.split(order, np.flatnonzero(np.diff(keys[order])) + 1)
+    ordered = keys[order]
+    return np.split(order, np.flatnonzero(ordered[1:] != ordered[:-1]) + 1)
 
 
 def newest(

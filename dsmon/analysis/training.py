@@ -10,13 +10,14 @@ and a run without engine timers still gets its curves.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from dsmon.analysis import groups
 from dsmon.analysis.downsample import downsample
+from dsmon.model.joined import concat
 
 #: Long-form columns of :func:`training_series`.
 SERIES_COLUMNS = ("step", "metric", "value", "source")
@@ -39,6 +40,28 @@ METRICS: dict[str, str] = {
     "skipped steps": "count",
 }
 
+#: Where a point comes from (a csv_monitor point's source is ``monitor <tag>``).
+SOURCES = (
+    "ThroughputTimer",
+    "iteration line",
+    "iteration line (tgs)",
+    "loss-scale message",
+    "see_memory_usage",
+    "step= line",
+)
+
+
+def _labels(value: str, known: Sequence[str], n: int) -> pd.Categorical[str]:
+    """``value`` ``n`` times, categorical over every label its column can hold (sorted).
+
+    Categorical because the dashboard groups a million points by metric and source on
+    every refresh, which on integer codes costs a fraction of what it does on strings;
+    with the same sorted categories in every part, parts join without losing that, and
+    groups sort as the strings would.
+    """
+    return pd.Categorical([value] * n, categories=sorted({*known, value}))
+
+
 #: csv_monitor / TensorBoard tags, matched by their last path part.
 MONITOR_TAGS = {"train_loss": "loss", "loss": "loss", "lr": "learning rate"}
 
@@ -50,11 +73,10 @@ def _points(
     if frame.empty or column not in frame.columns or "step" not in frame.columns:
         return pd.DataFrame(columns=list(SERIES_COLUMNS))
     values = pd.to_numeric(frame[column], errors="coerce").astype("float64") * scale
-    out = pd.DataFrame(
-        {"step": frame["step"].astype("Float64"), "value": values, "metric": metric}
-    ).dropna()
-    out["source"] = source
-    return out
+    out = pd.DataFrame({"step": frame["step"].astype("Float64"), "value": values}).dropna()
+    return out.assign(
+        metric=_labels(metric, list(METRICS), len(out)), source=_labels(source, SOURCES, len(out))
+    )
 
 
 def _iteration_steps(frame: pd.DataFrame) -> pd.DataFrame:
@@ -120,7 +142,7 @@ def kind_series(
     parts = [p for p in parts if not p.empty]
     if not parts:
         return pd.DataFrame(columns=list(SERIES_COLUMNS))
-    out = pd.concat(parts, ignore_index=True)[list(SERIES_COLUMNS)]
+    out = concat(parts)[list(SERIES_COLUMNS)]
     return out.sort_values("step", kind="stable").reset_index(drop=True)
 
 
@@ -161,7 +183,7 @@ def joined(parts: list[pd.DataFrame]) -> pd.DataFrame:
     parts = [p for p in parts if not p.empty]
     if not parts:
         return pd.DataFrame(columns=list(SERIES_COLUMNS))
-    return pd.concat(parts, ignore_index=True)[list(SERIES_COLUMNS)]
+    return concat(parts)[list(SERIES_COLUMNS)]
 
 
 def in_metric_order(parts: list[pd.DataFrame]) -> pd.DataFrame:
@@ -170,7 +192,8 @@ def in_metric_order(parts: list[pd.DataFrame]) -> pd.DataFrame:
     if out.empty:
         return out
     order = {m: i for i, m in enumerate(METRICS)}
-    out = out.assign(_o=out["metric"].map(order)).sort_values(["_o", "step"], kind="stable")
+    rank = out["metric"].astype(str).map(order)
+    out = out.assign(_o=rank).sort_values(["_o", "step"], kind="stable")
     return out.drop(columns="_o").reset_index(drop=True)
 
 
@@ -195,6 +218,7 @@ def latest(series: pd.DataFrame, grouped: list[np.ndarray] | None = None) -> pd.
     if series.empty:
         return pd.DataFrame(columns=cols)
     out = series.iloc[groups.newest(series, TRACE_KEYS, "step", grouped)][cols]
+    out = out.astype({"metric": str, "source": str})  # a table of names, not codes
     order = {m: i for i, m in enumerate(METRICS)}
     return out.sort_values(
         ["metric", "source"], key=lambda c: c.map(order) if c.name == "metric" else c

@@ -33,7 +33,7 @@ def training_figure(series: pd.DataFrame, metrics: list[str] | None = None) -> g
     )
     for row, metric in enumerate(shown, start=1):
         rows = series[series["metric"] == metric]
-        for source, part in rows.groupby("source", sort=False):
+        for source, part in rows.groupby("source", sort=False, observed=True):
             fig.add_trace(step_line(part, f"{metric} · {source}"), row=row, col=1)
         _y_axis(fig, row, metric, rows["value"])
     fig.update_xaxes(title_text="optimizer step", row=len(shown), col=1)

@@ -19,7 +19,8 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from dsmon.view.chunks import Chunks, concat
+from dsmon.model.joined import concat
+from dsmon.view.chunks import Chunks
 from dsmon.view.rowbuffer import RowBuffer
 
 #: Steps behind the newest one whose rows may still come (computed again on each update).
