@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import psycopg
@@ -38,8 +39,13 @@ API_FILTERS = (
     RecordFilter("z2", "timer", ts_min="2023-01-01T00:00:00", ts_max="2030-01-01T00:00:00"),
     RecordFilter("z2", None, ts_min="2023-01-01T00:00:00"),
 )
-#: Index names this dsmon no longer creates: no statement needed them (see bench/README.md).
-OBSOLETE = ("records_run_kind_step", "records_run_kind_ts", "records_run_ts")
+#: Indexes this dsmon no longer creates, as older stores have them: no statement needs them.
+OBSOLETE = {
+    "records_run_kind_step": "run, kind, step",
+    "records_run_kind_ts": "run, kind, ts",
+    "records_run_ts": "run, ts",
+}
+OLD_INDEX_DDL = [f"CREATE INDEX {name} ON records ({cols})" for name, cols in OBSOLETE.items()]
 
 
 def restamped(records: list[Record]) -> tuple[list[Record], list[Record]]:
@@ -111,14 +117,14 @@ def _old_layout(path: Path) -> None:
     SQLiteStore(path).close()
     conn = sqlite3.connect(path)
     conn.execute("DROP INDEX records_run_id")
-    for name, cols in zip(OBSOLETE, ("run, kind, step", "run, kind, ts", "run, ts"), strict=True):
-        conn.execute(f"CREATE INDEX {name} ON records ({cols})")
+    for stmt in OLD_INDEX_DDL:
+        conn.execute(stmt)
     conn.commit()
     conn.close()
 
 
 def _indexes(path: Path) -> set[str]:
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn:
         rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'").fetchall()
     return {r[0] for r in rows if not r[0].startswith("sqlite_autoindex")}
 
@@ -199,10 +205,8 @@ def test_pg_older_index_set_is_dropped_on_open(z2_log_records: list[Record]) -> 
     try:
         store.add(z2_log_records[:60])
         with psycopg.connect(store.url, autocommit=True) as conn:
-            for name, cols in zip(
-                OBSOLETE, ("run, kind, step", "run, kind, ts", "run, ts"), strict=True
-            ):
-                conn.execute(f"CREATE INDEX {name} ON records ({cols})")
+            for stmt in OLD_INDEX_DDL:
+                conn.execute(stmt)
         with PgStore(store.url) as other:  # as a dsmon of this version opens an older store
             other.add(z2_log_records)
             assert store.records("z2", after_id=60) == z2_log_records[60:]
