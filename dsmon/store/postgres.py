@@ -104,9 +104,9 @@ _DDL = (
         received_at TEXT COLLATE "C"
     )""",
     *GPU_DDL,
-    # What older stores had, and no query needs (every read asks for id order, which only the
-    # two indexes above give without a sort); each costs every insert. Dropped on open, as
-    # the indexes above are created on open: a reader of either layout reads the same.
+    # What older stores had, and no query needs (every read asks for id order, which only
+    # (run, id) and (run, kind, id) give without a sort); each costs every insert. Dropped on
+    # open, as missing indexes are created on open: a reader of either layout reads the same.
     "DROP INDEX IF EXISTS records_run_kind_step, records_run_kind_ts, records_run_ts",
 )
 
