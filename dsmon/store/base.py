@@ -1,11 +1,12 @@
 """What every store backend shares: the row form of a record, the query filter, the Store contract.
 
-A record is stored as its JSON-lines form (``dsmon.model.wire``) next to a few indexed columns
-(run, kind, step, ts, node, rank, file, line) and a digest of :func:`dsmon.model.records.record_key`
-that carries a UNIQUE constraint, so writing the same record twice stores it once. SQLite
-(``dsmon.store.sqlite``) and PostgreSQL (``dsmon.store.postgres``) differ only in SQL dialect and
-connection handling; the mapping between rows and records, the filters and the DataFrame
-view live here so both return the same answers.
+A record is stored as its JSON-lines form (``dsmon.model.wire``) next to a few columns
+(run, kind, step, ts, node, rank, file, line; run and kind are indexed with the id) and a
+digest of :func:`dsmon.model.records.record_key` that carries a UNIQUE constraint, so writing
+the same record twice stores it once. SQLite (``dsmon.store.sqlite``) and PostgreSQL
+(``dsmon.store.postgres``) differ only in SQL dialect and connection handling; the mapping
+between rows and records, the filters and the DataFrame view live here so both return the
+same answers.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ if TYPE_CHECKING:  # pandas loads only when a frame is asked for: collectors nev
     import pandas as pd
 
 #: Bumped when the tables change shape; a store written by another version is refused.
+#: Indexes are not part of it: a dsmon of either index set reads and writes a store of the
+#: other the same (only faster or slower), and a writer brings it to its own set.
 SCHEMA_VERSION = 1
 #: Records written per transaction: large enough to amortise the commit, small enough
 #: that a reader never waits long and memory stays flat on a 500 MB import.

@@ -114,6 +114,8 @@ def _stored_as(item: Record | EncodedRecord) -> RecordRow | SampleRow:
 
 #: Old GPU rows converted per step of a migration: memory stays flat on a store of millions.
 MOVE_CHUNK = 20_000
+#: The next chunk of them: a walk of the id order from the last one moved, never a re-scan.
+MOVE_GPU_ROWS = "SELECT id, body FROM records WHERE kind = 'gpu' AND id > ? ORDER BY id LIMIT ?"
 
 
 def move_gpu_records(tables: GpuTables) -> int:
@@ -124,10 +126,7 @@ def move_gpu_records(tables: GpuTables) -> int:
     """
     total, after = 0, 0
     while True:
-        found = tables.rows(
-            "SELECT id, body FROM records WHERE kind = 'gpu' AND id > ? ORDER BY id LIMIT ?",
-            (after, MOVE_CHUNK),
-        )
+        found = tables.rows(MOVE_GPU_ROWS, (after, MOVE_CHUNK))
         if not found:
             return total
         total += _move_chunk(tables, found)

@@ -78,9 +78,6 @@ _DDL = (
         line BIGINT,
         body TEXT NOT NULL
     )""",
-    "CREATE INDEX IF NOT EXISTS records_run_kind_step ON records (run, kind, step)",
-    "CREATE INDEX IF NOT EXISTS records_run_kind_ts ON records (run, kind, ts)",
-    "CREATE INDEX IF NOT EXISTS records_run_ts ON records (run, ts)",
     # ``after_id`` polling of one run ("what is new since I last looked").
     "CREATE INDEX IF NOT EXISTS records_run_id ON records (run, id)",
     # ... and of one kind of it; added after schema version 1, so older stores get it here.
@@ -107,6 +104,10 @@ _DDL = (
         received_at TEXT COLLATE "C"
     )""",
     *GPU_DDL,
+    # What older stores had, and no query needs (every read asks for id order, which only
+    # (run, id) and (run, kind, id) give without a sort); each costs every insert. Dropped on
+    # open, as missing indexes are created on open: a reader of either layout reads the same.
+    "DROP INDEX IF EXISTS records_run_kind_step, records_run_kind_ts, records_run_ts",
 )
 
 _COLS = ", ".join(ROW_COLUMNS)
@@ -161,6 +162,8 @@ WITH filled AS (
 )
 SELECT COUNT(*) FROM filled
 """
+#: The newest id of the whole store: of the records, or of GPU samples (they share the ids).
+LAST_ID = "SELECT GREATEST(MAX(id), (SELECT MAX(last_id) FROM gpu_batches)) FROM records"
 _RECEIVED = """
 INSERT INTO run_activity (run, received_at) VALUES (%s, %s)
 ON CONFLICT (run) DO UPDATE SET received_at = excluded.received_at
@@ -296,7 +299,7 @@ class PgStore(TypedGpuStore):
 
     def last_id(self, run: str | None = None) -> int:
         """Id of the newest record of ``run`` (or of the whole store); 0 if there is none."""
-        sql = "SELECT GREATEST(MAX(id), (SELECT MAX(last_id) FROM gpu_batches)) FROM records"
+        sql = LAST_ID
         params: tuple[str, ...] = ()
         if run is not None:
             sql, params = "SELECT MAX(last_id) FROM run_kinds WHERE run = %s", (run,)

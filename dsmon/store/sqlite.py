@@ -3,9 +3,9 @@
 SQLite runs in WAL mode, so the dashboard's readers never block the collector writing
 and vice versa, with a busy timeout for the moments two writers meet. Each record is kept
 as its JSON-lines body plus indexed columns for the queries the dashboard makes (a run's
-records of one kind over a step or time range, or newer than an id). A small bookkeeping
-table, updated in the same transaction as the records, answers :meth:`SQLiteStore.runs`
-without scanning millions of rows. ``open_store`` also accepts ``postgresql://`` URLs
+records of one kind, or of all kinds, newer than an id). A small bookkeeping table, updated
+in the same transaction as the records, answers :meth:`SQLiteStore.runs` without scanning
+millions of rows. ``open_store`` also accepts ``postgresql://`` URLs
 (``dsmon.store.postgres``); what both backends share is in ``dsmon.store.base``.
 """
 
@@ -106,22 +106,32 @@ class SQLiteStore(TypedGpuStore):
         self._indexed = True
 
     def _add_indexes(self) -> None:
-        """Give a store written by an older dsmon what was added since (first write only).
+        """Give a store written by an older dsmon this one's layout (first write only).
 
-        That is the ``(run, kind, id)`` index and the ``run_activity`` table. Readers never do it: building an index takes the write lock, for seconds on a big store.
+        That is the ``(run, kind, id)`` and ``(run)`` indexes, the ``run_activity`` table and
+        the GPU tables, and no more of the indexes no query needs. Readers never do it:
+        building an index takes the write lock, for seconds on a big store; and every read
+        answers the same under either layout.
         """
         if self._indexed:
             return
+        wanted = {sql.RUN_KIND_ID, sql.RUN_ID, "run_activity", "gpu_rollup"}
+        names = sorted(wanted | set(sql.OBSOLETE_INDEXES))
         found = self._conn.execute(
-            "SELECT name FROM sqlite_master WHERE name IN (?, 'run_activity', 'gpu_rollup')",
-            (sql.RUN_KIND_ID,),
+            f"SELECT name FROM sqlite_master WHERE name IN ({', '.join('?' for _ in names)})",
+            names,
         ).fetchall()
-        if len(found) < 3:
+        have = {row[0] for row in found}
+        if have != wanted:
             with self._forgetting(), self._transaction():
+                for name in sql.OBSOLETE_INDEXES:
+                    self._conn.execute(f"DROP INDEX IF EXISTS {name}")
                 self._conn.execute(sql.RUN_KIND_ID_DDL)
+                self._conn.execute(sql.RUN_ID_DDL)
                 self._conn.execute(sql.ACTIVITY_DDL)
                 self._gpu.create()
-                move_gpu_records(self._gpu)
+                if "gpu_rollup" not in have:  # samples an older dsmon kept as records
+                    move_gpu_records(self._gpu)
         self._indexed = True
 
     def _transaction(self) -> _Transaction:

@@ -20,6 +20,16 @@ ACTIVITY_DDL = """CREATE TABLE IF NOT EXISTS run_activity (
 # id N") walk only the newer rows. A writer adds it to an older store on its first write.
 RUN_KIND_ID = "records_run_kind_id"
 RUN_KIND_ID_DDL = f"CREATE INDEX IF NOT EXISTS {RUN_KIND_ID} ON records (run, kind, id)"
+# ``after_id`` reads of a whole run (the ingest API's ``GET /v1/records`` without a kind, a
+# GPU read that merges in the rows kept as records). An index on ``run`` alone holds the rowid
+# (``id``) after it, so it serves ``run = ? AND id > ? ORDER BY id`` without sorting the run.
+# Added later again: a writer adds it as above.
+RUN_ID = "records_run_id"
+RUN_ID_DDL = f"CREATE INDEX IF NOT EXISTS {RUN_ID} ON records (run)"
+# What stores written before these indexes had: no read the product makes needs them (each
+# read asks for id order, which only the two above give without a sort), and every index
+# costs every insert. A writer drops them from an older store on its first write.
+OBSOLETE_INDEXES = ("records_run_kind_step", "records_run_kind_ts", "records_run_ts")
 DDL = (
     """CREATE TABLE IF NOT EXISTS records (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -34,10 +44,8 @@ DDL = (
         line INTEGER,
         body TEXT NOT NULL
     )""",
-    "CREATE INDEX IF NOT EXISTS records_run_kind_step ON records (run, kind, step)",
-    "CREATE INDEX IF NOT EXISTS records_run_kind_ts ON records (run, kind, ts)",
-    "CREATE INDEX IF NOT EXISTS records_run_ts ON records (run, ts)",
     RUN_KIND_ID_DDL,
+    RUN_ID_DDL,
     """CREATE TABLE IF NOT EXISTS run_kinds (
         run TEXT NOT NULL,
         kind TEXT NOT NULL,
