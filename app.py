@@ -24,6 +24,8 @@ ROOT = Path(__file__).resolve().parent
 #: Seconds between live redraws (the fragments' ``run_every``); the sidebar can change it.
 REFRESH_ENV = "DSMON_REFRESH_S"
 REFRESH_CHOICES = (1.0, 1.5, 2.0, 5.0)
+#: Seconds between looks at the store while the awaited run has not arrived.
+WAIT_S = 2.0
 VIEW_KEY = ui_page.VIEW_KEY
 #: The last run and replay step picked in this session: the menu's page links drop the URL's
 #: query, so they are kept here too and the URL is rewritten from them.
@@ -212,7 +214,7 @@ def wait_for_run(url: str, wanted: str | None) -> None:
         names = {r.name for r in hub(url).store.runs()}
         return (wanted in names) if wanted else bool(names)
 
-    ui_page.rerun_when(arrived, ui_page.LOOK_S)
+    ui_page.rerun_when(arrived, WAIT_S)
 
 
 main()

@@ -21,9 +21,9 @@ from ui.text import md_escape
 
 #: Session key under which ``app.py`` leaves the view of the selected run.
 VIEW_KEY = "dsmon_view"
-#: Seconds between looks at the store while a page waits for records: for a run to arrive, or
-#: for a finished run to go on.
-LOOK_S = 2.0
+#: Seconds between looks for new records of a finished run shown as it stands. Each look is a
+#: Streamlit fragment run (about 60 ms of server CPU, whatever it does) plus one indexed read.
+LOOK_S = 5.0
 
 
 def page_view(script: str) -> View:
