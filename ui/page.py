@@ -74,7 +74,8 @@ def look_for_records(view: View, every_s: float) -> None:
     """Rerun the app once the finished run shown gets records again.
 
     It resumed (DeepSpeed restarted from a checkpoint, a collector reconnected) or more of its
-    log was imported: the rerun draws it live again, or with what was added. Each look is one indexed read of the run's newest record id, never of its records.
+    log was imported: the rerun draws it live again, or with what was added. Each look is one
+    indexed read of the run's newest record id, never of its records.
     """
     store, run, seen = view.frames.store, view.run, view.seen_id
     rerun_when(lambda: store.last_id(run) > seen, every_s)
