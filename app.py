@@ -126,14 +126,18 @@ def build_view(url: str) -> View | None:
         return None
     frames = h.run(info.name)
     frames.refresh()
-    refresh_s = live_controls(run_is_live(info, now))
-    cutoff = OPEN
+    live_now = run_is_live(info, now)
+    refresh_s = live_controls(live_now)
+    cutoff, step = OPEN, None
     if refresh_s is None:
         step = replay_controls(info)
         if step is not None:  # the run's timers or step lines are read only to replay
             stepped = frames.frame("timer") if info.kinds.get("timer") else frames.frame("step")
             cutoff = step_cutoff(stepped, step)
     st.sidebar.caption(f"Store: {md_escape(redact_url(url))}")
+    # A finished run is looked at for new records, unless the user chose what to see: live
+    # refresh switched off on a live run, or a step to replay.
+    looks = refresh_s is None and not live_now and step is None
     return View(
         run=info.name,
         frames=frames,
@@ -141,6 +145,9 @@ def build_view(url: str) -> View | None:
         live=refresh_s is not None,
         refresh_s=refresh_s,
         hub=h,
+        run_live=live_now,
+        seen_id=frames.last_id,
+        look_s=ui_page.LOOK_S if looks else None,
     )
 
 
@@ -203,13 +210,11 @@ def wait_for_run(url: str, wanted: str | None) -> None:
     "no runs" until someone reloads the page.
     """
 
-    @st.fragment(run_every=WAIT_S)
-    def poll() -> None:
+    def arrived() -> bool:
         names = {r.name for r in hub(url).store.runs()}
-        if (wanted in names) if wanted else bool(names):
-            st.rerun()
+        return (wanted in names) if wanted else bool(names)
 
-    poll()
+    ui_page.rerun_when(arrived, WAIT_S)
 
 
 main()

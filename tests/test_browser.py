@@ -13,17 +13,12 @@ unless ``DSMON_REQUIRE_BROWSER=1`` (CI) makes their absence a failure.
 from __future__ import annotations
 
 import re
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from browser_support import chromium
+from browser_support import chromium, dashboard_server, wait_idle
 from dashboard_support import build_store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,59 +47,12 @@ NO_CHART = {"autotuner", "compare"}
 pytestmark = pytest.mark.slow
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"dsmon dashboard exited with {proc.returncode}:\n{log.read_text()}")
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                if r.read() == b"ok":
-                    return
-        except OSError:
-            time.sleep(0.3)
-    pytest.fail(f"dashboard not healthy after 90 s:\n{log.read_text()}")
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``dsmon dashboard`` on a free loopback port, stopped after the module."""
     tmp = tmp_path_factory.mktemp("browser")
-    store = build_store(tmp / "store.sqlite")
-    port = _free_port()
-    exe = Path(sys.executable).parent / "dsmon"
-    cmd = [
-        str(exe),
-        "dashboard",
-        "--store",
-        store,
-        "--port",
-        str(port),
-        "--address",
-        "127.0.0.1",
-        "--no-browser",
-        "--no-ingest",  # the UI alone: no ingest port to collide with
-    ]
-    log = tmp / "dashboard.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_healthy(url, proc, log)
+    with dashboard_server(build_store(tmp / "store.sqlite"), tmp / "dashboard.log") as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.fixture(scope="module")
@@ -112,14 +60,6 @@ def browser() -> Iterator[Any]:
     """Headless Debian Chromium driven by Playwright."""
     with chromium() as b:
         yield b
-
-
-def _wait_idle(page: Any) -> None:
-    """Until the app is connected and no script run is in progress."""
-    page.wait_for_selector(
-        '[data-testid="stApp"][data-test-connection-state="CONNECTED"][data-test-script-state="notRunning"]',
-        timeout=60_000,
-    )
 
 
 def _screenshot(page: Any, name: str) -> Path:
@@ -174,11 +114,11 @@ def test_every_page_renders_without_errors(server: str, browser: Any) -> None:
     page = browser.new_page(viewport={"width": WIDTH, "height": 1000})
     errors = _watch(page)
     page.goto(f"{server}/?run={RUN}")
-    _wait_idle(page)
+    wait_idle(page)
     for slug, title, heading in PAGES:
         page.locator('[data-testid="stSidebarNav"] a', has_text=title).first.click()
         page.get_by_role("heading", name=heading).wait_for(timeout=60_000)
-        _wait_idle(page)
+        wait_idle(page)
         assert page.locator('[data-testid="stException"]').count() == 0, f"exception on {slug}"
         assert f"/{slug}" in page.url or slug == "health"  # the default page is at /
         assert f"run={RUN}" in page.url
@@ -197,7 +137,7 @@ def test_a_link_opens_the_same_view(server: str, browser: Any) -> None:
     errors = _watch(page)
     page.goto(f"{server}/communication?run=comms_logger")
     page.get_by_role("heading", name="Communication · comms_logger").wait_for(timeout=60_000)
-    _wait_idle(page)
+    wait_idle(page)
     assert page.locator('[data-testid="stException"]').count() == 0
     assert page.get_by_text("synchronises the device after every collective").count() == 1
     _screenshot(page, "communication_comms_logger")
@@ -205,6 +145,6 @@ def test_a_link_opens_the_same_view(server: str, browser: Any) -> None:
     page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"]').first.click()
     page.get_by_role("option", name="z2 · finished").click()
     page.get_by_role("heading", name="Communication · z2").wait_for(timeout=60_000)
-    _wait_idle(page)
+    wait_idle(page)
     assert "run=z2" in page.url
     assert _without_base_path_probes(errors, "communication") == []

@@ -16,11 +16,14 @@ from pathlib import Path
 
 import streamlit as st
 
-from dsmon.view.cache import View, status_line
+from dsmon.view.cache import View, run_is_live, status_line
 from ui.text import md_escape
 
 #: Session key under which ``app.py`` leaves the view of the selected run.
 VIEW_KEY = "dsmon_view"
+#: Seconds between looks for new records of a finished run shown as it stands. Each look is a
+#: Streamlit fragment run (about 60 ms of server CPU, whatever it does) plus one indexed read.
+LOOK_S = 5.0
 
 
 def page_view(script: str) -> View:
@@ -46,14 +49,52 @@ def page_header(title: str, view: View) -> None:
 def live_body(view: View, render: Callable[[], None]) -> None:
     """Run ``render`` in a fragment that refreshes the run's frames and redraws when live.
 
-    Replay (or a finished run) renders once: no timer, nothing to fetch.
+    Replay (or a finished run) renders once: no timer, nothing to fetch. The frame around
+    the body (sidebar, refresh timer) is drawn by ``app.py`` on a full rerun only, so a page
+    asks for one when the run changed under it: the live body when the run stopped (or went
+    on), a finished run's look for new records (:func:`look_for_records`) when it went on.
     """
 
     @functools.wraps(render)
     def tick() -> None:
         if view.live:
             view.frames.refresh()
-        st.caption(status_line(view.frames.info(), datetime.now()))
+        info, now = view.frames.info(), datetime.now()
+        if view.live and info is not None and run_is_live(info, now) != view.run_live:
+            st.rerun()  # once: the rerun draws the frame for the run's new state
+        st.caption(status_line(info, now))
         render()
 
     st.fragment(run_every=view.refresh_s if view.live else None)(tick)()
+    if view.look_s is not None:
+        look_for_records(view, view.look_s)
+
+
+def look_for_records(view: View, every_s: float) -> None:
+    """Rerun the app once the finished run shown gets records again.
+
+    It resumed (DeepSpeed restarted from a checkpoint, a collector reconnected) or more of its
+    log was imported: the rerun draws it live again, or with what was added. Each look is one
+    indexed read of the run's newest record id, never of its records.
+    """
+    store, run, seen = view.frames.store, view.run, view.seen_id
+    rerun_when(lambda: store.last_id(run) > seen, every_s)
+
+
+def rerun_when(changed: Callable[[], bool], every_s: float) -> None:
+    """Ask ``changed()`` every ``every_s`` seconds and rerun the whole app when it says so.
+
+    The first call runs inside the app's full run, which has just drawn what is there: it
+    asks nothing, so records still being written cannot rerun the app back to back; they
+    rerun it at most once per ``every_s``.
+    """
+    timed = False
+
+    @st.fragment(run_every=every_s)
+    def look() -> None:
+        nonlocal timed
+        if timed and changed():
+            st.rerun()
+        timed = True
+
+    look()

@@ -332,14 +332,17 @@ class FrameHub:
             return self._runs[name]
 
 
-def is_live(last_ts: str | None, now: datetime, window_s: float = LIVE_WINDOW_S) -> bool:
+def is_live(last_ts: str | None, now: datetime, window_s: float | None = None) -> bool:
     """A run is live when its newest record is at most ``window_s`` old (either clock way).
 
     DeepSpeed stamps lines in the writer's local time without a zone, so the comparison is
-    against the local wall clock and tolerates small skew in both directions.
+    against the local wall clock and tolerates small skew in both directions. The window
+    defaults to :data:`LIVE_WINDOW_S` as it is at the call, not as it was at import.
     """
     if not last_ts:
         return False
+    if window_s is None:
+        window_s = LIVE_WINDOW_S
     try:
         age = abs((now - pd.Timestamp(last_ts).to_pydatetime()).total_seconds())
     except (ValueError, OverflowError):  # a timestamp no calendar has: says nothing
@@ -347,7 +350,7 @@ def is_live(last_ts: str | None, now: datetime, window_s: float = LIVE_WINDOW_S)
     return age <= window_s
 
 
-def run_is_live(info: RunInfo, now: datetime, window_s: float = LIVE_WINDOW_S) -> bool:
+def run_is_live(info: RunInfo, now: datetime, window_s: float | None = None) -> bool:
     """Whether a run is being written to: records received lately, or lately stamped.
 
     Receive time comes first: lines printed without a timestamp (timer lines; every line at
@@ -394,6 +397,10 @@ class View:
 
     ``refresh_s`` is the fragment period when ``live`` (None: no auto-refresh, e.g. replay).
     ``hub`` gives the frames of the store's other runs, for a page that compares runs.
+    ``run_live`` is whether the run counted as live when the frame was drawn, and
+    ``seen_id`` its newest record id then: a page compares both with the store to notice
+    that the run stopped or went on. ``look_s`` is how often a finished run shown as it
+    stands is looked at for new records (None: not looked at, e.g. live, or replay).
     """
 
     run: str
@@ -402,3 +409,6 @@ class View:
     live: bool = False
     refresh_s: float | None = None
     hub: FrameHub | None = None
+    run_live: bool = False
+    seen_id: int = 0
+    look_s: float | None = None
