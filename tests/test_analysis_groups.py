@@ -28,7 +28,9 @@ def _frame(rows: list[tuple[str | None, int | None, int | None]]) -> pd.DataFram
             "step": pd.array(steps, dtype="Float64"),
             "value": np.arange(len(rows), dtype=np.float64),
             # categories unsorted and partly unused, as a union of parts leaves them
-            "label": pd.Categorical(names, categories=["samples/s", "zz", "loss", "learning rate", "ä"]),
+            "label": pd.Categorical(
+                names, categories=["samples/s", "zz", "loss", "learning rate", "ä"]
+            ),
         }
     )
 

@@ -110,12 +110,6 @@ def bars(page: Any) -> int:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ui/charts.py gives each chart an element id made of its key alone, and Streamlit "
-    "1.67's Plotly element keeps the first figure it drew for an id: new steps reach the "
-    "page's data but not its charts until a reload (on main too, for any live redraw)",
-)
 def test_the_charts_of_a_resumed_run_take_its_new_steps(tab: Tab) -> None:
     assert bars(tab.page) == 14
     tab.resume()  # received now: live for two minutes, redrawn every 2 s

@@ -1,50 +1,29 @@
-"""Charts drawn so that a live refresh does not undo what the user did to them.
+"""Charts drawn under a stable key, so a live redraw replaces each one with its new data.
 
 A live page redraws every second or two. Plotly keeps the user's zoom, pan and hidden traces
-across a redraw when the figure's ``layout.uirevision`` stays the same *and* the chart element
-is updated in place. Streamlit 1.67 derives a chart's element id from its whole spec even when
-it has a ``key``, so every data update made a new element and the zoom was gone within
-seconds. Until Streamlit gives keyed passive charts a key-based identity (its pull request
-16052 does exactly that), :func:`chart` asks for one: charts drawn here carry a key starting
-with :data:`KEY_PREFIX`, and for those alone the element id is computed from the key. A test
-(``tests/test_app_live_redraw.py``) checks that the ids stay put as a run grows, so a
-Streamlit release that changes this internal function fails there, not in users' browsers.
+across a redraw only when the chart element is updated in place with an unchanged
+``layout.uirevision``. Streamlit 1.67 gives a chart a new element id whenever its figure
+changes, and its Plotly element draws the figure of the id it was built with: an earlier
+version of this module made the id depend on the key alone to keep the zoom, and the charts in
+the browser then kept their first figure while the page's numbers moved on
+(``tests/test_browser_resume.py`` shows it). New data matters more than a kept zoom in a live
+monitor, so charts are drawn the standard way; the ``uirevision`` is still set, for a
+Streamlit that updates keyed charts in place.
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import plotly.graph_objects as go
 import streamlit as st
-import streamlit.elements.plotly_chart as _plotly_element
 
-#: Chart keys drawn by :func:`chart` start with this; no other element is affected.
+#: Chart keys drawn by :func:`chart` start with this.
 KEY_PREFIX = "dsmon."
 
 
-def _key_identity_for_our_charts() -> None:
-    """Make the element id of our keyed charts depend on the key only (idempotent)."""
-    original = _plotly_element.compute_and_register_element_id
-    if getattr(original, "_dsmon_keyed", False):
-        return
-
-    @functools.wraps(original)
-    def keyed(element_type: str, *, user_key: str | None = None, **kwargs: Any) -> str:
-        if element_type == "plotly_chart" and (user_key or "").startswith(KEY_PREFIX):
-            kwargs["key_as_main_identity"] = True
-        return str(original(element_type, user_key=user_key, **kwargs))
-
-    keyed._dsmon_keyed = True  # type: ignore[attr-defined]
-    _plotly_element.compute_and_register_element_id = keyed
-
-
-_key_identity_for_our_charts()
-
-
 def chart(fig: go.Figure, key: str, where: Any = st) -> None:
-    """Draw ``fig`` so that zoom, pan and legend choices survive live redraws.
+    """Draw ``fig`` under a key that stays the same at every refresh.
 
     Args:
         fig: the figure (from ``dsmon.figures``).
