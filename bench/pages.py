@@ -11,8 +11,9 @@ line every 10 steps) and ``--gpu-hours`` of 1 Hz NVML samples from 64 GPUs (defa
 - ``refresh``: the median of :data:`TICKS` renders, each after one more step and one more
   second of GPU samples were stored (a live tick), caches warm, as a browser already on the
   page sees it (one step is stored before the first render too, so the run is live when the
-  page opens); ``max`` the slowest of them. One tick alone is not a figure: the first refresh
-  after a load and the ones after it differ, and the VM is shared;
+  page opens); ``max`` the slowest of them, ``cpu`` the median CPU seconds of the process
+  (the figure that other jobs on a shared VM move least). One tick alone is not a figure:
+  the first refresh after a load and the ones after it differ;
 - ``sent``: bytes of the page's figures (plotly JSON) and tables (Arrow), what the browser
   is sent on each render;
 - ``RSS``: the peak RSS of the process that rendered the page (each page in its own).
@@ -154,19 +155,20 @@ def measure(path: Path, page: str, step: int, second: int) -> str:
     # the dashboard frame at all: a 0.02 s "refresh" that read nothing new.
     store.add(step_records(step), live=True)
     at, first = open_page(page)
-    ticks = []
+    ticks, cpu = [], []
     for i in range(1, TICKS + 1):
         store.add(step_records(step + i), live=True)
         store.add(samples(second + i - 1, 1), live=True)
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         at.run()  # type: ignore[attr-defined]
         ticks.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
     if at.exception:  # type: ignore[attr-defined]
         print(f"{page}: {at.exception}", file=sys.stderr)  # type: ignore[attr-defined]
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     refresh, slowest = statistics.median(ticks), max(ticks)
     return (
-        f"{page:<15}{first:>9.2f}{refresh:>11.2f}{slowest:>7.2f}"
+        f"{page:<15}{first:>9.2f}{refresh:>11.2f}{slowest:>7.2f}{statistics.median(cpu):>7.2f}"
         f"{sent_bytes(at) / 1e6:>9.2f}{rss:>10.0f}"
     )
 
@@ -191,7 +193,9 @@ def main() -> None:
     last_s = int((span["last_ts"].max() - pd.Timestamp(T0)).total_seconds()) if len(span) else 0
     store.close()
     print(f"run: {info.n_records:,} records, last step {info.last_step:,}")
-    print(f"{'page':<15}{'first s':>9}{'refresh s':>11}{'max s':>7}{'sent MB':>9}{'RSS MiB':>10}")
+    print(
+        f"{'page':<15}{'first s':>9}{'refresh s':>11}{'max s':>7}{'cpu s':>7}{'sent MB':>9}{'RSS MiB':>10}"
+    )
     step, second = (info.last_step or 0) + 1, last_s + 1
     for page in args.pages.split(","):
         # each page in a process of its own: a first render from nothing, and its own RSS
