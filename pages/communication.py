@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dsmon.analysis import comm, coordinator
+from dsmon.analysis import comm, coordinator, steps
 from dsmon.analysis.downsample import downsample
 from dsmon.analysis.peaks import LINKS, find_link
 from dsmon.figures import comm as fig
@@ -69,7 +69,7 @@ def timers_section(bd: pd.DataFrame) -> None:
     cols = st.columns(3)
     cols[0].metric("Exposed comm, p50 share of step", fmt_pct(stats.p50 if stats else None))
     cols[1].metric("bwd_allreduce p50", fmt_ms(comm.per_step(bd, "bwd_allreduce_ms").median()))
-    cols[2].metric("Steps timed", f"{bd['step'].nunique()}")
+    cols[2].metric("Steps timed", f"{steps.timed_steps(bd)}")
     st.markdown("\n".join(f"- {line}" for line in comm.phase_share_lines(bd)))
     st.caption(
         "Exposed comm = bwd_allreduce (+ ZeRO-1/2 optimizer_allgather), as a share of "

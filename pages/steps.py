@@ -55,7 +55,7 @@ def headline(bd: pd.DataFrame, stats: pd.DataFrame) -> None:
     for col, label, (row, stat) in zip(cols, labels, keys, strict=True):
         col.metric(label, fmt_ms(stats.loc[row, stat]) if row in stats.index else "—")
     st.caption(
-        f"{bd['step'].nunique()} timed steps · ranks {', '.join(str(r) for r in sorted(bd['rank'].dropna().unique()))} · "
+        f"{steps.timed_steps(bd)} timed steps · ranks {', '.join(map(str, steps.ranks_of(bd)))} · "
         "engine timers (wall_clock_breakdown); each global value sums the gradient-accumulation window. "
         "total = fwd + bwd + step (bwd already holds bwd_inner and bwd_allreduce)."
     )
@@ -228,7 +228,7 @@ def body() -> None:
         return
     stats = steps.step_stats(bd)
     headline(bd, stats)
-    ranks = [int(r) for r in sorted(bd["rank"].dropna().unique())]
+    ranks = steps.ranks_of(bd)
     rank = rank_section(bd, ranks)
     main_chart(data, rank)
     st.subheader("Micro-steps")

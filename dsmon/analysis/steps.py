@@ -147,6 +147,31 @@ def slowest_steps(breakdown: pd.DataFrame, n: int = 5) -> pd.DataFrame:
     return ranked.head(n).reset_index(drop=True)
 
 
+def timed_steps(breakdown: pd.DataFrame) -> int:
+    """How many distinct steps a breakdown covers.
+
+    A breakdown of rank 0's timers has one row per step, in order: then that is its length,
+    found without hashing a million steps on each live refresh.
+    """
+    if breakdown.empty:
+        return 0
+    step = breakdown["step"].to_numpy(dtype="float64", na_value=np.nan)
+    if len(step) and not np.isnan(step).any() and bool((step[1:] > step[:-1]).all()):
+        return len(step)
+    return int(breakdown["step"].nunique())
+
+
+def ranks_of(frame: pd.DataFrame) -> list[int]:
+    """The ranks a frame's rows come from, in order (each once)."""
+    if frame.empty or "rank" not in frame.columns:
+        return []
+    rank = frame["rank"].to_numpy(dtype="float64", na_value=np.nan)
+    rank = rank[~np.isnan(rank)]
+    if rank.size and rank.min() == rank.max():  # one rank (DeepSpeed's timers: rank 0)
+        return [int(rank[0])]
+    return [int(r) for r in np.unique(rank)]
+
+
 def skipped_counts(step_lines: pd.DataFrame) -> pd.DataFrame:
     """``step, skipped`` of each ``step=`` line that has both, in step order (ties: as read).
 
