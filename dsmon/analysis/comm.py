@@ -144,7 +144,12 @@ def steady_share_stats(shares: pd.DataFrame) -> ShareStats | None:
 
 def phase_share(breakdown: pd.DataFrame, column: str) -> ShareStats | None:
     """A :func:`timer_ratios` column (a percentage) as a fraction, over the steady steps."""
-    stats = share_stats(timer_ratios(steady(breakdown)), column)
+    return _phase_share_of(timer_ratios(steady(breakdown)), column)
+
+
+def _phase_share_of(ratios: pd.DataFrame, column: str) -> ShareStats | None:
+    """:func:`phase_share` from the steady steps' :func:`timer_ratios`."""
+    stats = share_stats(ratios, column)
     if stats is None:
         return None
     return ShareStats(stats.p50 / 100.0, stats.p90 / 100.0, stats.steps)
@@ -163,12 +168,14 @@ def phase_share_lines(breakdown: pd.DataFrame) -> list[str]:
     The share is :func:`phase_share`'s median over steps, as the health checklist reports it.
     """
     lines = []
+    kept = steady(breakdown)
+    ratios = timer_ratios(kept)  # once for both lines: a live page asks on every refresh
     for label, col, ratio, phase in PHASE_SHARES:
         if col not in breakdown.columns or breakdown[col].isna().all():
             lines.append(f"{label}: not in this log")
             continue
-        ms = float(per_step(steady(breakdown), col).median())
-        share = phase_share(breakdown, ratio)
+        ms = float(per_step(kept, col).median())
+        share = _phase_share_of(ratios, ratio)
         pct = f" ({100 * share.p50:.0f} % of {phase}, median over steps)" if share else ""
         lines.append(f"{label} = {ms:.2f} ms{pct}")
     return lines
@@ -344,16 +351,35 @@ def timer_ratios(breakdown: pd.DataFrame) -> pd.DataFrame:
     if breakdown.empty:
         return pd.DataFrame(columns=cols)
 
-    def pct(num: str, den: str) -> pd.Series:
-        if num not in breakdown.columns or den not in breakdown.columns:
-            return pd.Series(float("nan"), index=breakdown.index)
-        base = breakdown[den].astype("float64")
-        return 100.0 * breakdown[num].astype("float64") / base.where(base > 0)
+    return pd.DataFrame(
+        {
+            "step": breakdown["step"].array,
+            "rank": breakdown["rank"].array,
+            "allreduce_pct_of_bwd_inner": _pct(breakdown, "bwd_allreduce_ms", "bwd_inner_ms"),
+            "allgather_pct_of_fwd": _pct(breakdown, "optimizer_allgather_ms", "fwd_ms"),
+        }
+    )
 
-    out = breakdown[["step", "rank"]].copy()
-    out["allreduce_pct_of_bwd_inner"] = pct("bwd_allreduce_ms", "bwd_inner_ms")
-    out["allgather_pct_of_fwd"] = pct("optimizer_allgather_ms", "fwd_ms")
-    return out.reset_index(drop=True)[cols]
+
+def ratio_per_row(breakdown: pd.DataFrame, num: str, den: str) -> pd.DataFrame:
+    """``step, ratio``: ``num / den`` per row of a breakdown (NaN where ``den`` is not positive).
+
+    Two columns, not the breakdown with one more: a copy of every column of a million steps
+    on each refresh was most of what the checklist's phase-share rule cost.
+    """
+    out = np.full(len(breakdown), np.nan)
+    base = _floats(breakdown[den])
+    np.divide(_floats(breakdown[num]), base, out=out, where=base > 0)
+    return pd.DataFrame({"step": breakdown["step"].array, "ratio": out})
+
+
+def _pct(breakdown: pd.DataFrame, num: str, den: str) -> np.ndarray:
+    """``100 * num / den`` per row, NaN where either is missing or ``den`` is not positive."""
+    out = np.full(len(breakdown), np.nan)
+    if num in breakdown.columns and den in breakdown.columns:
+        base = _floats(breakdown[den])
+        np.divide(100.0 * _floats(breakdown[num]), base, out=out, where=base > 0)
+    return out
 
 
 def step_overlap(breakdown: pd.DataFrame, comm_op_frame: pd.DataFrame) -> pd.DataFrame:

@@ -113,8 +113,7 @@ def _phase_shares(
 def _timer_phase_shares(bd: pd.DataFrame) -> list[tuple[str, float, str]]:
     """Phase shares from the timers alone (exposed communication only)."""
     out: list[tuple[str, float, str]] = []
-    bwd = bd.assign(share=bd["bwd_allreduce_ms"] / bd["bwd_ms"].where(bd["bwd_ms"] > 0))
-    bwd_share = comm.share_stats(bwd, "share")
+    bwd_share = comm.share_stats(comm.ratio_per_row(bd, "bwd_allreduce_ms", "bwd_ms"), "ratio")
     if bwd_share is not None:
         out.append(("bwd_allreduce share of bwd", bwd_share.p50, "timers, median over steps"))
     gather = comm.phase_share(bd, "allgather_pct_of_fwd")
