@@ -168,6 +168,7 @@ def test_training_points_folded_per_kind_equal_the_whole_series(
         )
     assert set(got["metric"]) >= {"learning rate"}
     assert frames._folds["training.step"]._incremental
+    assert frames._folds["training.step"]._buffer is not None  # categoricals grow in place
 
 
 @pytest.mark.parametrize("name", RUNS)

@@ -79,3 +79,21 @@ def test_frames_it_cannot_hold_and_rows_that_do_not_fit_are_refused() -> None:
     assert buffer.fits(bd.head(1))
     assert not buffer.fits(bd.head(1).assign(extra_ms=1.0))  # a timer first seen
     assert not buffer.fits(bd.head(1).astype({"fwd_ms": "Float64"}))
+
+
+def test_categorical_columns_are_held_as_codes_and_must_share_categories() -> None:
+    labels = pd.CategoricalDtype(["loss", "samples/s", "step= line"])
+    frame = pd.DataFrame(
+        {
+            "step": pd.array([1, 2, None], dtype="Float64"),
+            "metric": pd.Categorical(["loss", None, "samples/s"], dtype=labels),
+        }
+    )
+    buffer = RowBuffer.of(frame)
+    assert buffer is not None
+    buffer.write(3, frame.iloc[[2, 0]])
+    got = buffer.frame(5)
+    expected = pd.concat([frame, frame.iloc[[2, 0]]], ignore_index=True)
+    pd.testing.assert_frame_equal(got, expected)
+    other = frame.assign(metric=pd.Categorical(["loss"] * 3, categories=["loss"]))
+    assert not buffer.fits(other)  # other categories: its fold joins frames instead

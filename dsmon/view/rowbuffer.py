@@ -7,9 +7,10 @@ columns are numpy arrays with room to spare (grown by half when full, as a Pytho
 new rows are written after the old ones, and a reader gets a frame whose columns are views of
 the first ``n`` rows: nothing is copied.
 
-Only numeric, boolean and pandas' masked (``Int64``, ``Float64``, ``boolean``) columns are
-held this way; a frame with any other column (strings, categories, objects) is not, and its
-fold keeps joining frames as before. The views are read-only: a reader that tried to change
+Only numeric, boolean, pandas' masked (``Int64``, ``Float64``, ``boolean``) and categorical
+columns are held this way (a categorical as its codes: every part of a fold's result has the
+same categories, or it does not fit); a frame with any other column (strings, objects) is not,
+and its fold keeps joining frames as before. The views are read-only: a reader that tried to change
 the rows in place would raise instead of corrupting what the next refresh builds on.
 """
 
@@ -43,7 +44,7 @@ def _holdable(dtype: Any) -> bool:
     """Whether a column of ``dtype`` can live in a buffer (plain numbers or masked numbers)."""
     if isinstance(dtype, np.dtype):
         return dtype.kind in "fiub"
-    return isinstance(dtype, MASKED)
+    return isinstance(dtype, (*MASKED, pd.CategoricalDtype))
 
 
 class RowBuffer:
@@ -58,8 +59,7 @@ class RowBuffer:
         self.rows = 0  # rows written (a reader may ask for fewer)
         self._values = [self._new(d, capacity) for d in self.dtypes]
         self._masks = [
-            np.ones(capacity, dtype=bool) if not isinstance(d, np.dtype) else None
-            for d in self.dtypes
+            np.ones(capacity, dtype=bool) if isinstance(d, MASKED) else None for d in self.dtypes
         ]
 
     @classmethod
@@ -73,7 +73,10 @@ class RowBuffer:
 
     @staticmethod
     def _new(dtype: np.dtype | ExtensionDtype, capacity: int) -> np.ndarray:
-        """An empty array for one column's values."""
+        """An empty array for one column's values (a categorical's: its codes)."""
+        if isinstance(dtype, pd.CategoricalDtype):
+            codes = pd.Categorical.from_codes([], dtype=dtype).codes
+            return np.full(capacity, -1, dtype=codes.dtype)
         numpy_dtype = dtype if isinstance(dtype, np.dtype) else dtype.numpy_dtype  # type: ignore[attr-defined]
         return np.zeros(capacity, dtype=numpy_dtype)
 
@@ -87,7 +90,9 @@ class RowBuffer:
         self._reserve(end)
         for i, (_, column) in enumerate(frame.items()):
             mask = self._masks[i]
-            if mask is None:
+            if isinstance(column.dtype, pd.CategoricalDtype):
+                self._values[i][at:end] = column.cat.codes.to_numpy()
+            elif mask is None:
                 self._values[i][at:end] = column.to_numpy()
             else:
                 missing = column.isna().to_numpy()
@@ -105,19 +110,22 @@ class RowBuffer:
             return
         grown = max(rows, capacity + capacity // 2)
         for i, old in enumerate(self._values):
-            self._values[i] = np.concatenate([old, np.zeros(grown - len(old), dtype=old.dtype)])
+            spare = np.full(grown - len(old), -1 if old.dtype.kind == "i" else 0, dtype=old.dtype)
+            self._values[i] = np.concatenate([old, spare])
             mask = self._masks[i]
             if mask is not None:
                 self._masks[i] = np.concatenate([mask, np.ones(grown - len(mask), dtype=bool)])
 
     def frame(self, rows: int) -> pd.DataFrame:
         """The first ``rows`` rows as a frame whose columns view this buffer (read-only)."""
-        data = {}
+        data: dict[Any, Any] = {}
         for name, dtype, values, mask in zip(
             self.columns, self.dtypes, self._values, self._masks, strict=True
         ):
             view = _read_only(values[:rows])
-            if mask is None:
+            if isinstance(dtype, pd.CategoricalDtype):
+                data[name] = pd.Categorical.from_codes(view, dtype=dtype, validate=False)
+            elif mask is None:
                 data[name] = view
             else:
                 array_type = dtype.construct_array_type()
