@@ -16,25 +16,25 @@ from ui.page import live_body, page_header, page_view
 view = page_view(__file__)
 
 
-def load() -> pd.DataFrame:
+def load() -> list[pd.DataFrame]:
     """Every training quantity of the run: each kind's points, grown by new steps only."""
     f, cut = view.frames, view.cutoff
     config = preferred_config(f.records("config", cut))
     tbs = training.train_batch_size(config.config if config else None)
-    return step_views.training_series(f, cut, tbs)
+    return step_views.training_parts(f, cut, tbs)
 
 
 def body() -> None:
     """The page; re-run alone every ``refresh_s`` seconds when live (``ui.page.live_body``)."""
-    series = load()
-    if series.empty:
+    parts = load()
+    if all(part.empty for part in parts):
         st.info(
             "No loss, learning rate, loss scale, memory or throughput lines in this run yet. "
             'DeepSpeed prints them at "log_level": "info" every "steps_per_print" steps; '
             '"csv_monitor" writes the loss; "memory_breakdown": true prints memory.'
         )
         return
-    shown, newest = training.traces_and_latest(series)
+    shown, newest = training.traces_and_latest(parts)
     chart(fig.training_figure(shown), "training.curves")
     st.caption(
         "Each source is its own line: DeepSpeed's step= and ThroughputTimer lines, its "

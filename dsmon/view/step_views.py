@@ -42,25 +42,33 @@ def zero_rows(frames: RunFrames, cutoff: Cutoff) -> pd.DataFrame:
     return frames.fold("steps.zero_rows", "timer", cutoff, steps.zero_rows)
 
 
-def training_series(frames: RunFrames, cutoff: Cutoff, tbs: int | None) -> pd.DataFrame:
-    """``training.training_series`` of the run, each kind's points grown by new steps only.
+def training_parts(frames: RunFrames, cutoff: Cutoff, tbs: int | None) -> list[pd.DataFrame]:
+    """``training.kind_series`` of each kind of the run, grown by new steps only.
 
-    Rows come kind by kind, each kind's by step (not in metric order: sorting a million
-    points on every refresh is what this avoids; charts and tables group them anyway).
+    Kept apart, not joined: a page that groups the points by metric and source finds each
+    group within one kind, and joining a million points on every refresh is what this avoids.
     csv_monitor points need the config's ``train_batch_size``, so they are kept per size.
     """
+    return [
+        frames.fold(
+            f"training.{kind}" + (f".{tbs}" if kind == "monitor" else ""),
+            kind,
+            cutoff,
+            functools.partial(training.kind_series, kind, train_batch_size=tbs),
+        )
+        for kind in training.SERIES_KINDS
+    ]
+
+
+def training_series(frames: RunFrames, cutoff: Cutoff, tbs: int | None) -> pd.DataFrame:
+    """:func:`training_parts` in one frame, kind by kind, each kind's rows by step.
+
+    Not in metric order: sorting a million points on every refresh is what this avoids.
+    """
     kinds = list(training.SERIES_KINDS)
-
-    def joined() -> pd.DataFrame:
-        parts = [
-            frames.fold(
-                f"training.{kind}" + (f".{tbs}" if kind == "monitor" else ""),
-                kind,
-                cutoff,
-                functools.partial(training.kind_series, kind, train_batch_size=tbs),
-            )
-            for kind in kinds
-        ]
-        return training.joined(parts)
-
-    return frames.memo(f"training.series.{tbs}", kinds, cutoff, joined)
+    return frames.memo(
+        f"training.series.{tbs}",
+        kinds,
+        cutoff,
+        lambda: training.joined(training_parts(frames, cutoff, tbs)),
+    )
