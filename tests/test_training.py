@@ -14,10 +14,13 @@ Values read by hand from the files:
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 from conftest import DATA
 from dashboard_support import app_at, figures, texts, values
 
+from dsmon.analysis import training as tr
+from dsmon.analysis.downsample import downsample
 from dsmon.analysis.training import latest, train_batch_size, training_series
 from dsmon.load.files import import_paths
 from dsmon.model.frames import records_frame
@@ -113,3 +116,20 @@ def test_megatron_deepspeed_tokens_per_gpu_per_second() -> None:
     """tests/data/megatron_alcf_tgs line 2: iteration 199 ``... (tgs): 1146.733``."""
     s = training_series(frames_of("megatron_alcf_tgs")[0])  # type: ignore[arg-type]
     assert point(s, "tokens/s per GPU", "tgs", 199) == pytest.approx(1146.733)
+
+
+@pytest.mark.parametrize(
+    "folder", ["csv_tensorboard", "fp16_zero2", "memory_breakdown", "health_megatron_h100"]
+)
+def test_chart_points_and_latest_values_per_kind_equal_those_of_the_joined_series(
+    folder: str,
+) -> None:
+    """The Training page groups each kind's points apart; the answer is the joined one's."""
+    frames, _ = frames_of(folder)
+    parts = [tr.kind_series(k, frames[k], 32) for k in tr.SERIES_KINDS]  # type: ignore[arg-type]
+    whole = tr.joined(parts)
+    assert not whole.empty
+    shown, newest = tr.traces_and_latest(parts)
+    pd.testing.assert_frame_equal(newest, latest(whole))
+    expected = downsample(whole, "step", ["value"], n_out=1000, by=tr.TRACE_KEYS)
+    pd.testing.assert_frame_equal(shown, expected.reset_index(drop=True))
