@@ -122,7 +122,19 @@ def share_stats(values: pd.DataFrame, column: str) -> ShareStats | None:
     s = per_step(values, column)
     if s.empty:
         return None
-    return ShareStats(float(s.median()), float(s.quantile(0.9)), int(len(s)))
+    return ShareStats(*median_p90(s.to_numpy(dtype="float64", copy=True)), len(s))
+
+
+def median_p90(values: np.ndarray) -> tuple[float, float]:
+    """``Series.median()`` and ``Series.quantile(0.9)`` of values without NaN, the same numbers.
+
+    numpy on an array the caller gives up (it is partly sorted in place): pandas' own path
+    copies the values twice more and sorts them twice, which on every live refresh of a
+    million steps was a third of the checklist's time. The percentile is taken at
+    ``0.9 * 100``, as pandas asks numpy for it, so no last digit differs.
+    """
+    p50 = float(np.median(values, overwrite_input=True))
+    return p50, float(np.percentile(values, 0.9 * 100.0, overwrite_input=True))
 
 
 def exposed_comm_share(breakdown: pd.DataFrame) -> ShareStats | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from dsmon.analysis import comm, steps
@@ -202,8 +203,14 @@ def op_latency_ms(ops: pd.DataFrame, prefixes: tuple[str, ...]) -> float | None:
 
 
 def median(values: pd.Series) -> float:
-    """Median as float (NaN for an empty series)."""
-    return float(values.median()) if not values.empty else float("nan")
+    """``values.median()`` as float (NaN for no value), taken by numpy on a copy.
+
+    The same number as pandas' (which drops NaN, then asks numpy), without its extra copies:
+    rules take medians over every step on each live refresh.
+    """
+    known = values.to_numpy(dtype="float64", na_value=np.nan, copy=True)
+    known = known[~np.isnan(known)]
+    return float(np.median(known, overwrite_input=True)) if known.size else float("nan")
 
 
 def job_finished(inputs: HealthInputs) -> bool:
