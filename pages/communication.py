@@ -68,7 +68,7 @@ def timers_section(bd: pd.DataFrame) -> None:
     stats = comm.steady_share_stats(share)
     cols = st.columns(3)
     cols[0].metric("Exposed comm, p50 share of step", fmt_pct(stats.p50 if stats else None))
-    cols[1].metric("bwd_allreduce p50", fmt_ms(comm.per_step(bd, "bwd_allreduce_ms").median()))
+    cols[1].metric("bwd_allreduce p50", fmt_ms(comm.median(comm.per_step(bd, "bwd_allreduce_ms"))))
     cols[2].metric("Steps timed", f"{steps.timed_steps(bd)}")
     st.markdown("\n".join(f"- {line}" for line in comm.phase_share_lines(bd)))
     st.caption(

@@ -44,6 +44,12 @@ def _factorized(values: pd.Series) -> tuple[np.ndarray, int]:
         rank[np.argsort(names, kind="stable")] = np.arange(len(names))
         rank[-1] = len(names)  # a missing value's code: after every string
         return rank[encoded.indices.fill_null(len(names)).to_numpy()], len(names) + 1
+    if pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype):
+        numbers = values.to_numpy(dtype="float64", na_value=np.nan)
+        missing = np.isnan(numbers)
+        known = numbers[~missing]
+        if known.size and known.min() == known.max():  # one value (rank 0's timers): no hashing
+            return missing.astype(np.int64), 2
     col_codes, uniques = pd.factorize(values, sort=True, use_na_sentinel=False)
     return col_codes, len(uniques)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
 from dsmon.analysis import comm, steps
@@ -203,14 +202,8 @@ def op_latency_ms(ops: pd.DataFrame, prefixes: tuple[str, ...]) -> float | None:
 
 
 def median(values: pd.Series) -> float:
-    """``values.median()`` as float (NaN for no value), taken by numpy on a copy.
-
-    The same number as pandas' (which drops NaN, then asks numpy), without its extra copies:
-    rules take medians over every step on each live refresh.
-    """
-    known = values.to_numpy(dtype="float64", na_value=np.nan, copy=True)
-    known = known[~np.isnan(known)]
-    return float(np.median(known, overwrite_input=True)) if known.size else float("nan")
+    """Median as float (NaN for no value): :func:`dsmon.analysis.comm.median`."""
+    return comm.median(values)
 
 
 def job_finished(inputs: HealthInputs) -> bool:
