@@ -119,3 +119,15 @@ def wait_idle(page: Any) -> None:
         '[data-testid="stApp"][data-test-connection-state="CONNECTED"][data-test-script-state="notRunning"]',
         timeout=60_000,
     )
+
+
+def chart_bars(page: Any) -> int:
+    """Bars drawn in the first trace of the page's first chart (Steps: the per-step breakdown).
+
+    What the browser drew, not what the server sent: a chart that kept its first figure
+    while the page's text moved on is caught here.
+    """
+    page.wait_for_selector(".js-plotly-plot .trace.bars .point", timeout=30_000)
+    return int(
+        page.locator(".js-plotly-plot").first.locator(".trace.bars").first.locator(".point").count()
+    )

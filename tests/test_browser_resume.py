@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser_support import chromium, dashboard_server, wait_idle
+from browser_support import chart_bars, chromium, dashboard_server, wait_idle
 from dashboard_support import read_records
 
 import dsmon.store.sqlite as sqlite_store
@@ -102,17 +102,9 @@ def test_an_open_tab_follows_its_run_going_on_and_stopping(
     assert tab.errors == []
 
 
-def bars(page: Any) -> int:
-    """Bars drawn in the first trace of the page's first chart (the per-step breakdown)."""
-    page.wait_for_selector(".js-plotly-plot .trace.bars .point", timeout=30_000)
-    return int(
-        page.locator(".js-plotly-plot").first.locator(".trace.bars").first.locator(".point").count()
-    )
-
-
 def test_the_charts_of_a_resumed_run_take_its_new_steps(tab: Tab) -> None:
-    assert bars(tab.page) == 14
+    assert chart_bars(tab.page) == 14
     tab.resume()  # received now: live for two minutes, redrawn every 2 s
     wait_until(tab.page, lambda s: s[2].startswith("live · last step 30 · "), 15)
     tab.page.wait_for_timeout(3000)  # a redraw or two
-    assert bars(tab.page) == 30
+    assert chart_bars(tab.page) == 30

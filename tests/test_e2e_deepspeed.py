@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser_support import chromium, page_text
+from browser_support import chart_bars, chromium, page_text
 from deepspeed_support import DEADLINE_S, deepspeed_bin, end, rank_pid, start, wait_for
 from process_support import free_port, ui_healthy
 
@@ -107,6 +107,8 @@ def test_real_deepspeed_job_live_then_a_rank_killed(job: dict[str, Any]) -> None
         wait_for("timed steps on the Steps page", lambda: timed_steps(page) >= 3, procs)
         first = timed_steps(page)
         wait_for("more steps, live", lambda: timed_steps(page) >= first + 5, procs)
+        # and the chart in the browser draws them (not only the page's text)
+        wait_for("the step chart, live", lambda: chart_bars(page) >= first + 5, procs)
         assert train.poll() is None, "training must still be running"
         assert page.locator(".js-plotly-plot").count() >= 1
         text = page_text(page)
