@@ -61,7 +61,8 @@ def comm_share(breakdown: pd.DataFrame) -> pd.DataFrame:
             "exposed_comm_ms": comm,
             "total_ms": total,
             "comm_share": share,
-        }
+        },
+        copy=False,  # fresh arrays: stacking them into one block copied them again
     )
 
 
@@ -95,7 +96,8 @@ def per_step(values: pd.DataFrame, column: str) -> pd.Series:
     """
     if values.empty or column not in values.columns:
         return pd.Series(dtype="float64")
-    kept = values.dropna(subset=[column])
+    # no copy of the frame when nothing is missing (a timed step always has its total)
+    kept = values if values[column].notna().all() else values.dropna(subset=[column])
     if "step" not in kept.columns or kept["step"].isna().all():
         return kept[column].astype("float64").reset_index(drop=True)
     return max_per_step(kept, column)
@@ -380,7 +382,8 @@ def timer_ratios(breakdown: pd.DataFrame) -> pd.DataFrame:
             "rank": breakdown["rank"].array,
             "allreduce_pct_of_bwd_inner": _pct(breakdown, "bwd_allreduce_ms", "bwd_inner_ms"),
             "allgather_pct_of_fwd": _pct(breakdown, "optimizer_allgather_ms", "fwd_ms"),
-        }
+        },
+        copy=False,
     )
 
 
@@ -393,7 +396,7 @@ def ratio_per_row(breakdown: pd.DataFrame, num: str, den: str) -> pd.DataFrame:
     out = np.full(len(breakdown), np.nan)
     base = _floats(breakdown[den])
     np.divide(_floats(breakdown[num]), base, out=out, where=base > 0)
-    return pd.DataFrame({"step": breakdown["step"].array, "ratio": out})
+    return pd.DataFrame({"step": breakdown["step"].array, "ratio": out}, copy=False)
 
 
 def _pct(breakdown: pd.DataFrame, num: str, den: str) -> np.ndarray:

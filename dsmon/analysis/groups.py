@@ -62,7 +62,9 @@ def positions(frame: pd.DataFrame, cols: Sequence[str]) -> list[np.ndarray]:
     if not cols:
         return [np.arange(len(frame))]
     keys = codes(frame, cols)
-    if len(keys) and keys.max() < 1 << 16:
+    if not len(keys) or keys.min() == keys.max():  # one group: nothing to sort
+        return [np.arange(len(keys))]
+    if keys.max() < 1 << 16:
         # few groups (metrics, ranks): numpy's stable sort of 16-bit keys is a radix sort,
         # five times faster than the merge sort it uses for 64-bit ones
         keys = keys.astype(np.uint16)
