@@ -207,17 +207,16 @@ def train_batch_size(config: Mapping[str, object] | None) -> int | None:
     return n if n > 0 else None
 
 
-def latest(series: pd.DataFrame, grouped: list[np.ndarray] | None = None) -> pd.DataFrame:
+def latest(series: pd.DataFrame) -> pd.DataFrame:
     """The newest point of each quantity and source: ``metric, source, step, value``.
 
     Of two points at the same step, the later row. No sort of the whole series: at a
-    million steps it cost a third of a second on each refresh. ``grouped``: the series'
-    rows by metric and source (``groups.positions``), when the caller has them already.
+    million steps it cost a third of a second on each refresh.
     """
     cols = ["metric", "source", "step", "value"]
     if series.empty:
         return pd.DataFrame(columns=cols)
-    out = series.iloc[groups.newest(series, TRACE_KEYS, "step", grouped)][cols]
+    out = series.iloc[groups.newest(series, TRACE_KEYS, "step")][cols]
     out = out.astype({"metric": str, "source": str})  # a table of names, not codes
     order = {m: i for i, m in enumerate(METRICS)}
     return out.sort_values(
@@ -229,9 +228,10 @@ def traces_and_latest(parts: Sequence[pd.DataFrame]) -> tuple[pd.DataFrame, pd.D
     """The chart's points (downsampled per metric and source) and :func:`latest` of ``parts``.
 
     ``parts`` are :func:`kind_series` of each kind; the answer is that of :func:`joined`
-    parts, without the join. A metric and source come from one kind only (each kind names its own sources), so each
-    part is grouped on its own, once for both uses; on a live refresh of a long run the
-    grouping is most of the cost, and joining a million points first cost as much again.
+    parts, without the join. A metric and source come from one kind only (each kind names
+    its own sources), so each part is grouped on its own, once for both uses: on a live
+    refresh of a long run the grouping is most of the cost, and joining a million points
+    first cost as much again.
     """
     shown, newest = [], []
     for part in parts:

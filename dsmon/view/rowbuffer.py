@@ -9,9 +9,10 @@ the first ``n`` rows: nothing is copied.
 
 Only numeric, boolean, pandas' masked (``Int64``, ``Float64``, ``boolean``) and categorical
 columns are held this way (a categorical as its codes: every part of a fold's result has the
-same categories, or it does not fit); a frame with any other column (strings, objects) is not,
-and its fold keeps joining frames as before. The views are read-only: a reader that tried to change
-the rows in place would raise instead of corrupting what the next refresh builds on.
+same categories, or it does not fit); a frame with any other column (strings, objects) is
+not, and its fold keeps joining frames as before. The views are read-only: a reader that
+tried to change the rows in place would raise instead of corrupting what the next refresh
+builds on.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ MASKED = (
 
 
 def _holdable(dtype: Any) -> bool:
-    """Whether a column of ``dtype`` can live in a buffer (plain numbers or masked numbers)."""
+    """Whether a column of ``dtype`` can live in a buffer (numbers, masked numbers, categories)."""
     if isinstance(dtype, np.dtype):
         return dtype.kind in "fiub"
     return isinstance(dtype, (*MASKED, pd.CategoricalDtype))
@@ -109,9 +110,8 @@ class RowBuffer:
         if rows <= capacity:
             return
         grown = max(rows, capacity + capacity // 2)
-        for i, old in enumerate(self._values):
-            spare = np.full(grown - len(old), -1 if old.dtype.kind == "i" else 0, dtype=old.dtype)
-            self._values[i] = np.concatenate([old, spare])
+        for i, old in enumerate(self._values):  # (rows past ``rows`` are never read)
+            self._values[i] = np.concatenate([old, np.zeros(grown - len(old), dtype=old.dtype)])
             mask = self._masks[i]
             if mask is not None:
                 self._masks[i] = np.concatenate([mask, np.ones(grown - len(mask), dtype=bool)])
