@@ -94,11 +94,20 @@ def test_an_open_tab_follows_its_run_going_on_and_stopping(
         sqlite_store, "received_now", lambda: ago.isoformat(timespec="milliseconds")
     )
     tab.resume()
-    live = wait_until(tab.page, lambda s: s[0] == "z2 · live", 12)
-    assert live[1] is True and live[2].startswith("live · last step 30 · ")
-
-    stopped = wait_until(tab.page, lambda s: s[0] == "z2 · finished", 30)
-    assert stopped[1] is False and stopped[2].startswith("finished · last step 30 · ")
+    # the picker, the toggle and the status line arrive as separate updates: each must
+    # come round, not all at the instant the first one does
+    wait_until(
+        tab.page,
+        lambda s: s[0] == "z2 · live" and s[1] and s[2].startswith("live · last step 30 · "),
+        12,
+    )
+    wait_until(
+        tab.page,
+        lambda s: (
+            s[0] == "z2 · finished" and not s[1] and s[2].startswith("finished · last step 30 · ")
+        ),
+        30,
+    )
     assert tab.errors == []
 
 
