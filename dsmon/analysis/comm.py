@@ -52,8 +52,7 @@ def comm_share(breakdown: pd.DataFrame) -> pd.DataFrame:
     if "optimizer_allgather_ms" in breakdown.columns:
         comm = _add_known(comm, _floats(breakdown["optimizer_allgather_ms"]))
     total = _floats(breakdown["total_ms"])
-    share = np.full(len(total), np.nan)
-    np.divide(comm, total, out=share, where=total > 0)
+    share = _divided(comm, total)
     return pd.DataFrame(
         {
             "step": breakdown["step"].array,
@@ -69,6 +68,13 @@ def comm_share(breakdown: pd.DataFrame) -> pd.DataFrame:
 def _floats(column: pd.Series) -> np.ndarray:
     """A column as float64 with NaN for missing values (a fresh array, never a view)."""
     return column.to_numpy(dtype="float64", na_value=np.nan, copy=True)
+
+
+def _divided(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """``num / den``, NaN where ``den`` is not positive (or either is missing)."""
+    out = np.full(len(den), np.nan)
+    np.divide(num, den, out=out, where=den > 0)
+    return out
 
 
 def _add_known(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -133,7 +139,7 @@ def median(values: pd.Series) -> float:
     The same number as pandas' (which drops NaN, then asks numpy), without its extra copies:
     pages and rules take medians over every step on each live refresh.
     """
-    known = values.to_numpy(dtype="float64", na_value=np.nan, copy=True)
+    known = _floats(values)
     known = known[~np.isnan(known)]
     return float(np.median(known, overwrite_input=True)) if known.size else float("nan")
 
@@ -393,19 +399,15 @@ def ratio_per_row(breakdown: pd.DataFrame, num: str, den: str) -> pd.DataFrame:
     Two columns, not the breakdown with one more: a copy of every column of a million steps
     on each refresh was most of what the checklist's phase-share rule cost.
     """
-    out = np.full(len(breakdown), np.nan)
-    base = _floats(breakdown[den])
-    np.divide(_floats(breakdown[num]), base, out=out, where=base > 0)
-    return pd.DataFrame({"step": breakdown["step"].array, "ratio": out}, copy=False)
+    ratio = _divided(_floats(breakdown[num]), _floats(breakdown[den]))
+    return pd.DataFrame({"step": breakdown["step"].array, "ratio": ratio}, copy=False)
 
 
 def _pct(breakdown: pd.DataFrame, num: str, den: str) -> np.ndarray:
     """``100 * num / den`` per row, NaN where either is missing or ``den`` is not positive."""
-    out = np.full(len(breakdown), np.nan)
-    if num in breakdown.columns and den in breakdown.columns:
-        base = _floats(breakdown[den])
-        np.divide(100.0 * _floats(breakdown[num]), base, out=out, where=base > 0)
-    return out
+    if num not in breakdown.columns or den not in breakdown.columns:
+        return np.full(len(breakdown), np.nan)
+    return _divided(100.0 * _floats(breakdown[num]), _floats(breakdown[den]))
 
 
 def step_overlap(breakdown: pd.DataFrame, comm_op_frame: pd.DataFrame) -> pd.DataFrame:

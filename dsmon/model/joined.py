@@ -14,12 +14,7 @@ import pandas as pd
 
 
 def concat(parts: list[pd.DataFrame]) -> pd.DataFrame:
-    """``parts`` one after the other; a categorical column stays categorical.
-
-    ``pd.concat`` turns a categorical column into ``object`` unless every part has the same
-    categories, which parts read at different times rarely have: the categories are united
-    first.
-    """
+    """``parts`` one after the other, the categories of each categorical column united first."""
     parts = [p for p in parts if not p.empty] or parts[:1]
     if not parts:
         return pd.DataFrame()
