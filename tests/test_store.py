@@ -19,7 +19,15 @@ from dsmon.model.records import (
     record_key,
 )
 from dsmon.serve.batch import parse_batch_rows
-from dsmon.store.base import RecordFilter, RecordRow, RunInfo, Store, StoreError, key_digest
+from dsmon.store.base import (
+    KEY_BYTES,
+    RecordFilter,
+    RecordRow,
+    RunInfo,
+    Store,
+    StoreError,
+    key_digest,
+)
 from dsmon.store.sqlite import SQLiteStore, open_store, sqlite_path
 
 
@@ -196,7 +204,7 @@ def test_key_digest_follows_record_key() -> None:
     a = timer("r", 1, 1.0)
     assert key_digest(a) == key_digest(dataclasses.replace(a, values_ms={"fwd": 99.0}))
     assert key_digest(a) != key_digest(timer("r", 2, 1.0))
-    assert len(key_digest(a)) == 16
+    assert len(key_digest(a)) == KEY_BYTES
     assert record_key(a) == ("r", "", "train.log", "o1000", 0, "timer")
 
 

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pandas as pd
-import psycopg
 import pytest
 from conftest import STORE_BACKENDS
 from pg_support import ThrowawayPgStore
+from sql_support import pg_sql, sqlite_sql
 
 from dsmon.model.frames import records_frame
 from dsmon.model.records import EventRecord, GpuSampleRecord, Record, Source
@@ -249,13 +249,7 @@ def _older_sqlite(tmp_path: Path) -> Iterator[OlderStore]:
     SQLiteStore(path).close()
 
     def run(sql: str, rows: Sequence[Sequence[object]]) -> list[tuple[object, ...]]:
-        with sqlite3.connect(path, isolation_level=None) as conn:
-            if len(rows) > 1:
-                conn.execute("BEGIN")  # one transaction, not one fsync per row
-                conn.executemany(sql, rows)
-                conn.execute("COMMIT")
-                return []
-            return conn.execute(sql, rows[0] if rows else ()).fetchall()
+        return sqlite_sql(path, sql, rows)
 
     run("DROP TABLE gpu_rollup", [])
     for table in ("gpu_batches", "gpu_samples", "gpu_series"):
@@ -268,13 +262,7 @@ def _older_pg(tmp_path: Path) -> Iterator[OlderStore]:
     first = ThrowawayPgStore()
 
     def run(sql: str, rows: Sequence[Sequence[object]]) -> list[tuple[object, ...]]:
-        with psycopg.connect(first.url, autocommit=True) as conn, conn.cursor() as cur:
-            sql = sql.replace("?", "%s")
-            if len(rows) > 1:
-                cur.executemany(sql, rows)
-                return []
-            cur.execute(sql, rows[0] if rows else ())
-            return cur.fetchall() if cur.description else []
+        return pg_sql(first.url, sql, rows)
 
     run("DROP TABLE gpu_rollup, gpu_batches, gpu_samples, gpu_series", [])
     run("DELETE FROM dsmon_meta WHERE name = 'gpu_layout'", [])

@@ -31,6 +31,7 @@ import psycopg
 
 from dsmon.model.records import Record
 from dsmon.store.base import (
+    READABLE_VERSIONS,
     ROW_COLUMNS,
     SCHEMA_VERSION,
     EncodedRecord,
@@ -40,6 +41,7 @@ from dsmon.store.base import (
     RunInfo,
     StoreDataError,
     StoreError,
+    foreign_version,
     received_now,
     redact_url,
     run_infos,
@@ -49,6 +51,7 @@ from dsmon.store.gpu_store import TypedGpuStore, split
 from dsmon.store.gpu_tables import GpuTables
 from dsmon.store.postgres_gpu import DDL as GPU_DDL
 from dsmon.store.postgres_gpu import TEMP_DDL, PgGpuTables
+from dsmon.store.rekey import rekey
 
 __all__ = ["PgStore", "redact_url"]
 
@@ -190,7 +193,8 @@ class PgStore(TypedGpuStore):
         self._lock = threading.Lock()
         self._conn: psycopg.Connection[Any] | None = None
         self._series: dict[SeriesKey, SeriesInfo] = {}  # GPU series ids (never change)
-        self._typed = False  # GPU samples an older dsmon stored as records are moved
+        # Until the first write: an older dsmon's GPU records are moved, its keys re-keyed.
+        self._typed = False
         with self._lock:
             self._call(self._setup)
 
@@ -245,11 +249,8 @@ class PgStore(TypedGpuStore):
                     (str(SCHEMA_VERSION),),
                 )
                 PgGpuTables(conn).mark_typed()  # a new store: nothing to move
-            elif found[0] != str(SCHEMA_VERSION):
-                raise StoreError(
-                    f"cannot open store {redact_url(self.url)}: schema version {found[0]}, "
-                    f"this dsmon reads version {SCHEMA_VERSION}"
-                )
+            elif found[0] not in {str(v) for v in READABLE_VERSIONS}:
+                raise foreign_version(redact_url(self.url), found[0])
 
     def add(
         self, records: Iterable[Record | EncodedRecord | RecordRow], *, live: bool = False
@@ -354,6 +355,7 @@ def _insert(
         cur.execute("LOCK TABLE records IN SHARE ROW EXCLUSIVE MODE")
         if not typed:
             tables.move_once()
+            _rekey_once(tables)
         new = tables.add(samples)
         if rows:
             new += _insert_rows(cur, rows)
@@ -362,6 +364,16 @@ def _insert(
             now = received_now()
             cur.executemany(_RECEIVED, [(run, now) for run in sorted(runs)])
     return new
+
+
+def _rekey_once(tables: PgGpuTables) -> None:
+    """Give a version 1 store version 2 keys, unless done before (under the writers' lock)."""
+    found = tables.rows("SELECT value FROM dsmon_meta WHERE name = 'schema_version'")
+    if found and found[0][0] != str(SCHEMA_VERSION):
+        rekey(tables)
+        tables.execute(
+            "UPDATE dsmon_meta SET value = ? WHERE name = 'schema_version'", (str(SCHEMA_VERSION),)
+        )
 
 
 def _insert_rows(cur: psycopg.Cursor[Any], rows: list[RecordRow]) -> int:

@@ -22,6 +22,7 @@ from typing import TypeVar
 from dsmon.model.records import Record
 from dsmon.store import sqlite_sql as sql
 from dsmon.store.base import (
+    READABLE_VERSIONS,
     SCHEMA_VERSION,
     EncodedRecord,
     KindStats,
@@ -31,17 +32,21 @@ from dsmon.store.base import (
     Store,
     StoreDataError,
     StoreError,
+    foreign_version,
     received_now,
     restamp_candidates,
     run_infos,
 )
 from dsmon.store.gpu_store import TypedGpuStore, move_gpu_records, split
 from dsmon.store.gpu_tables import GpuTables
+from dsmon.store.rekey import rekey
 from dsmon.store.sqlite_gpu import SQLiteGpuTables
 
 __all__ = ["RunInfo", "SQLiteStore", "Store", "StoreError", "open_store", "sqlite_path"]
 
 T = TypeVar("T")
+#: The indexes and tables whose presence tells this dsmon's layout from an older one's.
+_LAYOUT = frozenset({sql.RUN_KIND_ID, sql.RUN_ID, "run_activity", "gpu_rollup"})
 
 #: How long a writer waits for another writer's transaction before giving up.
 BUSY_TIMEOUT_S = 30.0
@@ -92,12 +97,9 @@ class SQLiteStore(TypedGpuStore):
         # NORMAL is durable in WAL mode except for the last commits on power loss.
         conn.execute("PRAGMA synchronous = NORMAL")
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version not in (0, SCHEMA_VERSION):
-            raise StoreError(
-                f"cannot open store {self.path}: schema version {version}, "
-                f"this dsmon reads version {SCHEMA_VERSION}"
-            )
-        if version == SCHEMA_VERSION:
+        if version not in (0, *READABLE_VERSIONS):
+            raise foreign_version(self.path, version)
+        if version:
             return  # a reader opening an existing store takes no write lock
         with self._transaction():
             for stmt in sql.DDL:
@@ -109,30 +111,45 @@ class SQLiteStore(TypedGpuStore):
         """Give a store written by an older dsmon this one's layout (first write only).
 
         That is the ``(run, kind, id)`` and ``(run)`` indexes, the ``run_activity`` table and
-        the GPU tables, and no more of the indexes no query needs. Readers never do it:
-        building an index takes the write lock, for seconds on a big store; and every read
-        answers the same under either layout.
+        the GPU tables, no more of the indexes no query needs, and version 2 keys
+        (:mod:`dsmon.store.rekey`). Readers never do it: it takes the write lock, for seconds
+        on a big store; and every read answers the same under either layout.
         """
         if self._indexed:
             return
-        wanted = {sql.RUN_KIND_ID, sql.RUN_ID, "run_activity", "gpu_rollup"}
-        names = sorted(wanted | set(sql.OBSOLETE_INDEXES))
+        if self._has_layout():
+            self._indexed = True
+            return
+        with self._forgetting(), self._transaction():
+            have = self._layout_names()  # again, under the write lock
+            for name in sql.OBSOLETE_INDEXES:
+                self._conn.execute(f"DROP INDEX IF EXISTS {name}")
+            self._conn.execute(sql.RUN_KIND_ID_DDL)
+            self._conn.execute(sql.RUN_ID_DDL)
+            self._conn.execute(sql.ACTIVITY_DDL)
+            self._gpu.create()
+            if "gpu_rollup" not in have:  # samples an older dsmon kept as records
+                move_gpu_records(self._gpu)
+            if self._version() < SCHEMA_VERSION:
+                rekey(self._gpu)
+                self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        self._indexed = True
+
+    def _has_layout(self) -> bool:
+        """Whether the store has this dsmon's indexes, tables and keys already."""
+        return self._layout_names() == _LAYOUT and self._version() == SCHEMA_VERSION
+
+    def _layout_names(self) -> set[str]:
+        """Which of the indexes and tables that tell one layout from another the store has."""
+        names = sorted(_LAYOUT | set(sql.OBSOLETE_INDEXES))
         found = self._conn.execute(
             f"SELECT name FROM sqlite_master WHERE name IN ({', '.join('?' for _ in names)})",
             names,
         ).fetchall()
-        have = {row[0] for row in found}
-        if have != wanted:
-            with self._forgetting(), self._transaction():
-                for name in sql.OBSOLETE_INDEXES:
-                    self._conn.execute(f"DROP INDEX IF EXISTS {name}")
-                self._conn.execute(sql.RUN_KIND_ID_DDL)
-                self._conn.execute(sql.RUN_ID_DDL)
-                self._conn.execute(sql.ACTIVITY_DDL)
-                self._gpu.create()
-                if "gpu_rollup" not in have:  # samples an older dsmon kept as records
-                    move_gpu_records(self._gpu)
-        self._indexed = True
+        return {row[0] for row in found}
+
+    def _version(self) -> int:
+        return int(self._conn.execute("PRAGMA user_version").fetchone()[0])
 
     def _transaction(self) -> _Transaction:
         return _Transaction(self._conn)
@@ -250,7 +267,7 @@ class SQLiteStore(TypedGpuStore):
     def check_writable(self) -> None:
         """Rewrite the schema version in place: a real commit through the WAL, no data."""
         with self._lock, _errors(self.path), self._transaction():
-            self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            self._conn.execute(f"PRAGMA user_version = {self._version()}")
 
     def close(self) -> None:
         """Close the connection (further calls fail)."""
