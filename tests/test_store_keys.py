@@ -12,11 +12,13 @@ import hashlib
 import logging
 from collections.abc import Sequence
 from itertools import pairwise
+from pathlib import Path
 
 import pytest
 from sql_support import Rows, pg_sql, sqlite_sql
 
 from dsmon.model.records import Record, record_key
+from dsmon.serve.run import start_ingest_server
 from dsmon.store import rekey
 from dsmon.store.base import KEY_BYTES, SCHEMA_VERSION, Store, identity_digest, key_digest
 from dsmon.store.postgres import PgStore
@@ -131,3 +133,25 @@ def test_a_body_that_does_not_decode_keeps_its_old_key(
     first = _sql(store, "SELECT key FROM records ORDER BY id LIMIT 1")[0][0]
     assert bytes(first) == _v1_key(records[0])
     writer.close()
+
+
+def test_prepare_writes_rekeys_before_any_write(store: Store, z2_log_records: list[Record]) -> None:
+    _make_version_1(store, z2_log_records)
+    writer = _reopen(store)
+    writer.prepare_writes()
+    assert _version(store) == SCHEMA_VERSION
+    first = _sql(store, "SELECT key FROM records ORDER BY id LIMIT 1")[0][0]
+    assert bytes(first) == key_digest(z2_log_records[0])
+    writer.prepare_writes()  # once is enough: the second finds nothing to do
+    assert writer.add(z2_log_records) == 0
+    writer.close()
+
+
+def test_ingest_server_upgrades_a_store_before_it_listens(
+    tmp_path: Path, z2_log_records: list[Record]
+) -> None:
+    store = SQLiteStore(tmp_path / "old.sqlite")
+    _make_version_1(store, z2_log_records)
+    store.close()
+    with start_ingest_server(str(tmp_path / "old.sqlite"), "t" * 32, port=0):
+        assert sqlite_sql(tmp_path / "old.sqlite", "PRAGMA user_version") == [(SCHEMA_VERSION,)]

@@ -203,6 +203,7 @@ def start_ingest_server(
     """
     store = open_store(store_url)
     try:
+        store.prepare_writes()
         server = _server(store, token, host, port, _limits(limits, max_body_bytes), health)
         sock = bind_socket(host, port)
     except BaseException:
@@ -245,6 +246,7 @@ def serve_forever(
         dsmon.store.base.StoreError: the store cannot be opened.
     """
     with open_store(store_url) as store:
+        store.prepare_writes()  # an older store's upgrade, before a collector waits on it
         server = _server(store, token, host, port, _limits(limits, max_body_bytes), health)
         sock = bind_socket(host, port)
         if on_ready is not None:

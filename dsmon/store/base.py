@@ -340,6 +340,14 @@ class Store(ABC, GpuReads):
     BODY_KINDS: frozenset[str] = frozenset()
 
     @abstractmethod
+    def prepare_writes(self) -> None:
+        """Bring a store an older dsmon wrote to this dsmon's layout now, not at the first write.
+
+        A server calls it before it takes requests: on a big store the upgrade (re-keying,
+        :mod:`dsmon.store.rekey`) takes minutes, longer than a collector waits for an answer.
+        """
+
+    @abstractmethod
     def add(
         self, records: Iterable[Record | EncodedRecord | RecordRow], *, live: bool = False
     ) -> int:

@@ -194,7 +194,7 @@ class PgStore(TypedGpuStore):
         self._conn: psycopg.Connection[Any] | None = None
         self._series: dict[SeriesKey, SeriesInfo] = {}  # GPU series ids (never change)
         # Until the first write: an older dsmon's GPU records are moved, its keys re-keyed.
-        self._typed = False
+        self._upgraded = False
         with self._lock:
             self._call(self._setup)
 
@@ -252,6 +252,17 @@ class PgStore(TypedGpuStore):
             elif found[0] not in {str(v) for v in READABLE_VERSIONS}:
                 raise foreign_version(redact_url(self.url), found[0])
 
+    def prepare_writes(self) -> None:
+        def upgrade(conn: psycopg.Connection[Any]) -> None:
+            with conn.transaction():
+                conn.execute("LOCK TABLE records IN SHARE ROW EXCLUSIVE MODE")
+                _upgrade(PgGpuTables(conn, self._series))
+
+        with self._lock:
+            if not self._upgraded:
+                self._call(upgrade)
+                self._upgraded = True
+
     def add(
         self, records: Iterable[Record | EncodedRecord | RecordRow], *, live: bool = False
     ) -> int:
@@ -261,7 +272,7 @@ class PgStore(TypedGpuStore):
             write = functools.partial(self._write, rows=rows, samples=samples, live=live)
             with self._lock:
                 inserted += self._call(write)
-                self._typed = True
+                self._upgraded = True
         return inserted
 
     def _write(
@@ -274,7 +285,7 @@ class PgStore(TypedGpuStore):
         """One batch in one transaction; cached GPU series are forgotten if it fails."""
         tables = PgGpuTables(conn, self._series)
         try:
-            return _insert(conn, tables, rows, samples, live=live, typed=self._typed)
+            return _insert(conn, tables, rows, samples, live=live, upgraded=self._upgraded)
         except BaseException:
             tables.forget()
             raise
@@ -342,7 +353,7 @@ def _insert(
     samples: list[SampleRow],
     *,
     live: bool = False,
-    typed: bool = True,
+    upgraded: bool = True,
 ) -> int:
     """Store GPU samples, then COPY ``rows`` to the staging table and move the new ones.
 
@@ -353,9 +364,8 @@ def _insert(
         # Writers queue here; readers (ACCESS SHARE) are not blocked by this mode. GPU
         # sample ids are taken under it too, so every id commits in the order handed out.
         cur.execute("LOCK TABLE records IN SHARE ROW EXCLUSIVE MODE")
-        if not typed:
-            tables.move_once()
-            _rekey_once(tables)
+        if not upgraded:
+            _upgrade(tables)
         new = tables.add(samples)
         if rows:
             new += _insert_rows(cur, rows)
@@ -366,8 +376,13 @@ def _insert(
     return new
 
 
-def _rekey_once(tables: PgGpuTables) -> None:
-    """Give a version 1 store version 2 keys, unless done before (under the writers' lock)."""
+def _upgrade(tables: PgGpuTables) -> None:
+    """Give a store an older dsmon wrote this one's layout, unless done before.
+
+    Under the writers' lock: move GPU samples kept as records to the GPU tables, then give a
+    version 1 store version 2 keys.
+    """
+    tables.move_once()
     found = tables.rows("SELECT value FROM dsmon_meta WHERE name = 'schema_version'")
     if found and found[0][0] != str(SCHEMA_VERSION):
         rekey(tables)

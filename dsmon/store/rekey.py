@@ -34,6 +34,13 @@ def rekey(tables: GpuTables) -> int:
     no longer decodes keeps its old key: only a copy of that one record sent again could be
     stored twice.
     """
+    (count,) = tables.rows("SELECT COUNT(*) FROM records")[0]
+    if count:
+        log.warning(
+            "dsmon: re-keying the %d records of a store written by an older dsmon "
+            "(once; about 25 s per million records)",
+            count,
+        )
     total, after, kept = 0, 0, 0
     while found := tables.rows(_NEXT_ROWS, (after, REKEY_CHUNK)):
         keys = _new_keys(found)

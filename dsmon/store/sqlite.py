@@ -154,13 +154,16 @@ class SQLiteStore(TypedGpuStore):
     def _transaction(self) -> _Transaction:
         return _Transaction(self._conn)
 
+    def prepare_writes(self) -> None:
+        with self._lock, _errors(self.path):
+            self._add_indexes()
+
     def add(
         self, records: Iterable[Record | EncodedRecord | RecordRow], *, live: bool = False
     ) -> int:
         """Store the records not stored yet, committing every few thousand; returns how many."""
         inserted = 0
-        with self._lock, _errors(self.path):
-            self._add_indexes()
+        self.prepare_writes()
         for rows, samples in split(records):
             with self._lock, _errors(self.path), self._forgetting(), self._transaction():
                 if live:
