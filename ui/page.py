@@ -16,7 +16,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from dsmon.view.cache import View, run_is_live, status_line
+from dsmon.view.cache import View, reading_line, run_is_live, status_line
 from ui.text import md_escape
 
 #: Session key under which ``app.py`` leaves the view of the selected run.
@@ -63,7 +63,9 @@ def live_body(view: View, render: Callable[[], None]) -> None:
         if view.live and info is not None and run_is_live(info, now) != view.run_live:
             st.rerun()  # once: the rerun draws the frame for the run's new state
         st.caption(status_line(info, now))
-        render()
+        # Shown only if drawing takes over half a second (Streamlit's own delay).
+        with st.spinner(reading_line(view.run, info), show_time=True):
+            render()
 
     st.fragment(run_every=view.refresh_s if view.live else None)(tick)()
     if view.look_s is not None:

@@ -377,6 +377,18 @@ def status_line(info: RunInfo | None, now: datetime) -> str:
     )
 
 
+def reading_line(run: str, info: RunInfo | None) -> str:
+    """What a page says while it reads and draws the run, shown when that takes a while.
+
+    The first look at a long run reads all of it (20 s for 2.9 million records on a 2-core
+    machine), and a blank page for that long looks broken; later refreshes read only new
+    records and finish before the message would show.
+    """
+    if info is None:
+        return f"Reading run {run}"
+    return f"Reading run {run} ({info.n_records:,} records)"
+
+
 def step_cutoff(steps: pd.DataFrame, step: int | None) -> Cutoff:
     """The replay position of optimizer step ``step``: its number and the time it ended.
 
