@@ -253,6 +253,8 @@ class PgStore(TypedGpuStore):
                 raise foreign_version(redact_url(self.url), found[0])
 
     def prepare_writes(self) -> None:
+        """The layout an older dsmon left, brought up to date now (:func:`_upgrade`)."""
+
         def upgrade(conn: psycopg.Connection[Any]) -> None:
             with conn.transaction():
                 conn.execute("LOCK TABLE records IN SHARE ROW EXCLUSIVE MODE")

@@ -155,6 +155,7 @@ class SQLiteStore(TypedGpuStore):
         return _Transaction(self._conn)
 
     def prepare_writes(self) -> None:
+        """The layout an older dsmon left, brought up to date now (:meth:`_add_indexes`)."""
         with self._lock, _errors(self.path):
             self._add_indexes()
 
