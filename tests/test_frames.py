@@ -115,20 +115,28 @@ def test_real_timer_frame(z2_log_records: list[Record]) -> None:
     assert first["ts"] == pd.Timestamp("2026-11-29 14:11:04.882")
 
 
-@pytest.mark.parametrize("block_bytes", [4 << 20, 2048])
+#: (Arrow's block size, rows a store read takes at a time, fewest rows read by Arrow).
+READS = [(4 << 20, 200_000, 2000), (2048, 200_000, 2000), (4 << 20, 7, 2000), (2048, 7, 1)]
+
+
+@pytest.mark.parametrize(("block_bytes", "page_rows", "arrow_min"), READS)
 def test_frames_from_stored_bodies_equal_frames_from_records(
-    block_bytes: int, monkeypatch: pytest.MonkeyPatch
+    block_bytes: int, page_rows: int, arrow_min: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``Store.frame`` builds frames from the stored JSON directly; the same frame as records.
 
-    Also when Arrow parses the JSON in many blocks (in parallel), each inferring its fields.
+    Also when Arrow parses the JSON in many blocks (in parallel), each inferring its fields,
+    and when the store reads a kind a few rows at a time and joins the pages.
     """
     from dashboard_support import RUNS, shared_store
 
     from dsmon.model import arrow_frames
     from dsmon.model.arrow_frames import arrow_frame
+    from dsmon.store import base
 
     monkeypatch.setattr(arrow_frames, "BLOCK_BYTES", block_bytes)
+    monkeypatch.setattr(base, "FRAME_PAGE_ROWS", page_rows)
+    monkeypatch.setattr(base, "ARROW_MIN_ROWS", arrow_min)
     from dsmon.model.records import KINDS
     from dsmon.store.base import RecordFilter
     from dsmon.store.sqlite import open_store

@@ -15,7 +15,7 @@ import functools
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from hashlib import blake2b as _blake2b
 from types import TracebackType
@@ -42,6 +42,8 @@ READABLE_VERSIONS = (1, 2)
 BATCH_ROWS = 5000
 #: Frames of fewer rows are read in Python: Arrow's fixed cost per call is not worth it.
 ARROW_MIN_ROWS = 2000
+#: Rows read at a time by :meth:`Store.frame` of a whole kind (the dashboard's page size).
+FRAME_PAGE_ROWS = 200_000
 #: Records decoded at a time by :meth:`Store.scan`: it never holds more record objects.
 SCAN_ROWS = 1000
 
@@ -455,17 +457,53 @@ class Store(ABC, GpuReads):
         limit: int | None = None,
     ) -> pd.DataFrame:
         """One row per record of one kind: see :func:`dsmon.model.frames.records_frame`."""
-        from dsmon.model.arrow_frames import arrow_frame
-        from dsmon.model.frames import bodies_frame, records_frame
+        from dsmon.model.frames import records_frame
 
         flt = RecordFilter(run, kind, step_min, step_max, ts_min, ts_max, after_id, limit)
         if kind in self.BODY_KINDS:
-            rows = self._select_bodies(flt)
-            ids, bodies = [i for i, _ in rows], [b for _, b in rows]
-            fast = arrow_frame(kind, ids, bodies) if len(rows) >= ARROW_MIN_ROWS else None
-            return fast if fast is not None else bodies_frame(kind, ids, bodies)
+            return self._bodies_frame(flt) if limit is not None else self._paged_frame(flt)
         pairs = self._select_records(flt)
         return records_frame(kind, [rec for _, rec in pairs], [i for i, _ in pairs])
+
+    def _bodies_frame(self, flt: RecordFilter) -> pd.DataFrame:
+        """The frame of the rows ``flt`` selects, built from their JSON bodies in one go."""
+        from dsmon.model.arrow_frames import arrow_frame
+        from dsmon.model.frames import bodies_frame
+
+        kind = str(flt.kind)
+        rows = self._select_bodies(flt)
+        ids, bodies = [i for i, _ in rows], [b for _, b in rows]
+        fast = arrow_frame(kind, ids, bodies) if len(rows) >= ARROW_MIN_ROWS else None
+        return fast if fast is not None else bodies_frame(kind, ids, bodies)
+
+    def _paged_frame(self, flt: RecordFilter) -> pd.DataFrame:
+        """:meth:`_bodies_frame` read :data:`FRAME_PAGE_ROWS` rows at a time, then joined.
+
+        In one read, a long run's timers had their JSON bodies, the bodies joined for Arrow
+        and Arrow's table in memory at once: 4.6 GB at peak for a frame of 0.9 GB (2.5
+        million timer rows). A page at a time, only one page's bodies are held beside the
+        frames. The dashboard reads its frames the same way (``dsmon.view.cache``), so
+        ``dsmon check --store`` sees the frames its Health page sees.
+        """
+        from dsmon.model.joined import concat
+
+        pages: list[pd.DataFrame] = []
+        after = flt.after_id
+        while True:
+            page = self._bodies_frame(replace(flt, after_id=after, limit=FRAME_PAGE_ROWS))
+            if page.empty and pages:
+                break
+            pages.append(page)
+            if len(page) < FRAME_PAGE_ROWS:
+                break
+            after = int(page["id"].iloc[-1])
+        if len(pages) == 1:
+            return pages[0]
+        whole = concat(pages)
+        bad = sum(p.attrs.get("bad_ts", 0) for p in pages)
+        if bad:
+            whole.attrs["bad_ts"] = bad
+        return whole
 
     def __enter__(self) -> Store:
         return self
