@@ -3,10 +3,10 @@
 A record is stored as its JSON-lines form (``dsmon.model.wire``) next to a few columns
 (run, kind, step, ts, node, rank, file, line; run and kind are indexed with the id) and a
 key made of :func:`dsmon.model.records.record_key` (:func:`identity_digest`) that carries a
-UNIQUE constraint, so writing the same record twice stores it once. SQLite (``dsmon.store.sqlite``) and PostgreSQL
-(``dsmon.store.postgres``) differ only in SQL dialect and connection handling; the mapping
-between rows and records, the filters and the DataFrame view live here so both return the
-same answers.
+UNIQUE constraint, so writing the same record twice stores it once. SQLite
+(``dsmon.store.sqlite``) and PostgreSQL (``dsmon.store.postgres``) differ only in SQL
+dialect and connection handling; the mapping between rows and records, the filters and the
+DataFrame view live here so both return the same answers.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from dsmon.store.gpu_reads import GpuReads
 if TYPE_CHECKING:  # pandas loads only when a frame is asked for: collectors never need it
     import pandas as pd
 
-#: Bumped when the tables change shape; a store written by another version is refused.
+#: Bumped when the tables change shape or what a column holds; a store of a version not in
+#: :data:`READABLE_VERSIONS` is refused.
 #: Indexes are not part of it: a dsmon of either index set reads and writes a store of the
 #: other the same (only faster or slower), and a writer brings it to its own set.
 SCHEMA_VERSION = 2

@@ -78,7 +78,7 @@ class SQLiteStore(TypedGpuStore):
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
         self._lock = threading.Lock()
-        self._indexed = False
+        self._upgraded = False
         try:
             self._conn = sqlite3.connect(
                 self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
@@ -105,9 +105,9 @@ class SQLiteStore(TypedGpuStore):
             for stmt in sql.DDL:
                 conn.execute(stmt)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        self._indexed = True
+        self._upgraded = True
 
-    def _add_indexes(self) -> None:
+    def _upgrade(self) -> None:
         """Give a store written by an older dsmon this one's layout (first write only).
 
         That is the ``(run, kind, id)`` and ``(run)`` indexes, the ``run_activity`` table and
@@ -115,10 +115,10 @@ class SQLiteStore(TypedGpuStore):
         (:mod:`dsmon.store.rekey`). Readers never do it: it takes the write lock, for seconds
         on a big store; and every read answers the same under either layout.
         """
-        if self._indexed:
+        if self._upgraded:
             return
         if self._has_layout():
-            self._indexed = True
+            self._upgraded = True
             return
         with self._forgetting(), self._transaction():
             have = self._layout_names()  # again, under the write lock
@@ -133,7 +133,7 @@ class SQLiteStore(TypedGpuStore):
             if self._version() < SCHEMA_VERSION:
                 rekey(self._gpu)
                 self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        self._indexed = True
+        self._upgraded = True
 
     def _has_layout(self) -> bool:
         """Whether the store has this dsmon's indexes, tables and keys already."""
@@ -155,9 +155,9 @@ class SQLiteStore(TypedGpuStore):
         return _Transaction(self._conn)
 
     def prepare_writes(self) -> None:
-        """The layout an older dsmon left, brought up to date now (:meth:`_add_indexes`)."""
+        """The layout an older dsmon left, brought up to date now (:meth:`_upgrade`)."""
         with self._lock, _errors(self.path):
-            self._add_indexes()
+            self._upgrade()
 
     def add(
         self, records: Iterable[Record | EncodedRecord | RecordRow], *, live: bool = False

@@ -10,7 +10,7 @@ from dsmon.store.base import ROW_COLUMNS
 from dsmon.store.sqlite_gpu import DDL as GPU_DDL
 
 # Added after schema version 1 shipped: an older store gets it from its first writer
-# (``_add_indexes``), and reads as empty while it is missing.
+# (``SQLiteStore._upgrade``), and reads as empty while it is missing.
 ACTIVITY_DDL = """CREATE TABLE IF NOT EXISTS run_activity (
     run TEXT PRIMARY KEY,
     restamps INTEGER NOT NULL DEFAULT 0,
