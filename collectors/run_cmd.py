@@ -38,11 +38,13 @@ from dsmon.commands.dashboard import (
     absolute_store,
     add_server_options,
     check_port,
+    dashboard_url,
     end_child,
     exit_status,
     start_streamlit,
     stop_on_signals,
     wait_for_signal,
+    wait_until_ready,
 )
 from dsmon.serve.tokens import TokenError, generate_token, load_token
 
@@ -248,7 +250,7 @@ def run_job(args: argparse.Namespace) -> int:
             )
         agent.start()
         try:
-            status = _supervise(cmd, folder, agent, ui)
+            status = _supervise(cmd, folder, agent, ui, dashboard_url(args.port, args.address))
         finally:
             agent.stop(args.stop_timeout)
     finally:
@@ -264,8 +266,9 @@ def _supervise(
     folder: Path,
     agent: Agent,
     ui: subprocess.Popen[bytes] | None,
+    ui_url: str,
 ) -> int:
-    """Run the job to its end (or a signal); keep the dashboard up until Ctrl-C after it."""
+    """Run the job to its end (or a signal); keep the dashboard (at ``ui_url``) up until Ctrl-C."""
     stop = stop_on_signals()
     job = start_job(cmd, probe_env(os.environ, folder / "probe"), folder / "train.log")
     print(
@@ -277,8 +280,11 @@ def _supervise(
     wait_for_signal(lambda: job.proc.poll() is not None, stop)
     status = job.stop()
     if ui is not None and not stop.is_set():
+        # A short job can end before Streamlit is up: say the dashboard is up once it is.
+        wait_until_ready(ui_url, ui, stop=stop)
         print(
-            f"dsmon run: the job ended with status {status}; the dashboard stays up until Ctrl-C",
+            f"dsmon run: the job ended with status {status}; the dashboard at {ui_url} stays "
+            "up until Ctrl-C",
             file=sys.stderr,
             flush=True,
         )

@@ -166,20 +166,37 @@ def open_browser_when_ready(
         return None
 
     def wait_and_open() -> None:
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and child.poll() is None:
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        webbrowser.open(url, new=2)
-                        return
-            except OSError:
-                pass
-            time.sleep(0.25)
+        if wait_until_ready(url, child, wait_s):
+            webbrowser.open(url, new=2)
 
     thread = threading.Thread(target=wait_and_open, name="dsmon-browser", daemon=True)
     thread.start()
     return thread
+
+
+def wait_until_ready(
+    url: str,
+    child: subprocess.Popen[bytes],
+    wait_s: float = BROWSER_WAIT_S,
+    stop: threading.Event | None = None,
+) -> bool:
+    """Whether the dashboard at ``url`` answers Streamlit's health check within ``wait_s``.
+
+    False when ``child`` (its server) died first, or ``stop`` was set (Ctrl-C): a caller that
+    tells the user the dashboard is up must not say so before it is.
+    """
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and child.poll() is None:
+        if stop is not None and stop.is_set():
+            return False
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.25)
+    return False
 
 
 def absolute_store(store: str) -> str:
