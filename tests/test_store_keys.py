@@ -108,10 +108,14 @@ def test_a_version_1_store_is_rekeyed_by_its_first_writer(
     reader.close()
 
     monkeypatch.setattr(rekey, "REKEY_CHUNK", 7)  # re-keyed in many steps
+    monkeypatch.setattr(rekey, "PROGRESS_ROWS", 50)  # with a line every 50 rows or so
     writer = _reopen(store)
     with caplog.at_level(logging.INFO, logger="dsmon.store.rekey"):
         assert writer.add(records) == 0  # sent again after the upgrade: stored once
     assert f"re-keyed {len(records)} records" in caplog.text
+    progress = [m for m in caplog.messages if m.startswith("dsmon: re-keyed ")]
+    assert progress[0] == f"dsmon: re-keyed 56 of {len(records)} records"
+    assert len(progress) == len(records) // 56
     assert _version(store) == SCHEMA_VERSION
     stored = _sql(store, "SELECT key FROM records ORDER BY id")
     assert [bytes(row[0]) for row in stored] == [key_digest(r) for r in records]

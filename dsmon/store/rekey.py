@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 
 #: Rows re-keyed per step: memory stays flat on a store of millions.
 REKEY_CHUNK = 20_000
+#: A line on stderr each time this many more rows are re-keyed: a big store takes minutes.
+PROGRESS_ROWS = 1_000_000
 _NEXT_ROWS = "SELECT id, body FROM records WHERE id > ? ORDER BY id LIMIT ?"
 _SET_KEY = "UPDATE records SET key = ? WHERE id = ?"
 
@@ -41,13 +43,16 @@ def rekey(tables: GpuTables) -> int:
             "(once; about 25 s per million records)",
             count,
         )
-    total, after, kept = 0, 0, 0
+    total, after, kept, told = 0, 0, 0, 0
     while found := tables.rows(_NEXT_ROWS, (after, REKEY_CHUNK)):
         keys = _new_keys(found)
         tables.execute_many(_SET_KEY, keys)
         total += len(keys)
         kept += len(found) - len(keys)
         after = found[-1][0]
+        if total + kept - told >= PROGRESS_ROWS:
+            told = total + kept
+            log.warning("dsmon: re-keyed %d of %d records", told, count)
     if total or kept:
         log.info("re-keyed %d records of a store written by an older dsmon", total)
     if kept:
