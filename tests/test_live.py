@@ -6,6 +6,7 @@ live tailer would, and the frames must end up exactly as a one-shot read.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from dsmon.view.cache import (
 
 
 class CountingStore:
-    """A store that records the ``after_id`` of every frame/records query."""
+    """A store that records the ``after_id`` of every frame, pages or records query."""
 
     def __init__(self, inner: Store) -> None:
         self.inner = inner
@@ -39,6 +40,10 @@ class CountingStore:
     def frame(self, run: str, kind: str, **kw: Any) -> pd.DataFrame:
         self.after.append((kind, kw.get("after_id")))
         return self.inner.frame(run, kind, **kw)
+
+    def frame_pages(self, run: str, kind: str, **kw: Any) -> Iterator[pd.DataFrame]:
+        self.after.append((kind, kw.get("after_id")))
+        return self.inner.frame_pages(run, kind, **kw)
 
     def records(self, run: str, kind: str | None = None, **kw: Any) -> list[Record]:
         self.after.append((f"rec:{kind}", kw.get("after_id")))

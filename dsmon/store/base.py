@@ -457,54 +457,51 @@ class Store(ABC, GpuReads):
         after_id: int | None = None,
         limit: int | None = None,
     ) -> pd.DataFrame:
-        """One row per record of one kind: see :func:`dsmon.model.frames.records_frame`."""
-        from dsmon.model.frames import records_frame
+        """One row per record of one kind: see :func:`dsmon.model.frames.records_frame`.
 
+        A whole kind of JSON bodies is read in pages (:meth:`frame_pages`) and joined. In one
+        read, a long run's timers had their JSON bodies, the bodies joined for Arrow and
+        Arrow's table in memory at once: 4.6 GB at peak for a frame of 0.9 GB (2.5 million
+        timer rows). The dashboard keeps the same pages apart (``dsmon.view.cache``), so
+        ``dsmon check --store`` sees the frames its Health page sees.
+        """
         flt = RecordFilter(run, kind, step_min, step_max, ts_min, ts_max, after_id, limit)
-        if kind in self.BODY_KINDS:
-            return self._bodies_frame(flt) if limit is not None else self._paged_frame(flt)
-        pairs = self._select_records(flt)
-        return records_frame(kind, [rec for _, rec in pairs], [i for i, _ in pairs])
+        if limit is None and kind in self.BODY_KINDS:
+            return _joined(list(self._pages(flt)))
+        return self._one_read(flt)
 
-    def _bodies_frame(self, flt: RecordFilter) -> pd.DataFrame:
-        """The frame of the rows ``flt`` selects, built from their JSON bodies in one go."""
+    def frame_pages(
+        self, run: str, kind: str, *, after_id: int | None = None
+    ) -> Iterator[pd.DataFrame]:
+        """:meth:`frame` of the rows after ``after_id``, :data:`FRAME_PAGE_ROWS` rows a page.
+
+        Only one page's stored JSON is in memory at a time. The last page is shorter than the
+        others (empty when the rows fill whole pages).
+        """
+        return self._pages(RecordFilter(run, kind, after_id=after_id))
+
+    def _pages(self, flt: RecordFilter) -> Iterator[pd.DataFrame]:
+        after = flt.after_id
+        while True:
+            page = self._one_read(replace(flt, after_id=after, limit=FRAME_PAGE_ROWS))
+            yield page
+            if len(page) < FRAME_PAGE_ROWS:
+                return
+            after = int(page["id"].iloc[-1])
+
+    def _one_read(self, flt: RecordFilter) -> pd.DataFrame:
+        """The frame of the rows ``flt`` selects, from their JSON bodies where kept, in one go."""
         from dsmon.model.arrow_frames import arrow_frame
-        from dsmon.model.frames import bodies_frame
+        from dsmon.model.frames import bodies_frame, records_frame
 
         kind = str(flt.kind)
+        if kind not in self.BODY_KINDS:
+            pairs = self._select_records(flt)
+            return records_frame(kind, [rec for _, rec in pairs], [i for i, _ in pairs])
         rows = self._select_bodies(flt)
         ids, bodies = [i for i, _ in rows], [b for _, b in rows]
         fast = arrow_frame(kind, ids, bodies) if len(rows) >= ARROW_MIN_ROWS else None
         return fast if fast is not None else bodies_frame(kind, ids, bodies)
-
-    def _paged_frame(self, flt: RecordFilter) -> pd.DataFrame:
-        """:meth:`_bodies_frame` read :data:`FRAME_PAGE_ROWS` rows at a time, then joined.
-
-        In one read, a long run's timers had their JSON bodies, the bodies joined for Arrow
-        and Arrow's table in memory at once: 4.6 GB at peak for a frame of 0.9 GB (2.5
-        million timer rows). A page at a time, only one page's bodies are held beside the
-        frames. The dashboard reads its frames the same way (``dsmon.view.cache``), so
-        ``dsmon check --store`` sees the frames its Health page sees.
-        """
-        from dsmon.model.joined import concat
-
-        pages: list[pd.DataFrame] = []
-        after = flt.after_id
-        while True:
-            page = self._bodies_frame(replace(flt, after_id=after, limit=FRAME_PAGE_ROWS))
-            if page.empty and pages:
-                break
-            pages.append(page)
-            if len(page) < FRAME_PAGE_ROWS:
-                break
-            after = int(page["id"].iloc[-1])
-        if len(pages) == 1:
-            return pages[0]
-        whole = concat(pages)
-        bad = sum(p.attrs.get("bad_ts", 0) for p in pages)
-        if bad:
-            whole.attrs["bad_ts"] = bad
-        return whole
 
     def __enter__(self) -> Store:
         return self
@@ -516,3 +513,18 @@ class Store(ABC, GpuReads):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _joined(pages: list[pd.DataFrame]) -> pd.DataFrame:
+    """Pages of one frame as one (the empty last page left out), ``bad_ts`` counts summed."""
+    from dsmon.model.joined import concat
+
+    if len(pages) > 1 and pages[-1].empty:
+        pages = pages[:-1]
+    if len(pages) == 1:
+        return pages[0]
+    whole = concat(pages)
+    bad = sum(p.attrs.get("bad_ts", 0) for p in pages)
+    if bad:
+        whole.attrs["bad_ts"] = bad
+    return whole

@@ -36,8 +36,6 @@ LIVE_WINDOW_S = 120.0
 GPU = "gpu"
 #: Memoised derived views kept per run (oldest dropped first).
 MEMO_SIZE = 64
-#: Rows read from the store at a time when a kind is loaded.
-PAGE_ROWS = 200_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,18 +254,16 @@ class RunFrames:
     def _extend_frame(self, kind: str, hi: int) -> None:
         """Append rows with ``seen < id <= hi`` (rows above ``hi`` wait for the next refresh).
 
-        Read :data:`PAGE_ROWS` at a time, each page its own chunk: a million steps' stored
-        JSON is never in memory at once.
+        Read a page at a time (``Store.frame_pages``), each page its own chunk: a million
+        steps' stored JSON is never in memory at once.
         """
-        after, grew = self._seen[kind], False
-        while True:
-            page = self.store.frame(self.run, kind, after_id=after, limit=PAGE_ROWS)
+        grew = False
+        for page in self.store.frame_pages(self.run, kind, after_id=self._seen[kind]):
             if page.empty or "id" not in page.columns:  # (every store frame has ids)
                 grew = self._append(kind, page) or grew
                 break
-            after = int(page["id"].max())
             grew = self._append(kind, page[page["id"] <= hi]) or grew
-            if len(page) < PAGE_ROWS or after >= hi:
+            if int(page["id"].iloc[-1]) >= hi:
                 break
         self._seen[kind] = hi
         if grew:
