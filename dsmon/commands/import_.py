@@ -97,6 +97,8 @@ def _report(store: Store, res: ImportResult) -> str:
         head += f"; {bad} bad record lines skipped"
     from dsmon.analysis.summary import summary_text  # pandas: loaded only when a summary is printed
 
+    for run in res.runs:
+        store.keep_chunks(run)  # the dashboard's first look then skips the JSON
     return "\n".join([head, *(summary_text(store, run) for run in res.runs)])
 
 

@@ -41,6 +41,8 @@ _LISTS: dict[Any, pa.DataType] = {
     tuple[tuple[float, ...], ...]: pa.list_(pa.list_(pa.float64())),
 }
 _INT64 = {pa.int64(): pd.Int64Dtype()}
+#: Schema metadata of :func:`arrow_table`: the mapping columns that are ``{}`` in every row.
+_EMPTY_MAPPINGS = b"dsmon.empty_mappings"
 
 
 def _arrow_type(field: Field) -> pa.DataType | None:
@@ -96,6 +98,19 @@ def arrow_frame(
     kind: str, ids: Sequence[int], bodies: Sequence[str | bytes]
 ) -> pd.DataFrame | None:
     """The frame of ``kind`` from its stored bodies, or None when Arrow cannot read them."""
+    table = arrow_table(kind, ids, bodies)
+    return None if table is None else table_frame(kind, table)
+
+
+def arrow_table(
+    kind: str, ids: Sequence[int], bodies: Sequence[str | bytes]
+) -> pa.Table | None:
+    """The Arrow form of :func:`arrow_frame`, before pandas: what a store keeps of a page.
+
+    Columns in the frame's order; list fields stay Arrow lists and mappings that are ``{}``
+    in every row are null columns named in the schema metadata (:func:`table_frame` makes
+    tuples and dicts of them), so the table survives Arrow IPC as it is.
+    """
     found = arrow_schema(kind)
     if found is None or not bodies:
         return None
@@ -111,7 +126,29 @@ def arrow_frame(
     for name in found.mappings:  # a mapping with keys in some row: the Python reader's job
         if name in table.column_names and not _empty_mappings(table.column(name)):
             return None
-    return typed(_columns(kind, table, ids), field_dtypes(kind))
+    return _columns(kind, table, ids)
+
+
+def table_frame(kind: str, table: pa.Table) -> pd.DataFrame:
+    """The frame of a table from :func:`arrow_table`: dtypes and Python values as records give.
+
+    Text is Python ``str`` or None (not NaN), list fields are tuples, empty mappings ``{}``.
+    """
+    order = table.column_names
+    meta = (table.schema.metadata or {}).get(_EMPTY_MAPPINGS, b"").decode()
+    listed = [f.name for f in _columns_of(kind) if f.base in _LISTS and f.name in order]
+    tuples = {name: _tuples(table.column(name)) for name in listed}
+    table = table.drop_columns(listed)
+    frame = table.to_pandas(types_mapper=_INT64.get)
+    for field in table.schema:
+        if pa.types.is_string(field.type) or pa.types.is_null(field.type):
+            column = frame[field.name]
+            frame[field.name] = column.astype(object).where(column.notna(), None)
+    for name in filter(None, meta.split(",")):
+        frame[name] = [{} for _ in range(len(frame))]
+    for name, values in tuples.items():
+        frame[name] = values
+    return typed(frame[order], field_dtypes(kind))
 
 
 def _empty_mappings(column: pa.ChunkedArray) -> bool:
@@ -121,7 +158,7 @@ def _empty_mappings(column: pa.ChunkedArray) -> bool:
     )
 
 
-def _columns(kind: str, table: pa.Table, ids: Sequence[int]) -> pd.DataFrame:
+def _columns(kind: str, table: pa.Table, ids: Sequence[int]) -> pa.Table:
     """BASE_COLUMNS, the kind's fields, then one ``<name>_ms`` column per timer name."""
     src = table.column("src").combine_chunks()
     cols: dict[str, Any] = {"id": pa.array(ids, pa.int64())}
@@ -142,20 +179,7 @@ def _columns(kind: str, table: pa.Table, ids: Sequence[int]) -> pd.DataFrame:
         if pa.types.is_struct(timers.type):
             for i in _first_seen_order(timers):
                 cols[f"{timers.type.field(i).name}_ms"] = timers.field(i).cast(pa.float64())
-    order = list(cols)
-    listed = [f.name for f in _columns_of(kind) if f.base in _LISTS and f.name in cols]
-    tuples = {name: _tuples(cols.pop(name)) for name in listed}
-    table = pa.table(cols)
-    frame = table.to_pandas(types_mapper=_INT64.get)
-    for field in table.schema:  # text as Python str or None, as records give it (not NaN)
-        if pa.types.is_string(field.type) or pa.types.is_null(field.type):
-            column = frame[field.name]
-            frame[field.name] = column.astype(object).where(column.notna(), None)
-    for name in mappings:
-        frame[name] = [{} for _ in range(len(frame))]
-    for name, values in tuples.items():
-        frame[name] = values
-    return frame[order]
+    return pa.table(cols).replace_schema_metadata({_EMPTY_MAPPINGS: ",".join(mappings)})
 
 
 def _first_seen_order(struct: pa.StructArray) -> list[int]:

@@ -30,6 +30,8 @@ from dsmon.store.gpu_reads import GpuReads
 if TYPE_CHECKING:  # pandas loads only when a frame is asked for: collectors never need it
     import pandas as pd
 
+    from dsmon.store.frame_chunks import ChunkKey
+
 #: Bumped when the tables change shape or what a column holds; a store of a version not in
 #: :data:`READABLE_VERSIONS` is refused.
 #: Indexes are not part of it: a dsmon of either index set reads and writes a store of the
@@ -43,8 +45,10 @@ READABLE_VERSIONS = (1, 2)
 BATCH_ROWS = 5000
 #: Frames of fewer rows are read in Python: Arrow's fixed cost per call is not worth it.
 ARROW_MIN_ROWS = 2000
-#: Rows read at a time by :meth:`Store.frame` of a whole kind (the dashboard's page size).
-FRAME_PAGE_ROWS = 200_000
+#: Rows read at a time by :meth:`Store.frame` of a whole kind (the dashboard's page size), and
+#: so the rows of a kept chunk (:mod:`dsmon.store.frame_chunks`): what a first look still
+#: parses as JSON is the last, unsealed page, at most this many rows.
+FRAME_PAGE_ROWS = 50_000
 #: Records decoded at a time by :meth:`Store.scan`: it never holds more record objects.
 SCAN_ROWS = 1000
 
@@ -280,6 +284,11 @@ class RecordFilter:
     after_id: int | None = None
     limit: int | None = None
 
+    def whole_kind(self) -> bool:
+        """Whether this reads a kind's records by id alone (no step or time range)."""
+        ranges = (self.step_min, self.step_max, self.ts_min, self.ts_max)
+        return self.kind is not None and all(v is None for v in ranges)
+
     def where(self, ph: str = "?") -> tuple[str, list[Any]]:
         """The SQL WHERE clause and its parameters, with ``ph`` as the placeholder."""
         conds: list[tuple[str, Any]] = [("run = {}", self.run)]
@@ -404,6 +413,16 @@ class Store(ABC, GpuReads):
         """
         return [(rec_id, body.encode("utf-8")) for rec_id, body in self._select(flt)]
 
+    def _load_chunk(self, key: ChunkKey) -> bytes | None:
+        """The kept page ``key`` names (:mod:`dsmon.store.frame_chunks`), None if there is none.
+
+        A backend that keeps no chunks parses every page from JSON.
+        """
+        return None
+
+    def _save_chunk(self, key: ChunkKey, data: bytes) -> None:
+        """Keep a sealed page's table for later readers; best effort (see :mod:`frame_chunks`)."""
+
     def _select_records(self, flt: RecordFilter) -> list[tuple[int, Record]]:
         """``(id, record)`` of the matching records in id order.
 
@@ -470,6 +489,21 @@ class Store(ABC, GpuReads):
             return _joined(list(self._pages(flt)))
         return self._one_read(flt)
 
+    def keep_chunks(self, run: str) -> int:
+        """Read each sealed page of ``run`` once, so that its chunk is kept; how many pages.
+
+        ``dsmon import`` calls it: the first look at a run imported for a post-mortem then
+        decodes chunks instead of parsing the JSON (:mod:`dsmon.store.frame_chunks`). One page
+        is held at a time.
+        """
+        info = next((i for i in self.runs() if i.name == run), None)
+        kinds = {} if info is None else info.kinds
+        pages = 0
+        for kind, n in sorted(kinds.items()):
+            if kind in self.BODY_KINDS and n >= FRAME_PAGE_ROWS:
+                pages += sum(1 for page in self.frame_pages(run, kind) if len(page))
+        return pages
+
     def frame_pages(
         self, run: str, kind: str, *, after_id: int | None = None
     ) -> Iterator[pd.DataFrame]:
@@ -483,14 +517,43 @@ class Store(ABC, GpuReads):
     def _pages(self, flt: RecordFilter) -> Iterator[pd.DataFrame]:
         after = flt.after_id
         while True:
-            page = self._one_read(replace(flt, after_id=after, limit=FRAME_PAGE_ROWS))
+            page = self._page(replace(flt, after_id=after, limit=FRAME_PAGE_ROWS))
             yield page
             if len(page) < FRAME_PAGE_ROWS:
                 return
             after = int(page["id"].iloc[-1])
 
-    def _one_read(self, flt: RecordFilter) -> pd.DataFrame:
-        """The frame of the rows ``flt`` selects, from their JSON bodies where kept, in one go."""
+    def _page(self, flt: RecordFilter) -> pd.DataFrame:
+        """One page of a whole kind: from its kept chunk, else from JSON (then kept if full)."""
+        from dsmon.model.arrow_frames import arrow_table, table_frame
+        from dsmon.store import frame_chunks as chunks
+
+        kind, limit = str(flt.kind), int(flt.limit or 0)
+        if kind not in self.BODY_KINDS or not flt.whole_kind():
+            return self._one_read(flt)
+        key = chunks.ChunkKey(
+            flt.run, kind, flt.after_id or 0, limit, self.restamps(flt.run),
+            chunks.chunk_format(kind),
+        )  # fmt: skip
+        data = self._load_chunk(key)
+        table = None if data is None else chunks.decode(data)
+        if table is not None and table.num_rows == limit:
+            return table_frame(kind, table)
+        rows = self._select_bodies(flt)
+        table = arrow_table(kind, *_unzipped(rows)) if len(rows) >= ARROW_MIN_ROWS else None
+        if table is None:
+            return self._one_read(flt, rows)
+        if table.num_rows == limit:
+            self._save_chunk(key, chunks.encode(table))
+        return table_frame(kind, table)
+
+    def _one_read(
+        self, flt: RecordFilter, rows: list[tuple[int, bytes]] | None = None
+    ) -> pd.DataFrame:
+        """The frame of the rows ``flt`` selects, from their JSON bodies where kept, in one go.
+
+        ``rows``: the bodies already read, when Arrow refused them (the Python reader's turn).
+        """
         from dsmon.model.arrow_frames import arrow_frame
         from dsmon.model.frames import bodies_frame, records_frame
 
@@ -498,9 +561,10 @@ class Store(ABC, GpuReads):
         if kind not in self.BODY_KINDS:
             pairs = self._select_records(flt)
             return records_frame(kind, [rec for _, rec in pairs], [i for i, _ in pairs])
-        rows = self._select_bodies(flt)
-        ids, bodies = [i for i, _ in rows], [b for _, b in rows]
-        fast = arrow_frame(kind, ids, bodies) if len(rows) >= ARROW_MIN_ROWS else None
+        tried = rows is not None
+        rows = self._select_bodies(flt) if rows is None else rows
+        ids, bodies = _unzipped(rows)
+        fast = arrow_frame(kind, ids, bodies) if len(rows) >= ARROW_MIN_ROWS and not tried else None
         return fast if fast is not None else bodies_frame(kind, ids, bodies)
 
     def __enter__(self) -> Store:
@@ -513,6 +577,11 @@ class Store(ABC, GpuReads):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _unzipped(rows: list[tuple[int, bytes]]) -> tuple[list[int], list[bytes]]:
+    """Ids and bodies of ``(id, body)`` rows, as two lists."""
+    return [i for i, _ in rows], [b for _, b in rows]
 
 
 def _joined(pages: list[pd.DataFrame]) -> pd.DataFrame:

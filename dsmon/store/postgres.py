@@ -23,6 +23,7 @@ handling differ:
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
@@ -30,6 +31,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from dsmon.model.records import Record
+from dsmon.store import frame_chunks as chunks
 from dsmon.store.base import (
     READABLE_VERSIONS,
     ROW_COLUMNS,
@@ -56,6 +58,7 @@ from dsmon.store.rekey import rekey
 __all__ = ["PgStore", "redact_url"]
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 #: How long opening a connection may take before the store gives up.
 CONNECT_TIMEOUT_S = 10
@@ -107,6 +110,7 @@ _DDL = (
         received_at TEXT COLLATE "C"
     )""",
     *GPU_DDL,
+    chunks.DDL.format(blob="BYTEA"),
     # What older stores had, and no query needs (every read asks for id order, which only
     # (run, id) and (run, kind, id) give without a sort); each costs every insert. Dropped on
     # open, as missing indexes are created on open: a reader of either layout reads the same.
@@ -333,6 +337,21 @@ class PgStore(TypedGpuStore):
         with self._lock:
             rows = self._call(lambda conn: conn.execute(sql, params).fetchall())
         return [(int(i), str(body)) for i, body in rows]
+
+    def _load_chunk(self, key: chunks.ChunkKey) -> bytes | None:
+        sql = chunks.SELECT.format(ph="%s")
+        with self._lock:
+            row = self._call(lambda conn: conn.execute(sql, chunks.select_params(key)).fetchone())
+        return None if row is None else bytes(row[0])
+
+    def _save_chunk(self, key: chunks.ChunkKey, data: bytes) -> None:
+        """Keep the chunk; writers' table lock is on ``records``, so this never waits on it."""
+        sql = chunks.UPSERT.format(ph="%s")
+        try:
+            with self._lock:
+                self._call(lambda conn: conn.execute(sql, (*chunks.select_params(key), data)))
+        except StoreError as exc:  # a read-only role, say: the JSON is parsed next time
+            logger.info("dsmon: frame chunk of %s not kept: %s", key.kind, exc)
 
     def check_writable(self) -> None:
         """Rewrite the schema version row in place: a committed write that changes no data."""

@@ -12,6 +12,7 @@ millions of rows. ``open_store`` also accepts ``postgresql://`` URLs
 from __future__ import annotations
 
 import importlib
+import logging
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from dsmon.model.records import Record
+from dsmon.store import frame_chunks as chunks
 from dsmon.store import sqlite_sql as sql
 from dsmon.store.base import (
     READABLE_VERSIONS,
@@ -45,11 +47,14 @@ from dsmon.store.sqlite_gpu import SQLiteGpuTables
 __all__ = ["RunInfo", "SQLiteStore", "Store", "StoreError", "open_store", "sqlite_path"]
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 #: The indexes and tables whose presence tells this dsmon's layout from an older one's.
 _LAYOUT = frozenset({sql.RUN_KIND_ID, sql.RUN_ID, "run_activity", "gpu_rollup"})
 
 #: How long a writer waits for another writer's transaction before giving up.
 BUSY_TIMEOUT_S = 30.0
+#: How long a reader keeping a frame chunk waits for a writer (:meth:`SQLiteStore._save_chunk`).
+CHUNK_WAIT_MS = 250
 
 
 def sqlite_path(url: str) -> str:
@@ -263,6 +268,34 @@ class SQLiteStore(TypedGpuStore):
         sql, params = flt.select("?", body="CAST(body AS BLOB)")
         with self._lock, _errors(self.path):
             return self._conn.execute(sql, params).fetchall()
+
+    def _load_chunk(self, key: chunks.ChunkKey) -> bytes | None:
+        query = chunks.SELECT.format(ph="?")
+        with self._lock:
+            try:
+                row = self._conn.execute(query, chunks.select_params(key)).fetchone()
+            except sqlite3.Error:  # no such table (no chunk kept yet), or unreadable: JSON
+                return None
+        return None if row is None else bytes(row[0])
+
+    def _save_chunk(self, key: chunks.ChunkKey, data: bytes) -> None:
+        """Keep the chunk, waiting at most :data:`CHUNK_WAIT_MS` for another writer.
+
+        A page being drawn must not wait the 30 s a writer may (a long re-key holds the lock
+        for minutes); the next reader can keep the chunk as well.
+        """
+        with self._lock:
+            self._conn.execute(f"PRAGMA busy_timeout = {CHUNK_WAIT_MS}")
+            try:
+                with self._transaction():
+                    self._conn.execute(chunks.DDL.format(blob="BLOB"))
+                    self._conn.execute(
+                        chunks.UPSERT.format(ph="?"), (*chunks.select_params(key), data)
+                    )
+            except sqlite3.Error as exc:  # read-only file, locked, disk full: JSON next time
+                logger.info("dsmon: frame chunk of %s not kept: %s", key.kind, exc)
+            finally:
+                self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
 
     def _on_gpu(self, fn: Callable[[GpuTables], T]) -> T:
         with self._lock, _errors(self.path), _Transaction(self._conn, "BEGIN"):

@@ -1,0 +1,168 @@
+"""Sealed pages kept as Arrow chunks: later readers decode them instead of the JSON.
+
+A chunk must give the frame the JSON gives, be found again by the next reader of the same
+page, go stale when a restamp changes the run's rows, and never be trusted when it does not
+decode or was written for other columns. Keeping one is best effort: a reader that cannot
+write (another writer holds the lock) still gets its frame.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from sql_support import Rows
+from test_store_keys import _sql
+from test_store_plans import restamped
+
+from dsmon.model.frames import records_frame
+from dsmon.model.records import Record
+from dsmon.store import base, sqlite
+from dsmon.store.base import RecordFilter, Store
+from dsmon.store.sqlite import SQLiteStore
+
+KINDS = ("timer", "step")
+PAGE = 7
+
+
+@pytest.fixture(autouse=True)
+def small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pages of 7 rows, read by Arrow: the corpus run then fills several chunks per kind."""
+    monkeypatch.setattr(base, "FRAME_PAGE_ROWS", PAGE)
+    monkeypatch.setattr(base, "ARROW_MIN_ROWS", 1)
+
+
+def _kept(store: Store) -> Rows:
+    return _sql(store, "SELECT kind, after_id, page_rows, restamps FROM frame_chunks")
+
+
+def _body_reads(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The kinds of every read of JSON bodies the store makes from now on."""
+    reads: list[str] = []
+    real = store._select_bodies
+
+    def counting(flt: RecordFilter) -> list[tuple[int, bytes]]:
+        reads.append(str(flt.kind))
+        return real(flt)
+
+    monkeypatch.setattr(store, "_select_bodies", counting)
+    return reads
+
+
+def _from_records(store: Store, run: str, kind: str) -> pd.DataFrame:
+    pairs = store.id_records(RecordFilter(run, kind))
+    return records_frame(kind, [r for _, r in pairs], [i for i, _ in pairs])
+
+
+def test_full_pages_are_kept_and_read_back_as_the_same_frames(
+    store: Store, z2_log_records: list[Record], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.add(z2_log_records)
+    first = {kind: store.frame("z2", kind) for kind in KINDS}
+    kept = _kept(store)
+    for kind in KINDS:
+        assert sum(1 for k, *_ in kept if k == kind) == len(first[kind]) // PAGE > 0
+    assert {rows for _, _, rows, _ in kept} == {PAGE}
+    reads = _body_reads(store, monkeypatch)
+    for kind in KINDS:
+        again = store.frame("z2", kind)
+        pd.testing.assert_frame_equal(again, first[kind])
+        pd.testing.assert_frame_equal(again, _from_records(store, "z2", kind))
+    assert sorted(reads) == sorted(KINDS)  # only each kind's last, unsealed page: JSON
+
+
+def test_pages_of_the_dashboard_reader_come_from_chunks_too(
+    store: Store, z2_log_records: list[Record], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.add(z2_log_records)
+    whole = store.frame("z2", "timer")
+    reads = _body_reads(store, monkeypatch)
+    pages = list(store.frame_pages("z2", "timer"))
+    assert [len(p) for p in pages[:-1]] == [PAGE] * (len(whole) // PAGE)
+    pd.testing.assert_frame_equal(pd.concat(pages, ignore_index=True), whole)
+    assert reads == ["timer"]
+
+
+def test_a_restamp_makes_the_runs_chunks_stale(
+    store: Store, z2_log_records: list[Record]
+) -> None:
+    first, again = restamped(z2_log_records)
+    store.add([*z2_log_records, *first])
+    stepless = store.frame("z2", "timer")
+    assert stepless["step"].isna().any()
+    assert {r for *_, r in _kept(store)} == {0}
+    store.add(again)  # the late copies bring the steps: rows in sealed pages change
+    assert store.restamps("z2") > 0
+    filled = store.frame("z2", "timer")
+    assert filled["step"].notna().all()
+    pd.testing.assert_frame_equal(filled, _from_records(store, "z2", "timer"))
+    assert {r for k, _, _, r in _kept(store) if k == "timer"} == {store.restamps("z2")}
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    ["UPDATE frame_chunks SET data = ?", "UPDATE frame_chunks SET chunk_format = 'older'"],
+)
+def test_a_chunk_that_does_not_decode_or_is_of_other_columns_is_not_used(
+    spoil: str,
+    store: Store,
+    z2_log_records: list[Record],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store.add(z2_log_records)
+    first = store.frame("z2", "timer")
+    _sql(store, spoil, [(b"not arrow",)] if "?" in spoil else [])
+    reads = _body_reads(store, monkeypatch)
+    with caplog.at_level(logging.WARNING):
+        pd.testing.assert_frame_equal(store.frame("z2", "timer"), first)
+    assert len(reads) == len(first) // PAGE + 1  # every page from JSON again
+    assert ("does not decode" in caplog.text) == ("?" in spoil)
+    reads.clear()
+    store.frame("z2", "timer")  # the JSON reads kept good chunks in their place
+    assert reads == ["timer"]
+
+
+def test_a_reader_that_cannot_write_still_gets_its_frame(
+    tmp_path: Path, z2_log_records: list[Record], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ingest server holds the lock: the page waits a moment, not the writers' 30 s."""
+    path = tmp_path / "s.sqlite"
+    store = SQLiteStore(path)
+    store.add(z2_log_records)
+    monkeypatch.setattr(sqlite, "CHUNK_WAIT_MS", 50)
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")
+    try:
+        frame = store.frame("z2", "timer")
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    pd.testing.assert_frame_equal(frame, _from_records(store, "z2", "timer"))
+    assert not _sql(store, "SELECT name FROM sqlite_master WHERE name = 'frame_chunks'")
+    store.frame("z2", "timer")  # the lock is free now: the next reader keeps them
+    assert _kept(store)
+    store.close()
+
+
+def test_an_import_keeps_the_chunks_of_what_it_imported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``dsmon import`` reads each sealed page once: the first look after it decodes chunks."""
+    from dashboard_support import DATA
+
+    from dsmon.commands.import_ import import_and_summarise
+
+    store = SQLiteStore(tmp_path / "s.sqlite")
+    import_and_summarise(store, [DATA / "z2"], run="imported")
+    assert {k for k, *_ in _kept(store)} >= set(KINDS)
+    reads = _body_reads(store, monkeypatch)
+    for kind in KINDS:
+        pd.testing.assert_frame_equal(
+            store.frame("imported", kind), _from_records(store, "imported", kind)
+        )
+    assert sorted(reads) == sorted(KINDS)
+    store.close()
