@@ -7,7 +7,11 @@ line every 10 steps) and ``--gpu-hours`` of 1 Hz NVML samples from 64 GPUs (defa
 5.5 million samples). Then opens each page with Streamlit's own test harness (``AppTest`` on
 ``app.py``: the real scripts, the real frame cache, the real queries) and measures:
 
-- ``first``: the page's first render with every cache empty (the first browser to open it);
+- ``ever``: the page's first render with every cache empty and no frame chunk kept in the
+  store (``dsmon.store.frame_chunks``): the first reader of the run ever, which parses the
+  JSON of every page and keeps the sealed ones;
+- ``first``: the page's first render with every cache empty, in a new process after that one
+  (the next browser to open the run, a dashboard restarted, another replica);
 - ``refresh``: the median of :data:`TICKS` renders, each after one more step and one more
   second of GPU samples were stored (a live tick), caches warm, as a browser already on the
   page sees it (one step is stored before the first render too, so the run is live when the
@@ -31,6 +35,7 @@ import argparse
 import logging
 import os
 import resource
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -145,6 +150,20 @@ def open_page(page: str) -> tuple[object, float]:
     return at, time.perf_counter() - start
 
 
+def first_ever(path: Path, page: str, step: int) -> float:
+    """The page's first render with no frame chunk kept yet: the first reader of the run.
+
+    The store's chunks (``dsmon.store.frame_chunks``) are dropped first; this render parses
+    the JSON of every page and keeps the sealed ones for the readers after it.
+    """
+    os.environ["DSMON_STORE"] = str(path)
+    logging.getLogger("streamlit").setLevel(logging.ERROR)
+    with sqlite3.connect(path) as conn:
+        conn.execute("DROP TABLE IF EXISTS frame_chunks")
+    SQLiteStore(path).add(step_records(step), live=True)
+    return open_page(page)[1]
+
+
 def measure(path: Path, page: str, step: int, second: int) -> str:
     """One page in this process: first render, a live tick, the refresh; the result line."""
     os.environ["DSMON_STORE"] = str(path)
@@ -184,7 +203,10 @@ def main() -> None:
     args = ap.parse_args()
     if args.child:
         page, step, second = args.child.split(",")
-        print(measure(Path(args.store), page, int(step), int(second)), flush=True)
+        if second == "ever":
+            print(f"{first_ever(Path(args.store), page, int(step)):.2f}", flush=True)
+        else:
+            print(measure(Path(args.store), page, int(step), int(second)), flush=True)
         return
     path = Path(args.store) if args.store else Path(tempfile.mkdtemp()) / "pages.sqlite"
     store = SQLiteStore(path) if args.store else build(path, args.steps, args.gpu_hours)
@@ -194,24 +216,28 @@ def main() -> None:
     store.close()
     print(f"run: {info.n_records:,} records, last step {info.last_step:,}")
     print(
-        f"{'page':<15}{'first s':>9}{'refresh s':>11}{'max s':>7}{'cpu s':>7}{'sent MB':>9}{'RSS MiB':>10}"
+        f"{'page':<15}{'ever s':>8}{'first s':>9}{'refresh s':>11}{'max s':>7}{'cpu s':>7}"
+        f"{'sent MB':>9}{'RSS MiB':>10}"
     )
     step, second = (info.last_step or 0) + 1, last_s + 1
     for page in args.pages.split(","):
-        # each page in a process of its own: a first render from nothing, and its own RSS
-        child = [
-            sys.executable,
-            __file__,
-            "--store",
-            str(path),
-            "--child",
-            f"{page},{step},{second}",
-        ]
-        out = subprocess.run(child, capture_output=True, text=True, check=False)
-        print(out.stdout.strip() or f"{page}: failed: {out.stderr.strip()[-300:]}", flush=True)
-        step, second = step + TICKS + 1, second + TICKS
+        # each page in processes of its own: a first render from nothing, and its own RSS
+        ever = _child(path, f"{page},{step},ever")
+        out = _child(path, f"{page},{step + 1},{second}")
+        if " " in ever or " " not in out.strip():
+            print(f"{page}: failed: {ever} {out}", flush=True)
+        else:
+            print(f"{out[:15]}{ever:>8}{out[15:]}", flush=True)
+        step, second = step + TICKS + 2, second + TICKS
     if args.keep:
         print(f"store kept: {path}")
+
+
+def _child(path: Path, what: str) -> str:
+    """What ``--child what`` prints (the last of stderr when it fails)."""
+    child = [sys.executable, __file__, "--store", str(path), "--child", what]
+    out = subprocess.run(child, capture_output=True, text=True, check=False)
+    return out.stdout.strip() or out.stderr.strip()[-300:]
 
 
 if __name__ == "__main__":
