@@ -126,7 +126,8 @@ def test_pages_prints_every_page_it_was_asked_for() -> None:
     assert_lines(
         out,
         r"^run: [\d,]+ records, last step 300$",
-        # first, refresh (median of the ticks), slowest tick, CPU, MB sent, RSS
-        rf"^health +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER} +\d+$",
-        rf"^gpus +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER} +\d+$",
+        # first ever (no chunk kept), first, refresh (median of the ticks), slowest tick, CPU,
+        # MB sent, RSS
+        rf"^health +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER} +\d+$",
+        rf"^gpus +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER} +\d+$",
     )
