@@ -18,6 +18,7 @@ from server_support import stop_later
 from dsmon.model import wire
 from dsmon.model.records import Record, Source, StepRecord, TimerRecord
 from dsmon.serve.run import IngestServer, ServeError, bind_socket, start_ingest_server
+from dsmon.serve.seal import PageSealer
 from dsmon.store.base import Store, StoreError
 from dsmon.store.sqlite import open_store
 
@@ -296,8 +297,9 @@ def test_store_failure_is_503_and_nothing_is_acknowledged(tmp_path: Path) -> Non
     while not server.started:
         thread.join(0.01)
     handle = IngestServer(
-        f"http://127.0.0.1:{sock.getsockname()[1]}", 0, flaky.inner, server, thread
-    )
+        f"http://127.0.0.1:{sock.getsockname()[1]}", 0, flaky.inner, server, thread,
+        PageSealer(flaky.inner),
+    )  # fmt: skip
     try:
         flaky.down.set()
         status, hdrs, data = call(handle, "POST", "/v1/records", ndjson(small_batch(2)), auth())

@@ -44,6 +44,7 @@ from dsmon.model.records import KINDS
 from dsmon.serve.batch import parse_batch_rows
 from dsmon.serve.body import BatchError, check_length, inflate
 from dsmon.serve.metrics import StoreCollector
+from dsmon.serve.seal import PageSealer
 from dsmon.serve.tokens import check_token, token_matches
 from dsmon.store.base import (
     RecordFilter,
@@ -115,8 +116,10 @@ class IngestApi:
         limits: Limits,
         metrics_public: bool,
         health: RuleStates | None = None,
+        sealer: PageSealer | None = None,
     ) -> None:
         self.store = store
+        self.sealer = sealer
         self.token = check_token(token, "ingest token")
         self.limits = limits
         self.max_body_bytes = limits.max_body_bytes
@@ -237,7 +240,10 @@ class IngestApi:
         One trip to the thread pool for both: each trip costs a hand-over between threads.
         """
         records = parse_batch_rows(inflate(body, encoding, self.max_body_bytes))
-        return len(records), self.store.add(records, live=True)
+        inserted = self.store.add(records, live=True)
+        if inserted and self.sealer is not None:
+            self.sealer.wrote()
+        return len(records), inserted
 
     async def get_records(self, request: Request) -> Response:
         """A page of a run's records newer than ``since``, each with its store ``id``."""
@@ -371,6 +377,7 @@ def create_app(
     *,
     metrics_public: bool = True,
     health: RuleStates | None = None,
+    sealer: PageSealer | None = None,
 ) -> Starlette:
     """The ingest ASGI application over ``store``.
 
@@ -382,11 +389,13 @@ def create_app(
             come from inside the cluster); the other data endpoints always need it.
         health: the health rules' statuses to export as ``dsmon_health_rule`` (kept
             current by a :class:`dsmon.watch.health.HealthWatcher`); None: not exported.
+        sealer: told of each write that stored records (``dsmon.serve.seal``); the caller
+            stops it before closing the store. None: no page is kept by the server.
 
     Raises:
         dsmon.serve.tokens.TokenError: the token is too short to be a secret.
     """
-    api = IngestApi(store, token, limits or Limits(), metrics_public, health)
+    api = IngestApi(store, token, limits or Limits(), metrics_public, health, sealer)
     routes = [
         Route("/v1/records", api.post_records, methods=["POST"]),
         Route("/v1/records", api.get_records, methods=["GET"]),

@@ -26,6 +26,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from dsmon.serve import DEFAULT_PORT
 from dsmon.serve.app import MAX_BODY_BYTES, Limits, create_app
+from dsmon.serve.seal import PageSealer
 from dsmon.store.base import Store
 from dsmon.store.sqlite import open_store
 
@@ -116,10 +117,16 @@ class _HeadersDeadline(H11Protocol):
 
 
 def _server(
-    store: Store, token: str, host: str, port: int, limits: Limits, health: RuleStates | None
+    store: Store,
+    token: str,
+    host: str,
+    port: int,
+    limits: Limits,
+    health: RuleStates | None,
+    sealer: PageSealer,
 ) -> uvicorn.Server:
     """A uvicorn server for the app; it leaves the process's logging configuration alone."""
-    app = create_app(store, token, limits, health=health)
+    app = create_app(store, token, limits, health=health, sealer=sealer)
     protocol = type(
         "HeadersDeadline", (_HeadersDeadline,), {"headers_timeout_s": limits.headers_timeout_s}
     )
@@ -151,14 +158,16 @@ class IngestServer:
     store: Store
     server: uvicorn.Server = field(repr=False)
     thread: threading.Thread = field(repr=False)
+    sealer: PageSealer = field(repr=False)
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        """Finish the requests in flight, stop listening, close the store."""
+        """Finish the requests in flight, stop listening and keeping pages, close the store."""
         self.server.should_exit = True
         self.thread.join(timeout_s)
         if self.thread.is_alive():
             self.server.force_exit = True
             self.thread.join(timeout_s)
+        self.sealer.stop(timeout_s)
         self.store.close()
 
     def __enter__(self) -> IngestServer:
@@ -202,9 +211,11 @@ def start_ingest_server(
         dsmon.serve.tokens.TokenError: the token is too short.
     """
     store = open_store(store_url)
+    sealer = PageSealer(store)
     try:
         store.prepare_writes()
-        server = _server(store, token, host, port, _limits(limits, max_body_bytes), health)
+        limits = _limits(limits, max_body_bytes)
+        server = _server(store, token, host, port, limits, health, sealer)
         sock = bind_socket(host, port)
     except BaseException:
         store.close()
@@ -213,7 +224,7 @@ def start_ingest_server(
         target=server.run, kwargs={"sockets": [sock]}, name="dsmon-ingest", daemon=True
     )
     thread.start()
-    handle = IngestServer(_url(host, sock), sock.getsockname()[1], store, server, thread)
+    handle = IngestServer(_url(host, sock), sock.getsockname()[1], store, server, thread, sealer)
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while not server.started and thread.is_alive() and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -247,11 +258,14 @@ def serve_forever(
     """
     with open_store(store_url) as store:
         store.prepare_writes()  # an older store's upgrade, before a collector waits on it
-        server = _server(store, token, host, port, _limits(limits, max_body_bytes), health)
+        sealer = PageSealer(store)
+        limits = _limits(limits, max_body_bytes)
+        server = _server(store, token, host, port, limits, health, sealer)
         sock = bind_socket(host, port)
         if on_ready is not None:
             on_ready(_url(host, sock))
         try:
             server.run(sockets=[sock])
         finally:
+            sealer.stop()
             sock.close()

@@ -421,7 +421,11 @@ class Store(ABC, GpuReads):
         """
         return None
 
-    def _save_chunk(self, key: ChunkKey, data: bytes) -> None:
+    def _kept_chain(self, key: ChunkKey) -> dict[int, int]:
+        """The good kept pages of ``key``'s kind, ``after_id -> last_id`` (``key.after_id`` unused)."""
+        return {}
+
+    def _save_chunk(self, key: ChunkKey, last_id: int, data: bytes) -> None:
         """Keep a sealed page's table for later readers; best effort (see :mod:`frame_chunks`)."""
 
     def _select_records(self, flt: RecordFilter) -> list[tuple[int, Record]]:
@@ -491,33 +495,38 @@ class Store(ABC, GpuReads):
         return self._one_read(flt)
 
     def keep_chunks(self, run: str) -> int:
-        """Read each sealed page of ``run`` once, so that its chunk is kept; how many were full.
+        """Keep a chunk of each sealed page of ``run`` not kept yet; how many it kept.
 
-        ``dsmon import`` calls it: the first look at a run imported for a post-mortem then
-        decodes chunks instead of parsing the JSON (:mod:`dsmon.store.frame_chunks`). One page
-        is held at a time.
+        ``dsmon import`` calls it, and the ingest server as a run grows
+        (``dsmon.serve.seal``): the first look at the run then decodes chunks instead of
+        parsing the JSON (:mod:`dsmon.store.frame_chunks`). The kept pages are passed over by
+        their ids, unread; one page is held at a time.
         """
         info = next((i for i in self.runs() if i.name == run), None)
         kinds = {} if info is None else info.kinds
-        pages = 0
+        kept = 0
         for kind, n in sorted(kinds.items()):
             if kind in self.BODY_KINDS and n >= FRAME_PAGE_ROWS:
-                pages += self._keep_kind(RecordFilter(run, kind, limit=FRAME_PAGE_ROWS))
-        return pages
+                kept += self._keep_kind(RecordFilter(run, kind, limit=FRAME_PAGE_ROWS))
+        return kept
 
     def _keep_kind(self, flt: RecordFilter) -> int:
         """:meth:`keep_chunks` of one kind: its pages walked as :meth:`_pages` walks them.
 
         Only their tables: frames no one reads added a tenth to its time and peak memory.
         """
-        full = 0
+        after, chain = 0, self._kept_chain(self._chunk_key(flt))
+        while after in chain:
+            after = chain[after]
+        kept = 0
         while True:
+            flt = replace(flt, after_id=after or None)
             table, rows = self._page_table(flt)
             n = len(rows) if table is None else table.num_rows
             if n < FRAME_PAGE_ROWS:
-                return full
-            last = rows[-1][0] if table is None else table.column("id")[n - 1].as_py()
-            flt, full = replace(flt, after_id=int(last)), full + 1
+                return kept
+            after = int(rows[-1][0] if table is None else table.column("id")[n - 1].as_py())
+            kept += table is not None
 
     def frame_pages(
         self, run: str, kind: str, *, after_id: int | None = None
@@ -556,11 +565,7 @@ class Store(ABC, GpuReads):
         from dsmon.model.arrow_frames import arrow_table
         from dsmon.store import frame_chunks as chunks
 
-        kind, limit = str(flt.kind), int(flt.limit or 0)
-        key = chunks.ChunkKey(
-            flt.run, kind, flt.after_id or 0, limit, self.restamps(flt.run),
-            chunks.chunk_format(kind),
-        )  # fmt: skip
+        kind, limit, key = str(flt.kind), int(flt.limit or 0), self._chunk_key(flt)
         data = self._load_chunk(key)
         table = None if data is None else chunks.decode(data)
         if table is not None and table.num_rows == limit:
@@ -568,8 +573,19 @@ class Store(ABC, GpuReads):
         rows = self._select_bodies(flt)
         table = arrow_table(kind, *_unzipped(rows)) if len(rows) >= ARROW_MIN_ROWS else None
         if table is not None and table.num_rows == limit:
-            self._save_chunk(key, chunks.encode(table))
+            last = int(table.column("id")[limit - 1].as_py())
+            self._save_chunk(key, last, chunks.encode(table))
         return table, rows
+
+    def _chunk_key(self, flt: RecordFilter) -> ChunkKey:
+        """The chunk of the page ``flt`` reads, in the run's state now."""
+        from dsmon.store import frame_chunks as chunks
+
+        kind = str(flt.kind)
+        return chunks.ChunkKey(
+            flt.run, kind, flt.after_id or 0, int(flt.limit or 0), self.restamps(flt.run),
+            chunks.chunk_format(kind),
+        )  # fmt: skip
 
     def _one_read(
         self, flt: RecordFilter, rows: list[tuple[int, bytes]] | None = None

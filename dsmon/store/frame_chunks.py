@@ -7,16 +7,20 @@ records is sealed once full: ids only grow, so no record can join it later. The 
 reader to parse a full page therefore keeps its Arrow table (:func:`arrow_table`) in the
 ``frame_chunks`` table, compressed Arrow IPC, and every later reader of the same page
 (another dashboard process, ``dsmon check --store``, a restart) decodes that instead of the
-JSON. This is how time-series stores seal blocks; the JSON bodies stay the record of truth.
+JSON. The ingest server keeps the pages of the runs it writes as they fill
+(``dsmon.serve.seal``), and ``dsmon import`` those of what it imported, so that even a run
+no one has read yet opens from chunks. This is how time-series stores seal blocks; the JSON
+bodies stay the record of truth.
 
 A chunk is found by what reading the page again would be: run, kind, the id the page
-starts after and its length. It is used only while it still says what the JSON says:
+starts after and its length; it records the id of the page's last record, where the next
+page starts. It is used only while it still says what the JSON says:
 
 - ``restamps``: the run's count of rows whose step was filled in later
   (:meth:`dsmon.store.base.Store.restamps`); a restamp anywhere in the run makes its chunks
   stale, and the next reader parses the JSON and replaces them. Restamps happen once or twice
   per log (when a collector's step clock first resolves), so this costs one more parse;
-- ``format``: a digest of the kind's columns and of this module's layout, so a dsmon whose
+- ``chunk_format``: a digest of the kind's columns and of this module's layout, so a dsmon whose
   record model changed never takes an older dsmon's chunk for its own.
 
 Keeping a chunk is best effort: a store opened on a read-only file, or a writer holding the
@@ -92,6 +96,7 @@ DDL = """CREATE TABLE IF NOT EXISTS frame_chunks (
     kind TEXT NOT NULL,
     after_id BIGINT NOT NULL,
     page_rows INTEGER NOT NULL,
+    last_id BIGINT NOT NULL,
     restamps BIGINT NOT NULL,
     chunk_format TEXT NOT NULL,
     data {blob} NOT NULL,
@@ -106,9 +111,27 @@ SELECT = (
 def select_params(key: ChunkKey) -> tuple[object, ...]:
     """The parameters of :data:`SELECT`, in its order."""
     return (key.run, key.kind, key.after_id, key.rows, key.restamps, key.format)
+
+
+def chain_params(key: ChunkKey) -> tuple[object, ...]:
+    """The parameters of :data:`CHAIN` (``key.after_id`` is not one)."""
+    return (key.run, key.kind, key.rows, key.restamps, key.format)
+
+
+def upsert_params(key: ChunkKey, last_id: int, data: bytes) -> tuple[object, ...]:
+    """The parameters of :data:`UPSERT`, in its order."""
+    return (*select_params(key), last_id, data)
 UPSERT = (
-    "INSERT INTO frame_chunks (run, kind, after_id, page_rows, restamps, chunk_format, data)"
-    " VALUES ({ph}, {ph}, {ph}, {ph}, {ph}, {ph}, {ph})"
+    "INSERT INTO frame_chunks"
+    " (run, kind, after_id, page_rows, restamps, chunk_format, last_id, data)"
+    " VALUES ({ph}, {ph}, {ph}, {ph}, {ph}, {ph}, {ph}, {ph})"
     " ON CONFLICT (run, kind, after_id, page_rows) DO UPDATE SET"
-    " restamps = excluded.restamps, chunk_format = excluded.chunk_format, data = excluded.data"
+    " restamps = excluded.restamps, chunk_format = excluded.chunk_format,"
+    " last_id = excluded.last_id, data = excluded.data"
+)
+#: The kept pages of a kind that are still good, as ``after_id -> last_id``: the pages after
+#: them are found without decoding any (:meth:`dsmon.store.base.Store.keep_chunks`).
+CHAIN = (
+    "SELECT after_id, last_id FROM frame_chunks WHERE run = {ph} AND kind = {ph}"
+    " AND page_rows = {ph} AND restamps = {ph} AND chunk_format = {ph}"
 )

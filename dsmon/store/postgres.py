@@ -344,12 +344,23 @@ class PgStore(TypedGpuStore):
             row = self._call(lambda conn: conn.execute(sql, chunks.select_params(key)).fetchone())
         return None if row is None else bytes(row[0])
 
-    def _save_chunk(self, key: chunks.ChunkKey, data: bytes) -> None:
-        """Keep the chunk; writers' table lock is on ``records``, so this never waits on it."""
-        sql = chunks.UPSERT.format(ph="%s")
+    def _kept_chain(self, key: chunks.ChunkKey) -> dict[int, int]:
+        sql = chunks.CHAIN.format(ph="%s")
         try:
             with self._lock:
-                self._call(lambda conn: conn.execute(sql, (*chunks.select_params(key), data)))
+                rows = self._call(lambda c: c.execute(sql, chunks.chain_params(key)).fetchall())
+        except StoreError as exc:  # a table of another shape: the pages are parsed again
+            logger.info("dsmon: kept frame chunks not readable: %s", exc)
+            return {}
+        return {int(a): int(b) for a, b in rows}
+
+    def _save_chunk(self, key: chunks.ChunkKey, last_id: int, data: bytes) -> None:
+        """Keep the chunk; writers' table lock is on ``records``, so this never waits on it."""
+        sql = chunks.UPSERT.format(ph="%s")
+        params = chunks.upsert_params(key, last_id, data)
+        try:
+            with self._lock:
+                self._call(lambda conn: conn.execute(sql, params))
         except StoreError as exc:  # a read-only role, say: the JSON is parsed next time
             logger.info("dsmon: frame chunk of %s not kept: %s", key.kind, exc)
 

@@ -278,7 +278,16 @@ class SQLiteStore(TypedGpuStore):
                 return None
         return None if row is None else bytes(row[0])
 
-    def _save_chunk(self, key: chunks.ChunkKey, data: bytes) -> None:
+    def _kept_chain(self, key: chunks.ChunkKey) -> dict[int, int]:
+        query = chunks.CHAIN.format(ph="?")
+        with self._lock:
+            try:
+                rows = self._conn.execute(query, chunks.chain_params(key)).fetchall()
+            except sqlite3.Error:  # no such table: nothing kept yet
+                return {}
+        return {int(a): int(b) for a, b in rows}
+
+    def _save_chunk(self, key: chunks.ChunkKey, last_id: int, data: bytes) -> None:
         """Keep the chunk, waiting at most :data:`CHUNK_WAIT_MS` for another writer.
 
         A page being drawn must not wait the 30 s a writer may (a long re-key holds the lock
@@ -290,7 +299,7 @@ class SQLiteStore(TypedGpuStore):
                 with self._transaction():
                     self._conn.execute(chunks.DDL.format(blob="BLOB"))
                     self._conn.execute(
-                        chunks.UPSERT.format(ph="?"), (*chunks.select_params(key), data)
+                        chunks.UPSERT.format(ph="?"), chunks.upsert_params(key, last_id, data)
                     )
             except sqlite3.Error as exc:  # read-only file, locked, disk full: JSON next time
                 logger.info("dsmon: frame chunk of %s not kept: %s", key.kind, exc)

@@ -1,0 +1,93 @@
+"""The ingest server keeps the sealed pages of a run sent live (``dsmon.serve.seal``).
+
+A dashboard following a live run never reads a whole page, so without the server no page of
+a run sent live would be kept, and its first look later would parse all its JSON.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from test_frame_chunks import _body_reads, _from_records, _kept
+from test_server import TOKEN, post
+
+from dsmon.model.records import Record
+from dsmon.serve import seal
+from dsmon.serve.run import start_ingest_server
+from dsmon.serve.seal import PageSealer
+from dsmon.store import base
+from dsmon.store.base import StoreError
+from dsmon.store.sqlite import SQLiteStore
+
+
+@pytest.fixture(autouse=True)
+def small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pages of 7 rows read by Arrow, and a pass every 0.1 s."""
+    monkeypatch.setattr(base, "FRAME_PAGE_ROWS", 7)
+    monkeypatch.setattr(base, "ARROW_MIN_ROWS", 1)
+    monkeypatch.setattr(seal, "SEAL_EVERY_S", 0.1)
+
+
+def _kept_now(store: SQLiteStore) -> int:
+    """Pages kept so far (0 before the table exists)."""
+    try:
+        return len(_kept(store))
+    except sqlite3.OperationalError:
+        return 0
+
+
+def _until(check: object, timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check() and time.monotonic() < deadline:  # type: ignore[operator]
+        time.sleep(0.05)
+
+
+def test_the_server_keeps_the_pages_of_a_run_sent_live(
+    tmp_path: Path, z2_log_records: list[Record], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "store.sqlite"
+    half = len(z2_log_records) // 2
+    with start_ingest_server(str(path), TOKEN, port=0) as srv:
+        assert post(srv, z2_log_records[:half])[0] == 200
+        reader = SQLiteStore(path)
+        _until(lambda: _kept_now(reader) > 0)
+        first = _kept_now(reader)
+        assert post(srv, z2_log_records[half:])[0] == 200
+        _until(lambda: _kept_now(reader) > first)
+        time.sleep(0.5)  # a pass may be on its way through the kinds
+    kept = _kept(reader)
+    assert {k for k, *_ in kept} >= {"timer", "step"}
+    reads = _body_reads(reader, monkeypatch)
+    for kind in ("timer", "step"):
+        pd.testing.assert_frame_equal(reader.frame("z2", kind), _from_records(reader, "z2", kind))
+    assert sorted(reads) == ["step", "timer"]  # a dashboard's first look: the last pages only
+    reader.close()
+
+
+def test_no_pass_without_a_write_and_none_after_stop(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "s.sqlite")
+    sealer = PageSealer(store, every_s=0.05)
+    sealer.stop()
+    sealer.wrote()  # after stop: no thread starts
+    assert sealer._thread is None
+    store.close()
+
+
+class _Down(SQLiteStore):
+    def runs(self) -> list[base.RunInfo]:
+        raise StoreError("store x: connection refused")
+
+
+def test_a_store_error_ends_the_pass_and_is_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = _Down(tmp_path / "s.sqlite")
+    with caplog.at_level(logging.WARNING):
+        assert PageSealer(store).seal() == 0
+    assert "keeping sealed pages failed, next pass retries: store x: connection refused" in caplog.text
+    store.close()
