@@ -20,7 +20,7 @@ from test_store_plans import restamped
 
 from dsmon.model.frames import records_frame
 from dsmon.model.records import Record
-from dsmon.store import base, sqlite
+from dsmon.store import frame_reads, sqlite
 from dsmon.store.base import RecordFilter, Store
 from dsmon.store.sqlite import SQLiteStore
 
@@ -31,8 +31,8 @@ PAGE = 7
 @pytest.fixture(autouse=True)
 def small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
     """Pages of 7 rows, read by Arrow: the corpus run then fills several chunks per kind."""
-    monkeypatch.setattr(base, "FRAME_PAGE_ROWS", PAGE)
-    monkeypatch.setattr(base, "ARROW_MIN_ROWS", 1)
+    monkeypatch.setattr(frame_reads, "FRAME_PAGE_ROWS", PAGE)
+    monkeypatch.setattr(frame_reads, "ARROW_MIN_ROWS", 1)
 
 
 def _kept(store: Store) -> Rows:

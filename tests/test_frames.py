@@ -132,11 +132,11 @@ def test_frames_from_stored_bodies_equal_frames_from_records(
 
     from dsmon.model import arrow_frames
     from dsmon.model.arrow_frames import arrow_frame
-    from dsmon.store import base
+    from dsmon.store import frame_reads
 
     monkeypatch.setattr(arrow_frames, "BLOCK_BYTES", block_bytes)
-    monkeypatch.setattr(base, "FRAME_PAGE_ROWS", page_rows)
-    monkeypatch.setattr(base, "ARROW_MIN_ROWS", arrow_min)
+    monkeypatch.setattr(frame_reads, "FRAME_PAGE_ROWS", page_rows)
+    monkeypatch.setattr(frame_reads, "ARROW_MIN_ROWS", arrow_min)
     from dsmon.model.records import KINDS
     from dsmon.store.base import RecordFilter
     from dsmon.store.sqlite import open_store

@@ -20,7 +20,7 @@ from dsmon.model.records import Record
 from dsmon.serve import seal
 from dsmon.serve.run import start_ingest_server
 from dsmon.serve.seal import PageSealer
-from dsmon.store import base
+from dsmon.store import base, frame_reads
 from dsmon.store.base import StoreError
 from dsmon.store.sqlite import SQLiteStore
 
@@ -28,8 +28,8 @@ from dsmon.store.sqlite import SQLiteStore
 @pytest.fixture(autouse=True)
 def small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
     """Pages of 7 rows read by Arrow, and a pass every 0.1 s."""
-    monkeypatch.setattr(base, "FRAME_PAGE_ROWS", 7)
-    monkeypatch.setattr(base, "ARROW_MIN_ROWS", 1)
+    monkeypatch.setattr(frame_reads, "FRAME_PAGE_ROWS", 7)
+    monkeypatch.setattr(frame_reads, "ARROW_MIN_ROWS", 1)
     monkeypatch.setattr(seal, "SEAL_EVERY_S", 0.1)
 
 

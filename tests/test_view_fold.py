@@ -22,7 +22,7 @@ from dsmon.health.gather import inputs_from_store
 from dsmon.health.registry import evaluate
 from dsmon.model.joined import concat
 from dsmon.model.records import Record
-from dsmon.store import base
+from dsmon.store import frame_reads
 from dsmon.store.base import Store
 from dsmon.view import fold, step_views
 from dsmon.view.cache import OPEN, Cutoff, RunFrames
@@ -178,7 +178,7 @@ def test_a_run_loaded_in_pages_folds_page_by_page_to_the_whole_answer(
 ) -> None:
     """A stored run opened at once is read in pages; the folds never join its timer rows."""
     monkeypatch.setattr(fold, "LATE_STEPS", 2)
-    monkeypatch.setattr(base, "FRAME_PAGE_ROWS", 7)
+    monkeypatch.setattr(frame_reads, "FRAME_PAGE_ROWS", 7)
     store.add(records_of(name))
     frames = RunFrames(store, name)
     parts = len(frames._chunks("timer").parts)

@@ -15,23 +15,19 @@ import functools
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from hashlib import blake2b as _blake2b
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from dsmon.model import wire
 from dsmon.model.records import Record, record_key
 from dsmon.model.units import parse_ts
 from dsmon.model.wire import EncodedRecord
+from dsmon.store.filters import RecordFilter
+from dsmon.store.frame_reads import FrameReads
 from dsmon.store.gpu_reads import GpuReads
-
-if TYPE_CHECKING:  # pandas loads only when a frame is asked for: collectors never need it
-    import pandas as pd
-    import pyarrow as pa
-
-    from dsmon.store.frame_chunks import ChunkKey
 
 #: Bumped when the tables change shape or what a column holds; a store of a version not in
 #: :data:`READABLE_VERSIONS` is refused.
@@ -44,12 +40,6 @@ READABLE_VERSIONS = (1, 2)
 #: Records written per transaction: large enough to amortise the commit, small enough
 #: that a reader never waits long and memory stays flat on a 500 MB import.
 BATCH_ROWS = 5000
-#: Frames of fewer rows are read in Python: Arrow's fixed cost per call is not worth it.
-ARROW_MIN_ROWS = 2000
-#: Rows read at a time by :meth:`Store.frame` of a whole kind (the dashboard's page size), and
-#: so the rows of a kept chunk (:mod:`dsmon.store.frame_chunks`): what a first look still
-#: parses as JSON is the last, unsealed page, at most this many rows.
-FRAME_PAGE_ROWS = 50_000
 #: Records decoded at a time by :meth:`Store.scan`: it never holds more record objects.
 SCAN_ROWS = 1000
 
@@ -262,61 +252,6 @@ def _fold(
     )
 
 
-def _iso(value: str | datetime | None) -> str | None:
-    """Timestamps compare as the ISO strings records carry (millisecond precision, no zone)."""
-    if value is None or isinstance(value, str):
-        return value
-    return value.replace(tzinfo=None).isoformat(timespec="milliseconds")
-
-
-@dataclass(frozen=True, slots=True)
-class RecordFilter:
-    """The query every read shares: one run, optionally one kind, step/time/id ranges.
-
-    Ranges are inclusive; ``after_id`` is exclusive (records newer than one already seen).
-    """
-
-    run: str
-    kind: str | None = None
-    step_min: int | None = None
-    step_max: int | None = None
-    ts_min: str | datetime | None = None
-    ts_max: str | datetime | None = None
-    after_id: int | None = None
-    limit: int | None = None
-
-    def whole_kind(self) -> bool:
-        """Whether this reads a kind's records by id alone (no step or time range)."""
-        ranges = (self.step_min, self.step_max, self.ts_min, self.ts_max)
-        return self.kind is not None and all(v is None for v in ranges)
-
-    def where(self, ph: str = "?") -> tuple[str, list[Any]]:
-        """The SQL WHERE clause and its parameters, with ``ph`` as the placeholder."""
-        conds: list[tuple[str, Any]] = [("run = {}", self.run)]
-        optional = (
-            ("kind = {}", self.kind),
-            ("step >= {}", self.step_min),
-            ("step <= {}", self.step_max),
-            ("ts >= {}", _iso(self.ts_min)),
-            ("ts <= {}", _iso(self.ts_max)),
-            ("id > {}", self.after_id),
-        )
-        conds += [(sql, v) for sql, v in optional if v is not None]
-        return " AND ".join(sql.format(ph) for sql, _ in conds), [v for _, v in conds]
-
-    def select(self, ph: str = "?", body: str = "body") -> tuple[str, list[Any]]:
-        """``SELECT id, <body>`` of the matching records-table rows in id order, and parameters.
-
-        ``body``: the SQL the body is read as (``CAST(body AS BLOB)`` for its bytes).
-        """
-        where, params = self.where(ph)
-        sql = f"SELECT id, {body} FROM records WHERE {where} ORDER BY id"
-        if self.limit is not None:
-            sql += f" LIMIT {ph}"
-            params.append(self.limit)
-        return sql, params
-
-
 def restamp_candidates(rows: list[RecordRow]) -> dict[str, list[RecordRow]]:
     """The rows of a batch that may fill a stored row's missing step, by run."""
     out: dict[str, list[RecordRow]] = {}
@@ -340,17 +275,13 @@ def batched(
         yield batch
 
 
-class Store(ABC, GpuReads):
+class Store(ABC, GpuReads, FrameReads):
     """The store contract every backend fulfils; reads are built on :meth:`_select`.
 
     Writes are idempotent (a record's identity is :func:`dsmon.model.records.record_key`), reads
     return records in insertion order, and ids grow monotonically so ``after_id`` polling
     never misses a record.
     """
-
-    #: Kinds whose every record is a records-table row with its JSON body: frames of them
-    #: are built from the bodies directly (``dsmon.model.frames.bodies_frame``).
-    BODY_KINDS: frozenset[str] = frozenset()
 
     @abstractmethod
     def prepare_writes(self) -> None:
@@ -414,20 +345,6 @@ class Store(ABC, GpuReads):
         """
         return [(rec_id, body.encode("utf-8")) for rec_id, body in self._select(flt)]
 
-    def _load_chunk(self, key: ChunkKey) -> bytes | None:
-        """The kept page ``key`` names (:mod:`dsmon.store.frame_chunks`), None if there is none.
-
-        A backend that keeps no chunks parses every page from JSON.
-        """
-        return None
-
-    def _kept_chain(self, key: ChunkKey) -> dict[int, int]:
-        """The good kept pages of ``key``'s kind, ``after_id -> last_id`` (``key.after_id`` unused)."""
-        return {}
-
-    def _save_chunk(self, key: ChunkKey, last_id: int, data: bytes) -> None:
-        """Keep a sealed page's table for later readers; best effort (see :mod:`frame_chunks`)."""
-
     def _select_records(self, flt: RecordFilter) -> list[tuple[int, Record]]:
         """``(id, record)`` of the matching records in id order.
 
@@ -469,144 +386,6 @@ class Store(ABC, GpuReads):
         """``(id, record)`` pairs: what a client paging with ``after_id`` must be told."""
         return self._select_records(flt)
 
-    def frame(
-        self,
-        run: str,
-        kind: str,
-        *,
-        step_min: int | None = None,
-        step_max: int | None = None,
-        ts_min: str | datetime | None = None,
-        ts_max: str | datetime | None = None,
-        after_id: int | None = None,
-        limit: int | None = None,
-    ) -> pd.DataFrame:
-        """One row per record of one kind: see :func:`dsmon.model.frames.records_frame`.
-
-        A whole kind of JSON bodies is read in pages (:meth:`frame_pages`) and joined. In one
-        read, a long run's timers had their JSON bodies, the bodies joined for Arrow and
-        Arrow's table in memory at once: 4.6 GB at peak for a frame of 0.9 GB (2.5 million
-        timer rows). The dashboard keeps the same pages apart (``dsmon.view.cache``), so
-        ``dsmon check --store`` sees the frames its Health page sees.
-        """
-        flt = RecordFilter(run, kind, step_min, step_max, ts_min, ts_max, after_id, limit)
-        if limit is None and kind in self.BODY_KINDS:
-            return _joined(list(self._pages(flt)))
-        return self._one_read(flt)
-
-    def keep_chunks(self, run: str) -> int:
-        """Keep a chunk of each sealed page of ``run`` not kept yet; how many it kept.
-
-        ``dsmon import`` calls it, and the ingest server as a run grows
-        (``dsmon.serve.seal``): the first look at the run then decodes chunks instead of
-        parsing the JSON (:mod:`dsmon.store.frame_chunks`). The kept pages are passed over by
-        their ids, unread; one page is held at a time.
-        """
-        info = next((i for i in self.runs() if i.name == run), None)
-        kinds = {} if info is None else info.kinds
-        kept = 0
-        for kind, n in sorted(kinds.items()):
-            if kind in self.BODY_KINDS and n >= FRAME_PAGE_ROWS:
-                kept += self._keep_kind(RecordFilter(run, kind, limit=FRAME_PAGE_ROWS))
-        return kept
-
-    def _keep_kind(self, flt: RecordFilter) -> int:
-        """:meth:`keep_chunks` of one kind: its pages walked as :meth:`_pages` walks them.
-
-        Only their tables: frames no one reads added a tenth to its time and peak memory.
-        """
-        after, chain = 0, self._kept_chain(self._chunk_key(flt))
-        while after in chain:
-            after = chain[after]
-        kept = 0
-        while True:
-            flt = replace(flt, after_id=after or None)
-            table, rows = self._page_table(flt)
-            n = len(rows) if table is None else table.num_rows
-            if n < FRAME_PAGE_ROWS:
-                return kept
-            after = int(rows[-1][0] if table is None else table.column("id")[n - 1].as_py())
-            kept += table is not None
-
-    def frame_pages(
-        self, run: str, kind: str, *, after_id: int | None = None
-    ) -> Iterator[pd.DataFrame]:
-        """:meth:`frame` of the rows after ``after_id``, :data:`FRAME_PAGE_ROWS` rows a page.
-
-        Only one page's stored JSON is in memory at a time. The last page is shorter than the
-        others (empty when the rows fill whole pages).
-        """
-        return self._pages(RecordFilter(run, kind, after_id=after_id))
-
-    def _pages(self, flt: RecordFilter) -> Iterator[pd.DataFrame]:
-        after = flt.after_id
-        while True:
-            page = self._page(replace(flt, after_id=after, limit=FRAME_PAGE_ROWS))
-            yield page
-            if len(page) < FRAME_PAGE_ROWS:
-                return
-            after = int(page["id"].iloc[-1])
-
-    def _page(self, flt: RecordFilter) -> pd.DataFrame:
-        """One page of a whole kind: from its kept chunk, else from JSON (then kept if full)."""
-        from dsmon.model.arrow_frames import table_frame
-
-        if str(flt.kind) not in self.BODY_KINDS or not flt.whole_kind():
-            return self._one_read(flt)
-        table, rows = self._page_table(flt)
-        return self._one_read(flt, rows) if table is None else table_frame(str(flt.kind), table)
-
-    def _page_table(self, flt: RecordFilter) -> tuple[pa.Table | None, list[tuple[int, bytes]]]:
-        """A page's Arrow table (its chunk, else its JSON parsed and kept when the page is full).
-
-        None when Arrow cannot read the JSON, with the ``(id, body)`` rows it was given; the
-        rows are ``[]`` when the table came from a chunk.
-        """
-        from dsmon.model.arrow_frames import arrow_table
-        from dsmon.store import frame_chunks as chunks
-
-        kind, limit, key = str(flt.kind), int(flt.limit or 0), self._chunk_key(flt)
-        data = self._load_chunk(key)
-        table = None if data is None else chunks.decode(data)
-        if table is not None and table.num_rows == limit:
-            return table, []
-        rows = self._select_bodies(flt)
-        table = arrow_table(kind, *_unzipped(rows)) if len(rows) >= ARROW_MIN_ROWS else None
-        if table is not None and table.num_rows == limit:
-            last = int(table.column("id")[limit - 1].as_py())
-            self._save_chunk(key, last, chunks.encode(table))
-        return table, rows
-
-    def _chunk_key(self, flt: RecordFilter) -> ChunkKey:
-        """The chunk of the page ``flt`` reads, in the run's state now."""
-        from dsmon.store import frame_chunks as chunks
-
-        kind = str(flt.kind)
-        return chunks.ChunkKey(
-            flt.run, kind, flt.after_id or 0, int(flt.limit or 0), self.restamps(flt.run),
-            chunks.chunk_format(kind),
-        )  # fmt: skip
-
-    def _one_read(
-        self, flt: RecordFilter, rows: list[tuple[int, bytes]] | None = None
-    ) -> pd.DataFrame:
-        """The frame of the rows ``flt`` selects, from their JSON bodies where kept, in one go.
-
-        ``rows``: the bodies already read, when Arrow refused them (the Python reader's turn).
-        """
-        from dsmon.model.arrow_frames import arrow_frame
-        from dsmon.model.frames import bodies_frame, records_frame
-
-        kind = str(flt.kind)
-        if kind not in self.BODY_KINDS:
-            pairs = self._select_records(flt)
-            return records_frame(kind, [rec for _, rec in pairs], [i for i, _ in pairs])
-        tried = rows is not None
-        rows = self._select_bodies(flt) if rows is None else rows
-        ids, bodies = _unzipped(rows)
-        fast = arrow_frame(kind, ids, bodies) if len(rows) >= ARROW_MIN_ROWS and not tried else None
-        return fast if fast is not None else bodies_frame(kind, ids, bodies)
-
     def __enter__(self) -> Store:
         return self
 
@@ -617,23 +396,3 @@ class Store(ABC, GpuReads):
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-
-def _unzipped(rows: list[tuple[int, bytes]]) -> tuple[list[int], list[bytes]]:
-    """Ids and bodies of ``(id, body)`` rows, as two lists."""
-    return [i for i, _ in rows], [b for _, b in rows]
-
-
-def _joined(pages: list[pd.DataFrame]) -> pd.DataFrame:
-    """Pages of one frame as one (the empty last page left out), ``bad_ts`` counts summed."""
-    from dsmon.model.joined import concat
-
-    if len(pages) > 1 and pages[-1].empty:
-        pages = pages[:-1]
-    if len(pages) == 1:
-        return pages[0]
-    whole = concat(pages)
-    bad = sum(p.attrs.get("bad_ts", 0) for p in pages)
-    if bad:
-        whole.attrs["bad_ts"] = bad
-    return whole

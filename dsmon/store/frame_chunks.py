@@ -2,7 +2,7 @@
 
 A store keeps each record as its JSON body, and a frame of a kind was parsed from those
 bodies on every first look: at 100k steps, the timers alone are 100 MB of JSON and most of
-the Health page's first render. But a page of :data:`dsmon.store.base.FRAME_PAGE_ROWS`
+the Health page's first render. But a page of :data:`dsmon.store.frame_reads.FRAME_PAGE_ROWS`
 records is sealed once full: ids only grow, so no record can join it later. The first
 reader to parse a full page therefore keeps its Arrow table (:func:`arrow_table`) in the
 ``frame_chunks`` table, compressed Arrow IPC, and every later reader of the same page
@@ -106,6 +106,20 @@ SELECT = (
     "SELECT data FROM frame_chunks WHERE run = {ph} AND kind = {ph} AND after_id = {ph}"
     " AND page_rows = {ph} AND restamps = {ph} AND chunk_format = {ph}"
 )
+UPSERT = (
+    "INSERT INTO frame_chunks"
+    " (run, kind, after_id, page_rows, restamps, chunk_format, last_id, data)"
+    " VALUES ({ph}, {ph}, {ph}, {ph}, {ph}, {ph}, {ph}, {ph})"
+    " ON CONFLICT (run, kind, after_id, page_rows) DO UPDATE SET"
+    " restamps = excluded.restamps, chunk_format = excluded.chunk_format,"
+    " last_id = excluded.last_id, data = excluded.data"
+)
+#: The kept pages of a kind that are still good, as ``after_id -> last_id``: the pages after
+#: them are found without decoding any (:meth:`dsmon.store.frame_reads.FrameReads.keep_chunks`).
+CHAIN = (
+    "SELECT after_id, last_id FROM frame_chunks WHERE run = {ph} AND kind = {ph}"
+    " AND page_rows = {ph} AND restamps = {ph} AND chunk_format = {ph}"
+)
 
 
 def select_params(key: ChunkKey) -> tuple[object, ...]:
@@ -121,17 +135,3 @@ def chain_params(key: ChunkKey) -> tuple[object, ...]:
 def upsert_params(key: ChunkKey, last_id: int, data: bytes) -> tuple[object, ...]:
     """The parameters of :data:`UPSERT`, in its order."""
     return (*select_params(key), last_id, data)
-UPSERT = (
-    "INSERT INTO frame_chunks"
-    " (run, kind, after_id, page_rows, restamps, chunk_format, last_id, data)"
-    " VALUES ({ph}, {ph}, {ph}, {ph}, {ph}, {ph}, {ph}, {ph})"
-    " ON CONFLICT (run, kind, after_id, page_rows) DO UPDATE SET"
-    " restamps = excluded.restamps, chunk_format = excluded.chunk_format,"
-    " last_id = excluded.last_id, data = excluded.data"
-)
-#: The kept pages of a kind that are still good, as ``after_id -> last_id``: the pages after
-#: them are found without decoding any (:meth:`dsmon.store.base.Store.keep_chunks`).
-CHAIN = (
-    "SELECT after_id, last_id FROM frame_chunks WHERE run = {ph} AND kind = {ph}"
-    " AND page_rows = {ph} AND restamps = {ph} AND chunk_format = {ph}"
-)

@@ -1,0 +1,229 @@
+"""How a store reads a kind of a run as frames: in pages, from kept chunks where it can.
+
+The dashboard, ``dsmon check --store`` and the summary read a run's records of one kind as a
+DataFrame (:func:`dsmon.model.frames.records_frame`'s columns). A whole kind is read
+:data:`FRAME_PAGE_ROWS` records at a time, so only one page's JSON is in memory; a full page
+is sealed, and its Arrow table is kept in the store and decoded by later readers instead of
+the JSON (:mod:`dsmon.store.frame_chunks`). Mixed into ``dsmon.store.base.Store``, whose
+backends answer the SQL (the bodies, the records, the chunks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from dsmon.model.records import Record
+from dsmon.store.filters import RecordFilter
+
+if TYPE_CHECKING:  # pandas and Arrow load with the first frame: collectors never need them
+    import pandas as pd
+    import pyarrow as pa
+
+    from dsmon.store.base import RunInfo
+    from dsmon.store.frame_chunks import ChunkKey
+
+#: Frames of fewer rows are read in Python: Arrow's fixed cost per call is not worth it.
+ARROW_MIN_ROWS = 2000
+#: Rows read at a time by :meth:`FrameReads.frame` of a whole kind (the dashboard's page
+#: size), and so the rows of a kept chunk (:mod:`dsmon.store.frame_chunks`): what a first
+#: look still parses as JSON is the last, unsealed page, at most this many rows.
+FRAME_PAGE_ROWS = 50_000
+
+
+class FrameReads:
+    """Frames of a run's kinds (mixed into ``dsmon.store.base.Store``)."""
+
+    #: Kinds whose every record is a records-table row with its JSON body: frames of them
+    #: are built from the bodies directly (``dsmon.model.frames.bodies_frame``).
+    BODY_KINDS: frozenset[str] = frozenset()
+
+    def runs(self) -> list[RunInfo]:
+        """Every run (the store's)."""
+        raise NotImplementedError
+
+    def restamps(self, run: str) -> int:
+        """Rows of ``run`` whose step was filled in later (the store's)."""
+        raise NotImplementedError
+
+    def _select_bodies(self, flt: RecordFilter) -> list[tuple[int, bytes]]:
+        """``(id, body)`` of the matching rows, the body as UTF-8 bytes (the store's)."""
+        raise NotImplementedError
+
+    def _select_records(self, flt: RecordFilter) -> list[tuple[int, Record]]:
+        """``(id, record)`` of the matching records in id order (the store's)."""
+        raise NotImplementedError
+
+    def _load_chunk(self, key: ChunkKey) -> bytes | None:
+        """The kept page ``key`` names (:mod:`dsmon.store.frame_chunks`), None if there is none.
+
+        A backend that keeps no chunks parses every page from JSON.
+        """
+        return None
+
+    def _kept_chain(self, key: ChunkKey) -> dict[int, int]:
+        """The good kept pages of ``key``'s kind, ``after_id -> last_id`` (``key.after_id`` unused)."""
+        return {}
+
+    def _save_chunk(self, key: ChunkKey, last_id: int, data: bytes) -> None:
+        """Keep a sealed page's table for later readers; best effort (see :mod:`frame_chunks`)."""
+
+    def frame(
+        self,
+        run: str,
+        kind: str,
+        *,
+        step_min: int | None = None,
+        step_max: int | None = None,
+        ts_min: str | datetime | None = None,
+        ts_max: str | datetime | None = None,
+        after_id: int | None = None,
+        limit: int | None = None,
+    ) -> pd.DataFrame:
+        """One row per record of one kind: see :func:`dsmon.model.frames.records_frame`.
+
+        A whole kind of JSON bodies is read in pages (:meth:`frame_pages`) and joined. In one
+        read, a long run's timers had their JSON bodies, the bodies joined for Arrow and
+        Arrow's table in memory at once: 4.6 GB at peak for a frame of 0.9 GB (2.5 million
+        timer rows). The dashboard keeps the same pages apart (``dsmon.view.cache``), so
+        ``dsmon check --store`` sees the frames its Health page sees.
+        """
+        flt = RecordFilter(run, kind, step_min, step_max, ts_min, ts_max, after_id, limit)
+        if limit is None and kind in self.BODY_KINDS:
+            return _joined(list(self._pages(flt)))
+        return self._one_read(flt)
+
+    def keep_chunks(self, run: str) -> int:
+        """Keep a chunk of each sealed page of ``run`` not kept yet; how many it kept.
+
+        ``dsmon import`` calls it, and the ingest server as a run grows
+        (``dsmon.serve.seal``): the first look at the run then decodes chunks instead of
+        parsing the JSON (:mod:`dsmon.store.frame_chunks`). The kept pages are passed over by
+        their ids, unread; one page is held at a time.
+        """
+        info = next((i for i in self.runs() if i.name == run), None)
+        kinds = {} if info is None else info.kinds
+        kept = 0
+        for kind, n in sorted(kinds.items()):
+            if kind in self.BODY_KINDS and n >= FRAME_PAGE_ROWS:
+                kept += self._keep_kind(RecordFilter(run, kind, limit=FRAME_PAGE_ROWS))
+        return kept
+
+    def _keep_kind(self, flt: RecordFilter) -> int:
+        """:meth:`keep_chunks` of one kind: its pages walked as :meth:`_pages` walks them.
+
+        Only their tables: frames no one reads added a tenth to its time and peak memory.
+        """
+        after, chain = 0, self._kept_chain(self._chunk_key(flt))
+        while after in chain:
+            after = chain[after]
+        kept = 0
+        while True:
+            flt = replace(flt, after_id=after or None)
+            table, rows = self._page_table(flt)
+            n = len(rows) if table is None else table.num_rows
+            if n < FRAME_PAGE_ROWS:
+                return kept
+            after = int(rows[-1][0] if table is None else table.column("id")[n - 1].as_py())
+            kept += table is not None
+
+    def frame_pages(
+        self, run: str, kind: str, *, after_id: int | None = None
+    ) -> Iterator[pd.DataFrame]:
+        """:meth:`frame` of the rows after ``after_id``, :data:`FRAME_PAGE_ROWS` rows a page.
+
+        Only one page's stored JSON is in memory at a time. The last page is shorter than the
+        others (empty when the rows fill whole pages).
+        """
+        return self._pages(RecordFilter(run, kind, after_id=after_id))
+
+    def _pages(self, flt: RecordFilter) -> Iterator[pd.DataFrame]:
+        after = flt.after_id
+        while True:
+            page = self._page(replace(flt, after_id=after, limit=FRAME_PAGE_ROWS))
+            yield page
+            if len(page) < FRAME_PAGE_ROWS:
+                return
+            after = int(page["id"].iloc[-1])
+
+    def _page(self, flt: RecordFilter) -> pd.DataFrame:
+        """One page of a whole kind: from its kept chunk, else from JSON (then kept if full)."""
+        from dsmon.model.arrow_frames import table_frame
+
+        if str(flt.kind) not in self.BODY_KINDS or not flt.whole_kind():
+            return self._one_read(flt)
+        table, rows = self._page_table(flt)
+        return self._one_read(flt, rows) if table is None else table_frame(str(flt.kind), table)
+
+    def _page_table(self, flt: RecordFilter) -> tuple[pa.Table | None, list[tuple[int, bytes]]]:
+        """A page's Arrow table (its chunk, else its JSON parsed and kept when the page is full).
+
+        None when Arrow cannot read the JSON, with the ``(id, body)`` rows it was given; the
+        rows are ``[]`` when the table came from a chunk.
+        """
+        from dsmon.model.arrow_frames import arrow_table
+        from dsmon.store import frame_chunks as chunks
+
+        kind, limit, key = str(flt.kind), int(flt.limit or 0), self._chunk_key(flt)
+        data = self._load_chunk(key)
+        table = None if data is None else chunks.decode(data)
+        if table is not None and table.num_rows == limit:
+            return table, []
+        rows = self._select_bodies(flt)
+        table = arrow_table(kind, *_unzipped(rows)) if len(rows) >= ARROW_MIN_ROWS else None
+        if table is not None and table.num_rows == limit:
+            last = int(table.column("id")[limit - 1].as_py())
+            self._save_chunk(key, last, chunks.encode(table))
+        return table, rows
+
+    def _chunk_key(self, flt: RecordFilter) -> ChunkKey:
+        """The chunk of the page ``flt`` reads, in the run's state now."""
+        from dsmon.store import frame_chunks as chunks
+
+        kind = str(flt.kind)
+        return chunks.ChunkKey(
+            flt.run, kind, flt.after_id or 0, int(flt.limit or 0), self.restamps(flt.run),
+            chunks.chunk_format(kind),
+        )  # fmt: skip
+
+    def _one_read(
+        self, flt: RecordFilter, rows: list[tuple[int, bytes]] | None = None
+    ) -> pd.DataFrame:
+        """The frame of the rows ``flt`` selects, from their JSON bodies where kept, in one go.
+
+        ``rows``: the bodies already read, when Arrow refused them (the Python reader's turn).
+        """
+        from dsmon.model.arrow_frames import arrow_frame
+        from dsmon.model.frames import bodies_frame, records_frame
+
+        kind = str(flt.kind)
+        if kind not in self.BODY_KINDS:
+            pairs = self._select_records(flt)
+            return records_frame(kind, [rec for _, rec in pairs], [i for i, _ in pairs])
+        tried = rows is not None
+        rows = self._select_bodies(flt) if rows is None else rows
+        ids, bodies = _unzipped(rows)
+        fast = arrow_frame(kind, ids, bodies) if len(rows) >= ARROW_MIN_ROWS and not tried else None
+        return fast if fast is not None else bodies_frame(kind, ids, bodies)
+
+
+def _unzipped(rows: list[tuple[int, bytes]]) -> tuple[list[int], list[bytes]]:
+    """Ids and bodies of ``(id, body)`` rows, as two lists."""
+    return [i for i, _ in rows], [b for _, b in rows]
+
+
+def _joined(pages: list[pd.DataFrame]) -> pd.DataFrame:
+    """Pages of one frame as one (the empty last page left out), ``bad_ts`` counts summed."""
+    from dsmon.model.joined import concat
+
+    if len(pages) > 1 and pages[-1].empty:
+        pages = pages[:-1]
+    if len(pages) == 1:
+        return pages[0]
+    whole = concat(pages)
+    bad = sum(p.attrs.get("bad_ts", 0) for p in pages)
+    if bad:
+        whole.attrs["bad_ts"] = bad
+    return whole
