@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import threading
 import time
 from pathlib import Path
 
@@ -90,4 +91,28 @@ def test_a_store_error_ends_the_pass_and_is_logged(
     with caplog.at_level(logging.WARNING):
         assert PageSealer(store).seal() == 0
     assert "keeping sealed pages failed, next pass retries: store x: connection refused" in caplog.text
+    store.close()
+
+
+class _ClosedUnder(SQLiteStore):
+    """A store closed while a pass works on it (the server stopping during a long pass)."""
+
+    sealer: PageSealer
+
+    def runs(self) -> list[base.RunInfo]:
+        self.sealer._stop.set()
+        raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+
+
+def test_a_pass_cut_short_by_shutdown_ends_quietly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _ClosedUnder(tmp_path / "s.sqlite")
+    sealer = store.sealer = PageSealer(store, every_s=0.01)
+    errors: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: errors.append(args.exc_value))
+    sealer.wrote()
+    assert sealer._thread is not None
+    sealer._thread.join(5)
+    assert not sealer._thread.is_alive() and errors == []
     store.close()

@@ -63,7 +63,12 @@ class PageSealer:
         while not self._stop.wait(self.every_s):
             if self._wrote.is_set():
                 self._wrote.clear()
-                self.seal()
+                try:
+                    self.seal()
+                except Exception:
+                    if self._stop.is_set():
+                        return  # the store was closed under a long pass, at shutdown
+                    raise
 
     def seal(self) -> int:
         """One pass: the pages sealed since the last one, of every run that grew; how many.
