@@ -127,7 +127,8 @@ class FrameReads:
             if n < FRAME_PAGE_ROWS:
                 return kept
             after = int(rows[-1][0] if table is None else table.column("id")[n - 1].as_py())
-            kept += table is not None
+            if table is not None:  # a page Arrow cannot read is never kept
+                kept += 1
 
     def frame_pages(
         self, run: str, kind: str, *, after_id: int | None = None
@@ -152,10 +153,11 @@ class FrameReads:
         """One page of a whole kind: from its kept chunk, else from JSON (then kept if full)."""
         from dsmon.model.arrow_frames import table_frame
 
-        if str(flt.kind) not in self.BODY_KINDS or not flt.whole_kind():
+        kind = str(flt.kind)
+        if kind not in self.BODY_KINDS or not flt.whole_kind():
             return self._one_read(flt)
         table, rows = self._page_table(flt)
-        return self._one_read(flt, rows) if table is None else table_frame(str(flt.kind), table)
+        return self._one_read(flt, rows) if table is None else table_frame(kind, table)
 
     def _page_table(self, flt: RecordFilter) -> tuple[pa.Table | None, list[tuple[int, bytes]]]:
         """A page's Arrow table (its chunk, else its JSON parsed and kept when the page is full).
