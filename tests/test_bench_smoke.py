@@ -131,3 +131,17 @@ def test_pages_prints_every_page_it_was_asked_for() -> None:
         rf"^health +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER} +\d+$",
         rf"^gpus +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER} +\d+$",
     )
+
+
+def test_frame_chunks_prints_both_reads_and_their_ratio() -> None:
+    """20,000 steps: 60,000 timer rows, so one page of 50,000 is sealed and kept."""
+    out = bench("frame_chunks.py", "--steps", "20000")
+    assert_lines(
+        out,
+        r"^store: SQLite$",
+        r"^stored 20,000 steps \(60,000 timer, 20,000 step records\) in \d+ s$",
+        rf"^timer and step frames from JSON: {NUMBER} s$",
+        rf"^the same from kept chunks: {NUMBER} s \(frames equal\)$",
+        rf"^keep_chunks with none kept: {NUMBER} s$",
+        rf"^ratio json/chunks: {NUMBER}$",
+    )
