@@ -54,7 +54,7 @@ class PageSealer:
                     self._thread.start()
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        """End the thread (after the page it is on): call before the store is closed."""
+        """End the thread (after the run it is on): call before the store is closed."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
