@@ -86,9 +86,7 @@ def test_pages_of_the_dashboard_reader_come_from_chunks_too(
     assert reads == ["timer"]
 
 
-def test_a_restamp_makes_the_runs_chunks_stale(
-    store: Store, z2_log_records: list[Record]
-) -> None:
+def test_a_restamp_makes_the_runs_chunks_stale(store: Store, z2_log_records: list[Record]) -> None:
     first, again = restamped(z2_log_records)
     store.add([*z2_log_records, *first])
     stepless = store.frame("z2", "timer")

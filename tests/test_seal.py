@@ -90,7 +90,8 @@ def test_a_store_error_ends_the_pass_and_is_logged(
     store = _Down(tmp_path / "s.sqlite")
     with caplog.at_level(logging.WARNING):
         assert PageSealer(store).seal() == 0
-    assert "keeping sealed pages failed, next pass retries: store x: connection refused" in caplog.text
+    expected = "keeping sealed pages failed, next pass retries: store x: connection refused"
+    assert expected in caplog.text
     store.close()
 
 

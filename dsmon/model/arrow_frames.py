@@ -102,9 +102,7 @@ def arrow_frame(
     return None if table is None else table_frame(kind, table)
 
 
-def arrow_table(
-    kind: str, ids: Sequence[int], bodies: Sequence[str | bytes]
-) -> pa.Table | None:
+def arrow_table(kind: str, ids: Sequence[int], bodies: Sequence[str | bytes]) -> pa.Table | None:
     """The Arrow form of :func:`arrow_frame`, before pandas: what a store keeps of a page.
 
     Columns in the frame's order; list fields stay Arrow lists and mappings that are ``{}``

@@ -64,7 +64,7 @@ class FrameReads:
         return None
 
     def _kept_chain(self, key: ChunkKey) -> dict[int, int]:
-        """The good kept pages of ``key``'s kind, ``after_id -> last_id`` (``key.after_id`` unused)."""
+        """The good kept pages of ``key``'s kind, ``after_id -> last_id`` (not ``key.after_id``)."""
         return {}
 
     def _save_chunk(self, key: ChunkKey, last_id: int, data: bytes) -> None:
@@ -112,7 +112,7 @@ class FrameReads:
         return kept
 
     def _keep_kind(self, flt: RecordFilter, n: int) -> int:
-        """:meth:`keep_chunks` of one kind of ``n`` records: its pages walked as :meth:`_pages` does.
+        """:meth:`keep_chunks` of one kind of ``n`` records, walked page by page as :meth:`_pages`.
 
         Only their tables: frames no one reads added a tenth to its time and peak memory. The
         last page is never read while it is not full: the server asks every 30 s, and parsing
