@@ -77,6 +77,8 @@ def import_and_summarise(store: Store, paths: list[Path], run: str | None = None
         raise CommandError(f"nothing to import in {', '.join(map(str, paths))}")
     for res in results:
         _warn_bad_records(res)
+        for run in res.runs:
+            store.keep_chunks(run)  # the dashboard's first look then skips the JSON
     return [_report(store, r) for r in results if r.files]
 
 
@@ -97,8 +99,6 @@ def _report(store: Store, res: ImportResult) -> str:
         head += f"; {bad} bad record lines skipped"
     from dsmon.analysis.summary import summary_text  # pandas: loaded only when a summary is printed
 
-    for run in res.runs:
-        store.keep_chunks(run)  # the dashboard's first look then skips the JSON
     return "\n".join([head, *(summary_text(store, run) for run in res.runs)])
 
 

@@ -118,12 +118,13 @@ class FrameReads:
         last page is never read while it is not full: the server asks every 30 s, and parsing
         a growing run's last pages each time cost it a third of a second a kind.
         """
-        after, chain, passed = 0, self._kept_chain(self._chunk_key(flt)), 0
+        restamps = self.restamps(flt.run)
+        after, chain, passed = 0, self._kept_chain(self._chunk_key(flt, restamps)), 0
         while after in chain:
             after, passed = chain[after], passed + 1
         kept = 0
         while n - passed * FRAME_PAGE_ROWS >= FRAME_PAGE_ROWS:  # a full page not kept yet
-            table, rows = self._page_table(replace(flt, after_id=after or None))
+            table, rows = self._page_table(replace(flt, after_id=after or None), restamps)
             size = len(rows) if table is None else table.num_rows
             if size < FRAME_PAGE_ROWS:
                 break
@@ -144,25 +145,30 @@ class FrameReads:
         return self._pages(RecordFilter(run, kind, after_id=after_id))
 
     def _pages(self, flt: RecordFilter) -> Iterator[pd.DataFrame]:
-        after = flt.after_id
+        """The pages of ``flt``'s rows: those of a whole kind from kept chunks where they can.
+
+        The run's restamp count, part of every chunk's key, is read once for all the pages.
+        """
+        chunked = str(flt.kind) in self.BODY_KINDS and flt.whole_kind()
+        after, restamps = flt.after_id, self.restamps(flt.run) if chunked else 0
         while True:
-            page = self._page(replace(flt, after_id=after, limit=FRAME_PAGE_ROWS))
+            one = replace(flt, after_id=after, limit=FRAME_PAGE_ROWS)
+            page = self._page(one, restamps) if chunked else self._one_read(one)
             yield page
             if len(page) < FRAME_PAGE_ROWS:
                 return
             after = int(page["id"].iloc[-1])
 
-    def _page(self, flt: RecordFilter) -> pd.DataFrame:
+    def _page(self, flt: RecordFilter, restamps: int) -> pd.DataFrame:
         """One page of a whole kind: from its kept chunk, else from JSON (then kept if full)."""
         from dsmon.model.arrow_frames import table_frame
 
-        kind = str(flt.kind)
-        if kind not in self.BODY_KINDS or not flt.whole_kind():
-            return self._one_read(flt)
-        table, rows = self._page_table(flt)
-        return self._one_read(flt, rows) if table is None else table_frame(kind, table)
+        table, rows = self._page_table(flt, restamps)
+        return self._one_read(flt, rows) if table is None else table_frame(str(flt.kind), table)
 
-    def _page_table(self, flt: RecordFilter) -> tuple[pa.Table | None, list[tuple[int, bytes]]]:
+    def _page_table(
+        self, flt: RecordFilter, restamps: int
+    ) -> tuple[pa.Table | None, list[tuple[int, bytes]]]:
         """A page's Arrow table (its chunk, else its JSON parsed and kept when the page is full).
 
         None when Arrow cannot read the JSON, with the ``(id, body)`` rows it was given; the
@@ -171,7 +177,7 @@ class FrameReads:
         from dsmon.model.arrow_frames import arrow_table
         from dsmon.store import frame_chunks as chunks
 
-        kind, limit, key = str(flt.kind), int(flt.limit or 0), self._chunk_key(flt)
+        kind, limit, key = str(flt.kind), int(flt.limit or 0), self._chunk_key(flt, restamps)
         data = self._load_chunk(key)
         table = None if data is None else chunks.decode(data)
         if table is not None and table.num_rows == limit:
@@ -183,13 +189,13 @@ class FrameReads:
             self._save_chunk(key, last, chunks.encode(table))
         return table, rows
 
-    def _chunk_key(self, flt: RecordFilter) -> ChunkKey:
-        """The chunk of the page ``flt`` reads, in the run's state now."""
+    def _chunk_key(self, flt: RecordFilter, restamps: int) -> ChunkKey:
+        """The chunk of the page ``flt`` reads, in the run's state of ``restamps``."""
         from dsmon.store import frame_chunks as chunks
 
         kind = str(flt.kind)
         return chunks.ChunkKey(
-            flt.run, kind, flt.after_id or 0, int(flt.limit or 0), self.restamps(flt.run),
+            flt.run, kind, flt.after_id or 0, int(flt.limit or 0), restamps,
             chunks.chunk_format(kind),
         )  # fmt: skip
 
