@@ -5,7 +5,7 @@ import pyarrow as pa
 import pytest
 
 from dsmon.model.arrow_frames import _tuples
-from dsmon.model.frames import BASE_COLUMNS, field_dtypes, records_frame
+from dsmon.model.frames import BASE_COLUMNS, bodies_frame, field_dtypes, records_frame
 from dsmon.model.records import (
     EventRecord,
     Record,
@@ -73,6 +73,20 @@ def test_dtypes_follow_annotations_even_when_empty() -> None:
     assert str(f["global_step"].dtype) == "Int64"
     assert str(f["mem_allocated_bytes"].dtype) == "Int64"
     assert pd.api.types.is_datetime64_any_dtype(f["ts"])
+
+
+@pytest.mark.parametrize("kind", ["timer", "step", "throughput", "event"])
+def test_no_stored_bodies_give_the_empty_frame_of_the_kind_each_its_own(kind: str) -> None:
+    """A refresh asks each kind for new rows and most have none: that frame is built once,
+    and what one reader does to its copy is not what the next reader gets."""
+    expect = records_frame(kind, [])
+    first = bodies_frame(kind, [], [])
+    pd.testing.assert_frame_equal(first, expect)
+    first["added"] = 1.0
+    first.attrs["bad_ts"] = 3
+    again = bodies_frame(kind, [], [])
+    pd.testing.assert_frame_equal(again, expect)
+    assert "bad_ts" not in again.attrs
 
 
 def test_tuple_fields_stay_python_objects() -> None:

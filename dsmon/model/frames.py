@@ -10,6 +10,7 @@ pandas ``Int64``: missing stays NA and never turns into 0 or a float).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -99,6 +100,8 @@ def bodies_frame(kind: str, ids: Sequence[int], bodies: Sequence[str | bytes]) -
     (300,000 rows at 100k steps) skips the dataclasses and goes from JSON (orjson, compiled)
     to columns: the same frame, several times faster.
     """
+    if len(ids) == 0:
+        return _empty_frame(kind).copy()
     dtypes = field_dtypes(kind)
     names = list(dtypes)
     decoders = schema(KINDS[kind]).decoders
@@ -120,6 +123,17 @@ def bodies_frame(kind: str, ids: Sequence[int], bodies: Sequence[str | bytes]) -
         rows.append(row)
     columns = list(BASE_COLUMNS) + names
     return typed(pd.DataFrame.from_records(rows, columns=_with_extra(columns, rows)), dtypes)
+
+
+@functools.cache
+def _empty_frame(kind: str) -> pd.DataFrame:
+    """The frame of no ``kind`` records, built once.
+
+    A live refresh asks each kind for its new rows, and most have none: typing the columns of
+    an empty frame cost 5 ms a kind, a third of the health page's refresh.
+    """
+    columns = list(BASE_COLUMNS) + list(field_dtypes(kind))
+    return typed(pd.DataFrame.from_records([], columns=columns), field_dtypes(kind))
 
 
 def _with_extra(columns: list[str], rows: list[dict[str, Any]]) -> list[str]:
