@@ -141,11 +141,15 @@ class StepFold:
         Returns the rows still open and the new boundary (never lower than ``boundary``).
         """
         boundary = max(boundary, float(rows["step"].max()) - LATE_STEPS)
-        closing = rows["step"] < boundary
-        if closing.any():
-            done.append(self.fn(rows[closing]))
-            rows = rows[~closing]
-        return rows, boundary
+        closing = (rows["step"] < boundary).to_numpy()
+        n = int(closing.sum())
+        if n == 0:
+            return rows, boundary
+        if closing[:n].all():  # lines in step order, as a log mostly is: slices, not copies
+            done.append(self.fn(rows.iloc[:n]))
+            return rows.iloc[n:], boundary
+        done.append(self.fn(rows[closing]))
+        return rows[~closing], boundary
 
 
 def _steps_from(rows: pd.DataFrame, boundary: float) -> bool:
