@@ -16,6 +16,7 @@ import streamlit as st
 from dsmon.commands import default_store
 from dsmon.store.base import RunInfo, redact_url
 from dsmon.store.sqlite import open_store
+from dsmon.view import step_views
 from dsmon.view.cache import OPEN, FrameHub, View, run_is_live, step_cutoff
 from ui import page as ui_page
 from ui.text import md_escape
@@ -36,7 +37,7 @@ STEP_KEY = "dsmon_step"
 @st.cache_resource(show_spinner=False)
 def hub(url: str) -> FrameHub:
     """One store connection and frame cache per store, shared by every browser session."""
-    return FrameHub(open_store(url))
+    return FrameHub(open_store(url), folds=step_views.STEP_FOLDS)
 
 
 def default_refresh() -> float:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -24,6 +24,7 @@ import pandas as pd
 
 from dsmon.model.records import Record, record_key
 from dsmon.model.units import parse_ts
+from dsmon.store import frame_reads
 from dsmon.store.base import RunInfo, Store
 from dsmon.view.chunks import Chunks
 from dsmon.view.fold import StepFn, StepFold
@@ -36,6 +37,10 @@ LIVE_WINDOW_S = 120.0
 GPU = "gpu"
 #: Memoised derived views kept per run (oldest dropped first).
 MEMO_SIZE = 64
+#: Rows of a kind with folds (``folds`` of :class:`RunFrames`) from which the rows all its
+#: folds took in are let go (``dsmon.view.chunks``). A smaller kind is held whole: letting go
+#: of it would save little.
+SPILL_MIN_ROWS = 50_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +79,10 @@ class RunFrames:
         transforms: optional per-kind function applied to each newly fetched chunk before
             it is appended (e.g. ``dsmon.analysis.gpus.prepare`` for ``gpu``), so a long
             run's frame is kept compact and the work is done once per row.
+        folds: the step-local folds of each kind that pages ask for (``name -> fn``, as
+            :meth:`fold` takes them). A kind read in full pages feeds them page by page as it
+            is read, and one of :data:`SPILL_MIN_ROWS` rows or more holds only the rows they
+            have not all taken in: a million steps' timer rows are never in memory at once.
     """
 
     def __init__(
@@ -81,13 +90,16 @@ class RunFrames:
         store: Store,
         run: str,
         transforms: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] | None = None,
+        folds: Mapping[str, Mapping[str, StepFn]] | None = None,
     ) -> None:
         self.store = store
         self.run = run
         self._transforms = transforms or {}
+        self._fold_fns = folds or {}
         self._lock = threading.RLock()
         self._frames: dict[str, Chunks] = {}
         self._folds: dict[str, StepFold] = {}
+        self._kind_folds: dict[str, list[StepFold]] = {}  # the folds over each kind
         self._newest: dict[str, pd.Timestamp] = {}
         self._records: dict[str, list[Record]] = {}
         self._seen: dict[str, int] = {}
@@ -129,7 +141,7 @@ class RunFrames:
     def frame(self, kind: str, cutoff: Cutoff = OPEN) -> pd.DataFrame:
         """All rows of ``kind`` loaded so far, as they stood at ``cutoff``."""
         with self._lock:
-            return cutoff.apply(self._chunks(kind).whole())
+            return cutoff.apply(self._chunks(kind, whole=True).whole())
 
     def has_rows(self, kind: str, cutoff: Cutoff = OPEN) -> bool:
         """Whether :meth:`frame` would have rows, without joining them when live."""
@@ -138,10 +150,20 @@ class RunFrames:
         with self._lock:
             return self._chunks(kind).rows > 0
 
-    def _chunks(self, kind: str) -> Chunks:
-        """The rows of ``kind`` loaded so far (loaded on first use)."""
+    def _chunks(self, kind: str, whole: bool = False) -> Chunks:
+        """The rows of ``kind`` loaded so far (loaded on first use).
+
+        ``whole``: the caller reads every row (replay, the Compare page), so a first load
+        holds them as read, neither feeding the folds nor letting go of rows to read again.
+        """
         if kind not in self._frames:
-            self._frames[kind] = Chunks()
+            fns = self._fold_fns.get(kind, {})
+            for name, fn in fns.items():
+                self._step_fold(kind, name, fn)
+            reread = (lambda last_id: self._reread(kind, last_id)) if fns else None
+            self._frames[kind] = Chunks(reread)
+            if whole:
+                self._frames[kind].hold_whole()
             self._seen.setdefault(kind, 0)
             self._extend_frame(kind, self._hi())
         return self._frames[kind]
@@ -164,7 +186,17 @@ class RunFrames:
             return self.memo(name, [kind], cutoff, lambda: fn(self.frame(kind, cutoff)))
         with self._lock:
             chunks = self._chunks(kind)
-            return self._folds.setdefault(name, StepFold(fn)).update(chunks)
+            result = self._step_fold(kind, name, fn).update(chunks)
+            self._spill(kind)
+            return result
+
+    def _step_fold(self, kind: str, name: str, fn: StepFn) -> StepFold:
+        """The fold ``name`` of ``fn`` over ``kind``, made on first use."""
+        fold = self._folds.get(name)
+        if fold is None:
+            fold = self._folds[name] = StepFold(fn)
+            self._kind_folds.setdefault(kind, []).append(fold)
+        return fold
 
     def records(self, kind: str, cutoff: Cutoff = OPEN) -> list[Record]:
         """Record objects of a kind (for the few that carry trees: flops profiles, configs)."""
@@ -263,11 +295,48 @@ class RunFrames:
                 grew = self._append(kind, page) or grew
                 break
             grew = self._append(kind, page[page["id"] <= hi]) or grew
+            if len(page) >= frame_reads.FRAME_PAGE_ROWS:  # a long run read: fed as it comes
+                self._feed(kind)
             if int(page["id"].iloc[-1]) >= hi:
                 break
         self._seen[kind] = hi
         if grew:
             self._versions[kind] = self._versions.get(kind, 0) + 1
+
+    def _feed(self, kind: str) -> None:
+        """Every fold of ``kind`` takes in its new rows; then the rows all took in are let go.
+
+        Not when every row is held anyway (:meth:`Chunks.hold_whole`): the folds then read
+        them when a page asks, as they did before rows were let go.
+        """
+        if self._frames[kind].held_whole:
+            return
+        for fold in self._kind_folds.get(kind, []):
+            fold.take_in(self._frames[kind])
+        self._spill(kind)
+
+    def _spill(self, kind: str) -> None:
+        """Let go of the rows of a big ``kind`` that every one of its folds has taken in.
+
+        Every fold, not only those of ``folds``: one a page made later reads what it has not
+        taken in from the rows held, not from the store again.
+        """
+        chunks, folds = self._frames[kind], self._kind_folds.get(kind, [])
+        if kind in self._fold_fns and folds and chunks.rows >= SPILL_MIN_ROWS:
+            chunks.spill(min(fold.consumed(chunks) for fold in folds))
+
+    def _reread(self, kind: str, last_id: int) -> Iterator[pd.DataFrame]:
+        """The rows of ``kind`` up to ``last_id`` read again, a page at a time (as appended)."""
+        for page in self.store.frame_pages(self.run, kind):
+            if page.empty or "id" not in page.columns:
+                return
+            rows = page[page["id"] <= last_id]
+            if kind in self._transforms:
+                rows = self._transforms[kind](rows)
+            if not rows.empty:
+                yield rows.reset_index(drop=True)
+            if int(page["id"].iloc[-1]) >= last_id:
+                return
 
     def _append(self, kind: str, new: pd.DataFrame) -> bool:
         """Add one page of rows to ``kind``'s chunks; whether there were any."""
@@ -314,9 +383,11 @@ class FrameHub:
         self,
         store: Store,
         transforms: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] | None = None,
+        folds: Mapping[str, Mapping[str, StepFn]] | None = None,
     ) -> None:
         self.store = store
         self._transforms = transforms
+        self._fold_fns = folds
         self._runs: dict[str, RunFrames] = {}
         self._lock = threading.Lock()
 
@@ -324,7 +395,7 @@ class FrameHub:
         """The frames of run ``name`` (created on first use)."""
         with self._lock:
             if name not in self._runs:
-                self._runs[name] = RunFrames(self.store, name, self._transforms)
+                self._runs[name] = RunFrames(self.store, name, self._transforms, self._fold_fns)
             return self._runs[name]
 
 

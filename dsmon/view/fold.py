@@ -48,11 +48,14 @@ class StepFold:
         self._result: pd.DataFrame | None = None
         # the result's rows, when its columns allow: ``_done`` is then its first rows
         self._buffer: RowBuffer | None = None
+        self._pending = False  # rows taken in (:meth:`take_in`) and not in ``_result`` yet
 
     def update(self, chunks: Chunks) -> pd.DataFrame:
         """The result over every row of ``chunks`` now."""
         if self._result is not None and chunks.generation == self._generation:
             if chunks.rows == self._seen:
+                if self._pending:  # the open steps of what was taken in
+                    self._result = self._extend(self._open.iloc[:0])
                 return self._result
             new = chunks.since(self._seen)
             self._seen = chunks.rows
@@ -61,6 +64,46 @@ class StepFold:
                 return self._result
         return self._restart(chunks)
 
+    def take_in(self, chunks: Chunks) -> None:
+        """Take in the new rows of ``chunks``, leaving the open steps to the next :meth:`update`.
+
+        A long run read page by page feeds each page here (``dsmon.view.cache``): the open
+        steps computed after one page would be computed again after the next.
+        """
+        fresh = self._result is not None and chunks.generation == self._generation
+        if fresh and self._incremental and chunks.rows > self._seen:
+            new = chunks.since(self._seen)
+            if _steps_from(new, self._boundary):
+                self._seen = chunks.rows
+                self._bank(new)
+                return
+        self.update(chunks)
+
+    def _bank(self, new: pd.DataFrame) -> None:
+        """``new`` rows added to the open ones, the steps that finished computed and kept."""
+        closed: list[pd.DataFrame] = []
+        self._open, self._boundary = self._close(concat([self._open, new]), self._boundary, closed)
+        self._pending = True
+        buffer = self._buffer
+        if buffer is not None and all(buffer.fits(p) for p in closed):
+            for part in closed:
+                buffer.write(buffer.rows, part)
+            self._done = buffer.frame(buffer.rows)
+        elif closed:
+            done = concat([self._done, *closed])
+            if buffer is not None:  # the columns changed (a timer first seen): hold anew
+                self._keep(done, len(done))
+            else:
+                self._done = done
+
+    def consumed(self, chunks: Chunks) -> int:
+        """Rows of ``chunks`` this fold has taken in and will not need again (0: it may).
+
+        A fold that is not incremental reads every row on each update, so it needs them all.
+        """
+        current = self._result is not None and chunks.generation == self._generation
+        return self._seen if current and self._incremental else 0
+
     def _restart(self, chunks: Chunks) -> pd.DataFrame:
         """Everything computed again, part by part as the rows arrived, never joined whole.
 
@@ -68,9 +111,10 @@ class StepFold:
         keeps a million steps' timer rows from being copied into one frame.
         """
         self._generation, self._seen = chunks.generation, chunks.rows
+        self._pending = False
         done: list[pd.DataFrame] = []
         rows, boundary = pd.DataFrame(), -math.inf
-        for part in chunks.parts:
+        for part in chunks.iter_parts():
             if not _steps_from(part, boundary):
                 return self._whole(chunks)
             rows, boundary = self._close(concat([rows, part]), boundary, done)
@@ -86,6 +130,7 @@ class StepFold:
     def _whole(self, chunks: Chunks) -> pd.DataFrame:
         """Everything computed from all rows at once, and the state to go on from."""
         whole = chunks.whole()
+        self._pending = False
         result = self.fn(whole)
         self._incremental = _steps_from(whole, -math.inf) and "step" in result.columns
         self._result = result
@@ -112,6 +157,7 @@ class StepFold:
 
     def _extend(self, new: pd.DataFrame) -> pd.DataFrame:
         """The result after ``new`` rows, all of steps not yet finished."""
+        self._pending = False
         closed: list[pd.DataFrame] = []
         self._open, self._boundary = self._close(concat([self._open, new]), self._boundary, closed)
         tail = self.fn(self._open)

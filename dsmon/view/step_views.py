@@ -4,7 +4,9 @@ The Steps, Communication and FLOPS pages and the health checklist all read the s
 breakdown; the Steps and FLOPS pages the micro-step one; the Training page each kind's
 curves. Naming each view once here means they share one :class:`dsmon.view.fold.StepFold`
 per run, so a live refresh computes the new steps once for every reader, and a refresh's
-cost follows the steps it brings, not the length of the run.
+cost follows the steps it brings, not the length of the run. :data:`STEP_FOLDS` lists the
+folds of the timer and step lines for the frame cache, which feeds them as a long run's pages
+are read and then lets go of the raw rows (``dsmon.view.cache.RunFrames``).
 """
 
 from __future__ import annotations
@@ -15,31 +17,53 @@ import pandas as pd
 
 from dsmon.analysis import coordinator, steps, training
 from dsmon.view.cache import Cutoff, RunFrames
+from dsmon.view.fold import StepFn
+
+#: The folds over each kind of a long run's bulk (its timer and step lines), by name: all
+#: that pages ask of those rows while live. ``FrameHub(store, folds=STEP_FOLDS)``.
+STEP_FOLDS: dict[str, dict[str, StepFn]] = {
+    "timer": {
+        "steps.breakdown": steps.step_breakdown,
+        "steps.micro": steps.micro_breakdown,
+        "comm.coordinator": coordinator.coordinator_steps,
+        "steps.zero_rows": steps.zero_rows,
+    },
+    "step": {
+        "steps.skipped": steps.skipped_counts,
+        # (the batch size is read for csv_monitor points only, not for step lines)
+        "training.step": functools.partial(training.kind_series, "step", train_batch_size=None),
+    },
+}
+
+
+def _fold(frames: RunFrames, kind: str, name: str, cutoff: Cutoff) -> pd.DataFrame:
+    """The fold ``name`` of :data:`STEP_FOLDS` over ``kind``."""
+    return frames.fold(name, kind, cutoff, STEP_FOLDS[kind][name])
 
 
 def breakdown(frames: RunFrames, cutoff: Cutoff) -> pd.DataFrame:
     """``steps.step_breakdown`` of the run's timer lines (one row per step and rank)."""
-    return frames.fold("steps.breakdown", "timer", cutoff, steps.step_breakdown)
+    return _fold(frames, "timer", "steps.breakdown", cutoff)
 
 
 def micro(frames: RunFrames, cutoff: Cutoff) -> pd.DataFrame:
     """``steps.micro_breakdown`` of the run's timer lines (one row per micro-batch)."""
-    return frames.fold("steps.micro", "timer", cutoff, steps.micro_breakdown)
+    return _fold(frames, "timer", "steps.micro", cutoff)
 
 
 def skipped(frames: RunFrames, cutoff: Cutoff) -> pd.DataFrame:
     """``steps.skipped_counts``: the running skipped-step count of each ``step=`` line."""
-    return frames.fold("steps.skipped", "step", cutoff, steps.skipped_counts)
+    return _fold(frames, "step", "steps.skipped", cutoff)
 
 
 def coordinator_steps(frames: RunFrames, cutoff: Cutoff) -> pd.DataFrame:
     """``coordinator.coordinator_steps``: ZeRO-3 parameter-fetch times per step and rank."""
-    return frames.fold("comm.coordinator", "timer", cutoff, coordinator.coordinator_steps)
+    return _fold(frames, "timer", "comm.coordinator", cutoff)
 
 
 def zero_rows(frames: RunFrames, cutoff: Cutoff) -> pd.DataFrame:
     """The ZeRO optimizer's own timer rows (``steps.zero_rows``), before downsampling."""
-    return frames.fold("steps.zero_rows", "timer", cutoff, steps.zero_rows)
+    return _fold(frames, "timer", "steps.zero_rows", cutoff)
 
 
 def training_parts(frames: RunFrames, cutoff: Cutoff, tbs: int | None) -> list[pd.DataFrame]:
