@@ -17,7 +17,9 @@ from dsmon.commands import default_store
 from dsmon.store.base import RunInfo, redact_url
 from dsmon.store.sqlite import open_store
 from dsmon.view import step_views
-from dsmon.view.cache import OPEN, FrameHub, View, run_is_live, step_cutoff
+from dsmon.view.cache import FrameHub, View
+from dsmon.view.cutoff import OPEN, step_cutoff
+from dsmon.view.run_state import run_is_live
 from ui import page as ui_page
 from ui.text import md_escape
 

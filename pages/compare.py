@@ -9,7 +9,8 @@ from dsmon.analysis import compare, training
 from dsmon.analysis.downsample import downsample
 from dsmon.figures import compare as fig
 from dsmon.model.ds_config import preferred_config
-from dsmon.view.cache import OPEN, FrameHub, RunFrames
+from dsmon.view.cache import FrameHub, RunFrames
+from dsmon.view.cutoff import OPEN
 from ui.charts import chart
 from ui.page import live_body, page_header, page_view
 from ui.text import md_escape

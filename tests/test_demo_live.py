@@ -25,7 +25,7 @@ from dsmon.commands.demo import DEFAULT_DEMO_STORE, DEMO_RUN, demo_dir, live_tar
 from dsmon.load.files import import_paths
 from dsmon.store.base import RunInfo
 from dsmon.store.sqlite import open_store
-from dsmon.view.cache import is_live
+from dsmon.view.run_state import is_live
 
 pytestmark = pytest.mark.slow
 

@@ -93,7 +93,8 @@ def test_a_live_launched_run_is_not_reported_killed(tmp_path: Path) -> None:
     """The launcher prints its exit lines only at the end: a running job has none yet."""
     from datetime import datetime
 
-    from dsmon.view.cache import OPEN, RunFrames
+    from dsmon.view.cache import RunFrames
+    from dsmon.view.cutoff import OPEN
     from dsmon.view.health_panel import panel
 
     lines = (DATA / "z2" / "train.log").read_text(encoding="utf-8").splitlines(keepends=True)

@@ -14,7 +14,8 @@ from pathlib import Path
 from dsmon.model.records import Record, TimerRecord, record_key
 from dsmon.parse.log import LogParser
 from dsmon.store.base import Store
-from dsmon.view.cache import RunFrames, is_live, run_is_live
+from dsmon.view.cache import RunFrames
+from dsmon.view.run_state import is_live, run_is_live
 
 DATA = Path(__file__).parent / "data"
 

@@ -25,8 +25,9 @@ from dsmon.model.records import Record
 from dsmon.store import frame_reads
 from dsmon.store.base import Store
 from dsmon.view import fold, step_views
-from dsmon.view.cache import OPEN, Cutoff, RunFrames
+from dsmon.view.cache import RunFrames
 from dsmon.view.chunks import Chunks
+from dsmon.view.cutoff import OPEN, Cutoff
 from dsmon.view.health_panel import panel
 
 DATA = Path(__file__).parent / "data"

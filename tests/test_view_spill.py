@@ -20,7 +20,8 @@ from dsmon.model.records import Record
 from dsmon.store import frame_reads
 from dsmon.store.base import Store
 from dsmon.view import cache, fold
-from dsmon.view.cache import OPEN, Cutoff, RunFrames
+from dsmon.view.cache import RunFrames
+from dsmon.view.cutoff import OPEN, Cutoff
 from dsmon.view.step_views import STEP_FOLDS
 
 DATA = Path(__file__).parent / "data"

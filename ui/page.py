@@ -16,7 +16,8 @@ from pathlib import Path
 
 import streamlit as st
 
-from dsmon.view.cache import View, reading_line, run_is_live, status_line
+from dsmon.view.cache import View
+from dsmon.view.run_state import reading_line, run_is_live, status_line
 from ui.text import md_escape
 
 #: Session key under which ``app.py`` leaves the view of the selected run.

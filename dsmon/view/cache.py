@@ -8,7 +8,7 @@ with nothing new costs one ``last_id`` query. The object is thread-safe: Streaml
 sessions on separate threads and keeps this one in ``st.cache_resource``.
 
 Replay ("the dashboard as it stood at step N") is a filter on the cached frames
-(:class:`Cutoff`), never a second copy of the data.
+(``dsmon.view.cutoff.Cutoff``), never a second copy of the data.
 """
 
 from __future__ import annotations
@@ -17,22 +17,19 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, TypeVar
 
 import pandas as pd
 
 from dsmon.model.records import Record, record_key
-from dsmon.model.units import parse_ts
 from dsmon.store import frame_reads
 from dsmon.store.base import RunInfo, Store
 from dsmon.view.chunks import Chunks
+from dsmon.view.cutoff import OPEN, Cutoff, existed_at
 from dsmon.view.fold import StepFn, StepFold
 
 T = TypeVar("T")
 
-#: A run whose newest record is younger than this is shown as live (and auto-refreshed).
-LIVE_WINDOW_S = 120.0
 #: The kind kept out of frames: the store folds GPU samples for each query.
 GPU = "gpu"
 #: Memoised derived views kept per run (oldest dropped first).
@@ -41,33 +38,6 @@ MEMO_SIZE = 64
 #: folds took in are let go (``dsmon.view.chunks``). A smaller kind is held whole: letting go
 #: of it would save little.
 SPILL_MIN_ROWS = 50_000
-
-
-@dataclass(frozen=True, slots=True)
-class Cutoff:
-    """Replay position: keep records up to ``step`` (and, for unstepped ones, up to ``ts``)."""
-
-    step: int | None = None
-    ts: pd.Timestamp | None = None
-
-    def apply(self, frame: pd.DataFrame) -> pd.DataFrame:
-        """Rows of ``frame`` that existed at this position (all rows for an open cut-off)."""
-        if frame.empty or (self.step is None and self.ts is None):
-            return frame
-        keep = pd.Series(True, index=frame.index)
-        has_step = (
-            frame["step"].notna()
-            if "step" in frame.columns
-            else pd.Series(False, index=frame.index)
-        )
-        if self.step is not None and "step" in frame.columns:
-            keep &= ~has_step | (frame["step"] <= self.step)
-        if self.ts is not None and "ts" in frame.columns:
-            keep &= has_step | frame["ts"].isna() | (frame["ts"] <= self.ts)
-        return frame[keep]
-
-
-OPEN = Cutoff()
 
 
 class RunFrames:
@@ -206,7 +176,7 @@ class RunFrames:
                 self._seen.setdefault(f"rec:{kind}", 0)
                 self._extend_records(kind, self._hi())
             recs = self._records[kind]
-        return [r for r in recs if _before(r, cutoff)]
+        return [r for r in recs if existed_at(r, cutoff)]
 
     def version(self, kinds: Sequence[str]) -> tuple[int, ...]:
         """How many times each kind has grown: part of every memo key.
@@ -366,16 +336,6 @@ class RunFrames:
             self._versions[key] = self._versions.get(key, 0) + 1
 
 
-def _before(rec: Record, cutoff: Cutoff) -> bool:
-    """Whether a record existed at the replay position."""
-    if cutoff.step is not None and rec.step is not None:
-        return rec.step <= cutoff.step
-    when = parse_ts(rec.ts)
-    if cutoff.ts is not None and when is not None:
-        return pd.Timestamp(when) <= cutoff.ts
-    return True
-
-
 class FrameHub:
     """One :class:`RunFrames` per run over one store: the object ``st.cache_resource`` keeps."""
 
@@ -397,77 +357,6 @@ class FrameHub:
             if name not in self._runs:
                 self._runs[name] = RunFrames(self.store, name, self._transforms, self._fold_fns)
             return self._runs[name]
-
-
-def is_live(last_ts: str | None, now: datetime, window_s: float | None = None) -> bool:
-    """A run is live when its newest record is at most ``window_s`` old (either clock way).
-
-    DeepSpeed stamps lines in the writer's local time without a zone, so the comparison is
-    against the local wall clock and tolerates small skew in both directions. The window
-    defaults to :data:`LIVE_WINDOW_S` as it is at the call, not as it was at import.
-    """
-    if not last_ts:
-        return False
-    if window_s is None:
-        window_s = LIVE_WINDOW_S
-    try:
-        age = abs((now - pd.Timestamp(last_ts).to_pydatetime()).total_seconds())
-    except (ValueError, OverflowError):  # a timestamp no calendar has: says nothing
-        return False
-    return age <= window_s
-
-
-def run_is_live(info: RunInfo, now: datetime, window_s: float | None = None) -> bool:
-    """Whether a run is being written to: records received lately, or lately stamped.
-
-    Receive time comes first: lines printed without a timestamp (timer lines; every line at
-    DeepSpeed's default log level) leave ``last_ts`` at the run's start while it goes on.
-    """
-    return is_live(info.received_at, now, window_s) or is_live(info.last_ts, now, window_s)
-
-
-def status_line(info: RunInfo | None, now: datetime) -> str:
-    """One line on where the run stands, drawn with every refresh of a page.
-
-    It is part of the page's live fragment, not of the sidebar (which is drawn only on a full
-    rerun), so it never contradicts the charts below it.
-    """
-    if info is None:
-        return "This run is no longer in the store."
-    state = "live" if run_is_live(info, now) else "finished"
-    last = info.last_ts.replace("T", " ") if info.last_ts else "no timestamp"
-    step = "-" if info.last_step is None else f"{info.last_step:,}"
-    nodes = f"{len(info.nodes)} node(s)" if info.nodes else "node unknown"
-    return (
-        f"{state} · last step {step} · {nodes} · {len(info.ranks)} rank(s) sent records · "
-        f"{info.n_records:,} records · last stamped line {last}"
-    )
-
-
-def reading_line(run: str, info: RunInfo | None) -> str:
-    """What a page says while it reads and draws the run, shown when that takes a while.
-
-    The first look at a long run reads all of it (20 s for 2.9 million records on a 2-core
-    machine), and a blank page for that long looks broken; later refreshes read only new
-    records and finish before the message would show.
-    """
-    if info is None:
-        return f"Reading run {run}"
-    return f"Reading run {run} ({info.n_records:,} records)"
-
-
-def step_cutoff(steps: pd.DataFrame, step: int | None) -> Cutoff:
-    """The replay position of optimizer step ``step``: its number and the time it ended.
-
-    ``steps`` is any stepped frame with ``step`` and ``ts`` (timers, step lines); the time
-    bounds the records that have no step (GPU samples, events).
-    """
-    if step is None:
-        return OPEN
-    if steps.empty or "ts" not in steps.columns:
-        return Cutoff(step=step)
-    upto = steps[steps["step"] <= step]["ts"].dropna()
-    return Cutoff(step=step, ts=None if upto.empty else pd.Timestamp(upto.max()))
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,8 @@ from dsmon.health.model import Checklist, CheckResult, Status
 from dsmon.health.registry import all_rules, evaluate, run_rule
 from dsmon.health.report import facts_line
 from dsmon.view import step_views
-from dsmon.view.cache import GPU, OPEN, Cutoff, RunFrames
+from dsmon.view.cache import GPU, RunFrames
+from dsmon.view.cutoff import OPEN, Cutoff
 
 #: The rules whose verdict depends on the wall clock (they read ``HealthInputs.now``: a live run
 #: is not "killed" for lacking exit lines, a stall is measured against now), re-evaluated on

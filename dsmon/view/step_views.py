@@ -16,7 +16,8 @@ import functools
 import pandas as pd
 
 from dsmon.analysis import coordinator, steps, training
-from dsmon.view.cache import Cutoff, RunFrames
+from dsmon.view.cache import RunFrames
+from dsmon.view.cutoff import Cutoff
 from dsmon.view.fold import StepFn
 
 #: The folds over each kind of a long run's bulk (its timer and step lines), by name: all

@@ -25,8 +25,10 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from dsmon.health.model import CheckResult, Status
 from dsmon.store.base import RunInfo, Store
-from dsmon.view.cache import OPEN, RunFrames, run_is_live
+from dsmon.view.cache import RunFrames
+from dsmon.view.cutoff import OPEN
 from dsmon.view.health_panel import panel
+from dsmon.view.run_state import run_is_live
 from dsmon.watch.alert_defaults import INTERVAL_S
 from dsmon.watch.alerts import Alerter
 
