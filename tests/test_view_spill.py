@@ -131,6 +131,23 @@ def test_a_kind_first_read_whole_is_held_as_read(store: Store) -> None:
     assert timer.spilled_rows == 0
 
 
+@pytest.mark.usefixtures("small_pages")
+def test_a_run_growing_live_while_one_fold_is_asked_holds_about_a_page(store: Store) -> None:
+    """A dashboard left on one page: the folds no page asks for still take in the new rows
+    once a page's worth is held, and the rows are let go."""
+    recs = records_of("grad_accum")
+    frames = RunFrames(store, "grad_accum", folds=STEP_FOLDS)
+    store.add(recs[:3])
+    timer = frames._chunks("timer")
+    for start in range(3, len(recs), 3):
+        store.add(recs[start : start + 3])
+        frames.refresh()
+        frames.fold("steps.breakdown", "timer", OPEN, steps.step_breakdown)
+        assert timer.rows - timer.spilled_rows < 7 + 3  # at most a page and a batch held
+    assert timer.spilled_rows > 0
+    assert_folds_of_the_store(frames, store, "grad_accum")
+
+
 def test_a_small_run_is_held_whole_and_its_folds_fed_only_when_asked(store: Store) -> None:
     store.add(records_of("z2"))
     frames = RunFrames(store, "z2", folds=STEP_FOLDS)

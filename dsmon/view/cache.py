@@ -50,9 +50,10 @@ class RunFrames:
             it is appended (e.g. ``dsmon.analysis.gpus.prepare`` for ``gpu``), so a long
             run's frame is kept compact and the work is done once per row.
         folds: the step-local folds of each kind that pages ask for (``name -> fn``, as
-            :meth:`fold` takes them). A kind read in full pages feeds them page by page as it
-            is read, and one of :data:`SPILL_MIN_ROWS` rows or more holds only the rows they
-            have not all taken in: a million steps' timer rows are never in memory at once.
+            :meth:`fold` takes them). They are fed whenever a page's worth of a kind's rows
+            is held (a long run read page by page, or a live one that grew by that much),
+            and a kind of :data:`SPILL_MIN_ROWS` rows or more holds only the rows they have
+            not all taken in: a million steps' timer rows are never in memory at once.
     """
 
     def __init__(
@@ -265,8 +266,9 @@ class RunFrames:
                 grew = self._append(kind, page) or grew
                 break
             grew = self._append(kind, page[page["id"] <= hi]) or grew
-            if len(page) >= frame_reads.FRAME_PAGE_ROWS:  # a long run read: fed as it comes
-                self._feed(kind)
+            chunks = self._frames[kind]
+            if chunks.rows - chunks.spilled_rows >= frame_reads.FRAME_PAGE_ROWS:
+                self._feed(kind)  # a page's worth held: a long run being read, or grown live
             if int(page["id"].iloc[-1]) >= hi:
                 break
         self._seen[kind] = hi

@@ -96,12 +96,13 @@ class Chunks:
     def whole(self) -> pd.DataFrame:
         """Every row, one frame; the parts are replaced by it, so the join is paid once.
 
-        Rows let go are read again, and the whole is held from then on (see :meth:`spill`).
+        Rows let go are read again, and the whole is held from then on (see :meth:`spill`);
+        not when there is no row yet (a live run before its first timer line).
         """
         if self.spilled_rows:
             self.parts = list(self.iter_parts())
             self.spilled_rows = self._spilled_last_id = 0
-        self.held_whole = self._reread is not None
+        self.held_whole = self._reread is not None and self.rows > 0
         if not self.parts:
             return pd.DataFrame()
         if len(self.parts) > 1:

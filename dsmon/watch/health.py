@@ -25,6 +25,7 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from dsmon.health.model import CheckResult, Status
 from dsmon.store.base import RunInfo, Store
+from dsmon.view import step_views
 from dsmon.view.cache import RunFrames
 from dsmon.view.cutoff import OPEN
 from dsmon.view.health_panel import panel
@@ -137,7 +138,7 @@ class HealthWatcher:
         """
         frames = self._frames.get(info.name)
         if frames is None:
-            frames = RunFrames(self.store, info.name)
+            frames = RunFrames(self.store, info.name, folds=step_views.STEP_FOLDS)
             self._frames[info.name] = frames
         frames.refresh()
         live_now = now if run_is_live(info, now) else None
