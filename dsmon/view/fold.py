@@ -187,13 +187,14 @@ class StepFold:
         Returns the rows still open and the new boundary (never lower than ``boundary``).
         """
         boundary = max(boundary, float(rows["step"].max()) - LATE_STEPS)
-        closing = (rows["step"] < boundary).to_numpy()
+        closing = (rows["step"] < boundary).to_numpy(dtype=bool, na_value=False)
         n = int(closing.sum())
         if n == 0:
             return rows, boundary
-        if closing[:n].all():  # lines in step order, as a log mostly is: slices, not copies
+        if closing[:n].all():  # lines in step order, as a log mostly is: a slice, not a take
             done.append(self.fn(rows.iloc[:n]))
-            return rows.iloc[n:], boundary
+            # the open rows copied: a slice would keep the whole page they came in alive
+            return rows.iloc[n:].copy(), boundary
         done.append(self.fn(rows[closing]))
         return rows[~closing], boundary
 
