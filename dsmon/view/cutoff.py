@@ -1,7 +1,8 @@
 """Replay positions: the dashboard as a run stood at one of its steps.
 
-Replay is a filter on the frames the dashboard already holds (``dsmon.view.cache``), never a
-second copy of the data: a :class:`Cutoff` keeps the rows that existed at the position.
+Replay is a filter on the frames the dashboard holds (``dsmon.view.cache``; a long run's
+timer and step rows are read again from the store first, and held), never a second copy of
+the data: a :class:`Cutoff` keeps the rows that existed at the position.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Whether a run is live, and the line each page shows on where it stands.
 
 A page redraws on a timer only while its run is being written to; the dashboard frame, the
-pages' live fragments and ``dsmon watch`` all ask here, so they agree on what live means.
+pages' live fragments and the health watcher (``dsmon.watch.health``) all ask here, so they
+agree on what live means.
 """
 
 from __future__ import annotations
