@@ -261,16 +261,11 @@ class RunFrames:
         steps' stored JSON is never in memory at once.
         """
         grew = False
-        for page in self.store.frame_pages(self.run, kind, after_id=self._seen[kind]):
-            if page.empty or "id" not in page.columns:  # (every store frame has ids)
-                grew = self._append(kind, page) or grew
-                break
-            grew = self._append(kind, page[page["id"] <= hi]) or grew
+        for rows in self._store_pages(kind, self._seen[kind], hi):
+            grew = self._append(kind, rows) or grew
             chunks = self._frames[kind]
             if chunks.rows - chunks.spilled_rows >= frame_reads.FRAME_PAGE_ROWS:
                 self._feed(kind)  # a page's worth held: a long run being read, or grown live
-            if int(page["id"].iloc[-1]) >= hi:
-                break
         self._seen[kind] = hi
         if grew:
             self._versions[kind] = self._versions.get(kind, 0) + 1
@@ -299,23 +294,34 @@ class RunFrames:
 
     def _reread(self, kind: str, last_id: int) -> Iterator[pd.DataFrame]:
         """The rows of ``kind`` up to ``last_id`` read again, a page at a time (as appended)."""
-        for page in self.store.frame_pages(self.run, kind):
-            if page.empty or "id" not in page.columns:
-                return
-            rows = page[page["id"] <= last_id]
-            if kind in self._transforms:
-                rows = self._transforms[kind](rows)
+        for rows in self._store_pages(kind, None, last_id):
             if not rows.empty:
                 yield rows.reset_index(drop=True)
-            if int(page["id"].iloc[-1]) >= last_id:
+
+    def _store_pages(self, kind: str, after_id: int | None, hi: int) -> Iterator[pd.DataFrame]:
+        """The rows of ``kind`` with ``after_id < id <= hi``, a page at a time, transformed.
+
+        What a refresh appends and what a reader of rows let go reads again.
+        """
+        for page in self.store.frame_pages(self.run, kind, after_id=after_id):
+            if page.empty:
                 return
+            if "id" not in page.columns:  # (every store frame has ids)
+                yield self._transformed(kind, page)
+                return
+            yield self._transformed(kind, page[page["id"] <= hi])
+            if int(page["id"].iloc[-1]) >= hi:
+                return
+
+    def _transformed(self, kind: str, rows: pd.DataFrame) -> pd.DataFrame:
+        """``rows`` through the kind's transform, if it has one (not an empty frame)."""
+        transform = self._transforms.get(kind)
+        return rows if transform is None or rows.empty else transform(rows)
 
     def _append(self, kind: str, new: pd.DataFrame) -> bool:
         """Add one page of rows to ``kind``'s chunks; whether there were any."""
         if new.empty:
             return False
-        if kind in self._transforms:
-            new = self._transforms[kind](new)
         self._frames[kind].append(new)
         newest = new["ts"].max() if "ts" in new.columns else None
         if newest is not None and pd.notna(newest):
