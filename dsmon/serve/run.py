@@ -117,15 +117,13 @@ class _HeadersDeadline(H11Protocol):
 
 
 def _server(
-    store: Store,
-    token: str,
-    host: str,
-    port: int,
-    limits: Limits,
-    health: RuleStates | None,
-    sealer: PageSealer,
-) -> uvicorn.Server:
-    """A uvicorn server for the app; it leaves the process's logging configuration alone."""
+    store: Store, token: str, host: str, port: int, limits: Limits, health: RuleStates | None
+) -> tuple[uvicorn.Server, PageSealer]:
+    """A uvicorn server for the app, and the app's page sealer, which the caller stops.
+
+    The server leaves the process's logging configuration alone.
+    """
+    sealer = PageSealer(store)
     app = create_app(store, token, limits, health=health, sealer=sealer)
     protocol = type(
         "HeadersDeadline", (_HeadersDeadline,), {"headers_timeout_s": limits.headers_timeout_s}
@@ -142,7 +140,7 @@ def _server(
         timeout_keep_alive=KEEP_ALIVE_S,
         server_header=False,
     )
-    return uvicorn.Server(config)
+    return uvicorn.Server(config), sealer
 
 
 def _limits(limits: Limits | None, max_body_bytes: int) -> Limits:
@@ -211,11 +209,9 @@ def start_ingest_server(
         dsmon.serve.tokens.TokenError: the token is too short.
     """
     store = open_store(store_url)
-    sealer = PageSealer(store)
     try:
         store.prepare_writes()
-        limits = _limits(limits, max_body_bytes)
-        server = _server(store, token, host, port, limits, health, sealer)
+        server, sealer = _server(store, token, host, port, _limits(limits, max_body_bytes), health)
         sock = bind_socket(host, port)
     except BaseException:
         store.close()
@@ -258,9 +254,7 @@ def serve_forever(
     """
     with open_store(store_url) as store:
         store.prepare_writes()  # an older store's upgrade, before a collector waits on it
-        sealer = PageSealer(store)
-        limits = _limits(limits, max_body_bytes)
-        server = _server(store, token, host, port, limits, health, sealer)
+        server, sealer = _server(store, token, host, port, _limits(limits, max_body_bytes), health)
         sock = bind_socket(host, port)
         if on_ready is not None:
             on_ready(_url(host, sock))
