@@ -88,11 +88,14 @@ def _as_list(by: str | Sequence[str] | None) -> list[str]:
 
 def _y_arrays(frame: pd.DataFrame, ys: Sequence[str]) -> list[np.ndarray]:
     """The ``ys`` columns the frame has, as float64 (what is not a number becomes NaN)."""
-    return [
-        pd.to_numeric(frame[col], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-        for col in ys
-        if col in frame.columns
-    ]
+    return [_floats(frame[col]) for col in ys if col in frame.columns]
+
+
+def _floats(values: pd.Series) -> np.ndarray:
+    """A column as float64, NaN for what is not a number; float64 columns are not copied."""
+    if values.dtype == np.float64:
+        return values.to_numpy()  # (only read: a view of the frame's own values)
+    return pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
 
 
 def _missing_last(x: np.ndarray) -> np.ndarray:
@@ -104,13 +107,15 @@ def _missing_last(x: np.ndarray) -> np.ndarray:
 
 def _pick(pos: np.ndarray, xs: np.ndarray, ys: list[np.ndarray], n_out: int) -> np.ndarray:
     """Positions kept from one trace, in ``x`` order: the union of what each y column needs."""
-    x = xs[pos]
+    whole = len(pos) == len(xs)  # the only trace: its rows are all rows, no need to take them
+    x = xs if whole else xs[pos]
     if not np.all(x[1:] >= x[:-1]):  # a trace already in x order is not sorted again
         ordered = np.argsort(_missing_last(x), kind="stable")
-        pos, x = pos[ordered], x[ordered]
+        pos, x, whole = pos[ordered], x[ordered], False
     if len(pos) <= n_out:
         return pos
-    keep = np.unique(np.concatenate([indices(x, y[pos], n_out) for y in ys] or [np.arange(0)]))
+    picked = [indices(x, y if whole else y[pos], n_out) for y in ys]
+    keep = np.unique(np.concatenate(picked or [np.arange(0)]))
     return pos[keep]
 
 

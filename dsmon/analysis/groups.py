@@ -54,11 +54,27 @@ def _factorized(values: pd.Series) -> tuple[np.ndarray, int]:
     return col_codes, len(uniques)
 
 
+def _one_value(values: pd.Series) -> bool:
+    """Whether every row holds the same known number: a key that splits nothing.
+
+    One comparison per row, where factorising it (a float copy, a NaN mask, a min and a max)
+    cost a live refresh of a million steps ten milliseconds per chart.
+    """
+    dtype = values.dtype
+    if not len(values) or not pd.api.types.is_integer_dtype(dtype):
+        return False
+    if isinstance(dtype, pd.api.extensions.ExtensionDtype) and values.array.isna().any():
+        return False
+    numbers = values.to_numpy(dtype=np.int64)
+    return bool((numbers == numbers[0]).all())
+
+
 def positions(frame: pd.DataFrame, cols: Sequence[str]) -> list[np.ndarray]:
     """Row positions of each group, groups in key order, each group's rows in frame order.
 
     The groups and their order are ``groupby(cols, sort=True, dropna=False)``'s.
     """
+    cols = [col for col in cols if not _one_value(frame[col])]  # (rank 0's timers: rank)
     if not cols:
         return [np.arange(len(frame))]
     keys = codes(frame, cols)
