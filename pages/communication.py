@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dsmon.analysis import comm, coordinator, steps
+from dsmon.analysis import comm, coordinator, step_stats, steps
 from dsmon.analysis.downsample import downsample
 from dsmon.analysis.peaks import LINKS, find_link
 from dsmon.figures import comm as fig
@@ -64,16 +64,20 @@ def caveats() -> None:
 
 def timers_section(bd: pd.DataFrame) -> None:
     """Exposed communication from the engine timers."""
+    f, cut = view.frames, view.cutoff
     share = comm.comm_share(bd)
-    stats = comm.steady_share_stats(share)
+    stats = step_stats.share_stats(step_views.stat(f, cut, step_stats.COMM_SHARE))
+    allreduce = step_views.stat(f, cut, "ms.bwd_allreduce_ms").median()
     cols = st.columns(3)
     cols[0].metric("Exposed comm, p50 share of step", fmt_pct(stats.p50 if stats else None))
-    cols[1].metric("bwd_allreduce p50", fmt_ms(comm.median(comm.per_step(bd, "bwd_allreduce_ms"))))
+    cols[1].metric("bwd_allreduce p50", fmt_ms(allreduce))
     cols[2].metric("Steps timed", f"{steps.timed_steps(bd)}")
-    st.markdown("\n".join(f"- {line}" for line in comm.phase_share_lines(bd)))
+    lines = step_stats.phase_lines(bd, lambda name: step_views.stat(f, cut, name))
+    st.markdown("\n".join(f"- {line}" for line in lines))
     st.caption(
         "Exposed comm = bwd_allreduce (+ ZeRO-1/2 optimizer_allgather), as a share of "
-        "fwd + bwd + step; per step the slowest rank, then the median over steps."
+        "fwd + bwd + step; per step the slowest rank, then the median over the steps after "
+        "warm-up."
     )
     chart(
         fig.share_figure(downsample(share, "step", ["exposed_comm_ms", "comm_share"], by="rank")),

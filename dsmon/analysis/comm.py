@@ -79,9 +79,9 @@ def _divided(num: np.ndarray, den: np.ndarray) -> np.ndarray:
 
 def _add_known(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a + b`` where one side may be missing (NaN only where both are)."""
-    out = np.where(np.isnan(a), b, a)
-    both = ~np.isnan(a) & ~np.isnan(b)
-    out[both] = a[both] + b[both]
+    out = a + b  # NaN where either is missing, then the known side copied in there
+    np.copyto(out, b, where=np.isnan(a))
+    np.copyto(out, a, where=np.isnan(b))
     return out
 
 
@@ -173,43 +173,11 @@ def steady_share_stats(shares: pd.DataFrame) -> ShareStats | None:
     return share_stats(steady(shares), "comm_share")
 
 
-def phase_share(breakdown: pd.DataFrame, column: str) -> ShareStats | None:
-    """A :func:`timer_ratios` column (a percentage) as a fraction, over the steady steps."""
-    return _phase_share_of(timer_ratios(steady(breakdown)), column)
-
-
-def _phase_share_of(ratios: pd.DataFrame, column: str) -> ShareStats | None:
-    """:func:`phase_share` from the steady steps' :func:`timer_ratios`."""
-    stats = share_stats(ratios, column)
-    if stats is None:
-        return None
-    return ShareStats(stats.p50 / 100.0, stats.p90 / 100.0, stats.steps)
-
-
 #: The timers read as a share of their phase: (timer, its column, timer_ratios column, phase).
 PHASE_SHARES = (
     ("optimizer_allgather", "optimizer_allgather_ms", "allgather_pct_of_fwd", "fwd"),
     ("bwd_allreduce", "bwd_allreduce_ms", "allreduce_pct_of_bwd_inner", "bwd_inner"),
 )
-
-
-def phase_share_lines(breakdown: pd.DataFrame) -> list[str]:
-    """``optimizer_allgather = 11.76 ms (35 % of fwd)``: the timer's median, its phase share.
-
-    The share is :func:`phase_share`'s median over steps, as the health checklist reports it.
-    """
-    lines = []
-    kept = steady(breakdown)
-    ratios = timer_ratios(kept)  # once for both lines: a live page asks on every refresh
-    for label, col, ratio, phase in PHASE_SHARES:
-        if col not in breakdown.columns or breakdown[col].isna().all():
-            lines.append(f"{label}: not in this log")
-            continue
-        ms = median(per_step(kept, col))
-        share = _phase_share_of(ratios, ratio)
-        pct = f" ({100 * share.p50:.0f} % of {phase}, median over steps)" if share else ""
-        lines.append(f"{label} = {ms:.2f} ms{pct}")
-    return lines
 
 
 def _last_summary_table(frame: pd.DataFrame) -> pd.DataFrame:

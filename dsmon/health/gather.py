@@ -10,6 +10,7 @@ remembers where it was learnt so the evidence can say so.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
@@ -17,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from dsmon.analysis.step_stats import StatSource
 from dsmon.health.config_view import ConfigView, ds_config_from_effective
 from dsmon.health.inputs import HealthInputs, LazyFrames, RunFacts
 from dsmon.health.schema import Version, parse_version
@@ -97,12 +99,14 @@ def inputs_from_frames(
     gpu_summary: pd.DataFrame | None = None,
     views: Mapping[str, Callable[[], pd.DataFrame]] | None = None,
     present: Callable[[str], bool] | None = None,
+    stats: StatSource | None = None,
 ) -> HealthInputs:
     """Inputs from a frame source such as the dashboard's cached ``RunFrames.frame``.
 
     Frames are read when a rule first asks (:class:`LazyFrames`); ``views`` gives per-step
     views the caller keeps (``dsmon.health.inputs.BREAKDOWN`` ...) so rules reuse them;
-    ``present`` tells whether a kind has rows without reading them.
+    ``present`` tells whether a kind has rows without reading them; ``stats`` answers for
+    the whole-run figures the caller keeps sorted (:attr:`HealthInputs.stats`).
     """
     loaders: dict[str, Callable[[], pd.DataFrame]] = {
         k: functools.partial(frame, k) for k in FRAME_KINDS
@@ -111,7 +115,8 @@ def inputs_from_frames(
     if gpu_summary is not None:
         loaders[GPU_SUMMARY] = lambda: gpu_summary
     frames = LazyFrames(loaders, present)
-    return build_inputs(frames, configs, run=run, now=now, node_names=set(node_names))
+    inputs = build_inputs(frames, configs, run=run, now=now, node_names=set(node_names))
+    return dataclasses.replace(inputs, stats=stats) if stats is not None else inputs
 
 
 def build_inputs(

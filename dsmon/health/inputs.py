@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from dsmon.analysis.step_stats import StatSource
 from dsmon.health.config_view import ConfigView
 from dsmon.health.schema import Version, version_text
 
@@ -114,6 +115,9 @@ class HealthInputs:
     now: datetime | None = None
     run: str | None = None
     derived: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    #: Whole-run figures a caller keeps up to date (``dsmon.analysis.step_stats``): a rule
+    #: asks here first and computes a figure from the breakdown when the answer is None.
+    stats: StatSource | None = field(default=None, compare=False, repr=False)
 
     def frame(self, kind: str) -> pd.DataFrame:
         """The frame of one kind; an empty frame when the run has none."""

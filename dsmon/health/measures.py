@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from dsmon.analysis import comm, steps
+from dsmon.analysis import comm, step_stats, steps
+from dsmon.analysis.ranked import Ranked
 from dsmon.health import thresholds as th
 from dsmon.health.inputs import BREAKDOWN, HealthInputs
 
@@ -88,6 +89,22 @@ def breakdown(inputs: HealthInputs) -> pd.DataFrame:
     return bd
 
 
+def stat(inputs: HealthInputs, name: str) -> Ranked:
+    """Whole-run figure ``name`` (``dsmon.analysis.step_stats``) over the steady steps.
+
+    From :attr:`HealthInputs.stats` when the caller keeps it (a live dashboard, whose sorted
+    values grow with new steps only), else from :func:`breakdown`; once per evaluation.
+    """
+    key = f"stat:{name}"
+    got = inputs.derived.get(key)
+    if got is None:
+        got = inputs.stats(name) if inputs.stats is not None else None
+        if got is None:
+            got = step_stats.ranked(breakdown(inputs), name)
+        inputs.derived[key] = got
+    return got
+
+
 def steady(frame: pd.DataFrame) -> pd.DataFrame:
     """Rows after the warm-up steps (:func:`dsmon.analysis.steps.steady`)."""
     return steps.steady(frame, th.WARMUP_STEPS)
@@ -95,7 +112,8 @@ def steady(frame: pd.DataFrame) -> pd.DataFrame:
 
 def per_step(bd: pd.DataFrame, column: str) -> pd.Series:
     """One value per step: the slowest rank's, since the step waits for it."""
-    rows = bd.dropna(subset=["step", column])
+    # the two columns, not the whole breakdown, copied without the rows missing either
+    rows = bd[["step", column]].dropna()
     return comm.max_per_step(rows, column)
 
 

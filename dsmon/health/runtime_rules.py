@@ -13,7 +13,7 @@ import math
 
 import pandas as pd
 
-from dsmon.analysis import comm, steps
+from dsmon.analysis import comm, step_stats, steps
 from dsmon.health import measures as m
 from dsmon.health import thresholds as th
 from dsmon.health.inputs import SKIPPED, HealthInputs
@@ -52,19 +52,19 @@ def check_comm_share(inputs: HealthInputs) -> Finding:
     bd = m.breakdown(inputs)
     if bd.empty:
         return Finding(Status.UNKNOWN, _NO_TIMERS)
-    shares = comm.comm_share(bd)
-    stats = comm.steady_share_stats(shares)
-    cs = shares[shares["comm_share"].notna()]
-    if cs.empty or stats is None:
+    stats = step_stats.share_stats(m.stat(inputs, step_stats.COMM_SHARE))
+    if stats is None:
         return Finding(Status.UNKNOWN, "the timer lines carry no bwd_allreduce figure")
-    rng = m.step_range(cs)
+    rng = _shared_steps(bd)
     med, p90 = stats.p50, stats.p90
     where = f"{m.range_text(rng)}, slowest rank"
+    exposed = m.stat(inputs, step_stats.EXPOSED_COMM_MS).median()
+    total = m.stat(inputs, step_stats.STEP_TOTAL_MS).median()
     ev = (
         Evidence("exposed comm share p50", f"{med:.1%}", where),
         Evidence("exposed comm share p90", f"{p90:.1%}", where),
-        Evidence("exposed comm p50", f"{m.median(cs['exposed_comm_ms']):.2f} ms", where),
-        Evidence("step total p50", f"{m.median(cs['total_ms']):.2f} ms", where),
+        Evidence("exposed comm p50", f"{exposed:.2f} ms", where),
+        Evidence("step total p50", f"{total:.2f} ms", where),
         _overlap_setting(inputs),
     )
     if med <= th.COMM_SHARE_WARN:
@@ -90,6 +90,33 @@ def check_comm_share(inputs: HealthInputs) -> Finding:
     )
 
 
+def _shared_steps(bd: pd.DataFrame, part: int = 1024) -> tuple[int, int] | None:
+    """First and last step of the rows whose communication share is known.
+
+    Read from each end a part at a time when the rows are in step order (a breakdown is):
+    a run of a million steps has its share known at both ends, so this reads two parts,
+    not every row.
+    """
+    if not bd["step"].is_monotonic_increasing:
+        return m.step_range(_known_share(bd))
+    first = last = None
+    for start in range(0, len(bd), part):
+        first = m.step_range(_known_share(bd.iloc[start : start + part]))
+        if first is not None:
+            break
+    for stop in range(len(bd), 0, -part):
+        last = m.step_range(_known_share(bd.iloc[max(0, stop - part) : stop]))
+        if last is not None:
+            break
+    return (first[0], last[1]) if first is not None and last is not None else None
+
+
+def _known_share(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows' :func:`comm.comm_share` where the share is known."""
+    shares = comm.comm_share(rows)
+    return shares[shares["comm_share"].notna()]
+
+
 def _phase_shares(
     inputs: HealthInputs, bd: pd.DataFrame, notes: list[Evidence]
 ) -> list[tuple[str, float, str]]:
@@ -99,24 +126,26 @@ def _phase_shares(
     ops, distrust = m.trusted_comm_ops(inputs, bd_all)
     if distrust:
         notes.append(Evidence("comms logger", "ignored", distrust))
-    fwd, bwd = m.per_step(bd_all, "fwd_ms").sum(), m.per_step(bd_all, "bwd_ms").sum()
     gather = m.op_latency_ms(ops, ("all_gather",))
     reduce = m.op_latency_ms(ops, ("reduce_scatter", "all_reduce"))
+    if gather is None and reduce is None:  # no logger: the timers alone (no sums over the run)
+        return _timer_phase_shares(inputs)
+    fwd, bwd = m.per_step(bd_all, "fwd_ms").sum(), m.per_step(bd_all, "bwd_ms").sum()
     src = "comms logger total latency / summed timers"
     if gather is not None and fwd > 0:
         out.append(("all-gather share of fwd", gather / fwd, src))
     if reduce is not None and bwd > 0:
         out.append(("reduce-scatter/all-reduce share of bwd", reduce / bwd, src))
-    return out or _timer_phase_shares(bd)
+    return out or _timer_phase_shares(inputs)
 
 
-def _timer_phase_shares(bd: pd.DataFrame) -> list[tuple[str, float, str]]:
+def _timer_phase_shares(inputs: HealthInputs) -> list[tuple[str, float, str]]:
     """Phase shares from the timers alone (exposed communication only)."""
     out: list[tuple[str, float, str]] = []
-    bwd_share = comm.share_stats(comm.ratio_per_row(bd, "bwd_allreduce_ms", "bwd_ms"), "ratio")
+    bwd_share = step_stats.share_stats(m.stat(inputs, step_stats.ALLREDUCE_OF_BWD))
     if bwd_share is not None:
         out.append(("bwd_allreduce share of bwd", bwd_share.p50, "timers, median over steps"))
-    gather = comm.phase_share(bd, "allgather_pct_of_fwd")
+    gather = step_stats.share_stats(m.stat(inputs, "pct.allgather_pct_of_fwd"), 100.0)
     if gather is not None:
         out.append(("optimizer_allgather vs fwd", gather.p50, "ZeRO-1/2 timers, median over steps"))
     return out
@@ -196,8 +225,10 @@ def _overlap(
     if distrust:
         raise _UntrustedCommsError(distrust)
     total = m.op_latency_ms(ops, m.TRAINING_OPS)
+    if total is None:  # no logger: no step count either (a pass over every row)
+        return None
     n = bd_all["step"].nunique()
-    if total is None or n == 0:
+    if n == 0:
         return None
     compute = m.median(
         m.per_step(bd, "fwd_ms") + m.per_step(bd, "bwd_inner_ms") + m.per_step(bd, "step_ms")

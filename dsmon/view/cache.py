@@ -21,12 +21,14 @@ from typing import Any, TypeVar
 
 import pandas as pd
 
+from dsmon.analysis.ranked import Ranked
 from dsmon.model.records import Record, record_key
 from dsmon.store import frame_reads
 from dsmon.store.base import RunInfo, Store
 from dsmon.view.chunks import Chunks
 from dsmon.view.cutoff import OPEN, Cutoff, existed_at
 from dsmon.view.fold import StepFn, StepFold
+from dsmon.view.quantiles import StepQuantiles, ValuesFn
 
 T = TypeVar("T")
 
@@ -70,6 +72,7 @@ class RunFrames:
         self._lock = threading.RLock()
         self._frames: dict[str, Chunks] = {}
         self._folds: dict[str, StepFold] = {}
+        self._quantiles: dict[tuple[str, str], StepQuantiles] = {}  # (fold, figure)
         self._kind_folds: dict[str, list[StepFold]] = {}  # the folds over each kind
         self._newest: dict[str, pd.Timestamp] = {}
         self._records: dict[str, list[Record]] = {}
@@ -160,6 +163,19 @@ class RunFrames:
             result = self._step_fold(kind, name, fn).update(chunks)
             self._spill(kind)
             return result
+
+    def quantiles(
+        self, name: str, kind: str, fn: StepFn, stat: str, values: ValuesFn
+    ) -> Ranked | None:
+        """``values`` of the live fold ``name``'s rows, kept sorted (``dsmon.view.quantiles``).
+
+        None when the fold is not incremental: the caller takes them from its result.
+        """
+        with self._lock:
+            result = self.fold(name, kind, OPEN, fn)
+            fold = self._folds[name]
+            kept = self._quantiles.setdefault((name, stat), StepQuantiles(values))
+            return kept.over(result, fold.epoch, fold.stable) if fold.stable else None
 
     def _step_fold(self, kind: str, name: str, fn: StepFn) -> StepFold:
         """The fold ``name`` of ``fn`` over ``kind``, made on first use."""

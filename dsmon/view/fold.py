@@ -49,6 +49,9 @@ class StepFold:
         # the result's rows, when its columns allow: ``_done`` is then its first rows
         self._buffer: RowBuffer | None = None
         self._pending = False  # rows taken in (:meth:`take_in`) and not in ``_result`` yet
+        #: Counts the times the result was built anew; within one epoch the first
+        #: :attr:`stable` rows of every result are the same rows (``dsmon.view.quantiles``).
+        self.epoch = 0
 
     def update(self, chunks: Chunks) -> pd.DataFrame:
         """The result over every row of ``chunks`` now."""
@@ -63,6 +66,11 @@ class StepFold:
                 self._result = self._extend(new)
                 return self._result
         return self._restart(chunks)
+
+    @property
+    def stable(self) -> int:
+        """Rows at the head of the result that no later update changes (finished steps)."""
+        return len(self._done) if self._incremental else 0
 
     def take_in(self, chunks: Chunks) -> None:
         """Take in the new rows of ``chunks``, leaving the open steps to the next :meth:`update`.
@@ -111,7 +119,8 @@ class StepFold:
         keeps a million steps' timer rows from being copied into one frame.
         """
         self._generation, self._seen = chunks.generation, chunks.rows
-        self._pending = False
+        self._pending, self._incremental = False, False
+        self.epoch += 1
         done: list[pd.DataFrame] = []
         rows, boundary = pd.DataFrame(), -math.inf
         for part in chunks.iter_parts():
@@ -131,6 +140,7 @@ class StepFold:
         """Everything computed from all rows at once, and the state to go on from."""
         whole = chunks.whole()
         self._pending = False
+        self.epoch += 1
         result = self.fn(whole)
         self._incremental = _steps_from(whole, -math.inf) and "step" in result.columns
         self._result = result
@@ -148,6 +158,7 @@ class StepFold:
         cost as much again as the refresh (measured at a million steps).
         """
         self._result = result
+        self.epoch += 1  # (new columns: a timer first seen changes what the old rows hold)
         self._buffer = RowBuffer.of(result)
         if self._buffer is None:
             self._done = result.iloc[:done].copy()

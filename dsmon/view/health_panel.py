@@ -82,6 +82,7 @@ def _static(frames: RunFrames, cutoff: Cutoff, run: str) -> tuple[HealthInputs, 
         gpu_summary=summary,
         views=views,
         present=lambda kind: frames.has_rows(kind, cutoff),
+        stats=step_views.stat_source(frames, cutoff),
     )
     rules = [r for r in all_rules() if r.id not in CLOCK_RULES]
     return inputs, evaluate(inputs, rules)

@@ -12,13 +12,22 @@ are read and then lets go of the raw rows (``dsmon.view.cache.RunFrames``).
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import pandas as pd
 
-from dsmon.analysis import coordinator, steps, training
+from dsmon.analysis import coordinator, step_stats, steps, training
+from dsmon.analysis.ranked import Ranked
+from dsmon.analysis.step_stats import StatSource
 from dsmon.view.cache import RunFrames
-from dsmon.view.cutoff import Cutoff
+from dsmon.view.cutoff import OPEN, Cutoff
 from dsmon.view.fold import StepFn
+from dsmon.view.quantiles import ValuesFn
+
+#: Breakdown rows from which a live page keeps whole-run figures sorted instead of taking
+#: them afresh on each refresh (below this, numpy on every row costs under a millisecond).
+KEEP_SORTED_ROWS = 20_000
+WARMUP = steps.WARMUP_STEPS
 
 #: The folds over each kind of a long run's bulk (its timer and step lines), by name: all
 #: that pages ask of those rows while live. ``FrameHub(store, folds=STEP_FOLDS)``.
@@ -45,6 +54,43 @@ def _fold(frames: RunFrames, kind: str, name: str, cutoff: Cutoff) -> pd.DataFra
 def breakdown(frames: RunFrames, cutoff: Cutoff) -> pd.DataFrame:
     """``steps.step_breakdown`` of the run's timer lines (one row per step and rank)."""
     return _fold(frames, "timer", "steps.breakdown", cutoff)
+
+
+def stat(frames: RunFrames, cutoff: Cutoff, name: str) -> Ranked:
+    """Whole-run figure ``name`` (``dsmon.analysis.step_stats``) over the steady steps.
+
+    Live, on a long run, from values kept sorted as steps finish (``dsmon.view.quantiles``);
+    otherwise from the breakdown, as the checklist computes it on a log file.
+    """
+    bd = breakdown(frames, cutoff)
+    live = cutoff == OPEN and not bd.empty and len(bd) >= KEEP_SORTED_ROWS
+    if live and _past_warmup(bd["step"].iloc[-1]):
+        kept = frames.quantiles(
+            "steps.breakdown", "timer", steps.step_breakdown, name, _steady_values(name)
+        )
+        if kept is not None:
+            return kept
+    return step_stats.ranked(steps.steady(bd), name)
+
+
+def _past_warmup(last_step: Any) -> bool:
+    """Whether the newest row of a breakdown in step order is after the warm-up steps."""
+    return bool(pd.notna(last_step) and last_step > WARMUP)
+
+
+def _steady_values(name: str) -> ValuesFn:
+    """The values of figure ``name`` from some whole steps' rows, warm-up steps left out.
+
+    (:func:`dsmon.analysis.steps.steady` keeps warm-up steps when a run has nothing else;
+    :func:`stat` asks here only once a run has steps after them.)
+    """
+    values = step_stats.STEP_STATS[name]
+    return lambda rows: values(rows[rows["step"] > WARMUP])
+
+
+def stat_source(frames: RunFrames, cutoff: Cutoff) -> StatSource:
+    """:func:`stat` as the checklist asks for it (``HealthInputs.stats``)."""
+    return lambda name: stat(frames, cutoff, name)
 
 
 def micro(frames: RunFrames, cutoff: Cutoff) -> pd.DataFrame:

@@ -1,0 +1,110 @@
+"""The whole-run figures over steps that the checklist and the Communication page quote.
+
+Each figure here is a median (and 90th percentile) of values taken from the rows of a run's
+step breakdown after warm-up: the exposed-communication share per step, a timer's share of
+its phase, and the like. Each is named once, with the function giving its values, so the
+checklist on a log file (values of the whole breakdown, :func:`ranked`) and a live dashboard
+(values of each step once, kept sorted: ``dsmon.view.quantiles``) quote the same number.
+
+A values function must read nothing but the rows it is given, and those rows are always
+whole steps: the values of a run are then the values of its steps taken in any parts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from dsmon.analysis import comm
+from dsmon.analysis.ranked import Ranked
+
+#: Per step (slowest rank): exposed communication as a fraction of the step's total.
+COMM_SHARE = "comm_share"
+#: Per breakdown row with a share: the exposed communication, and the step total (ms).
+EXPOSED_COMM_MS = "rows.exposed_comm_ms"
+STEP_TOTAL_MS = "rows.total_ms"
+#: Per step: ``bwd_allreduce`` as a fraction of ``bwd``.
+ALLREDUCE_OF_BWD = "bwd_allreduce_of_bwd"
+
+ValuesFn = Callable[[pd.DataFrame], np.ndarray]
+
+
+def _per_step(frame: pd.DataFrame, column: str) -> np.ndarray:
+    """:func:`dsmon.analysis.comm.per_step` as floats (the slowest rank of each step)."""
+    return comm.per_step(frame, column).to_numpy(dtype=np.float64)
+
+
+def _with_share(column: str) -> ValuesFn:
+    """``column`` of :func:`comm.comm_share` on the rows whose share is known."""
+
+    def values(rows: pd.DataFrame) -> np.ndarray:
+        shares = comm.comm_share(rows)
+        known = shares["comm_share"].notna().to_numpy()
+        return shares[column].to_numpy(dtype=np.float64, na_value=np.nan)[known]
+
+    return values
+
+
+def _ratio_pct(column: str) -> ValuesFn:
+    """A :func:`comm.timer_ratios` column (a percentage), per step."""
+    return lambda rows: _per_step(comm.timer_ratios(rows), column)
+
+
+def _timer_ms(column: str) -> ValuesFn:
+    """A breakdown column, per step (none when the breakdown has no such column)."""
+    return lambda rows: _per_step(rows, column)
+
+
+#: Every figure by name: its values from some whole steps' breakdown rows, after warm-up.
+STEP_STATS: dict[str, ValuesFn] = {
+    COMM_SHARE: lambda rows: _per_step(comm.comm_share(rows), "comm_share"),
+    EXPOSED_COMM_MS: _with_share("exposed_comm_ms"),
+    STEP_TOTAL_MS: _with_share("total_ms"),
+    ALLREDUCE_OF_BWD: lambda rows: _per_step(
+        comm.ratio_per_row(rows, "bwd_allreduce_ms", "bwd_ms"), "ratio"
+    ),
+    **{f"pct.{ratio}": _ratio_pct(ratio) for _, _, ratio, _ in comm.PHASE_SHARES},
+    **{f"ms.{col}": _timer_ms(col) for _, col, _, _ in comm.PHASE_SHARES},
+}
+
+#: How a caller that keeps the figures answers for one (None: compute it from the rows).
+StatSource = Callable[[str], Ranked | None]
+
+
+def ranked(steady: pd.DataFrame, name: str) -> Ranked:
+    """The values of figure ``name`` over a breakdown's steady rows, to take medians of."""
+    if steady.empty:
+        return Ranked.of(np.empty(0))
+    return Ranked.of(STEP_STATS[name](steady))
+
+
+def share_stats(values: Ranked, scale: float = 1.0) -> comm.ShareStats | None:
+    """Median and p90 (each divided by ``scale``) and the count; None without values.
+
+    The p90 is taken at ``0.9 * 100``, as pandas asks numpy for ``quantile(0.9)``.
+    """
+    if values.n == 0:
+        return None
+    return comm.ShareStats(
+        values.median() / scale, values.percentile(0.9 * 100.0) / scale, values.n
+    )
+
+
+def phase_lines(breakdown: pd.DataFrame, values: Callable[[str], Ranked]) -> list[str]:
+    """``optimizer_allgather = 11.76 ms (35 % of fwd)``: each timer's median, its phase share.
+
+    Both are medians over the steady steps (``values`` gives each figure), the share as the
+    checklist reports it.
+    """
+    lines = []
+    for label, col, ratio, phase in comm.PHASE_SHARES:
+        if col not in breakdown.columns or breakdown[col].isna().all():
+            lines.append(f"{label}: not in this log")
+            continue
+        ms = values(f"ms.{col}").median()
+        share = share_stats(values(f"pct.{ratio}"), 100.0)
+        pct = f" ({100 * share.p50:.0f} % of {phase}, median over steps)" if share else ""
+        lines.append(f"{label} = {ms:.2f} ms{pct}")
+    return lines

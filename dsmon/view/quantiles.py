@@ -1,0 +1,81 @@
+"""Whole-run medians kept sorted as steps finish, so a live refresh does not partition them.
+
+The checklist and the Communication page quote medians and 90th percentiles over every step
+(``dsmon.analysis.step_stats``). Taken afresh, each one partitions a copy of all its values:
+at a million steps a few milliseconds per figure, about a dozen figures per refresh, and the
+refresh of those pages grew with the run. A :class:`StepQuantiles` keeps the values of the
+fold's finished steps (``StepFold.stable``: rows no later update changes) in sorted arrays,
+adds each newly finished step's values, and answers from them and the open steps' values by
+binary search (:class:`dsmon.analysis.ranked.Ranked`): the same numbers, bit for bit.
+
+New values go to a small sorted array first and are merged into the big one when it holds
+:data:`MERGE_VALUES`, so a refresh copies a few thousand values, not a million.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from dsmon.analysis.ranked import Ranked
+
+#: Values the small sorted array holds before it is merged into the big one.
+MERGE_VALUES = 4096
+
+ValuesFn = Callable[[pd.DataFrame], np.ndarray]
+
+
+class SortedValues:
+    """A multiset of floats as one big and one small sorted array."""
+
+    def __init__(self) -> None:
+        self._big = np.empty(0, dtype=np.float64)
+        self._small = np.empty(0, dtype=np.float64)
+
+    def add(self, values: np.ndarray) -> None:
+        """Add values (NaN dropped)."""
+        values = values[~np.isnan(values)]
+        if not len(values):
+            return
+        small = np.sort(np.concatenate([self._small, values]))
+        if len(small) < MERGE_VALUES:
+            self._small = small
+            return
+        # two sorted runs: numpy's stable sort (a merge sort) joins them in one pass
+        self._big = np.sort(np.concatenate([self._big, small]), kind="stable")
+        self._small = np.empty(0, dtype=np.float64)
+
+    def ranked(self, more: np.ndarray) -> Ranked:
+        """These values and ``more`` (a few, NaN dropped), read as one."""
+        more = more[~np.isnan(more)]
+        return Ranked.merged(self._big, np.sort(np.concatenate([self._small, more])))
+
+
+class StepQuantiles:
+    """The values ``values`` gives for a fold's rows, over the whole result, kept sorted.
+
+    Args:
+        values: the figures of some rows of the fold's result (whole steps): a function of
+            those rows alone, so the values of finished steps are computed once.
+    """
+
+    def __init__(self, values: ValuesFn) -> None:
+        self.values = values
+        self._epoch = -1
+        self._taken = 0  # rows of the result whose values are in ``_sorted``
+        self._sorted = SortedValues()
+
+    def over(self, result: pd.DataFrame, epoch: int, stable: int) -> Ranked:
+        """The values of every row of ``result``, whose first ``stable`` rows are finished.
+
+        ``epoch`` is the fold's (``StepFold.epoch``): when it moved, the finished rows may
+        differ from those taken in before, and the values are taken in again.
+        """
+        if epoch != self._epoch or stable < self._taken:
+            self._epoch, self._taken, self._sorted = epoch, 0, SortedValues()
+        if stable > self._taken:
+            self._sorted.add(self.values(result.iloc[self._taken : stable]))
+            self._taken = stable
+        return self._sorted.ranked(self.values(result.iloc[stable:]))
