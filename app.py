@@ -2,7 +2,7 @@
 
 Run with ``dsmon dashboard`` (or ``streamlit run app.py``); the store is ``$DSMON_STORE``.
 The selected run and replay step live in the URL (``?run=...&step=...``), so a link opens
-the same view. Pages read a :class:`dsmon.view.cache.View` from ``st.session_state``.
+the same view. Pages read a :class:`dsmon.view.hub.View` from ``st.session_state``.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from dsmon.commands import default_store
 from dsmon.store.base import RunInfo, redact_url
 from dsmon.store.sqlite import open_store
 from dsmon.view import step_views
-from dsmon.view.cache import FrameHub, View
 from dsmon.view.cutoff import OPEN, step_cutoff
+from dsmon.view.hub import FrameHub, View
 from dsmon.view.run_state import run_is_live
 from ui import page as ui_page
 from ui.text import md_escape

@@ -9,8 +9,9 @@ from dsmon.analysis import compare, training
 from dsmon.analysis.downsample import downsample
 from dsmon.figures import compare as fig
 from dsmon.model.ds_config import preferred_config
-from dsmon.view.cache import FrameHub, RunFrames
+from dsmon.view.cache import RunFrames
 from dsmon.view.cutoff import OPEN
+from dsmon.view.hub import FrameHub
 from ui.charts import chart
 from ui.page import live_body, page_header, page_view
 from ui.text import md_escape

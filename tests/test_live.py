@@ -20,8 +20,9 @@ from dsmon.model.ds_config import preferred_config
 from dsmon.model.records import ConfigRecord, Record, Source
 from dsmon.store.base import Store
 from dsmon.store.sqlite import open_store
-from dsmon.view.cache import FrameHub, RunFrames
+from dsmon.view.cache import RunFrames
 from dsmon.view.cutoff import OPEN, Cutoff, step_cutoff
+from dsmon.view.hub import FrameHub
 from dsmon.view.run_state import is_live
 
 

@@ -1,7 +1,7 @@
 """The frame every page runs in: its view of the run, and the live fragment around its body.
 
 A page is a Streamlit script in ``pages/``. ``app.py`` runs first on every rerun (it owns the
-navigation, the run picker and the replay controls) and leaves a :class:`dsmon.view.cache.View` in
+navigation, the run picker and the replay controls) and leaves a :class:`dsmon.view.hub.View` in
 the session; a page only renders it. Live, the page body is a fragment re-run every
 ``refresh_s`` seconds, and it must read the run's newest records first: that refresh is done
 here for every page alike, so no page can forget it.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from dsmon.view.cache import View
+from dsmon.view.hub import View
 from dsmon.view.run_state import reading_line, run_is_live, status_line
 from ui.text import md_escape
 
