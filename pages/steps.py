@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dsmon.analysis import flops, ranks, steps, training
+from dsmon.analysis import flops, ranks, step_stats, steps, training
 from dsmon.analysis.downsample import downsample
 from dsmon.figures import ranks as ranks_fig
 from dsmon.figures import steps as fig
@@ -80,8 +80,7 @@ def rank_section(bd: pd.DataFrame, ranks: list[int]) -> int:
 
 def main_chart(data: dict[str, pd.DataFrame], rank: int) -> None:
     """The shared-step-axis chart of one rank: breakdown, throughput/TFLOPS, loss scale."""
-    bd = data["bd"]
-    one = bd[bd["rank"] == rank] if bd["rank"].notna().any() else bd
+    one = steps.of_rank(data["bd"], rank)
     profiles = view.frames.records("flops_profile", view.cutoff)
     tflops = pd.DataFrame()
     if profiles:
@@ -226,7 +225,8 @@ def body() -> None:
         st.subheader("Every rank")
         every_rank()
         return
-    stats = steps.step_stats(bd)
+    f, cut = view.frames, view.cutoff
+    stats = step_stats.timer_table(bd, lambda name: step_views.stat(f, cut, name))
     headline(bd, stats)
     ranks = steps.ranks_of(bd)
     rank = rank_section(bd, ranks)

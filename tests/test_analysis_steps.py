@@ -156,3 +156,16 @@ def test_zero_timers_are_cut_to_what_a_chart_shows(z2_log_records: list[Record])
     spike = zero[zero["step"] == 12_345]
     assert not spike.empty  # the slow step survives the cut
     assert steps.zero_timers(steps.zero_rows(records_frame("timer", [])))[1] == []
+
+
+def test_the_rows_of_one_rank(breakdown: pd.DataFrame) -> None:
+    """Rank 0's timers are the breakdown itself; with another rank, each rank's rows alone."""
+    assert steps.of_rank(breakdown, 0) is breakdown
+    assert steps.of_rank(breakdown, 1).empty
+    other = breakdown.assign(rank=pd.array([1] * len(breakdown), dtype="Int64"))
+    both = pd.concat([breakdown, other], ignore_index=True)
+    pd.testing.assert_frame_equal(steps.of_rank(both, 1).reset_index(drop=True), other)
+    unranked = breakdown.assign(rank=pd.array([None] * len(breakdown), dtype="Int64"))
+    assert steps.of_rank(unranked, 0) is unranked  # no rank known: every row
+    partly = pd.concat([breakdown, unranked], ignore_index=True)
+    assert len(steps.of_rank(partly, 0)) == len(breakdown)  # rows without a rank left out

@@ -12,12 +12,13 @@ whole steps: the values of a run are then the values of its steps taken in any p
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 
-from dsmon.analysis import comm
+from dsmon.analysis import comm, steps
 from dsmon.analysis.ranked import Ranked
 
 #: Per step (slowest rank): exposed communication as a fraction of the step's total.
@@ -69,15 +70,58 @@ STEP_STATS: dict[str, ValuesFn] = {
     **{f"ms.{col}": _timer_ms(col) for _, col, _, _ in comm.PHASE_SHARES},
 }
 
+#: Figures over every breakdown row of one timer, warm-up included: ``all.fwd_ms`` (the
+#: Steps page's p50 / p90 / max table).
+ALL_ROWS = "all."
+
 #: How a caller that keeps the figures answers for one (None: compute it from the rows).
 StatSource = Callable[[str], Ranked | None]
 
 
-def ranked(steady: pd.DataFrame, name: str) -> Ranked:
-    """The values of figure ``name`` over a breakdown's steady rows, to take medians of."""
-    if steady.empty:
+def values_fn(name: str) -> ValuesFn:
+    """The function giving figure ``name``'s values (KeyError: no such figure)."""
+    if name.startswith(ALL_ROWS):
+        return functools.partial(_column, name[len(ALL_ROWS) :])
+    return STEP_STATS[name]
+
+
+def after_warmup(name: str) -> bool:
+    """Whether figure ``name`` is taken over the steady steps only."""
+    return not name.startswith(ALL_ROWS)
+
+
+def _column(column: str, rows: pd.DataFrame) -> np.ndarray:
+    """One column of the rows as floats (none when the rows have no such column)."""
+    if column not in rows.columns:
+        return np.empty(0)
+    return rows[column].to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def ranked(rows: pd.DataFrame, name: str) -> Ranked:
+    """The values of figure ``name`` over a breakdown's rows, to take medians of.
+
+    ``rows``: the steady rows (``dsmon.analysis.steps.steady``) when :func:`after_warmup`.
+    """
+    if rows.empty:
         return Ranked.of(np.empty(0))
-    return Ranked.of(STEP_STATS[name](steady))
+    return Ranked.of(values_fn(name)(rows))
+
+
+def timer_table(breakdown: pd.DataFrame, values: Callable[[str], Ranked]) -> pd.DataFrame:
+    """:func:`dsmon.analysis.steps.step_stats` (p50 / p90 / max per timer) from ``values``.
+
+    The same table, to the last digit, from figures ``all.<column>`` a live page keeps sorted.
+    """
+    rows = {}
+    for col in [c for c in breakdown.columns if c.endswith("_ms")]:
+        got = values(ALL_ROWS + col)
+        if got.n == 0:
+            rows[col] = (0, float("nan"), float("nan"), float("nan"))
+            continue
+        top = got.at([got.n - 1])[0]
+        rows[col] = (got.n, got.percentile(50.0), got.percentile(90.0), top)
+    out = pd.DataFrame.from_dict(rows, orient="index", columns=list(steps.STAT_COLUMNS))
+    return out.astype({"n": "int64"})
 
 
 def share_stats(values: Ranked, scale: float = 1.0) -> comm.ShareStats | None:

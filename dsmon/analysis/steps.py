@@ -172,6 +172,18 @@ def ranks_of(frame: pd.DataFrame) -> list[int]:
     return [int(r) for r in np.unique(rank)]
 
 
+def of_rank(breakdown: pd.DataFrame, rank: int) -> pd.DataFrame:
+    """The rows of one rank (all rows when none has a rank).
+
+    The breakdown itself when it holds no other rank: DeepSpeed prints its timers on rank 0,
+    and a mask over a million rows copied every column of the run on each live refresh.
+    """
+    known = breakdown["rank"].notna()
+    if not known.any() or (known.all() and ranks_of(breakdown) == [rank]):
+        return breakdown
+    return breakdown[breakdown["rank"] == rank]
+
+
 def skipped_counts(step_lines: pd.DataFrame) -> pd.DataFrame:
     """``step, skipped`` of each ``step=`` line that has both, in step order (ties: as read).
 

@@ -57,20 +57,20 @@ def breakdown(frames: RunFrames, cutoff: Cutoff) -> pd.DataFrame:
 
 
 def stat(frames: RunFrames, cutoff: Cutoff, name: str) -> Ranked:
-    """Whole-run figure ``name`` (``dsmon.analysis.step_stats``) over the steady steps.
+    """Whole-run figure ``name`` (``dsmon.analysis.step_stats``) of the run's breakdown.
 
-    Live, on a long run, from values kept sorted as steps finish (``dsmon.view.quantiles``);
+    Over the steady steps, or every row for ``all.`` figures. Live, on a long run, from values kept sorted as steps finish (``dsmon.view.quantiles``);
     otherwise from the breakdown, as the checklist computes it on a log file.
     """
     bd = breakdown(frames, cutoff)
+    steady = step_stats.after_warmup(name)
     live = cutoff == OPEN and not bd.empty and len(bd) >= KEEP_SORTED_ROWS
-    if live and _past_warmup(bd["step"].iloc[-1]):
-        kept = frames.quantiles(
-            "steps.breakdown", "timer", steps.step_breakdown, name, _steady_values(name)
-        )
+    if live and (not steady or _past_warmup(bd["step"].iloc[-1])):
+        values = _steady_values(name) if steady else step_stats.values_fn(name)
+        kept = frames.quantiles("steps.breakdown", "timer", steps.step_breakdown, name, values)
         if kept is not None:
             return kept
-    return step_stats.ranked(steps.steady(bd), name)
+    return step_stats.ranked(steps.steady(bd) if steady else bd, name)
 
 
 def _past_warmup(last_step: Any) -> bool:
@@ -84,7 +84,7 @@ def _steady_values(name: str) -> ValuesFn:
     (:func:`dsmon.analysis.steps.steady` keeps warm-up steps when a run has nothing else;
     :func:`stat` asks here only once a run has steps after them.)
     """
-    values = step_stats.STEP_STATS[name]
+    values = step_stats.values_fn(name)
     return lambda rows: values(rows[rows["step"] > WARMUP])
 
 
