@@ -88,8 +88,14 @@ def split(
 ) -> Iterator[tuple[list[RecordRow], list[SampleRow]]]:
     """Records in batches: rows for the records table, GPU samples for their own tables.
 
-    A :class:`RecordRow` (the ingest server makes them of checked lines) goes as it is.
+    A :class:`RecordRow` (the ingest server makes them of checked lines) goes as it is; a
+    list of nothing else (a batch of the ingest server without GPU samples) is cut in
+    slices, not looked at one record at a time (a microsecond a record, 5 % of ingest).
     """
+    if isinstance(records, list) and all(type(r) is RecordRow for r in records):
+        for start in range(0, len(records), BATCH_ROWS):
+            yield records[start : start + BATCH_ROWS], []
+        return
     rows: list[RecordRow] = []
     samples: list[SampleRow] = []
     for item in records:
