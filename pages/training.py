@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -16,17 +17,20 @@ from ui.page import live_body, page_header, page_view
 view = page_view(__file__)
 
 
-def load() -> list[pd.DataFrame]:
-    """Every training quantity of the run: each kind's points, grown by new steps only."""
+def load() -> tuple[list[pd.DataFrame], list[list[np.ndarray] | None]]:
+    """Every training quantity of the run: each kind's points, grown by new steps only.
+
+    With where each trace's points are, kept live so that a refresh does not regroup them.
+    """
     f, cut = view.frames, view.cutoff
     config = preferred_config(f.records("config", cut))
     tbs = training.train_batch_size(config.config if config else None)
-    return step_views.training_parts(f, cut, tbs)
+    return step_views.training_parts(f, cut, tbs), step_views.training_groups(f, cut, tbs)
 
 
 def body() -> None:
     """The page; re-run alone every ``refresh_s`` seconds when live (``ui.page.live_body``)."""
-    parts = load()
+    parts, grouped = load()
     if all(part.empty for part in parts):
         st.info(
             "No loss, learning rate, loss scale, memory or throughput lines in this run yet. "
@@ -34,7 +38,7 @@ def body() -> None:
             '"csv_monitor" writes the loss; "memory_breakdown": true prints memory.'
         )
         return
-    shown, newest = training.traces_and_latest(parts)
+    shown, newest = training.traces_and_latest(parts, grouped)
     chart(fig.training_figure(shown), "training.curves")
     st.caption(
         "Each source is its own line: DeepSpeed's step= and ThroughputTimer lines, its "

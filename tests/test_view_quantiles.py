@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import random
 from datetime import datetime
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import read_log
+from live_feed_support import feed, records_of
 
 from dsmon.analysis import step_stats, steps
 from dsmon.analysis.ranked import Ranked
@@ -24,14 +23,12 @@ from dsmon.health import measures, runtime_rules
 from dsmon.health.gather import inputs_from_store
 from dsmon.health.registry import evaluate
 from dsmon.model.frames import records_frame
-from dsmon.model.records import Record
 from dsmon.store.base import Store
 from dsmon.view import fold, quantiles, step_views
 from dsmon.view.cache import RunFrames
 from dsmon.view.cutoff import OPEN
 from dsmon.view.health_panel import panel
 
-DATA = Path(__file__).parent / "data"
 #: ZeRO-2 optimizer timers, gradient accumulation, ZeRO-3 coordinator timers, fp16 (skips).
 RUNS = ("z2", "grad_accum", "zero3_coordinator_v0100", "fp16_zero2")
 
@@ -41,10 +38,6 @@ def keep_sorted_from_the_first_step(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(step_views, "KEEP_SORTED_ROWS", 0)
     monkeypatch.setattr(quantiles, "MERGE_VALUES", 3)
     monkeypatch.setattr(fold, "LATE_STEPS", 2)
-
-
-def records_of(name: str) -> list[Record]:
-    return read_log(DATA / name / "train.log", name)
 
 
 def figures(values: Ranked) -> tuple[float, float, float, int]:
@@ -67,18 +60,9 @@ def assert_figures_of_the_whole_run(frames: RunFrames) -> int:
     return kept
 
 
-def feed(store: Store, run: str, recs: list[Record], chunk: int) -> tuple[RunFrames, int]:
-    frames, kept = RunFrames(store, run), 0
-    for start in range(0, len(recs), chunk):
-        store.add(recs[start : start + chunk])
-        frames.refresh()
-        kept += assert_figures_of_the_whole_run(frames)
-    return frames, kept
-
-
 @pytest.mark.parametrize("name", RUNS)
 def test_figures_kept_sorted_equal_numpy_over_the_whole_run(name: str, store: Store) -> None:
-    _, kept = feed(store, name, records_of(name), chunk=9)
+    _, kept = feed(store, name, records_of(name), 9, assert_figures_of_the_whole_run)
     assert kept > 0  # the sorted values answered, not only the fallback
 
 
@@ -86,7 +70,7 @@ def test_late_and_shuffled_rows_start_the_sorted_values_again(store: Store) -> N
     """Rows of finished steps arriving late make the fold start over: so do its figures."""
     recs = records_of("grad_accum")
     random.Random(11).shuffle(recs)
-    frames, kept = feed(store, "grad_accum", recs, chunk=30)
+    frames, kept = feed(store, "grad_accum", recs, 30, assert_figures_of_the_whole_run)
     assert kept > 0
     assert frames._folds["steps.breakdown"].epoch > 2
 

@@ -230,22 +230,26 @@ def _latest_table(newest: pd.DataFrame) -> pd.DataFrame:
     ).reset_index(drop=True)
 
 
-def traces_and_latest(parts: Sequence[pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFrame]:
+def traces_and_latest(
+    parts: Sequence[pd.DataFrame], grouped: Sequence[list[np.ndarray] | None] = ()
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The chart's points (downsampled per metric and source) and :func:`latest` of ``parts``.
 
     ``parts`` are :func:`kind_series` of each kind; the answer is that of :func:`joined`
     parts, without the join. A metric and source come from one kind only (each kind names
     its own sources), so each part is grouped on its own, once for both uses: on a live
     refresh of a long run the grouping is most of the cost, and joining a million points
-    first cost as much again.
+    first cost as much again. ``grouped``: each part's ``groups.positions`` by
+    :data:`TRACE_KEYS` where the caller keeps them (None, or absent: grouped here).
     """
     shown, newest = [], []
-    for part in parts:
+    for i, part in enumerate(parts):
         if part.empty:
             continue
-        grouped = groups.positions(part, TRACE_KEYS)
-        shown.append(downsample(part, "step", ["value"], by=TRACE_KEYS, grouped=grouped))
-        newest.append(part.iloc[groups.newest(part, TRACE_KEYS, "step", grouped)])
+        kept = grouped[i] if i < len(grouped) else None
+        pos = kept if kept is not None else groups.positions(part, TRACE_KEYS)
+        shown.append(downsample(part, "step", ["value"], by=TRACE_KEYS, grouped=pos))
+        newest.append(part.iloc[groups.newest(part, TRACE_KEYS, "step", pos)])
     if not shown:
         return pd.DataFrame(columns=list(SERIES_COLUMNS)), _latest_table(pd.DataFrame())
     together = joined(shown)

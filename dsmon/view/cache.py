@@ -18,6 +18,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
+import numpy as np
 import pandas as pd
 
 from dsmon.analysis.ranked import Ranked
@@ -27,6 +28,7 @@ from dsmon.store.base import RunInfo, Store
 from dsmon.view.chunks import Chunks
 from dsmon.view.cutoff import OPEN, Cutoff, existed_at
 from dsmon.view.fold import StepFn, StepFold
+from dsmon.view.group_positions import GroupPositions
 from dsmon.view.quantiles import StepQuantiles, ValuesFn
 
 T = TypeVar("T")
@@ -72,6 +74,7 @@ class RunFrames:
         self._frames: dict[str, Chunks] = {}
         self._folds: dict[str, StepFold] = {}
         self._quantiles: dict[tuple[str, str], StepQuantiles] = {}  # (fold, figure)
+        self._positions: dict[tuple[str, ...], GroupPositions] = {}  # (fold, *key columns)
         self._kind_folds: dict[str, list[StepFold]] = {}  # the folds over each kind
         self._newest: dict[str, pd.Timestamp] = {}
         self._records: dict[str, list[Record]] = {}
@@ -174,6 +177,19 @@ class RunFrames:
             result = self.fold(name, kind, OPEN, fn)
             fold = self._folds[name]
             kept = self._quantiles.setdefault((name, stat), StepQuantiles(values))
+            return kept.over(result, fold.epoch, fold.stable) if fold.stable else None
+
+    def positions(
+        self, name: str, kind: str, fn: StepFn, cols: Sequence[str]
+    ) -> list[np.ndarray] | None:
+        """Each group's row positions in the live fold ``name``'s result, kept as steps finish.
+
+        None when they are not kept (``dsmon.view.group_positions``): the caller groups.
+        """
+        with self._lock:
+            result = self.fold(name, kind, OPEN, fn)
+            fold = self._folds[name]
+            kept = self._positions.setdefault((name, *cols), GroupPositions(cols))
             return kept.over(result, fold.epoch, fold.stable) if fold.stable else None
 
     def _step_fold(self, kind: str, name: str, fn: StepFn) -> StepFold:

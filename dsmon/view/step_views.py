@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from dsmon.analysis import coordinator, step_stats, steps, training
@@ -120,11 +121,31 @@ def training_parts(frames: RunFrames, cutoff: Cutoff, tbs: int | None) -> list[p
     group within one kind, and joining a million points on every refresh is what this avoids.
     csv_monitor points need the config's ``train_batch_size``, so they are kept per size.
     """
+    return [frames.fold(name, kind, cutoff, fn) for kind, name, fn in _training_folds(tbs)]
+
+
+def training_groups(
+    frames: RunFrames, cutoff: Cutoff, tbs: int | None
+) -> list[list[np.ndarray] | None]:
+    """Each :func:`training_parts` part's trace positions (``training.TRACE_KEYS``).
+
+    Live, kept as steps finish (``dsmon.view.group_positions``) where it can be; None for a
+    part the caller groups itself (replay, a part that is not folded step by step).
+    """
+    if cutoff != OPEN:
+        return [None] * len(training.SERIES_KINDS)
     return [
-        frames.fold(
-            f"training.{kind}" + (f".{tbs}" if kind == "monitor" else ""),
+        frames.positions(name, kind, fn, training.TRACE_KEYS)
+        for kind, name, fn in _training_folds(tbs)
+    ]
+
+
+def _training_folds(tbs: int | None) -> list[tuple[str, str, StepFn]]:
+    """(kind, fold name, function) of each kind's training points."""
+    return [
+        (
             kind,
-            cutoff,
+            f"training.{kind}" + (f".{tbs}" if kind == "monitor" else ""),
             functools.partial(training.kind_series, kind, train_batch_size=tbs),
         )
         for kind in training.SERIES_KINDS

@@ -1,0 +1,33 @@
+"""A real run's records stored a few at a time, as a live collector sends them, with a check
+after every refresh of the dashboard's frames: shared by the tests of what the dashboard keeps
+as a run grows (sorted figures, trace positions)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from conftest import read_log
+
+from dsmon.model.records import Record
+from dsmon.store.base import Store
+from dsmon.view.cache import RunFrames
+
+DATA = Path(__file__).parent / "data"
+
+
+def records_of(name: str) -> list[Record]:
+    """The records of the real run ``tests/data/<name>/train.log``."""
+    return read_log(DATA / name / "train.log", name)
+
+
+def feed(
+    store: Store, run: str, recs: list[Record], chunk: int, check: Callable[[RunFrames], int]
+) -> tuple[RunFrames, int]:
+    """Store ``recs`` ``chunk`` at a time, refreshing and checking after each; the checks' sum."""
+    frames, total = RunFrames(store, run), 0
+    for start in range(0, len(recs), chunk):
+        store.add(recs[start : start + chunk])
+        frames.refresh()
+        total += check(frames)
+    return frames, total
