@@ -35,7 +35,7 @@ class Ranked:
 
     @classmethod
     def merged(cls, big: np.ndarray, small: np.ndarray) -> Ranked:
-        """Two sorted arrays without NaN, read as one (``small`` short: it is searched per value)."""
+        """Two sorted arrays without NaN, read as one (``small`` is searched value by value)."""
         return cls(big, small, None)
 
     def at(self, ks: list[int]) -> list[float]:

@@ -60,8 +60,9 @@ def breakdown(frames: RunFrames, cutoff: Cutoff) -> pd.DataFrame:
 def stat(frames: RunFrames, cutoff: Cutoff, name: str) -> Ranked:
     """Whole-run figure ``name`` (``dsmon.analysis.step_stats``) of the run's breakdown.
 
-    Over the steady steps, or every row for ``all.`` figures. Live, on a long run, from values kept sorted as steps finish (``dsmon.view.quantiles``);
-    otherwise from the breakdown, as the checklist computes it on a log file.
+    Over the steady steps, or every row for ``all.`` figures. Live, on a long run, from
+    values kept sorted as steps finish (``dsmon.view.quantiles``); otherwise from the
+    breakdown, as the checklist computes it on a log file.
     """
     bd = breakdown(frames, cutoff)
     steady = step_stats.after_warmup(name)
