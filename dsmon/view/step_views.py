@@ -87,7 +87,18 @@ def _steady_values(name: str) -> ValuesFn:
     :func:`stat` asks here only once a run has steps after them.)
     """
     values = step_stats.values_fn(name)
-    return lambda rows: values(rows[rows["step"] > WARMUP])
+    return lambda rows: values(_after_warmup(rows))
+
+
+def _after_warmup(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows of steps after the warm-up ones: a slice when in step order (a breakdown is).
+
+    A mask would copy every column of the rows, once per figure, on a long run's first look.
+    """
+    step = rows["step"]
+    if step.notna().all() and step.is_monotonic_increasing:
+        return rows.iloc[int(step.searchsorted(WARMUP, side="right")) :]
+    return rows[rows["step"] > WARMUP]
 
 
 def stat_source(frames: RunFrames, cutoff: Cutoff) -> StatSource:
