@@ -80,13 +80,19 @@ def positions(frame: pd.DataFrame, cols: Sequence[str]) -> list[np.ndarray]:
     keys = codes(frame, cols)
     if not len(keys) or keys.min() == keys.max():  # one group: nothing to sort
         return [np.arange(len(keys))]
+    return by_code(keys)[1]
+
+
+def by_code(keys: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Each distinct code of ``keys`` (not empty, none negative) in order, and its positions."""
     if keys.max() < 1 << 16:
         # few groups (metrics, ranks): numpy's stable sort of 16-bit keys is a radix sort,
         # five times faster than the merge sort it uses for 64-bit ones
         keys = keys.astype(np.uint16)
     order = np.argsort(keys, kind="stable")
     ordered = keys[order]
-    return np.split(order, np.flatnonzero(ordered[1:] != ordered[:-1]) + 1)
+    cuts = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1
+    return ordered[np.concatenate([[0], cuts])], np.split(order, cuts)
 
 
 def newest(

@@ -27,7 +27,7 @@ from dsmon.store import frame_reads
 from dsmon.store.base import RunInfo, Store
 from dsmon.view.chunks import Chunks
 from dsmon.view.cutoff import OPEN, Cutoff, existed_at
-from dsmon.view.fold import StepFn, StepFold
+from dsmon.view.fold import FinishedRows, StepFn, StepFold
 from dsmon.view.group_positions import GroupPositions
 from dsmon.view.quantiles import StepQuantiles, ValuesFn
 
@@ -73,8 +73,8 @@ class RunFrames:
         self._lock = threading.RLock()
         self._frames: dict[str, Chunks] = {}
         self._folds: dict[str, StepFold] = {}
-        self._quantiles: dict[tuple[str, str], StepQuantiles] = {}  # (fold, figure)
-        self._positions: dict[tuple[str, ...], GroupPositions] = {}  # (fold, *key columns)
+        self._quantiles: dict[tuple[str, ...], FinishedRows[Any]] = {}  # (fold, figure)
+        self._positions: dict[tuple[str, ...], FinishedRows[Any]] = {}  # (fold, *key columns)
         self._kind_folds: dict[str, list[StepFold]] = {}  # the folds over each kind
         self._newest: dict[str, pd.Timestamp] = {}
         self._records: dict[str, list[Record]] = {}
@@ -173,11 +173,8 @@ class RunFrames:
 
         None when the fold is not incremental: the caller takes them from its result.
         """
-        with self._lock:
-            result = self.fold(name, kind, OPEN, fn)
-            fold = self._folds[name]
-            kept = self._quantiles.setdefault((name, stat), StepQuantiles(values))
-            return kept.over(result, fold.epoch, fold.stable) if fold.stable else None
+        make = lambda: StepQuantiles(values)  # noqa: E731
+        return self._finished(name, kind, fn, self._quantiles, (name, stat), make)
 
     def positions(
         self, name: str, kind: str, fn: StepFn, cols: Sequence[str]
@@ -186,11 +183,28 @@ class RunFrames:
 
         None when they are not kept (``dsmon.view.group_positions``): the caller groups.
         """
+        make = lambda: GroupPositions(cols)  # noqa: E731
+        return self._finished(name, kind, fn, self._positions, (name, *cols), make)
+
+    def _finished(
+        self,
+        name: str,
+        kind: str,
+        fn: StepFn,
+        kept_by: dict[tuple[str, ...], FinishedRows[Any]],
+        key: tuple[str, ...],
+        make: Callable[[], FinishedRows[Any]],
+    ) -> Any:
+        """What ``kept_by[key]`` (made by ``make`` once) says over the live fold ``name``."""
         with self._lock:
             result = self.fold(name, kind, OPEN, fn)
             fold = self._folds[name]
-            kept = self._positions.setdefault((name, *cols), GroupPositions(cols))
-            return kept.over(result, fold.epoch, fold.stable) if fold.stable else None
+            if not fold.stable:
+                return None
+            kept = kept_by.get(key)
+            if kept is None:
+                kept = kept_by[key] = make()
+            return kept.over(result, fold.epoch, fold.stable)
 
     def _step_fold(self, kind: str, name: str, fn: StepFn) -> StepFold:
         """The fold ``name`` of ``fn`` over ``kind``, made on first use."""

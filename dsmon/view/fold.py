@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Generic, TypeVar
 
 import pandas as pd
 
@@ -27,6 +28,7 @@ from dsmon.view.rowbuffer import RowBuffer
 LATE_STEPS = 16
 
 StepFn = Callable[[pd.DataFrame], pd.DataFrame]
+T = TypeVar("T")
 
 
 class StepFold:
@@ -216,3 +218,41 @@ def _steps_from(rows: pd.DataFrame, boundary: float) -> bool:
         return False
     step = rows["step"]
     return bool(step.notna().all()) and float(step.min()) >= boundary
+
+
+class FinishedRows(Generic[T]):
+    """What a fold's finished rows give, kept as they finish (subclasses say what and how).
+
+    Each :meth:`over` takes in the rows that finished since the last one and answers with
+    them and the open rows; when the fold's epoch moved, its finished rows may differ from
+    those taken in, and everything is taken in again.
+    """
+
+    def __init__(self) -> None:
+        self._epoch = -1
+        self._taken = 0  # rows of the result taken in
+
+    def over(self, result: pd.DataFrame, epoch: int, stable: int) -> T:
+        """The answer over every row of ``result``, whose first ``stable`` rows are finished.
+
+        ``epoch`` and ``stable`` are the fold's (:attr:`StepFold.epoch`, :attr:`StepFold.stable`).
+        """
+        if epoch != self._epoch or stable < self._taken:
+            self._epoch, self._taken = epoch, 0
+            self._reset()
+        if stable > self._taken:
+            self._take(result.iloc[self._taken : stable], self._taken)
+            self._taken = stable
+        return self._answer(result.iloc[stable:], stable)
+
+    def _reset(self) -> None:
+        """Forget what was taken in."""
+        raise NotImplementedError
+
+    def _take(self, rows: pd.DataFrame, offset: int) -> None:
+        """Take in finished ``rows``, which start at position ``offset`` of the result."""
+        raise NotImplementedError
+
+    def _answer(self, rows: pd.DataFrame, offset: int) -> T:
+        """The answer with the open ``rows`` (from position ``offset``) added."""
+        raise NotImplementedError

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from dsmon.analysis import groups
+from dsmon.view.fold import FinishedRows
 
 
 class _Grown:
@@ -38,32 +39,36 @@ class _Grown:
         self.n = need
 
 
-class GroupPositions:
+class GroupPositions(FinishedRows[list[np.ndarray] | None]):
     """:func:`groups.positions` of a fold's result by ``cols``, kept as its steps finish."""
 
     def __init__(self, cols: Sequence[str]) -> None:
+        super().__init__()
         self.cols = list(cols)
-        self._epoch = -1
-        self._taken = 0
         self._cats: list[pd.Index] = []
         self._groups: dict[int, _Grown] = {}
 
     def over(self, result: pd.DataFrame, epoch: int, stable: int) -> list[np.ndarray] | None:
         """The positions of each group of ``result`` (None: a key column is not categorical).
 
-        ``epoch`` and ``stable`` are the fold's (``StepFold``): the first ``stable`` rows
-        are the ones grouped before, unless the epoch moved.
+        Codes are comparable between parts of the result only while the categories stay.
         """
         cats = _categories(result, self.cols)
         if cats is None:
             return None
-        if epoch != self._epoch or stable < self._taken or not _same(cats, self._cats):
-            self._epoch, self._taken, self._cats, self._groups = epoch, 0, cats, {}
-        if stable > self._taken:
-            for code, pos in self._split(result.iloc[self._taken : stable], self._taken):
-                self._groups.setdefault(code, _Grown()).append(pos)
-            self._taken = stable
-        tail = dict(self._split(result.iloc[stable:], stable))
+        if not _same(cats, self._cats):
+            self._cats, self._epoch = cats, -1  # (taken in again)
+        return super().over(result, epoch, stable)
+
+    def _reset(self) -> None:
+        self._groups = {}
+
+    def _take(self, rows: pd.DataFrame, offset: int) -> None:
+        for code, pos in self._split(rows, offset):
+            self._groups.setdefault(code, _Grown()).append(pos)
+
+    def _answer(self, rows: pd.DataFrame, offset: int) -> list[np.ndarray] | None:
+        tail = dict(self._split(rows, offset))
         out = []
         for code in sorted(set(self._groups) | set(tail)):
             kept = self._groups.get(code)
@@ -75,13 +80,8 @@ class GroupPositions:
         """(code, positions in the result) of each group of ``rows``, which start at ``offset``."""
         if rows.empty:
             return []
-        keys = groups.codes(rows, self.cols)
-        order = np.argsort(keys, kind="stable")
-        ordered = keys[order]
-        cuts = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1
-        starts = np.concatenate([[0], cuts])
-        parts = np.split(order + offset, cuts)
-        return [(int(ordered[s]), p) for s, p in zip(starts, parts, strict=True)]
+        found, parts = groups.by_code(groups.codes(rows, self.cols))
+        return [(int(code), pos + offset) for code, pos in zip(found, parts, strict=True)]
 
 
 def _categories(frame: pd.DataFrame, cols: Sequence[str]) -> list[pd.Index] | None:

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from dsmon.analysis.ranked import Ranked
+from dsmon.view.fold import FinishedRows
 
 #: Values the small sorted array holds before it is merged into the big one.
 MERGE_VALUES = 4096
@@ -53,7 +54,7 @@ class SortedValues:
         return Ranked.merged(self._big, np.sort(np.concatenate([self._small, more])))
 
 
-class StepQuantiles:
+class StepQuantiles(FinishedRows[Ranked]):
     """The values ``values`` gives for a fold's rows, over the whole result, kept sorted.
 
     Args:
@@ -62,20 +63,15 @@ class StepQuantiles:
     """
 
     def __init__(self, values: ValuesFn) -> None:
+        super().__init__()
         self.values = values
-        self._epoch = -1
-        self._taken = 0  # rows of the result whose values are in ``_sorted``
         self._sorted = SortedValues()
 
-    def over(self, result: pd.DataFrame, epoch: int, stable: int) -> Ranked:
-        """The values of every row of ``result``, whose first ``stable`` rows are finished.
+    def _reset(self) -> None:
+        self._sorted = SortedValues()
 
-        ``epoch`` is the fold's (``StepFold.epoch``): when it moved, the finished rows may
-        differ from those taken in before, and the values are taken in again.
-        """
-        if epoch != self._epoch or stable < self._taken:
-            self._epoch, self._taken, self._sorted = epoch, 0, SortedValues()
-        if stable > self._taken:
-            self._sorted.add(self.values(result.iloc[self._taken : stable]))
-            self._taken = stable
-        return self._sorted.ranked(self.values(result.iloc[stable:]))
+    def _take(self, rows: pd.DataFrame, offset: int) -> None:
+        self._sorted.add(self.values(rows))
+
+    def _answer(self, rows: pd.DataFrame, offset: int) -> Ranked:
+        return self._sorted.ranked(self.values(rows))
