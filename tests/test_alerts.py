@@ -278,3 +278,28 @@ def test_watch_takes_the_alert_options_too(
     assert main([*argv, "--alert-webhook", "ftp://hooks.example/x"]) == 1
     err = capsys.readouterr().err
     assert err == "dsmon: watch: alert webhook ftp://hooks.example/...: not an http(s) URL\n"
+
+
+def test_no_alerts_asked_loads_no_checklist(tmp_path: Path) -> None:
+    """Without a webhook or ``--health-metrics`` no watcher starts, and ``dsmon serve`` does
+    not load the checklist's modules (pandas: some 80 MB of a sidecar's memory)."""
+    code = (
+        "import os, sys\n"
+        "from dsmon.cli import build_parser\n"
+        "from dsmon.commands._alerting import start_watcher\n"
+        "os.environ.pop('DSMON_ALERT_WEBHOOK', None)\n"
+        f"args = build_parser().parse_args(['serve', '--store', {str(tmp_path / 's.sqlite')!r}]"
+        " + sys.argv[1:])\n"
+        "watcher = start_watcher(args, args.store, 'serve')\n"
+        "print(watcher is None, 'pandas' in sys.modules)\n"
+        "if watcher is not None: watcher.stop()\n"
+    )
+
+    def run(*extra: str) -> str:
+        out = subprocess.run(
+            [sys.executable, "-c", code, *extra], capture_output=True, text=True, check=True
+        )
+        return out.stdout.strip()
+
+    assert run() == "True False"
+    assert run("--health-metrics") == "False True"

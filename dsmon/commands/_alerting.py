@@ -10,6 +10,7 @@ recent run in memory, as a dashboard viewer does: an ingest server alone never n
 from __future__ import annotations
 
 import argparse
+import os
 from typing import TYPE_CHECKING
 
 from dsmon.commands import CommandError
@@ -70,21 +71,21 @@ def start_watcher(
     Raises:
         CommandError: a bad webhook URL or timing, or a store that cannot be opened.
     """
+    if args.alert_min_gap < 0 or args.health_interval <= 0:
+        raise CommandError(f"{command}: --alert-min-gap and --health-interval must be positive")
+    if not (args.alert_webhook or os.environ.get(WEBHOOK_ENV)) and not args.health_metrics:
+        return None  # not asked for: the checklist's modules (pandas) stay unloaded
     from dsmon.store.base import StoreError
     from dsmon.store.sqlite import open_store
     from dsmon.watch.alerts import Alerter, shown_url, target_from
     from dsmon.watch.health import HealthWatcher
 
-    if args.alert_min_gap < 0 or args.health_interval <= 0:
-        raise CommandError(f"{command}: --alert-min-gap and --health-interval must be positive")
     try:
         target = target_from(
             args.alert_webhook, args.alert_format, args.dashboard_url or dashboard_url
         )
     except ValueError as exc:
         raise CommandError(f"{command}: {exc}") from None
-    if target is None and not args.health_metrics:
-        return None
     alerter = None if target is None else Alerter(target, min_gap_s=args.alert_min_gap)
     try:
         store = open_store(store_url)
