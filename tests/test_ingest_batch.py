@@ -234,6 +234,26 @@ def test_the_server_makes_the_rows_records_make(z2_log_records: list[Record]) ->
 
 
 @pytest.mark.parametrize(
+    "place",
+    [
+        {"offset": 20000, "line": 184},
+        {"offset": None, "line": 184},
+        {"offset": None, "line": None},  # keyed by its time
+        {"offset": -5, "line": 184},  # a negative place: the key reads it from the text
+        {"offset": None, "line": -1},
+        {"offset": 0, "line": None},
+        {"offset": (1 << 63) - 1, "line": None},  # the largest place msgspec decodes
+    ],
+)
+def test_the_server_keys_every_place_as_records_do(place: dict[str, int | None]) -> None:
+    """The server keys a line from its offset or line number as ``record_row`` does."""
+    line = timer_line(src={"run": "z2", "file": "train.log", "rank": 0, **place})
+    (row,) = parse_batch_rows(line.encode())
+    assert isinstance(row, RecordRow)
+    assert row == record_row(wire.decode(line), line)
+
+
+@pytest.mark.parametrize(
     ("line", "fast"),
     [
         (timer_line(group="a\u0000b"), True),  # a NUL where the store takes one

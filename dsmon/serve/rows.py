@@ -33,6 +33,8 @@ _STRUCTS = line_structs(ROW_KINDS)
 _decode = decoder(_STRUCTS).decode
 #: Per struct: its kind, and whether its lines may nest deeper than their types say.
 _KIND = {struct: (cls.KIND, nests_freely(cls)) for struct, cls in _STRUCTS.items()}
+#: A row from a tuple of its columns without the keyword handling of ``RecordRow(...)``.
+_row = RecordRow._make
 
 
 def checked_row(line: str) -> RecordRow | None:
@@ -60,6 +62,9 @@ def checked_row(line: str) -> RecordRow | None:
     kind, free = _KIND[type(rec)]
     if free and line.count("{") + line.count("[") > MAX_JSON_DEPTH:
         return None
-    pos = source_position(src.offset, src.line, ts)
-    key = identity_digest(run, node or "", file or "", pos, src.sub, kind)
-    return RecordRow(key, run, kind, rec.step, ts, node, src.rank, file, src.line, line)
+    offset, number = src.offset, src.line
+    pos = source_position(offset, number, ts)
+    place = offset if offset is not None else number  # the key's order when it is >= 0
+    order = place if place is not None and place >= 0 else None
+    key = identity_digest(run, node or "", file or "", pos, src.sub, kind, order)
+    return _row((key, run, kind, rec.step, ts, node, src.rank, file, number, line))

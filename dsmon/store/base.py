@@ -93,7 +93,9 @@ _MAX_ORDER = (1 << 64) - 1
 _DIGITS = frozenset("0123456789")
 
 
-def identity_digest(run: str, node: str, file: str, pos: str, sub: int, kind: str) -> bytes:
+def identity_digest(
+    run: str, node: str, file: str, pos: str, sub: int, kind: str, order: int | None = None
+) -> bytes:
     """The key of a record's identity (``record_key``'s tuple), in three 8-byte parts.
 
     A digest of the whole identity alone lands each new record at a random place in the
@@ -103,11 +105,15 @@ def identity_digest(run: str, node: str, file: str, pos: str, sub: int, kind: st
     they are written, and each insert lands next to the one before. The last part, a digest
     of the whole identity, keeps apart the records of one place (several from one line).
     Apart from :func:`key_digest` so that the ingest server can key a checked line without
-    building its record.
+    building its record; ``order``, when the caller has it, is ``_position_order(pos)``
+    (the server keys a line by its offset or line number without reading them back from
+    ``pos``: a third of a microsecond of each received record).
     """
     whole = f"{run}\x1f{node}\x1f{file}\x1f{pos}\x1f{sub}\x1f{kind}".encode()
-    order = min(_position_order(pos), _MAX_ORDER).to_bytes(8, "big")
-    return _source_digest(run, node, file) + order + _blake2b(whole, digest_size=8).digest()
+    if order is None:
+        order = _position_order(pos)
+    place = (order if order < _MAX_ORDER else _MAX_ORDER).to_bytes(8, "big")
+    return _source_digest(run, node, file) + place + _blake2b(whole, digest_size=8).digest()
 
 
 @functools.lru_cache(maxsize=4096)
