@@ -193,11 +193,20 @@ def test_list_columns_become_the_same_tuples_by_offsets_as_row_by_row() -> None:
         pa.chunked_array([pa.array([[1.0], [2.0, 3.0], [4.0], [5.0]], flat).slice(1, 2)]),
         pa.chunked_array([pa.array([[[0.9, 0.999]], [[0.1], [0.2, 0.3]], []], pa.list_(flat))]),
         pa.chunked_array([pa.array([[1.0], None, [2.0]], flat), pa.array([[3.0]], flat)]),
+        # every row of one length, as a run's lr and mom are: sliced, nested, empty
+        pa.chunked_array([pa.array([[9.0, 9.5], [1.0, 2.0], [3.0, 4.0]], flat).slice(1, 2)]),
+        pa.chunked_array([pa.array([[[0.9, 0.999]], [[0.8, 0.99]]], pa.list_(flat))]),
+        pa.chunked_array([pa.array([[], []], flat)]),
+        pa.chunked_array([pa.array([], flat)]),
     ]
     expected = [
         [(2.0, 3.0), (4.0,)],
         [((0.9, 0.999),), ((0.1,), (0.2, 0.3)), ()],
         [(1.0,), None, (2.0,), (3.0,)],
+        [(1.0, 2.0), (3.0, 4.0)],
+        [((0.9, 0.999),), ((0.8, 0.99),)],
+        [(), ()],
+        [],
     ]
     for column, want in zip(cases, expected, strict=True):
         assert _tuples(column) == want
