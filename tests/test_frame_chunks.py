@@ -52,6 +52,25 @@ def _body_reads(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return reads
 
 
+def _fetched(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """Each read of JSON bodies from now on: its kind and how many rows it fetched."""
+    reads: list[tuple[str, int]] = []
+    real = store._select_bodies
+
+    def counting(flt: RecordFilter) -> list[tuple[int, bytes]]:
+        rows = real(flt)
+        reads.append((str(flt.kind), len(rows)))
+        return rows
+
+    monkeypatch.setattr(store, "_select_bodies", counting)
+    return reads
+
+
+def _tails(store: Store) -> Rows:
+    """The kept tails (last pages not full) as (kind, after_id)."""
+    return _sql(store, f"SELECT kind, after_id FROM frame_chunks WHERE page_rows = {-PAGE}")
+
+
 def _from_records(store: Store, run: str, kind: str) -> pd.DataFrame:
     pairs = store.id_records(RecordFilter(run, kind))
     return records_frame(kind, [r for _, r in pairs], [i for i, _ in pairs])
@@ -64,14 +83,39 @@ def test_full_pages_are_kept_and_read_back_as_the_same_frames(
     first = {kind: store.frame("z2", kind) for kind in KINDS}
     kept = _kept(store)
     for kind in KINDS:
-        assert sum(1 for k, *_ in kept if k == kind) == len(first[kind]) // PAGE > 0
-    assert {rows for _, _, rows, _ in kept} == {PAGE}
-    reads = _body_reads(store, monkeypatch)
+        full = [k for k, _, rows, _ in kept if k == kind and rows == PAGE]
+        assert len(full) == len(first[kind]) // PAGE > 0
+    # a tail for each kind whose last page is not full (timers; the 7 steps fill theirs)
+    assert [k for k, _ in _tails(store)] == [k for k in KINDS if len(first[k]) % PAGE] == ["timer"]
+    reads = _fetched(store, monkeypatch)
     for kind in KINDS:
         again = store.frame("z2", kind)
         pd.testing.assert_frame_equal(again, first[kind])
         pd.testing.assert_frame_equal(again, _from_records(store, "z2", kind))
-    assert sorted(reads) == sorted(KINDS)  # only each kind's last, unsealed page: JSON
+    # no JSON: each kind's tail is used once a probe finds nothing after it
+    assert sorted(reads) == sorted((kind, 0) for kind in KINDS)
+
+
+def test_a_tail_is_used_until_its_kind_grows_and_dropped_once_its_page_fills(
+    store: Store, z2_log_records: list[Record], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    timers = [r for r in z2_log_records if r.KIND == "timer"]
+    cut = 3 * PAGE + 2  # three full pages and a tail of two
+    store.add(timers[:cut])
+    assert len(store.frame("z2", "timer")) == cut
+    (tail,) = _tails(store)
+    store.add(timers[cut : cut + 1])  # the last page grows by one: the tail is stale
+    reads = _fetched(store, monkeypatch)
+    pd.testing.assert_frame_equal(store.frame("z2", "timer"), _from_records(store, "z2", "timer"))
+    assert reads == [("timer", 1), ("timer", 3)]  # the probe finds a row: the page from JSON
+    assert _tails(store) == [tail]  # kept again, three rows now
+    reads.clear()
+    pd.testing.assert_frame_equal(store.frame("z2", "timer"), _from_records(store, "z2", "timer"))
+    assert reads == [("timer", 0)]
+    store.add(timers[cut + 1 : 4 * PAGE + 1])  # the page fills, one more row after it
+    pd.testing.assert_frame_equal(store.frame("z2", "timer"), _from_records(store, "z2", "timer"))
+    assert len([k for k, _, rows, _ in _kept(store) if rows == PAGE]) == 4
+    assert _tails(store) == [("timer", max(a for _, a, _, _ in _kept(store)))]  # the new one
 
 
 def test_pages_of_the_dashboard_reader_come_from_chunks_too(
@@ -157,12 +201,15 @@ def test_an_import_keeps_the_chunks_of_what_it_imported(
     store = SQLiteStore(tmp_path / "s.sqlite")
     import_and_summarise(store, [DATA / "z2"], run="imported")
     assert {k for k, *_ in _kept(store)} >= set(KINDS)
-    reads = _body_reads(store, monkeypatch)
+    partial = {k for k, n in store.runs()[0].kinds.items() if n % PAGE}
+    # the last pages too, those Arrow reads (not events, configs, flops profiles: JSON)
+    assert {"timer", "throughput"} <= {k for k, _ in _tails(store)} <= partial
+    reads = _fetched(store, monkeypatch)
     for kind in KINDS:
         pd.testing.assert_frame_equal(
             store.frame("imported", kind), _from_records(store, "imported", kind)
         )
-    assert sorted(reads) == sorted(KINDS)
+    assert sorted(reads) == sorted((kind, 0) for kind in KINDS)  # no JSON at all
     store.close()
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_frame_chunks import _body_reads, _from_records, _kept
+from test_frame_chunks import _fetched, _from_records, _kept, _tails
 from test_server import TOKEN, post
 
 from dsmon.model.records import Record
@@ -61,13 +61,27 @@ def test_the_server_keeps_the_pages_of_a_run_sent_live(
         assert post(srv, z2_log_records[half:])[0] == 200
         _until(lambda: _kept_now(reader) > first)
         time.sleep(0.5)  # a pass may be on its way through the kinds
+        _until(lambda: _tails(reader))  # the run stopped: a pass later, its last pages
     kept = _kept(reader)
     assert {k for k, *_ in kept} >= {"timer", "step"}
-    reads = _body_reads(reader, monkeypatch)
+    reads = _fetched(reader, monkeypatch)
     for kind in ("timer", "step"):
         pd.testing.assert_frame_equal(reader.frame("z2", kind), _from_records(reader, "z2", kind))
-    assert sorted(reads) == ["step", "timer"]  # a dashboard's first look: the last pages only
+    assert sorted(reads) == [("step", 0), ("timer", 0)]  # a dashboard's first look: no JSON
     reader.close()
+
+
+def test_a_run_that_stops_growing_gets_its_last_pages_kept_once(
+    tmp_path: Path, z2_log_records: list[Record]
+) -> None:
+    store = SQLiteStore(tmp_path / "s.sqlite")
+    sealer = PageSealer(store)
+    store.add(z2_log_records)
+    assert sealer.seal() > 0 and not _tails(store)  # it grew: full pages only
+    tails = sealer.seal()  # it did not grow since: each kind's last page Arrow reads
+    assert tails == len(_tails(store)) > 0
+    assert sealer.seal() == 0 and len(_tails(store)) == tails  # once
+    store.close()
 
 
 def test_no_pass_without_a_write_and_none_after_stop(tmp_path: Path) -> None:

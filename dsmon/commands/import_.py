@@ -78,7 +78,7 @@ def import_and_summarise(store: Store, paths: list[Path], run: str | None = None
     for res in results:
         _warn_bad_records(res)
         for run in res.runs:
-            store.keep_chunks(run)  # the dashboard's first look then skips the JSON
+            store.keep_chunks(run, tail=True)  # a first look then decodes chunks, not JSON
     return [_report(store, r) for r in results if r.files]
 
 

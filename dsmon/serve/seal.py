@@ -7,7 +7,10 @@ a time, never a whole page, so a run sent live for a day had no page kept: its f
 after a dashboard restart, or a post-mortem the next morning, parsed all of its JSON. The
 server that writes the run keeps its pages as they fill instead: every :data:`SEAL_EVERY_S`,
 for each run that grew, :meth:`dsmon.store.base.Store.keep_chunks` parses only the pages
-sealed since the last pass.
+sealed since the last pass. A run that grew and then stopped for a pass (ended, or quiet
+for :data:`SEAL_EVERY_S`) gets the last page of each kind kept as well, not full: a sparse
+kind (a throughput line every ten steps) may have no full page at all, and its rows lie all
+over the store file, which a cold disk reads slowly.
 
 The thread starts with the first write and works only after writes; a pass holds the store's
 lock only for its reads and its one insert per page, as a dashboard's read would.
@@ -41,6 +44,7 @@ class PageSealer:
         self._start = threading.Lock()
         self._thread: threading.Thread | None = None
         self._seen: dict[str, int] = {}  # run -> its last id at the last pass
+        self._grew: set[str] = set()  # runs that grew in the last pass: tails to keep
 
     def wrote(self) -> None:
         """Note that records were stored (the first call starts the thread)."""
@@ -61,7 +65,7 @@ class PageSealer:
 
     def _loop(self) -> None:
         while not self._stop.wait(self.every_s):
-            if self._wrote.is_set():
+            if self._wrote.is_set() or self._grew:
                 self._wrote.clear()
                 try:
                     self.seal()
@@ -73,6 +77,7 @@ class PageSealer:
     def seal(self) -> int:
         """One pass: the pages sealed since the last one, of every run that grew; how many.
 
+        The runs that grew in the last pass and not since get their last pages kept too.
         A store error is logged and the pass ends; the next one tries again.
         """
         kept = 0
@@ -83,6 +88,10 @@ class PageSealer:
                 if info.last_id > self._seen.get(info.name, 0):
                     kept += self.store.keep_chunks(info.name)
                     self._seen[info.name] = info.last_id
+                    self._grew.add(info.name)
+                elif info.name in self._grew:
+                    kept += self.store.keep_chunks(info.name, tail=True)
+                    self._grew.discard(info.name)
         except StoreError as exc:
             logger.warning("dsmon ingest: keeping sealed pages failed, next pass retries: %s", exc)
         if kept:

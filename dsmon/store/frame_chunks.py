@@ -23,6 +23,13 @@ page starts. It is used only while it still says what the JSON says:
 - ``chunk_format``: a digest of the kind's columns and of this module's layout, so a dsmon whose
   record model changed never takes an older dsmon's chunk for its own.
 
+A kind's last page, not full yet, is kept as a *tail* (:func:`tail_key`) by a reader that
+parsed it with Arrow, by ``dsmon import`` and by the ingest server once a run stops growing.
+It is used only while no record of the kind came after its last row; otherwise the page is
+read from JSON and the tail kept again, and it is dropped once its page fills. A sparse
+kind (a throughput line every ten steps) has its rows spread over the whole store file, so
+without a tail its first read from a cold disk is a random read per row.
+
 Keeping a chunk is best effort: a store opened on a read-only file, or a writer holding the
 lock too long, only means the next reader parses the JSON again.
 """
@@ -120,6 +127,26 @@ CHAIN = (
     "SELECT after_id, last_id FROM frame_chunks WHERE run = {ph} AND kind = {ph}"
     " AND page_rows = {ph} AND restamps = {ph} AND chunk_format = {ph}"
 )
+
+
+DELETE = (
+    "DELETE FROM frame_chunks WHERE run = {ph} AND kind = {ph} AND after_id = {ph}"
+    " AND page_rows = {ph}"
+)
+
+
+def tail_key(key: ChunkKey) -> ChunkKey:
+    """Where the last page of a kind is kept while it is not full: ``rows`` negated.
+
+    Apart from the full page's key, so that :data:`CHAIN` (the pages after which the next
+    starts) never follows a page that may still grow.
+    """
+    return key._replace(rows=-abs(key.rows))
+
+
+def delete_params(key: ChunkKey) -> tuple[object, ...]:
+    """The parameters of :data:`DELETE`, in its order."""
+    return (key.run, key.kind, key.after_id, key.rows)
 
 
 def select_params(key: ChunkKey) -> tuple[object, ...]:

@@ -364,6 +364,15 @@ class PgStore(TypedGpuStore):
         except StoreError as exc:  # a read-only role, say: the JSON is parsed next time
             logger.info("dsmon: frame chunk of %s not kept: %s", key.kind, exc)
 
+    def _drop_chunk(self, key: chunks.ChunkKey) -> None:
+        """Forget a kept chunk (a tail whose page filled); one left behind is never used."""
+        sql, params = chunks.DELETE.format(ph="%s"), chunks.delete_params(key)
+        try:
+            with self._lock:
+                self._call(lambda conn: conn.execute(sql, params))
+        except StoreError as exc:
+            logger.info("dsmon: frame chunk of %s not dropped: %s", key.kind, exc)
+
     def check_writable(self) -> None:
         """Rewrite the schema version row in place: a committed write that changes no data."""
         sql = "UPDATE dsmon_meta SET value = value WHERE name = 'schema_version'"

@@ -306,6 +306,18 @@ class SQLiteStore(TypedGpuStore):
             finally:
                 self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
 
+    def _drop_chunk(self, key: chunks.ChunkKey) -> None:
+        """Forget a kept chunk, waiting at most :data:`CHUNK_WAIT_MS`; a tail left is unused."""
+        with self._lock:
+            self._conn.execute(f"PRAGMA busy_timeout = {CHUNK_WAIT_MS}")
+            try:
+                with self._transaction():
+                    self._conn.execute(chunks.DELETE.format(ph="?"), chunks.delete_params(key))
+            except sqlite3.Error as exc:
+                logger.info("dsmon: frame chunk of %s not dropped: %s", key.kind, exc)
+            finally:
+                self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+
     def _on_gpu(self, fn: Callable[[GpuTables], T]) -> T:
         with self._lock, _errors(self.path), _Transaction(self._conn, "BEGIN"):
             return fn(self._gpu)
