@@ -42,6 +42,7 @@ from dsmon.store.base import (
 from dsmon.store.gpu_store import TypedGpuStore, move_gpu_records, split
 from dsmon.store.gpu_tables import GpuTables
 from dsmon.store.rekey import rekey
+from dsmon.store.sqlite_checkpoint import BACKSTOP_PAGES, BackgroundCheckpoint
 from dsmon.store.sqlite_gpu import SQLiteGpuTables
 
 __all__ = ["RunInfo", "SQLiteStore", "Store", "StoreError", "open_store", "sqlite_path"]
@@ -84,6 +85,7 @@ class SQLiteStore(TypedGpuStore):
         self.path = str(path)
         self._lock = threading.Lock()
         self._upgraded = False
+        self._checkpoints = None if self.path == ":memory:" else BackgroundCheckpoint(self.path)
         try:
             self._conn = sqlite3.connect(
                 self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
@@ -175,6 +177,9 @@ class SQLiteStore(TypedGpuStore):
                 if live:
                     self._received({r.run for r in rows} | {s.key.run for s in samples})
                 inserted += self._gpu.add(samples) + self._add_rows(rows)
+        if live and inserted and self._checkpoints and self._checkpoints.wrote():
+            with self._lock:  # the thread started: this connection's checkpoints are a backstop
+                self._conn.execute(f"PRAGMA wal_autocheckpoint = {BACKSTOP_PAGES}")
         return inserted
 
     @contextmanager
@@ -293,28 +298,26 @@ class SQLiteStore(TypedGpuStore):
         A page being drawn must not wait the 30 s a writer may (a long re-key holds the lock
         for minutes); the next reader can keep the chunk as well.
         """
-        with self._lock:
-            self._conn.execute(f"PRAGMA busy_timeout = {CHUNK_WAIT_MS}")
-            try:
-                with self._transaction():
-                    self._conn.execute(chunks.DDL.format(blob="BLOB"))
-                    self._conn.execute(
-                        chunks.UPSERT.format(ph="?"), chunks.upsert_params(key, last_id, data)
-                    )
-            except sqlite3.Error as exc:  # read-only file, locked, disk full: JSON next time
-                logger.info("dsmon: frame chunk of %s not kept: %s", key.kind, exc)
-            finally:
-                self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        upsert = chunks.UPSERT.format(ph="?"), chunks.upsert_params(key, last_id, data)
+        self._chunk_write(key, "kept", [(chunks.DDL.format(blob="BLOB"), ()), upsert])
 
     def _drop_chunk(self, key: chunks.ChunkKey) -> None:
-        """Forget a kept chunk, waiting at most :data:`CHUNK_WAIT_MS`; a tail left is unused."""
+        """Forget a kept chunk as :meth:`_save_chunk` keeps one; a tail left is never used."""
+        delete = chunks.DELETE.format(ph="?"), chunks.delete_params(key)
+        self._chunk_write(key, "dropped", [delete])
+
+    def _chunk_write(
+        self, key: chunks.ChunkKey, done: str, statements: list[tuple[str, tuple[object, ...]]]
+    ) -> None:
+        """``statements`` in one transaction, best effort, waiting for the lock at most briefly."""
         with self._lock:
             self._conn.execute(f"PRAGMA busy_timeout = {CHUNK_WAIT_MS}")
             try:
                 with self._transaction():
-                    self._conn.execute(chunks.DELETE.format(ph="?"), chunks.delete_params(key))
-            except sqlite3.Error as exc:
-                logger.info("dsmon: frame chunk of %s not dropped: %s", key.kind, exc)
+                    for statement, params in statements:
+                        self._conn.execute(statement, params)
+            except sqlite3.Error as exc:  # read-only file, locked, disk full: JSON next time
+                logger.info("dsmon: frame chunk of %s not %s: %s", key.kind, done, exc)
             finally:
                 self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
 
@@ -328,7 +331,9 @@ class SQLiteStore(TypedGpuStore):
             self._conn.execute(f"PRAGMA user_version = {self._version()}")
 
     def close(self) -> None:
-        """Close the connection (further calls fail)."""
+        """Close the connection (further calls fail), after the checkpoint thread ends."""
+        if self._checkpoints is not None:
+            self._checkpoints.close()
         with self._lock:
             self._conn.close()
 
