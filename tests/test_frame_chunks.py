@@ -118,6 +118,21 @@ def test_a_tail_is_used_until_its_kind_grows_and_dropped_once_its_page_fills(
     assert _tails(store) == [("timer", max(a for _, a, _, _ in _kept(store)))]  # the new one
 
 
+def test_a_read_from_a_later_id_keeps_no_tail(store: Store, z2_log_records: list[Record]) -> None:
+    """A refresh reads from the last id it saw: a tail kept there would never be read."""
+    store.add(z2_log_records)
+    timers = store.frame("z2", "timer")
+    tails = _tails(store)
+    for at in (2, len(timers) // 2, len(timers) - 3):  # off the pages' grid
+        after = int(timers["id"].iloc[at])
+        pages = list(store.frame_pages("z2", "timer", after_id=after))
+        got = pd.concat(pages, ignore_index=True)  # (the timer columns of these rows)
+        want = timers.iloc[at + 1 :].reset_index(drop=True)[got.columns]
+        assert len(got) == len(want) > 0
+        pd.testing.assert_frame_equal(got, want, check_dtype=False)
+        assert _tails(store) == tails
+
+
 def test_pages_of_the_dashboard_reader_come_from_chunks_too(
     store: Store, z2_log_records: list[Record], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -138,7 +138,7 @@ class FrameReads:
             if table is not None:  # a page Arrow cannot read is never kept
                 kept += 1
         if tail and n > passed * FRAME_PAGE_ROWS:
-            table, _ = self._page_table(replace(flt, after_id=after or None), restamps, tail=True)
+            table, _ = self._page_table(replace(flt, after_id=after or None), restamps, least=1)
             kept += table is not None and table.num_rows < FRAME_PAGE_ROWS
         return kept
 
@@ -156,35 +156,39 @@ class FrameReads:
         """The pages of ``flt``'s rows: those of a whole kind from kept chunks where they can.
 
         The run's restamp count, part of every chunk's key, is read once for all the pages.
+        Tails are for the pages of a kind read from its start: a refresh reads from the last
+        id it saw, and a tail kept there would never be asked for again.
         """
         chunked = str(flt.kind) in self.BODY_KINDS and flt.whole_kind()
         after, restamps = flt.after_id, self.restamps(flt.run) if chunked else 0
+        tails = flt.after_id is None
         while True:
             one = replace(flt, after_id=after, limit=FRAME_PAGE_ROWS)
-            page = self._page(one, restamps) if chunked else self._one_read(one)
+            page = self._page(one, restamps, tails) if chunked else self._one_read(one)
             yield page
             if len(page) < FRAME_PAGE_ROWS:
                 return
             after = int(page["id"].iloc[-1])
 
-    def _page(self, flt: RecordFilter, restamps: int) -> pd.DataFrame:
+    def _page(self, flt: RecordFilter, restamps: int, tails: bool) -> pd.DataFrame:
         """One page of a whole kind: from its kept chunk, else from JSON (then kept if full)."""
         from dsmon.model.arrow_frames import table_frame
 
-        table, rows = self._page_table(flt, restamps)
+        table, rows = self._page_table(flt, restamps, tails=tails)
         return self._one_read(flt, rows) if table is None else table_frame(str(flt.kind), table)
 
     def _page_table(
-        self, flt: RecordFilter, restamps: int, *, tail: bool = False
+        self, flt: RecordFilter, restamps: int, *, tails: bool = True, least: int | None = None
     ) -> tuple[pa.Table | None, list[tuple[int, bytes]]]:
         """A page's Arrow table: its chunk, else its JSON parsed (and kept: see below).
 
         None when Arrow cannot read the JSON, with the ``(id, body)`` rows it was given; the
-        rows are ``[]`` when the table came from a chunk. A full page is kept. So is a kind's
-        last page, not full, as a *tail* (``frame_chunks.tail_key``) when Arrow reads it
-        (``tail``: whatever its length): a tail is used while no record of the kind came
-        after it. A sparse kind's rows lie all over the store file (a throughput line every
-        ten steps): reading the 10,000 of a 100k-step run from a cold disk took 26 s here.
+        rows are ``[]`` when the table came from a chunk. A full page is kept. With ``tails``,
+        so is a kind's last page, not full, as a *tail* (``frame_chunks.tail_key``) when Arrow
+        reads it (Arrow reads ``least`` rows or more, :data:`ARROW_MIN_ROWS` unless given); a
+        tail is used while no record of the kind came after it. A sparse kind's rows lie all
+        over the store file (a throughput line every ten steps): reading the 10,000 of a
+        100k-step run from a cold disk took 26 s here.
         """
         from dsmon.model.arrow_frames import arrow_table
         from dsmon.store import frame_chunks as chunks
@@ -193,11 +197,11 @@ class FrameReads:
         table = self._kept(key)
         if table is not None and table.num_rows == limit:
             return table, []
-        kept_tail = self._kept(chunks.tail_key(key))
+        kept_tail = self._kept(chunks.tail_key(key)) if tails else None
         if kept_tail is not None and self._ends_kind(flt, kept_tail):
             return kept_tail, []
         rows = self._select_bodies(flt)
-        least = 1 if tail else ARROW_MIN_ROWS
+        least = ARROW_MIN_ROWS if least is None else least
         table = arrow_table(kind, *_unzipped(rows)) if len(rows) >= least else None
         if table is None or not table.num_rows:
             return table, rows
@@ -206,7 +210,7 @@ class FrameReads:
             self._save_chunk(key, last, chunks.encode(table))
             if kept_tail is not None:  # the page filled: its tail says nothing more
                 self._drop_chunk(chunks.tail_key(key))
-        else:
+        elif tails:
             self._save_chunk(chunks.tail_key(key), last, chunks.encode(table))
         return table, rows
 
