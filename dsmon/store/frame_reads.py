@@ -139,7 +139,7 @@ class FrameReads:
                 kept += 1
         if tail and n > passed * FRAME_PAGE_ROWS:
             table, _ = self._page_table(replace(flt, after_id=after or None), restamps, least=1)
-            kept += table is not None and table.num_rows < FRAME_PAGE_ROWS
+            kept += int(table is not None and table.num_rows < FRAME_PAGE_ROWS)
         return kept
 
     def frame_pages(
@@ -188,7 +188,7 @@ class FrameReads:
         reads it (Arrow reads ``least`` rows or more, :data:`ARROW_MIN_ROWS` unless given); a
         tail is used while no record of the kind came after it. A sparse kind's rows lie all
         over the store file (a throughput line every ten steps): reading the 10,000 of a
-        100k-step run from a cold disk took 26 s here.
+        100k-step run from a cold disk took 26 s (`bench/README.md`).
         """
         from dsmon.model.arrow_frames import arrow_table
         from dsmon.store import frame_chunks as chunks
