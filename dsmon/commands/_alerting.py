@@ -10,11 +10,16 @@ recent run in memory, as a dashboard viewer does: an ingest server alone never n
 from __future__ import annotations
 
 import argparse
-import os
 from typing import TYPE_CHECKING
 
 from dsmon.commands import CommandError
-from dsmon.watch.alert_defaults import FORMATS, INTERVAL_S, MIN_GAP_S, WEBHOOK_ENV
+from dsmon.watch.alert_defaults import (
+    FORMATS,
+    INTERVAL_S,
+    MIN_GAP_S,
+    WEBHOOK_ENV,
+    webhook_url,
+)
 
 if TYPE_CHECKING:  # loaded on use: building the command line must stay light
     from dsmon.watch.health import HealthWatcher
@@ -73,7 +78,7 @@ def start_watcher(
     """
     if args.alert_min_gap < 0 or args.health_interval <= 0:
         raise CommandError(f"{command}: --alert-min-gap and --health-interval must be positive")
-    if not (args.alert_webhook or os.environ.get(WEBHOOK_ENV)) and not args.health_metrics:
+    if webhook_url(args.alert_webhook) is None and not args.health_metrics:
         return None  # not asked for: the checklist's modules (pandas) stay unloaded
     from dsmon.store.base import StoreError
     from dsmon.store.sqlite import open_store

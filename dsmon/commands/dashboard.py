@@ -35,7 +35,7 @@ from dsmon.commands._alerting import add_alert_options, start_watcher, stop_watc
 from dsmon.serve import DEFAULT_PORT as DEFAULT_INGEST_PORT
 from dsmon.serve.tokens import TokenError, resolve_token, token_banner
 from dsmon.store.base import redact_url
-from dsmon.watch.alert_defaults import WEBHOOK_ENV
+from dsmon.watch.alert_defaults import webhook_url
 
 DEFAULT_PORT = 8501
 DEFAULT_ADDRESS = "127.0.0.1"
@@ -394,7 +394,7 @@ def serve_with_ingest(args: argparse.Namespace, store: str) -> int:
 def run(args: argparse.Namespace) -> int:
     """Start the dashboard on ``--store``, with the ingest server unless ``--no-ingest``."""
     store = absolute_store(args.store or default_store())
-    if args.no_ingest and (args.alert_webhook or os.environ.get(WEBHOOK_ENV)):
+    if args.no_ingest and webhook_url(args.alert_webhook) is not None:
         watcher = start_watcher(args, store, "dashboard", dashboard_url(args.port, args.address))
         try:
             return supervise_alone(store, args.port, args.address, args.refresh)

@@ -356,22 +356,23 @@ class PgStore(TypedGpuStore):
 
     def _save_chunk(self, key: chunks.ChunkKey, last_id: int, data: bytes) -> None:
         """Keep the chunk; writers' table lock is on ``records``, so this never waits on it."""
-        sql = chunks.UPSERT.format(ph="%s")
-        params = chunks.upsert_params(key, last_id, data)
-        try:
-            with self._lock:
-                self._call(lambda conn: conn.execute(sql, params))
-        except StoreError as exc:  # a read-only role, say: the JSON is parsed next time
-            logger.info("dsmon: frame chunk of %s not kept: %s", key.kind, exc)
+        upsert = chunks.UPSERT.format(ph="%s")
+        self._chunk_write(key, "kept", upsert, chunks.upsert_params(key, last_id, data))
 
     def _drop_chunk(self, key: chunks.ChunkKey) -> None:
         """Forget a kept chunk (a tail whose page filled); one left behind is never used."""
-        sql, params = chunks.DELETE.format(ph="%s"), chunks.delete_params(key)
+        delete = chunks.DELETE.format(ph="%s")
+        self._chunk_write(key, "dropped", delete, chunks.delete_params(key))
+
+    def _chunk_write(
+        self, key: chunks.ChunkKey, done: str, sql: str, params: tuple[object, ...]
+    ) -> None:
+        """One statement on ``frame_chunks``, best effort: a read-only role parses JSON again."""
         try:
             with self._lock:
                 self._call(lambda conn: conn.execute(sql, params))
         except StoreError as exc:
-            logger.info("dsmon: frame chunk of %s not dropped: %s", key.kind, exc)
+            logger.info("dsmon: frame chunk of %s not %s: %s", key.kind, done, exc)
 
     def check_writable(self) -> None:
         """Rewrite the schema version row in place: a committed write that changes no data."""

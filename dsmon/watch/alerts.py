@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 import urllib.error
 import urllib.request
@@ -30,7 +29,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from dsmon.health.model import CheckResult, Status
-from dsmon.watch.alert_defaults import FORMATS, MIN_GAP_S, WEBHOOK_ENV
+from dsmon.watch.alert_defaults import FORMATS, MIN_GAP_S, webhook_url
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +74,7 @@ def target_from(
     Raises:
         ValueError: the format is unknown or the webhook is not an http(s) URL.
     """
-    url = webhook or os.environ.get(WEBHOOK_ENV) or None
+    url = webhook_url(webhook)
     return None if url is None else AlertTarget(url, fmt, dashboard_url)
 
 
