@@ -21,7 +21,7 @@ from pg_support import ThrowawayPgStore, create_schema, drop_schema, pg_url
 from dsmon.model import wire
 from dsmon.model.records import GpuSampleRecord, Record, Source, StepRecord, TimerRecord
 from dsmon.serve.run import start_ingest_server
-from dsmon.store import postgres as store_pg
+from dsmon.store import postgres_sql as pg_sql
 from dsmon.store.base import RecordFilter, StoreDataError, StoreError
 from dsmon.store.postgres import PgStore, redact_url
 from dsmon.store.sqlite import open_store
@@ -247,9 +247,9 @@ def test_after_id_read_of_one_kind_uses_the_run_kind_id_index(pg: ThrowawayPgSto
 def test_batch_bookkeeping_never_reads_the_records_table(pg: ThrowawayPgStore) -> None:
     pg.add(timers("r", 0, 3000))
     with psycopg.connect(pg.url, autocommit=True) as conn:
-        conn.execute(store_pg._STAGING)
+        conn.execute(pg_sql.STAGING)
         conn.execute("ANALYZE records")
-        plan = [r[0] for r in conn.execute("EXPLAIN " + store_pg._MOVE).fetchall()]
+        plan = [r[0] for r in conn.execute("EXPLAIN " + pg_sql.MOVE).fetchall()]
     # run_kinds and run_sources are folded from the INSERT's RETURNING rows
     assert any("Insert on records" in line for line in plan), plan
     assert not [line for line in plan if "Scan" in line and " on records" in line], plan

@@ -18,7 +18,7 @@ import psycopg
 from pg_support import ThrowawayPgStore
 
 from dsmon.model.records import Record
-from dsmon.store import postgres as store_pg
+from dsmon.store import postgres_sql as pg_sql
 from dsmon.store.base import RecordFilter, Store
 from dsmon.store.gpu_store import MOVE_GPU_ROWS
 from dsmon.store.postgres import PgStore
@@ -158,9 +158,9 @@ def pg_statements() -> list[tuple[str, tuple[object, ...]]]:
     reads = [flt.select("%s") for flt in (*PRODUCT_FILTERS, *API_FILTERS)]
     return [
         *((sql, tuple(params)) for sql, params in reads),
-        (store_pg._MOVE, ()),
-        (store_pg._RESTAMP, ()),
-        (store_pg.LAST_ID, ()),
+        (pg_sql.MOVE, ()),
+        (pg_sql.RESTAMP, ()),
+        (pg_sql.LAST_ID, ()),
         (MOVE_GPU_ROWS.replace("?", "%s"), (0, 100)),
     ]
 
@@ -169,7 +169,7 @@ def pg_plans(url: str, statements: list[tuple[str, tuple[object, ...]]]) -> dict
     """EXPLAIN of each statement with sequential scans and sorts priced out of the planner."""
     out: dict[str, str] = {}
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(store_pg._STAGING)
+        conn.execute(pg_sql.STAGING)
         conn.execute("ANALYZE records")
         conn.execute("SET enable_seqscan = off")
         conn.execute("SET enable_sort = off")

@@ -34,7 +34,6 @@ from dsmon.model.records import Record
 from dsmon.store import frame_chunks as chunks
 from dsmon.store.base import (
     READABLE_VERSIONS,
-    ROW_COLUMNS,
     SCHEMA_VERSION,
     EncodedRecord,
     KindStats,
@@ -51,8 +50,8 @@ from dsmon.store.base import (
 from dsmon.store.gpu_rows import SampleRow, SeriesInfo, SeriesKey
 from dsmon.store.gpu_store import TypedGpuStore, split
 from dsmon.store.gpu_tables import GpuTables
-from dsmon.store.postgres_gpu import DDL as GPU_DDL
 from dsmon.store.postgres_gpu import TEMP_DDL, PgGpuTables
+from dsmon.store.postgres_sql import COLS, DDL, LAST_ID, MOVE, RECEIVED, RESTAMP, STAGING
 from dsmon.store.rekey import rekey
 
 __all__ = ["PgStore", "redact_url"]
@@ -65,116 +64,6 @@ CONNECT_TIMEOUT_S = 10
 #: SQLSTATE classes of errors caused by the values written: data exceptions (22),
 #: integrity violations (23) and program limits such as an index row too long (54).
 _DATA_SQLSTATES = ("22", "23", "54")
-
-_DDL = (
-    """CREATE TABLE IF NOT EXISTS dsmon_meta (
-        name TEXT PRIMARY KEY,
-        value TEXT NOT NULL
-    )""",
-    """CREATE TABLE IF NOT EXISTS records (
-        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        key BYTEA NOT NULL UNIQUE,
-        run TEXT COLLATE "C" NOT NULL,
-        kind TEXT COLLATE "C" NOT NULL,
-        step BIGINT,
-        ts TEXT COLLATE "C",
-        node TEXT COLLATE "C",
-        rank BIGINT,
-        file TEXT COLLATE "C",
-        line BIGINT,
-        body TEXT NOT NULL
-    )""",
-    # ``after_id`` polling of one run ("what is new since I last looked").
-    "CREATE INDEX IF NOT EXISTS records_run_id ON records (run, id)",
-    # ... and of one kind of it; added after schema version 1, so older stores get it here.
-    "CREATE INDEX IF NOT EXISTS records_run_kind_id ON records (run, kind, id)",
-    """CREATE TABLE IF NOT EXISTS run_kinds (
-        run TEXT COLLATE "C" NOT NULL,
-        kind TEXT COLLATE "C" NOT NULL,
-        n BIGINT NOT NULL,
-        first_ts TEXT COLLATE "C",
-        last_ts TEXT COLLATE "C",
-        last_step BIGINT,
-        last_id BIGINT NOT NULL,
-        PRIMARY KEY (run, kind)
-    )""",
-    """CREATE TABLE IF NOT EXISTS run_sources (
-        run TEXT COLLATE "C" NOT NULL,
-        node TEXT COLLATE "C" NOT NULL,
-        rank BIGINT NOT NULL,
-        PRIMARY KEY (run, node, rank)
-    )""",
-    """CREATE TABLE IF NOT EXISTS run_activity (
-        run TEXT COLLATE "C" PRIMARY KEY,
-        restamps BIGINT NOT NULL DEFAULT 0,
-        received_at TEXT COLLATE "C"
-    )""",
-    *GPU_DDL,
-    chunks.DDL.format(blob="BYTEA"),
-    # What older stores had, and no query needs (every read asks for id order, which only
-    # (run, id) and (run, kind, id) give without a sort); each costs every insert. Dropped on
-    # open, as missing indexes are created on open: a reader of either layout reads the same.
-    "DROP INDEX IF EXISTS records_run_kind_step, records_run_kind_ts, records_run_ts",
-)
-
-_COLS = ", ".join(ROW_COLUMNS)
-# Column types of the staging table (the records table's, without constraints).
-_ROW_TYPES = {"key": "BYTEA", "step": "BIGINT", "rank": "BIGINT", "line": "BIGINT"}
-# The staging table lives per connection and empties itself at every commit.
-_STAGING = (
-    "CREATE TEMP TABLE IF NOT EXISTS dsmon_incoming (seq INTEGER, "
-    + ", ".join(f"{c} {_ROW_TYPES.get(c, 'TEXT')}" for c in ROW_COLUMNS)
-    + ") ON COMMIT DELETE ROWS"
-)
-# One statement: insert what is new (in batch order, so ids follow the log), then fold the
-# rows actually inserted into the bookkeeping tables. -1 and '' stand for an unknown rank
-# or node in the key columns, as in the SQLite store. LEAST/GREATEST skip NULLs.
-_MOVE = f"""
-WITH ins AS (
-    INSERT INTO records ({_COLS})
-    SELECT {_COLS} FROM dsmon_incoming ORDER BY seq
-    ON CONFLICT (key) DO NOTHING
-    RETURNING id, run, kind, step, ts, node, rank
-), kinds AS (
-    INSERT INTO run_kinds AS k (run, kind, n, first_ts, last_ts, last_step, last_id)
-    SELECT run, kind, COUNT(*), MIN(ts), MAX(ts), MAX(step), MAX(id) FROM ins GROUP BY run, kind
-    ON CONFLICT (run, kind) DO UPDATE SET
-        n = k.n + excluded.n,
-        first_ts = LEAST(k.first_ts, excluded.first_ts),
-        last_ts = GREATEST(k.last_ts, excluded.last_ts),
-        last_step = GREATEST(k.last_step, excluded.last_step),
-        last_id = GREATEST(k.last_id, excluded.last_id)
-), sources AS (
-    INSERT INTO run_sources (run, node, rank)
-    SELECT DISTINCT run, COALESCE(node, ''), COALESCE(rank, -1) FROM ins
-    ON CONFLICT DO NOTHING
-)
-SELECT COUNT(*) FROM ins
-"""
-
-# Rows stored before without a step, sent again with it (live collectors do so): fill the
-# step in place, then fold what changed into the bookkeeping.
-_RESTAMP = """
-WITH filled AS (
-    UPDATE records r SET step = i.step, body = i.body FROM dsmon_incoming i
-    WHERE r.key = i.key AND r.step IS NULL AND i.step IS NOT NULL
-    RETURNING r.run, r.kind, r.step
-), kinds AS (
-    UPDATE run_kinds k SET last_step = GREATEST(k.last_step, f.top)
-    FROM (SELECT run, kind, MAX(step) AS top FROM filled GROUP BY run, kind) f
-    WHERE k.run = f.run AND k.kind = f.kind
-), counts AS (
-    INSERT INTO run_activity AS c (run, restamps) SELECT run, COUNT(*) FROM filled GROUP BY run
-    ON CONFLICT (run) DO UPDATE SET restamps = c.restamps + excluded.restamps
-)
-SELECT COUNT(*) FROM filled
-"""
-#: The newest id of the whole store: of the records, or of GPU samples (they share the ids).
-LAST_ID = "SELECT GREATEST(MAX(id), (SELECT MAX(last_id) FROM gpu_batches)) FROM records"
-_RECEIVED = """
-INSERT INTO run_activity (run, received_at) VALUES (%s, %s)
-ON CONFLICT (run) DO UPDATE SET received_at = excluded.received_at
-"""
 
 
 class PgStore(TypedGpuStore):
@@ -205,7 +94,7 @@ class PgStore(TypedGpuStore):
     def _connect(self) -> psycopg.Connection[Any]:
         """A fresh autocommit connection with the staging tables in place."""
         conn = psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
-        conn.execute(_STAGING)
+        conn.execute(STAGING)
         conn.execute(TEMP_DDL)
         return conn
 
@@ -243,7 +132,7 @@ class PgStore(TypedGpuStore):
         with conn.transaction():
             # Two processes opening a new database at once would race on CREATE TABLE.
             conn.execute("SELECT pg_advisory_xact_lock(hashtext('dsmon schema'))")
-            for stmt in _DDL:
+            for stmt in DDL:
                 conn.execute(stmt)
             row = conn.execute("SELECT value FROM dsmon_meta WHERE name = 'schema_version'")
             found = row.fetchone()
@@ -414,7 +303,7 @@ def _insert(
         if live:
             runs = {r.run for r in rows} | {s.key.run for s in samples}
             now = received_now()
-            cur.executemany(_RECEIVED, [(run, now) for run in sorted(runs)])
+            cur.executemany(RECEIVED, [(run, now) for run in sorted(runs)])
     return new
 
 
@@ -435,13 +324,13 @@ def _upgrade(tables: PgGpuTables) -> None:
 
 def _insert_rows(cur: psycopg.Cursor[Any], rows: list[RecordRow]) -> int:
     """COPY records-table rows to the staging table and move the new ones; how many."""
-    with cur.copy(f"COPY dsmon_incoming (seq, {_COLS}) FROM STDIN") as copy:
+    with cur.copy(f"COPY dsmon_incoming (seq, {COLS}) FROM STDIN") as copy:
         for seq, row in enumerate(rows):
             copy.write_row((seq, *row))
-    found = cur.execute(_MOVE).fetchone()
+    found = cur.execute(MOVE).fetchone()
     new = int(found[0]) if found else 0
     if new < len(rows) and any(r.step is not None for r in rows):
-        cur.execute(_RESTAMP)
+        cur.execute(RESTAMP)
     return new
 
 
