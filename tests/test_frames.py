@@ -172,6 +172,25 @@ def test_frames_from_stored_bodies_equal_frames_from_records(
     assert {"timer", "step", "throughput"} <= by_arrow
 
 
+def test_missing_text_from_arrow_is_none() -> None:
+    """Arrow's frames hold text as ``str`` or None, never NaN or pandas' ``str`` dtype.
+
+    ``assert_frame_equal`` (the test above) takes NaN and None for the same missing value;
+    :func:`dsmon.model.arrow_frames.table_frame` promises None.
+    """
+    from dsmon.model import wire
+    from dsmon.model.arrow_frames import arrow_frame
+
+    named = TimerRecord(src=Source(run="r", file="train.log", line=2, node="worker-1", rank=1),
+                        ts=None, step=2, group="global", values_ms={"fwd": 2.0})  # fmt: skip
+    records = [_timer(1, "global", {"fwd": 1.0}, rank=None), named]
+    fast = arrow_frame("timer", [1, 2], [wire.encode(r) for r in records])
+    assert fast is not None
+    assert [fast[name].dtype for name in ("node", "file", "group")] == [object] * 3
+    assert fast["node"].tolist() == [None, "worker-1"]
+    assert fast["group"].tolist() == ["global", "global"]
+
+
 def test_arrow_reader_leaves_what_it_cannot_read_to_the_python_reader() -> None:
     """A time no calendar has (an old store may hold one) or a value of another type."""
     from dsmon.model import wire
