@@ -54,13 +54,10 @@ def query(name: str, fn: Callable[[Store, Any], pd.DataFrame]) -> pd.DataFrame:
 
 def metric_section(selected: list[str], metric: str) -> None:
     """One metric: chosen GPUs' traces, the GPUs x time grid and the across-GPU imbalance."""
-    run = view.run
-    fine = query(
-        f"buckets.fine.{','.join(selected)}",
-        lambda s, cut: s.gpu_buckets(run, N_OUT // 2, cut, gpus=selected),
-    )
+    frames, cutoff = view.frames, view.cutoff
+    fine = frames.gpu_buckets(f"fine.{','.join(selected)}", cutoff, N_OUT // 2, selected)
     chart(fig.lines_figure(gpus.lines(fine, metric, selected), metric), f"gpus.lines.{metric}")
-    grid = query("buckets.grid", lambda s, cut: s.gpu_buckets(run, GRID_BUCKETS, cut))
+    grid = frames.gpu_buckets("grid", cutoff, GRID_BUCKETS)
     chart(fig.heatmap_figure(gpus.heatmap(grid, metric), metric), f"gpus.heatmap.{metric}")
     chart(fig.imbalance_figure(gpus.imbalance(grid, metric), metric), f"gpus.imbalance.{metric}")
 

@@ -7,6 +7,7 @@ stored and the same summaries and buckets as a fold of the samples in memory.
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -20,9 +21,9 @@ from sql_support import pg_sql, sqlite_sql
 
 from dsmon.model.frames import records_frame
 from dsmon.model.records import EventRecord, GpuSampleRecord, Record, Source
-from dsmon.store import gpu_fold, gpu_store
+from dsmon.store import gpu_fold, gpu_sql_read, gpu_store
 from dsmon.store.base import RecordFilter, Store, record_row
-from dsmon.store.gpu_reads import fold_samples
+from dsmon.store.gpu_reads import GpuFold, fold_samples
 from dsmon.store.gpu_tables import GpuTables
 from dsmon.store.postgres import PgStore
 from dsmon.store.sqlite import SQLiteStore
@@ -209,6 +210,67 @@ def test_traces_of_chosen_gpus_only(store: Store) -> None:
     store.add(day(300))
     got = store.gpu_buckets(RUN, 30, gpus=["n1/gpu0"])
     assert set(got["gpu"]) == {"n1/gpu0"} and got["n"].sum() == 300
+
+
+N2, G2 = ("n0", "n1"), (0, 1)
+
+
+def _in_order(fold: pd.DataFrame) -> pd.DataFrame:
+    return fold.sort_values(["series", "b"]).reset_index(drop=True)
+
+
+def _buckets(got: GpuFold) -> pd.DataFrame:
+    return gpu_fold.buckets(got.fold, got.series, got.t0_ms, got.width_ms or 1)
+
+
+def test_a_fold_handed_back_is_read_again_from_its_first_changed_bucket(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``gpu_fold(since=...)``: the same buckets as a whole fold, reading only what changed.
+
+    Seconds appended (a live run), a sample late by minutes (a collector back from an
+    outage), another run's, nothing new, a grid grown wider, a replay position.
+    """
+    starts: list[int] = []
+    real = gpu_sql_read.fold
+
+    def fold(*args: object, **kwargs: object) -> pd.DataFrame:
+        starts.append(int(kwargs.get("from_bucket", 0)))  # type: ignore[call-overload]
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(gpu_sql_read, "fold", fold)
+    store.add(day(600))  # ten one-minute buckets of 4 GPUs
+    got = store.gpu_fold(RUN, 30)
+    late = dataclasses.replace(sample(100, 0), ts="2026-11-29T10:01:40.500", util_gpu_pct=100.0)
+    other = dataclasses.replace(sample(130, 1), src=Source(run="other", node="n9"))
+    steps: list[tuple[list[Record], int]] = [
+        # a minute without temperatures: its columns come back empty, those before do not
+        (
+            [sample(s, g, n, temperature_c=None) for s in range(600, 630) for n in N2 for g in G2],
+            10,
+        ),
+        ([late], 1),
+        ([], 10),  # nothing new: the last bucket only
+        ([other], 2),  # another run's samples of minute 2: read again from there
+        ([sample(3000, 0), sample(3000, 1)], 0),  # 50 minutes: wider buckets, all again
+    ]
+    for recs, first in steps:
+        store.add(recs)
+        starts.clear()
+        again = store.gpu_fold(RUN, 30, since=got)
+        assert starts == [first]
+        whole = store.gpu_fold(RUN, 30)
+        assert (again.t0_ms, again.width_ms) == (whole.t0_ms, whole.width_ms)
+        pd.testing.assert_frame_equal(_buckets(again), _buckets(whole))
+        pd.testing.assert_frame_equal(_in_order(again.fold), _in_order(whole.fold))
+        got = again
+    assert _buckets(got).query("gpu == 'n0/gpu0'")["util_gpu_pct_max"].iloc[1] == 100.0
+    starts.clear()
+    cut = "2026-11-29T10:09:00.000"  # a replay position reads whole, whatever it is handed
+    pd.testing.assert_frame_equal(
+        _buckets(store.gpu_fold(RUN, 30, cut, since=got)), store.gpu_buckets(RUN, 30, cut)
+    )
+    assert starts == [0, 0]
 
 
 def test_sqlite_layout_is_compact(tmp_path: Path) -> None:

@@ -21,12 +21,17 @@ if TYPE_CHECKING:
 
 
 class GpuFold(NamedTuple):
-    """A fold (:mod:`dsmon.store.gpu_fold`) with its series and bucket grid."""
+    """A fold (:mod:`dsmon.store.gpu_fold`) with its series and bucket grid.
+
+    ``last_id`` is the newest GPU sample id stored when it was read (0: not known): handed
+    back as ``since``, it tells the store which samples came after.
+    """
 
     fold: pd.DataFrame
     series: pd.DataFrame
     t0_ms: int
     width_ms: int | None
+    last_id: int = 0
 
 
 class GpuReads:
@@ -53,15 +58,36 @@ class GpuReads:
         """
         from dsmon.store import gpu_fold
 
-        got = self._gpu_fold(run, n_buckets, iso_text(ts_max), gpus)
+        got = self.gpu_fold(run, n_buckets, ts_max, gpus)
         return gpu_fold.buckets(got.fold, got.series, got.t0_ms, got.width_ms or 1)
+
+    def gpu_fold(
+        self,
+        run: str,
+        n_buckets: int,
+        ts_max: str | datetime | None = None,
+        gpus: Sequence[str] | None = None,
+        since: GpuFold | None = None,
+    ) -> GpuFold:
+        """The fold behind :meth:`gpu_buckets`; given the fold read before, only what changed.
+
+        A live page asks every second: with ``since`` (what this call returned last time), and
+        the same grid and GPUs, the store folds again only the buckets that samples stored
+        after ``since`` fall in (late ones too) and keeps the others from ``since``.
+        """
+        return self._gpu_fold(run, n_buckets, iso_text(ts_max), gpus, since)
 
     def gpu_latest(self, run: str, ts_max: str | datetime | None = None) -> list[GpuSampleRecord]:
         """The newest sample of each GPU (up to ``ts_max``)."""
         return self._gpu_latest(run, cut_ms(iso_text(ts_max)))
 
     def _gpu_fold(
-        self, run: str, n_buckets: int | None, ts_max: str | None, gpus: Sequence[str] | None
+        self,
+        run: str,
+        n_buckets: int | None,
+        ts_max: str | None,
+        gpus: Sequence[str] | None,
+        since: GpuFold | None = None,
     ) -> GpuFold:
         """The fold of a run's samples on a grid of ``n_buckets`` (None: one per GPU)."""
         raise NotImplementedError

@@ -37,18 +37,54 @@ def gpu_fold(
     n_buckets: int | None,
     ts_max: str | None,
     gpus: Sequence[str] | None,
+    since: GpuFold | None = None,
 ) -> GpuFold:
-    """The fold from the roll-ups (or, for a replay cut-off, the samples), in SQL."""
+    """The fold from the roll-ups (or, for a replay cut-off, the samples), in SQL.
+
+    With ``since`` (this function's answer before), only the buckets that later samples
+    fall in are folded again (:func:`first_changed`).
+    """
     cut = cut_ms(ts_max)
     found = series(tables, run, gpus)
     when = span(tables, run, cut)
+    last_id = tables.max_id()
     if when is None or found.empty:
-        return GpuFold(fold(tables, "", [], 0, None), found, 0, None)
+        return GpuFold(fold(tables, "", [], 0, None), found, 0, None, last_id)
     ids = [int(i) for i in found["series"]]
     t0, width = when[0], None
     if n_buckets:
         t0, width = grid(n_buckets, when, level_ms(when, n_buckets, cut))
-    return GpuFold(fold(tables, run, ids, t0, width, cut), found, t0, width)
+    start = None if cut is not None else first_changed(tables, since, ids, t0, width)
+    if since is None or start is None:
+        return GpuFold(fold(tables, run, ids, t0, width, cut), found, t0, width, last_id)
+    kept = since.fold[since.fold["b"] < start]
+    fresh = fold(tables, run, ids, t0, width, from_bucket=start)
+    # dtypes as one frame of all rows gets them (a column of None beside numbers: floats)
+    both = pd.concat([kept, fresh], ignore_index=True).infer_objects()
+    return GpuFold(both, found, t0, width, last_id)
+
+
+def first_changed(
+    tables: GpuTables, since: GpuFold | None, ids: list[int], t0_ms: int, width_ms: int | None
+) -> int | None:
+    """The first bucket that samples stored after ``since`` can have changed; None: any.
+
+    ``since`` serves only on the same grid and GPUs: a run that grew past its grid's span
+    gets wider buckets, and every bucket changes. Samples of any run stored since count, and
+    so does a late sample (a collector sending what it held through an outage): its bucket
+    and every later one are read again.
+    """
+    if since is None or width_ms is None or since.last_id <= 0 or since.fold.empty:
+        return None
+    if (since.t0_ms, since.width_ms) != (t0_ms, width_ms):
+        return None
+    if since.series["series"].astype("int64").tolist() != ids:
+        return None
+    times = tables.times_after(since.last_id)
+    if times is None:  # nothing stored since: only the last bucket, which is cheap to read
+        return int(since.fold["b"].max())
+    first = (times[0] - t0_ms) // width_ms
+    return int(first) if first >= 0 else None
 
 
 def level_ms(span: tuple[int, int], n_buckets: int, cut: int | None) -> int:
@@ -108,25 +144,32 @@ def fold(
     t0_ms: int,
     width_ms: int | None,
     ts_max: int | None = None,
+    from_bucket: int = 0,
 ) -> pd.DataFrame:
     """The fold of some of a run's series from ``t0_ms`` in buckets of ``width_ms``.
 
-    ``width_ms`` None folds each series into one bucket.
+    ``width_ms`` None folds each series into one bucket; ``from_bucket`` leaves out the
+    buckets before it (the roll-ups' and samples' keys start with series and time).
     """
     d = tables.DIALECT
     level = level_for(width_ms, ts_max)
     w = width_ms or 1
     only = f" AND ser.id IN ({', '.join(str(int(i)) for i in series_ids)})" if series_ids else ""
+    t_from = t0_ms + from_bucket * w if width_ms is not None and from_bucket > 0 else None
     if level is not None:
         b = "0" if width_ms is None else f"(r.bucket * {level * 1000} - ?) / {w}"
+        # the roll-ups that start at t_from or later: those whose bucket is from_bucket on
+        later = "" if t_from is None else f" AND r.bucket >= {-(-t_from // (level * 1000))}"
         sql = (
             f"SELECT r.series, {b}, {gpu_sql.fold_from_rollup(d)} FROM gpu_series ser "
-            f"JOIN gpu_rollup r ON r.level_s = {level} AND r.series = ser.id "
+            f"JOIN gpu_rollup r ON r.level_s = {level} AND r.series = ser.id{later} "
             f"WHERE ser.run = ?{only} GROUP BY r.series, 2"
         )
     else:
         b = "0" if width_ms is None else f"(s.t_ms + ser.t0_ms - ?) / {w}"
         cut = "" if ts_max is None else f" AND s.t_ms <= {int(ts_max)} - ser.t0_ms"
+        if t_from is not None:
+            cut += f" AND s.t_ms >= {int(t_from)} - ser.t0_ms"
         sql = (
             f"SELECT s.series, {b}, {gpu_sql.fold_from_samples(d)} FROM gpu_series ser "
             f"JOIN gpu_samples s ON s.series = ser.id WHERE ser.run = ?{only}{cut} "

@@ -54,12 +54,17 @@ class TypedGpuStore(Store):
         return self._on_gpu(lambda t: _merged(t, flt))
 
     def _gpu_fold(
-        self, run: str, n_buckets: int | None, ts_max: str | None, gpus: Sequence[str] | None
+        self,
+        run: str,
+        n_buckets: int | None,
+        ts_max: str | None,
+        gpus: Sequence[str] | None,
+        since: GpuFold | None = None,
     ) -> GpuFold:
         """The fold from the roll-ups (or, for a replay cut-off, the samples) in SQL."""
         from dsmon.store import gpu_sql_read as read
 
-        return self._on_gpu(lambda t: read.gpu_fold(t, run, n_buckets, ts_max, gpus))
+        return self._on_gpu(lambda t: read.gpu_fold(t, run, n_buckets, ts_max, gpus, since))
 
     def _gpu_latest(self, run: str, ts_max: int | None) -> list[GpuSampleRecord]:
         from dsmon.store import gpu_sql_read as read

@@ -232,6 +232,11 @@ class GpuTables(ABC):
             for r in rows
         ]
 
+    def times_after(self, after_id: int) -> tuple[int, int] | None:
+        """First and last time (ms) of the samples stored after ``after_id``, of every run."""
+        found = self._after(after_id, None)
+        return None if found is None else (found[0], found[1])
+
     def _after(self, after_id: int, limit: int | None) -> tuple[int, int, int | None] | None:
         """Time range and id bound of the batches stored after ``after_id`` (None: none)."""
         batches = self.rows(

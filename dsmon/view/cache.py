@@ -28,6 +28,7 @@ from dsmon.store.base import RunInfo, Store
 from dsmon.view.chunks import Chunks
 from dsmon.view.cutoff import OPEN, Cutoff, existed_at
 from dsmon.view.fold import FinishedRows, StepFn, StepFold
+from dsmon.view.gpu_folds import LiveGpuFolds
 from dsmon.view.group_positions import GroupPositions
 from dsmon.view.quantiles import StepQuantiles, ValuesFn
 
@@ -85,6 +86,7 @@ class RunFrames:
         self.last_id = 0
         self._restamps = store.restamps(run)
         self._gpu_samples = -1  # GPU samples stored when last counted (-1: never counted)
+        self._gpu_folds = LiveGpuFolds()
 
     def refresh(self) -> bool:
         """Fetch what was added since the last refresh for every kind already loaded.
@@ -273,6 +275,16 @@ class RunFrames:
         """
         key = (GPU, name, cutoff, self._gpu_count())
         return self._memoised(key, lambda: fn(self.store, cutoff.ts))
+
+    def gpu_buckets(
+        self, name: str, cutoff: Cutoff, n_buckets: int, gpus: Sequence[str] | None = None
+    ) -> pd.DataFrame:
+        """``Store.gpu_buckets`` via :meth:`gpu`; live, only what new samples changed is read."""
+        return self.gpu(
+            f"buckets.{name}",
+            cutoff,
+            lambda store, cut: self._gpu_folds.buckets(store, self.run, name, n_buckets, cut, gpus),
+        )
 
     def gpu_summary(self, cutoff: Cutoff = OPEN) -> pd.DataFrame:
         """One row per GPU (``Store.gpu_summary``): what the GPUs, FLOPS and Health pages read."""
