@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 import pandas as pd
@@ -39,12 +40,12 @@ class LiveGpuFolds:
         run: str,
         name: str,
         n_buckets: int,
-        ts_max: object,
+        ts_max: str | datetime | None,
         gpus: Sequence[str] | None = None,
     ) -> pd.DataFrame:
         """``store.gpu_buckets(run, n_buckets, ts_max, gpus)``, from the last fold when live."""
         if ts_max is not None:  # a replay position: not the run's open end
-            return store.gpu_buckets(run, n_buckets, ts_max, gpus)  # type: ignore[arg-type]
+            return store.gpu_buckets(run, n_buckets, ts_max, gpus)
         with self._lock:
             since = self._last.get(name)
         got = store.gpu_fold(run, n_buckets, None, gpus, since=since)
