@@ -145,6 +145,20 @@ def test_pages_of_the_dashboard_reader_come_from_chunks_too(
     assert reads == ["timer"]
 
 
+def test_the_dashboards_first_look_keeps_and_uses_tails(
+    store: Store, z2_log_records: list[Record], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dashboard reads a kind from id 0, not None: that is a kind's start too."""
+    from dsmon.view.cache import RunFrames
+
+    store.add(z2_log_records)
+    first = RunFrames(store, "z2").frame("timer")
+    assert [k for k, _ in _tails(store)] == ["timer"]
+    reads = _fetched(store, monkeypatch)
+    pd.testing.assert_frame_equal(RunFrames(store, "z2").frame("timer"), first)
+    assert reads == [("timer", 0)]  # the probe after the tail, no JSON
+
+
 def test_a_restamp_makes_the_runs_chunks_stale(store: Store, z2_log_records: list[Record]) -> None:
     first, again = restamped(z2_log_records)
     store.add([*z2_log_records, *first])

@@ -156,12 +156,13 @@ class FrameReads:
         """The pages of ``flt``'s rows: those of a whole kind from kept chunks where they can.
 
         The run's restamp count, part of every chunk's key, is read once for all the pages.
-        Tails are for the pages of a kind read from its start: a refresh reads from the last
-        id it saw, and a tail kept there would never be asked for again.
+        Tails are for the pages of a kind read from its start (no ``after_id``, or 0 as the
+        dashboard's first look asks): a refresh reads from the last id it saw, and a tail
+        kept there would never be asked for again.
         """
         chunked = str(flt.kind) in self.BODY_KINDS and flt.whole_kind()
         after, restamps = flt.after_id, self.restamps(flt.run) if chunked else 0
-        tails = flt.after_id is None
+        tails = not flt.after_id
         while True:
             one = replace(flt, after_id=after, limit=FRAME_PAGE_ROWS)
             page = self._page(one, restamps, tails) if chunked else self._one_read(one)
