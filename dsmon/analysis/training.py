@@ -90,8 +90,9 @@ def _first_lr(frame: pd.DataFrame) -> pd.DataFrame:
     """``step=`` lines print one learning rate per param group: the first one is drawn."""
     if frame.empty or "lr" not in frame.columns:
         return frame
-    first = frame["lr"].map(lambda v: v[0] if isinstance(v, tuple | list) and v else None)
-    return frame.assign(lr0=first)
+    # a comprehension, not Series.map: 0.1 s of a 100k-step run's first look went to map
+    first = [v[0] if isinstance(v, tuple | list) and v else None for v in frame["lr"].tolist()]
+    return frame.assign(lr0=pd.Series(first, index=frame.index))
 
 
 def _monitor(frame: pd.DataFrame, train_batch_size: int | None) -> list[pd.DataFrame]:
