@@ -241,7 +241,7 @@ def test_a_fold_handed_back_is_read_again_from_its_first_changed_bucket(
     monkeypatch.setattr(gpu_sql_read, "fold", fold)
     store.add(day(600))  # ten one-minute buckets of 4 GPUs
     got = store.gpu_fold(RUN, 30)
-    late = dataclasses.replace(sample(100, 0), ts="2026-11-29T10:01:40.500", util_gpu_pct=100.0)
+    late = dataclasses.replace(sample(100, 0), ts="2026-11-29T10:01:40.500", power_w=999.0)
     other = dataclasses.replace(sample(130, 1), src=Source(run="other", node="n9"))
     steps: list[tuple[list[Record], int]] = [
         # a minute without temperatures: its columns come back empty, those before do not
@@ -264,7 +264,8 @@ def test_a_fold_handed_back_is_read_again_from_its_first_changed_bucket(
         pd.testing.assert_frame_equal(_buckets(again), _buckets(whole))
         pd.testing.assert_frame_equal(_in_order(again.fold), _in_order(whole.fold))
         got = again
-    assert _buckets(got).query("gpu == 'n0/gpu0'")["util_gpu_pct_max"].iloc[1] == 100.0
+    # the late sample is in (no other sample draws more than 700 W)
+    assert _buckets(got).query("gpu == 'n0/gpu0'")["power_w_max"].max() == 999.0
     starts.clear()
     cut = "2026-11-29T10:09:00.000"  # a replay position reads whole, whatever it is handed
     pd.testing.assert_frame_equal(
