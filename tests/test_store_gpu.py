@@ -220,7 +220,7 @@ def _in_order(fold: pd.DataFrame) -> pd.DataFrame:
 
 
 def _buckets(got: GpuFold) -> pd.DataFrame:
-    return gpu_fold.buckets(got.fold, got.series, got.t0_ms, got.width_ms or 1)
+    return got.buckets()
 
 
 def test_a_fold_handed_back_is_read_again_from_its_first_changed_bucket(

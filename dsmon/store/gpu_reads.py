@@ -33,6 +33,12 @@ class GpuFold(NamedTuple):
     width_ms: int | None
     last_id: int = 0
 
+    def buckets(self) -> pd.DataFrame:
+        """What :meth:`GpuReads.gpu_buckets` answers of this fold (``gpu_fold.buckets``)."""
+        from dsmon.store import gpu_fold
+
+        return gpu_fold.buckets(self.fold, self.series, self.t0_ms, self.width_ms or 1)
+
 
 class GpuReads:
     """GPU queries shared by the store backends (mixed into ``dsmon.store.base.Store``)."""
@@ -56,10 +62,7 @@ class GpuReads:
         ``gpus`` (labels, ``node/gpuN``) restricts the answer to those GPUs: traces are
         drawn for a few GPUs, at a finer grain than the grids of all of them.
         """
-        from dsmon.store import gpu_fold
-
-        got = self.gpu_fold(run, n_buckets, ts_max, gpus)
-        return gpu_fold.buckets(got.fold, got.series, got.t0_ms, got.width_ms or 1)
+        return self.gpu_fold(run, n_buckets, ts_max, gpus).buckets()
 
     def gpu_fold(
         self,

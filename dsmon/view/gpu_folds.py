@@ -16,8 +16,6 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from dsmon.store import gpu_fold
-
 if TYPE_CHECKING:
     from dsmon.store.base import Store
     from dsmon.store.gpu_reads import GpuFold
@@ -54,4 +52,4 @@ class LiveGpuFolds:
             self._last.move_to_end(name)
             while len(self._last) > self._keep:
                 self._last.popitem(last=False)
-        return gpu_fold.buckets(got.fold, got.series, got.t0_ms, got.width_ms or 1)
+        return got.buckets()
