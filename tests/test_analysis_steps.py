@@ -12,6 +12,7 @@ import dataclasses
 
 import pandas as pd
 import pytest
+from conftest import DATA, read_log
 
 from dsmon.analysis import steps
 from dsmon.analysis.downsample import N_OUT
@@ -169,3 +170,19 @@ def test_the_rows_of_one_rank(breakdown: pd.DataFrame) -> None:
     assert steps.of_rank(unranked, 0) is unranked  # no rank known: every row
     partly = pd.concat([breakdown, unranked], ignore_index=True)
     assert len(steps.of_rank(partly, 0)) == len(breakdown)  # rows without a rank left out
+
+
+RUNS_WITH_TIMERS = sorted(
+    p.parent.name for p in DATA.glob("*/train.log") if "time (ms) |" in p.read_text("utf-8")
+)
+
+
+@pytest.mark.parametrize("run", RUNS_WITH_TIMERS)
+def test_breakdowns_do_not_depend_on_the_order_of_the_lines(run: str) -> None:
+    """Rank 0's lines in log order take the short paths (no sort, no join); reversed, the
+    general ones. Both must give the same rows, to the last digit and dtype."""
+    timers = records_frame("timer", read_log(DATA / run / "train.log", run))
+    backwards = timers.iloc[::-1].reset_index(drop=True)
+    for fn in (step_breakdown, micro_breakdown):
+        pd.testing.assert_frame_equal(fn(timers), fn(backwards), check_exact=True)
+    assert not step_breakdown(timers).empty or not micro_breakdown(timers).empty

@@ -11,6 +11,9 @@ it along because the allgather is the communication hidden inside the step time.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -23,26 +26,37 @@ BREAKDOWN_COLUMNS = ("step", "rank", *PHASE_COLUMNS, "total_ms")
 MICRO_COLUMNS = ("step", "micro_step", "rank", *PHASE_COLUMNS, "total_ms")
 #: ZeRO-1/2 optimizer timers, merged into the breakdown when the log has them.
 OPTIMIZER_TIMERS = ("optimizer_allgather", "optimizer_gradients", "optimizer_step")
+OPTIMIZER_COLUMNS = tuple(f"{t}_ms" for t in OPTIMIZER_TIMERS)
 STAT_COLUMNS = ("n", "p50", "p90", "max")
 
 
-def _group(timers: pd.DataFrame, group: str) -> pd.DataFrame:
-    """The timer rows of one group (an empty frame stays empty)."""
+def _group(timers: pd.DataFrame, group: str, columns: Iterable[str] | None = None) -> pd.DataFrame:
+    """The timer rows of one group (an empty frame stays empty), of ``columns`` if given.
+
+    Columns the caller reads are picked before the rows: a timer frame has a column per
+    timer of every group, and taking the rows of all of them was most of a breakdown's cost.
+    """
     if timers.empty or "group" not in timers.columns:
         return timers.iloc[0:0]
-    return timers[timers["group"] == group]
+    mask = (timers["group"] == group).to_numpy(dtype=bool, na_value=False)
+    if columns is None:
+        return timers[mask]
+    return timers.loc[mask, [c for c in dict.fromkeys(columns) if c in timers.columns]]
 
 
 def _take(rows: pd.DataFrame, keys: tuple[str, ...], names: dict[str, str]) -> pd.DataFrame:
     """Key columns plus the renamed timer columns; a timer the log lacks is all-NaN."""
-    out = pd.DataFrame(index=rows.index)
+    n = len(rows)
+    cols: dict[str, Any] = {}
     for key in keys:
-        out[key] = (
-            rows[key] if key in rows.columns else pd.Series(pd.NA, index=rows.index, dtype="Int64")
-        )
+        cols[key] = rows[key].array if key in rows.columns else pd.array([pd.NA] * n, "Int64")
     for src, dst in names.items():
-        out[dst] = rows[src].astype("float64") if src in rows.columns else float("nan")
-    return out
+        cols[dst] = (
+            rows[src].to_numpy(dtype="float64", na_value=np.nan)
+            if src in rows.columns
+            else np.full(n, np.nan)
+        )
+    return pd.DataFrame(cols, index=rows.index)
 
 
 def _dedupe(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -50,10 +64,26 @@ def _dedupe(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
     Rows whose step is unknown cannot be matched and are all kept.
     """
+    if _increasing(frame, keys):  # in key order with no repeat (one rank's lines): as it is
+        return frame.reset_index(drop=True)
     known = frame["step"].notna()
     kept = frame[known].drop_duplicates(subset=keys, keep="last")
     out = pd.concat([kept, frame[~known]]) if (~known).any() else kept
     return out.sort_values(keys, kind="stable", na_position="last").reset_index(drop=True)
+
+
+def _increasing(frame: pd.DataFrame, keys: list[str]) -> bool:
+    """Whether every row has all ``keys`` and they strictly increase from row to row."""
+    n = len(frame)
+    later = np.zeros(max(n - 1, 0), dtype=bool)  # row i+1's keys above row i's so far
+    tied = np.ones(max(n - 1, 0), dtype=bool)
+    for key in keys:
+        values = frame[key].to_numpy(dtype="float64", na_value=np.nan)
+        if np.isnan(values).any():
+            return False
+        later |= tied & (values[1:] > values[:-1])
+        tied &= values[1:] == values[:-1]
+    return bool(later.all())
 
 
 def _total(frame: pd.DataFrame) -> pd.Series:
@@ -72,7 +102,10 @@ def step_breakdown(timers: pd.DataFrame) -> pd.DataFrame:
         ``optimizer_allgather_ms``/``optimizer_gradients_ms``/``optimizer_step_ms`` when
         the log has ZeRO-1/2 optimizer timer lines; sorted by step and rank.
     """
-    return group_breakdown(_group(timers, "global"), _group(timers, "zero_optimizer"))
+    return group_breakdown(
+        _group(timers, "global", ["step", "rank", *PHASE_COLUMNS]),
+        _group(timers, "zero_optimizer", ["step", "rank", *OPTIMIZER_COLUMNS]),
+    )
 
 
 def group_breakdown(global_rows: pd.DataFrame, opt_rows: pd.DataFrame) -> pd.DataFrame:
@@ -96,7 +129,21 @@ def _with_optimizer(breakdown: pd.DataFrame, opt_rows: pd.DataFrame) -> pd.DataF
     names = {f"{t}_ms": f"{t}_ms" for t in present}
     opt = _take(opt_rows[opt_rows["step"].notna()], ("step", "rank"), names)
     opt = opt.drop_duplicates(subset=["step", "rank"], keep="last")
+    if _same_keys(breakdown, opt, ["step", "rank"]):  # a line of each per step: no join needed
+        return breakdown.assign(**{col: opt[col].to_numpy() for col in names.values()})
     return breakdown.merge(opt, on=["step", "rank"], how="left")
+
+
+def _same_keys(left: pd.DataFrame, right: pd.DataFrame, keys: list[str]) -> bool:
+    """Whether both frames hold the same keys, row for row, none missing."""
+    if len(left) != len(right):
+        return False
+    for key in keys:
+        a = left[key].to_numpy(dtype="float64", na_value=np.nan)
+        b = right[key].to_numpy(dtype="float64", na_value=np.nan)
+        if not np.array_equal(a, b):  # (NaN is equal to nothing: a missing key joins)
+            return False
+    return True
 
 
 def micro_breakdown(timers: pd.DataFrame) -> pd.DataFrame:
@@ -106,7 +153,8 @@ def micro_breakdown(timers: pd.DataFrame) -> pd.DataFrame:
     ``micro_step`` is the 0-based index inside the optimizer step.
     """
     names = {f"{p}_microstep_ms": f"{p}_ms" for p in PHASES}
-    out = _take(_group(timers, "micro"), ("step", "micro_step", "rank"), names)
+    keys = ("step", "micro_step", "rank")
+    out = _take(_group(timers, "micro", [*keys, *names]), keys, names)
     out = _dedupe(out, ["step", "micro_step", "rank"])
     out["total_ms"] = _total(out)
     return out[list(MICRO_COLUMNS)]

@@ -59,7 +59,9 @@ def _labels(value: str, known: Sequence[str], n: int) -> pd.Categorical[str]:
     with the same sorted categories in every part, parts join without losing that, and
     groups sort as the strings would.
     """
-    return pd.Categorical([value] * n, categories=sorted({*known, value}))
+    categories = sorted({*known, value})
+    codes = np.full(n, categories.index(value), dtype=np.intp)  # not n strings hashed
+    return pd.Categorical.from_codes(codes, categories=pd.Index(categories))
 
 
 #: csv_monitor / TensorBoard tags, matched by their last path part.
