@@ -185,4 +185,9 @@ def test_breakdowns_do_not_depend_on_the_order_of_the_lines(run: str) -> None:
     backwards = timers.iloc[::-1].reset_index(drop=True)
     for fn in (step_breakdown, micro_breakdown):
         pd.testing.assert_frame_equal(fn(timers), fn(backwards), check_exact=True)
+    # the ZeRO rows keep a step's lines as read: steps reversed, each step's lines in order
+    steps_back = timers.sort_values("step", ascending=False, kind="stable")
+    pd.testing.assert_frame_equal(
+        steps.zero_rows(timers), steps.zero_rows(steps_back), check_exact=True
+    )
     assert not step_breakdown(timers).empty or not micro_breakdown(timers).empty

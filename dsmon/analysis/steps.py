@@ -275,14 +275,17 @@ def zero_rows(timers: pd.DataFrame) -> pd.DataFrame:
     """The timer rows of the ZeRO optimizer's own lines (ZeRO-1/2 and ZeRO-3), in step order."""
     if timers.empty or "group" not in timers.columns:
         return timers.iloc[0:0]
-    zero = timers[timers["group"].isin(ZERO_GROUPS)]
-    if zero.empty or "step" not in zero.columns:
-        return zero.reset_index(drop=True)
-    # only what the chart reads: a timer frame has a column per timer of every group
-    keys = [k for k in ("step", "rank") if k in zero.columns]
-    numbers = zero.select_dtypes("number")  # not the values_ms / min_values_ms mappings
-    timed = [c for c in numbers.columns if c.endswith("_ms") and numbers[c].notna().any()]
-    zero = zero[[*keys, *timed]]
+    mask = timers["group"].isin(ZERO_GROUPS).to_numpy(dtype=bool, na_value=False)
+    if not mask.any() or "step" not in timers.columns:
+        return timers[mask].reset_index(drop=True)
+    # only what the chart reads: a timer frame has a column per timer of every group,
+    # picked before the rows are (not the values_ms / min_values_ms mappings)
+    keys = [k for k in ("step", "rank") if k in timers.columns]
+    numbers = [c for c in timers.select_dtypes("number").columns if c.endswith("_ms")]
+    zero = timers.loc[mask, [*keys, *numbers]]
+    zero = zero[[*keys, *(c for c in numbers if zero[c].notna().any())]]
+    if zero["step"].notna().all() and zero["step"].is_monotonic_increasing:
+        return zero.reset_index(drop=True)  # in step order already (a log mostly is)
     return zero.sort_values("step", kind="stable", na_position="last").reset_index(drop=True)
 
 
