@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from contextlib import closing
 from typing import Any, TypeVar
 
 import numpy as np
@@ -31,6 +32,7 @@ from dsmon.view.fold import FinishedRows, StepFn, StepFold
 from dsmon.view.gpu_folds import LiveGpuFolds
 from dsmon.view.group_positions import GroupPositions
 from dsmon.view.quantiles import StepQuantiles, ValuesFn
+from dsmon.view.read_ahead import read_ahead
 
 T = TypeVar("T")
 
@@ -203,10 +205,9 @@ class RunFrames:
             fold = self._folds[name]
             if not fold.stable:
                 return None
-            kept = kept_by.get(key)
-            if kept is None:
-                kept = kept_by[key] = make()
-            return kept.over(result, fold.epoch, fold.stable)
+            if key not in kept_by:
+                kept_by[key] = make()
+            return kept_by[key].over(result, fold.epoch, fold.stable)
 
     def _step_fold(self, kind: str, name: str, fn: StepFn) -> StepFold:
         """The fold ``name`` of ``fn`` over ``kind``, made on first use."""
@@ -356,19 +357,18 @@ class RunFrames:
                 yield rows.reset_index(drop=True)
 
     def _store_pages(self, kind: str, after_id: int | None, hi: int) -> Iterator[pd.DataFrame]:
-        """The rows of ``kind`` with ``after_id < id <= hi``, a page at a time, transformed.
-
-        What a refresh appends and what a reader of rows let go reads again.
-        """
-        for page in self.store.frame_pages(self.run, kind, after_id=after_id):
-            if page.empty:
-                return
-            if "id" not in page.columns:  # (every store frame has ids)
-                yield self._transformed(kind, page)
-                return
-            yield self._transformed(kind, page[page["id"] <= hi])
-            if int(page["id"].iloc[-1]) >= hi:
-                return
+        """Rows of ``kind`` with ``after_id < id <= hi`` by page, transformed: new or reread."""
+        read = self.store.frame_pages(self.run, kind, after_id=after_id)
+        with closing(read_ahead(read, frame_reads.FRAME_PAGE_ROWS)) as pages:
+            for page in pages:
+                if page.empty:
+                    return
+                if "id" not in page.columns:  # (every store frame has ids)
+                    yield self._transformed(kind, page)
+                    return
+                yield self._transformed(kind, page[page["id"] <= hi])
+                if int(page["id"].iloc[-1]) >= hi:
+                    return
 
     def _transformed(self, kind: str, rows: pd.DataFrame) -> pd.DataFrame:
         """``rows`` through the kind's transform, if it has one (not an empty frame)."""
@@ -380,8 +380,7 @@ class RunFrames:
         if new.empty:
             return False
         self._frames[kind].append(new)
-        newest = new["ts"].max() if "ts" in new.columns else None
-        if newest is not None and pd.notna(newest):
+        if "ts" in new.columns and pd.notna(newest := new["ts"].max()):
             old = self._newest.get(kind)
             self._newest[kind] = newest if old is None else max(old, newest)
         return True
@@ -391,8 +390,7 @@ class RunFrames:
         key = f"rec:{kind}"
         new = self.store.records(self.run, kind, after_id=self._seen[key])
         self._seen[key] = hi
-        # Records carry no id, so ones stored after ``hi`` may come again next time:
-        # their identity key drops the repeat.
+        # records carry no id: ones stored after ``hi`` may come again, their key drops them
         have = self._keys.setdefault(kind, set())
         fresh = [r for r in new if record_key(r) not in have]
         have.update(record_key(r) for r in fresh)
