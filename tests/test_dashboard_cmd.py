@@ -7,6 +7,7 @@ reads ``fwd: 350.75 | bwd: 754.18 | bwd_inner: 675.36 | bwd_allreduce: 78.63 | s
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -33,10 +34,15 @@ TOKEN = "dashboard-test-token-0123456789"
 DEADLINE_S = 90.0
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports: each socket is held until all are picked (picked one after
+    the other, the UI and ingest ports came out the same once, and the dashboard could not
+    start)."""
+    with contextlib.ExitStack() as held:
+        socks = [held.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
 
 
 def listening(port: int) -> bool:
@@ -62,7 +68,7 @@ class Dashboard:
     """A ``dsmon dashboard`` process with its output in a file."""
 
     def __init__(self, tmp: Path, *args: str, env: dict[str, str] | None = None) -> None:
-        self.ui, self.ingest = free_port(), free_port()
+        self.ui, self.ingest = free_ports(2)
         self.out = tmp / "dashboard.out"
         cmd = [
             sys.executable, "-m", "dsmon.cli", "dashboard", "--store", str(tmp / "s.sqlite"),
