@@ -13,6 +13,7 @@ from dsmon.analysis.downsample import N_OUT
 from dsmon.figures import gpus as fig
 from dsmon.figures.common import rounded
 from dsmon.store.base import Store
+from dsmon.view.gpu_folds import GRID, GRID_BUCKETS
 from ui.charts import chart
 from ui.page import live_body, page_header, page_view
 from ui.text import md_escape
@@ -24,10 +25,6 @@ UTIL_NOTE = (
     "any kernel ran, however few SMs it used. 100 % means busy, not efficient; SM occupancy needs "
     "DCGM or NVML GPM (Hopper+)."
 )
-
-
-#: Time buckets of the GPUs x time grids; traces get N_OUT (two points each: min and max).
-GRID_BUCKETS = 300
 
 
 def header(summary: pd.DataFrame) -> None:
@@ -57,7 +54,7 @@ def metric_section(selected: list[str], metric: str) -> None:
     frames, cutoff = view.frames, view.cutoff
     fine = frames.gpu_buckets(f"fine.{','.join(selected)}", cutoff, N_OUT // 2, selected)
     chart(fig.lines_figure(gpus.lines(fine, metric, selected), metric), f"gpus.lines.{metric}")
-    grid = frames.gpu_buckets("grid", cutoff, GRID_BUCKETS)
+    grid = frames.gpu_buckets(GRID, cutoff, GRID_BUCKETS)
     chart(fig.heatmap_figure(gpus.heatmap(grid, metric), metric), f"gpus.heatmap.{metric}")
     chart(fig.imbalance_figure(gpus.imbalance(grid, metric), metric), f"gpus.imbalance.{metric}")
 

@@ -60,3 +60,42 @@ def test_live_buckets_are_the_stores_from_the_fold_handed_back(
     cut = Cutoff(ts=pd.Timestamp("2026-11-29T10:02:00"))
     replay = frames.gpu_buckets("grid", cut, 30)
     pd.testing.assert_frame_equal(replay, store.gpu_buckets(RUN, 30, "2026-11-29T10:02:00.000"))
+
+
+def test_live_summary_is_the_stores_summed_up_from_the_grids_fold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Live, the per-GPU summary comes from the grid's fold (handed back, shared with the
+    GPUs page's grid); it equals the store's own summary through a growing run."""
+    store = SQLiteStore(tmp_path / "s.sqlite")
+    asked: list[tuple[Any, bool]] = []
+    real = store.gpu_fold
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        asked.append((args[1], kwargs.get("since") is not None))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(store, "gpu_fold", spy)
+    store.add(day(300))
+    frames = RunFrames(store, RUN)
+    late = dataclasses.replace(sample(70, 1, "n1"), ts="2026-11-29T10:01:10.500", power_w=699.0)
+    new_gpu = [sample(s, 2, "n2", power_w=123.456) for s in range(300, 320)]
+    grows = [[], [sample(s, 0) for s in range(300, 330)], [late], new_gpu, []]
+    for i, recs in enumerate(grows):
+        store.add(recs)
+        frames.refresh()
+        asked.clear()
+        summary = frames.gpu_summary(OPEN)
+        grid = frames.gpu_buckets(gpu_folds.GRID, OPEN, gpu_folds.GRID_BUCKETS)
+        want = [] if i and not recs else [(gpu_folds.GRID_BUCKETS, i > 0), (300, True)]
+        assert asked == want  # one fold for both, then handed back (nothing new: not asked)
+        pd.testing.assert_frame_equal(
+            summary, store.gpu_summary(RUN), check_exact=False, rtol=1e-12
+        )
+        pd.testing.assert_frame_equal(grid, store.gpu_buckets(RUN, gpu_folds.GRID_BUCKETS))
+    by_gpu = summary.set_index("gpu")
+    assert by_gpu.loc["n1/gpu1", "power_w_max"] == 699.0  # the late sample is in
+    assert by_gpu.loc["n2/gpu2", "samples"] == 20  # and the GPU first seen live
+    cut = Cutoff(ts=pd.Timestamp("2026-11-29T10:02:00"))
+    replay = frames.gpu_summary(cut)
+    pd.testing.assert_frame_equal(replay, store.gpu_summary(RUN, "2026-11-29T10:02:00.000"))

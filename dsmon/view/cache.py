@@ -289,7 +289,7 @@ class RunFrames:
 
     def gpu_summary(self, cutoff: Cutoff = OPEN) -> pd.DataFrame:
         """One row per GPU (``Store.gpu_summary``): what the GPUs, FLOPS and Health pages read."""
-        return self.gpu("summary", cutoff, lambda store, cut: store.gpu_summary(self.run, cut))
+        return self.gpu("summary", cutoff, lambda s, cut: self._gpu_folds.summary(s, self.run, cut))
 
     def _reload(self) -> None:
         """Forget every loaded row; the next read fetches all again (versions keep growing)."""

@@ -4,6 +4,12 @@ The GPUs page asks for the buckets of every GPU each second. Folding a day of 64
 again on each tick cost 0.25 s of a 0.5 s refresh, to change the last bucket or two. The store
 folds only the buckets touched since the fold it is handed (``Store.gpu_fold``'s ``since``);
 this keeps that fold per query, for the open end of a run (a replay position reads whole).
+
+The per-GPU summary (one row per GPU over the whole run) is one bucket per GPU: every sample
+changes it, so the store folded the whole run's roll-ups for it on each tick (45-75 ms at 64
+GPUs x 24 h, on the GPUs, Health and FLOPS pages). Live, it is summed up from the buckets of
+the GPUs page's grid instead, which are folded again only where samples fell: the same
+counts, minima, maxima and times, and sums added in another order (equal to rounding).
 """
 
 from __future__ import annotations
@@ -22,6 +28,10 @@ if TYPE_CHECKING:
 
 #: Folds kept per run: one per query a page makes (the grid, each choice of GPUs drawn).
 KEEP = 8
+#: The query of every GPU over the run that the GPUs page draws, and the summary sums up:
+#: time buckets of the GPUs x time grids (traces get ``N_OUT``, two points each: min and max).
+GRID = "grid"
+GRID_BUCKETS = 300
 
 
 class LiveGpuFolds:
@@ -44,6 +54,21 @@ class LiveGpuFolds:
         """``store.gpu_buckets(run, n_buckets, ts_max, gpus)``, from the last fold when live."""
         if ts_max is not None:  # a replay position: not the run's open end
             return store.gpu_buckets(run, n_buckets, ts_max, gpus)
+        return self._fold(store, run, name, n_buckets, gpus).buckets()
+
+    def summary(self, store: Store, run: str, ts_max: str | datetime | None) -> pd.DataFrame:
+        """``store.gpu_summary(run, ts_max)``; live, from the :data:`GRID` fold (module doc)."""
+        from dsmon.store import gpu_fold
+
+        if ts_max is not None:
+            return store.gpu_summary(run, ts_max)
+        got = self._fold(store, run, GRID, GRID_BUCKETS, None)
+        return gpu_fold.summary(got.fold, got.series)
+
+    def _fold(
+        self, store: Store, run: str, name: str, n_buckets: int, gpus: Sequence[str] | None
+    ) -> GpuFold:
+        """The store's fold of the query ``name``, handed its last one; kept for the next."""
         with self._lock:
             since = self._last.get(name)
         got = store.gpu_fold(run, n_buckets, None, gpus, since=since)
@@ -52,4 +77,4 @@ class LiveGpuFolds:
             self._last.move_to_end(name)
             while len(self._last) > self._keep:
                 self._last.popitem(last=False)
-        return got.buckets()
+        return got
