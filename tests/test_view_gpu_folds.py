@@ -16,20 +16,28 @@ from dsmon.view.cache import RunFrames
 from dsmon.view.cutoff import OPEN, Cutoff
 
 
+def spied_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, arg: int
+) -> tuple[SQLiteStore, list[tuple[Any, bool]]]:
+    """A store whose ``gpu_fold`` calls are listed: (its argument ``arg``, handed a fold)."""
+    store = SQLiteStore(tmp_path / "s.sqlite")
+    asked: list[tuple[Any, bool]] = []
+    real = store.gpu_fold
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        asked.append((args[arg], kwargs.get("since") is not None))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(store, "gpu_fold", spy)
+    return store, asked
+
+
 def test_live_buckets_are_the_stores_from_the_fold_handed_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each query keeps its own fold (at most ``KEEP``); a replay position reads whole."""
     monkeypatch.setattr(gpu_folds, "KEEP", 2)
-    store = SQLiteStore(tmp_path / "s.sqlite")
-    handed: list[tuple[Any, bool]] = []
-    real = store.gpu_fold
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        handed.append((args[3], kwargs.get("since") is not None))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(store, "gpu_fold", spy)
+    store, handed = spied_store(tmp_path, monkeypatch, arg=3)
     store.add(day(300))
     frames = RunFrames(store, RUN)
     late = dataclasses.replace(sample(70, 1, "n1"), ts="2026-11-29T10:01:10.500", power_w=699.0)
@@ -67,15 +75,7 @@ def test_live_summary_is_the_stores_summed_up_from_the_grids_fold(
 ) -> None:
     """Live, the per-GPU summary comes from the grid's fold (handed back, shared with the
     GPUs page's grid); it equals the store's own summary through a growing run."""
-    store = SQLiteStore(tmp_path / "s.sqlite")
-    asked: list[tuple[Any, bool]] = []
-    real = store.gpu_fold
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        asked.append((args[1], kwargs.get("since") is not None))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(store, "gpu_fold", spy)
+    store, asked = spied_store(tmp_path, monkeypatch, arg=1)
     store.add(day(300))
     frames = RunFrames(store, RUN)
     late = dataclasses.replace(sample(70, 1, "n1"), ts="2026-11-29T10:01:10.500", power_w=699.0)
