@@ -6,8 +6,8 @@ folds only the buckets touched since the fold it is handed (``Store.gpu_fold``'s
 this keeps that fold per query, for the open end of a run (a replay position reads whole).
 
 The per-GPU summary (one row per GPU over the whole run) is one bucket per GPU: every sample
-changes it, so the store folded the whole run's roll-ups for it on each tick (45-75 ms at 64
-GPUs x 24 h, on the GPUs, Health and FLOPS pages). Live, it is summed up from the buckets of
+changes it, so the store folded the whole run's roll-ups for it on each tick (45-100 ms at
+64 GPUs x 24 h, on the GPUs, Health and FLOPS pages). Live, it is summed up from the buckets of
 the GPUs page's grid instead, which are folded again only where samples fell: the same
 counts, minima, maxima and times, and sums added in another order (equal to rounding).
 """

@@ -4,8 +4,8 @@ A long run's first look alternates two kinds of work: reading a page of 50k rows
 hands over a blob, Arrow decodes it) and folding it (pandas). SQLite and Arrow release the
 GIL while they work, so reading the next page while this one is folded overlaps the two on a
 second core: 0.13-0.18 s of the health checklist's 1.3-1.5 s first look at 100k steps
-(``bench/README.md``). One page ahead, never more, so memory stays one page above a serial
-read.
+(``bench/README.md``). The reader stops when the page after the next is read: memory holds
+at most two pages beyond the one in use (one waiting to be taken, one read and waiting).
 """
 
 from __future__ import annotations
