@@ -22,17 +22,20 @@ class Source:
         self.sizes = sizes
         self.fail_at = fail_at
         self.read: list[int] = []
-        self.threads: set[str] = set()
         self.readers: list[threading.Thread] = []
         self.closed = threading.Event()
         self.reached = [threading.Event() for _ in sizes]
+
+    @property
+    def threads(self) -> set[str]:
+        """Names of the threads that read a page."""
+        return {t.name for t in self.readers}
 
     def pages(self) -> Iterator[list[int]]:
         try:
             for i, size in enumerate(self.sizes):
                 if i == self.fail_at:
                     raise OSError(f"page {i} unreadable")
-                self.threads.add(threading.current_thread().name)
                 self.readers.append(threading.current_thread())
                 self.read.append(i)
                 self.reached[i].set()

@@ -140,9 +140,6 @@ def table_frame(kind: str, table: pa.Table) -> pd.DataFrame:
     texts = {f.name: _objects(table.column(f.name)) for f in table.schema if _is_text(f.type)}
     table = table.drop_columns([*listed, *texts])
     frame = table.to_pandas(types_mapper=_INT64.get)
-    for field in table.schema:
-        if pa.types.is_null(field.type):
-            texts[field.name] = np.full(len(frame), None, dtype=object)
     for name, objects in texts.items():  # (a bare array of str would become pandas' str dtype)
         frame[name] = pd.Series(objects, index=frame.index, dtype=object)
     for name in filter(None, meta.split(",")):
@@ -155,7 +152,10 @@ def table_frame(kind: str, table: pa.Table) -> pd.DataFrame:
 
 
 def _is_text(kind: pa.DataType) -> bool:
-    return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind))
+    """Text, or a column with no value at all (a field no row had): Python objects."""
+    return bool(
+        pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_null(kind)
+    )
 
 
 def _objects(column: pa.ChunkedArray) -> np.ndarray:
@@ -165,6 +165,8 @@ def _objects(column: pa.ChunkedArray) -> np.ndarray:
     handful of values over a page of 50k rows): three times faster than pandas' string
     column turned into objects, and the page holds a few strings instead of 50k.
     """
+    if pa.types.is_null(column.type):
+        return np.full(len(column), None, dtype=object)
     encoded = pc.dictionary_encode(column.combine_chunks())
     texts = np.array([*encoded.dictionary.to_pylist(), None], dtype=object)
     return texts[encoded.indices.fill_null(len(encoded.dictionary)).to_numpy()]
