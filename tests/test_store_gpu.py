@@ -223,22 +223,28 @@ def _buckets(got: GpuFold) -> pd.DataFrame:
     return got.buckets()
 
 
+@pytest.fixture
+def starts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The first bucket of each SQL fold made while the test runs (0: the whole fold)."""
+    found: list[int] = []
+    real = gpu_sql_read.fold
+
+    def fold(*args: object, **kwargs: object) -> pd.DataFrame:
+        found.append(int(kwargs.get("from_bucket", 0)))  # type: ignore[call-overload]
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(gpu_sql_read, "fold", fold)
+    return found
+
+
 def test_a_fold_handed_back_is_read_again_from_its_first_changed_bucket(
-    store: Store, monkeypatch: pytest.MonkeyPatch
+    store: Store, starts: list[int]
 ) -> None:
     """``gpu_fold(since=...)``: the same buckets as a whole fold, reading only what changed.
 
     Seconds appended (a live run), a sample late by minutes (a collector back from an
     outage), another run's, nothing new, a grid grown wider, a replay position.
     """
-    starts: list[int] = []
-    real = gpu_sql_read.fold
-
-    def fold(*args: object, **kwargs: object) -> pd.DataFrame:
-        starts.append(int(kwargs.get("from_bucket", 0)))  # type: ignore[call-overload]
-        return real(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(gpu_sql_read, "fold", fold)
     store.add(day(600))  # ten one-minute buckets of 4 GPUs
     got = store.gpu_fold(RUN, 30)
     late = dataclasses.replace(sample(100, 0), ts="2026-11-29T10:01:40.500", power_w=999.0)
@@ -366,3 +372,45 @@ def test_older_store_has_its_samples_moved_on_first_write(
     assert again.gpu_summary(RUN)["samples"].tolist() == [120] * 4
     for s in (reader, writer, again):
         s.close()
+
+
+def test_a_live_summary_handed_back_folds_again_only_from_its_split(
+    store: Store, starts: list[int]
+) -> None:
+    """``gpu_fold(None, since=...)``: a summary equal to a whole one, split at the newest
+    ten-minute roll-up; only the part from the split is read again while it can be.
+
+    Seconds appended, nothing new, a sample late by minutes and another run's sample before
+    the split, a run grown an hour past it, a GPU first seen, a replay position.
+    """
+    store.add(day(900))  # 10:00-10:15 of 4 GPUs: the split at 10:10
+    got = store.gpu_fold(RUN, None)
+    ten_past = int(pd.Timestamp("2026-11-29T10:10:00").value // 10**6)
+    assert got.split_ms == ten_past and set(got.fold["b"]) == {0, 1}
+    late = dataclasses.replace(sample(100, 0), ts="2026-11-29T10:01:40.500", power_w=999.0)
+    other = dataclasses.replace(sample(130, 1), src=Source(run="other", node="n9"))
+    hour_on = dataclasses.replace(sample(0, 1), ts="2026-11-29T11:20:00.000")
+    steps: list[tuple[list[Record], int, str]] = [
+        ([sample(s, g, n) for s in range(900, 930) for n in N2 for g in G2], 1, "10:10"),
+        ([], 1, "10:10"),  # nothing new: the part from the split only
+        ([late], 0, "10:10"),  # before the split: whole again
+        ([other], 0, "10:10"),
+        ([hour_on], 0, "11:20"),  # the part from the split grew past an hour: split anew
+        ([sample(s, 0, "n2") for s in range(1000, 1010)], 0, "11:20"),  # a new GPU
+    ]
+    for recs, first, split in steps:
+        store.add(recs)
+        starts.clear()
+        again = store.gpu_fold(RUN, None, since=got)
+        assert starts == [first]
+        assert again.split_ms == int(pd.Timestamp(f"2026-11-29T{split}").value // 10**6)
+        _close(gpu_fold.summary(again.fold, again.series), store.gpu_summary(RUN))
+        got = again
+    summary = gpu_fold.summary(got.fold, got.series).set_index("gpu")
+    assert summary.loc["n0/gpu0", "power_w_max"] == 999.0  # the late sample is in
+    assert summary.loc["n2/gpu0", "samples"] == 10 and summary["samples"].sum() == 3732
+    starts.clear()
+    cut = "2026-11-29T10:09:00.000"  # a replay position reads whole, whatever it is handed
+    replayed = store.gpu_fold(RUN, None, cut, since=got)
+    assert starts == [0] and replayed.split_ms is None
+    _close(gpu_fold.summary(replayed.fold, replayed.series), store.gpu_summary(RUN, cut))

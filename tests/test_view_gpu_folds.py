@@ -70,11 +70,11 @@ def test_live_buckets_are_the_stores_from_the_fold_handed_back(
     pd.testing.assert_frame_equal(replay, store.gpu_buckets(RUN, 30, "2026-11-29T10:02:00.000"))
 
 
-def test_live_summary_is_the_stores_summed_up_from_the_grids_fold(
+def test_live_summary_is_the_stores_from_its_fold_handed_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Live, the per-GPU summary comes from the grid's fold (handed back, shared with the
-    GPUs page's grid); it equals the store's own summary through a growing run."""
+    """Live, the per-GPU summary is the store's one-bucket fold, handed back on each tick like
+    the grid's (its own query); it equals the store's summary through a growing run."""
     store, asked = spied_store(tmp_path, monkeypatch, arg=1)
     store.add(day(300))
     frames = RunFrames(store, RUN)
@@ -87,8 +87,8 @@ def test_live_summary_is_the_stores_summed_up_from_the_grids_fold(
         asked.clear()
         summary = frames.gpu_summary(OPEN)
         grid = frames.gpu_buckets(gpu_folds.GRID, OPEN, gpu_folds.GRID_BUCKETS)
-        want = [] if i and not recs else [(gpu_folds.GRID_BUCKETS, i > 0), (300, True)]
-        assert asked == want  # one fold for both, then handed back (nothing new: not asked)
+        want = [] if i and not recs else [(None, i > 0), (gpu_folds.GRID_BUCKETS, i > 0)]
+        assert asked == want  # a fold each, then handed back (nothing new: not asked)
         pd.testing.assert_frame_equal(
             summary, store.gpu_summary(RUN), check_exact=False, rtol=1e-12
         )

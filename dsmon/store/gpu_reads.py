@@ -24,7 +24,9 @@ class GpuFold(NamedTuple):
     """A fold (:mod:`dsmon.store.gpu_fold`) with its series and bucket grid.
 
     ``last_id`` is the newest GPU sample id stored when it was read (0: not known): handed
-    back as ``since``, it tells the store which samples came after.
+    back as ``since``, it tells the store which samples came after. ``split_ms`` marks a
+    run's live summary (one bucket per GPU, ``width_ms`` None) folded in two parts: bucket 0
+    before that time, bucket 1 from it on (``gpu_sql_read.summary_fold``).
     """
 
     fold: pd.DataFrame
@@ -32,6 +34,7 @@ class GpuFold(NamedTuple):
     t0_ms: int
     width_ms: int | None
     last_id: int = 0
+    split_ms: int | None = None
 
     def buckets(self) -> pd.DataFrame:
         """What :meth:`GpuReads.gpu_buckets` answers of this fold (``gpu_fold.buckets``)."""
@@ -67,7 +70,7 @@ class GpuReads:
     def gpu_fold(
         self,
         run: str,
-        n_buckets: int,
+        n_buckets: int | None,
         ts_max: str | datetime | None = None,
         gpus: Sequence[str] | None = None,
         since: GpuFold | None = None,
@@ -77,6 +80,9 @@ class GpuReads:
         A live page asks every second: with ``since`` (what this call returned last time), and
         the same grid and GPUs, the store folds again only the buckets that samples stored
         after ``since`` fall in (late ones too) and keeps the others from ``since``.
+        ``n_buckets`` None folds one bucket per GPU (what :meth:`gpu_summary` sums up): live,
+        it is kept in two parts, and ``since`` folds again only the part from the newest
+        roll-up on.
         """
         return self._gpu_fold(run, n_buckets, iso_text(ts_max), gpus, since)
 

@@ -5,11 +5,11 @@ again on each tick cost 0.25 s of a 0.5 s refresh, to change the last bucket or 
 folds only the buckets touched since the fold it is handed (``Store.gpu_fold``'s ``since``);
 this keeps that fold per query, for the open end of a run (a replay position reads whole).
 
-The per-GPU summary (one row per GPU over the whole run) is one bucket per GPU: every sample
-changes it, so the store folded the whole run's roll-ups for it on each tick (45-100 ms at
-64 GPUs x 24 h, on the GPUs, Health and FLOPS pages). Live, it is summed up from the buckets of
-the GPUs page's grid instead, which are folded again only where samples fell: the same
-counts, minima, maxima and times, and sums added in another order (equal to rounding).
+The per-GPU summary (one row per GPU over the whole run, on the GPUs, Health and FLOPS pages)
+is one bucket per GPU: every sample changes it. Live, the store keeps it in two parts, before
+and from the newest roll-up, and a tick folds only the second (``gpu_sql_read.summary_fold``):
+the first look at a run folds 64 GPUs x 24 h in one pass of the roll-ups (a summing up of the
+GPUs page's 300-bucket grid cost 0.1-0.2 s more), and a tick reads the newest roll-ups only.
 """
 
 from __future__ import annotations
@@ -28,10 +28,12 @@ if TYPE_CHECKING:
 
 #: Folds kept per run: one per query a page makes (the grid, each choice of GPUs drawn).
 KEEP = 8
-#: The query of every GPU over the run that the GPUs page draws, and the summary sums up:
-#: time buckets of the GPUs x time grids (traces get ``N_OUT``, two points each: min and max).
+#: The query of every GPU over the run that the GPUs page draws: time buckets of the
+#: GPUs x time grids (traces get ``N_OUT``, two points each: min and max).
 GRID = "grid"
 GRID_BUCKETS = 300
+#: The query of the per-GPU summary: one bucket per GPU.
+SUMMARY = "summary"
 
 
 class LiveGpuFolds:
@@ -57,16 +59,21 @@ class LiveGpuFolds:
         return self._fold(store, run, name, n_buckets, gpus).buckets()
 
     def summary(self, store: Store, run: str, ts_max: str | datetime | None) -> pd.DataFrame:
-        """``store.gpu_summary(run, ts_max)``; live, from the :data:`GRID` fold (module doc)."""
+        """``store.gpu_summary(run, ts_max)``; live, from the last fold (module doc)."""
         from dsmon.store import gpu_fold
 
         if ts_max is not None:
             return store.gpu_summary(run, ts_max)
-        got = self._fold(store, run, GRID, GRID_BUCKETS, None)
+        got = self._fold(store, run, SUMMARY, None, None)
         return gpu_fold.summary(got.fold, got.series)
 
     def _fold(
-        self, store: Store, run: str, name: str, n_buckets: int, gpus: Sequence[str] | None
+        self,
+        store: Store,
+        run: str,
+        name: str,
+        n_buckets: int | None,
+        gpus: Sequence[str] | None,
     ) -> GpuFold:
         """The store's fold of the query ``name``, handed its last one; kept for the next."""
         with self._lock:
