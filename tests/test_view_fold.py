@@ -24,6 +24,8 @@ from dsmon.model.joined import concat
 from dsmon.model.records import Record
 from dsmon.store import frame_reads
 from dsmon.store.base import Store
+from dsmon.store.sqlite import SQLiteStore
+from dsmon.view import chunks as chunks_module
 from dsmon.view import fold, step_views
 from dsmon.view.cache import RunFrames
 from dsmon.view.chunks import Chunks
@@ -125,6 +127,49 @@ def test_chunks_join_categoricals_without_losing_values() -> None:
     assert len(chunks.parts) == 1 and chunks.since(2)["v"].tolist() == [3, 4, 5]
     assert concat([pd.DataFrame(), whole]).equals(whole)
     assert concat([]).empty and Chunks().whole().empty and Chunks().since(0).empty
+
+
+def tiny_refreshes(store: Store, run: str, recs: list[Record], join: int) -> RunFrames:
+    """``recs`` stored three at a time, each refresh's folds asked for (never the whole
+    frame, which joins every part), with the small parts joined ``join`` at a time."""
+    old = chunks_module.JOIN_PARTS
+    chunks_module.JOIN_PARTS = join
+    try:
+        frames = RunFrames(store, run)
+        for start in range(0, len(recs), 3):
+            store.add(recs[start : start + 3])
+            frames.refresh()
+            for name, fn in FNS.items():
+                frames.fold(name, "timer", OPEN, fn)
+            assert len(frames._frames["timer"].parts) <= join  # all small here: one join
+        return frames
+    finally:
+        chunks_module.JOIN_PARTS = old
+
+
+@pytest.mark.parametrize("name", ["z2", "grad_accum"])
+def test_a_live_runs_small_parts_are_joined_and_read_the_same(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refresh appends a part of a few rows. Thousands of them made every full garbage
+    collection slower, so every ``JOIN_PARTS`` small ones are joined: the folds, the rows
+    since a count and the whole frame read the same as from the parts as they came."""
+    monkeypatch.setattr(fold, "LATE_STEPS", 2)
+    recs = records_of(name)
+    joined = tiny_refreshes(SQLiteStore(tmp_path / "a.sqlite"), name, recs, join=4)
+    apart = tiny_refreshes(SQLiteStore(tmp_path / "b.sqlite"), name, recs, join=10**6)
+    assert len(apart._frames["timer"].parts) > 4 * len(joined._frames["timer"].parts)
+    for n, fn in FNS.items():
+        pd.testing.assert_frame_equal(
+            joined.fold(n, "timer", OPEN, fn), apart.fold(n, "timer", OPEN, fn)
+        )
+    rows = joined._frames["timer"].rows
+    for seen in (0, rows // 3, rows - 5):
+        pd.testing.assert_frame_equal(
+            joined._frames["timer"].since(seen).reset_index(drop=True),
+            apart._frames["timer"].since(seen).reset_index(drop=True),
+        )
+    pd.testing.assert_frame_equal(joined.frame("timer"), apart.frame("timer"))
 
 
 @pytest.mark.parametrize("name", ["z2", "zero3_coordinator_v0100"])

@@ -14,8 +14,7 @@ Replay ("the dashboard as it stood at step N") is a filter on the cached frames
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing
 from typing import Any, TypeVar
 
@@ -31,6 +30,7 @@ from dsmon.view.cutoff import OPEN, Cutoff, existed_at
 from dsmon.view.fold import FinishedRows, StepFn, StepFold
 from dsmon.view.gpu_folds import LiveGpuFolds
 from dsmon.view.group_positions import GroupPositions
+from dsmon.view.memo import Memo
 from dsmon.view.quantiles import StepQuantiles, ValuesFn
 from dsmon.view.read_ahead import read_ahead
 
@@ -84,7 +84,7 @@ class RunFrames:
         self._seen: dict[str, int] = {}
         self._versions: dict[str, int] = {}
         self._keys: dict[str, set[tuple[str, str, str, str, int, str]]] = {}
-        self._memo: OrderedDict[Hashable, Any] = OrderedDict()
+        self._memo = Memo(MEMO_SIZE)
         self.last_id = 0
         self._restamps = store.restamps(run)
         self._gpu_samples = -1  # GPU samples stored when last counted (-1: never counted)
@@ -253,20 +253,7 @@ class RunFrames:
             else:
                 with self._lock:
                     self._chunks(kind)
-        return self._memoised((name, cutoff, self.version(kinds)), fn)
-
-    def _memoised(self, key: Hashable, fn: Callable[[], T]) -> T:
-        """The value kept under ``key``, else ``fn()`` kept (the oldest dropped past MEMO_SIZE)."""
-        with self._lock:
-            if key in self._memo:
-                self._memo.move_to_end(key)
-                return self._memo[key]
-        value = fn()
-        with self._lock:
-            self._memo[key] = value
-            while len(self._memo) > MEMO_SIZE:
-                self._memo.popitem(last=False)
-        return value
+        return self._memo.get((name, cutoff, self.version(kinds)), fn)
 
     def gpu(self, name: str, cutoff: Cutoff, fn: Callable[[Store, Any], T]) -> T:
         """``fn(store, ts_max)``: a GPU query, asked again only when samples were added.
@@ -275,7 +262,7 @@ class RunFrames:
         roll-ups (``dsmon.store.gpu_reads``), so a day of 64 GPUs costs a query, not 5.5M rows.
         """
         key = (GPU, name, cutoff, self._gpu_count())
-        return self._memoised(key, lambda: fn(self.store, cutoff.ts))
+        return self._memo.get(key, lambda: fn(self.store, cutoff.ts))
 
     def gpu_buckets(
         self, name: str, cutoff: Cutoff, n_buckets: int, gpus: Sequence[str] | None = None
