@@ -4,9 +4,12 @@ Builds a real store of ``--hours`` of 1 Hz samples from 64 GPUs (8 nodes; defaul
 million samples) through ``Store.add``, with the values NVML gives (integer utilisation,
 memory in bytes, power in mW, energy counters, clock-event bits), then measures:
 
-- ``bytes/sample``: the store's size over the samples it holds (SQLite: the file after VACUUM;
-  PostgreSQL: the GPU tables with their indexes); baseline: the same samples stored as
-  records rows (JSON body, key, indexes), the layout before, in the same backend;
+- ``bytes/sample``: the store's size over the samples it holds (SQLite: the file as written,
+  its log checkpointed, and after VACUUM; PostgreSQL: the GPU tables with their indexes);
+  baseline: the same samples stored as records rows (JSON body, key, indexes), the layout
+  before, in the same backend. A live run writes a second of samples at a time, into the
+  middle of each GPU's key range, which leaves B-tree pages less full than an hour at a
+  time does: ``--batch-seconds 1`` writes as a live run does (about twice as slow to build);
 - ``first load``: every query the GPUs page makes on its first render (per-GPU summary,
   trace buckets, grid buckets, newest sample per GPU) and the figures built from them, with
   the JSON size of those figures (what Streamlit sends); baseline: the page as it was, all
@@ -14,7 +17,8 @@ memory in bytes, power in mW, energy counters, clock-event bits), then measures:
   takes minutes and about 20 GB that way) and extrapolated linearly, labelled so;
 - ``refresh``: the same after one more second of samples arrives (64 rows), as a live page.
 
-Usage: ``python bench/gpu_page.py [--hours 24] [--baseline-hours 0.5] [--store-url URL]``
+Usage: ``python bench/gpu_page.py [--hours 24] [--batch-seconds 3600] [--baseline-hours 0.5]
+[--store-url URL]``
 
 ``--store-url postgresql://...`` measures a PostgreSQL store instead of a SQLite file in a
 temporary folder; it must name an empty database (or schema), which is left filled.
@@ -105,12 +109,14 @@ class SqliteBench:
         self.tmp = Path(tempfile.mkdtemp(prefix="dsmon-gpu-bench-"))
         self.url = str(self.tmp / "typed.sqlite")
 
-    def typed_size(self) -> int:
-        """The typed store's file after VACUUM (roll-ups, indexes, bookkeeping included)."""
+    def typed_sizes(self) -> tuple[int, int]:
+        """The typed store's file as written and after VACUUM (roll-ups, indexes included)."""
         conn = sqlite3.connect(self.url)
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        written = os.path.getsize(self.url)
         conn.execute("VACUUM")
         conn.close()
-        return os.path.getsize(self.url)
+        return written, os.path.getsize(self.url)
 
     def baseline(self, rows: list[RecordRow]) -> tuple[int, float]:
         """Bytes and first-load seconds of ``rows`` stored with the store's own DDL."""
@@ -155,9 +161,10 @@ class PgBench:
             row = conn.execute(sql, (list(tables),)).fetchone()
         return int(row[0]) if row else 0
 
-    def typed_size(self) -> int:
-        """The GPU tables, their indexes and TOAST."""
-        return self._size(("gpu_samples", "gpu_rollup", "gpu_series", "gpu_batches"))
+    def typed_sizes(self) -> tuple[int, int]:
+        """The GPU tables, their indexes and TOAST (a plain VACUUM does not compact: twice)."""
+        size = self._size(("gpu_samples", "gpu_rollup", "gpu_series", "gpu_batches"))
+        return size, size
 
     def baseline(self, rows: list[RecordRow]) -> tuple[int, float]:
         """Bytes and first-load seconds of ``rows`` COPYed into ``records``."""
@@ -180,6 +187,7 @@ class PgBench:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hours", type=float, default=24.0)
+    ap.add_argument("--batch-seconds", type=int, default=3600, help="seconds of samples per add")
     ap.add_argument("--baseline-hours", type=float, default=0.5)
     ap.add_argument("--store-url", help="postgresql://... (an empty database); default SQLite")
     args = ap.parse_args()
@@ -187,15 +195,22 @@ def main() -> None:
     seconds = int(args.hours * 3600)
     store = open_store(bench.url)
     start = time.perf_counter()
-    for hour in range(0, seconds, 3600):
-        store.add(samples(hour, min(3600, seconds - hour)))
+    per = max(args.batch_seconds, 1)
+    for first in range(0, seconds, per):
+        store.add(list(samples(first, min(per, seconds - first))), live=per < 60)
     build_s = time.perf_counter() - start
     n = seconds * GPUS
     store.close()
-    size = bench.typed_size()
+    written, size = bench.typed_sizes()
     print(f"store: {'PostgreSQL' if args.store_url else 'SQLite'}")
-    print(f"stored {n:,} samples in {build_s:.0f} s ({n / build_s:,.0f} samples/s)")
-    print(f"typed layout: {size / n:.1f} bytes/sample (roll-ups and indexes included)")
+    print(
+        f"stored {n:,} samples in {build_s:.0f} s ({n / build_s:,.0f} samples/s), "
+        f"{per} s of samples per add"
+    )
+    print(
+        f"typed layout: {written / n:.1f} bytes/sample as written, {size / n:.1f} compacted "
+        "(roll-ups and indexes included)"
+    )
     store = open_store(bench.url)
     first, sent = page(store)
     print(f"first load (all queries + figures): {first:.2f} s, {sent / 1e6:.2f} MB of figures")

@@ -12,12 +12,12 @@ line every 10 steps) and ``--gpu-hours`` of 1 Hz NVML samples from 64 GPUs (defa
   JSON of every page and keeps the sealed ones;
 - ``first``: the page's first render with every cache empty, in a new process after that one
   (the next browser to open the run, a dashboard restarted, another replica);
-- ``refresh``: the median of :data:`TICKS` renders, each after one more step and one more
-  second of GPU samples were stored (a live tick), caches warm, as a browser already on the
-  page sees it (one step is stored before the first render too, so the run is live when the
-  page opens); ``max`` the slowest of them, ``cpu`` the median CPU seconds of the process
-  (the figure that other jobs on a shared VM move least). One tick alone is not a figure:
-  the first refresh after a load and the ones after it differ;
+- ``refresh``: the median of ``--ticks`` renders (default :data:`TICKS`), each after one more
+  step and one more second of GPU samples were stored (a live tick), caches warm, as a
+  browser already on the page sees it (one step is stored before the first render too, so
+  the run is live when the page opens); ``max`` the slowest of them, ``cpu`` the median CPU
+  seconds of the process (the figure that other jobs on a shared VM move least). One tick
+  alone is not a figure: the first refresh after a load and the ones after it differ;
 - ``sent``: bytes of the page's figures (plotly JSON) and tables (Arrow), what the browser
   is sent on each render;
 - ``RSS``: the peak RSS of the process that rendered the page (each page in its own).
@@ -26,7 +26,9 @@ A live page redraws only its fragment; a full rerun, timed here, costs more, so 
 upper bounds. ``--gpu-hours 0`` skips the GPU samples (they take about 4 minutes to write).
 
 Usage: ``python bench/pages.py [--steps 100000] [--gpu-hours 24] [--pages steps,gpus] [--keep]``
-(``--store PATH`` measures a store kept by an earlier ``--keep`` run again.)
+(``--store PATH`` measures a store kept by an earlier ``--keep`` run again; ``--ticks 1000``
+keeps each page open for a thousand live ticks: ``max`` and ``RSS`` then show whether a page
+left open gets slower or bigger.)
 """
 
 from __future__ import annotations
@@ -182,8 +184,8 @@ def first_ever(path: Path, page: str, step: int) -> float:
     return open_page(page)[1]
 
 
-def measure(path: Path, page: str, step: int, second: int) -> str:
-    """One page in this process: first render, a live tick, the refresh; the result line."""
+def measure(path: Path, page: str, step: int, second: int, n_ticks: int = TICKS) -> str:
+    """One page in this process: first render, ``n_ticks`` live ticks; the result line."""
     os.environ["DSMON_STORE"] = str(path)
     logging.getLogger("streamlit").setLevel(logging.ERROR)
     store = SQLiteStore(path)
@@ -193,7 +195,7 @@ def measure(path: Path, page: str, step: int, second: int) -> str:
     store.add(step_records(step), live=True)
     at, first = open_page(page)
     ticks, cpu = [], []
-    for i in range(1, TICKS + 1):
+    for i in range(1, n_ticks + 1):
         store.add(step_records(step + i), live=True)
         store.add(samples(second + i - 1, 1), live=True)
         start, start_cpu = time.perf_counter(), time.process_time()
@@ -217,14 +219,16 @@ def main() -> None:
     ap.add_argument("--pages", default=",".join(PAGES))
     ap.add_argument("--store", help="reuse a store an earlier run built (path; --keep prints it)")
     ap.add_argument("--keep", action="store_true", help="keep the store built, print its path")
-    ap.add_argument("--child", help=argparse.SUPPRESS)  # page,step,second: one page, here
+    ap.add_argument("--ticks", type=int, default=TICKS, help="live ticks a refresh is timed over")
+    ap.add_argument("--child", help=argparse.SUPPRESS)  # page,step,second[,ticks]: one page
     args = ap.parse_args()
     if args.child:
-        page, step, second = args.child.split(",")
+        page, step, second, *ticks = args.child.split(",")
         if second == "ever":
             print(f"{first_ever(Path(args.store), page, int(step)):.2f}", flush=True)
         else:
-            print(measure(Path(args.store), page, int(step), int(second)), flush=True)
+            n = int(ticks[0]) if ticks else TICKS
+            print(measure(Path(args.store), page, int(step), int(second), n), flush=True)
         return
     path = Path(args.store) if args.store else Path(tempfile.mkdtemp()) / "pages.sqlite"
     store = SQLiteStore(path) if args.store else build(path, args.steps, args.gpu_hours)
@@ -241,12 +245,12 @@ def main() -> None:
     for page in args.pages.split(","):
         # each page in processes of its own: a first render from nothing, and its own RSS
         ever = _child(path, f"{page},{step},ever")
-        out = _child(path, f"{page},{step + 1},{second}")
+        out = _child(path, f"{page},{step + 1},{second},{args.ticks}")
         if " " in ever or " " not in out.strip():
             print(f"{page}: failed: {ever} {out}", flush=True)
         else:
             print(f"{out[:15]}{ever:>8}{out[15:]}", flush=True)
-        step, second = step + TICKS + 2, second + TICKS
+        step, second = step + args.ticks + 2, second + args.ticks
     if args.keep:
         print(f"store kept: {path}")
 

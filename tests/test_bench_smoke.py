@@ -106,7 +106,10 @@ def test_gpu_page_prints_size_loads_and_ratios(backend: str) -> None:
         schema, pg = create_schema()
         url = ["--store-url", pg]
     try:
-        out = bench("gpu_page.py", "--hours", "0.02", "--baseline-hours", "0.01", *url)
+        out = bench(
+            "gpu_page.py", "--hours", "0.02", "--batch-seconds", "10", "--baseline-hours", "0.01",
+            *url,
+        )  # fmt: skip
     finally:
         if url:
             drop_schema(schema)
@@ -114,7 +117,7 @@ def test_gpu_page_prints_size_loads_and_ratios(backend: str) -> None:
         out,
         rf"^store: {'PostgreSQL' if url else 'SQLite'}$",
         rf"^stored 4,608 samples in {NUMBER} s",
-        rf"^typed layout: {NUMBER} bytes/sample",
+        rf"^typed layout: {NUMBER} bytes/sample as written, {NUMBER} compacted",
         rf"^first load \(all queries \+ figures\): {NUMBER} s, {NUMBER} MB of figures$",
         rf"^refresh after 64 new samples: {NUMBER} s",
         rf"^ratio bytes/sample typed/baseline: {NUMBER}$",
