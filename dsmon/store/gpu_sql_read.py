@@ -104,7 +104,7 @@ def summary_fold(
     """One bucket per GPU, live, kept in two parts: the roll-ups before a split and after it.
 
     Every sample changes a GPU's one bucket, so a summary folded whole on each tick read every
-    roll-up of the run (70-100 ms at 64 GPUs x 24 h). Split at the newest coarsest roll-up,
+    roll-up of the run (35-100 ms at 64 GPUs x 24 h). Split at the newest coarsest roll-up,
     the part before the split is kept from ``since``; a tick folds only the part from it.
     A late sample before the split, other GPUs or a part after it grown past
     :data:`SPLIT_AFTER` roll-ups fold whole again, split at the newest roll-up then.
