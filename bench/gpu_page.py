@@ -197,7 +197,7 @@ def main() -> None:
     start = time.perf_counter()
     per = max(args.batch_seconds, 1)
     for first in range(0, seconds, per):
-        store.add(list(samples(first, min(per, seconds - first))), live=per < 60)
+        store.add(samples(first, min(per, seconds - first)), live=per < 60)
     build_s = time.perf_counter() - start
     n = seconds * GPUS
     store.close()

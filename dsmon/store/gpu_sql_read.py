@@ -52,7 +52,7 @@ def gpu_fold(
         return GpuFold(fold(tables, "", [], 0, None), found, 0, None, last_id)
     ids = [int(i) for i in found["series"]]
     if n_buckets is None and cut is None:
-        return summary_fold(tables, run, found, when, since, last_id)
+        return summary_fold(tables, run, found, ids, when, since, last_id)
     t0, width = when[0], None
     if n_buckets:
         t0, width = grid(n_buckets, when, level_ms(when, n_buckets, cut))
@@ -61,9 +61,13 @@ def gpu_fold(
         return GpuFold(fold(tables, run, ids, t0, width, cut), found, t0, width, last_id)
     kept = since.fold[since.fold["b"] < start]
     fresh = fold(tables, run, ids, t0, width, from_bucket=start)
+    return GpuFold(_joined(kept, fresh), found, t0, width, last_id)
+
+
+def _joined(kept: pd.DataFrame, fresh: pd.DataFrame) -> pd.DataFrame:
+    """The buckets kept from ``since`` and those folded again, as one frame of all rows."""
     # dtypes as one frame of all rows gets them (a column of None beside numbers: floats)
-    both = pd.concat([kept, fresh], ignore_index=True).infer_objects()
-    return GpuFold(both, found, t0, width, last_id)
+    return pd.concat([kept, fresh], ignore_index=True).infer_objects()
 
 
 def first_changed(
@@ -91,12 +95,14 @@ def first_changed(
 
 #: Coarsest roll-ups a live summary folds again on each tick before it is split anew.
 SPLIT_AFTER = 6
+_COARSEST_MS = LEVELS_S[-1] * 1000
 
 
 def summary_fold(
     tables: GpuTables,
     run: str,
     found: pd.DataFrame,
+    ids: list[int],
     when: tuple[int, int],
     since: GpuFold | None,
     last_id: int,
@@ -108,17 +114,15 @@ def summary_fold(
     the part before the split is kept from ``since``; a tick folds only the part from it.
     A late sample before the split, other GPUs or a part after it grown past
     :data:`SPLIT_AFTER` roll-ups fold whole again, split at the newest roll-up then.
+    ``found`` is the run's series frame, ``ids`` their ids.
     """
-    ids = [int(i) for i in found["series"]]
-    level = LEVELS_S[-1] * 1000
-    split = when[1] - when[1] % level
-    if since is None or since.split_ms is None or not split_holds(tables, since, ids, when):
+    if since is None or not split_holds(tables, since, ids, when):
+        split = when[1] - when[1] % _COARSEST_MS
         whole = fold(tables, run, ids, when[0], None, split_ms=split)
         return GpuFold(whole, found, when[0], None, last_id, split)
     kept = since.fold[since.fold["b"] == 0]
     fresh = fold(tables, run, ids, when[0], None, from_bucket=1, split_ms=since.split_ms)
-    both = pd.concat([kept, fresh], ignore_index=True).infer_objects()
-    return GpuFold(both, found, when[0], None, last_id, since.split_ms)
+    return GpuFold(_joined(kept, fresh), found, when[0], None, last_id, since.split_ms)
 
 
 def split_holds(tables: GpuTables, since: GpuFold, ids: list[int], when: tuple[int, int]) -> bool:
@@ -128,7 +132,7 @@ def split_holds(tables: GpuTables, since: GpuFold, ids: list[int], when: tuple[i
         return False
     if since.series["series"].astype("int64").tolist() != ids:
         return False
-    if when[1] - split >= SPLIT_AFTER * LEVELS_S[-1] * 1000:
+    if when[1] - split >= SPLIT_AFTER * _COARSEST_MS:
         return False
     times = tables.times_after(since.last_id)
     return times is None or times[0] >= split
