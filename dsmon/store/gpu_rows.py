@@ -63,7 +63,7 @@ SCALED_FIELDS = (
     Scaled("pcie_tx_bytes_per_s", "pcie_tx_kib_per_s", 1, 1024, float),
     Scaled("pcie_rx_bytes_per_s", "pcie_rx_kib_per_s", 1, 1024, float),
 )
-#: The sample columns after (series, t_ms, id), in table order. XID events are rare: kept
+#: The sample columns after (id, series, t_ms), in table order. XID events are rare: kept
 #: in ``extra`` rather than costing every sample a column.
 SAMPLE_COLUMNS = (*PLAIN_FIELDS, *(sc.column for sc in SCALED_FIELDS), "extra")
 _SOURCE_EXTRA = ("file", "line", "offset", "rank")

@@ -3,8 +3,8 @@
 Each query returns the shapes of :mod:`dsmon.store.gpu_fold`, so pages and rules never see where
 a fold came from. Folds are read from the coarsest roll-up whose buckets fit the width asked
 for; a replay cut-off (``ts_max``) or a width finer than 10 s reads the samples themselves,
-restricted by the (series, time) key to the range that matters. The same queries serve
-SQLite and PostgreSQL (``tables`` knows the dialect).
+restricted to the id ranges that hold the times that matter (:mod:`dsmon.store.gpu_blocks`).
+The same queries serve SQLite and PostgreSQL (``tables`` knows the dialect).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from dsmon.model.records import GpuSampleRecord
-from dsmon.store import gpu_sql
+from dsmon.store import gpu_blocks, gpu_sql
 from dsmon.store.gpu_fold import FOLD_COLUMNS, SERIES_COLUMNS
 from dsmon.store.gpu_reads import GpuFold
 from dsmon.store.gpu_rows import (
@@ -202,7 +202,7 @@ def fold(
 
     ``width_ms`` None folds each series into one bucket, or two with ``split_ms`` (from the
     roll-ups, aligned to them): 0 before it, 1 from it on. ``from_bucket`` leaves out the
-    buckets before it (the roll-ups' and samples' keys start with series and time).
+    buckets before it (read by the roll-ups' key, or the blocks of the samples' times).
     """
     d = tables.DIALECT
     level = level_for(width_ms, ts_max)
@@ -224,31 +224,82 @@ def fold(
         )
     else:
         b = "0" if width_ms is None else f"(s.t_ms + ser.t0_ms - ?) / {w}"
-        cut = "" if ts_max is None else f" AND s.t_ms <= {int(ts_max)} - ser.t0_ms"
+        cut = "" if ts_max is None else f" AND s.t_ms + ser.t0_ms <= {int(ts_max)}"
         if t_from is not None:
-            cut += f" AND s.t_ms >= {int(t_from)} - ser.t0_ms"
+            cut += f" AND s.t_ms + ser.t0_ms >= {int(t_from)}"
+        # the run's samples start at t0_ms: batches that ended before hold none of them
+        lo = t0_ms if t_from is None else t_from
+        head, ids = gpu_blocks.scan_from(gpu_blocks.id_ranges(tables, lo, ts_max))
         sql = (
-            f"SELECT s.series, {b}, {gpu_sql.fold_from_samples(d)} FROM gpu_series ser "
-            f"JOIN gpu_samples s ON s.series = ser.id WHERE ser.run = ?{only}{cut} "
-            "GROUP BY s.series, 2"
+            f"SELECT s.series, {b}, {gpu_sql.fold_from_samples(d)} FROM {head} "
+            f"CROSS JOIN gpu_series ser WHERE {ids} AND ser.id = s.series "
+            f"AND ser.run = ?{only}{cut} GROUP BY s.series, 2"
         )
     params: list[Any] = ([] if width_ms is None else [t0_ms]) + [run]
     return pd.DataFrame(tables.rows(sql, params), columns=list(FOLD_COLUMNS))
 
 
 def latest(tables: GpuTables, run: str, ts_max: int | None) -> list[GpuSampleRecord]:
-    """The newest sample of each of the run's GPUs (up to ``ts_max``): one key seek per GPU."""
-    cut = "" if ts_max is None else f" AND x.t_ms <= {int(ts_max)} - ser.t0_ms"
-    sql = (
-        "SELECT ser.run, ser.node, ser.file, ser.sub, ser.gpu_index, s.t_ms + ser.t0_ms, "
-        f"{', '.join('ser.' + f for f in SERIES_FIELDS)}, "
-        f"{', '.join('s.' + c for c in SAMPLE_COLUMNS)} "
-        "FROM gpu_series ser JOIN gpu_samples s ON s.series = ser.id "
-        "AND s.t_ms = (SELECT MAX(t_ms) FROM gpu_samples x WHERE x.series = ser.id"
-        f"{cut}) WHERE ser.run = ?"
-    )
+    """The newest sample of each of the run's GPUs (up to ``ts_max``).
+
+    Samples have no (GPU, time) index: each GPU's newest one-minute roll-up up to ``ts_max``
+    says in which minute its newest sample lies, and only the blocks of those minutes are
+    read (:func:`newest_minutes`), all GPUs' at once when they are close in time.
+    """
+    minutes = newest_minutes(tables, run, ts_max)
+    out: list[GpuSampleRecord] = []
     n_fixed = len(SERIES_FIELDS)
-    return [
-        sample_record(SeriesKey(*r[:5]), int(r[5]), r[6 : 6 + n_fixed], r[6 + n_fixed :])
-        for r in tables.rows(sql, [run])
-    ]
+    for lo, hi, ids in _windows(minutes):
+        head, cond = gpu_blocks.scan_from(gpu_blocks.id_ranges(tables, lo, hi))
+        t = "s.t_ms + ser.t0_ms"
+        sql = (
+            f"SELECT * FROM (SELECT ser.run, ser.node, ser.file, ser.sub, ser.gpu_index, {t}, "
+            f"{', '.join('ser.' + f for f in SERIES_FIELDS)}, "
+            f"{', '.join('s.' + c for c in SAMPLE_COLUMNS)}, "
+            f"ROW_NUMBER() OVER (PARTITION BY s.series ORDER BY s.t_ms DESC) AS newest "
+            f"FROM {head} CROSS JOIN gpu_series ser WHERE {cond} AND ser.id = s.series "
+            f"AND ser.id IN ({', '.join(str(i) for i in ids)}) AND {t} BETWEEN ? AND ?) AS x "
+            "WHERE x.newest = 1"
+        )
+        out += [
+            sample_record(SeriesKey(*r[:5]), int(r[5]), r[6 : 6 + n_fixed], r[6 + n_fixed : -1])
+            for r in tables.rows(sql, [lo, hi])
+        ]
+    return out
+
+
+def newest_minutes(tables: GpuTables, run: str, ts_max: int | None) -> list[tuple[int, int, int]]:
+    """``(series, lo, hi)``: the time range (ms) each GPU's newest sample up to ``ts_max`` is in.
+
+    From the newest one-minute roll-up that starts before ``ts_max``: its last sample's time
+    when that is not after ``ts_max``; else from its start to ``ts_max``. A roll-up whose
+    samples all come after ``ts_max`` is passed over for the one before it.
+    """
+    level = LEVELS_S[0]
+    width = level * 1000
+    bound = "" if ts_max is None else f" AND x.bucket <= {ts_max // width} AND x.t_min_ms <= ?"
+    sql = (
+        "SELECT ser.id, r.bucket, r.t_max_ms FROM gpu_series ser JOIN gpu_rollup r "
+        f"ON r.level_s = {level} AND r.series = ser.id AND r.bucket = ("
+        f"SELECT MAX(x.bucket) FROM gpu_rollup x WHERE x.level_s = {level} "
+        f"AND x.series = ser.id{bound}) WHERE ser.run = ?"
+    )
+    params: list[Any] = ([] if ts_max is None else [ts_max]) + [run]
+    out = []
+    for series_id, bucket, t_max in tables.rows(sql, params):
+        if ts_max is None or t_max <= ts_max:
+            out.append((int(series_id), int(t_max), int(t_max)))
+        else:
+            out.append((int(series_id), int(bucket) * width, ts_max))
+    return out
+
+
+def _windows(minutes: list[tuple[int, int, int]]) -> list[tuple[int, int, list[int]]]:
+    """GPUs whose ranges lie within a minute of one another, read together: (lo, hi, series)."""
+    out: list[tuple[int, int, list[int]]] = []
+    for series_id, lo, hi in sorted(minutes, key=lambda m: m[1]):
+        if out and lo - out[-1][0] <= LEVELS_S[0] * 1000:
+            out[-1] = (out[-1][0], max(out[-1][1], hi), [*out[-1][2], series_id])
+        else:
+            out.append((lo, hi, [series_id]))
+    return out

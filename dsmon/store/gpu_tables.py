@@ -1,16 +1,16 @@
 """GPU samples in typed tables: one row per sample under its GPU series, and roll-ups.
 
 The GPUs page of a day-long 64-GPU run must not read 5.5 million rows per refresh. Samples go
-to ``gpu_samples`` (keyed by series and time; in SQLite a WITHOUT ROWID table of about 60
-bytes a sample, see :mod:`dsmon.store.gpu_rows`), and each insert also folds them into
+to ``gpu_samples`` (in id order, the order they arrive in, see :mod:`dsmon.store.gpu_rows`
+and :mod:`dsmon.store.gpu_blocks`), and each insert also folds them into
 ``gpu_rollup``: count, sum, min and max of every charted metric per GPU and 60 s / 600 s
 bucket, with clock-event counts per reason bit. A page asks for buckets of the width it can
 draw and gets them from the coarsest roll-up that is fine enough: a day of 64 GPUs is 92k
 one-minute rows, not 5.5M.
 
 Ids come from the ``records`` table's sequence, so ``since``/``after_id`` readers see GPU
-samples and other records in one order. ``gpu_batches`` notes each insert's id and time
-range: reading "ids after N" then scans only the times those batches cover.
+samples and other records in one order. ``gpu_batches`` notes the id and time range of
+blocks of inserts: reading a time range, or "ids after N", scans only the blocks it needs.
 
 Both backends share this class (their SQL differs only as :mod:`dsmon.store.gpu_sql` says);
 each says how ids are reserved and how a batch is staged (:mod:`dsmon.store.sqlite_gpu`,
@@ -19,12 +19,13 @@ each says how ids are reserved and how a batch is staged (:mod:`dsmon.store.sqli
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar
 
 from dsmon.model.records import GpuSampleRecord
-from dsmon.store import gpu_sql
+from dsmon.store import gpu_blocks, gpu_sql
 from dsmon.store.gpu_rows import (
     SAMPLE_COLUMNS,
     SERIES_FIELDS,
@@ -37,6 +38,7 @@ from dsmon.store.gpu_rows import (
 )
 from dsmon.store.gpu_sql import STAGED, Dialect
 
+log = logging.getLogger(__name__)
 _SERIES_COLS = "id, t0_ms, uuid, name, mem_total_bytes, power_limit_w"
 #: Per-run bookkeeping rows: (run, 'gpu', n, first ts, last ts, last id).
 KindRow = tuple[str, str, int, str, str, int]
@@ -62,6 +64,31 @@ class GpuTables(ABC):
         """The tables, in a store being created or one an older dsmon wrote."""
         for stmt in gpu_sql.ddl(self.DIALECT):
             self._conn.execute(stmt)
+
+    @abstractmethod
+    def keyed_by_series(self) -> bool:
+        """Whether the samples are in an older dsmon's layout: keyed by series and time."""
+
+    def relayout(self) -> bool:
+        """Store an older dsmon's samples in id order (:mod:`dsmon.store.gpu_blocks`); if it did.
+
+        In the caller's write transaction. Every read answers the same under either layout, so
+        readers need not wait for it; a writer does it once, copying the table.
+        """
+        if not self.keyed_by_series():
+            return False
+        (count,) = self.rows("SELECT COUNT(*) FROM gpu_samples")[0]
+        log.warning(
+            "dsmon: storing the %d GPU samples of an older dsmon's store in id order", count
+        )
+        cols = ", ".join(STAGED)
+        self._conn.execute(gpu_sql.samples_ddl(self.DIALECT, "gpu_samples_by_id"))
+        self._conn.execute(
+            f"INSERT INTO gpu_samples_by_id ({cols}) SELECT {cols} FROM gpu_samples ORDER BY id"
+        )
+        self._conn.execute("DROP TABLE gpu_samples")
+        self._conn.execute("ALTER TABLE gpu_samples_by_id RENAME TO gpu_samples")
+        return True
 
     def forget(self) -> None:
         """Drop the cached series (after a rolled-back write)."""
@@ -106,18 +133,36 @@ class GpuTables(ABC):
             stored = stored_values(row, info)
             values.append((*stored[:2], first + i, *stored[2:], row.t_ms))
         self._stage(values)
-        conn.execute(
-            f"DELETE FROM {d.temp}gpu_batch WHERE EXISTS (SELECT 1 FROM gpu_samples s "
-            "WHERE s.series = gpu_batch.series AND s.t_ms = gpu_batch.t_ms)"
-        )
+        self._drop_stored()
         cols = ", ".join(STAGED)
         conn.execute(f"INSERT INTO gpu_samples ({cols}) SELECT {cols} FROM {d.temp}gpu_batch")
         for level in gpu_sql.LEVELS_S:
             conn.execute(gpu_sql.rollup(d), (level, level * 1000))
         return self._bookkeeping()
 
+    def _drop_stored(self) -> None:
+        """Drop the staged samples stored before (a collector sends again what it held).
+
+        A stored copy lies in a block whose time range holds its time: only those blocks'
+        rows are read.
+        """
+        temp = self.DIALECT.temp
+        lo, hi = self._conn.execute(
+            f"SELECT MIN(abs_ms), MAX(abs_ms) FROM {temp}gpu_batch"
+        ).fetchone()
+        if lo is None:
+            return
+        ranges = gpu_blocks.id_ranges(self, lo, hi)
+        if not ranges:
+            return
+        head, cond = gpu_blocks.scan_from(ranges)
+        self._conn.execute(
+            f"DELETE FROM {temp}gpu_batch WHERE (series, t_ms) IN "
+            f"(SELECT s.series, s.t_ms FROM {head} WHERE {cond})"
+        )
+
     def _bookkeeping(self) -> list[KindRow]:
-        """Note the batch in ``gpu_batches``; its per-run counts for ``run_kinds``."""
+        """Note the batch in ``gpu_batches`` (:func:`gpu_blocks.note`); its per-run counts."""
         conn, temp = self._conn, self.DIALECT.temp
         found = conn.execute(
             f"SELECT MIN(id), MAX(id), COUNT(*), MIN(abs_ms), MAX(abs_ms) FROM {temp}gpu_batch"
@@ -125,10 +170,7 @@ class GpuTables(ABC):
         if not found[2]:
             return []
         lo_id, hi_id, n, t_min, t_max = found
-        conn.execute(
-            self._q("INSERT INTO gpu_batches VALUES (?, ?, ?, ?, ?)"),
-            (hi_id, lo_id, n, t_min, t_max),
-        )
+        gpu_blocks.note(self, gpu_blocks.Block(hi_id, lo_id, n, t_min, t_max))
         per_run = conn.execute(
             "SELECT ser.run, COUNT(*), MIN(b.abs_ms), MAX(b.abs_ms), MAX(b.id), ser.node "
             f"FROM {temp}gpu_batch b JOIN gpu_series ser ON ser.id = b.series "
@@ -190,26 +232,24 @@ class GpuTables(ABC):
     ) -> list[tuple[int, GpuSampleRecord]]:
         """``(id, record)`` of a run's samples in id order: ids above ``after_id``, times in range.
 
-        With ``after_id``, the batches stored after it bound the time range scanned and, with
-        ``limit``, the id range: paging through a day of samples reads each page's rows only.
+        The blocks overlapping the time range bound the ids read; with ``after_id`` and
+        ``limit``, so do the blocks stored after it: paging through a day of samples reads
+        each page's rows only.
         """
         lo, hi = t_range
-        id_hi = None
+        id_lo, id_hi = None, None
         if after_id:
             bound = self._after(after_id, limit)
             if bound is None:
                 return []
-            t_lo, t_hi, id_hi = bound
-            lo = t_lo if lo is None else max(lo, t_lo)
-            hi = t_hi if hi is None else min(hi, t_hi)
-        conds = ["ser.run = ?"]
+            id_lo, id_hi = after_id + 1, bound[2]
+        ranges = gpu_blocks.id_ranges(self, lo, hi)
+        if id_lo is not None or ranges is not None:
+            ranges = gpu_blocks.clipped(ranges, id_lo, id_hi)
+        head, cond = gpu_blocks.scan_from(ranges)
+        conds = [cond, "ser.id = s.series", "ser.run = ?"]
         params: list[Any] = [run]
-        for sql, value in (
-            ("s.t_ms >= ? - ser.t0_ms", lo),
-            ("s.t_ms <= ? - ser.t0_ms", hi),
-            ("s.id > ?", after_id),
-            ("s.id <= ?", id_hi),
-        ):
+        for sql, value in (("s.t_ms + ser.t0_ms >= ?", lo), ("s.t_ms + ser.t0_ms <= ?", hi)):
             if value is not None:
                 conds.append(sql)
                 params.append(value)
@@ -217,7 +257,7 @@ class GpuTables(ABC):
             "SELECT s.id, s.t_ms + ser.t0_ms, ser.run, ser.node, ser.file, ser.sub, "
             f"ser.gpu_index, {', '.join('ser.' + f for f in SERIES_FIELDS)}, "
             f"{', '.join('s.' + c for c in SAMPLE_COLUMNS)} "
-            "FROM gpu_series ser JOIN gpu_samples s ON s.series = ser.id "
+            f"FROM {head} CROSS JOIN gpu_series ser "
             f"WHERE {' AND '.join(conds)} ORDER BY s.id"
         )
         if limit is not None:

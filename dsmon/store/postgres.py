@@ -310,10 +310,11 @@ def _insert(
 def _upgrade(tables: PgGpuTables) -> None:
     """Give a store an older dsmon wrote this one's layout, unless done before.
 
-    Under the writers' lock: move GPU samples kept as records to the GPU tables, then give a
-    version 1 store version 2 keys.
+    Under the writers' lock: move GPU samples kept as records to the GPU tables, store
+    samples kept by series and time in id order, then give a version 1 store version 2 keys.
     """
     tables.move_once()
+    tables.relayout()
     found = tables.rows("SELECT value FROM dsmon_meta WHERE name = 'schema_version'")
     if found and found[0][0] != str(SCHEMA_VERSION):
         rekey(tables)

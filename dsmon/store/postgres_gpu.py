@@ -38,6 +38,15 @@ class PgGpuTables(GpuTables):
 
     DIALECT = gpu_sql.POSTGRES
 
+    def keyed_by_series(self) -> bool:
+        """Whether the primary key of ``gpu_samples`` starts with its series, not its id."""
+        found = self.rows(
+            "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+            "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = 'gpu_samples'::regclass "
+            "AND i.indisprimary"
+        )
+        return "series" in {name for (name,) in found}
+
     def _stage(self, values: list[tuple[Any, ...]]) -> None:
         conn: psycopg.Connection[Any] = self._conn
         conn.execute("DELETE FROM pg_temp.gpu_batch")

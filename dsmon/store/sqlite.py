@@ -39,6 +39,7 @@ from dsmon.store.base import (
     restamp_candidates,
     run_infos,
 )
+from dsmon.store.gpu_blocks import BATCHES_INDEX
 from dsmon.store.gpu_store import TypedGpuStore, move_gpu_records, split
 from dsmon.store.gpu_tables import GpuTables
 from dsmon.store.rekey import rekey
@@ -50,7 +51,7 @@ __all__ = ["RunInfo", "SQLiteStore", "Store", "StoreError", "open_store", "sqlit
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
 #: The indexes and tables whose presence tells this dsmon's layout from an older one's.
-_LAYOUT = frozenset({sql.RUN_KIND_ID, sql.RUN_ID, "run_activity", "gpu_rollup"})
+_LAYOUT = frozenset({sql.RUN_KIND_ID, sql.RUN_ID, "run_activity", "gpu_rollup", BATCHES_INDEX})
 
 #: How long a writer waits for another writer's transaction before giving up.
 BUSY_TIMEOUT_S = 30.0
@@ -118,9 +119,9 @@ class SQLiteStore(TypedGpuStore):
         """Give a store written by an older dsmon this one's layout (first write only).
 
         That is the ``(run, kind, id)`` and ``(run)`` indexes, the ``run_activity`` table and
-        the GPU tables, no more of the indexes no query needs, and version 2 keys
-        (:mod:`dsmon.store.rekey`). Readers never do it: it takes the write lock, for seconds
-        on a big store; and every read answers the same under either layout.
+        the GPU tables (samples in id order), no more of the indexes no query needs, and
+        version 2 keys (:mod:`dsmon.store.rekey`). Readers never do it: it takes the write
+        lock, for seconds on a big store; and every read answers the same under either layout.
         """
         if self._upgraded:
             return
@@ -137,6 +138,7 @@ class SQLiteStore(TypedGpuStore):
             self._gpu.create()
             if "gpu_rollup" not in have:  # samples an older dsmon kept as records
                 move_gpu_records(self._gpu)
+            self._gpu.relayout()
             if self._version() < SCHEMA_VERSION:
                 rekey(self._gpu)
                 self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

@@ -34,6 +34,11 @@ class SQLiteGpuTables(GpuTables):
                 return []
             raise
 
+    def keyed_by_series(self) -> bool:
+        """Whether ``gpu_samples`` is a WITHOUT ROWID table (keyed by series and time)."""
+        found = self.rows("SELECT sql FROM sqlite_master WHERE name = 'gpu_samples'")
+        return bool(found) and "WITHOUT ROWID" in str(found[0][0]).upper()
+
     def _stage(self, values: list[tuple[Any, ...]]) -> None:
         self._conn.execute(gpu_sql.temp_ddl(self.DIALECT))
         self._conn.execute("DELETE FROM temp.gpu_batch")
