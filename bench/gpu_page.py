@@ -7,9 +7,10 @@ memory in bytes, power in mW, energy counters, clock-event bits), then measures:
 - ``bytes/sample``: the store's size over the samples it holds (SQLite: the file as written,
   its log checkpointed, and after VACUUM; PostgreSQL: the GPU tables with their indexes);
   baseline: the same samples stored as records rows (JSON body, key, indexes), the layout
-  before, in the same backend. A live run writes a second of samples at a time, into the
-  middle of each GPU's key range, which leaves B-tree pages less full than an hour at a
-  time does: ``--batch-seconds 1`` writes as a live run does (about twice as slow to build);
+  before, in the same backend. A live run's collectors each post their node's second of
+  samples, and the store notes each post: ``--live`` writes so (8 GPUs a batch; several
+  times slower to build than ``--batch-seconds 3600``). ``--gpm`` adds the three GPM
+  metrics a Hopper GPU gives the collector;
 - ``first load``: every query the GPUs page makes on its first render (per-GPU summary,
   trace buckets, grid buckets, newest sample per GPU) and the figures built from them, with
   the JSON size of those figures (what Streamlit sends); baseline: the page as it was, all
@@ -17,8 +18,8 @@ memory in bytes, power in mW, energy counters, clock-event bits), then measures:
   takes minutes and about 20 GB that way) and extrapolated linearly, labelled so;
 - ``refresh``: the same after one more second of samples arrives (64 rows), as a live page.
 
-Usage: ``python bench/gpu_page.py [--hours 24] [--batch-seconds 3600] [--baseline-hours 0.5]
-[--store-url URL]``
+Usage: ``python bench/gpu_page.py [--hours 24] [--batch-seconds 3600 | --live] [--gpm]
+[--baseline-hours 0.5] [--store-url URL]``
 
 ``--store-url postgresql://...`` measures a PostgreSQL store instead of a SQLite file in a
 temporary folder; it must name an empty database (or schema), which is left filled.
@@ -45,12 +46,16 @@ from dsmon.store.sqlite import SQLiteStore, open_store
 
 RUN = "bench"
 GPUS = 64
+NODES = 8
 T0 = datetime(2026, 11, 29, 8, 0, 0)
 GIB = 1024**3
 
 
-def samples(first_s: int, seconds: int) -> Iterator[GpuSampleRecord]:
-    """One NVML poll per GPU and second, values in the form the collector reads them."""
+def samples(first_s: int, seconds: int, gpm: bool = False) -> Iterator[GpuSampleRecord]:
+    """One NVML poll per GPU and second, values in the form the collector reads them.
+
+    With ``gpm``, also the three GPM metrics (Hopper and newer), as NVML computes them.
+    """
     rnd = random.Random(first_s)
     for sec in range(first_s, first_s + seconds):
         ts = (T0 + timedelta(seconds=sec, milliseconds=rnd.randint(0, 40))).isoformat(
@@ -58,7 +63,7 @@ def samples(first_s: int, seconds: int) -> Iterator[GpuSampleRecord]:
         )
         for g in range(GPUS):
             yield GpuSampleRecord(
-                src=Source(run=RUN, node=f"node{g // 8:02d}"), ts=ts, gpu_index=g % 8,
+                src=Source(run=RUN, node=f"node{g // (GPUS // NODES):02d}"), ts=ts, gpu_index=g % 8,
                 uuid=f"GPU-{g:04d}", name="NVIDIA H100 80GB HBM3",
                 util_gpu_pct=rnd.choice((100, 100, 99, 97, 0)), util_mem_pct=rnd.randint(20, 60),
                 mem_used_bytes=rnd.randint(60, 79) * GIB, mem_total_bytes=80 * GIB,
@@ -69,7 +74,26 @@ def samples(first_s: int, seconds: int) -> Iterator[GpuSampleRecord]:
                 pcie_tx_bytes_per_s=rnd.randint(0, 2_000_000) * 1024.0,
                 pcie_rx_bytes_per_s=rnd.randint(0, 2_000_000) * 1024.0,
                 ecc_corrected=0, ecc_uncorrected=0,
+                **(_gpm(rnd) if gpm else {}),
             )  # fmt: skip
+
+
+def _gpm(rnd: random.Random) -> dict[str, float]:
+    """GPM percentages as ``nvmlGpmMetricsGet`` gives them: doubles of any precision."""
+    return {
+        "gpm_sm_active_pct": rnd.uniform(60, 100),
+        "gpm_tensor_active_pct": rnd.uniform(20, 80),
+        "gpm_dram_bw_pct": rnd.uniform(10, 90),
+    }
+
+
+def live_batches(first_s: int, seconds: int, gpm: bool) -> Iterator[list[GpuSampleRecord]]:
+    """Each node's second of samples, as its collector posts it (8 GPUs a batch)."""
+    per_node = GPUS // NODES
+    for sec in range(first_s, first_s + seconds):
+        polled = list(samples(sec, 1, gpm))
+        for node in range(NODES):
+            yield polled[node * per_node : (node + 1) * per_node]
 
 
 def page(store: Store) -> tuple[float, int]:
@@ -188,6 +212,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hours", type=float, default=24.0)
     ap.add_argument("--batch-seconds", type=int, default=3600, help="seconds of samples per add")
+    ap.add_argument(
+        "--live", action="store_true", help="each node's second of samples per add, as it posts"
+    )
+    ap.add_argument("--gpm", action="store_true", help="samples carry GPM metrics (Hopper)")
     ap.add_argument("--baseline-hours", type=float, default=0.5)
     ap.add_argument("--store-url", help="postgresql://... (an empty database); default SQLite")
     args = ap.parse_args()
@@ -195,9 +223,13 @@ def main() -> None:
     seconds = int(args.hours * 3600)
     store = open_store(bench.url)
     start = time.perf_counter()
-    per = max(args.batch_seconds, 1)
-    for first in range(0, seconds, per):
-        store.add(samples(first, min(per, seconds - first)), live=per < 60)
+    per = 1 if args.live else max(args.batch_seconds, 1)
+    if args.live:
+        for batch in live_batches(0, seconds, args.gpm):
+            store.add(batch, live=True)
+    else:
+        for first in range(0, seconds, per):
+            store.add(samples(first, min(per, seconds - first), args.gpm), live=per < 60)
     build_s = time.perf_counter() - start
     n = seconds * GPUS
     store.close()
@@ -205,8 +237,10 @@ def main() -> None:
     print(f"store: {'PostgreSQL' if args.store_url else 'SQLite'}")
     print(
         f"stored {n:,} samples in {build_s:.0f} s ({n / build_s:,.0f} samples/s), "
-        f"{per} s of samples per add"
-    )
+        + (f"each node's second of samples per add ({GPUS // NODES} GPUs)" if args.live
+           else f"{per} s of samples per add")
+        + (", with GPM metrics" if args.gpm else "")
+    )  # fmt: skip
     print(
         f"typed layout: {written / n:.1f} bytes/sample as written, {size / n:.1f} compacted "
         "(roll-ups and indexes included)"

@@ -102,13 +102,13 @@ def test_probe_overhead_prints_the_cost_per_step() -> None:
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_gpu_page_prints_size_loads_and_ratios(backend: str) -> None:
     url: list[str] = []
+    writes = ["--live", "--gpm"]  # each node's second per add, as a live run posts them
     if backend == "postgresql":
         schema, pg = create_schema()
-        url = ["--store-url", pg]
+        url, writes = ["--store-url", pg], ["--batch-seconds", "10"]
     try:
         out = bench(
-            "gpu_page.py", "--hours", "0.02", "--batch-seconds", "10", "--baseline-hours", "0.01",
-            *url,
+            "gpu_page.py", "--hours", "0.02", *writes, "--baseline-hours", "0.01", *url
         )  # fmt: skip
     finally:
         if url:
@@ -116,7 +116,12 @@ def test_gpu_page_prints_size_loads_and_ratios(backend: str) -> None:
     assert_lines(
         out,
         rf"^store: {'PostgreSQL' if url else 'SQLite'}$",
-        rf"^stored 4,608 samples in {NUMBER} s",
+        rf"^stored 4,608 samples in {NUMBER} s .*"
+        + (
+            "each node's second of samples per add \\(8 GPUs\\), with GPM metrics$"
+            if not url
+            else "10 s of samples per add$"
+        ),
         rf"^typed layout: {NUMBER} bytes/sample as written, {NUMBER} compacted",
         rf"^first load \(all queries \+ figures\): {NUMBER} s, {NUMBER} MB of figures$",
         rf"^refresh after 64 new samples: {NUMBER} s",
