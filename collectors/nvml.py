@@ -298,8 +298,12 @@ class NvmlPoller:
             request.metrics[i].metricId = getattr(nvml, metric)
         nvml.nvmlGpmMetricsGet(request)
         ok = getattr(nvml, "NVML_SUCCESS", 0)
+        # to a hundredth of a percent: finer than 1 s of counters tells, and what the store
+        # packs three to an integer (dsmon.store.gpu_rows.pack_gpm)
         return {
-            name: float(request.metrics[i].value) if request.metrics[i].nvmlReturn == ok else None
+            name: round(float(request.metrics[i].value), 2)
+            if request.metrics[i].nvmlReturn == ok
+            else None
             for i, (name, _) in enumerate(GPM_METRICS)
         }
 

@@ -264,8 +264,9 @@ def h100(i: int) -> FakeGpu:
             ("ecc", NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC): 0,
             "xid": True,
         },
-        gpm={NVML_GPM_METRIC_SM_UTIL: 71.5, NVML_GPM_METRIC_ANY_TENSOR_UTIL: 43.25,
-             NVML_GPM_METRIC_DRAM_BW_UTIL: 55.0},
+        # doubles as NVML computes them; the collector keeps hundredths of a percent
+        gpm={NVML_GPM_METRIC_SM_UTIL: 71.50493, NVML_GPM_METRIC_ANY_TENSOR_UTIL: 43.2517,
+             NVML_GPM_METRIC_DRAM_BW_UTIL: 54.996128},
     )  # fmt: skip
 
 

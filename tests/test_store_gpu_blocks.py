@@ -9,6 +9,7 @@ read the same before its first writer stores it in id order, and after.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -23,7 +24,8 @@ from test_store_gpu import RUN, day, odd_ones, sample
 from dsmon.model.records import GpuSampleRecord
 from dsmon.store import gpu_blocks
 from dsmon.store.base import Store
-from dsmon.store.gpu_sql import SQLITE, _sample_cols
+from dsmon.store.gpu_rows import GPM_FIELDS, KEYED_SAMPLE_COLUMNS, SAMPLE_COLUMNS, unpack_gpm
+from dsmon.store.gpu_sql import POSTGRES, SQLITE, Dialect, _col_type
 from dsmon.store.postgres import PgStore
 from dsmon.store.sqlite import SQLiteStore
 
@@ -94,6 +96,36 @@ def test_late_and_resent_samples_are_found_and_stored_once(store: Store, tmp_pat
     fresh.close()
 
 
+def gpm_ones() -> list[GpuSampleRecord]:
+    """Hopper samples: GPM metrics as the collector rounds them, and as NVML gave them."""
+    return [
+        sample(6000, 3, "n3", gpm_sm_active_pct=71.5, gpm_tensor_active_pct=43.25,
+               gpm_dram_bw_pct=0.0),
+        sample(6001, 3, "n3", gpm_sm_active_pct=100.0, gpm_tensor_active_pct=None,
+               gpm_dram_bw_pct=54.99),
+        sample(6002, 3, "n3", gpm_sm_active_pct=71.50493, gpm_tensor_active_pct=12.5,
+               gpm_dram_bw_pct=54.996128),  # an older collector's doubles
+        sample(6003, 3, "n3", gpm_sm_active_pct=200.0, gpm_tensor_active_pct=-1.0,
+               gpm_dram_bw_pct=163.83),  # outside what 14 bits hold
+    ]  # fmt: skip
+
+
+def test_gpm_metrics_are_packed_into_one_column_and_come_back_equal(store: Store) -> None:
+    recs = gpm_ones()
+    store.add(recs)
+    assert sorted(map(repr, store.records(RUN, "gpu"))) == sorted(map(repr, recs))
+    assert repr(store.gpu_latest(RUN)[0]) == repr(recs[-1])
+    rows = _direct(store)("SELECT gpm, extra FROM gpu_samples ORDER BY id")
+    packed = [unpack_gpm(gpm) for gpm, _ in rows]
+    assert packed[0] == {"gpm_sm_active_pct": 71.5, "gpm_tensor_active_pct": 43.25,
+                         "gpm_dram_bw_pct": 0.0}  # fmt: skip
+    assert packed[1]["gpm_tensor_active_pct"] is None and rows[1][1] is None
+    # what the column cannot hold exactly is kept, as it came, in extra
+    assert json.loads(str(rows[2][1])) == {"gpm_sm_active_pct": 71.50493,
+                                           "gpm_dram_bw_pct": 54.996128}  # fmt: skip
+    assert rows[3][0] is None and len(json.loads(str(rows[3][1]))) == 3
+
+
 def test_merged_ranges_join_close_ones_and_keep_at_most_the_limit() -> None:
     assert gpu_blocks.merged([(9000, 9100), (1, 100), (90, 120)]) == [(1, 120), (9000, 9100)]
     far = [(i * 10_000, i * 10_000 + 5) for i in range(100)]
@@ -115,11 +147,43 @@ class KeyedStore(NamedTuple):
     sql: Callable[[str], list[tuple[object, ...]]]
 
 
-#: The samples table of an older dsmon (SQLite): keyed by series and time.
-_KEYED_SQLITE = f"""CREATE TABLE keyed (
-    series INTEGER NOT NULL, t_ms INTEGER NOT NULL, id INTEGER NOT NULL,
-    {_sample_cols(SQLITE)}, PRIMARY KEY (series, t_ms)
-) WITHOUT ROWID"""
+def _keyed_ddl(d: Dialect) -> str:
+    """The samples table of an older dsmon: keyed by series and time, GPM metrics as floats."""
+    cols = ", ".join(
+        f"{c} {d.real if c in GPM_FIELDS else _col_type(d, c)}" for c in KEYED_SAMPLE_COLUMNS
+    )
+    i = d.integer
+    return f"""CREATE TABLE gpu_samples (
+        series {i} NOT NULL, t_ms {i} NOT NULL, id {i} NOT NULL, {cols},
+        PRIMARY KEY (series, t_ms)
+    ){d.keyed}"""
+
+
+def _as_keyed(row: Sequence[object]) -> tuple[object, ...]:
+    """A stored row (series, t_ms, id, SAMPLE_COLUMNS) as an older dsmon stored it."""
+    named = dict(zip(SAMPLE_COLUMNS, row[3:], strict=True))
+    gpm: dict[str, object] = dict(unpack_gpm(named.pop("gpm")))
+    extra = json.loads(str(named["extra"])) if named["extra"] else {}
+    for f in GPM_FIELDS:  # it kept every GPM value in its column
+        if f in extra:
+            gpm[f] = extra.pop(f)
+    named["extra"] = json.dumps(extra, separators=(",", ":")) if extra else None
+    named.update(gpm)
+    return (*row[:3], *(named[c] for c in KEYED_SAMPLE_COLUMNS))
+
+
+def _rekeyed(run: Callable[..., list[tuple[object, ...]]], d: Dialect) -> None:
+    """The store's samples table replaced by an older dsmon's, holding the same samples."""
+    cols = ", ".join(("series", "t_ms", "id", *SAMPLE_COLUMNS))
+    rows = run(f"SELECT {cols} FROM gpu_samples")
+    run("DROP TABLE gpu_samples")
+    run(_keyed_ddl(d))
+    old = ("series", "t_ms", "id", *KEYED_SAMPLE_COLUMNS)
+    marks = ", ".join("?" for _ in old)
+    run(
+        f"INSERT INTO gpu_samples ({', '.join(old)}) VALUES ({marks})", [_as_keyed(r) for r in rows]
+    )
+    run(f"DROP INDEX {gpu_blocks.BATCHES_INDEX}")
 
 
 def _keyed_sqlite(tmp_path: Path, recs: Sequence[object]) -> KeyedStore:
@@ -127,17 +191,7 @@ def _keyed_sqlite(tmp_path: Path, recs: Sequence[object]) -> KeyedStore:
     first = SQLiteStore(path)
     first.add(recs)  # type: ignore[arg-type]
     first.close()
-    cols = ", ".join(
-        r[1] for r in sqlite_sql(path, "PRAGMA table_info(gpu_samples)") if r[1] != "id"
-    )
-    for q in (
-        _KEYED_SQLITE,
-        f"INSERT INTO keyed (id, {cols}) SELECT id, {cols} FROM gpu_samples",
-        "DROP TABLE gpu_samples",
-        "ALTER TABLE keyed RENAME TO gpu_samples",
-        f"DROP INDEX {gpu_blocks.BATCHES_INDEX}",
-    ):
-        sqlite_sql(path, q)
+    _rekeyed(lambda q, rows=(): sqlite_sql(path, q, rows), SQLITE)
     return KeyedStore(lambda: SQLiteStore(path), lambda q: sqlite_sql(path, q))
 
 
@@ -145,19 +199,15 @@ def _keyed_pg(recs: Sequence[object]) -> Iterator[KeyedStore]:
     first = ThrowawayPgStore()
     first.add(recs)  # type: ignore[arg-type]
     url = first.url
-    for q in (
-        "ALTER TABLE gpu_samples DROP CONSTRAINT gpu_samples_pkey",
-        "ALTER TABLE gpu_samples ADD PRIMARY KEY (series, t_ms)",
-    ):
-        pg_sql(url, q)
+    _rekeyed(lambda q, rows=(): pg_sql(url, q, rows), POSTGRES)
     yield KeyedStore(lambda: PgStore(url), lambda q: pg_sql(url, q))
     first.close()
 
 
 @pytest.fixture(params=list(STORE_BACKENDS))
 def keyed(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[KeyedStore]:
-    """Two minutes of samples in a store as an older dsmon keyed them."""
-    recs = [*day(120), *odd_ones()]
+    """Two minutes of samples in a store as an older dsmon keyed them, some with GPM metrics."""
+    recs = [*day(120), *odd_ones(), *gpm_ones()]
     if request.param == "sqlite":
         yield _keyed_sqlite(tmp_path, recs)
     else:
@@ -178,7 +228,8 @@ def test_an_older_stores_keyed_samples_read_the_same_and_are_put_in_id_order(
     assert _is_keyed(keyed)
     reader = keyed.open()
     before = _reads(reader)
-    assert len(before[0]) == 120 * 4 + 5  # type: ignore[arg-type]
+    stored = [r for r in (*day(120), *odd_ones(), *gpm_ones()) if isinstance(r, GpuSampleRecord)]
+    assert before[0] == sorted(map(repr, stored))  # GPM metrics read from their old columns
     writer = keyed.open()
     writer.add(day(121)[-8:])  # one more second, half of it a second time
     assert not _is_keyed(keyed)
@@ -187,7 +238,8 @@ def test_an_older_stores_keyed_samples_read_the_same_and_are_put_in_id_order(
     assert after[1] == before[1]  # the replay cut-off is before the new second
     assert _reads(reader) == after  # a reader opened before sees the new layout the same
     ids = [int(str(i)) for (i,) in keyed.sql("SELECT id FROM gpu_samples ORDER BY id")]
-    assert len(ids) == len(set(ids)) == 120 * 4 + 4 + 4  # the sample with no time is a record
+    # the sample with no time is a record
+    assert len(ids) == len(set(ids)) == len(stored) - 1 + 4
     reader.close()
     writer.close()
 

@@ -16,6 +16,7 @@ power in mW, energy in mJ, which NVML reports as integers.
 from __future__ import annotations
 
 import json
+import math
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
@@ -35,10 +36,12 @@ PLAIN_FIELDS = (
     "throttle_reasons",
     "ecc_corrected",
     "ecc_uncorrected",
-    "gpm_sm_active_pct",
-    "gpm_tensor_active_pct",
-    "gpm_dram_bw_pct",
 )
+#: GPM metrics (Hopper and newer), in percent: three in one integer column (:func:`pack_gpm`).
+GPM_FIELDS = ("gpm_sm_active_pct", "gpm_tensor_active_pct", "gpm_dram_bw_pct")
+#: Bits of ``gpm`` per metric, a whole number of hundredths of a percent; all ones: none.
+_GPM_BITS = 14
+_GPM_NONE = (1 << _GPM_BITS) - 1
 
 
 class Scaled(NamedTuple):
@@ -65,7 +68,9 @@ SCALED_FIELDS = (
 )
 #: The sample columns after (id, series, t_ms), in table order. XID events are rare: kept
 #: in ``extra`` rather than costing every sample a column.
-SAMPLE_COLUMNS = (*PLAIN_FIELDS, *(sc.column for sc in SCALED_FIELDS), "extra")
+SAMPLE_COLUMNS = (*PLAIN_FIELDS, "gpm", *(sc.column for sc in SCALED_FIELDS), "extra")
+#: The same in an older dsmon's layout (keyed by series and time): GPM metrics as 3 floats.
+KEYED_SAMPLE_COLUMNS = (*PLAIN_FIELDS, *GPM_FIELDS, *(sc.column for sc in SCALED_FIELDS), "extra")
 _SOURCE_EXTRA = ("file", "line", "offset", "rank")
 GIB = 1024**3
 
@@ -147,7 +152,7 @@ class SampleRow(NamedTuple):
     key: SeriesKey
     t_ms: int
     fixed: tuple[Any, ...]
-    values: tuple[Any, ...]  # PLAIN_FIELDS then the SCALED_FIELDS columns
+    values: tuple[Any, ...]  # PLAIN_FIELDS, gpm, then the SCALED_FIELDS columns
     extra: dict[str, Any]
 
 
@@ -186,6 +191,38 @@ def _unscaled(raw: Any, sc: Scaled) -> Any:
     return sc.cast(raw * sc.div) if sc.div != 1 else sc.cast(raw / sc.mul)
 
 
+def pack_gpm(values: tuple[Any, ...]) -> tuple[int | None, dict[str, Any]]:
+    """The ``gpm`` column of the three GPM percentages, and those it cannot hold exactly.
+
+    NVML computes them as doubles; the collector rounds them to a hundredth of a percent,
+    which 14 bits hold: one 6-byte integer, not three 8-byte floats, and one header byte,
+    not three, on a GPU that has none. A value that is not such a float goes to ``extra``.
+    """
+    packed, kept, left = 0, False, {}
+    for i, (name, value) in enumerate(zip(GPM_FIELDS, values, strict=True)):
+        whole = _GPM_NONE
+        if isinstance(value, float) and math.isfinite(value):
+            whole = round(value * 100)
+            if not (0 <= whole < _GPM_NONE and whole / 100 == value):
+                whole = _GPM_NONE
+        if whole == _GPM_NONE and value is not None:
+            left[name] = value
+        kept = kept or whole != _GPM_NONE
+        packed |= whole << (i * _GPM_BITS)
+    return (packed if kept else None), left
+
+
+def unpack_gpm(packed: Any) -> dict[str, float | None]:
+    """The GPM percentages of a ``gpm`` column (:func:`pack_gpm`); None where it has none."""
+    if packed is None:
+        return dict.fromkeys(GPM_FIELDS)
+    out: dict[str, float | None] = {}
+    for i, name in enumerate(GPM_FIELDS):
+        whole = (int(packed) >> (i * _GPM_BITS)) & _GPM_NONE
+        out[name] = None if whole == _GPM_NONE else whole / 100
+    return out
+
+
 def sample_row(rec: GpuSampleRecord) -> SampleRow | None:
     """The typed row of a sample; None for one that cannot be placed in time (no ``ts``)."""
     if rec.ts is None:
@@ -200,6 +237,9 @@ def sample_row(rec: GpuSampleRecord) -> SampleRow | None:
     if rec.step is not None:
         extra["step"] = rec.step
     values: list[Any] = [getattr(rec, f) for f in PLAIN_FIELDS]
+    gpm, left = pack_gpm(tuple(getattr(rec, f) for f in GPM_FIELDS))
+    values.append(gpm)
+    extra.update(left)
     for sc in SCALED_FIELDS:
         raw = getattr(rec, sc.field)
         scaled = _scaled(raw, sc)
@@ -224,21 +264,46 @@ def stored_values(row: SampleRow, series: SeriesInfo) -> tuple[Any, ...]:
 
 
 def sample_record(
-    key: SeriesKey, t_ms: int, fixed: tuple[Any, ...], values: tuple[Any, ...]
+    key: SeriesKey,
+    t_ms: int,
+    fixed: tuple[Any, ...],
+    values: tuple[Any, ...],
+    columns: tuple[str, ...] = SAMPLE_COLUMNS,
 ) -> GpuSampleRecord:
-    """The record a stored row stands for (``values``: the SAMPLE_COLUMNS, absolute time)."""
-    extra: dict[str, Any] = json.loads(values[-1]) if values[-1] else {}
+    """The record a stored row stands for (``values``: the ``columns``, absolute time).
+
+    ``columns`` is :data:`KEYED_SAMPLE_COLUMNS` for a row of an older dsmon's layout.
+    """
+    named = dict(zip(columns, values, strict=True))
+    extra: dict[str, Any] = json.loads(named["extra"]) if named["extra"] else {}
     fields: dict[str, Any] = dict(zip(SERIES_FIELDS, fixed, strict=True))
-    fields.update(zip(PLAIN_FIELDS, values, strict=False))
-    n_plain = len(PLAIN_FIELDS)
-    for i, sc in enumerate(SCALED_FIELDS):
-        fields[sc.field] = _unscaled(values[n_plain + i], sc)
+    fields.update((f, named[f]) for f in PLAIN_FIELDS)
+    if "gpm" in named:
+        fields.update(unpack_gpm(named["gpm"]))
+    else:
+        fields.update((f, named[f]) for f in GPM_FIELDS)
+    for sc in SCALED_FIELDS:
+        fields[sc.field] = _unscaled(named[sc.column], sc)
     src_extra = {k: extra.pop(k) for k in _SOURCE_EXTRA if k in extra}
     src = Source(run=key.run, node=key.node or None, sub=key.sub, **src_extra)
     ts = extra.pop("ts", None) or ms_ts(t_ms)
     step = extra.pop("step", None)
     fields.update(extra)
     return GpuSampleRecord(src=src, ts=ts, step=step, gpu_index=key.gpu_index, **fields)
+
+
+def relaid(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """An older dsmon's row in this dsmon's layout: GPM metrics packed (:func:`pack_gpm`).
+
+    Both are (series, t_ms, id) and then :data:`KEYED_SAMPLE_COLUMNS` or :data:`SAMPLE_COLUMNS`.
+    """
+    named = dict(zip(KEYED_SAMPLE_COLUMNS, row[3:], strict=True))
+    gpm, left = pack_gpm(tuple(named[f] for f in GPM_FIELDS))
+    named["gpm"] = gpm
+    if left:
+        extra = json.loads(named["extra"]) if named["extra"] else {}
+        named["extra"] = json.dumps({**extra, **left}, separators=(",", ":"))
+    return (*row[:3], *(named[c] for c in SAMPLE_COLUMNS))
 
 
 def cut_ms(ts_max: str | None) -> int | None:

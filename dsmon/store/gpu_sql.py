@@ -79,6 +79,7 @@ POSTGRES = Dialect(
 #: Roll-up bucket widths, seconds, finest first. A 10 s level would cost 12 bytes a sample.
 LEVELS_S = (60, 600)
 _INTEGER = {sc.column for sc in SCALED_FIELDS} | {
+    "gpm",
     "throttle_reasons",
     "ecc_corrected",
     "ecc_uncorrected",

@@ -19,7 +19,6 @@ from dsmon.store import gpu_blocks, gpu_sql
 from dsmon.store.gpu_fold import FOLD_COLUMNS, SERIES_COLUMNS
 from dsmon.store.gpu_reads import GpuFold
 from dsmon.store.gpu_rows import (
-    SAMPLE_COLUMNS,
     SERIES_FIELDS,
     SeriesKey,
     cut_ms,
@@ -249,20 +248,23 @@ def latest(tables: GpuTables, run: str, ts_max: int | None) -> list[GpuSampleRec
     minutes = newest_minutes(tables, run, ts_max)
     out: list[GpuSampleRecord] = []
     n_fixed = len(SERIES_FIELDS)
+    columns = tables.sample_columns()
     for lo, hi, ids in _windows(minutes):
         head, cond = gpu_blocks.scan_from(gpu_blocks.id_ranges(tables, lo, hi))
         t = "s.t_ms + ser.t0_ms"
         sql = (
             f"SELECT * FROM (SELECT ser.run, ser.node, ser.file, ser.sub, ser.gpu_index, {t}, "
             f"{', '.join('ser.' + f for f in SERIES_FIELDS)}, "
-            f"{', '.join('s.' + c for c in SAMPLE_COLUMNS)}, "
+            f"{', '.join('s.' + c for c in columns)}, "
             f"ROW_NUMBER() OVER (PARTITION BY s.series ORDER BY s.t_ms DESC) AS newest "
             f"FROM {head} CROSS JOIN gpu_series ser WHERE {cond} AND ser.id = s.series "
             f"AND ser.id IN ({', '.join(str(i) for i in ids)}) AND {t} BETWEEN ? AND ?) AS x "
             "WHERE x.newest = 1"
         )
         out += [
-            sample_record(SeriesKey(*r[:5]), int(r[5]), r[6 : 6 + n_fixed], r[6 + n_fixed : -1])
+            sample_record(
+                SeriesKey(*r[:5]), int(r[5]), r[6 : 6 + n_fixed], r[6 + n_fixed : -1], columns
+            )
             for r in tables.rows(sql, [lo, hi])
         ]
     return out

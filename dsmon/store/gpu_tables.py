@@ -21,24 +21,28 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, ClassVar
 
 from dsmon.model.records import GpuSampleRecord
 from dsmon.store import gpu_blocks, gpu_sql
 from dsmon.store.gpu_rows import (
+    KEYED_SAMPLE_COLUMNS,
     SAMPLE_COLUMNS,
     SERIES_FIELDS,
     SampleRow,
     SeriesInfo,
     SeriesKey,
     ms_ts,
+    relaid,
     sample_record,
     stored_values,
 )
 from dsmon.store.gpu_sql import STAGED, Dialect
 
 log = logging.getLogger(__name__)
+#: Rows of an older layout copied per step: memory stays flat on a store of millions.
+RELAYOUT_CHUNK = 20_000
 _SERIES_COLS = "id, t0_ms, uuid, name, mem_total_bytes, power_limit_w"
 #: Per-run bookkeeping rows: (run, 'gpu', n, first ts, last ts, last id).
 KindRow = tuple[str, str, int, str, str, int]
@@ -81,14 +85,25 @@ class GpuTables(ABC):
         log.warning(
             "dsmon: storing the %d GPU samples of an older dsmon's store in id order", count
         )
-        cols = ", ".join(STAGED)
         self._conn.execute(gpu_sql.samples_ddl(self.DIALECT, "gpu_samples_by_id"))
-        self._conn.execute(
-            f"INSERT INTO gpu_samples_by_id ({cols}) SELECT {cols} FROM gpu_samples ORDER BY id"
+        old = ", ".join(("series", "t_ms", "id", *KEYED_SAMPLE_COLUMNS))
+        insert = (
+            f"INSERT INTO gpu_samples_by_id ({', '.join(STAGED)}) "
+            f"VALUES ({', '.join('?' for _ in STAGED)})"
         )
+        for chunk in self._stream(f"SELECT {old} FROM gpu_samples ORDER BY id", RELAYOUT_CHUNK):
+            self.execute_many(insert, [relaid(row) for row in chunk])
         self._conn.execute("DROP TABLE gpu_samples")
         self._conn.execute("ALTER TABLE gpu_samples_by_id RENAME TO gpu_samples")
         return True
+
+    @abstractmethod
+    def _stream(self, sql: str, size: int) -> Iterator[list[Any]]:
+        """The rows of a big read, ``size`` at a time, never all in memory."""
+
+    def sample_columns(self) -> tuple[str, ...]:
+        """The sample columns of this store's layout (an older one's until its first writer)."""
+        return KEYED_SAMPLE_COLUMNS if self.keyed_by_series() else SAMPLE_COLUMNS
 
     def forget(self) -> None:
         """Drop the cached series (after a rolled-back write)."""
@@ -247,6 +262,7 @@ class GpuTables(ABC):
         if id_lo is not None or ranges is not None:
             ranges = gpu_blocks.clipped(ranges, id_lo, id_hi)
         head, cond = gpu_blocks.scan_from(ranges)
+        columns = self.sample_columns()
         conds = [cond, "ser.id = s.series", "ser.run = ?"]
         params: list[Any] = [run]
         for sql, value in (("s.t_ms + ser.t0_ms >= ?", lo), ("s.t_ms + ser.t0_ms <= ?", hi)):
@@ -256,7 +272,7 @@ class GpuTables(ABC):
         sql = (
             "SELECT s.id, s.t_ms + ser.t0_ms, ser.run, ser.node, ser.file, ser.sub, "
             f"ser.gpu_index, {', '.join('ser.' + f for f in SERIES_FIELDS)}, "
-            f"{', '.join('s.' + c for c in SAMPLE_COLUMNS)} "
+            f"{', '.join('s.' + c for c in columns)} "
             f"FROM {head} CROSS JOIN gpu_series ser "
             f"WHERE {' AND '.join(conds)} ORDER BY s.id"
         )
@@ -267,7 +283,9 @@ class GpuTables(ABC):
         return [
             (
                 int(r[0]),
-                sample_record(SeriesKey(*r[2:7]), int(r[1]), r[7 : 7 + n_fixed], r[7 + n_fixed :]),
+                sample_record(
+                    SeriesKey(*r[2:7]), int(r[1]), r[7 : 7 + n_fixed], r[7 + n_fixed :], columns
+                ),
             )
             for r in rows
         ]

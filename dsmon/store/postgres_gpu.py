@@ -13,6 +13,7 @@ it did, so later writers do not look again.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -46,6 +47,13 @@ class PgGpuTables(GpuTables):
             "AND i.indisprimary"
         )
         return "series" in {name for (name,) in found}
+
+    def _stream(self, sql: str, size: int) -> Iterator[list[Any]]:
+        # a server-side cursor: the rows stay in PostgreSQL until fetched
+        with self._conn.cursor(name="dsmon_stream") as cur:
+            cur.execute(self._q(sql))
+            while rows := cur.fetchmany(size):
+                yield rows
 
     def _stage(self, values: list[tuple[Any, ...]]) -> None:
         conn: psycopg.Connection[Any] = self._conn

@@ -8,7 +8,7 @@ ids meanwhile. A store an older dsmon wrote may lack the GPU tables; reads of it
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from dsmon.store import gpu_sql
@@ -38,6 +38,11 @@ class SQLiteGpuTables(GpuTables):
         """Whether ``gpu_samples`` is a WITHOUT ROWID table (keyed by series and time)."""
         found = self.rows("SELECT sql FROM sqlite_master WHERE name = 'gpu_samples'")
         return bool(found) and "WITHOUT ROWID" in str(found[0][0]).upper()
+
+    def _stream(self, sql: str, size: int) -> Iterator[list[Any]]:
+        cur = self._conn.execute(sql)
+        while rows := cur.fetchmany(size):
+            yield rows
 
     def _stage(self, values: list[tuple[Any, ...]]) -> None:
         self._conn.execute(gpu_sql.temp_ddl(self.DIALECT))
