@@ -79,11 +79,11 @@ def samples(first_s: int, seconds: int, gpm: bool = False) -> Iterator[GpuSample
 
 
 def _gpm(rnd: random.Random) -> dict[str, float]:
-    """GPM percentages as ``nvmlGpmMetricsGet`` gives them: doubles of any precision."""
+    """GPM percentages as the collector sends them: NVML's doubles to a hundredth of a percent."""
     return {
-        "gpm_sm_active_pct": rnd.uniform(60, 100),
-        "gpm_tensor_active_pct": rnd.uniform(20, 80),
-        "gpm_dram_bw_pct": rnd.uniform(10, 90),
+        "gpm_sm_active_pct": round(rnd.uniform(60, 100), 2),
+        "gpm_tensor_active_pct": round(rnd.uniform(20, 80), 2),
+        "gpm_dram_bw_pct": round(rnd.uniform(10, 90), 2),
     }
 
 
