@@ -156,8 +156,19 @@ def test_a_live_runs_small_parts_are_joined_and_read_the_same(
     since a count and the whole frame read the same as from the parts as they came."""
     monkeypatch.setattr(fold, "LATE_STEPS", 2)
     recs = records_of(name)
-    joined = tiny_refreshes(SQLiteStore(tmp_path / "a.sqlite"), name, recs, join=4)
-    apart = tiny_refreshes(SQLiteStore(tmp_path / "b.sqlite"), name, recs, join=10**6)
+    stores = [SQLiteStore(tmp_path / "a.sqlite"), SQLiteStore(tmp_path / "b.sqlite")]
+    try:
+        _read_the_same(
+            tiny_refreshes(stores[0], name, recs, join=4),
+            tiny_refreshes(stores[1], name, recs, join=10**6),
+        )
+    finally:
+        for s in stores:
+            s.close()
+
+
+def _read_the_same(joined: RunFrames, apart: RunFrames) -> None:
+    """Joined small parts read as the parts as they came: folds, rows since, whole frame."""
     assert len(apart._frames["timer"].parts) > 4 * len(joined._frames["timer"].parts)
     for n, fn in FNS.items():
         pd.testing.assert_frame_equal(
