@@ -20,11 +20,9 @@ from dsmon.store.gpu_fold import FOLD_COLUMNS, SERIES_COLUMNS
 from dsmon.store.gpu_reads import GpuFold
 from dsmon.store.gpu_rows import (
     SERIES_FIELDS,
-    SeriesKey,
     cut_ms,
     gpu_label,
     grid,
-    sample_record,
 )
 from dsmon.store.gpu_sql import LEVELS_S
 from dsmon.store.gpu_tables import GpuTables
@@ -245,28 +243,18 @@ def latest(tables: GpuTables, run: str, ts_max: int | None) -> list[GpuSampleRec
     says in which minute its newest sample lies, and only the blocks of those minutes are
     read (:func:`newest_minutes`), all GPUs' at once when they are close in time.
     """
-    minutes = newest_minutes(tables, run, ts_max)
     out: list[GpuSampleRecord] = []
-    n_fixed = len(SERIES_FIELDS)
     columns = tables.sample_columns()
-    for lo, hi, ids in _windows(minutes):
+    for lo, hi, ids in _windows(newest_minutes(tables, run, ts_max)):
         head, cond = gpu_blocks.scan_from(gpu_blocks.id_ranges(tables, lo, hi))
-        t = "s.t_ms + ser.t0_ms"
         sql = (
-            f"SELECT * FROM (SELECT ser.run, ser.node, ser.file, ser.sub, ser.gpu_index, {t}, "
-            f"{', '.join('ser.' + f for f in SERIES_FIELDS)}, "
-            f"{', '.join('s.' + c for c in columns)}, "
-            f"ROW_NUMBER() OVER (PARTITION BY s.series ORDER BY s.t_ms DESC) AS newest "
+            f"SELECT * FROM (SELECT {tables.samples_sql(columns)}, "
+            "ROW_NUMBER() OVER (PARTITION BY s.series ORDER BY s.t_ms DESC) AS newest "
             f"FROM {head} CROSS JOIN gpu_series ser WHERE {cond} AND ser.id = s.series "
-            f"AND ser.id IN ({', '.join(str(i) for i in ids)}) AND {t} BETWEEN ? AND ?) AS x "
-            "WHERE x.newest = 1"
+            f"AND ser.id IN ({', '.join(str(i) for i in ids)}) "
+            "AND s.t_ms + ser.t0_ms BETWEEN ? AND ?) AS x WHERE x.newest = 1"
         )
-        out += [
-            sample_record(
-                SeriesKey(*r[:5]), int(r[5]), r[6 : 6 + n_fixed], r[6 + n_fixed : -1], columns
-            )
-            for r in tables.rows(sql, [lo, hi])
-        ]
+        out += [tables.record_of(r[:-1], columns) for r in tables.rows(sql, [lo, hi])]
     return out
 
 

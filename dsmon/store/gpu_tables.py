@@ -54,14 +54,21 @@ class GpuTables(ABC):
     Series rows never change once written, so their ids are cached (``series``: a dict the
     store keeps; another process may add series: a miss is looked up, then inserted). A
     store clears it when a write fails: a series created by a rolled-back transaction does
-    not exist.
+    not exist. So is the samples' layout once it is this dsmon's (``layout``, also the
+    store's): an older one becomes it once, and never goes back.
     """
 
     DIALECT: ClassVar[Dialect]
 
-    def __init__(self, conn: Any, series: dict[SeriesKey, SeriesInfo] | None = None) -> None:
+    def __init__(
+        self,
+        conn: Any,
+        series: dict[SeriesKey, SeriesInfo] | None = None,
+        layout: dict[str, bool] | None = None,
+    ) -> None:
         self._conn = conn
         self._series: dict[SeriesKey, SeriesInfo] = {} if series is None else series
+        self._layout: dict[str, bool] = {} if layout is None else layout
         self._q = self.DIALECT.q
 
     def create(self) -> None:
@@ -102,12 +109,37 @@ class GpuTables(ABC):
         """The rows of a big read, ``size`` at a time, never all in memory."""
 
     def sample_columns(self) -> tuple[str, ...]:
-        """The sample columns of this store's layout (an older one's until its first writer)."""
-        return KEYED_SAMPLE_COLUMNS if self.keyed_by_series() else SAMPLE_COLUMNS
+        """The sample columns of this store's layout (an older one's until its first writer).
+
+        Asked of the database only until the answer is this dsmon's layout, which stays.
+        """
+        if not self._layout.get("by_id"):
+            if self.keyed_by_series():
+                return KEYED_SAMPLE_COLUMNS
+            self._layout["by_id"] = True
+        return SAMPLE_COLUMNS
+
+    def samples_sql(self, columns: tuple[str, ...]) -> str:
+        """The columns a sample ``s`` of series ``ser`` is read back from (:meth:`record_of`)."""
+        return (
+            "ser.run, ser.node, ser.file, ser.sub, ser.gpu_index, s.t_ms + ser.t0_ms, "
+            f"{', '.join('ser.' + f for f in SERIES_FIELDS)}, "
+            f"{', '.join('s.' + c for c in columns)}"
+        )
+
+    @staticmethod
+    def record_of(row: Sequence[Any], columns: tuple[str, ...]) -> GpuSampleRecord:
+        """The record of a row read with :meth:`samples_sql` (``columns`` as given there)."""
+        n_fixed = len(SERIES_FIELDS)
+        return sample_record(
+            SeriesKey(*row[:5]), int(row[5]), tuple(row[6 : 6 + n_fixed]),
+            tuple(row[6 + n_fixed :]), columns,
+        )  # fmt: skip
 
     def forget(self) -> None:
-        """Drop the cached series (after a rolled-back write)."""
+        """Drop the cached series and layout (after a rolled-back write)."""
         self._series.clear()
+        self._layout.clear()
 
     @abstractmethod
     def _allocate(self, n: int) -> int:
@@ -270,25 +302,12 @@ class GpuTables(ABC):
                 conds.append(sql)
                 params.append(value)
         sql = (
-            "SELECT s.id, s.t_ms + ser.t0_ms, ser.run, ser.node, ser.file, ser.sub, "
-            f"ser.gpu_index, {', '.join('ser.' + f for f in SERIES_FIELDS)}, "
-            f"{', '.join('s.' + c for c in columns)} "
-            f"FROM {head} CROSS JOIN gpu_series ser "
+            f"SELECT s.id, {self.samples_sql(columns)} FROM {head} CROSS JOIN gpu_series ser "
             f"WHERE {' AND '.join(conds)} ORDER BY s.id"
         )
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
-        rows = self.rows(sql, params)
-        n_fixed = len(SERIES_FIELDS)
-        return [
-            (
-                int(r[0]),
-                sample_record(
-                    SeriesKey(*r[2:7]), int(r[1]), r[7 : 7 + n_fixed], r[7 + n_fixed :], columns
-                ),
-            )
-            for r in rows
-        ]
+        return [(int(r[0]), self.record_of(r[1:], columns)) for r in self.rows(sql, params)]
 
     def times_after(self, after_id: int) -> tuple[int, int] | None:
         """First and last time (ms) of the samples stored after ``after_id``, of every run."""

@@ -86,6 +86,7 @@ class PgStore(TypedGpuStore):
         self._lock = threading.Lock()
         self._conn: psycopg.Connection[Any] | None = None
         self._series: dict[SeriesKey, SeriesInfo] = {}  # GPU series ids (never change)
+        self._gpu_layout: dict[str, bool] = {}  # the samples' layout, once it is this dsmon's
         # Until the first write: an older dsmon's GPU records are moved, its keys re-keyed.
         self._upgraded = False
         with self._lock:
@@ -151,7 +152,7 @@ class PgStore(TypedGpuStore):
         def upgrade(conn: psycopg.Connection[Any]) -> None:
             with conn.transaction():
                 conn.execute("LOCK TABLE records IN SHARE ROW EXCLUSIVE MODE")
-                _upgrade(PgGpuTables(conn, self._series))
+                _upgrade(PgGpuTables(conn, self._series, self._gpu_layout))
 
         with self._lock:
             if not self._upgraded:
@@ -178,7 +179,7 @@ class PgStore(TypedGpuStore):
         live: bool,
     ) -> int:
         """One batch in one transaction; cached GPU series are forgotten if it fails."""
-        tables = PgGpuTables(conn, self._series)
+        tables = PgGpuTables(conn, self._series, self._gpu_layout)
         try:
             return _insert(conn, tables, rows, samples, live=live, upgraded=self._upgraded)
         except BaseException:
@@ -189,7 +190,7 @@ class PgStore(TypedGpuStore):
         def snapshot(conn: psycopg.Connection[Any]) -> T:
             with conn.transaction():
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                return fn(PgGpuTables(conn, self._series))
+                return fn(PgGpuTables(conn, self._series, self._gpu_layout))
 
         with self._lock:
             return self._call(snapshot)
