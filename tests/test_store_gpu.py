@@ -8,6 +8,7 @@ stored and the same summaries and buckets as a fold of the samples in memory.
 from __future__ import annotations
 
 import dataclasses
+import math
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -19,6 +20,7 @@ from conftest import STORE_BACKENDS
 from pg_support import ThrowawayPgStore
 from sql_support import pg_sql, sqlite_sql
 
+from dsmon.model import wire
 from dsmon.model.frames import records_frame
 from dsmon.model.records import EventRecord, GpuSampleRecord, Record, Source
 from dsmon.store import gpu_fold, gpu_sql_read, gpu_store
@@ -82,6 +84,24 @@ def test_samples_come_back_equal_and_once(store: Store) -> None:
     info = store.runs()[0]
     assert info.kinds == {"event": 1, "gpu": len(want)}
     assert set(info.nodes) == {"n0", "n1", "n2"}
+
+
+def test_non_finite_numbers_come_back_as_their_json_form_does(store: Store) -> None:
+    """inf and nan in any float field: the batch is stored whole, each value read back as None.
+
+    None is what the record's JSON form holds for them (``wire``), so a sample added directly
+    comes back as it would after ``dsmon parse`` and an ingest. One such value used to fail
+    the whole batch (an integer column cannot take inf).
+    """
+    floats = [f.name for f in dataclasses.fields(GpuSampleRecord) if f.type == "float | None"]
+    cases = [(name, value) for name in floats for value in (math.inf, -math.inf, math.nan)]
+    odd = [sample(100 + i, 0, **{name: value}) for i, (name, value) in enumerate(cases)]
+    recs = [*day(3), *odd]
+    assert store.add(recs) == len(recs)
+    back = store.records(RUN, "gpu")
+    want = [wire.from_dict(wire.to_dict(r)) for r in recs]
+    assert sorted(map(repr, back)) == sorted(map(repr, want))
+    assert sum(r.power_w is None for r in back if isinstance(r, GpuSampleRecord)) == 3
 
 
 def test_paging_by_id_sees_every_record_once_in_order(store: Store) -> None:
