@@ -145,24 +145,6 @@ def test_pages_of_the_dashboard_reader_come_from_chunks_too(
     assert reads == ["timer"]
 
 
-@pytest.mark.parametrize("arrow", [True, False])
-def test_pages_of_some_columns_are_those_columns_of_the_frame(
-    store: Store, z2_log_records: list[Record], arrow: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Chosen columns (and ``id``) in the frame's order: from kept chunks, or from JSON."""
-    if not arrow:
-        monkeypatch.setattr(frame_reads, "ARROW_MIN_ROWS", 10**9)
-    store.add(z2_log_records)
-    whole = store.frame("z2", "timer")
-    chosen = ("step_ms", "rank", "group", "no_such_timer_ms")
-    pages = list(store.frame_pages("z2", "timer", columns=chosen))
-    assert not arrow or _kept(store)  # (no chunk table at all in SQLite without one)
-    got = pd.concat(pages, ignore_index=True)
-    assert list(got.columns) == [c for c in whole.columns if c in {"id", *chosen}]
-    assert got["step_ms"].notna().any()
-    pd.testing.assert_frame_equal(got, whole[got.columns])
-
-
 def test_the_dashboards_first_look_keeps_and_uses_tails(
     store: Store, z2_log_records: list[Record], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -10,7 +10,7 @@ backends answer the SQL (the bodies, the records, the chunks).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -143,25 +143,16 @@ class FrameReads:
         return kept
 
     def frame_pages(
-        self,
-        run: str,
-        kind: str,
-        *,
-        after_id: int | None = None,
-        columns: tuple[str, ...] | None = None,
+        self, run: str, kind: str, *, after_id: int | None = None
     ) -> Iterator[pd.DataFrame]:
         """:meth:`frame` of the rows after ``after_id``, :data:`FRAME_PAGE_ROWS` rows a page.
 
         Only one page's stored JSON is in memory at a time. The last page is shorter than the
-        others (empty when the rows fill whole pages). ``columns``: only these (those a page
-        has) and ``id``, taken from a kept chunk's table before it becomes a frame. The run
-        summary reads a few columns of every timer: a whole page's frame was 45 MB.
+        others (empty when the rows fill whole pages).
         """
-        return self._pages(RecordFilter(run, kind, after_id=after_id), columns)
+        return self._pages(RecordFilter(run, kind, after_id=after_id))
 
-    def _pages(
-        self, flt: RecordFilter, columns: tuple[str, ...] | None = None
-    ) -> Iterator[pd.DataFrame]:
+    def _pages(self, flt: RecordFilter) -> Iterator[pd.DataFrame]:
         """The pages of ``flt``'s rows: those of a whole kind from kept chunks where they can.
 
         The run's restamp count, part of every chunk's key, is read once for all the pages.
@@ -174,24 +165,18 @@ class FrameReads:
         tails = not flt.after_id
         while True:
             one = replace(flt, after_id=after, limit=FRAME_PAGE_ROWS)
-            page = self._page(one, restamps, tails, columns) if chunked else self._one_read(one)
-            yield page if columns is None else page[_chosen(page.columns, columns)]
+            page = self._page(one, restamps, tails) if chunked else self._one_read(one)
+            yield page
             if len(page) < FRAME_PAGE_ROWS:
                 return
             after = int(page["id"].iloc[-1])
 
-    def _page(
-        self, flt: RecordFilter, restamps: int, tails: bool, columns: tuple[str, ...] | None
-    ) -> pd.DataFrame:
+    def _page(self, flt: RecordFilter, restamps: int, tails: bool) -> pd.DataFrame:
         """One page of a whole kind: from its kept chunk, else from JSON (then kept if full)."""
         from dsmon.model.arrow_frames import table_frame
 
         table, rows = self._page_table(flt, restamps, tails=tails)
-        if table is None:
-            return self._one_read(flt, rows)
-        if columns is not None:
-            table = table.select(_chosen(table.column_names, columns))
-        return table_frame(str(flt.kind), table)
+        return self._one_read(flt, rows) if table is None else table_frame(str(flt.kind), table)
 
     def _page_table(
         self, flt: RecordFilter, restamps: int, *, tails: bool = True, least: int | None = None
@@ -273,12 +258,6 @@ class FrameReads:
         ids, bodies = _unzipped(rows)
         fast = arrow_frame(kind, ids, bodies) if len(rows) >= ARROW_MIN_ROWS and not tried else None
         return fast if fast is not None else bodies_frame(kind, ids, bodies)
-
-
-def _chosen(names: Iterable[str], columns: tuple[str, ...]) -> list[str]:
-    """The ``columns`` among ``names``, in their order, ``id`` first: pages follow by id."""
-    wanted = {"id", *columns}
-    return [name for name in names if name in wanted]
 
 
 def _unzipped(rows: list[tuple[int, bytes]]) -> tuple[list[int], list[bytes]]:
