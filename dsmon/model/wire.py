@@ -25,8 +25,11 @@ class WireError(ValueError):
 _PLAIN = frozenset({str, int, bool, type(None)})
 
 
-def _clean(value: Any) -> Any:
-    """JSON has no inf/nan: they become null rather than invalid JSON.
+def json_value(value: Any) -> Any:
+    """A field's value as the record's JSON holds it: JSON has no inf/nan, they become null.
+
+    Stores that keep a record's numbers in columns of their own use it too
+    (``dsmon.store.gpu_rows``), so a record reads back as its JSON form has it.
 
     Dispatches on the exact class first: encoding runs once per record of a 500 MB log, and
     most values are plain strings, ints and finite floats.
@@ -37,17 +40,17 @@ def _clean(value: Any) -> Any:
     if cls is float:
         return value if value - value == 0.0 else None  # inf - inf and nan - nan are nan
     if cls is dict:
-        return {k if k.__class__ is str else str(k): _clean(v) for k, v in value.items()}
+        return {k if k.__class__ is str else str(k): json_value(v) for k, v in value.items()}
     if cls is tuple or cls is list:
-        return [_clean(v) for v in value]
+        return [json_value(v) for v in value]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {name: _clean(getattr(value, name)) for name in field_names(cls)}
+        return {name: json_value(getattr(value, name)) for name in field_names(cls)}
     if isinstance(value, float):
-        return _clean(float(value))
+        return json_value(float(value))
     if isinstance(value, Mapping):
-        return {str(k): _clean(v) for k, v in value.items()}
+        return {str(k): json_value(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
+        return [json_value(v) for v in value]
     return value
 
 
@@ -55,7 +58,7 @@ def to_dict(rec: Record) -> dict[str, Any]:
     """The record as a plain JSON-ready dict, ``kind`` first."""
     out: dict[str, Any] = {"kind": rec.KIND}
     for name in field_names(type(rec)):
-        out[name] = _clean(getattr(rec, name))
+        out[name] = json_value(getattr(rec, name))
     return out
 
 

@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from dsmon.model.records import GpuSampleRecord, Source
+from dsmon.model.wire import json_value
 
 _EPOCH = datetime(1970, 1, 1)
 
@@ -223,15 +224,6 @@ def unpack_gpm(packed: Any) -> dict[str, float | None]:
     return out
 
 
-def _finite(value: Any) -> Any:
-    """None for inf and nan, as the record's JSON form has them (docs/records.md).
-
-    A sample's numbers are stored as integers or in JSON (``extra``), neither of which has
-    them: one such value, added directly rather than through the wire form, failed the batch.
-    """
-    return None if isinstance(value, float) and not math.isfinite(value) else value
-
-
 def sample_row(rec: GpuSampleRecord) -> SampleRow | None:
     """The typed row of a sample; None for one that cannot be placed in time (no ``ts``)."""
     if rec.ts is None:
@@ -245,12 +237,12 @@ def sample_row(rec: GpuSampleRecord) -> SampleRow | None:
         extra["ts"] = rec.ts
     if rec.step is not None:
         extra["step"] = rec.step
-    values: list[Any] = [_finite(getattr(rec, f)) for f in PLAIN_FIELDS]
-    gpm, left = pack_gpm(tuple(_finite(getattr(rec, f)) for f in GPM_FIELDS))
+    values: list[Any] = [json_value(getattr(rec, f)) for f in PLAIN_FIELDS]
+    gpm, left = pack_gpm(tuple(json_value(getattr(rec, f)) for f in GPM_FIELDS))
     values.append(gpm)
     extra.update(left)
     for sc in SCALED_FIELDS:
-        raw = _finite(getattr(rec, sc.field))
+        raw = json_value(getattr(rec, sc.field))
         scaled = _scaled(raw, sc)
         values.append(scaled)
         if scaled is None and raw is not None:
@@ -258,7 +250,7 @@ def sample_row(rec: GpuSampleRecord) -> SampleRow | None:
     if rec.xid is not None:
         extra["xid"] = rec.xid
     key = SeriesKey(s.run, s.node or "", s.file or "", s.sub, rec.gpu_index)
-    fixed = tuple(_finite(getattr(rec, f)) for f in SERIES_FIELDS)
+    fixed = tuple(json_value(getattr(rec, f)) for f in SERIES_FIELDS)
     return SampleRow(key, t_ms, fixed, tuple(values), extra)
 
 
