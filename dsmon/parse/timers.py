@@ -19,6 +19,7 @@ import re
 from dsmon.model.records import CoordinatorEventRecord, Record, TimerRecord
 from dsmon.parse.base import NEED_MORE, ParseContext
 from dsmon.parse.lines import LogLine
+from dsmon.parse.timer_shapes import ShapeCache
 
 MICRO = (
     "fwd_microstep",
@@ -125,6 +126,7 @@ class TimerParser:
         #: A pipeline timer line was seen: this is the pipeline engine, whose fwd/bwd/step
         #: line comes every ``steps_per_print`` steps only, so it cannot count steps.
         self.pipeline_engine = False
+        self._shapes = ShapeCache(_FIELD, _VAL)
 
     def feed(self, line: LogLine, ctx: ParseContext) -> list[Record] | None:
         """One record per timer line; None for any other line."""
@@ -145,14 +147,17 @@ class TimerParser:
     def _timer_line(self, m: re.Match[str], line: LogLine, ctx: ParseContext) -> list[Record]:
         """Parse the fields after ``time (ms)``, classify them, build the record."""
         body = m.group(2) or ""
-        moe = _MOE.match(body)
-        if moe is not None:
-            return _moe_record(moe, m, line, ctx)
-        fields = _fields(body)
+        fields = self._shapes.match(body)  # no MoE line has a shape: its fields hold ``(``
         if fields is None:
-            if _looks_cut(body) and not ctx.final:
-                return NEED_MORE
-            return self._record(_partial(body, line, ctx), m, line, ctx)
+            moe = _MOE.match(body)
+            if moe is not None:
+                return _moe_record(moe, m, line, ctx)
+            fields = _fields(body)
+            if fields is None:
+                if _looks_cut(body) and not ctx.final:
+                    return NEED_MORE
+                return self._record(_partial(body, line, ctx), m, line, ctx)
+            self._shapes.learn(body, fields[0])
         if _cut_prefix(fields[0]) and not ctx.final:
             return NEED_MORE
         return self._record(fields, m, line, ctx)
