@@ -22,7 +22,7 @@ from typing import Any
 
 from dsmon.model import units
 from dsmon.model.records import AutotuneSummaryRecord, EventRecord, Record
-from dsmon.parse.base import ParseContext
+from dsmon.parse.base import ParseContext, contains_any
 from dsmon.parse.lines import LogLine
 from dsmon.parse.pyrepr import scalar
 
@@ -196,7 +196,7 @@ class AutotunerParser:
     @staticmethod
     def _progress(text: str, line: LogLine, ctx: ParseContext) -> EventRecord | None:
         """An ``autotuning`` event for a progress line of the autotuner, else None."""
-        if not any(k in text for k in _KEYWORDS):
+        if not contains_any(text, _KEYWORDS):
             return None
         for pattern, stage in _PROGRESS:
             m = pattern.search(text)

@@ -25,6 +25,18 @@ STEPPED_KINDS = frozenset(
 )
 
 
+def contains_any(text: str, words: tuple[str, ...]) -> bool:
+    """Whether ``text`` holds one of ``words``: the quick test parsers run on every line.
+
+    Twice as fast as a regex of the words joined by ``|``, which Python's engine tries at
+    every position of the line; and than ``any()`` over a generator, which costs half again.
+    """
+    for word in words:  # noqa: SIM110 (see above)
+        if word in text:
+            return True
+    return False
+
+
 @dataclass(slots=True)
 class Diagnostics:
     """Counts of what could not be used, per kind, with the first few examples.

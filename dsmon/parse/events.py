@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsmon.model.records import EventRecord, Record
-from dsmon.parse.base import NEED_MORE, ParseContext
+from dsmon.parse.base import NEED_MORE, ParseContext, contains_any
 from dsmon.parse.lines import LogLine
 
 _UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
@@ -149,17 +149,18 @@ _LINE_EVENTS: tuple[tuple[str, re.Pattern[str], _Detail], ...] = (
 )
 
 
-#: Words one of the line events above always holds: most lines hold none, and one search for
-#: literals costs a fraction of trying each pattern in turn.
-_ANY_LINE_EVENT = re.compile(
-    r"DeepSpeed info: |Initializing TorchBackend|WORLD INFO DICT|nnodes=|dist_world_size="
-    r"|Optimizer = |ZeRO stage|exits |Killing subprocess|bucket size|persistent param"
-    r"|Initialize \w+ backend|terminate called|allocator cache flushes"
-)
+#: Words one of the line events above always holds (or ``_INIT_BACKEND``): most lines hold
+#: none, and testing for words costs a fraction of trying each pattern in turn.
+_EVENT_WORDS = (
+    "DeepSpeed info: ", "Initializing TorchBackend", "WORLD INFO DICT", "nnodes=",
+    "dist_world_size=", "Optimizer = ", "ZeRO stage", "exits ", "Killing subprocess",
+    "bucket size", "persistent param", "terminate called", "allocator cache flushes",
+)  # fmt: skip
+_INIT_BACKEND = re.compile(r"Initialize \w+ backend")
 #: C++ ``terminate`` with nothing after it yet: its ``what():`` line follows.
 _TERMINATE = re.compile(r"^terminate called after throwing an instance of '[^']*'\s*$")
 #: A cheap test for the words every failure message holds (OOM, NCCL errors and timeouts).
-_FAILURE_HINT = re.compile(r"out of memory|OutOfMemoryError|NCCL")
+_FAILURE_WORDS = ("out of memory", "OutOfMemoryError", "NCCL")
 
 
 def _bytes(m: re.Match[str] | None) -> int | None:
@@ -208,7 +209,7 @@ def failure_events(line: LogLine, ctx: ParseContext, k0: int = 0) -> list[Record
     """``oom`` / ``nccl_error`` events for a line that reports one (any line, any framing)."""
     text = line.text
     out: list[Record] = []
-    if _FAILURE_HINT.search(text) is None:
+    if not contains_any(text, _FAILURE_WORDS):
         return out
     rank = line.rank
     if rank is None:
@@ -390,7 +391,9 @@ class EventParser:
 
     def _line_event(self, line: LogLine, ctx: ParseContext) -> list[Record] | None:
         text = line.text
-        if _ANY_LINE_EVENT.search(text) is not None:
+        if contains_any(text, _EVENT_WORDS) or (
+            "Initialize " in text and _INIT_BACKEND.search(text) is not None
+        ):
             if not ctx.final and _TERMINATE.match(text):
                 return NEED_MORE  # joined with the next line, kept only if that is ``what():``
             for name, rx, detail in _LINE_EVENTS:

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from dsmon.model.records import LossScaleRecord, Record
-from dsmon.parse.base import NEED_MORE, ParseContext
+from dsmon.parse.base import NEED_MORE, ParseContext, contains_any
 from dsmon.parse.lines import LogLine
 
 _S = r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|inf|nan)"
@@ -93,7 +93,7 @@ _MAX_FACTOR = 8.0
 _SAME_STEP = frozenset({"scale_down", "static", "overflow"})
 _GAP = re.compile(r"[ \t]{2,}")
 _WORD_GAP = re.compile(r"(?<=[A-Za-z])[ \t]{2,}(?=[a-z])")
-_KEYWORDS = re.compile(r"verflow|OVERFLOW|oss scal|ysteresis|dynamic loss")
+_KEYWORDS = ("verflow", "OVERFLOW", "oss scal", "ysteresis", "dynamic loss")
 
 
 def _fragment(text: str, ctx: ParseContext) -> list[Record] | None:
@@ -118,7 +118,7 @@ class LossScaleParser:
     def feed(self, line: LogLine, ctx: ParseContext) -> list[Record] | None:
         """One record per message; ``[]`` for a message that carries nothing new."""
         text = line.text.strip()
-        if not _KEYWORDS.search(text):
+        if not contains_any(text, _KEYWORDS):
             return _fragment(text, ctx)
         if _NO_OVERFLOW.match(text):
             return []
