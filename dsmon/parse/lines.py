@@ -29,6 +29,10 @@ _LOGGERS = (
     # The pre-0.3 logger (DeepSpeedLight, 2020): [INFO 2020-02-06 19:53:56] message
     re.compile(rf"\[(?P<level>[A-Z]+) {_DATE}\] "),
 )
+#: The headers that start with their date, and the one that starts with its level: a line's
+#: second character says which can match (``[Rank 0]`` lines try one regex, not four).
+_DATED_LOGGERS = _LOGGERS[:3]
+_LEVEL_LOGGERS = _LOGGERS[3:]
 _LEVELS = {"D": "DEBUG", "I": "INFO", "W": "WARNING", "E": "ERROR", "C": "CRITICAL"}
 _RANK = re.compile(r"\[Rank (-?\d+)\] ")
 _TORCH_RANK = re.compile(r"\[rank(\d+)\]: ?")
@@ -111,9 +115,16 @@ def _looks_like_host(token: str, rest: str, known: set[str]) -> bool:
 
 
 def _strip_launcher(text: str, out: LogLine, known_hosts: set[str]) -> str:
-    """Remove host/task prefixes added by pdsh, Slurm, OpenMPI and kubectl (at most two)."""
+    """Remove host/task prefixes added by pdsh, Slurm, OpenMPI and kubectl (at most two).
+
+    Every prefix starts with ``[`` or a letter or digit: most other lines (indented ones, a
+    config dump's JSON) try no regex at all.
+    """
     for _ in range(2):
-        m = _TEE.match(text)
+        bracket = text[:1] == "["
+        if not bracket and not text[:1].isalnum():
+            break
+        m = _TEE.match(text) if bracket else None
         if m:
             text = text[m.end() :]  # a local rank: the global rank is not known from it
             continue
@@ -122,17 +133,17 @@ def _strip_launcher(text: str, out: LogLine, known_hosts: set[str]) -> str:
             out.host = m.group(1) or out.host
             text = text[m.end() :]
             continue
-        m = _MPI_TAG.match(text)
+        m = _MPI_TAG.match(text) if bracket else None
         if m:
             out.rank = int(m.group(1))
             text = text[m.end() :]
             continue
-        m = _KUBE_PREFIX.match(text)
+        m = _KUBE_PREFIX.match(text) if bracket else None
         if m:
             out.host = m.group(1)
             text = text[m.end() :]
             continue
-        m = _HOST.match(text)
+        m = None if bracket else _HOST.match(text)
         if m and _looks_like_host(m.group(1), text[m.end() :], known_hosts):
             host = m.group(1)
             if not host.isdigit() and host not in _STREAMS:
@@ -164,7 +175,7 @@ def _strip_headers(text: str, out: LogLine) -> str:
 
 def _strip_logger(text: str, out: LogLine) -> str:
     """Take off a logger header of any generation, keeping its time only if it is a real one."""
-    for pattern in _LOGGERS:
+    for pattern in _DATED_LOGGERS if text[1:2].isdigit() else _LEVEL_LOGGERS:
         m = pattern.match(text)
         if m:
             parts = m.groupdict()

@@ -214,24 +214,26 @@ class LogParser:
             recs = p.feed(line, ctx)
             if recs is None:
                 continue
-            self._drain(rel, out)
+            if ctx.pending:
+                self._drain(rel, out)
             if recs is NEED_MORE:
                 if not final:
                     self._carry = line
                     return True
                 recs = []
-            if clock.take_retro():
+            if clock.retro and clock.take_retro():
                 rel -= 1
-            self._stamp(recs, rel, out)
+            if recs:
+                self._stamp(recs, rel, out)
             return True
-        self._drain(rel, out)
+        if ctx.pending:
+            self._drain(rel, out)
         return False
 
     def _drain(self, rel: int, out: list[Record]) -> None:
         """Records of a block that ended before this line (``ParseContext.pending``)."""
-        if self.ctx.pending:
-            pending, self.ctx.pending = self.ctx.pending, []
-            self._stamp(pending, rel, out)
+        pending, self.ctx.pending = self.ctx.pending, []
+        self._stamp(pending, rel, out)
 
     def _ordered(self) -> Iterable[SubParser]:
         """Parsers in a block get the line before the others."""
