@@ -13,7 +13,7 @@ from pathlib import Path
 
 from field_logs import FIELD
 
-from dsmon.parse import lines, pyrepr, timers
+from dsmon.parse import base, events, lines, loss_scale, pyrepr, timer_shapes, timers
 
 DATA = Path(__file__).parent / "data"
 LOGS = sorted(DATA.glob("**/*.log")) + sorted(FIELD.glob("*.log"))
@@ -56,12 +56,7 @@ def test_timer_fields_read_as_the_whole_line_regex_reads_them() -> None:
         rf"(?:\s*{timers._NAME}: (?:{timers._VAL})\s*\|)*\s*{timers._NAME}: (?:{timers._VAL})\s*"
     )
     pair_rx = re.compile(rf"\s*({timers._NAME}): ({timers._VAL})\s*(?:\||$)")
-    bodies = [
-        m.group(2) or ""
-        for text in real_lines()
-        if "time (ms)" in text
-        and (m := timers._HEAD.match(text[text.index("time (ms)") :])) is not None
-    ]
+    bodies = _timer_bodies()
     # with each body cut short at every length: wrapped lines are what the check is for
     cuts = [body[:n] for body in bodies[:200] for n in range(len(body))]
     assert len(bodies) > 500
@@ -72,3 +67,71 @@ def test_timer_fields_read_as_the_whole_line_regex_reads_them() -> None:
             pairs = pair_rx.findall(body)
             want = (tuple(timers._rejoin(n) for n, _ in pairs), [float(v) for _, v in pairs])
         assert timers._fields(body) == want, body
+
+
+def _timer_bodies() -> list[str]:
+    return [
+        m.group(2) or ""
+        for text in real_lines()
+        if "time (ms)" in text
+        and (m := timers._HEAD.match(text[text.index("time (ms)") :])) is not None
+    ]
+
+
+def test_known_timer_shapes_read_as_the_field_by_field_path_reads_them() -> None:
+    """Shapes learnt from every real timer body, then every body (and cut ones) matched."""
+    bodies = _timer_bodies()
+    cache = timer_shapes.ShapeCache(timers._FIELD, timers._VAL)
+    for body in bodies:
+        fields = timers._fields(body)
+        if fields is not None:
+            cache.learn(body, fields[0])
+    cuts = [body[:n] for body in bodies[:200] for n in range(len(body))]
+    hits = 0
+    for body in bodies + cuts:
+        got = cache.match(body)
+        if got is not None:
+            hits += 1
+            assert got == timers._fields(body), body
+    assert hits > 500  # most real bodies have a known shape: the fast path was exercised
+
+
+def test_word_tests_answer_as_the_regexes_they_replace() -> None:
+    """``contains_any`` over each word list == the ``|``-joined regex it stands for."""
+    replaced = {
+        events._EVENT_WORDS: r"DeepSpeed info: |Initializing TorchBackend|WORLD INFO DICT|nnodes="
+        r"|dist_world_size=|Optimizer = |ZeRO stage|exits |Killing subprocess|bucket size"
+        r"|persistent param|terminate called|allocator cache flushes",
+        events._FAILURE_WORDS: r"out of memory|OutOfMemoryError|NCCL",
+        loss_scale._KEYWORDS: r"verflow|OVERFLOW|oss scal|ysteresis|dynamic loss",
+    }
+    all_lines = real_lines()
+    for words, pattern in replaced.items():
+        rx = re.compile(pattern)
+        found = 0
+        for text in all_lines:
+            want = rx.search(text) is not None
+            assert base.contains_any(text, words) == want, text
+            found += want
+        assert found > 0, pattern
+
+
+def test_prefix_regexes_skipped_by_first_character_never_match_there() -> None:
+    """The launcher and logger regexes a line's first character rules out match no real line."""
+    bracket_only = (lines._TEE, lines._MPI_TAG, lines._KUBE_PREFIX)
+    skipped = 0
+    for text in real_lines():
+        first = text[:1]
+        if first != "[":
+            assert not any(rx.match(text) for rx in bracket_only), text
+            assert not any(rx.match(text) for rx in lines._LOGGERS), text
+        if first == "[" or not first.isalnum():
+            assert lines._HOST.match(text) is None, text
+        if first != "[" and not first.isalnum():
+            assert lines._STAMPED_HOST.match(text) is None, text
+            skipped += 1
+        if first == "[" and not text[1:2].isdigit():
+            assert not any(rx.match(text) for rx in lines._DATED_LOGGERS), text
+        if first == "[" and text[1:2].isdigit():
+            assert not any(rx.match(text) for rx in lines._LEVEL_LOGGERS), text
+    assert skipped > 1000
