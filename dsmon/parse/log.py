@@ -251,16 +251,18 @@ class LogParser:
         While records are held, the others wait behind them, so records leave in file order.
         """
         clock = self.ctx.clock
+        resolved, step = clock.resolved(), clock.stamp(rel)  # the same for all of ``recs``
         for rec in recs:
             needs = rec.step is None and rec.KIND in STEPPED_KINDS
-            if self.live and needs and not clock.resolved():
-                out.append(rec)
-                self._sent_unstamped.append((rec, rel))
-                continue
-            if not clock.resolved() and not self._gave_up and (needs or self._held):
-                self._held.append((rec, rel if needs else None))
-                continue
-            out.append(_with_step(rec, clock.stamp(rel)) if needs else rec)
+            if not resolved:
+                if self.live and needs:
+                    out.append(rec)
+                    self._sent_unstamped.append((rec, rel))
+                    continue
+                if not self._gave_up and (needs or self._held):
+                    self._held.append((rec, rel if needs else None))
+                    continue
+            out.append(_with_step(rec, step) if needs else rec)
 
     def _assign_steps(self, out: list[Record]) -> list[Record]:
         """Release held records once the clock can decide (or too many are held)."""
