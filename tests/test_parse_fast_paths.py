@@ -135,3 +135,28 @@ def test_prefix_regexes_skipped_by_first_character_never_match_there() -> None:
         if first == "[" and text[1:2].isdigit():
             assert not any(rx.match(text) for rx in lines._LEVEL_LOGGERS), text
     assert skipped > 1000
+
+
+def test_timer_shapes_are_bounded_per_first_name_and_in_all() -> None:
+    """A log whose timer lines keep changing shape costs each line a bounded number of tries."""
+    readable = [b for b in _timer_bodies() if timers._fields(b) is not None]
+    body = max(readable, key=lambda b: b.count("|"))
+    parts = body.split("|")
+    assert len(parts) >= 4
+    # the same first field with ever more fields after it, each spacing of its separators
+    variants = {
+        ("|" + " " * gap).join(parts[:n]) for n in range(1, len(parts) + 1) for gap in range(4)
+    }
+    cache = timer_shapes.ShapeCache(timers._FIELD, timers._VAL)
+    for variant in sorted(variants):
+        fields = timers._fields(variant)
+        assert fields is not None, variant
+        cache.learn(variant, fields[0])
+        assert cache.match(variant) in (None, fields)
+    assert len(variants) > timer_shapes.MAX_PER_HEAD
+    (shapes,) = cache._by_head.values()
+    assert len(shapes) == timer_shapes.MAX_PER_HEAD
+    for i in range(2 * timer_shapes.MAX_SHAPES):  # distinct first names: the total is capped
+        other = f" name{i}: 1.00"
+        cache.learn(other, (f"name{i}",))
+    assert sum(len(s) for s in cache._by_head.values()) == timer_shapes.MAX_SHAPES

@@ -4,7 +4,7 @@ A timer line's body is split on ``|`` and each field matched on its own
 (``timers._fields``), which took 4 us of a timer line's 11 in ``dsmon parse``. Yet a run
 prints the same lines with the same names, in the same order and spacing, step after step.
 Once a body's names are known, one regex built from them matches the next such body whole
-and gives its values: 1.3 us. A body that matches no known shape takes the field-by-field
+and gives its values: 1.3 to 1.6 us. A body that matches no known shape takes the field-by-field
 path, which then teaches its shape.
 
 The shape regex is the field regex itself with each name written out as printed: it matches
@@ -20,6 +20,9 @@ from typing import NamedTuple
 #: Shapes kept at most; a log with more distinct timer lines takes the field-by-field path
 #: for the ones seen after (names that vary every line, which DeepSpeed never prints).
 MAX_SHAPES = 256
+#: Shapes kept at most under one first field name, since a body is tried against each of
+#: them: DeepSpeed prints one or two (a ``fwd`` line alone, and with ``bwd`` after it).
+MAX_PER_HEAD = 8
 
 
 class Shape(NamedTuple):
@@ -57,15 +60,15 @@ class ShapeCache:
 
     def learn(self, body: str, names: tuple[str, ...]) -> None:
         """Keep the shape of a body the field-by-field path parsed into ``names``."""
-        if self._count >= MAX_SHAPES:
+        key = body[: body.find(":")]
+        if self._count >= MAX_SHAPES or len(self._by_head.get(key, ())) >= MAX_PER_HEAD:
             return
-        printed = []
+        printed: list[str] = []
         for part in body.split("|"):
             m = self._field.fullmatch(part)
             if m is None:
                 return
             printed.append(m.group(1))
         fields = (rf"\s*{re.escape(name)}: ({self._value})\s*" for name in printed)
-        shape = Shape(re.compile(r"\|".join(fields)), names)
-        self._by_head.setdefault(body[: body.find(":")], []).append(shape)
+        self._by_head.setdefault(key, []).append(Shape(re.compile(r"\|".join(fields)), names))
         self._count += 1
