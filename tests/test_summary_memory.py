@@ -21,6 +21,7 @@ from conftest import DATA, Z2
 from dsmon.analysis.steps import step_breakdown
 from dsmon.analysis.summary_scan import median_of, step_breakdown_of
 from dsmon.load.files import import_paths
+from dsmon.model import wire
 from dsmon.store.base import Store
 from dsmon.store.sqlite import open_store
 
@@ -95,3 +96,14 @@ def test_streamed_inputs_match_the_stores_frames(store: Store, tmp_path: Path, r
     assert [r.step for r in store.scan(run, "step", chunk=7)] == [
         r.step for r in store.records(run, "step")
     ]
+
+
+def test_bodies_scan_gives_each_stored_record_once_in_order(store: Store) -> None:
+    """The summary's timer pass reads the stored JSON: every timer, in id order, no other kind."""
+    import_paths(store, [DATA / "grad_accum"], run="ga")
+    bodies = list(store.scan_bodies("ga", "timer", chunk=7))  # many queries: pages joined
+    assert len(bodies) > 20
+    assert [wire.decode(b.decode("utf-8")) for b in bodies] == store.records("ga", "timer")
+    assert sum(b'"group":"micro"' in b for b in bodies) > len(bodies) // 2
+    with pytest.raises(ValueError, match="gpu"):
+        next(store.scan_bodies("ga", "gpu"))

@@ -25,7 +25,7 @@ from dsmon.model import wire
 from dsmon.model.records import Record, record_key
 from dsmon.model.units import parse_ts
 from dsmon.model.wire import EncodedRecord
-from dsmon.store.filters import RecordFilter
+from dsmon.store.filters import RecordFilter, paged
 from dsmon.store.frame_reads import FrameReads
 from dsmon.store.gpu_reads import GpuReads
 
@@ -379,14 +379,7 @@ class Store(ABC, GpuReads, FrameReads):
 
         For passes over a whole big run (the import summary) that must not hold it all.
         """
-        after = 0
-        while True:
-            rows = self._select_records(RecordFilter(run, kind, after_id=after, limit=chunk))
-            for _, rec in rows:
-                yield rec
-            if len(rows) < chunk:
-                return
-            after = rows[-1][0]
+        return paged(self._select_records, run, kind, chunk)
 
     def id_records(self, flt: RecordFilter) -> list[tuple[int, Record]]:
         """``(id, record)`` pairs: what a client paging with ``after_id`` must be told."""

@@ -6,9 +6,10 @@ Kept apart from :mod:`dsmon.store.base` so that the readers mixed into the store
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 
 def _iso(value: str | datetime | None) -> str | None:
@@ -64,3 +65,24 @@ class RecordFilter:
             sql += f" LIMIT {ph}"
             params.append(self.limit)
         return sql, params
+
+
+T = TypeVar("T")
+
+
+def paged(
+    select: Callable[[RecordFilter], list[tuple[int, T]]], run: str, kind: str, chunk: int
+) -> Iterator[T]:
+    """What ``select`` gives for every row of one kind of a run, ``chunk`` rows a query.
+
+    For passes over a whole big run that must not hold it all: each query starts after the
+    last id the one before gave.
+    """
+    after = 0
+    while True:
+        rows = select(RecordFilter(run, kind, after_id=after, limit=chunk))
+        for _, item in rows:
+            yield item
+        if len(rows) < chunk:
+            return
+        after = rows[-1][0]
