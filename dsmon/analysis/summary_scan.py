@@ -12,16 +12,15 @@ with it.
 
 from __future__ import annotations
 
-import json
 import math
 from array import array
 from collections.abc import Mapping
 from typing import Any
 
-import orjson
 import pandas as pd
 
 from dsmon.analysis.steps import OPTIMIZER_TIMERS, PHASES, group_breakdown
+from dsmon.model.check import loads
 from dsmon.store.base import Store
 
 #: Timer groups the step breakdown reads, and the timers it takes from each.
@@ -81,25 +80,14 @@ def step_breakdown_of(store: Store, run: str) -> pd.DataFrame:
     for body in store.scan_bodies(run, "timer"):
         if _MICRO in body:
             continue
-        obj = _loads(body)
+        obj = loads(body)  # orjson, with Python's decoder for what orjson refuses
+        if not isinstance(obj, dict):
+            continue
         columns = groups.get(str(obj.get("group")))
         if columns is not None:
             src = obj.get("src") or {}
             columns.add(obj.get("step"), src.get("rank"), obj.get("values_ms") or {})
     return group_breakdown(groups["global"].frame(), groups["zero_optimizer"].frame())
-
-
-def _loads(body: bytes) -> dict[str, Any]:
-    """A stored record's JSON: orjson, or ``json`` for what orjson refuses.
-
-    The two differ only where this pass does not look or where it makes a float anyway
-    (orjson gives an int past 64 bits as a float; it refuses a lone surrogate in a file name).
-    """
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        obj = json.loads(body)
-    return obj if isinstance(obj, dict) else {}
 
 
 def median_of(store: Store, run: str, kind: str, field: str) -> float | None:

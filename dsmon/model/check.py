@@ -39,7 +39,7 @@ def encoded_record(rec: Record, line: str) -> EncodedRecord:
 
 def parse_line(line: str) -> Record:
     """One JSON line as a checked record; :class:`WireError` names the field at fault."""
-    obj = _loads(line)
+    obj = loads(line)
     if obj is None or line.count("[") + line.count("{") > MAX_JSON_DEPTH:
         _check_depth(obj, line)
     if isinstance(obj, dict):
@@ -51,7 +51,7 @@ def parse_line(line: str) -> Record:
     return rec
 
 
-def _loads(line: str) -> Any:
+def loads(line: str | bytes) -> Any:
     """The line's JSON: orjson (compiled) for the usual line, Python's decoder otherwise.
 
     orjson refuses what Python's decoder takes (``NaN``, integers past 64 bits, lone
