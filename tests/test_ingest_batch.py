@@ -8,6 +8,7 @@ import pytest
 
 from dsmon.model import wire
 from dsmon.model.records import (
+    EventRecord,
     FlopsProfileRecord,
     GpuSampleRecord,
     ModuleProfile,
@@ -142,6 +143,12 @@ def test_blank_lines_and_ints_for_floats_are_fine() -> None:
         ),
         ("[1, 2]", "record: expected a JSON object"),
         (timer_line(step=2**63), "field 'step': 9223372036854775808 does not fit in 64 bits"),
+        # past what orjson reads as an int (it would give a float: "expected int, got float")
+        (timer_line(step=2**64), "field 'step': 18446744073709551616 does not fit in 64 bits"),
+        (
+            timer_line(step=-(2**63) - 1),
+            "field 'step': -9223372036854775809 does not fit in 64 bits",
+        ),
         (timer_line(ts="2026-11-29\u0000"), "field 'ts': contains a NUL character"),
         (timer_line(group="glo\ud800bal"), "not valid Unicode: lone surrogate \\ud800"),
     ],
@@ -150,6 +157,15 @@ def test_blank_lines_and_ints_for_floats_are_fine() -> None:
 def test_bad_line_names_line_and_field(decode: object, line: str, error: str) -> None:
     good = timer_line()
     assert refused(decode, f"{good}\n{line}\n{good}".encode()) == (400, f"line 2: {error}")
+
+
+def test_big_integer_in_detail_is_kept_exact() -> None:
+    """An integer past 64 bits in free-form ``detail`` (a counter printed whole) stays exact."""
+    line = json.loads(wire.encode(EventRecord(src=Source(run="z2", line=9), name="x", message="m")))
+    line["detail"] = {"bytes": 2**64 + 1, "low": -(2**63) - 3}
+    (rec,) = parse_batch(json.dumps(line).encode())
+    assert isinstance(rec, EventRecord)
+    assert rec.detail == {"bytes": 18446744073709551617, "low": -9223372036854775811}
 
 
 @DECODERS

@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-import orjson
+import msgspec
 
 from dsmon.model.records import KINDS, Record
 from dsmon.model.schema import INT64_MAX, INT64_MIN, Field, schema
@@ -52,15 +52,18 @@ def parse_line(line: str) -> Record:
 
 
 def loads(line: str | bytes) -> Any:
-    """The line's JSON: orjson (compiled) for the usual line, Python's decoder otherwise.
+    """The line's JSON: msgspec (compiled) for the usual line, Python's decoder otherwise.
 
-    orjson refuses what Python's decoder takes (``NaN``, integers past 64 bits, lone
-    surrogates) and stops at its own depth limit; such a line goes through the standard
-    decoder, whose answer and error messages the checks below were written for.
+    msgspec, not orjson: orjson turns an integer past 64 bits into a float without a word,
+    so ``"step": 18446744073709551616`` would be refused as "expected int, got float" and a
+    big integer in ``detail`` would reach the record rounded. msgspec gives exact integers.
+    It refuses what Python's decoder takes (``NaN``, ``1e400``, lone surrogates) and stops
+    at the recursion limit; such a line goes through the standard decoder, whose answer and
+    error messages the checks below were written for.
     """
     try:
-        return orjson.loads(line)
-    except orjson.JSONDecodeError:
+        return msgspec.json.decode(line)
+    except (msgspec.DecodeError, RecursionError):  # ValidationError (1e400) is a DecodeError
         pass
     try:
         return json.loads(line)
