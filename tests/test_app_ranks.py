@@ -49,3 +49,12 @@ def test_a_run_without_the_probe_says_how_to_get_the_view(monkeypatch: pytest.Mo
     at = app_at(url, "z2", "steps")
     assert not at.exception
     assert "start the job with dsmon run -- deepspeed train.py ..." in texts(at).replace("`", "")
+
+
+def test_the_status_line_names_the_last_step_run(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """20 steps ran: the ranks' last heartbeats name step 21, which never began."""
+    monkeypatch.setenv("DSMON_STORE", store_url)
+    at = app_at(store_url, "strag", "steps")
+    assert "finished · last step 20 · " in texts(at)

@@ -164,6 +164,7 @@ def row_record(body: str) -> Record:
 class RunInfo:
     """What the store knows about one run, cheap enough to ask on every dashboard refresh.
 
+    ``last_step`` is the highest step the records name, heartbeats aside (:data:`IN_PROGRESS`).
     ``kinds`` counts records per kind; ``last_id`` is the id of the newest record, so a
     reader can ask for ``records(run, after_id=last_id)`` next time and get only what is new.
     ``received_at`` is when a live sender (the ingest server, the demo's replay) last stored
@@ -210,6 +211,12 @@ def received_now() -> str:
     return datetime.now().isoformat(timespec="milliseconds")
 
 
+#: Kinds whose ``step`` is the step a rank is in, not one it finished: a rank's ``exited``
+#: heartbeat names the step after its last, which never ran, so a run's ``last_step`` (the
+#: status line, ``dsmon_run_last_step``) leaves them out.
+IN_PROGRESS = frozenset({"heartbeat"})
+
+
 def run_infos(
     stats: Iterable[KindStats],
     sources: Iterable[tuple[str, Any, Any]],
@@ -243,7 +250,7 @@ def _fold(
     """
     firsts = [r.first_ts for r in rows if r.first_ts is not None and parse_ts(r.first_ts)]
     lasts = [r.last_ts for r in rows if r.last_ts is not None and parse_ts(r.last_ts)]
-    steps = [r.last_step for r in rows if r.last_step is not None]
+    steps = [r.last_step for r in rows if r.last_step is not None and r.kind not in IN_PROGRESS]
     return RunInfo(
         name=name,
         first_ts=min(firsts) if firsts else None,
