@@ -58,3 +58,14 @@ def test_the_status_line_names_the_last_step_run(
     monkeypatch.setenv("DSMON_STORE", store_url)
     at = app_at(store_url, "strag", "steps")
     assert "finished · last step 20 · " in texts(at)
+
+
+def test_the_finished_run_checklist_says_how_the_ranks_ended(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not "only judged live": the ranks' last heartbeats say they exited normally."""
+    monkeypatch.setenv("DSMON_STORE", store_url)
+    at = app_at(store_url, "strag", "health")
+    assert not at.exception
+    assert "all 2 ranks exited normally" in texts(at)
+    assert not [e.label for e in at.expander if "`ranks.hang`" in e.label]  # among the passes

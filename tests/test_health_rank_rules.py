@@ -136,6 +136,9 @@ def test_hang_rule_passes_moving_ranks_and_finished_runs() -> None:
     gone = [beat(r, 50, "forward", 49) for r in range(2)]  # everyone silent: cannot tell
     assert verdict(gone, "ranks.hang", now=now).status is Status.UNKNOWN
     assert verdict(moving, "ranks.hang").status is Status.UNKNOWN  # replay: not judged
+    # how a run ended needs no clock: a replay says it as live judging does
+    assert verdict(done, "ranks.hang").summary == "all 2 ranks exited normally"
+    assert verdict(real_records(), "ranks.hang").summary == "all 2 ranks exited normally"
     assert verdict(real_records(), "ranks.hang", now=now).status is Status.PASS
     killed = [*gone, *[r for r in real_records() if r.KIND == "event"]]  # launcher's exit lines
     assert verdict(killed, "ranks.hang", now=now).summary.startswith("the launcher reported")

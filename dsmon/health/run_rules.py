@@ -116,10 +116,10 @@ def _last_ts(inputs: HealthInputs, kinds: tuple[str, ...]) -> pd.Timestamp | Non
 )
 def check_stalled(inputs: HealthInputs) -> Finding:
     """Fail when steps stopped while other data (GPU samples, log lines) keeps arriving."""
+    if m.job_finished(inputs):  # needs no clock: a replay says it too, as ``dsmon check`` does
+        return Finding(Status.PASS, "the launcher reported the workers' exit: run finished")
     if inputs.now is None:
         return Finding(Status.UNKNOWN, "only judged live (replaying a finished log)")
-    if m.job_finished(inputs):
-        return Finding(Status.PASS, "the launcher reported the workers' exit: run finished")
     last_step = _last_ts(inputs, _STEP_KINDS)
     if last_step is None:
         return Finding(Status.UNKNOWN, "no timestamped step data yet")
