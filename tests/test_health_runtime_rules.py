@@ -179,6 +179,29 @@ def test_crash_is_a_failure() -> None:
     assert check(corpus_inputs("fp16_zero2"), "run.errors").status is Status.PASS
 
 
+def test_a_failed_launch_followed_by_a_clean_one_warns() -> None:
+    """Two real launches in one log: the run still says a launch failed, but not that it fails."""
+    recs = log_records(DATA / "events_relaunch_after_crash" / "train.log", "re")
+    r = check(inputs_from_records(recs), "run.errors")
+    assert r.status is Status.WARN
+    assert r.summary == (
+        "an earlier launch failed (2 error event(s), 1 failed worker(s)); the job was launched "
+        "again at 2026-12-04 19:35:14 and has reported no error since"
+    )
+    ev = evidence(r)
+    assert ev["traceback (rank 1)"] == (
+        "RuntimeError: [train.py] deliberate crash at step 7 (rank 1) (train.log:195)"
+    )
+    assert ev["launched again"] == "2026-12-04 19:35:14 (WORLD INFO DICT)"
+    # the other order: the latest launch failed
+    recs = log_records(DATA / "events_crash_after_relaunch" / "train.log", "cr")
+    r = check(inputs_from_records(recs), "run.errors")
+    assert r.status is Status.FAIL
+    assert evidence(r)["traceback (rank 0)"].startswith(
+        "RuntimeError: [train.py] deliberate crash at step 4 (rank 0)"
+    )
+
+
 def test_regression_and_spikes() -> None:
     r = check(corpus_inputs("fp16_zero2"), "steps.regression")
     assert (r.status, r.summary) == (Status.PASS, "recent steps run at 1.07x the run's median")

@@ -26,7 +26,7 @@ _STEP_KINDS = ("timer", "step", "throughput", "iteration")
     "run.errors",
     "No worker crashed",
     "Worker tracebacks, CUDA out-of-memory, NCCL errors and non-zero exit codes reported by "
-    "the launcher.",
+    "the launcher. A failure followed by a new launch of the job only warns.",
     "runtime",
     page="steps",
 )
@@ -35,24 +35,24 @@ def check_errors(inputs: HealthInputs) -> Finding:
     ev_frame = inputs.frame("event")
     if ev_frame.empty:
         return Finding(Status.UNKNOWN, "no log events to check (a config was checked alone?)")
-    bad = ev_frame[ev_frame["name"].isin(("traceback", "oom", "nccl_error"))]
     exits = ev_frame[ev_frame["name"] == "worker_exit"]
-    codes = [d.get("return_code") for d in exits["detail"] if isinstance(d, Mapping)]
-    failed = [c for c in codes if c not in (None, 0)]
-    if bad.empty and not failed:
+    bad, failed = _failures(ev_frame)
+    if bad.empty and failed.empty:
         return _clean_end(inputs, ev_frame, exits)
-    ev = tuple(
-        Evidence(
-            f"{r['name']} (rank {_rank(r['rank'])})",
-            str(r["message"])[:160],
-            f"{r['file']}:{r['line']}",
+    ev = _failure_evidence(bad, failed)
+    summary = f"{len(bad)} error event(s), {len(failed)} failed worker(s)"
+    relaunch = _relaunch_after(ev_frame, pd.concat([bad["ts"], failed["ts"]]))
+    if relaunch is not None:
+        return Finding(
+            Status.WARN,
+            f"an earlier launch failed ({summary}); the job was launched again at "
+            f"{relaunch:%Y-%m-%d %H:%M:%S} and has reported no error since",
+            (*ev, Evidence("launched again", f"{relaunch:%Y-%m-%d %H:%M:%S}", "WORLD INFO DICT")),
+            "read the earlier traceback above: if the new launch fixed its cause, nothing to do",
+            "text",
         )
-        for _, r in bad.head(3).iterrows()
-    )
-    ev += tuple(Evidence("worker exit code", c, "launcher") for c in failed[:3])
     steps = inputs.frame("step")
     last = int(steps["step"].max()) if not steps.empty else None
-    summary = f"{len(bad)} error event(s), {len(failed)} failed worker(s)"
     if last is not None:
         summary += f"; last step line: step {last}"
     return Finding(
@@ -62,6 +62,46 @@ def check_errors(inputs: HealthInputs) -> Finding:
         "read the first traceback above; it names the rank that failed first",
         "text",
     )
+
+
+def _failures(events: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The error events (traceback, OOM, NCCL error) and the launcher's non-zero exit lines."""
+    bad = events[events["name"].isin(("traceback", "oom", "nccl_error"))]
+    exits = events[events["name"] == "worker_exit"]
+    codes = [d.get("return_code") if isinstance(d, Mapping) else None for d in exits["detail"]]
+    return bad, exits[[c not in (None, 0) for c in codes]]
+
+
+def _failure_evidence(bad: pd.DataFrame, failed: pd.DataFrame) -> tuple[Evidence, ...]:
+    """The first three error events with their file and line, and three exit codes."""
+    ev = tuple(
+        Evidence(
+            f"{r['name']} (rank {_rank(r['rank'])})",
+            str(r["message"])[:160],
+            f"{r['file']}:{r['line']}",
+        )
+        for _, r in bad.head(3).iterrows()
+    )
+    codes = [d.get("return_code") for d in failed["detail"].head(3)]
+    return ev + tuple(Evidence("worker exit code", c, "launcher") for c in codes)
+
+
+def _relaunch_after(events: pd.DataFrame, failure_ts: pd.Series) -> pd.Timestamp | None:
+    """When the job was launched again after its last failure, if it was.
+
+    A job relaunched after a crash (a fixed config, a Kubernetes Job's retry) often writes to
+    the same log or run: the launcher prints ``WORLD INFO DICT`` on each node at each launch.
+    Compared by time, not by arrival order: one node's collector may deliver its launch
+    lines after another node's crash. A failure without a time cannot be placed: None.
+    """
+    if failure_ts.empty or failure_ts.isna().any():
+        return None
+    launches = events[
+        (events["name"] == "world_info")
+        & events["message"].astype(str).str.startswith("WORLD INFO DICT")
+    ]["ts"].dropna()
+    later = launches[launches > failure_ts.max()]
+    return None if later.empty else pd.Timestamp(later.min())
 
 
 def _clean_end(inputs: HealthInputs, events: pd.DataFrame, exits: pd.DataFrame) -> Finding:
