@@ -125,3 +125,22 @@ def test_outcome_of_a_killed_job(store: Store) -> None:
     (res,) = import_paths(store, [DATA / "events_sigkill_all"])
     text = render_summary(run_summary(store, res.run))
     assert "Outcome     no exit seen: still running, or killed with its job" in text.splitlines()
+
+
+def outcome(store: Store, folder: str) -> str:
+    """The Outcome line of the summary of a run folder of tests/data, imported."""
+    (res,) = import_paths(store, [DATA / folder])
+    lines = render_summary(run_summary(store, res.run)).splitlines()
+    return next(line for line in lines if line.startswith("Outcome     "))
+
+
+def test_outcome_of_a_job_launched_again(store: Store) -> None:
+    """Two real launches in one log: the outcome is the latest launch's, the earlier noted."""
+    assert outcome(store, "events_relaunch_after_crash") == (
+        "Outcome     2 worker(s) exited successfully; an earlier launch failed: traceback: "
+        "RuntimeError: [train.py] deliberate crash at step 7 (rank 1)"
+    )
+    assert outcome(store, "events_crash_after_relaunch") == (
+        "Outcome     failed: traceback: RuntimeError: [train.py] deliberate crash at step 4 "
+        "(rank 0) (+1 more); exit codes 1"
+    )

@@ -44,6 +44,8 @@ class RunSummary:
     world_size: int | None = None
     exit_codes: tuple[int, ...] = ()
     problems: tuple[str, ...] = ()
+    #: Failures of launches before the latest (a job started again after a crash).
+    earlier_problems: tuple[str, ...] = ()
 
 
 def _num(value: Any) -> float | None:
@@ -111,24 +113,58 @@ def _timing(breakdown: pd.DataFrame) -> dict[str, Any]:
     }
 
 
+class _Launches:
+    """Exit codes and failures of the latest launch, and the failures of those before it.
+
+    The launcher prints ``WORLD INFO DICT`` at each launch: one that comes after a failure
+    (by time, as the ``run.errors`` rule compares them) starts a new launch of the job.
+    """
+
+    def __init__(self) -> None:
+        self.codes: list[int] = []
+        self.problems: list[str] = []
+        self.earlier: list[str] = []
+        self._failed_at: str | None = None  # time of the latest failure, ISO text
+
+    def failure(self, rec: EventRecord, text: str | None) -> None:
+        """A failure (an error event, or an exit code when ``text`` is None)."""
+        if text is not None:
+            self.problems.append(text)
+        if rec.ts is not None and (self._failed_at is None or rec.ts > self._failed_at):
+            self._failed_at = rec.ts
+
+    def launch(self, rec: EventRecord) -> None:
+        """A ``WORLD INFO DICT`` line: after a failure, the failures so far were earlier ones."""
+        if self._failed_at is None or rec.ts is None or rec.ts <= self._failed_at:
+            return
+        failed = [f"exit code {c}" for c in self.codes if c != 0]
+        self.earlier += self.problems or failed
+        self.codes, self.problems, self._failed_at = [], [], None
+
+
 def _events(store: Store, run: str) -> dict[str, Any]:
     """Version, world size, worker exit codes and failures from the run's event records."""
-    out: dict[str, Any] = {"exit_codes": (), "problems": ()}
-    codes: list[int] = []
-    problems: list[str] = []
+    out: dict[str, Any] = {}
+    launches = _Launches()
     for rec in store.scan(run, "event"):
         if not isinstance(rec, EventRecord):
             continue
         detail = rec.detail
         if rec.name == "deepspeed_version" and "version" in detail:
             out["ds_version"] = str(detail["version"])
-        elif rec.name == "world_info" and isinstance(detail.get("dist_world_size"), int):
-            out["world_size"] = detail["dist_world_size"]
+        elif rec.name == "world_info":
+            if isinstance(detail.get("dist_world_size"), int):
+                out["world_size"] = detail["dist_world_size"]
+            if rec.message.startswith("WORLD INFO DICT"):
+                launches.launch(rec)
         elif rec.name == "worker_exit" and isinstance(detail.get("return_code"), int):
-            codes.append(detail["return_code"])
+            launches.codes.append(detail["return_code"])
+            if detail["return_code"] != 0:
+                launches.failure(rec, None)
         elif rec.name in _PROBLEMS:
-            problems.append(f"{rec.name}: {rec.message}")
-    out["exit_codes"], out["problems"] = tuple(codes), tuple(problems)
+            launches.failure(rec, f"{rec.name}: {rec.message}")
+    out["exit_codes"], out["problems"] = tuple(launches.codes), tuple(launches.problems)
+    out["earlier_problems"] = tuple(launches.earlier)
     return out
 
 
@@ -215,8 +251,12 @@ def _outcome(s: RunSummary) -> str:
     if failed:
         return f"failed: exit codes {', '.join(map(str, failed))}"
     if s.exit_codes:
-        return f"{len(s.exit_codes)} worker(s) exited successfully"
-    return "no exit seen: still running, or killed with its job"
+        ended = f"{len(s.exit_codes)} worker(s) exited successfully"
+    else:
+        ended = "no exit seen: still running, or killed with its job"
+    if s.earlier_problems:
+        ended += f"; an earlier launch failed: {s.earlier_problems[0]}"
+    return ended
 
 
 def _deepspeed(s: RunSummary) -> str:
