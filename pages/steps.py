@@ -163,10 +163,7 @@ def every_rank() -> None:
         lambda: ranks.rank_step_table(f.frame("rank_step", cut)),
     )
     if table.empty:
-        st.caption(
-            "Per-rank step times and heartbeats come from dsmon's probe: start the job with "
-            "`dsmon run -- deepspeed train.py ...` to see every rank here."
-        )
+        no_step_times(f.frame("heartbeat", cut))
         return
     strag = f.memo("steps.stragglers", ["rank_step"], cut, lambda: ranks.stragglers(table))
     counts = ranks.slowest_counts(ranks.stragglers(steps.steady(table)))
@@ -193,6 +190,22 @@ def every_rank() -> None:
         "that wait are the fast ones. Score 1.0 = balanced."
     )
     where_ranks(f.frame("heartbeat", cut))
+
+
+def no_step_times(beats: pd.DataFrame) -> None:
+    """Why there are no per-rank step times: no probe, or one that times no step of this job."""
+    if beats.empty:
+        st.caption(
+            "Per-rank step times and heartbeats come from dsmon's probe: start the job with "
+            "`dsmon run -- deepspeed train.py ...` to see every rank here."
+        )
+        return
+    st.caption(
+        f"dsmon's probe sends heartbeats from {beats['rank'].nunique()} rank(s) but no step "
+        "times yet. It times the engine's forward, backward and step: the pipeline engine's "
+        "train_batch, and code that calls the model directly, are not timed (docs/per-rank.md)."
+    )
+    where_ranks(beats)
 
 
 def where_ranks(beats: pd.DataFrame) -> None:

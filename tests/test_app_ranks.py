@@ -69,3 +69,20 @@ def test_the_finished_run_checklist_says_how_the_ranks_ended(
     assert not at.exception
     assert "all 2 ranks exited normally" in texts(at)
     assert not [e.label for e in at.expander if "`ranks.hang`" in e.label]  # among the passes
+
+
+def test_a_probe_that_timed_no_step_is_not_told_to_start_the_probe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real pipeline job under ``dsmon run``: heartbeats from both ranks, no step times."""
+    url = str(tmp_path / "pipe.sqlite")
+    with open_store(url) as store:
+        import_paths(store, [DATA / "probe_pipeline"], run="pipe")
+    monkeypatch.setenv("DSMON_STORE", url)
+    at = app_at(url, "pipe", "steps")
+    assert not at.exception
+    text = texts(at)
+    assert "dsmon's probe sends heartbeats from 2 rank(s) but no step times yet" in text
+    assert "start the job with" not in text
+    (where,) = at.dataframe
+    assert list(where.value["where"]) == ["exited", "exited"]
