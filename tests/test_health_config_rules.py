@@ -6,6 +6,7 @@ import json
 
 import pytest
 from health_support import (
+    DATA,
     check,
     config_inputs,
     corpus_config,
@@ -16,6 +17,11 @@ from health_support import (
 )
 
 from dsmon.health import ConfigView, Status, evaluate
+from dsmon.health.gather import inputs_from_records
+from dsmon.health.inputs import DP_FROM_WORLD
+from dsmon.load.files import discover, read_found
+from dsmon.model.records import Record
+from dsmon.parse.base import Diagnostics
 
 # Every corpus run's config (checked alone: version and device unknown) and the verdicts it
 # should get; every config rule not listed passes or does not apply. Why, per rule:
@@ -195,6 +201,32 @@ def test_batch_arithmetic() -> None:
     assert grad.status is Status.PASS  # 16 = 2 x 4 x 2
     none = check(config_inputs(seed("seed000_overlap.json")), "batch.arithmetic")
     assert none.status is Status.FAIL and none.summary.startswith("neither train_batch_size")
+
+
+def test_batch_arithmetic_of_a_pipeline_job() -> None:
+    """A real 2-stage pipeline job at the default log level: no config dump names dp = 1."""
+    recs: list[Record] = []
+    for found in discover(DATA / "probe_pipeline"):
+        recs.extend(read_found(found, "pipe", Diagnostics()))
+    ran = check(inputs_from_records(recs, run="pipe"), "batch.arithmetic")
+    assert (ran.status, ran.summary) == (
+        Status.PASS,
+        "batch keys agree with a data-parallel size of 1: the 2 ranks run 2-way pipeline or "
+        "tensor parallel",
+    )
+    assert evidence(ran)["data-parallel size"] == f"2 ({DP_FROM_WORLD})"
+    # before its first step the job may yet fail deepspeed.initialize's check
+    started = [r for r in recs if r.KIND not in ("iteration", "step", "timer", "rank_step")]
+    early = check(inputs_from_records(started, run="pipe"), "batch.arithmetic")
+    assert early.status is Status.WARN
+    assert early.summary.endswith("with data parallelism alone deepspeed.initialize asserts")
+    # no model-parallel degree makes 16 = 2 x 4 x dp hold on 3 ranks
+    guess = {"dp_size": 3, "sources": {"dp_size": DP_FROM_WORLD}}
+    odd = check(config_inputs(corpus_config("grad_accum"), **guess), "batch.arithmetic")
+    assert (odd.status, odd.summary) == (
+        Status.FAIL,
+        "16 != 2 x 4 x 3: deepspeed.initialize asserts",
+    )
 
 
 def test_clipping_with_long_accumulation_and_the_0_19_3_default() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dsmon.health import thresholds as th
 from dsmon.health.config_view import ConfigView
-from dsmon.health.inputs import HealthInputs
+from dsmon.health.inputs import DP_FROM_WORLD, HealthInputs
 from dsmon.health.model import Evidence, Finding, Status, format_value, worst
 from dsmon.health.registry import rule
 from dsmon.health.schema import default_for
@@ -255,7 +255,9 @@ def _batch_numbers(cfg: ConfigView) -> tuple[float | None, float | None, float |
     "batch.arithmetic",
     "train_batch_size = micro x accumulation x data-parallel size",
     "DeepSpeed asserts train_batch_size == train_micro_batch_size_per_gpu x "
-    "gradient_accumulation_steps x data-parallel world size at initialize.",
+    "gradient_accumulation_steps x data-parallel world size at initialize. Without a config "
+    "dump the world size stands for it: pipeline or tensor parallelism that makes the keys "
+    "agree passes once the job trains.",
     "config",
 )
 @needs_config
@@ -278,6 +280,22 @@ def check_batch_arithmetic(cfg: ConfigView, inputs: HealthInputs) -> Finding:
         gas = tbs // (micro * (dp or 1))
     product = micro * gas
     if dp is not None and tbs != product * dp:
+        mp = _model_parallel(tbs, product, dp) if _dp_guessed(inputs) else None
+        if mp is not None:
+            agree = f"batch keys agree with a data-parallel size of {dp // mp}"
+            if _made_steps(inputs):  # deepspeed.initialize checked them: the job trains
+                return Finding(
+                    Status.PASS,
+                    f"{agree}: the {dp} ranks run {mp}-way pipeline or tensor parallel",
+                    ev,
+                )
+            return Finding(
+                Status.WARN,
+                f"{agree} only if the {dp} ranks run {mp}-way pipeline or tensor parallel; "
+                "with data parallelism alone deepspeed.initialize asserts",
+                ev,
+                fix_json({"train_batch_size": int(product * dp)}),
+            )
         why = (
             f"{format_value(tbs)} != {format_value(micro)} x {format_value(gas)} x {dp}: "
             "deepspeed.initialize asserts"
@@ -290,6 +308,28 @@ def check_batch_arithmetic(cfg: ConfigView, inputs: HealthInputs) -> Finding:
     implied = int(tbs // product)
     note = "" if dp else f": implies a data-parallel size of {implied}; other sizes fail"
     return Finding(Status.PASS, f"batch keys agree{note}", ev)
+
+
+def _dp_guessed(inputs: HealthInputs) -> bool:
+    """Whether the data-parallel size is the world size taken for it (no config dump)."""
+    return inputs.facts.sources.get("dp_size") == DP_FROM_WORLD
+
+
+def _made_steps(inputs: HealthInputs) -> bool:
+    """Whether the run reported a training step (so ``deepspeed.initialize`` accepted it)."""
+    return any(inputs.has_rows(k) for k in ("timer", "step", "iteration", "rank_step"))
+
+
+def _model_parallel(tbs: float, product: float, world: int) -> int | None:
+    """The model-parallel degree under which the batch keys agree on ``world`` ranks, if any.
+
+    A pipeline or tensor-parallel job's data-parallel size is the world size divided by that
+    degree; at DeepSpeed's default log level no config dump says what it is.
+    """
+    if product <= 0 or tbs % product:
+        return None
+    dp = int(tbs // product)
+    return world // dp if 0 < dp < world and world % dp == 0 else None
 
 
 @rule(

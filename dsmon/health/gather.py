@@ -20,7 +20,7 @@ import pandas as pd
 
 from dsmon.analysis.step_stats import StatSource
 from dsmon.health.config_view import ConfigView, ds_config_from_effective
-from dsmon.health.inputs import HealthInputs, LazyFrames, RunFacts
+from dsmon.health.inputs import DP_FROM_WORLD, HealthInputs, LazyFrames, RunFacts
 from dsmon.health.schema import Version, parse_version
 from dsmon.model.ds_config import preferred_config
 from dsmon.model.frames import records_frame
@@ -285,7 +285,7 @@ def _dp_size(
             sources["dp_size"] = "flops profiler data parallel size"
             return dp
     if world_size is not None:
-        sources["dp_size"] = "world size (assumes no model parallelism)"
+        sources["dp_size"] = DP_FROM_WORLD
     return world_size
 
 

@@ -70,6 +70,11 @@ class LazyFrames(Mapping[str, pd.DataFrame]):
         return len(self._loaders)
 
 
+#: How ``RunFacts.sources`` names a data-parallel size taken from the world size: a guess that
+#: pipeline or tensor parallelism makes too large, so the batch rule does not fail on it alone.
+DP_FROM_WORLD = "world size (assumes no model parallelism)"
+
+
 @dataclass(frozen=True, slots=True)
 class RunFacts:
     """What is known about where the run executes, each with how it was learnt.
