@@ -202,6 +202,25 @@ def test_a_failed_launch_followed_by_a_clean_one_warns() -> None:
     )
 
 
+def test_a_torchrun_job_ends_by_its_heartbeats() -> None:
+    """torchrun prints no launcher lines: the probe's ``exited`` heartbeats say the run ended."""
+    recs: list[Record] = []
+    for found in discover(DATA / "probe_torchrun"):
+        recs.extend(read_found(found, "tr", Diagnostics()))
+    assert not [r for r in recs if r.KIND == "event"]
+    errors = check(inputs_from_records(recs), "run.errors")
+    assert (errors.status, errors.summary) == (
+        Status.PASS,
+        "no crash, OOM or NCCL error in the log",
+    )
+    last = _last_ts(recs) + timedelta(seconds=300)
+    for now in (None, last):  # replayed, or live long after the end
+        stalled = check(inputs_from_records(recs, now=now), "run.stalled")
+        assert stalled.summary == "all 2 ranks exited normally: run finished"
+    config_only = [r for r in recs if r.KIND == "config"]
+    assert check(inputs_from_records(config_only), "run.errors").status is Status.UNKNOWN
+
+
 def test_regression_and_spikes() -> None:
     r = check(corpus_inputs("fp16_zero2"), "steps.regression")
     assert (r.status, r.summary) == (Status.PASS, "recent steps run at 1.07x the run's median")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from dsmon.analysis import comm, step_stats, steps
+from dsmon.analysis import comm, ranks, step_stats, steps
 from dsmon.analysis.ranked import Ranked
 from dsmon.health import thresholds as th
 from dsmon.health.inputs import BREAKDOWN, HealthInputs
@@ -228,3 +228,16 @@ def job_finished(inputs: HealthInputs) -> bool:
     """Whether the launcher reported the workers' exit (successful or not)."""
     ev = inputs.frame("event")
     return not ev.empty and bool((ev["name"] == "worker_exit").any())
+
+
+def exited_ranks(inputs: HealthInputs) -> int:
+    """How many ranks ended normally, when the probe's last heartbeat of every rank says so.
+
+    0 when some rank's does not, or without the probe. Under ``torchrun`` the log has no
+    launcher lines, and this is how a run tells that it finished.
+    """
+    beats = inputs.frame("heartbeat")
+    if beats.empty:
+        return 0
+    states = ranks.rank_states(beats, beats["ts"].max())
+    return len(states) if states and all(s.phase == "exited" for s in states) else 0

@@ -123,14 +123,13 @@ def check_hang(inputs: HealthInputs) -> Finding:
     if beats.empty:
         return not_applicable(_NO_PROBE)
     # How a run ended needs no clock: a replay of a finished run says so, as `dsmon check` does
-    at = pd.Timestamp(inputs.now) if inputs.now is not None else beats["ts"].max()
-    states = ranks.rank_states(beats, at)
-    if states and all(s.phase == "exited" for s in states):
-        return Finding(Status.PASS, f"all {len(states)} ranks exited normally")
+    if exited := m.exited_ranks(inputs):
+        return Finding(Status.PASS, f"all {exited} ranks exited normally")
     if m.job_finished(inputs):
         return Finding(Status.PASS, "the launcher reported the workers' exit: the job ended")
     if inputs.now is None:
         return Finding(Status.UNKNOWN, "only judged live (replaying a finished run)")
+    states = ranks.rank_states(beats, pd.Timestamp(inputs.now))
     limit = _stuck_limit(inputs)
     ev = tuple(
         Evidence(f"rank {s.rank}", s.where(), f"heartbeat {s.silent_s:.0f} s ago")

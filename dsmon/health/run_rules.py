@@ -20,6 +20,7 @@ from dsmon.health.model import Evidence, Finding, Status
 from dsmon.health.registry import rule
 
 _STEP_KINDS = ("timer", "step", "throughput", "iteration")
+_NO_ERROR = "no crash, OOM or NCCL error in the log"
 
 
 @rule(
@@ -33,7 +34,9 @@ _STEP_KINDS = ("timer", "step", "throughput", "iteration")
 def check_errors(inputs: HealthInputs) -> Finding:
     """Fail on any crash event; pass when the log shows none."""
     ev_frame = inputs.frame("event")
-    if ev_frame.empty:
+    if ev_frame.empty:  # a log without launcher lines (torchrun) still shows no error
+        if any(inputs.has_rows(k) for k in _STEP_KINDS):
+            return Finding(Status.PASS, _NO_ERROR)
         return Finding(Status.UNKNOWN, "no log events to check (a config was checked alone?)")
     exits = ev_frame[ev_frame["name"] == "worker_exit"]
     bad, failed = _failures(ev_frame)
@@ -123,7 +126,7 @@ def _clean_end(inputs: HealthInputs, events: pd.DataFrame, exits: pd.DataFrame) 
             "check the scheduler's job record and the nodes' kernel logs (OOM killer)",
             "text",
         )
-    return Finding(Status.PASS, "no crash, OOM or NCCL error in the log")
+    return Finding(Status.PASS, _NO_ERROR)
 
 
 def _rank(value: object) -> str:
@@ -158,6 +161,8 @@ def check_stalled(inputs: HealthInputs) -> Finding:
     """Fail when steps stopped while other data (GPU samples, log lines) keeps arriving."""
     if m.job_finished(inputs):  # needs no clock: a replay says it too, as ``dsmon check`` does
         return Finding(Status.PASS, "the launcher reported the workers' exit: run finished")
+    if exited := m.exited_ranks(inputs):
+        return Finding(Status.PASS, f"all {exited} ranks exited normally: run finished")
     if inputs.now is None:
         return Finding(Status.UNKNOWN, "only judged live (replaying a finished log)")
     last_step = _last_ts(inputs, _STEP_KINDS)
