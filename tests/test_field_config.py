@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from field_corpus import dsmon_parse
 
+from dsmon.health import Status, evaluate
+from dsmon.health.gather import inputs_from_records
 from dsmon.model.ds_config import preferred_config
 from dsmon.model.records import ConfigRecord, EventRecord, MemoryRecord, StepRecord
 
@@ -189,3 +191,15 @@ def test_settings_are_never_read_from_a_partial_dump() -> None:
 def test_08_version_line_of_the_same_run() -> None:
     (version,) = [e for e in dsmon_parse(8).of(EventRecord) if e.name == "deepspeed_version"]
     assert version.detail["version"] == "2.1" and version.detail["git_hash"] == "fa937e7"
+
+
+def test_08_info_lines_in_the_log_are_visible_whatever_the_version_says() -> None:
+    """``version=2.1`` predates DeepSpeed's public numbering; read as 2.1.0 it would be newer
+    than 0.17.6, whose workers log at WARNING. The log's own INFO lines say otherwise."""
+    parsed = dsmon_parse(8)
+    r = evaluate(inputs_from_records(parsed.records, run="field"))
+    (log_level,) = [c for c in r.results if c.rule_id == "observe.log_level"]
+    assert log_level.status is Status.PASS
+    assert log_level.summary.startswith(
+        "the workers' INFO lines are in the log: DeepSpeed Basic Optimizer = FusedAdam"
+    )

@@ -17,6 +17,9 @@ from dsmon.health.registry import rule
 from dsmon.health.verdicts import fix_json, needs_config
 
 _VERBOSE_LEVELS = {"info", "debug"}
+#: Events parsed from lines the engine logs at INFO in each worker (not the launcher), the
+#: surest first: some early versions print() their version line.
+_WORKER_INFO_EVENTS = ("optimizer", "zero_stage", "zero_init", "deepspeed_version")
 
 
 @rule(
@@ -86,6 +89,9 @@ def check_log_level(cfg: ConfigView, inputs: HealthInputs) -> Finding:
     )
     if not inputs.frame("step").empty:
         return Finding(Status.PASS, "step= lines are in the log: INFO output is visible", ev)
+    seen = _worker_info_line(inputs)
+    if seen is not None:  # what the log shows beats what the version implies
+        return Finding(Status.PASS, f"the workers' INFO lines are in the log: {seen}", ev)
     supported = version is None or version >= schema.KEY_SINCE["log_level"]
     if supported and str(level.value).lower() in _VERBOSE_LEVELS:
         return Finding(Status.PASS, f"log_level {level.value}", ev)
@@ -113,6 +119,24 @@ def check_log_level(cfg: ConfigView, inputs: HealthInputs) -> Finding:
         fix,
         "python",
     )
+
+
+def _worker_info_line(inputs: HealthInputs) -> str | None:
+    """A line the training processes log at INFO, when the log holds one, with its place.
+
+    The launcher logs at INFO whatever the workers do, so its lines prove nothing; these
+    come from the engine in each worker. A 2020 log's version line (``version=2.1``, before
+    DeepSpeed's public numbering) would otherwise be read as a version that hides them.
+    """
+    events = inputs.frame("event")
+    if events.empty or "name" not in events.columns:
+        return None
+    for name in _WORKER_INFO_EVENTS:
+        hits = events[events["name"] == name]
+        if not hits.empty:
+            first = hits.iloc[0]
+            return f"{str(first['message'])[:80]} ({first['file']}:{first['line']})"
+    return None
 
 
 @rule(
