@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -46,6 +47,7 @@ from dsmon.commands.dashboard import (
     wait_for_signal,
     wait_until_ready,
 )
+from dsmon.parse.log import run_start_line
 from dsmon.serve.tokens import TokenError, generate_token, load_token
 
 #: The variable the probe reads (``collectors.probe.patch.DIR_ENV``).
@@ -198,7 +200,14 @@ class Job:
 
 
 def start_job(cmd: Sequence[str], env: Mapping[str, str], log: Path) -> Job:
-    """The job, its output teed to ``log`` and this process's stdout."""
+    """The job, its output teed to ``log`` and this process's stdout.
+
+    The log first gets a line of dsmon's own (:func:`dsmon.parse.log.run_start_line`): at
+    DeepSpeed's default log level under ``torchrun``, nothing else says where the job's
+    output begins, and without it the timer lines could not be numbered by step.
+    """
+    with log.open("a", encoding="utf-8") as f:
+        f.write(run_start_line(cmd, datetime.now()) + "\n")
     try:
         proc = subprocess.Popen(
             list(cmd), env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

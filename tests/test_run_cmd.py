@@ -9,6 +9,7 @@ runs in a few seconds; test_e2e_ranks.py does the same with real DeepSpeed.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -42,7 +43,14 @@ def test_job_is_probed_and_collected(tmp_path: Path) -> None:
     out = dsmon_run(tmp_path, sys.executable, str(TRAIN_FAKE), "6", "1", "0.002")
     assert out.returncode == 0, out.stderr
     assert "trained 6 steps" in out.stdout  # the job's output is shown as usual
-    assert "trained 6 steps" in (tmp_path / "job1" / "train.log").read_text()
+    log = (tmp_path / "job1" / "train.log").read_text().splitlines()
+    assert "trained 6 steps" in log
+    # dsmon's own first line, which marks where the job's output begins for the step clock
+    assert re.fullmatch(
+        r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\] \[INFO\] \[dsmon:0:run\] dsmon run "
+        rf"starts the job: {re.escape(sys.executable)} \S+train_fake\.py 6 1 0\.002",
+        log[0],
+    )
     store = open_store(tmp_path / "s.sqlite")
     try:
         (info,) = store.runs()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ from dsmon.model.records import (
     TimerRecord,
 )
 from dsmon.parse.base import StepClock
-from dsmon.parse.log import LogParser
+from dsmon.parse.log import LogParser, run_start_line
 
 DATA = Path(__file__).parent / "data"
 TRUTH = re.compile(r"\[train\.py\] step (\d+) .*global_steps (\d+)")
@@ -54,8 +55,11 @@ def timers(recs: list[Record], group: str) -> list[TimerRecord]:
 
 @pytest.mark.parametrize(
     "run",
-    ["z2", "z3", "grad_accum", "fp16_zero2", "fp16_zero3", "act_ckpt", "memory_breakdown"],
-)
+    [
+        "z2", "z3", "grad_accum", "fp16_zero2", "fp16_zero3", "act_ckpt", "memory_breakdown",
+        "probe_torchrun",  # default log level, torchrun: its start warning marks the start
+    ],
+)  # fmt: skip
 def test_every_record_is_in_the_step_its_line_was_printed_in(run: str) -> None:
     lines = read(run)
     gt = truth(lines)
@@ -198,6 +202,24 @@ def test_default_log_level_counts_from_the_launcher_lines() -> None:
     third = timers(recs, "global")[2]
     assert third.values_ms["fwd"] == 30.47 and third.step == 3
     assert [r.step for r in recs if isinstance(r, FlopsProfileRecord)] == [6]
+
+
+def test_dsmon_run_start_line_marks_the_start() -> None:
+    """torchrun at the default log level, its start warning gone (OMP_NUM_THREADS set): only
+    the line ``dsmon run`` writes first says where the output begins."""
+    lines = [ln for ln in read("probe_torchrun") if "torch/distributed/run.py" not in ln]
+    recs, _ = parse(lines)
+    assert {r.step for r in recs if isinstance(r, TimerRecord)} == {None}  # blind
+    head = run_start_line(["torchrun", "train.py"], datetime(2026, 12, 4, 19, 54, 53, 5000))
+    assert head == (
+        "[2026-12-04 19:54:53,005] [INFO] [dsmon:0:run] dsmon run starts the job: torchrun train.py"
+    )
+    recs, parser = parse([head, *lines])
+    assert [r.step for r in timers(recs, "global")] == list(range(1, 81))
+    gt = truth(lines)
+    for rec in recs:
+        assert rec.step == expected(gt, (rec.src.line or 0) - 1)  # one line more in front
+    assert not parser.diag.unparsed
 
 
 def test_log_cut_mid_run_is_held_until_the_first_anchor() -> None:

@@ -9,8 +9,10 @@ records that carry none (``base.StepClock``). It does no I/O: the caller feeds l
 from __future__ import annotations
 
 import dataclasses
+import shlex
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import datetime
 
 from dsmon.model.records import Record
 from dsmon.parse.base import NEED_MORE, STEPPED_KINDS, Diagnostics, ParseContext, SubParser
@@ -21,8 +23,13 @@ from dsmon.parse.lines import LineCleaner, LogLine
 #: of records sent without a step that are remembered to be sent again once it is known.
 MAX_HELD = 5000
 MAX_JOINS = 4
-_START_LOGGERS = frozenset({"runner.py", "launch.py"})
+#: The logger of the line ``dsmon run`` writes at the head of a job's output (run_start_line).
+RUN_START_LOGGER = "dsmon"
+_START_LOGGERS = frozenset({"runner.py", "launch.py", RUN_START_LOGGER})
 _START_TEXTS = ("DeepSpeed info:", "Initializing TorchBackend", "DeepSpeedEngine configuration")
+#: torchrun's warning as it starts the workers (``W1204 ... torch/distributed/run.py:874]
+#: Setting OMP_NUM_THREADS environment variable for each process ...``): all words present.
+_TORCHRUN_START = ("torch/distributed/run.py", "Setting OMP_NUM_THREADS")
 _END_TEXTS = ("Process ", "Killing subprocess")
 
 
@@ -340,7 +347,20 @@ def _is_start(line: LogLine) -> bool:
     text = line.text
     if line.logger in _START_LOGGERS:
         return not text.startswith(_END_TEXTS) and "exits with return code" not in text
-    return text.startswith(_START_TEXTS)
+    return text.startswith(_START_TEXTS) or all(word in text for word in _TORCHRUN_START)
+
+
+def run_start_line(cmd: Sequence[str], at: datetime) -> str:
+    """The line ``dsmon run`` writes before the job's output, in DeepSpeed's logger format.
+
+    Its header gives the log a time from the first line on, and its logger
+    (:data:`RUN_START_LOGGER`) says the job's output begins here, so that the timer lines
+    are numbered by step even when nothing else of the job's start is printed.
+    """
+    stamp = f"{at:%Y-%m-%d %H:%M:%S},{at.microsecond // 1000:03d}"
+    return (
+        f"[{stamp}] [INFO] [{RUN_START_LOGGER}:0:run] dsmon run starts the job: {shlex.join(cmd)}"
+    )
 
 
 def parse_text(
