@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from dsmon.load.files import discover, read_found
 from dsmon.model.records import (
     FlopsProfileRecord,
     LossScaleRecord,
@@ -23,7 +24,7 @@ from dsmon.model.records import (
     ThroughputRecord,
     TimerRecord,
 )
-from dsmon.parse.base import StepClock
+from dsmon.parse.base import Diagnostics, StepClock
 from dsmon.parse.log import LogParser, run_start_line
 
 DATA = Path(__file__).parent / "data"
@@ -220,6 +221,22 @@ def test_dsmon_run_start_line_marks_the_start() -> None:
     for rec in recs:
         assert rec.step == expected(gt, (rec.src.line or 0) - 1)  # one line more in front
     assert not parser.diag.unparsed
+
+
+def test_torchrun_log_dir_files_start_with_their_worker() -> None:
+    """A worker's stdout.log from ``torchrun --log-dir``, at the default log level: nothing in
+    it marks the start; its path does, and its timer lines get their steps."""
+    (path,) = (DATA / "torchrun_log_dir").glob("*/attempt_0/0/stdout.log")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    recs, _ = parse(lines)  # the same lines, from a file of no known layout
+    assert {r.step for r in recs if isinstance(r, TimerRecord)} == {None}
+    found = [f for f in discover(DATA / "torchrun_log_dir") if f.path == path]
+    assert [f.label for f in found] == [path.relative_to(DATA / "torchrun_log_dir").as_posix()]
+    recs = list(read_found(found[0], "tr", Diagnostics()))
+    assert [r.step for r in timers(recs, "global")] == list(range(1, 31))
+    gt = truth(lines)
+    for rec in recs:
+        assert rec.step == expected(gt, rec.src.line or 0)
 
 
 def test_log_cut_mid_run_is_held_until_the_first_anchor() -> None:

@@ -29,7 +29,7 @@ from dsmon.parse.linereader import MAX_LINE_BYTES, capped_lines
 from dsmon.parse.log import LogParser
 from dsmon.parse.probe import ProbeParser
 from dsmon.parse.profile_file import parse_profile_file
-from dsmon.parse.run_files import rank_of, run_name, with_rank
+from dsmon.parse.run_files import rank_of, run_name, starts_with_its_worker, with_rank
 from dsmon.store.base import EncodedRecord, Store
 
 #: Kinds of input :func:`discover` recognises.
@@ -239,7 +239,9 @@ def read_found(
     run = run or default_run
     if found.kind in (LOG, PROBE):
         parser: LogParser | ProbeParser = (
-            LogParser(run, found.label) if found.kind == LOG else ProbeParser(run, found.label)
+            LogParser(run, found.label, from_start=starts_with_its_worker(found.path.as_posix()))
+            if found.kind == LOG
+            else ProbeParser(run, found.label)
         )
         with found.path.open("rb") as f:
             yield from read_log(f, parser, found.rank, progress)

@@ -75,6 +75,8 @@ class LogParser:
             *again*, with the step, when the clock learns it; the store fills the step of
             the copy it already has (same identity key). Offline (``dsmon parse``/``import``)
             each record is emitted once, with its step, after holding.
+        from_start: the first line fed is the first the job printed (a file known by its
+            path to hold a worker's whole output), whatever the lines say.
     """
 
     def __init__(
@@ -85,8 +87,11 @@ class LogParser:
         parsers: Sequence[SubParser] | None = None,
         *,
         live: bool = False,
+        from_start: bool = False,
     ) -> None:
         self.ctx = ParseContext(run, file, node)
+        if from_start:
+            self.ctx.clock.mark_start()
         self.live = live
         self._parsers = list(parsers) if parsers is not None else default_parsers()
         self._cleaner = LineCleaner()

@@ -7,7 +7,8 @@ read. Both ask here:
 - a run is named after the folder of its files (a folder given itself, the folder a file is
   in, or the fixed folder part of a glob such as ``logs/*.log``);
 - DeepSpeed's ``--enable_each_rank_log`` writes one ``..._rank<N>.log`` per rank, and the
-  records of such a file carry rank N when their line did not name one.
+  records of such a file carry rank N when their line did not name one;
+- torchrun's ``--log-dir`` writes each worker's output, from its start, to a file of its own.
 """
 
 from __future__ import annotations
@@ -21,12 +22,24 @@ from pathlib import Path
 from dsmon.model.records import Record
 
 _RANK_LOG = re.compile(r"_rank(\d+)\.log$")
+#: torchrun ``--log-dir``'s files: ``<log_dir>/<run_id>/attempt_<n>/<local rank>/stdout.log``.
+_TORCHRUN_LOG = re.compile(r"(?:^|/)attempt_\d+/\d+/std(?:out|err)\.log$")
 
 
 def rank_of(path: str) -> int | None:
     """The rank of a per-rank log (``..._rank3.log``), None for any other file."""
     m = _RANK_LOG.search(path)
     return int(m.group(1)) if m else None
+
+
+def starts_with_its_worker(path: str) -> bool:
+    """Whether a file holds one worker's output from its start (torchrun ``--log-dir``).
+
+    At DeepSpeed's default log level such a file may hold nothing that says so, and the step
+    clock could not number its timer lines; its path says it. (Its folder names the local
+    rank, not the global one, so it gives no rank.)
+    """
+    return _TORCHRUN_LOG.search(path) is not None
 
 
 def with_rank(records: Sequence[Record], rank: int) -> list[Record]:
