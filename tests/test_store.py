@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import DATA
 
 from dsmon.load.files import import_paths
 from dsmon.model import wire
@@ -188,7 +189,7 @@ def test_real_run_round_trips(store: Store, z2_log_records: list[Record]) -> Non
 
 def test_last_step_is_the_last_step_a_rank_finished(store: Store) -> None:
     """A real probed job of 20 steps: each rank's ``exited`` heartbeat names step 21."""
-    import_paths(store, [Path(__file__).parent / "data" / "probe_straggler"], run="strag")
+    import_paths(store, [DATA / "probe_straggler"], run="strag")
     (info,) = store.runs()
     assert info.kinds["heartbeat"] > 0 and info.kinds["rank_step"] == 40
     assert info.last_step == 20

@@ -20,7 +20,7 @@ from dsmon.analysis.comm import exposed_comm_share
 from dsmon.analysis.steps import slowest_steps, step_stats
 from dsmon.analysis.summary_scan import median_of, step_breakdown_of
 from dsmon.model.ds_config import preferred_config, section, section_enabled, zero_stage
-from dsmon.model.records import EventRecord
+from dsmon.model.records import LAUNCH_TEXT, EventRecord
 from dsmon.store.base import RunInfo, Store
 
 #: Config origins in order of preference: the user's own keys read most naturally.
@@ -155,7 +155,7 @@ def _events(store: Store, run: str) -> dict[str, Any]:
         elif rec.name == "world_info":
             if isinstance(detail.get("dist_world_size"), int):
                 out["world_size"] = detail["dist_world_size"]
-            if rec.message.startswith("WORLD INFO DICT"):
+            if rec.message.startswith(LAUNCH_TEXT):
                 launches.launch(rec)
         elif rec.name == "worker_exit" and isinstance(detail.get("return_code"), int):
             launches.codes.append(detail["return_code"])

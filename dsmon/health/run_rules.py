@@ -18,6 +18,7 @@ from dsmon.health.gather import GPU_SUMMARY
 from dsmon.health.inputs import NEWEST_TS, HealthInputs
 from dsmon.health.model import Evidence, Finding, Status
 from dsmon.health.registry import rule
+from dsmon.model.records import LAUNCH_TEXT
 
 _STEP_KINDS = ("timer", "step", "throughput", "iteration")
 _NO_ERROR = "no crash, OOM or NCCL error in the log"
@@ -39,7 +40,7 @@ def check_errors(inputs: HealthInputs) -> Finding:
             return Finding(Status.PASS, _NO_ERROR)
         return Finding(Status.UNKNOWN, "no log events to check (a config was checked alone?)")
     exits = ev_frame[ev_frame["name"] == "worker_exit"]
-    bad, failed = _failures(ev_frame)
+    bad, failed = _failures(ev_frame, exits)
     if bad.empty and failed.empty:
         return _clean_end(inputs, ev_frame, exits)
     ev = _failure_evidence(bad, failed)
@@ -50,7 +51,7 @@ def check_errors(inputs: HealthInputs) -> Finding:
             Status.WARN,
             f"an earlier launch failed ({summary}); the job was launched again at "
             f"{relaunch:%Y-%m-%d %H:%M:%S} and has reported no error since",
-            (*ev, Evidence("launched again", f"{relaunch:%Y-%m-%d %H:%M:%S}", "WORLD INFO DICT")),
+            (*ev, Evidence("launched again", f"{relaunch:%Y-%m-%d %H:%M:%S}", LAUNCH_TEXT)),
             "read the earlier traceback above: if the new launch fixed its cause, nothing to do",
             "text",
         )
@@ -67,10 +68,9 @@ def check_errors(inputs: HealthInputs) -> Finding:
     )
 
 
-def _failures(events: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The error events (traceback, OOM, NCCL error) and the launcher's non-zero exit lines."""
+def _failures(events: pd.DataFrame, exits: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The error events (traceback, OOM, NCCL error) and, of ``exits``, the non-zero ones."""
     bad = events[events["name"].isin(("traceback", "oom", "nccl_error"))]
-    exits = events[events["name"] == "worker_exit"]
     codes = [d.get("return_code") if isinstance(d, Mapping) else None for d in exits["detail"]]
     return bad, exits[[c not in (None, 0) for c in codes]]
 
@@ -100,8 +100,7 @@ def _relaunch_after(events: pd.DataFrame, failure_ts: pd.Series) -> pd.Timestamp
     if failure_ts.empty or failure_ts.isna().any():
         return None
     launches = events[
-        (events["name"] == "world_info")
-        & events["message"].astype(str).str.startswith("WORLD INFO DICT")
+        (events["name"] == "world_info") & events["message"].astype(str).str.startswith(LAUNCH_TEXT)
     ]["ts"].dropna()
     later = launches[launches > failure_ts.max()]
     return None if later.empty else pd.Timestamp(later.min())

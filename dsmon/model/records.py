@@ -400,6 +400,9 @@ EVENT_NAMES = (
     "autotuning",  # autotuner progress: start, resources, profile run, optimal exp, end
     "allocator_flush",  # ZeRO-3: "N pytorch allocator cache flushes since last step"
 )
+#: How a ``world_info`` event's message starts when it is the line DeepSpeed's launcher prints
+#: once per node at each launch: what tells a job launched again from the one before.
+LAUNCH_TEXT = "WORLD INFO DICT"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dsmon.model.records import EventRecord, Record
+from dsmon.model.records import LAUNCH_TEXT, EventRecord, Record
 from dsmon.parse.base import NEED_MORE, ParseContext, contains_any
 from dsmon.parse.lines import LogLine
 
@@ -78,7 +78,7 @@ _LINE_EVENTS: tuple[tuple[str, re.Pattern[str], _Detail], ...] = (
     ),
     (
         "world_info",
-        re.compile(r"^WORLD INFO DICT: (\{.*\})\s*$"),
+        re.compile(rf"^{LAUNCH_TEXT}: (\{{.*\}})\s*$"),
         lambda m: {"world_info": _literal(m[1])},
     ),
     (

@@ -28,8 +28,8 @@ RUN_START_LOGGER = "dsmon"
 _START_LOGGERS = frozenset({"runner.py", "launch.py", RUN_START_LOGGER})
 _START_TEXTS = ("DeepSpeed info:", "Initializing TorchBackend", "DeepSpeedEngine configuration")
 #: torchrun's warning as it starts the workers (``W1204 ... torch/distributed/run.py:874]
-#: Setting OMP_NUM_THREADS environment variable for each process ...``): all words present.
-_TORCHRUN_START = ("torch/distributed/run.py", "Setting OMP_NUM_THREADS")
+#: Setting OMP_NUM_THREADS environment variable for each process ...``): both words present.
+_TORCHRUN_START, _TORCHRUN_LOGGER = "Setting OMP_NUM_THREADS", "torch/distributed/run.py"
 _END_TEXTS = ("Process ", "Killing subprocess")
 
 
@@ -352,7 +352,7 @@ def _is_start(line: LogLine) -> bool:
     text = line.text
     if line.logger in _START_LOGGERS:
         return not text.startswith(_END_TEXTS) and "exits with return code" not in text
-    return text.startswith(_START_TEXTS) or all(word in text for word in _TORCHRUN_START)
+    return text.startswith(_START_TEXTS) or (_TORCHRUN_START in text and _TORCHRUN_LOGGER in text)
 
 
 def run_start_line(cmd: Sequence[str], at: datetime) -> str:
