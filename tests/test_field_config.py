@@ -10,6 +10,7 @@ from field_corpus import dsmon_parse
 
 from dsmon.health import Status, evaluate
 from dsmon.health.gather import inputs_from_records
+from dsmon.health.schema import PRE_RELEASE
 from dsmon.model.ds_config import preferred_config
 from dsmon.model.records import ConfigRecord, EventRecord, MemoryRecord, StepRecord
 
@@ -193,9 +194,21 @@ def test_08_version_line_of_the_same_run() -> None:
     assert version.detail["version"] == "2.1" and version.detail["git_hash"] == "fa937e7"
 
 
+def test_08_version_2_1_is_judged_older_than_every_release() -> None:
+    """``version=2.1`` predates DeepSpeed's public numbering (0.1.0 onwards): read as 2.1.0
+    the checklist named it "DeepSpeed 2.1.0" and judged keys as a version newer than 0.19."""
+    inputs = inputs_from_records(dsmon_parse(8).records, run="field")
+    assert inputs.facts.ds_version == PRE_RELEASE
+    assert inputs.facts.version_label == "before 0.1 (an early-2020 build)"
+    r = evaluate(inputs)
+    (steps_per_print,) = [c for c in r.results if c.rule_id == "observe.steps_per_print"]
+    assert ("DeepSpeed version", "before 0.1 (an early-2020 build)") in [
+        (e.label, e.value) for e in steps_per_print.evidence
+    ]
+
+
 def test_08_info_lines_in_the_log_are_visible_whatever_the_version_says() -> None:
-    """``version=2.1`` predates DeepSpeed's public numbering; read as 2.1.0 it would be newer
-    than 0.17.6, whose workers log at WARNING. The log's own INFO lines say otherwise."""
+    """The workers' INFO lines in the log make observe.log_level pass, whatever the version."""
     parsed = dsmon_parse(8)
     r = evaluate(inputs_from_records(parsed.records, run="field"))
     (log_level,) = [c for c in r.results if c.rule_id == "observe.log_level"]

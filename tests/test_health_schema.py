@@ -8,7 +8,7 @@ from health_support import SEEDS, check, config_inputs, corpus_config, evidence,
 from dsmon.health import ConfigView, Status
 from dsmon.health.config_view import ConfigFileError, config_from_text, ds_config_from_effective
 from dsmon.health.model import Evidence, format_value
-from dsmon.health.schema import default_for, nearest_key, parse_version
+from dsmon.health.schema import PRE_RELEASE, default_for, nearest_key, parse_version
 from dsmon.health.schema_rules import find_key_problems
 
 
@@ -28,6 +28,8 @@ def test_parse_version() -> None:
     assert parse_version("0.19.8") == (0, 19, 8)
     assert parse_version("v0.10.1+abc") == (0, 10, 1)
     assert parse_version("unknown") is None
+    assert parse_version("2.1") == PRE_RELEASE  # the early-2020 build, before 0.1.0
+    assert parse_version("1.0.0") == (1, 0, 0)  # three numbers: a release
 
 
 def test_view_reads_aliases_auto_and_defaults() -> None:

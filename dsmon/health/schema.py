@@ -23,16 +23,30 @@ Version = tuple[int, int, int]
 LATEST_KNOWN: Version = (0, 19, 8)
 
 
+#: DeepSpeed before its first public release (0.1.0, 2020): the builds of early 2020 print
+#: ``DeepSpeed info: version=2.1`` (two numbers, the "DeepSpeedLight" engine). Every release
+#: since prints three numbers and is still 0.x, so that 2.1 is older than all of them.
+PRE_RELEASE: Version = (0, 0, 0)
+
+
 def parse_version(text: str | None) -> Version | None:
-    """``"0.19.8"`` / ``"0.10.1+abc"`` -> (0, 19, 8); None for anything else."""
+    """``"0.19.8"`` / ``"0.10.1+abc"`` -> (0, 19, 8); None for anything else.
+
+    A two-number version above 1 (``"2.1"``) is the early-2020 build, :data:`PRE_RELEASE`:
+    read as 2.1.0 it would be judged newer than every release.
+    """
     m = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text or "")
     if not m:
         return None
+    if m[3] is None and int(m[1]) >= 1:
+        return PRE_RELEASE
     return int(m[1]), int(m[2]), int(m[3] or 0)
 
 
 def version_text(v: Version | None) -> str:
     """How evidence names a version; None is judged as the newest known one."""
+    if v == PRE_RELEASE:
+        return "before 0.1 (an early-2020 build)"
     return ".".join(map(str, v)) if v else f"unknown (judged as {version_text(LATEST_KNOWN)})"
 
 
