@@ -13,7 +13,7 @@ from dsmon.view.cache import RunFrames
 from dsmon.view.cutoff import OPEN
 from dsmon.view.hub import FrameHub
 from ui.charts import chart
-from ui.page import live_body, page_header, page_view
+from ui.page import page_header, page_view, runs_body
 from ui.text import md_escape
 
 view = page_view(__file__)
@@ -53,12 +53,7 @@ def series_and_config(frames: RunFrames) -> tuple[pd.DataFrame, dict[str, object
 
 def body(hub: FrameHub, chosen: list[str]) -> None:
     """The overlay and the config differences of the chosen runs."""
-    per_run = {}
-    for name in chosen:
-        frames = hub.run(name)
-        if view.live:
-            frames.refresh()
-        per_run[name] = series_and_config(frames)
+    per_run = {name: series_and_config(hub.run(name)) for name in chosen}
     series = compare.overlay({n: s for n, (s, _) in per_run.items()})
     shown = (
         downsample(series, "step", ["value"], by=["run", "metric"]) if not series.empty else series
@@ -87,9 +82,9 @@ def main(hub: FrameHub) -> None:
     if len(chosen) < 2:
         st.info("Pick two or more runs to compare; the address (?runs=a,b) keeps the choice.")
         return
-    live_body(view, lambda: body(hub, chosen))
+    runs_body(view, chosen, lambda: body(hub, chosen))
 
 
-page_header("Compare", view)
+page_header("Compare", None)  # the runs compared are named in the picker and status lines
 assert view.hub is not None, "app.py hands every page the store's runs"
 main(view.hub)

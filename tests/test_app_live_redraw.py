@@ -71,9 +71,34 @@ def test_charts_are_sent_the_new_steps_as_the_run_grows(
     assert max(map(steps_shown, after.values())) > max(map(steps_shown, before.values())) >= 14
 
 
+def test_a_compared_run_being_written_is_redrawn_whatever_the_sidebar_shows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Compare refreshed its runs only when the sidebar's run was live."""
+    recs = read_records("z2", "z2")
+    cut = next(i for i, r in enumerate(recs) if r.KIND == "timer" and r.step == 15)
+    path = tmp_path / "s.sqlite"
+    with open_store(path) as store:
+        store.add(read_records("fp16_zero2", "fp16_zero2"))  # finished: stamped in 2026-11
+        store.add(recs[:cut], live=True)
+    monkeypatch.setenv("DSMON_STORE", str(path))
+    at = app_at(str(path), "fp16_zero2", "compare", runs="z2,fp16_zero2")
+    assert not at.exception
+    assert [c.value.split(" · ")[0] for c in at.caption if " · last step " in c.value] == [
+        "z2: live",
+        "fp16_zero2: finished",
+    ]
+    before = max(map(steps_shown, charts(at).values()))
+    with open_store(path) as store:
+        store.add(recs[cut:], live=True)
+    at.run()
+    assert max(map(steps_shown, charts(at).values())) > before
+
+
 def test_every_page_renders_through_the_shared_live_fragment() -> None:
     """A page that drew its own fragment could forget to refresh its data (Health did)."""
     for page in [*PAGES, "health"]:
         text = (ROOT / "pages" / f"{page}.py").read_text(encoding="utf-8")
-        assert "live_body(view," in text, page
+        shared = "runs_body(view," if page == "compare" else "live_body(view,"
+        assert shared in text, page
         assert "st.fragment" not in text and ".plotly_chart(" not in text, page

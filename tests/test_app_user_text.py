@@ -47,9 +47,17 @@ def test_a_run_name_with_markup_is_shown_as_text(
     path = tmp_path / "s.sqlite"
     with open_store(path) as store:
         import_paths(store, [DATA / "events_crash_step17"], run=NASTY)
+        if page == "compare":  # names the runs it compares in their status lines
+            import_paths(store, [DATA / "events_crash_step17"], run="plain")
     monkeypatch.setenv("DSMON_STORE", str(path))
-    at = app_at(str(path), NASTY, page)
+    query = {"runs": f"{NASTY},plain"} if page == "compare" else {}
+    at = app_at(str(path), NASTY, page, **query)
     assert not at.exception
     heading = at.header[0].value
-    assert unescape(heading).endswith(NASTY)
+    if page == "compare":
+        assert heading == "Compare"
+        (heading,) = [
+            c.value for c in at.caption if "last step" in c.value and "plain" not in c.value
+        ]
+    assert unescape(heading).endswith(NASTY) or unescape(heading).startswith(f"{NASTY}: ")
     assert "![x](" not in heading and "[here](" not in heading

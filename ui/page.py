@@ -10,12 +10,13 @@ here for every page alike, so no page can forget it.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 
 import streamlit as st
 
+from dsmon.store.base import RunInfo
 from dsmon.view.hub import View
 from dsmon.view.run_state import reading_line, run_is_live, status_line
 from ui.text import md_escape
@@ -42,9 +43,12 @@ def page_view(script: str) -> View:
     return view
 
 
-def page_header(title: str, view: View) -> None:
-    """The page's heading: its title and the run's name, shown as typed (never as Markdown)."""
-    st.header(f"{title} · {md_escape(view.run)}")
+def page_header(title: str, view: View | None) -> None:
+    """The page's heading: its title and the run's name, shown as typed (never as Markdown).
+
+    A page of several runs (Compare) passes None: the sidebar's run may not be among them.
+    """
+    st.header(f"{title} · {md_escape(view.run)}" if view is not None else title)
 
 
 def live_body(view: View, render: Callable[[], None]) -> None:
@@ -71,6 +75,39 @@ def live_body(view: View, render: Callable[[], None]) -> None:
     st.fragment(run_every=view.refresh_s if view.live else None)(tick)()
     if view.look_s is not None:
         look_for_records(view, view.look_s)
+
+
+def runs_refresh_s(view: View, infos: Sequence[RunInfo | None]) -> float | None:
+    """How often a page of several runs redraws: while the sidebar's is live, or one of its own.
+
+    The sidebar's live toggle follows the sidebar's run; a compared run being written to
+    redraws the page too (every :data:`LOOK_S` seconds), unless the user switched live
+    refresh off on a live run.
+    """
+    if view.live:
+        return view.refresh_s
+    if view.run_live:  # the toggle was turned off by hand
+        return None
+    now = datetime.now()
+    return LOOK_S if any(i is not None and run_is_live(i, now) for i in infos) else None
+
+
+def runs_body(view: View, runs: Sequence[str], render: Callable[[], None]) -> None:
+    """:func:`live_body` for a page of several runs: a status line per run, each refreshed."""
+    assert view.hub is not None, "app.py hands every page the store's runs"
+    hub = view.hub
+    every = runs_refresh_s(view, [hub.run(n).info() for n in runs])
+
+    def tick() -> None:
+        now = datetime.now()
+        for name in runs:
+            frames = hub.run(name)
+            if every is not None:
+                frames.refresh()
+            st.caption(f"{md_escape(name)}: {status_line(frames.info(), now)}")
+        render()
+
+    st.fragment(run_every=every)(tick)()
 
 
 def look_for_records(view: View, every_s: float) -> None:
