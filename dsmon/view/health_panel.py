@@ -75,10 +75,12 @@ def _static(frames: RunFrames, cutoff: Cutoff, run: str) -> tuple[HealthInputs, 
     }
     if cutoff == OPEN:
         views[NEWEST_TS] = lambda: frames.newest_ts(FRAME_KINDS)
+    info = frames.info()  # its node names: a log line rarely says which node printed it
     inputs = inputs_from_frames(
         lambda kind: frames.frame(kind, cutoff),
         configs,
         run=run,
+        node_names=info.nodes if info is not None else (),
         gpu_summary=summary,
         views=views,
         present=lambda kind: frames.has_rows(kind, cutoff),
