@@ -10,12 +10,16 @@ throughput lines give CurrSamplesPerSec 127.55, 152.31, 141.32, 141.52, 161.05, 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from conftest import DATA, Z2
 
 from dsmon.analysis.summary import config_highlights, render_summary, run_summary
 from dsmon.load.files import import_paths
+from dsmon.model.records import HeartbeatRecord
 from dsmon.store.base import Store
+from dsmon.store.sqlite import open_store
 
 
 @pytest.fixture
@@ -130,8 +134,7 @@ def test_outcome_of_a_killed_job(store: Store) -> None:
 def outcome(store: Store, folder: str) -> str:
     """The Outcome line of the summary of a run folder of tests/data, imported."""
     (res,) = import_paths(store, [DATA / folder])
-    lines = render_summary(run_summary(store, res.run)).splitlines()
-    return next(line for line in lines if line.startswith("Outcome     "))
+    return outcome_of(store, res.run)
 
 
 def test_outcome_of_a_job_launched_again(store: Store) -> None:
@@ -144,3 +147,36 @@ def test_outcome_of_a_job_launched_again(store: Store) -> None:
         "Outcome     failed: traceback: RuntimeError: [train.py] deliberate crash at step 4 "
         "(rank 0) (+1 more); exit codes 1"
     )
+
+
+def test_outcome_of_a_torchrun_job_from_the_probe(store: Store) -> None:
+    """tests/data/probe_torchrun: torchrun prints no exit lines; both probe files end on an
+    ``exited`` heartbeat (it said "no exit seen" where ``dsmon check`` said the run finished)."""
+    assert outcome(store, "probe_torchrun") == (
+        "Outcome     all 2 rank(s) exited normally (dsmon run's probe)"
+    )
+
+
+def test_outcome_while_a_rank_has_not_exited(store: Store, tmp_path: Path) -> None:
+    """The same run without rank 1's last heartbeat: rank 1 is still at step 80."""
+    (res,) = import_paths(store, [DATA / "probe_torchrun"])
+    beats = list(store.scan(res.run, "heartbeat"))
+    last_of_1 = max((b for b in beats if b.src.rank == 1), key=lambda b: (b.ts, b.src.line))
+    assert isinstance(last_of_1, HeartbeatRecord) and last_of_1.phase == "exited"
+    with open_store(tmp_path / "cut.sqlite") as cut:
+        for kind in res_kinds(store, res.run):
+            cut.add([r for r in store.scan(res.run, kind) if r != last_of_1])
+        assert outcome_of(cut, res.run) == (
+            "Outcome     no exit seen: still running, or killed with its job"
+        )
+
+
+def res_kinds(store: Store, run: str) -> list[str]:
+    """The kinds of records a run holds."""
+    return sorted(next(r for r in store.runs() if r.name == run).kinds)
+
+
+def outcome_of(store: Store, run: str) -> str:
+    """The Outcome line of a stored run's summary."""
+    lines = render_summary(run_summary(store, run)).splitlines()
+    return next(line for line in lines if line.startswith("Outcome     "))

@@ -20,7 +20,7 @@ from dsmon.analysis.comm import exposed_comm_share
 from dsmon.analysis.steps import slowest_steps, step_stats
 from dsmon.analysis.summary_scan import median_of, step_breakdown_of
 from dsmon.model.ds_config import preferred_config, section, section_enabled, zero_stage
-from dsmon.model.records import LAUNCH_TEXT, EventRecord
+from dsmon.model.records import LAUNCH_TEXT, EventRecord, HeartbeatRecord
 from dsmon.store.base import RunInfo, Store
 
 #: Config origins in order of preference: the user's own keys read most naturally.
@@ -46,6 +46,8 @@ class RunSummary:
     problems: tuple[str, ...] = ()
     #: Failures of launches before the latest (a job started again after a crash).
     earlier_problems: tuple[str, ...] = ()
+    #: Ranks whose newest probe heartbeat is ``exited``, when every rank's is (0 otherwise).
+    probe_exited: int = 0
 
 
 def _num(value: Any) -> float | None:
@@ -168,6 +170,25 @@ def _events(store: Store, run: str) -> dict[str, Any]:
     return out
 
 
+def _probe_exited(store: Store, run: str) -> int:
+    """How many ranks ended normally, when the newest heartbeat of every rank says so.
+
+    ``torchrun`` prints no launcher lines, so without ``dsmon run``'s probe nothing says that
+    its workers exited. One streaming pass keeps the newest beat of each rank (by time, then
+    line), as the checklist's run.stalled reads them.
+    """
+    newest: dict[int, tuple[str, int, str]] = {}
+    for rec in store.scan(run, "heartbeat"):
+        rank, ts = rec.src.rank, rec.ts
+        if rank is None or ts is None or not isinstance(rec, HeartbeatRecord):
+            continue
+        key = (ts, rec.src.line or 0, rec.phase)
+        if rank not in newest or key[:2] >= newest[rank][:2]:
+            newest[rank] = key
+    phases = [phase for _, _, phase in newest.values()]
+    return len(phases) if phases and set(phases) == {"exited"} else 0
+
+
 def run_summary(store: Store, run: str) -> RunSummary:
     """Compute the summary of one run from the store.
 
@@ -189,6 +210,7 @@ def run_summary(store: Store, run: str) -> RunSummary:
         config=_config(store, run) if "config" in info.kinds else {},
         **_timing(breakdown),
         **(_events(store, run) if "event" in info.kinds else {}),
+        probe_exited=_probe_exited(store, run) if "heartbeat" in info.kinds else 0,
     )
 
 
@@ -252,6 +274,8 @@ def _outcome(s: RunSummary) -> str:
         return f"failed: exit codes {', '.join(map(str, failed))}"
     if s.exit_codes:
         ended = f"{len(s.exit_codes)} worker(s) exited successfully"
+    elif s.probe_exited:
+        ended = f"all {s.probe_exited} rank(s) exited normally (dsmon run's probe)"
     else:
         ended = "no exit seen: still running, or killed with its job"
     if s.earlier_problems:
