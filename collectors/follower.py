@@ -122,7 +122,7 @@ class FileFollower(GenerationReader):
             return self._saved
         # Between generations: keep the count, so a file created later is not taken for the
         # first generation (whose offsets, and so record keys, it would reuse).
-        return Position(self.path, self._gen, 0, 0, EMPTY_FP, 0, 0, 0, self._label)
+        return Position(self.path, self._gen, 0, 0, EMPTY_FP, 0, 0, 0, self._label, self._carry)
 
     def poll(self, *, final: bool = False) -> list[Record]:
         """Records from what was written since the last poll, across any rotation.
@@ -184,8 +184,9 @@ class FileFollower(GenerationReader):
                 gone = self._saved
                 self._finish_elsewhere(gone, out)
                 self._saved = replace(
-                    gone, gen=gone.gen + 1, dev=0, ino=0, fp=EMPTY_FP, fp_len=0, offset=0, line=0
-                )
+                    gone, gen=gone.gen + 1, dev=0, ino=0, fp=EMPTY_FP, fp_len=0, offset=0, line=0,
+                    carry=self._carry,
+                )  # fmt: skip
             return
         st = os.fstat(f.fileno())
         ident = (st.st_dev, st.st_ino)
@@ -194,6 +195,8 @@ class FileFollower(GenerationReader):
             return
         saved, self._saved = self._saved, None
         gen = self._gen
+        if saved is not None:
+            self._carry = saved.carry
         if saved is not None and saved.fp_len:  # a real position, not a generation count
             if st.st_size >= saved.offset and same_start(f, saved.fp, saved.fp_len):
                 self._adopt(f, saved.gen)
@@ -270,6 +273,9 @@ class FileFollower(GenerationReader):
         old._read(out, 1 << 62)
         self._retired.append(old)
         self._f = None
+        # Nothing carries: the writer may go on in the renamed file (a shell redirect, tee),
+        # and what appears at the path is another writer's.
+        self._carry = ""
         self._reset(self._gen + 1)
 
     def _poll_retired(self, out: list[Record], final: bool) -> None:
@@ -313,12 +319,14 @@ class FileFollower(GenerationReader):
         if f is not None:
             self._on_finished(self._current())
             self._f = None
-        if f is not None and keep_open:
+        if f is not None and keep_open:  # truncated in place: the same output goes on
+            self._hand_over()
             f.seek(0)
             self._adopt(f, self._gen + 1)
             return
         if f is not None:
             f.close()
+        self._carry = ""
         self._reset(self._gen + 1)
 
     def _finish_elsewhere(self, saved: Position, out: list[Record]) -> None:
@@ -331,6 +339,7 @@ class FileFollower(GenerationReader):
                 self.path, saved.offset,
             )  # fmt: skip
             return
+        self._carry = saved.carry
         self._adopt(old, saved.gen)
         self._replay_to(saved.offset, saved.line)
         self._retire(out)

@@ -11,6 +11,7 @@ can re-parse up to a saved offset silently, rebuilding the parser's state.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Callable
@@ -50,6 +51,8 @@ class GenerationReader:
         self._rank = rank
         self._make_parser = make_parser
         self._f: BinaryIO | None = None
+        #: The state the generation's parser starts from (see ``Position.carry``).
+        self._carry = ""
         self._reset(gen)
 
     @property
@@ -64,12 +67,33 @@ class GenerationReader:
     def _current(self) -> Position:
         return Position(
             self.path, self._gen, self._dev, self._ino, self._fp, self._fp_len,
-            self._offset, self._line, self._label,
+            self._offset, self._line, self._label, self._carry,
         )  # fmt: skip
+
+    def _hand_over(self) -> None:
+        """The file was truncated in place and goes on: carry its parser's state over.
+
+        A log truncated while the job writes on (logrotate's copytruncate, the rotation for a
+        job whose output is redirected by the shell, which never reopens it) is the same
+        output going on, so the next generation's steps and times go on from this one's. A
+        new job writing the path starts with its launcher's lines, which the parser reads as
+        any relaunch in one file.
+        """
+        state = self._parser.handover()
+        self._carry = json.dumps(state, separators=(",", ":")) if state else ""
 
     def _reset(self, gen: int) -> None:
         self._gen = gen
         self._parser = self._make_parser(self.label)
+        if self._carry:
+            try:
+                state = json.loads(self._carry)
+                if not isinstance(state, dict):
+                    raise ValueError(f"not a JSON object: {self._carry[:80]}")
+                self._parser.take_over(state)
+            except ValueError as exc:  # a state file edited by hand, or of another version
+                logger.warning("dsmon: %s: parser state not used (%s)", self.path, exc)
+                self._carry = ""
         self._buf = bytearray()
         self._buf_start = 0
         self._offset = 0

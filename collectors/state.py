@@ -42,6 +42,9 @@ class Position:
     offset: int
     line: int
     label: str = ""
+    #: What the generation's parser started from (``LineParser.handover`` of the one before,
+    #: as JSON; "" for none): a resume rebuilds the same parser state.
+    carry: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form for the state file."""
@@ -49,10 +52,15 @@ class Position:
 
     @classmethod
     def from_dict(cls, obj: dict[str, Any]) -> Position:
-        """Read back :meth:`to_dict`; raises ``KeyError``/``TypeError`` on a foreign shape."""
-        values = {k: obj[k] for k in cls.__dataclass_fields__ if k in obj or k != "label"}
+        """Read back :meth:`to_dict`; raises ``KeyError``/``TypeError`` on a foreign shape.
+
+        ``label`` and ``carry`` may be missing (state files of older versions).
+        """
+        values = {
+            k: obj[k] for k in cls.__dataclass_fields__ if k in obj or k not in ("label", "carry")
+        }
         for name, value in values.items():
-            want = str if name in ("path", "fp", "label") else int
+            want = str if name in ("path", "fp", "label", "carry") else int
             if type(value) is not want:
                 raise TypeError(f"'{name}': expected {want.__name__}, got {value!r}")
         return cls(**values)

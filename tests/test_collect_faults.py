@@ -14,7 +14,8 @@ glob ``train.log*``, which also matches every rotated name, and meanwhile:
 - rotates by copytruncate to a name the glob matches, then by rename in logrotate's naming.
 
 Each generation of the log (what lived at the path between rotations) must be stored
-exactly as an uninterrupted read of it gives, and the global timer line of each of the 30
+exactly as an uninterrupted read of it gives (the one after the copytruncate going on from
+where the truncated one stood: the same job's output), and the global timer line of each of the 30
 steps (``fwd: ... | step: ...``, printed before the trainer's ``[train.py] step N`` line)
 exactly once, with its step number. The rotations come just before a ``step=N`` line, so each
 new file names its steps as it would in a real rotation of a long run. A generation's
@@ -35,7 +36,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import pytest
 from test_collect_e2e import Z2_LINES, Cluster, stored, wait_for
@@ -58,17 +59,25 @@ def at_anchor(n: int) -> int:
     return next(i for i, line in enumerate(Z2_LINES) if mark in line)
 
 
-def expected(generations: list[list[bytes]]) -> list[list[str]]:
-    """What an uninterrupted read of each generation gives (file names left out)."""
+def expected(generations: list[list[bytes]], truncated: int | None = None) -> list[list[str]]:
+    """What an uninterrupted read of each generation gives (file names left out).
+
+    Generation ``truncated`` is the file truncated in place (copytruncate): the one after it
+    is its output going on, parsed from where its parser stood.
+    """
     out = []
-    for lines in generations:
+    state: dict[str, Any] = {}
+    for i, lines in enumerate(generations):
         parser = LogParser("z2", "", "n1")
+        if state:
+            parser.take_over(state)
         recs: list[Record] = []
         offset = 0
         for n, raw in enumerate(lines, start=1):
             recs += parser.feed(raw.decode(), offset=offset, line=n)
             offset += len(raw)
         out.append(sorted(encode(r) for r in recs))
+        state = parser.handover() if i == truncated else {}
     return sorted(out)
 
 
@@ -177,7 +186,7 @@ def test_every_step_is_stored_once_through_every_fault(faults: Faults) -> None:
     collector.wait()
     collector = faults.follow(glob)
     faults.start_server()
-    want = expected(gens)
+    want = expected(gens, truncated=1)  # generation 2 goes on from 1 (micro-step numbers)
     wait_for("every generation", lambda: arrived(want), [collector])
     time.sleep(1.0)  # anything sent twice would arrive now
     got = stored(faults.store, "z2")

@@ -9,6 +9,7 @@ the resume tests use the real parsers, since resuming must also keep the step cl
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import threading
@@ -444,6 +445,71 @@ def test_resume_keeps_the_step_clock_of_the_real_parsers(tmp_path: Path) -> None
             assert first[key].step is None and rec.step is not None
         first[key] = rec
     assert 0 < len(got) - len(first) <= 5
+
+
+DEFAULT_LEVEL_LINES = (DATA / "z0_default_loglevel" / "train.log").read_bytes().splitlines(True)
+
+
+def test_copytruncate_at_the_default_log_level_keeps_numbering_steps(tmp_path: Path) -> None:
+    """After a copytruncate the file goes on with the same job's output, which at DeepSpeed's
+    default log level names no step: the parser goes on from where it stood, across a
+    restart too (the state file keeps what it started from). Found on a real job, whose
+    timer lines after logrotate's copytruncate were stored with no step and no time."""
+    whole = tmp_path / "whole" / "train.log"
+    whole.parent.mkdir()
+    append(whole, *DEFAULT_LEVEL_LINES)
+    truth = poll_all(Tailer([str(whole)], run="z0", node="n", state=StateFile(tmp_path / "w")))
+    log = tmp_path / "train.log"
+    cut = [i for i, line in enumerate(DEFAULT_LEVEL_LINES) if b"| fwd: " in line][9] + 1
+    append(log, *DEFAULT_LEVEL_LINES[:cut])
+    t1 = Tailer([str(log)], run="z0", node="n", state=StateFile(tmp_path / "s.json"))
+    got = poll_all(t1)
+    shutil.copyfile(log, tmp_path / "train.log.1")
+    os.truncate(log, 0)
+    append(log, *DEFAULT_LEVEL_LINES[cut : cut + 8])
+    got += poll_all(t1)
+    t1.close()  # restarted: the generation after the truncation is resumed mid-file
+    append(log, *DEFAULT_LEVEL_LINES[cut + 8 :])
+    t2 = Tailer([str(log)], run="z0", node="n", state=StateFile(tmp_path / "s.json"))
+    got += poll_all(t2)
+    steps = [r.step for r in got if isinstance(r, TimerRecord) and r.group == "global"]
+    assert steps == [r.step for r in truth if isinstance(r, TimerRecord) and r.group == "global"]
+    assert steps == list(range(1, 21))  # [train.py] step 1 ... step 20 in the log
+    after = [r for r in got if r.src.file == "train.log#1"]
+    assert after and all(r.ts is not None for r in after)
+    assert [(r.step, r.ts, r.KIND) for r in after] == [
+        (r.step, r.ts, r.KIND) for r in truth if r.src.line is not None and r.src.line > cut
+    ]
+
+
+@pytest.mark.parametrize(
+    "carry",
+    ['{"clock": {"rel": "x"}, "last_ts": null}', "[1, 2]", "{not json", '{"clock": 3}'],
+)
+def test_a_bad_parser_state_in_the_state_file_starts_the_parser_afresh(
+    tmp_path: Path, carry: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A state file edited by hand (or of another version): warned, never a crash."""
+    log = tmp_path / "train.log"
+    append(log, *DEFAULT_LEVEL_LINES[:30])
+    state = StateFile(tmp_path / "s.json")
+    t1 = Tailer([str(log)], run="z0", node="n", state=state)
+    poll_all(t1)
+    shutil.copyfile(log, tmp_path / "train.log.1")
+    os.truncate(log, 0)
+    append(log, *DEFAULT_LEVEL_LINES[30:40])
+    poll_all(t1)
+    t1.close()
+    text = (tmp_path / "s.json").read_text()
+    good = json.loads(text)
+    assert sum(p.get("carry", "") != "" for p in good["files"]) == 1
+    for p in good["files"]:
+        p["carry"] = carry if p.get("carry") else p.get("carry", "")
+    (tmp_path / "s.json").write_text(json.dumps(good))
+    append(log, *DEFAULT_LEVEL_LINES[40:])
+    got = poll_all(Tailer([str(log)], run="z0", node="n", state=StateFile(tmp_path / "s.json")))
+    assert "parser state not used" in caplog.text
+    assert any(isinstance(r, TimerRecord) for r in got)  # read on, without the lost steps
 
 
 def test_rotated_while_stopped_is_finished_from_the_saved_offset(tmp_path: Path) -> None:

@@ -10,8 +10,9 @@ Parsers of multi-line blocks set ``in_block`` while inside one, so they see the 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from dsmon.model.records import Record, Source
 from dsmon.parse.lines import LogLine
@@ -167,6 +168,42 @@ class StepClock:
         retro, self.retro = self.retro, False
         return retro
 
+    def state(self) -> dict[str, Any]:
+        """The count and its base as JSON values, for the next file of the same output.
+
+        A log rotated while the job writes on (copytruncate, rename) goes on in a new file
+        that does not start with the run: without this its timer lines could not be
+        numbered at DeepSpeed's default log level, which prints no ``step=`` anchor.
+        """
+        anchored = list(self._anchored) if self._anchored is not None else None
+        return {
+            "rel": self.rel, "micro": self.micro, "base": self.base, "counting": self.counting,
+            "blind": self.blind, "rebased": self.rebased, "at_boundary": self.at_boundary,
+            "anchored": anchored, "strong": self._strong,
+        }  # fmt: skip
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> StepClock:
+        """The clock :meth:`state` describes; ``ValueError`` when it describes none."""
+        clock = cls()
+        ints = {"rel": False, "micro": True, "base": True, "rebased": False}
+        for name, optional in ints.items():
+            value = state.get(name)
+            if not (type(value) is int or (optional and value is None)):
+                raise ValueError(f"step clock state: '{name}' is {value!r}")
+            setattr(clock, name, value)
+        for name in ("counting", "blind", "at_boundary", "strong"):
+            if type(state.get(name)) is not bool:
+                raise ValueError(f"step clock state: '{name}' is {state.get(name)!r}")
+        clock.counting, clock.blind = state["counting"], state["blind"]
+        clock.at_boundary, clock._strong = state["at_boundary"], state["strong"]
+        anchored = state.get("anchored")
+        if anchored is not None:
+            if not (isinstance(anchored, list) and [type(v) for v in anchored] == [int, int]):
+                raise ValueError(f"step clock state: 'anchored' is {anchored!r}")
+            clock._anchored = (anchored[0], anchored[1])
+        return clock
+
 
 class ParseContext:
     """Per-file state shared by the sub-parsers: identity, clock, timestamps, diagnostics."""
@@ -254,3 +291,12 @@ class LineParser(Protocol):
 
     def finish(self) -> list[Record]:
         """End of input: what the parser still holds."""
+
+    def handover(self) -> dict[str, Any]:
+        """After :meth:`finish`: what the parser of the output's next file starts from.
+
+        JSON values, kept in the collector's saved position; empty when nothing carries.
+        """
+
+    def take_over(self, state: Mapping[str, Any]) -> None:
+        """Go on from what :meth:`handover` gave; ``ValueError`` on a state it did not give."""

@@ -11,11 +11,19 @@ from __future__ import annotations
 import dataclasses
 import shlex
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 from dsmon.model.records import Record
-from dsmon.parse.base import NEED_MORE, STEPPED_KINDS, Diagnostics, ParseContext, SubParser
+from dsmon.parse.base import (
+    NEED_MORE,
+    STEPPED_KINDS,
+    Diagnostics,
+    ParseContext,
+    StepClock,
+    SubParser,
+)
 from dsmon.parse.lines import LineCleaner, LogLine
 
 #: Records waiting for the step clock to learn its base, at most this many (then released
@@ -143,6 +151,22 @@ class LogParser:
         self._held.clear()
         self._sent_unstamped.clear()
         return out
+
+    def handover(self) -> dict[str, Any]:
+        """After :meth:`finish`: the step clock and the last time read, for the next file.
+
+        A collector starts a new parser for each file a rotated log goes on in; the job's
+        output goes on too, so its steps and times carry over (``take_over``).
+        """
+        return {"clock": self.ctx.clock.state(), "last_ts": self.ctx.last_ts}
+
+    def take_over(self, state: Mapping[str, Any]) -> None:
+        """Go on counting steps from :meth:`handover`; ``ValueError`` on any other state."""
+        clock, last_ts = state.get("clock"), state.get("last_ts")
+        if not isinstance(clock, Mapping) or not (last_ts is None or isinstance(last_ts, str)):
+            raise ValueError(f"parser state: not one a parser handed over: {dict(state)!r}")
+        self.ctx.clock = StepClock.from_state(clock)
+        self.ctx.last_ts = last_ts
 
     def _take(self, logical: LogLine, out: list[Record]) -> None:
         """One logical line: the continuation of a terminal-wrapped line, or a line of its own.

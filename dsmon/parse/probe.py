@@ -160,3 +160,10 @@ class ProbeParser:
     def finish(self) -> list[Record]:
         """Nothing is held across lines."""
         return []
+
+    def handover(self) -> dict[str, Any]:
+        """Every probe line names its step and time: nothing carries to the next file."""
+        return {}
+
+    def take_over(self, state: Mapping[str, Any]) -> None:
+        """Nothing to take over (see :meth:`handover`)."""
