@@ -141,17 +141,19 @@ class GenerationReader:
         """Split bytes into lines and parse the complete ones; ``out=None`` discards records."""
         buf = self._buf
         buf += data
+        self._drop_hole()
         pos = 0
         while (nl := buf.find(b"\n", pos)) >= 0:
             if self._skipping:
                 self._skipping = False
             else:
-                self._feed(bytes(buf[pos:nl]), self._buf_start + pos, out)
+                self._feed(bytes(buf[pos:nl]).lstrip(b"\0"), self._offset, out)
             self._line += 1
             pos = nl + 1
             self._offset = self._buf_start + pos
         del buf[:pos]
         self._buf_start += pos
+        self._drop_hole()
         if len(buf) > MAX_LINE_BYTES:
             if not self._skipping:
                 self._feed(bytes(buf[:MAX_LINE_BYTES]), self._offset, out)
@@ -163,6 +165,19 @@ class GenerationReader:
                 )  # fmt: skip
             self._buf_start += len(buf)
             buf.clear()
+
+    def _drop_hole(self) -> None:
+        """Leave out the NUL bytes that start the line being read (``skip_hole``'s hole).
+
+        They still count in the offsets: the line starts where its hole does, as in
+        ``dsmon import``, and the hole is never held whole, nor taken for a long line.
+        """
+        buf = self._buf
+        if self._skipping or not buf.startswith(b"\0"):
+            return
+        n = len(buf) - len(buf.lstrip(b"\0"))
+        del buf[:n]
+        self._buf_start += n
 
     def _feed(self, raw: bytes, offset: int, out: list[Record] | None) -> None:
         text = raw.decode("utf-8", errors="replace")

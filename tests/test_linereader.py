@@ -16,9 +16,11 @@ import pytest
 from dashboard_support import DATA
 
 import collectors.generation
+from collectors.state import StateFile
+from collectors.tailer import Tailer
 from dsmon.cli import main
 from dsmon.load.files import LONG_LINE, read_log
-from dsmon.model.records import Record
+from dsmon.model.records import Record, TimerRecord
 from dsmon.parse import linereader
 from dsmon.parse.linereader import MAX_LINE_BYTES, RawLine, capped_lines
 from dsmon.parse.log import LogParser
@@ -95,3 +97,56 @@ def test_parse_says_which_line_was_cut(tmp_path: Path, capsys: pytest.CaptureFix
     err = capsys.readouterr().err
     assert f"  cut {LONG_LINE}: 1\n" in err
     assert f"    train.log:{AFTER + 1}: longer than {MAX_LINE_BYTES} bytes" in err
+
+
+DEFAULT_LEVEL = DATA / "z0_default_loglevel" / "train.log"
+
+
+def with_hole(tmp_path: Path) -> tuple[Path, int]:
+    """The file a copytruncate leaves when the job writes through a shell redirect (``>``):
+    the job writes on at its old offset, here past the cap, so the file starts with a hole
+    of NULs (sparse on disk) and goes on with the job's lines (a real default-level log's)."""
+    lines = DEFAULT_LEVEL.read_bytes().splitlines(keepends=True)
+    first = next(i for i, line in enumerate(lines) if b"| fwd: " in line)  # a global timer
+    path = tmp_path / "train.log"
+    with path.open("wb") as f:
+        f.seek(HUGE)
+        f.writelines(lines[first:])
+    return path, first
+
+
+def without_offset(rec: Record) -> Record:
+    return dataclasses.replace(rec, src=dataclasses.replace(rec.src, offset=None, file=None))
+
+
+def test_a_hole_of_nul_bytes_is_skipped_and_loses_no_line(tmp_path: Path) -> None:
+    path, first = with_hole(tmp_path)
+    tracemalloc.start()
+    try:
+        got, parser = records(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * MAX_LINE_BYTES, peak
+    assert not parser.diag.cut  # the hole is no line, and cuts none
+    text = DEFAULT_LEVEL.read_bytes().splitlines(keepends=True)[first:]
+    plain = tmp_path / "plain.log"
+    plain.write_bytes(b"".join(text))
+    expected, _ = records(plain)
+    # the same records; the first line starts where the hole does, the others after it
+    moved = [r.src.offset if r.src.line == 1 else r.src.offset - HUGE for r in got]
+    assert moved == [r.src.offset for r in expected]
+    assert [without_offset(r) for r in got] == [without_offset(r) for r in expected]
+    assert isinstance(got[0], TimerRecord) and got[0].group == "global"
+
+
+def test_the_collector_reads_a_hole_as_import_does(tmp_path: Path) -> None:
+    path, _ = with_hole(tmp_path)
+    imported, _ = records(path)
+    t = Tailer([str(path)], run="z2", node=None, state=StateFile(tmp_path / "s.json"))
+    batch = t.poll(final=True)
+    live = [r for r in batch.records if r.src.file == "train.log"]
+    assert isinstance(live[0], TimerRecord) and live[0].src.line == 1  # the line behind the hole
+    assert [(r.src.line, r.src.offset, r.KIND) for r in live] == [
+        (r.src.line, r.src.offset, r.KIND) for r in imported
+    ]

@@ -450,26 +450,35 @@ def test_resume_keeps_the_step_clock_of_the_real_parsers(tmp_path: Path) -> None
 DEFAULT_LEVEL_LINES = (DATA / "z0_default_loglevel" / "train.log").read_bytes().splitlines(True)
 
 
-def test_copytruncate_at_the_default_log_level_keeps_numbering_steps(tmp_path: Path) -> None:
+@pytest.mark.parametrize("redirect", [">>", ">"])
+def test_copytruncate_at_the_default_log_level_keeps_numbering_steps(
+    tmp_path: Path, redirect: str
+) -> None:
     """After a copytruncate the file goes on with the same job's output, which at DeepSpeed's
     default log level names no step: the parser goes on from where it stood, across a
     restart too (the state file keeps what it started from). Found on a real job, whose
-    timer lines after logrotate's copytruncate were stored with no step and no time."""
+    timer lines after logrotate's copytruncate were stored with no step and no time.
+
+    Under ``>`` the job writes on at its old offset: the file starts with a hole of NULs."""
     whole = tmp_path / "whole" / "train.log"
     whole.parent.mkdir()
     append(whole, *DEFAULT_LEVEL_LINES)
     truth = poll_all(Tailer([str(whole)], run="z0", node="n", state=StateFile(tmp_path / "w")))
     log = tmp_path / "train.log"
     cut = [i for i, line in enumerate(DEFAULT_LEVEL_LINES) if b"| fwd: " in line][9] + 1
-    append(log, *DEFAULT_LEVEL_LINES[:cut])
+    job = log.open("ab" if redirect == ">>" else "wb", buffering=0)
+    job.write(b"".join(DEFAULT_LEVEL_LINES[:cut]))
     t1 = Tailer([str(log)], run="z0", node="n", state=StateFile(tmp_path / "s.json"))
     got = poll_all(t1)
     shutil.copyfile(log, tmp_path / "train.log.1")
     os.truncate(log, 0)
-    append(log, *DEFAULT_LEVEL_LINES[cut : cut + 8])
+    job.write(b"".join(DEFAULT_LEVEL_LINES[cut : cut + 8]))
     got += poll_all(t1)
     t1.close()  # restarted: the generation after the truncation is resumed mid-file
-    append(log, *DEFAULT_LEVEL_LINES[cut + 8 :])
+    job.write(b"".join(DEFAULT_LEVEL_LINES[cut + 8 :]))
+    job.close()
+    hole = sum(map(len, DEFAULT_LEVEL_LINES[:cut])) if redirect == ">" else 0
+    assert log.read_bytes()[: hole + 1] == b"\0" * hole + DEFAULT_LEVEL_LINES[cut][:1]
     t2 = Tailer([str(log)], run="z0", node="n", state=StateFile(tmp_path / "s.json"))
     got += poll_all(t2)
     steps = [r.step for r in got if isinstance(r, TimerRecord) and r.group == "global"]

@@ -33,12 +33,20 @@ class RawLine(NamedTuple):
 
 
 def capped_lines(stream: BinaryIO, limit: int = MAX_LINE_BYTES) -> Iterator[RawLine]:
-    """The lines of ``stream``, each cut to at most ``limit`` bytes, to its end."""
+    """The lines of ``stream``, each cut to at most ``limit`` bytes, to its end.
+
+    NUL bytes that start a line are left out of its text (:func:`skip_hole`), however many.
+    """
     while True:
         data = stream.readline(limit)
         if not data:
             return
-        size, cut = len(data), False
+        hole = 0
+        if data.startswith(b"\0"):
+            hole, data = skip_hole(stream, data, limit)
+            if not data:
+                return
+        size, cut = hole + len(data), False
         if len(data) == limit and not data.endswith(b"\n"):
             while rest := stream.readline(_SKIP_CHUNK):  # the tail, never held whole
                 size += len(rest)
@@ -46,3 +54,24 @@ def capped_lines(stream: BinaryIO, limit: int = MAX_LINE_BYTES) -> Iterator[RawL
                 if rest.endswith(b"\n"):
                     break
         yield RawLine(data, size, cut)
+
+
+def skip_hole(stream: BinaryIO, data: bytes, limit: int) -> tuple[int, bytes]:
+    """The NUL bytes that start a line, skipped: how many, and the line's first bytes.
+
+    A log rotated by copytruncate while the job writes on through a shell redirect (``>``,
+    which never reopens the file) is written on at the job's old offset: the file starts
+    with a hole of NUL bytes as long as the log was, then the job's next line. Read as
+    text, that line would be cut and lost behind the hole. ``data`` is what ``readline`` gave
+    (at most ``limit`` bytes); the hole is never held whole.
+    """
+    skipped = 0
+    while data:
+        text = data.lstrip(b"\0")
+        skipped += len(data) - len(text)
+        if text:
+            if len(data) == limit and not text.endswith(b"\n"):  # the line goes on
+                text += stream.readline(limit - len(text))
+            return skipped, text
+        data = stream.readline(limit)
+    return skipped, b""
