@@ -62,6 +62,16 @@ def records(path: Path) -> tuple[list[Record], LogParser]:
         return list(read_log(f, parser)), parser
 
 
+def records_and_peak(path: Path) -> tuple[list[Record], LogParser, int]:
+    """:func:`records`, and the peak of Python's memory while reading them."""
+    tracemalloc.start()
+    try:
+        got, parser = records(path)
+        return got, parser, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def shifted(rec: Record, extra_bytes: int) -> Record:
     """``rec`` as it reads from the log with the huge line in front of it."""
     src = rec.src
@@ -77,12 +87,7 @@ def test_a_huge_line_costs_the_cap_and_moves_nothing_else(tmp_path: Path) -> Non
     extra = path.stat().st_size - LOG.stat().st_size
     expected, _ = records(LOG)
     assert len(expected) > 50
-    tracemalloc.start()
-    try:
-        got, parser = records(path)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    got, parser, peak = records_and_peak(path)
     assert peak < 8 * MAX_LINE_BYTES, peak  # the line is 64 MiB; held whole it costs >128
     assert got == [shifted(r, extra) for r in expected]
     assert parser.diag.cut[LONG_LINE] == 1
@@ -121,12 +126,7 @@ def without_offset(rec: Record) -> Record:
 
 def test_a_hole_of_nul_bytes_is_skipped_and_loses_no_line(tmp_path: Path) -> None:
     path, first = with_hole(tmp_path)
-    tracemalloc.start()
-    try:
-        got, parser = records(path)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    got, parser, peak = records_and_peak(path)
     assert peak < 8 * MAX_LINE_BYTES, peak
     assert not parser.diag.cut  # the hole is no line, and cuts none
     text = DEFAULT_LEVEL.read_bytes().splitlines(keepends=True)[first:]
