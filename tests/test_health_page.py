@@ -119,3 +119,39 @@ def test_every_rule_that_reads_the_clock_is_evaluated_live() -> None:
     reads_now = {r.id for r in all_rules() if "inputs.now" in inspect.getsource(r.func)}
     helpers = {"run.errors"}  # reads it in a helper it calls (_clean_end)
     assert reads_now | helpers == set(CLOCK_RULES)
+
+
+def test_timer_lines_without_a_time_show_a_live_run_going_on(tmp_path: Path) -> None:
+    """At DeepSpeed's default log level the timer lines carry a start-up line's time
+    (tests/data/z0_default_loglevel: 14:10:05): a live run whose GPUs were sampled just now
+    was judged stalled since then. The dashboard counts when a refresh brought them."""
+    from datetime import datetime
+
+    from dashboard_support import read_records
+
+    from dsmon.model.records import GpuSampleRecord, Source, TimerRecord
+    from dsmon.view.cache import RunFrames
+    from dsmon.view.cutoff import OPEN
+    from dsmon.view.health_panel import panel
+
+    recs = [r for r in read_records("z0_default_loglevel", "z0") if r.KIND != "event"]
+    globals_at = [
+        i for i, r in enumerate(recs) if isinstance(r, TimerRecord) and r.group == "global"
+    ]
+    cut = globals_at[9] + 1
+    assert {r.ts for r in recs if isinstance(r, TimerRecord)} == {"2026-11-29T14:10:05.577"}
+
+    def sampled_now() -> GpuSampleRecord:
+        now = datetime.now().isoformat(timespec="milliseconds")
+        return GpuSampleRecord(src=Source(run="z0", node="n1"), ts=now, gpu_index=0, name="H100")
+
+    with open_store(tmp_path / "s.sqlite") as s:
+        s.add([*recs[:cut], sampled_now()], live=True)
+        frames = RunFrames(s, "z0")
+        panel(frames, "z0", OPEN, datetime.now())  # the first look
+        s.add([*recs[cut:], sampled_now()], live=True)
+        frames.refresh()
+        stalled = {
+            r.rule_id: r for r in panel(frames, "z0", OPEN, datetime.now()).checklist.results
+        }
+    assert stalled["run.stalled"].status.value == "pass", stalled["run.stalled"].summary

@@ -221,6 +221,33 @@ def test_a_torchrun_job_ends_by_its_heartbeats() -> None:
     assert check(inputs_from_records(config_only), "run.errors").status is Status.UNKNOWN
 
 
+def test_a_hung_rank_stalls_the_run_while_the_others_send_heartbeats() -> None:
+    """tests/data/probe_hang: rank 1 frozen after step 37, rank 0 waiting in all_reduce.
+
+    At the default log level the timer lines carry a start-up line's time (22:12:25), and
+    the heartbeats were not counted as data arriving: run.stalled said "no data of any kind
+    for 129 s: the run ended or its collector is down" while ranks.hang saw rank 0's
+    heartbeat of 3 s before."""
+    recs: list[Record] = []
+    for found in discover(DATA / "probe_hang"):
+        recs.extend(read_found(found, "hang", Diagnostics()))
+    now = datetime(2026, 12, 4, 22, 15, 48)  # 2 s after rank 0's last heartbeat
+    inputs = inputs_from_records(recs, now=now)
+    stalled = check(inputs, "run.stalled")
+    assert stalled.status is Status.FAIL
+    assert stalled.summary.startswith("no step for 163 s while data still arrives")
+    # rank 0's step 38 (probe), where the timer lines said 22:12:25.746
+    assert evidence(stalled)["last step data"] == "2026-12-04 22:13:05.256000 (163 s ago)"
+    assert evidence(stalled)["newest record of any kind"] == (
+        "2026-12-04 22:15:45.954000 (2 s ago)"  # rank 0's heartbeat
+    )
+    hang = check(inputs, "ranks.hang")
+    assert hang.status is Status.FAIL
+    assert hang.summary.startswith("rank 1 sent no heartbeat for 163 s")
+    early = check(inputs_from_records(recs, now=datetime(2026, 12, 4, 22, 13, 20)), "run.stalled")
+    assert early.status is Status.PASS  # 15 s after the last step: within the limit
+
+
 def test_regression_and_spikes() -> None:
     r = check(corpus_inputs("fp16_zero2"), "steps.regression")
     assert (r.status, r.summary) == (Status.PASS, "recent steps run at 1.07x the run's median")

@@ -21,6 +21,11 @@ from dsmon.health.registry import rule
 from dsmon.model.records import LAUNCH_TEXT
 
 _STEP_KINDS = ("timer", "step", "throughput", "iteration")
+#: Step data for run.stalled: the probe's per-rank steps (``dsmon run``) too, whose times are
+#: their own where a timer line printed without one carries the last stamped line's.
+_STEP_TIME_KINDS = (*_STEP_KINDS, "rank_step")
+#: What shows that the job and its collector are still there: a rank's heartbeat too.
+_ALIVE_KINDS = (*_STEP_TIME_KINDS, "heartbeat", "gpu", "event", "loss_scale", "comm_op")
 _NO_ERROR = "no crash, OOM or NCCL error in the log"
 
 
@@ -164,7 +169,7 @@ def check_stalled(inputs: HealthInputs) -> Finding:
         return Finding(Status.PASS, f"all {exited} ranks exited normally: run finished")
     if inputs.now is None:
         return Finding(Status.UNKNOWN, "only judged live (replaying a finished log)")
-    last_step = _last_ts(inputs, _STEP_KINDS)
+    last_step = _last_ts(inputs, _STEP_TIME_KINDS)
     if last_step is None:
         return Finding(Status.UNKNOWN, "no timestamped step data yet")
     series = m.step_times(inputs)
@@ -172,7 +177,7 @@ def check_stalled(inputs: HealthInputs) -> Finding:
     limit = max(th.STALL_MIN_S, th.STALL_FACTOR * (med_s if med_s == med_s else 0.0))
     now = pd.Timestamp(inputs.now)
     age = (now - last_step).total_seconds()
-    newest = _last_ts(inputs, (*_STEP_KINDS, "gpu", "event", "loss_scale", "comm_op"))
+    newest = _last_ts(inputs, _ALIVE_KINDS)
     alive_age = (now - newest).total_seconds() if newest is not None else age
     ev = (
         Evidence("last step data", str(last_step), f"{age:.0f} s ago"),

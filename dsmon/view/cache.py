@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing
+from datetime import datetime
 from typing import Any, TypeVar
 
 import numpy as np
@@ -80,6 +81,7 @@ class RunFrames:
         self._positions: dict[tuple[str, ...], FinishedRows[Any]] = {}  # (fold, *key columns)
         self._kind_folds: dict[str, list[StepFold]] = {}  # the folds over each kind
         self._newest: dict[str, pd.Timestamp] = {}
+        self._arrived: dict[str, pd.Timestamp] = {}  # when a refresh last brought rows
         self._records: dict[str, list[Record]] = {}
         self._seen: dict[str, int] = {}
         self._versions: dict[str, int] = {}
@@ -108,8 +110,12 @@ class RunFrames:
                 return reloaded
             self.last_id = hi
             self._gpu_samples = -1
+            now = pd.Timestamp(datetime.now())
             for kind in list(self._frames):
+                version = self._versions.get(kind, 0)
                 self._extend_frame(kind, hi)
+                if self._versions.get(kind, 0) != version:
+                    self._arrived[kind] = now
             for kind in list(self._records):
                 self._extend_records(kind, hi)
             return True
@@ -149,11 +155,19 @@ class RunFrames:
         return self._frames[kind]
 
     def newest_ts(self, kinds: Sequence[str]) -> pd.DataFrame:
-        """Each kind's newest ``ts`` (index: kind), kept as rows arrive instead of scanned."""
+        """Each kind's newest ``ts`` (index: kind), kept as rows arrive instead of scanned.
+
+        Or, when later, the local time a refresh last brought rows of the kind: a line
+        printed without a time (every line at DeepSpeed's default log level) carries the last
+        stamped line's, maybe the job's start: only its arrival says that the run goes on.
+        """
         with self._lock:
             for kind in kinds:
                 self._chunks(kind)
             stamps = {k: self._newest[k] for k in kinds if k in self._newest}
+            for k, at in self._arrived.items():
+                if k in kinds:
+                    stamps[k] = max(stamps[k], at) if k in stamps else at
         return pd.DataFrame({"ts": pd.Series(stamps, dtype="datetime64[ns]")})
 
     def fold(self, name: str, kind: str, cutoff: Cutoff, fn: StepFn) -> pd.DataFrame:
