@@ -18,6 +18,7 @@ import pytest
 from conftest import read_log
 
 from dsmon.analysis import coordinator, steps, training
+from dsmon.health import Status
 from dsmon.health.gather import inputs_from_store
 from dsmon.health.registry import evaluate
 from dsmon.model.joined import concat
@@ -201,9 +202,15 @@ def test_live_checklist_from_folds_equals_the_checklist_of_the_store(
     live = panel(frames, name, OPEN, now)
     assert len(frames._frames["timer"].parts) == 2  # grown, never joined whole
     full = evaluate(inputs_from_store(store, name, now=now))
-    assert [(r.rule_id, r.status, r.summary) for r in live.checklist.results] == [
-        (r.rule_id, r.status, r.summary) for r in full.results
-    ]
+    shown = [(r.rule_id, r.status, r.summary) for r in live.checklist.results]
+    stored = [(r.rule_id, r.status, r.summary) for r in full.results]
+    if name == "zero3_coordinator_v0100":  # no launcher exit lines: judged by the clock
+        # the dashboard saw the second half arrive just now (RunFrames.newest_ts), where the
+        # store has only the lines' own times, days old
+        (i,) = [i for i, r in enumerate(shown) if r[0] == "run.stalled"]
+        assert shown.pop(i) == ("run.stalled", Status.PASS, "last step 0 s ago (limit 30 s)")
+        assert stored.pop(i)[1] is Status.UNKNOWN
+    assert shown == stored
 
 
 @pytest.mark.parametrize("name", ["z2", "fp16_zero2", "memory_breakdown"])

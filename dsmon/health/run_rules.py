@@ -176,9 +176,9 @@ def check_stalled(inputs: HealthInputs) -> Finding:
     med_s = m.median(series.frame["value"]) / 1000.0 if series and series.unit == "ms" else 0.0
     limit = max(th.STALL_MIN_S, th.STALL_FACTOR * (med_s if med_s == med_s else 0.0))
     now = pd.Timestamp(inputs.now)
-    age = (now - last_step).total_seconds()
+    age = max((now - last_step).total_seconds(), 0.0)  # rows that arrived after ``now``
     newest = _last_ts(inputs, _ALIVE_KINDS)
-    alive_age = (now - newest).total_seconds() if newest is not None else age
+    alive_age = max((now - newest).total_seconds(), 0.0) if newest is not None else age
     ev = (
         Evidence("last step data", str(last_step), f"{age:.0f} s ago"),
         Evidence(
