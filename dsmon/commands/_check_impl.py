@@ -15,6 +15,7 @@ from dsmon.health.config_view import ConfigFileError, config_from_text
 from dsmon.health.gather import inputs_from_records, inputs_from_store
 from dsmon.health.report import exit_code, format_text, subject_line, to_json
 from dsmon.load.files import DS_CONFIG, InputError, discover, read_found
+from dsmon.load.rotated import Carries
 from dsmon.model.records import Record
 from dsmon.parse.base import Diagnostics
 from dsmon.parse.run_files import run_name
@@ -83,12 +84,13 @@ def _path_records(path: Path, configs: list[ConfigView]) -> list[Record]:
     if not found:
         raise _unreadable(path, f"no DeepSpeed config or log found in {what}")
     records: list[Record] = []
+    carries: Carries = {}
     for f in found:
         if f.kind == DS_CONFIG:
             configs.append(load_config(f.path))
             continue
         try:
-            records.extend(read_found(f, run_name(path), Diagnostics()))
+            records.extend(read_found(f, run_name(path), Diagnostics(), carries=carries))
         except OSError as exc:
             raise _unreadable(f.path, exc.strerror or str(exc)) from None
     if not records and not any(f.kind == DS_CONFIG for f in found):

@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import BinaryIO
 
 from dsmon.load.records_file import looks_like_records, read_records_file
+from dsmon.load.rotated import Carries, in_read_order, may_be_log
 from dsmon.model.records import Record
 from dsmon.parse import files
 from dsmon.parse.base import Diagnostics, LineParser
-from dsmon.parse.linereader import MAX_LINE_BYTES, capped_lines
+from dsmon.parse.linereader import MAX_LINE_BYTES, capped_lines, skip_hole
 from dsmon.parse.log import LogParser
 from dsmon.parse.probe import ProbeParser
 from dsmon.parse.profile_file import parse_profile_file
@@ -46,8 +47,6 @@ RECORDS = "records"
 #: The per-rank probe's files (``dsmon run``): ``rank-<N>.jsonl`` of JSON lines.
 PROBE = "probe"
 _PROBE_FILE = re.compile(r"^rank-\d+\.jsonl$")
-#: Suffixes of files that may be logs; inside a folder they must also look like DeepSpeed's.
-LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
 SNIFF_BYTES = 64 * 1024
 _LOG_MARKERS = (
     b"DeepSpeed",
@@ -93,6 +92,9 @@ class Found:
     kind: str
     label: str
     rank: int | None = None
+    #: The rotated log this file is one of (``dsmon.load.rotated``), when its folder holds
+    #: others of it: read in turn, each going on from where the one before it stopped.
+    family: str | None = None
 
 
 @dataclass(slots=True)
@@ -109,8 +111,13 @@ class ImportResult:
 
 
 def _head(path: Path, n: int = SNIFF_BYTES) -> bytes:
+    """The first ``n`` bytes of a file, after the NUL hole a copytruncate may have left."""
     with path.open("rb") as f:
-        return f.read(n)
+        head = f.read(n)
+        if not head.startswith(b"\0"):
+            return head
+        first = skip_hole(f, head, n)[1]  # the line after the hole, then what follows it
+        return first + f.read(max(n - len(first), 0))
 
 
 def _kind(path: Path) -> str | None:
@@ -135,7 +142,7 @@ def _kind(path: Path) -> str | None:
         return PROFILE  # an output_file holds the profile alone, no logger lines
     if head.lstrip().startswith(b"{") and all(k in head for k in _METRICS_KEYS):
         return AUTOTUNE_EXP
-    if name.endswith(LOG_SUFFIXES) and any(m in head for m in _LOG_MARKERS):
+    if may_be_log(name) and any(m in head for m in _LOG_MARKERS):
         return LOG
     return None
 
@@ -183,7 +190,7 @@ def discover(path: Path) -> list[Found]:
     try:
         if path.is_dir():
             found = (classify(p, p.relative_to(path).as_posix()) for p in _inputs(path))
-            return [f for f in found if f is not None]
+            return in_read_order([f for f in found if f is not None])
         result = classify(path, path.name, explicit=True)
     except OSError as exc:
         raise InputError(f"cannot read {exc.filename or path}: {exc.strerror or exc}") from None
@@ -225,12 +232,15 @@ def read_found(
     diag: Diagnostics,
     progress: Progress | None = None,
     default_run: str = "run",
+    carries: Carries | None = None,
 ) -> Iterator[Record]:
     """Records from one input; a log's unparsed lines are added to ``diag``.
 
     ``run`` names the run of every record; when None, a records file keeps the runs its
     records name (a run moved between stores keeps its name) and other inputs are filed
-    under ``default_run``.
+    under ``default_run``. ``carries`` holds where each rotated log's parser stood after
+    its last file read (``Found.family``): give the same dict to every file of a folder,
+    in :func:`discover`'s order.
     """
     if found.kind == RECORDS:
         for rec in read_records_file(found.path, found.label, diag, run, progress):
@@ -243,9 +253,14 @@ def read_found(
             if found.kind == LOG
             else ProbeParser(run, found.label)
         )
+        family = found.family
+        if carries is not None and family in carries:
+            parser.take_over(carries[family])
         with found.path.open("rb") as f:
             yield from read_log(f, parser, found.rank, progress)
         diag.merge(parser.diag)
+        if carries is not None and family is not None:
+            carries[family] = parser.handover()
         return
     yield from _parse_file(found, run, diag)
     if progress is not None:
@@ -344,12 +359,14 @@ def import_paths(
     results = []
     for name, inputs in groups.items():
         res = ImportResult(name, inputs)
+        carries: Carries = {}
         for found in inputs:
             if found.kind == RECORDS:
                 read = read_records_file(found.path, found.label, res.diag, run, progress)
                 records = _counted(read, res)
             else:
-                records = _counted_as(read_found(found, name, res.diag, progress), res)
+                read = read_found(found, name, res.diag, progress, carries=carries)
+                records = _counted_as(read, res)
             try:
                 res.inserted += store.add(records)
             except OSError as exc:  # vanished or unreadable since discovery

@@ -24,6 +24,7 @@ from datetime import datetime
 from pathlib import Path
 
 from dsmon.load.files import plan, read_found
+from dsmon.load.rotated import Carries
 from dsmon.model.records import Record
 from dsmon.model.units import parse_ts
 from dsmon.parse.base import Diagnostics
@@ -163,8 +164,9 @@ def replay_paths(
     result = ReplayResult(run, files=len(inputs))
 
     def records() -> Iterator[Record]:
+        carries: Carries = {}
         for found in inputs:
-            yield from read_found(found, run, result.diag)
+            yield from read_found(found, run, result.diag, carries=carries)
 
     return replay_records(records(), store, result, pace, on_batch)
 

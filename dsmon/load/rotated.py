@@ -1,0 +1,84 @@
+"""A rotated log's files, read as the one output they are: oldest first, steps counted on.
+
+logrotate leaves a long run's output in several files beside each other: ``train.log.2``,
+``train.log.1`` and ``train.log`` (numbered, the highest the oldest), or ``train.log-20261201``
+and ``train-20261201.log`` (``dateext``, with or without ``extension``). Each goes on where
+the one before it stopped, and at DeepSpeed's default log level nothing in a later file says
+which step it starts at. So a folder's files of one log are read oldest first, and each file's
+parser goes on from where the previous one's stood (``LineParser.handover``), as the
+collector's does across a copytruncate. Compressed rotations (``.gz``) are not read.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dsmon.load.files import Found
+
+#: Suffixes of files that may be logs (a rotated name keeps one before its rotation mark).
+LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
+_EXT = r"\.(?:log|txt|out|err)"
+#: ``train.log.3`` (logrotate's numbers) and ``train.log-20261201`` (``dateext``).
+_AFTER = re.compile(rf"^(?P<base>.+{_EXT})(?:\.(?P<n>\d{{1,4}})|-(?P<date>\d{{8,14}}))$")
+#: ``train-20261201.log`` (``dateext`` with ``extension .log``).
+_BEFORE = re.compile(rf"^(?P<stem>.+)-(?P<date>\d{{8,14}})(?P<ext>{_EXT})$")
+
+#: Where each family's parser stood after its last file: family -> ``handover()``.
+Carries = dict[str, dict[str, Any]]
+
+
+def rotation(name: str) -> tuple[str, tuple[int, int, str]] | None:
+    """The log a rotated file name belongs to, and its age key (smaller: older); else None.
+
+    ``train.log.2`` -> ("train.log", (0, -2, "")); ``train.log-20261201`` -> ("train.log",
+    (1, 0, "20261201")); the live file ``train.log`` itself is not a rotated name.
+    """
+    if m := _AFTER.match(name):
+        if m["n"] is not None:
+            return m["base"], (0, -int(m["n"]), "")
+        return m["base"], (1, 0, m["date"])
+    if m := _BEFORE.match(name):
+        return m["stem"] + m["ext"], (1, 0, m["date"])
+    return None
+
+
+def may_be_log(name: str) -> bool:
+    """Whether a file name is a log's, or a rotated log's."""
+    return name.endswith(LOG_SUFFIXES) or rotation(name) is not None
+
+
+def in_read_order(found: Sequence[Found]) -> list[Found]:
+    """``found`` with the files of each rotated log oldest first, each naming its family.
+
+    A family is a log and its rotated files in one folder (two at least). Its files take the
+    places its members had, in age order; everything else keeps its place.
+    """
+    families: dict[str, list[int]] = {}
+    for i, f in enumerate(found):
+        if f.kind == "log":
+            families.setdefault(_family(f), []).append(i)
+    out = list(found)
+    for family, places in families.items():
+        if len(places) < 2:
+            continue
+        members = sorted((found[i] for i in places), key=_age)
+        for i, f in zip(places, members, strict=True):
+            out[i] = replace(f, family=family)
+    return out
+
+
+def _family(f: Found) -> str:
+    """The folder and the log name a file belongs to (itself when it is no rotated name)."""
+    rotated = rotation(f.path.name)
+    base = rotated[0] if rotated is not None else f.path.name
+    return (f.path.parent / base).as_posix()
+
+
+def _age(f: Found) -> tuple[int, int, str]:
+    """Oldest first: numbered rotations (highest first), dated ones, then the live file."""
+    rotated = rotation(f.path.name)
+    return rotated[1] if rotated is not None else (2, 0, "")
