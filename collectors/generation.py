@@ -27,6 +27,8 @@ logger = logging.getLogger(__name__)
 
 #: Bytes read at a time.
 CHUNK = 1 << 20
+#: The last bytes read that are checked at each poll to be still there (see _was_truncated).
+TAIL_BYTES = 64
 
 ParserFactory = Callable[[str], LineParser]
 
@@ -101,6 +103,7 @@ class GenerationReader:
         self._skipping = False
         self._dev = self._ino = 0
         self._fp, self._fp_len = EMPTY_FP, 0
+        self._tail = b""  # the last bytes read, to tell the file still holds them
 
     def _adopt(self, f: BinaryIO, gen: int) -> None:
         self._reset(gen)
@@ -139,6 +142,7 @@ class GenerationReader:
 
     def _consume(self, data: bytes, out: list[Record] | None) -> None:
         """Split bytes into lines and parse the complete ones; ``out=None`` discards records."""
+        self._tail = (self._tail + data[-TAIL_BYTES:])[-TAIL_BYTES:]
         buf = self._buf
         buf += data
         self._drop_hole()
@@ -186,11 +190,22 @@ class GenerationReader:
             self._emit(recs, out)
 
     def _was_truncated(self) -> bool:
-        """The open file is shorter than what was read, or no longer starts as it did."""
+        """The open file is shorter than what was read, or no longer holds what was read.
+
+        Its start tells, unless it is a hole: after a copytruncate under a shell redirect
+        (``>``) the file starts with NULs, and a second truncation, the job writing on past
+        where it was read, leaves it as long and starting the same. The last bytes read,
+        NULs now, tell that one.
+        """
         assert self._f is not None
         size = os.fstat(self._f.fileno()).st_size
         read_to = self._buf_start + len(self._buf)
-        return size < read_to or not same_start(self._f, self._fp, self._fp_len)
+        if size < read_to or not same_start(self._f, self._fp, self._fp_len):
+            return True
+        tail = self._tail
+        if not tail.strip(b"\0"):
+            return False
+        return os.pread(self._f.fileno(), len(tail), read_to - len(tail)) != tail
 
     def _emit(self, recs: list[Record], out: list[Record]) -> None:
         """Add ``recs`` to ``out``, with the file's rank where their line named none."""

@@ -491,6 +491,35 @@ def test_copytruncate_at_the_default_log_level_keeps_numbering_steps(
     ]
 
 
+def test_a_second_copytruncate_under_a_redirect_reads_what_only_the_copy_holds(
+    tmp_path: Path,
+) -> None:
+    """After a first copytruncate under ``>`` the file starts with NULs, so its start no
+    longer tells a second truncation (the job writes on past where it was read, at its own
+    offset): what it wrote between the last read and the copy was in the copy alone, and
+    lost. The bytes just before where reading stands tell it."""
+    log = tmp_path / "train.log"
+    timers = [i for i, line in enumerate(DEFAULT_LEVEL_LINES) if b"| fwd: " in line]
+    first, second = timers[5] + 1, timers[12] + 1
+    job = log.open("wb", buffering=0)
+    job.write(b"".join(DEFAULT_LEVEL_LINES[:first]))
+    t = Tailer([str(log)], run="z0", node="n", state=StateFile(tmp_path / "s.json"))
+    got = poll_all(t)
+    shutil.copyfile(log, tmp_path / "train.log.1")
+    os.truncate(log, 0)
+    job.write(b"".join(DEFAULT_LEVEL_LINES[first : second - 6]))
+    got += poll_all(t)
+    job.write(b"".join(DEFAULT_LEVEL_LINES[second - 6 : second]))  # not read before the copy
+    (tmp_path / "train.log.1").rename(tmp_path / "train.log.2")
+    shutil.copyfile(log, tmp_path / "train.log.1")
+    os.truncate(log, 0)
+    job.write(b"".join(DEFAULT_LEVEL_LINES[second:]))
+    job.close()
+    got += poll_all(t)
+    steps = [r.step for r in got if isinstance(r, TimerRecord) and r.group == "global"]
+    assert steps == list(range(1, 21))
+
+
 @pytest.mark.parametrize(
     "carry",
     ['{"clock": {"rel": "x"}, "last_ts": null}', "[1, 2]", "{not json", '{"clock": 3}'],
