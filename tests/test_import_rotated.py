@@ -8,11 +8,13 @@ alone, without a step number.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from conftest import DATA
 
+from dsmon.cli import main
 from dsmon.load.files import Found, discover, import_paths
 from dsmon.load.rotated import in_read_order, rotation
 from dsmon.model.records import TimerRecord
@@ -60,3 +62,12 @@ def test_a_log_behind_a_hole_is_found_in_a_folder(tmp_path: Path, hole_mib: int)
         f.seek(hole_mib << 20)
         f.write((FOLDER / "train.log").read_bytes().lstrip(b"\0"))
     assert [f.kind for f in discover(tmp_path)] == ["log"]
+
+
+def test_parse_of_the_files_as_a_shell_glob_lists_them(capsys: pytest.CaptureFixture[str]) -> None:
+    """``dsmon parse train.log*``: the shell lists train.log first; read oldest first."""
+    files = [str(FOLDER / "train.log"), str(FOLDER / "train.log.1")]
+    assert main(["parse", *files]) == 0
+    out = capsys.readouterr().out.splitlines()
+    steps = [json.loads(line)["step"] for line in out if '"group":"global"' in line]
+    assert steps == list(range(1, 101))

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from dsmon.commands import CommandError
-from dsmon.load.files import classify, read_found, read_log
+from dsmon.load.files import Found, classify, read_found, read_log
+from dsmon.load.rotated import Carries, in_read_order
 from dsmon.model import wire
 from dsmon.model.records import Record
 from dsmon.parse.base import Diagnostics
@@ -53,17 +54,31 @@ def check_readable(name: str) -> Path:
     return path
 
 
-def _records(name: str, run: str | None, diag: Diagnostics) -> Iterator[Record]:
+def _records(
+    name: str, found: Found | None, run: str | None, diag: Diagnostics, carries: Carries
+) -> Iterator[Record]:
     """Records of one FILE argument (stdin, a log, or another recognised file)."""
-    if name == STDIN:
+    if found is None:
         parser = LogParser(run or "stdin", "<stdin>")
         yield from read_log(sys.stdin.buffer, parser)
         diag.merge(parser.diag)
         return
-    path = Path(name)
-    found = classify(path, path.name, explicit=True)
-    assert found is not None  # explicit files are always readable as a log
-    yield from read_found(found, run, diag, default_run=run_name(path))
+    yield from read_found(found, run, diag, default_run=run_name(Path(name)), carries=carries)
+
+
+def _inputs(names: list[str]) -> list[tuple[str, Found | None]]:
+    """Each FILE with how to read it (None: stdin), a rotated log's files oldest first.
+
+    ``dsmon parse train.log*`` lists ``train.log`` before ``train.log.1``: read in that
+    order, the later file's steps would not be numbered.
+    """
+    found = [classify(Path(n), Path(n).name, explicit=True) for n in names if n != STDIN]
+    ordered = iter(in_read_order([f for f in found if f is not None]))  # never None: explicit
+    out: list[tuple[str, Found | None]] = []
+    for name in names:
+        f = None if name == STDIN else next(ordered)
+        out.append((name if f is None else str(f.path), f))
+    return out
 
 
 def write_records(records: Iterable[Record], out: TextIO) -> int:
@@ -109,9 +124,10 @@ def format_diagnostics(diag: Diagnostics, n_files: int, n_records: int) -> str:
 def _parse_all(names: list[str], run: str | None, diag: Diagnostics) -> int:
     """Write the records of every FILE to stdout; returns how many."""
     n = 0
-    for name in names:
+    carries: Carries = {}
+    for name, found in _inputs(names):
         try:
-            n += write_records(_records(name, run, diag), sys.stdout)
+            n += write_records(_records(name, found, run, diag, carries), sys.stdout)
         except BrokenPipeError:
             raise
         except OSError as exc:
