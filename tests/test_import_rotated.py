@@ -42,6 +42,8 @@ def test_rotated_names_and_their_age() -> None:
     assert rotation("train.log") is None
     assert rotation("ds_config.json.1") is None
     assert rotation("train.log.1.gz") is None  # compressed: not read
+    assert rotation("slurm-12345678.out") is None  # a Slurm job id, not a date
+    assert rotation("train.log-2026120113") == ("train.log", (1, 0, "2026120113"))  # hourly
 
 
 def test_a_family_is_read_oldest_first_in_its_members_places(tmp_path: Path) -> None:

@@ -22,10 +22,13 @@ if TYPE_CHECKING:
 #: Suffixes of files that may be logs (a rotated name keeps one before its rotation mark).
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
 _EXT = r"\.(?:log|txt|out|err)"
+#: logrotate's ``dateext`` date, ``%Y%m%d`` (an hour, minutes, seconds may follow): a real
+#: date, so that a Slurm job's ``slurm-12345678.out`` is not taken for a rotation.
+_DATE = r"(?:19|20)\d\d(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])(?:\d\d){0,3}"
 #: ``train.log.3`` (logrotate's numbers) and ``train.log-20261201`` (``dateext``).
-_AFTER = re.compile(rf"^(?P<base>.+{_EXT})(?:\.(?P<n>\d{{1,4}})|-(?P<date>\d{{8,14}}))$")
+_AFTER = re.compile(rf"^(?P<base>.+{_EXT})(?:\.(?P<n>\d{{1,4}})|-(?P<date>{_DATE}))$")
 #: ``train-20261201.log`` (``dateext`` with ``extension .log``).
-_BEFORE = re.compile(rf"^(?P<stem>.+)-(?P<date>\d{{8,14}})(?P<ext>{_EXT})$")
+_BEFORE = re.compile(rf"^(?P<stem>.+)-(?P<date>{_DATE})(?P<ext>{_EXT})$")
 
 #: Where each family's parser stood after its last file: family -> ``handover()``.
 Carries = dict[str, dict[str, Any]]
