@@ -27,7 +27,7 @@ RUN = "z2"
 CONSOLE_404 = "Failed to load resource: the server responded with a status of 404 (Not Found)"
 #: (url path, menu title, page heading) of every page, the front page (health) first.
 PAGES = [
-    (slug, title, f"{title} · {RUN}")
+    (slug, title, title if slug == "compare" else f"{title} · {RUN}")  # Compare: runs picked
     for slug, title in (
         ("health", "Health"),
         ("steps", "Steps"),
