@@ -64,6 +64,10 @@ class FileFollower(GenerationReader):
         from_end: with no saved position, skip (silently parse) what the file holds now.
         on_finished: told the final position of each generation that ends, so the tailer
             can tell a rotated file it has read already from a new file.
+        on_continued: told the device and inode of a file truncated in place and renamed
+            away, and the parser state its new content goes on from (``Position.carry``).
+        carry: the parser state the first generation starts from (a file met at a new
+            name after ``on_continued``).
         known: whether a file about to become a new generation is one the tailer follows or
             has read already under another path (a rotated name its glob also matches): such
             a file is skipped, not read a second time.
@@ -81,15 +85,18 @@ class FileFollower(GenerationReader):
         older: Sequence[Position] = (),
         from_end: bool = False,
         on_finished: Callable[[Position], None] | None = None,
+        on_continued: Callable[[tuple[int, int], str], None] | None = None,
+        carry: str = "",
         known: Callable[[BinaryIO], bool] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         first_label = label or (saved.label if saved and saved.label else path)
-        super().__init__(path, make_parser, first_label, rank, saved.gen if saved else 0)
+        super().__init__(path, make_parser, first_label, rank, saved.gen if saved else 0, carry)
         self._saved = saved
         self._older = list(older)
         self._from_end = from_end
         self._on_finished = on_finished or (lambda pos: None)
+        self._on_continued = on_continued or (lambda ident, carry: None)
         self._known = known or (lambda f: False)
         self._clock = clock
         # Earlier generations no longer at the path, still read until idle (oldest first).
@@ -305,10 +312,17 @@ class FileFollower(GenerationReader):
                 copy.seek(read_to)
                 while data := copy.read(CHUNK):
                     self._consume(data, out)
-        self._end_generation(out, keep_open=keep_open)
+        self._end_generation(out, keep_open=keep_open, goes_on=True)
 
-    def _end_generation(self, out: list[Record], *, keep_open: bool = False) -> None:
-        """The file is complete: parse its unterminated last line, finish the parser."""
+    def _end_generation(
+        self, out: list[Record], *, keep_open: bool = False, goes_on: bool = False
+    ) -> None:
+        """The file is complete: parse its unterminated last line, finish the parser.
+
+        ``goes_on``: it was truncated in place, and what is written to it now is the same
+        output going on: read on from its start (``keep_open``), or, renamed away as well,
+        by whichever follower meets it at its new name (``on_continued``).
+        """
         if self._buf and not self._skipping:
             self._feed(bytes(self._buf), self._offset, out)
             self._line += 1
@@ -319,11 +333,13 @@ class FileFollower(GenerationReader):
         if f is not None:
             self._on_finished(self._current())
             self._f = None
-        if f is not None and keep_open:  # truncated in place: the same output goes on
+        if f is not None and goes_on:
             self._hand_over()
-            f.seek(0)
-            self._adopt(f, self._gen + 1)
-            return
+            if keep_open:
+                f.seek(0)
+                self._adopt(f, self._gen + 1)
+                return
+            self._on_continued((self._dev, self._ino), self._carry)
         if f is not None:
             f.close()
         self._carry = ""
@@ -340,6 +356,11 @@ class FileFollower(GenerationReader):
             )  # fmt: skip
             return
         self._carry = saved.carry
+        copied = identity(old) != (saved.dev, saved.ino)  # the file itself was truncated
         self._adopt(old, saved.gen)
         self._replay_to(saved.offset, saved.line)
         self._retire(out)
+        if copied:  # what it holds now goes on from the copy's end, wherever it is met
+            finished = self._retired[-1]
+            finished._hand_over()
+            self._on_continued((saved.dev, saved.ino), finished._carry)

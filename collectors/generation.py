@@ -42,10 +42,17 @@ class GenerationReader:
         label: the ``Source.file`` of the first generation; later ones are ``label#N``.
         rank: the rank the file belongs to (a per-rank log), given to records that name none.
         gen: the generation number to start at.
+        carry: the parser state it starts from (``Position.carry``).
     """
 
     def __init__(
-        self, path: str, make_parser: ParserFactory, label: str, rank: int | None, gen: int
+        self,
+        path: str,
+        make_parser: ParserFactory,
+        label: str,
+        rank: int | None,
+        gen: int,
+        carry: str = "",
     ) -> None:
         self.path = path
         self.long_lines = 0
@@ -54,7 +61,7 @@ class GenerationReader:
         self._make_parser = make_parser
         self._f: BinaryIO | None = None
         #: The state the generation's parser starts from (see ``Position.carry``).
-        self._carry = ""
+        self._carry = carry
         self._reset(gen)
 
     @property

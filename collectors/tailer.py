@@ -112,6 +112,9 @@ class Tailer:
         self._last_scan = -1e18
         # Paths a glob matched that hold a generation already read, by device and inode.
         self._ignored: dict[str, tuple[int, int]] = {}
+        # Files truncated in place and renamed away (device, inode): the parser state their
+        # content goes on from, for the follower that meets them at their new name.
+        self._continued: dict[tuple[int, int], str] = {}
         saved = state.load() if state is not None else Checkpoint()
         self._finished: deque[Position] = deque(saved.finished, maxlen=MAX_FINISHED)
         by_path: dict[str, list[Position]] = {}
@@ -186,7 +189,8 @@ class Tailer:
         for path, label in _matches(self.patterns).items():
             if path in self._followers or self._already_read(path):
                 continue
-            follower = self._follower(path, None, first and self._from_end, label)
+            carry = self._continued.pop(_identity(path), "")
+            follower = self._follower(path, None, first and self._from_end, label, carry=carry)
             self._followers[path] = follower
             out.extend(follower.poll(final=final))
         return out
@@ -202,6 +206,7 @@ class Tailer:
         from_end: bool,
         label: str | None = None,
         older: Sequence[Position] = (),
+        carry: str = "",
     ) -> FileFollower:
         probe = any(fnmatch.fnmatchcase(path, p) for p in self._probe_patterns)
         return FileFollower(
@@ -213,6 +218,8 @@ class Tailer:
             older=older,
             from_end=from_end,
             on_finished=self._finished.append,
+            on_continued=self._continued.__setitem__,
+            carry=carry,
             known=lambda f: self._known(f, path),
             clock=self._clock,
         )
@@ -270,6 +277,15 @@ class Tailer:
             if whole and fp is not None and same_start(f, *fp):
                 return True
         return False
+
+
+def _identity(path: str) -> tuple[int, int]:
+    """Device and inode of a path's file; (-1, -1) when it cannot be read."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return (-1, -1)
+    return (st.st_dev, st.st_ino)
 
 
 def _matches(patterns: Iterable[str]) -> dict[str, str]:

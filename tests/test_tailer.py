@@ -520,6 +520,47 @@ def test_a_second_copytruncate_under_a_redirect_reads_what_only_the_copy_holds(
     assert steps == list(range(1, 21))
 
 
+@pytest.mark.parametrize("restart", [False, True])
+def test_a_file_truncated_then_renamed_goes_on_where_it_is_met(
+    tmp_path: Path, restart: bool
+) -> None:
+    """copytruncate, the job writing on, then a rename (a later rotation) before the next
+    read: the file's new content is read at its new name, going on from the copy's end,
+    whether the collector ran all along or was started again between. (The new file at the
+    path after the rename is another generation, read afresh.)"""
+    log = tmp_path / "train.log"
+    timers = [i for i, line in enumerate(DEFAULT_LEVEL_LINES) if b"| fwd: " in line]
+    a, b = timers[5] + 1, timers[12] + 1
+    job = log.open("ab", buffering=0)
+    job.write(b"".join(DEFAULT_LEVEL_LINES[: a - 4]))
+
+    def follow() -> Tailer:
+        glob = str(tmp_path / "train.log*")
+        return Tailer([glob], run="z0", node="n", state=StateFile(tmp_path / "s.json"), rescan_s=0)
+
+    t = follow()
+    got = poll_all(t)
+    job.write(b"".join(DEFAULT_LEVEL_LINES[a - 4 : a]))  # only in the copy
+    shutil.copyfile(log, tmp_path / "train.log-20261201")
+    os.truncate(log, 0)
+    job.write(b"".join(DEFAULT_LEVEL_LINES[a:b]))
+    job.close()
+    log.rename(tmp_path / "train.log.1")
+    append(log, *DEFAULT_LEVEL_LINES[b:])
+    if restart:
+        t.close()
+        t = follow()
+    got += poll_all(t)
+    latest = {record_key(r): r for r in got}  # live: sent once unnumbered, then numbered
+    steps = [
+        r.step
+        for r in latest.values()
+        if isinstance(r, TimerRecord) and r.group == "global" and r.src.file != "train.log#1"
+    ]
+    assert steps == list(range(1, 14))  # 1-6 in train.log and its copy, 7-13 in train.log.1
+    assert {r.src.file for r in latest.values() if r.step == 13} == {"train.log.1"}
+
+
 @pytest.mark.parametrize(
     "carry",
     ['{"clock": {"rel": "x"}, "last_ts": null}', "[1, 2]", "{not json", '{"clock": 3}'],
