@@ -112,8 +112,7 @@ class Tailer:
         self._last_scan = -1e18
         # Paths a glob matched that hold a generation already read, by device and inode.
         self._ignored: dict[str, tuple[int, int]] = {}
-        # Files truncated in place and renamed away (device, inode): the parser state their
-        # content goes on from, for the follower that meets them at their new name.
+        # Files truncated and renamed away (device, inode) -> the state their content goes on from.
         self._continued: dict[tuple[int, int], str] = {}
         saved = state.load() if state is not None else Checkpoint()
         self._finished: deque[Position] = deque(saved.finished, maxlen=MAX_FINISHED)
@@ -142,7 +141,8 @@ class Tailer:
         out: list[Record] = []
         for follower in list(self._followers.values()):
             out.extend(follower.poll(final=final))
-        if final or self._clock() - self._last_scan >= self._rescan_s:
+        # A file going on at a new name is met in this poll, so this checkpoint holds it.
+        if final or self._continued or self._clock() - self._last_scan >= self._rescan_s:
             self._last_scan = self._clock()
             out.extend(self._scan(final))
         for watcher in self._profiles:

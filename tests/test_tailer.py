@@ -520,14 +520,16 @@ def test_a_second_copytruncate_under_a_redirect_reads_what_only_the_copy_holds(
     assert steps == list(range(1, 21))
 
 
-@pytest.mark.parametrize("restart", [False, True])
+@pytest.mark.parametrize("restart", ["none", "before", "after"])
 def test_a_file_truncated_then_renamed_goes_on_where_it_is_met(
-    tmp_path: Path, restart: bool
+    tmp_path: Path, restart: str
 ) -> None:
     """copytruncate, the job writing on, then a rename (a later rotation) before the next
     read: the file's new content is read at its new name, going on from the copy's end,
-    whether the collector ran all along or was started again between. (The new file at the
-    path after the rename is another generation, read afresh.)"""
+    whether the collector ran all along or was started again before or after the read that
+    saw it. The globs are matched again once a second: the file at its new name is met in
+    the read that saw it all the same. (The new file at the path after the rename is
+    another generation, read afresh.)"""
     log = tmp_path / "train.log"
     timers = [i for i, line in enumerate(DEFAULT_LEVEL_LINES) if b"| fwd: " in line]
     a, b = timers[5] + 1, timers[12] + 1
@@ -536,7 +538,8 @@ def test_a_file_truncated_then_renamed_goes_on_where_it_is_met(
 
     def follow() -> Tailer:
         glob = str(tmp_path / "train.log*")
-        return Tailer([glob], run="z0", node="n", state=StateFile(tmp_path / "s.json"), rescan_s=0)
+        state = StateFile(tmp_path / "s.json")
+        return Tailer([glob], run="z0", node="n", state=state, clock=Clock())  # a frozen clock
 
     t = follow()
     got = poll_all(t)
@@ -547,10 +550,14 @@ def test_a_file_truncated_then_renamed_goes_on_where_it_is_met(
     job.close()
     log.rename(tmp_path / "train.log.1")
     append(log, *DEFAULT_LEVEL_LINES[b:])
-    if restart:
+    if restart == "before":
         t.close()
         t = follow()
     got += poll_all(t)
+    if restart == "after":
+        t.close()
+        append(log, b"")  # nothing new: the state file alone says where each file stands
+        got += poll_all(follow())
     latest = {record_key(r): r for r in got}  # live: sent once unnumbered, then numbered
     steps = [
         r.step
