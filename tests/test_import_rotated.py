@@ -49,7 +49,7 @@ def test_rotated_names_and_their_age() -> None:
 def test_a_family_is_read_oldest_first_in_its_members_places(tmp_path: Path) -> None:
     names = ["a.out", "train.log", "train.log.1", "train.log.10", "train.log.2", "z.log"]
     found = [Found(tmp_path / n, "log", n) for n in names]
-    ordered = in_read_order(found)
+    ordered = in_read_order(found, "log")
     assert [f.label for f in ordered] == [
         "a.out", "train.log.10", "train.log.2", "train.log.1", "train.log", "z.log",
     ]  # fmt: skip

@@ -177,16 +177,16 @@ def _probe_exited(store: Store, run: str) -> int:
     its workers exited. One streaming pass keeps the newest beat of each rank (by time, then
     line), as the checklist's run.stalled reads them.
     """
-    newest: dict[int, tuple[str, int, str]] = {}
+    newest: dict[int, tuple[tuple[str, int], str]] = {}  # rank -> ((ts, line), phase)
     for rec in store.scan(run, "heartbeat"):
         rank, ts = rec.src.rank, rec.ts
         if rank is None or ts is None or not isinstance(rec, HeartbeatRecord):
             continue
-        key = (ts, rec.src.line or 0, rec.phase)
-        if rank not in newest or key[:2] >= newest[rank][:2]:
-            newest[rank] = key
-    phases = [phase for _, _, phase in newest.values()]
-    return len(phases) if phases and set(phases) == {"exited"} else 0
+        at = (ts, rec.src.line or 0)
+        if rank not in newest or at >= newest[rank][0]:
+            newest[rank] = (at, rec.phase)
+    phases = {phase for _, phase in newest.values()}
+    return len(newest) if phases == {"exited"} else 0
 
 
 def run_summary(store: Store, run: str) -> RunSummary:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from dsmon.commands import CommandError
-from dsmon.load.files import Found, classify, read_found, read_log
+from dsmon.load.files import LOG, Found, classify, read_found, read_log
 from dsmon.load.rotated import Carries, in_read_order
 from dsmon.model import wire
 from dsmon.model.records import Record
@@ -73,7 +73,7 @@ def _inputs(names: list[str]) -> list[tuple[str, Found | None]]:
     order, the later file's steps would not be numbered.
     """
     found = [classify(Path(n), Path(n).name, explicit=True) for n in names if n != STDIN]
-    ordered = iter(in_read_order([f for f in found if f is not None]))  # never None: explicit
+    ordered = iter(in_read_order([f for f in found if f is not None], LOG))  # all explicit
     out: list[tuple[str, Found | None]] = []
     for name in names:
         f = None if name == STDIN else next(ordered)

@@ -190,7 +190,7 @@ def discover(path: Path) -> list[Found]:
     try:
         if path.is_dir():
             found = (classify(p, p.relative_to(path).as_posix()) for p in _inputs(path))
-            return in_read_order([f for f in found if f is not None])
+            return in_read_order([f for f in found if f is not None], LOG)
         result = classify(path, path.name, explicit=True)
     except OSError as exc:
         raise InputError(f"cannot read {exc.filename or path}: {exc.strerror or exc}") from None

@@ -54,15 +54,16 @@ def may_be_log(name: str) -> bool:
     return name.endswith(LOG_SUFFIXES) or rotation(name) is not None
 
 
-def in_read_order(found: Sequence[Found]) -> list[Found]:
+def in_read_order(found: Sequence[Found], log_kind: str) -> list[Found]:
     """``found`` with the files of each rotated log oldest first, each naming its family.
 
-    A family is a log and its rotated files in one folder (two at least). Its files take the
-    places its members had, in age order; everything else keeps its place.
+    A family is a log (``Found.kind`` is ``log_kind``) and its rotated files in one folder
+    (two at least). Its files take the places its members had, in age order; everything
+    else keeps its place.
     """
     families: dict[str, list[int]] = {}
     for i, f in enumerate(found):
-        if f.kind == "log":
+        if f.kind == log_kind:
             families.setdefault(_family(f), []).append(i)
     out = list(found)
     for family, places in families.items():
