@@ -18,7 +18,7 @@ from ui.page import live_body, page_header, page_view
 
 view = page_view(__file__)
 PARTS = ("fwd_ms", "bwd_ms", "bwd_inner_ms", "bwd_allreduce_ms", "step_ms", "total_ms")
-SPEED = ["samples/s", "iteration time", "TFLOPS per GPU"]
+SPEED = ["samples/s", "tokens/s per GPU", "iteration time", "TFLOPS per GPU"]
 
 
 def load() -> dict[str, pd.DataFrame]:
@@ -141,7 +141,9 @@ def without_timers() -> None:
         "steps.speed",
         kinds,
         cut,
-        lambda: training.training_series({k: f.frame(k, cut) for k in kinds}),
+        lambda: training.only_metrics(
+            training.training_series({k: f.frame(k, cut) for k in kinds}), SPEED
+        ),
     )
     st.info(
         "No engine timer lines in this run, so no fwd/bwd/step breakdown: turn on "

@@ -35,7 +35,8 @@ def body() -> None:
         st.info(
             "No loss, learning rate, loss scale, memory or throughput lines in this run yet. "
             'DeepSpeed prints them at "log_level": "info" every "steps_per_print" steps; '
-            '"csv_monitor" writes the loss; "memory_breakdown": true prints memory.'
+            '"csv_monitor" writes the loss; "memory_breakdown": true prints memory; the Hugging '
+            "Face Trainer prints its loss every logging_steps."
         )
         return
     shown, newest = training.traces_and_latest(parts, grouped)
@@ -43,7 +44,8 @@ def body() -> None:
     st.caption(
         "Each source is its own line: DeepSpeed's step= and ThroughputTimer lines, its "
         "loss-scale messages and see_memory_usage blocks, csv_monitor files (samples turned "
-        "into steps by train_batch_size), and Megatron-DeepSpeed or pipeline iteration lines."
+        "into steps by train_batch_size), Megatron-DeepSpeed or pipeline iteration lines, and "
+        "the Hugging Face Trainer's log dicts (its evaluation loss apart)."
     )
     st.subheader("Latest values")
     st.dataframe(rounded(newest, 6), hide_index=True, width="stretch")

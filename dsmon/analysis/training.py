@@ -48,7 +48,11 @@ SOURCES = (
     "loss-scale message",
     "see_memory_usage",
     "step= line",
+    "Trainer log",
+    "Trainer evaluation",
 )
+#: Hugging Face Trainer's dicts (``dsmon.parse.trainer``): their ``fmt`` and chart source.
+TRAINER_SOURCES = {"trainer": "Trainer log", "trainer_eval": "Trainer evaluation"}
 
 
 def _labels(value: str, known: Sequence[str], n: int) -> pd.Categorical[str]:
@@ -152,17 +156,7 @@ def kind_series(
 def _kind_parts(kind: str, frame: pd.DataFrame, tbs: int | None) -> list[pd.DataFrame]:
     """Each quantity one kind's lines carry, as long-form points."""
     if kind == "iteration":
-        it = _iteration_steps(frame)
-        return [
-            _points(it, "loss", "loss", "iteration line"),
-            _points(it, "lr", "learning rate", "iteration line"),
-            _points(it, "loss_scale", "loss scale", "iteration line"),
-            _points(it, "grad_norm", "grad norm", "iteration line"),
-            _points(it, "samples_per_s", "samples/s", "iteration line"),
-            _points(it, "tokens_per_gpu_per_s", "tokens/s per GPU", "iteration line (tgs)"),
-            _points(it, "elapsed_ms", "iteration time", "iteration line"),
-            _points(it, "flops_per_s_per_gpu", "TFLOPS per GPU", "iteration line", 1 / TERA),
-        ]
+        return _iteration_parts(_iteration_steps(frame))
     if kind == "step":
         step = _first_lr(frame)
         return [
@@ -179,6 +173,34 @@ def _kind_parts(kind: str, frame: pd.DataFrame, tbs: int | None) -> list[pd.Data
     if kind == "loss_scale":
         return [_points(frame, "new_scale", "loss scale", "loss-scale message")]
     return _monitor(frame, tbs) if kind == "monitor" else []
+
+
+def _iteration_parts(it: pd.DataFrame) -> list[pd.DataFrame]:
+    """A framework's iteration lines; Trainer's dicts apart, under sources of their own."""
+    fmt = it["fmt"] if "fmt" in it.columns else pd.Series("", index=it.index)
+    trainer = fmt.isin(list(TRAINER_SOURCES))
+    parts = _framework_parts(it[~trainer]) if not trainer.all() else []
+    for name, source in TRAINER_SOURCES.items():
+        rows = it[fmt == name]
+        parts.append(_points(rows, "loss", "loss", source))
+        if name == "trainer":
+            parts.append(_points(rows, "lr", "learning rate", source))
+            parts.append(_points(rows, "grad_norm", "grad norm", source))
+    return parts
+
+
+def _framework_parts(it: pd.DataFrame) -> list[pd.DataFrame]:
+    """Megatron's and the pipeline engine's iteration lines."""
+    return [
+        _points(it, "loss", "loss", "iteration line"),
+        _points(it, "lr", "learning rate", "iteration line"),
+        _points(it, "loss_scale", "loss scale", "iteration line"),
+        _points(it, "grad_norm", "grad norm", "iteration line"),
+        _points(it, "samples_per_s", "samples/s", "iteration line"),
+        _points(it, "tokens_per_gpu_per_s", "tokens/s per GPU", "iteration line (tgs)"),
+        _points(it, "elapsed_ms", "iteration time", "iteration line"),
+        _points(it, "flops_per_s_per_gpu", "TFLOPS per GPU", "iteration line", 1 / TERA),
+    ]
 
 
 def joined(parts: list[pd.DataFrame]) -> pd.DataFrame:
@@ -198,6 +220,11 @@ def in_metric_order(parts: list[pd.DataFrame]) -> pd.DataFrame:
     rank = out["metric"].astype(str).map(order)
     out = out.assign(_o=rank).sort_values(["_o", "step"], kind="stable")
     return out.drop(columns="_o").reset_index(drop=True)
+
+
+def only_metrics(series: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
+    """The points of these quantities (a Trainer's loss is no speed for the Steps page)."""
+    return series[series["metric"].astype(str).isin(metrics)].reset_index(drop=True)
 
 
 def train_batch_size(config: Mapping[str, object] | None) -> int | None:

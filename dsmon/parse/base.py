@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from dsmon.model.records import Record, Source
-from dsmon.parse.lines import LogLine
+from dsmon.parse.lines import Bar, LogLine
 
 #: Returned by ``feed`` for a line that is the first part of a terminal-wrapped line.
 NEED_MORE: list[Record] = []
@@ -224,6 +224,10 @@ class ParseContext:
         #: Records of a block that ended on a line of someone else's: the parser that saw the
         #: end returns None for that line and leaves the block's records here.
         self.pending: list[Record] = []
+        #: The progress bar the physical line being read begins with, and the last one drawn
+        #: (``LineCleaner.bar``, ``last_bar``): the step a Trainer's log dict belongs to.
+        self.bar: Bar | None = None
+        self.last_bar: Bar | None = None
 
     def src(self, line: LogLine, k: int = 0, rank: int | None = None) -> Source:
         """The Source of the ``k``-th record made from ``line``."""

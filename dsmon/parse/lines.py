@@ -66,6 +66,10 @@ _LINE_NO = re.compile(r" *(\d{1,7})(?: |$)")  # an empty line shows its number o
 #: A logger header of any generation follows: ``[2023-09-12 ...`` or ``[INFO 2020-...``.
 _HEADER_AHEAD = re.compile(r"\[(?:\d{4}-\d\d-\d\d[ T]|[A-Z]+ \d{4}-)")
 _TQDM = re.compile(r"^\s*(?:[\w .:/-]*:\s*)?\d{1,3}%\|")
+#: A tqdm bar with its count: `` 25%|██▌       | 10/40 [00:00<00:01, 23.89it/s]``.
+_BAR = re.compile(r"\s*(?:[\w .:/-]*:\s*)?\d{1,3}%\|[^|]*\|\s*(\d+)/(\d+)")
+#: A progress bar's count and total.
+Bar = tuple[int, int]
 
 
 @dataclass(slots=True)
@@ -261,12 +265,17 @@ class LineCleaner:
         self._hosts: set[str] = set()
         self._indent = 0
         self._number: int | None = None
+        #: The progress bar the last physical line began with (before any text), if any.
+        self.bar: Bar | None = None
+        #: The last progress bar drawn so far, in any line.
+        self.last_bar: Bar | None = None
 
     def clean(self, raw: str, line: int, offset: int | None = None) -> list[LogLine]:
         """Logical lines of one physical line (a trailing newline is ignored)."""
         raw = raw.rstrip("\r\n")
         if "\x1b" in raw:
             raw = _ANSI.sub("", raw)
+        self.bar = self._bars(raw) if "%|" in raw else None
         if raw[:1] in _PASTE_STARTS:
             raw = self._unpaste(raw)
         elif self._indent and raw:
@@ -288,6 +297,23 @@ class LineCleaner:
             out.text = _strip_headers(seg, out)
             result.append(out)
         return result
+
+    def _bars(self, raw: str) -> Bar | None:
+        r"""Note the bars a line draws (tqdm redraws after ``\r``); the one it begins with.
+
+        A Trainer's log dict names no step: the bars around it do (``dsmon.parse.trainer``).
+        """
+        first: Bar | None = None
+        text_seen = False
+        for part in raw.split("\r"):
+            m = _BAR.match(part)
+            if m is None:
+                text_seen = text_seen or bool(part.strip())
+                continue
+            self.last_bar = (int(m.group(1)), int(m.group(2)))
+            if not text_seen and first is None:
+                first = self.last_bar
+        return first
 
     def _unpaste(self, raw: str) -> str:
         """Take off quoting, backticks, line numbers and block indentation (see the class)."""

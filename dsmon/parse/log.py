@@ -53,6 +53,7 @@ def default_parsers() -> list[SubParser]:
     from dsmon.parse.memory import MemoryParser
     from dsmon.parse.progress import ProgressParser
     from dsmon.parse.timers import TimerParser
+    from dsmon.parse.trainer import TrainerParser
 
     return [
         TimerParser(),
@@ -64,6 +65,7 @@ def default_parsers() -> list[SubParser]:
         MemoryParser(),
         MegatronParser(),
         AutotunerParser(),
+        TrainerParser(),
         EventParser(),
     ]
 
@@ -126,7 +128,10 @@ class LogParser:
         self._lineno = line if line is not None else self._lineno + 1
         self.ctx.diag.lines += 1
         out: list[Record] = []
-        for logical in self._cleaner.clean(raw, self._lineno, offset):
+        cleaner = self._cleaner
+        logicals = cleaner.clean(raw, self._lineno, offset)
+        self.ctx.bar, self.ctx.last_bar = cleaner.bar, cleaner.last_bar
+        for logical in logicals:
             if logical.bad_ts is not None:
                 self.ctx.bad_timestamp(logical, logical.bad_ts)
             self._take(logical, out)
@@ -143,8 +148,9 @@ class LogParser:
         out: list[Record] = []
         if self._carry is not None:
             self._end_chain(out)
+        rel = self.ctx.clock.rel
         for p in self._parsers:
-            out.extend(p.finish(self.ctx))
+            self._stamp(p.finish(self.ctx), rel, out)  # behind held records, like any line's
         out = self._assign_steps(out)
         out.extend(rec for rec, _ in self._held)  # never numbered: no anchor, no count
         self.ctx.diag.records += len(self._held)
