@@ -225,10 +225,15 @@ def check_fused_optimizer(cfg: ConfigView, inputs: HealthInputs) -> Finding:
     return Finding(Status.WARN, summary, ev, fix)
 
 
+_BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+
+
 def _batch_evidence(cfg: ConfigView, inputs: HealthInputs) -> tuple[Evidence, ...]:
     """The three batch keys and the data-parallel size, as the batch rules cite them."""
-    keys = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
-    ev = [cfg.get(k).evidence() for k in keys]
+    ev = [
+        Evidence(k, "auto", "config") if cfg.raw.get(k) == "auto" else cfg.get(k).evidence()
+        for k in _BATCH_KEYS
+    ]
     dp = inputs.facts.dp_size
     ev.append(
         Evidence(
@@ -257,7 +262,8 @@ def _batch_numbers(cfg: ConfigView) -> tuple[float | None, float | None, float |
     "DeepSpeed asserts train_batch_size == train_micro_batch_size_per_gpu x "
     "gradient_accumulation_steps x data-parallel world size at initialize. Without a config "
     "dump the world size stands for it: pipeline or tensor parallelism that makes the keys "
-    "agree passes once the job trains.",
+    'agree passes once the job trains. Keys set to "auto" are filled in by the Hugging Face '
+    "Trainer or Accelerate so that they agree.",
     "config",
 )
 @needs_config
@@ -266,6 +272,13 @@ def check_batch_arithmetic(cfg: ConfigView, inputs: HealthInputs) -> Finding:
     tbs, micro, gas = _batch_numbers(cfg)
     dp = inputs.facts.dp_size
     ev = _batch_evidence(cfg, inputs)
+    if any(cfg.raw.get(k) == "auto" for k in _BATCH_KEYS):
+        return Finding(
+            Status.PASS,
+            'batch keys set to "auto": the Hugging Face Trainer (or Accelerate) fills them in '
+            "from its own arguments, so that they agree",
+            ev,
+        )
     if tbs is None and micro is None:
         return Finding(
             Status.FAIL,

@@ -8,6 +8,7 @@ only after 600 s. Each rule says which of these it sees, and the stall rule is j
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Mapping
 
 import pandas as pd
@@ -33,7 +34,8 @@ _NO_ERROR = "no crash, OOM or NCCL error in the log"
     "run.errors",
     "No worker crashed",
     "Worker tracebacks, CUDA out-of-memory, NCCL errors and non-zero exit codes reported by "
-    "the launcher. A failure followed by a new launch of the job only warns.",
+    "the launcher (a negative one named as its signal); workers the launcher killed warn. A "
+    "failure followed by a new launch of the job only warns.",
     "runtime",
     page="steps",
 )
@@ -64,20 +66,29 @@ def check_errors(inputs: HealthInputs) -> Finding:
     last = int(steps["step"].max()) if not steps.empty else None
     if last is not None:
         summary += f"; last step line: step {last}"
+    if _trainer_finished(inputs):
+        summary += "; training itself had ended (Trainer printed its end-of-training summary)"
     return Finding(
         Status.FAIL,
         summary,
         ev,
-        "read the first traceback above; it names the rank that failed first",
+        _failure_fix(bad, failed),
         "text",
     )
+
+
+def _trainer_finished(inputs: HealthInputs) -> bool:
+    """Hugging Face Trainer printed ``train_runtime``: a failure after it is one at exit."""
+    it = inputs.frame("iteration")
+    return not it.empty and "fmt" in it.columns and bool((it["fmt"] == "trainer_summary").any())
 
 
 def _failures(events: pd.DataFrame, exits: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The error events (traceback, OOM, NCCL error) and, of ``exits``, the non-zero ones."""
     bad = events[events["name"].isin(("traceback", "oom", "nccl_error"))]
     codes = [d.get("return_code") if isinstance(d, Mapping) else None for d in exits["detail"]]
-    return bad, exits[[c not in (None, 0) for c in codes]]
+    # a boolean Series, not a list: an empty list would select no columns, not no rows
+    return bad, exits[pd.Series([c not in (None, 0) for c in codes], index=exits.index, dtype=bool)]
 
 
 def _failure_evidence(bad: pd.DataFrame, failed: pd.DataFrame) -> tuple[Evidence, ...]:
@@ -91,7 +102,28 @@ def _failure_evidence(bad: pd.DataFrame, failed: pd.DataFrame) -> tuple[Evidence
         for _, r in bad.head(3).iterrows()
     )
     codes = [d.get("return_code") for d in failed["detail"].head(3)]
-    return ev + tuple(Evidence("worker exit code", c, "launcher") for c in codes)
+    return ev + tuple(Evidence("worker exit code", _exit_code(c), "launcher") for c in codes)
+
+
+def _exit_code(code: object) -> object:
+    """A negative code as the signal it stands for: ``-9 (SIGKILL)``, as the launcher means it."""
+    if not isinstance(code, int) or code >= 0:
+        return code
+    try:
+        return f"{code} ({signal.Signals(-code).name})"
+    except ValueError:
+        return code
+
+
+def _failure_fix(bad: pd.DataFrame, failed: pd.DataFrame) -> str:
+    """Where to look: the first traceback, or, without one, what the signal usually means."""
+    if not bad.empty:
+        return "read the first traceback above; it names the rank that failed first"
+    return (
+        "no traceback: a worker was killed by a signal or exited on its own. SIGKILL (-9) is "
+        "most often the host's out-of-memory killer (see `dmesg`) or the scheduler; SIGABRT "
+        "(-6) a C++ abort, whose message is the line before the launcher's"
+    )
 
 
 def _relaunch_after(events: pd.DataFrame, failure_ts: pd.Series) -> pd.Timestamp | None:
@@ -112,12 +144,24 @@ def _relaunch_after(events: pd.DataFrame, failure_ts: pd.Series) -> pd.Timestamp
 
 
 def _clean_end(inputs: HealthInputs, events: pd.DataFrame, exits: pd.DataFrame) -> Finding:
-    """No error lines: pass, unless a finished log stops without the launcher's exit lines.
+    """No error lines: pass, unless the launcher killed workers or a finished log stops short.
 
     A job killed from outside (SIGKILL, node loss, the scheduler's time limit) leaves no
     traceback: the log just ends. The launcher prints one exit line per worker when they end,
     so a replayed launcher log without them did not end normally. Live, it is still running.
     """
+    details = exits["detail"].tolist() if "detail" in exits.columns else []
+    killed = [d for d in details if isinstance(d, Mapping) and d.get("killed")]
+    if killed:
+        return Finding(
+            Status.WARN,
+            f"the launcher killed {len(killed)} worker(s): it does so when a worker fails or "
+            "when it is stopped itself (Ctrl-C, the scheduler); no line says which",
+            (Evidence("Killing subprocess", len(killed), "deepspeed launcher log"),),
+            "look for the first worker's exit code or traceback before these lines (an exit "
+            "code of -9 with no traceback is most often the host's out-of-memory killer)",
+            "text",
+        )
     launched = bool((events["name"] == "world_info").any())
     if inputs.now is None and launched and exits.empty:
         steps = inputs.frame("step")

@@ -60,6 +60,11 @@ def _mics(enabled: str | None, hierarchical: str | None) -> dict[str, bool]:
     return {"mics": enabled == "True", "hierarchical_params_gather": hierarchical == "True"}
 
 
+def _what(m: re.Match[str]) -> str | None:
+    """C++ ``terminate``'s ``what():``, or why there is none (a thread left running at exit)."""
+    return m[3] or (m[2] and m[2].strip())
+
+
 def _local_rank(cmd: str) -> int | None:
     m = re.search(r"--local_rank=(\d+)", cmd)
     return int(m.group(1)) if m else None
@@ -109,9 +114,10 @@ _LINE_EVENTS: tuple[tuple[str, re.Pattern[str], _Detail], ...] = (
     (
         "traceback",
         re.compile(
-            r"^terminate called after throwing an instance of '([^']*)'\s*(?:what\(\):\s*(.*))?$"
+            r"^terminate called (?:after throwing an instance of '([^']*)'\s*(?:what\(\):\s*(.*))?"
+            r"|(without an active exception)\s*)$"
         ),
-        lambda m: {"exception": m[1], "native": True, "what": m[2] and m[2].strip()},
+        lambda m: {"exception": m[1] or "std::terminate", "native": True, "what": _what(m)},
     ),
     (
         "optimizer",

@@ -1,0 +1,60 @@
+"""run.errors and the batch rule on real Trainer runs (tests/data/hf_trainer_*) and crash logs."""
+
+from __future__ import annotations
+
+from conftest import DATA
+from field_logs import field_path
+from health_support import check, evidence
+
+from dsmon.health.gather import inputs_from_records
+from dsmon.load.files import discover, read_found
+from dsmon.model.records import EventRecord, Record
+from dsmon.parse.base import Diagnostics
+
+
+def records(path: object) -> list[Record]:
+    return [r for f in discover(path) for r in read_found(f, "hf", Diagnostics())]  # type: ignore[arg-type]
+
+
+def test_abort_at_exit_after_training_is_named() -> None:
+    """hf_trainer_timers line 131: ``terminate called without an active exception``, then the
+    launcher's ``exits with return code = -6``, after the end-of-training dict (line 130)."""
+    recs = records(DATA / "hf_trainer_timers" / "train.log")
+    (abort,) = [r for r in recs if isinstance(r, EventRecord) and r.name == "traceback"]
+    assert abort.src.line == 131 and abort.detail["native"] is True
+    assert abort.detail["what"] == "without an active exception"
+    errors = check(inputs_from_records(recs, run="hf"), "run.errors")
+    assert errors.status.name == "FAIL"
+    assert "training itself had ended" in errors.summary
+    assert evidence(errors)["worker exit code"] == "-6 (SIGABRT) (launcher)"
+
+
+def test_auto_batch_keys_of_a_trainer_config_pass() -> None:
+    """The Trainer's ds_config says ``"auto"`` for the batch keys: it fills them in."""
+    recs = records(DATA / "hf_trainer_tqdm")
+    finding = check(inputs_from_records(recs, run="hf"), "batch.arithmetic")
+    assert finding.status.name == "PASS" and '"auto"' in finding.summary
+    assert evidence(finding)["train_batch_size"] == "auto (config)"
+
+
+def test_a_worker_killed_without_traceback_points_at_the_signal() -> None:
+    """Field excerpt 45 (2023): ``exits with return code = -9`` and no traceback."""
+    errors = check(inputs_from_records(records(field_path(45)), run="f"), "run.errors")
+    assert errors.status.name == "FAIL"
+    assert evidence(errors)["worker exit code"] == "-9 (SIGKILL) (launcher)"
+    assert "no traceback" in (errors.fix or "") and "out-of-memory killer" in (errors.fix or "")
+
+
+def test_workers_the_launcher_killed_are_no_clean_end() -> None:
+    """Field excerpt 54 (2023): only ``Killing subprocess`` lines (sigkill_handler), no exit code."""
+    errors = check(inputs_from_records(records(field_path(54)), run="f"), "run.errors")
+    assert errors.status.name == "WARN"
+    assert "the launcher killed 2 worker(s)" in errors.summary
+
+
+def test_error_lines_without_launcher_exit_lines_fail() -> None:
+    """tests/data/events_failures: NCCL watchdog and OOM logs, none with the launcher's exit
+    lines (torchrun, a single process): run.errors could not be evaluated (KeyError)."""
+    errors = check(inputs_from_records(records(DATA / "events_failures"), run="f"), "run.errors")
+    assert errors.status.name == "FAIL", errors.summary
+    assert errors.summary.startswith("10 error event(s), 0 failed worker(s)")
