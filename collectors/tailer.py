@@ -32,14 +32,8 @@ from typing import Any, BinaryIO
 
 from collectors.follower import FileFollower, ParserFactory
 from collectors.profile_file import ProfileParser, ProfileWatcher
-from collectors.state import (
-    FP_BYTES,
-    Checkpoint,
-    Position,
-    StateFile,
-    same_start,
-    same_stem,
-)
+from collectors.state import FP_BYTES, Checkpoint, Position, StateFile, same_start, same_stem
+from dsmon.load.rotated import COMPRESSED
 from dsmon.model.records import Record
 from dsmon.parse.log import LogParser
 from dsmon.parse.probe import ProbeParser
@@ -293,7 +287,8 @@ def _matches(patterns: Iterable[str]) -> dict[str, str]:
 
     The label, the records' ``Source.file``, is the path relative to the folder the glob
     starts from (a plain path's bare name): what ``dsmon import`` of that folder (or file)
-    would name it, so live and replayed records of a file carry the same name.
+    would name it, so live and replayed records of a file carry the same name. A rotation
+    logrotate compressed (``train.log.2.gz``) is a copy of what was followed: left alone.
     """
     out: dict[str, str] = {}
     for pattern in patterns:
@@ -302,7 +297,7 @@ def _matches(patterns: Iterable[str]) -> dict[str, str]:
             continue
         root = static_root(pattern)
         for path in sorted(glob.glob(pattern, recursive=True)):
-            if os.path.isfile(path):
+            if os.path.isfile(path) and not path.endswith(COMPRESSED):  # rotated, read before
                 out.setdefault(path, os.path.relpath(path, root))
     return out
 

@@ -8,16 +8,19 @@ alone, without a step number.
 
 from __future__ import annotations
 
+import gzip
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 from conftest import DATA
 
 from dsmon.cli import main
-from dsmon.load.files import Found, discover, import_paths
+from dsmon.load.files import Found, discover, import_paths, read_found
 from dsmon.load.rotated import in_read_order, rotation
 from dsmon.model.records import TimerRecord
+from dsmon.parse.base import Diagnostics
 from dsmon.store.base import Store
 
 FOLDER = DATA / "rotated_copytruncate"
@@ -41,7 +44,8 @@ def test_rotated_names_and_their_age() -> None:
     assert rotation("train-20261201.log") == ("train.log", (1, 0, "20261201"))
     assert rotation("train.log") is None
     assert rotation("ds_config.json.1") is None
-    assert rotation("train.log.1.gz") is None  # compressed: not read
+    assert rotation("train.log.1.gz") == ("train.log", (0, -1, ""))  # logrotate's compress
+    assert rotation("train.log.gz") is None
     assert rotation("slurm-12345678.out") is None  # a Slurm job id, not a date
     assert rotation("train.log-2026120113") == ("train.log", (1, 0, "2026120113"))  # hourly
 
@@ -73,3 +77,35 @@ def test_parse_of_the_files_as_a_shell_glob_lists_them(capsys: pytest.CaptureFix
     out = capsys.readouterr().out.splitlines()
     steps = [json.loads(line)["step"] for line in out if '"group":"global"' in line]
     assert steps == list(range(1, 101))
+
+
+def global_steps(found: list[Found], diag: Diagnostics) -> list[int | None]:
+    carries: dict[str, dict[str, object]] = {}
+    recs = [r for f in found for r in read_found(f, "r", diag, carries=carries)]
+    return [r.step for r in recs if isinstance(r, TimerRecord) and r.group == "global"]
+
+
+def test_a_compressed_rotation_is_read_as_the_file_it_was(tmp_path: Path) -> None:
+    """logrotate's ``compress``: ``train.log.1.gz`` holds steps 1-79, read decompressed and
+    first, so ``train.log``'s steps (no step in their lines) are numbered on from it."""
+    shutil.copy(FOLDER / "train.log", tmp_path / "train.log")
+    with gzip.open(tmp_path / "train.log.1.gz", "wb") as out:
+        out.write((FOLDER / "train.log.1").read_bytes())
+    found = discover(tmp_path)
+    assert [(f.label, f.kind) for f in found] == [("train.log.1.gz", "log"), ("train.log", "log")]
+    diag = Diagnostics()
+    assert global_steps(found, diag) == list(range(1, 101))
+    plain = Diagnostics()
+    global_steps(discover(FOLDER / "train.log.1"), plain)
+    assert diag.lines == plain.lines + len((FOLDER / "train.log").read_bytes().splitlines())
+
+
+def test_a_cut_compressed_rotation_keeps_its_lines_before_the_cut(tmp_path: Path) -> None:
+    """A .gz cut short (logrotate still compressing, a partial copy): counted, never a crash."""
+    data = gzip.compress((FOLDER / "train.log.1").read_bytes())
+    (tmp_path / "train.log.1.gz").write_bytes(data[: len(data) // 2])
+    diag = Diagnostics()
+    steps = global_steps(discover(tmp_path / "train.log.1.gz"), diag)
+    assert 10 < len(steps) < 79 and steps == list(range(1, len(steps) + 1))
+    assert diag.cut["compressed file"] == 1
+    assert "EOFError" in diag.examples["compressed file"][0]

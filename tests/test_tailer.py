@@ -9,6 +9,7 @@ the resume tests use the real parsers, since resuming must also keep the step cl
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -242,6 +243,26 @@ def test_glob_over_rotated_names_reads_each_file_once(tmp_path: Path) -> None:
         + replay(Z2_LINES[200:300], "train.log#1")
         + replay(Z2_LINES[300:400], "train.log#2")
         + replay(Z2_LINES[:100], "train.log.1")
+    )
+
+
+def test_a_compressed_rotation_is_left_alone(tmp_path: Path) -> None:
+    """logrotate's ``compress`` makes ``train.log.2.gz`` from ``train.log.2``, which was read:
+    a glob over the rotated names must not read the gzip bytes as a new log."""
+    log = tmp_path / "train.log"
+    append(log, *Z2_LINES[:100])
+    t = tailer(tmp_path, str(tmp_path / "train.log*"))
+    got = poll_all(t)
+    logrotate(tmp_path, "train.log")
+    append(log, *Z2_LINES[100:200])
+    got += poll_all(t)
+    rotated = tmp_path / "train.log.1"
+    (tmp_path / "train.log.1.gz").write_bytes(gzip.compress(rotated.read_bytes()))
+    rotated.unlink()
+    got += poll_all(t) + poll_all(t)
+    t.close()
+    assert by_file(seen(got)) == by_file(
+        replay(Z2_LINES[:100], "train.log") + replay(Z2_LINES[100:200], "train.log#1")
     )
 
 

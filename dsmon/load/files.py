@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from dsmon.load.records_file import looks_like_records, read_records_file
-from dsmon.load.rotated import Carries, in_read_order, may_be_log
+from dsmon.load.rotated import COMPRESSED, Carries, Unpacked, in_read_order, may_be_log, open_log
 from dsmon.model.records import Record
 from dsmon.parse import files
 from dsmon.parse.base import Diagnostics, LineParser
@@ -112,7 +112,7 @@ class ImportResult:
 
 def _head(path: Path, n: int = SNIFF_BYTES) -> bytes:
     """The first ``n`` bytes of a file, after the NUL hole a copytruncate may have left."""
-    with path.open("rb") as f:
+    with open_log(path) as f:
         head = f.read(n)
         if not head.startswith(b"\0"):
             return head
@@ -256,8 +256,13 @@ def read_found(
         family = found.family
         if carries is not None and family in carries:
             parser.take_over(carries[family])
-        with found.path.open("rb") as f:
-            yield from read_log(f, parser, found.rank, progress)
+        packed = found.path.name.endswith(COMPRESSED)  # offsets count decompressed bytes
+        with open_log(found.path) as f:
+            yield from read_log(f, parser, found.rank, None if packed else progress)
+            if isinstance(f, Unpacked) and f.error is not None:
+                parser.diag.note(parser.diag.cut, "compressed file", found.label, f.error)
+        if packed and progress is not None:
+            progress(found.path.stat().st_size)
         diag.merge(parser.diag)
         if carries is not None and family is not None:
             carries[family] = parser.handover()
