@@ -58,3 +58,24 @@ def test_error_lines_without_launcher_exit_lines_fail() -> None:
     errors = check(inputs_from_records(records(DATA / "events_failures"), run="f"), "run.errors")
     assert errors.status.name == "FAIL", errors.summary
     assert errors.summary.startswith("10 error event(s), 0 failed worker(s)")
+
+
+def test_steps_per_print_of_a_trainer_run_does_not_apply() -> None:
+    """Accelerate sets steps_per_print to inf (hf_trainer_info line 178, its dumped config):
+    the config file's 5 printed nothing, and asking for it again would change nothing."""
+    for folder in ("hf_trainer_tqdm", "hf_trainer_info/train.log"):
+        finding = check(
+            inputs_from_records(records(DATA / folder), run="hf"), "observe.steps_per_print"
+        )
+        assert finding.status.name == "NOT_APPLICABLE", (folder, finding.summary)
+        assert "sets steps_per_print to inf" in finding.summary
+    z2 = check(inputs_from_records(records(DATA / "z2"), run="z2"), "observe.steps_per_print")
+    assert z2.status.name == "PASS"
+
+
+def test_a_trainer_run_dump_holds_the_batch_keys_it_filled_in() -> None:
+    """hf_trainer_info's log alone: the dumped user config says train_batch_size 8 (4 x 1 x 2)."""
+    recs = records(DATA / "hf_trainer_info" / "train.log")
+    finding = check(inputs_from_records(recs, run="hf"), "batch.arithmetic")
+    assert finding.status.name == "PASS" and finding.summary == "batch keys agree"
+    assert evidence(finding)["train_batch_size"].startswith("8")

@@ -241,3 +241,15 @@ def exited_ranks(inputs: HealthInputs) -> int:
         return 0
     states = ranks.rank_states(beats, beats["ts"].max())
     return len(states) if states and all(s.phase == "exited" for s in states) else 0
+
+
+def trainer_formats(inputs: HealthInputs) -> frozenset[str]:
+    """The Hugging Face Trainer's log dicts the run printed (``fmt`` of its iteration records).
+
+    A run the Trainer drives goes through Accelerate, which sets ``steps_per_print`` to inf
+    whatever the config says, and whose log dicts carry the loss DeepSpeed does not print.
+    """
+    it = inputs.frame("iteration")
+    if it.empty or "fmt" not in it.columns:
+        return frozenset()
+    return frozenset(f for f in it["fmt"].dropna().unique() if str(f).startswith("trainer"))

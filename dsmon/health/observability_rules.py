@@ -9,12 +9,16 @@ so these rules name the switch that makes each signal appear.
 
 from __future__ import annotations
 
+import math
+
+from dsmon.health import measures as m
 from dsmon.health import schema
 from dsmon.health.config_view import ConfigView
 from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Evidence, Finding, Status
 from dsmon.health.registry import rule
-from dsmon.health.verdicts import fix_json, needs_config
+from dsmon.health.verdicts import fix_json, needs_config, not_applicable
+from dsmon.model.ds_config import as_float
 
 _VERBOSE_LEVELS = {"info", "debug"}
 #: Events parsed from lines the engine logs at INFO in each worker (not the launcher), the
@@ -51,7 +55,8 @@ def check_wall_clock(cfg: ConfigView, inputs: HealthInputs) -> Finding:
     "observe.steps_per_print",
     "Progress and throughput lines are printed",
     "steps_per_print drives the step= and samples/sec lines; it has had no default since "
-    "DeepSpeed 0.15.2 (it was 10 before), so unset means no such lines at all.",
+    "DeepSpeed 0.15.2 (it was 10 before), so unset means no such lines at all. Accelerate "
+    "(the Hugging Face Trainer's) sets it to inf: the rule does not apply there.",
     "config",
 )
 @needs_config
@@ -59,6 +64,13 @@ def check_steps_per_print(cfg: ConfigView, inputs: HealthInputs) -> Finding:
     """Warn when steps_per_print is unset on a version where that silences progress lines."""
     s = cfg.get("steps_per_print")
     ev = (s.evidence(), Evidence("DeepSpeed version", inputs.facts.version_label))
+    if m.trainer_formats(inputs) or as_float(s.value) == math.inf:
+        return not_applicable(
+            "Accelerate (under the Hugging Face Trainer) sets steps_per_print to inf whatever "
+            "the config says: DeepSpeed prints no step= or throughput lines, and the Trainer's "
+            "log dicts carry the loss and learning rate every logging_steps",
+            *ev,
+        )
     if s.value is not None:
         return Finding(Status.PASS, f"progress lines every {s.value} steps", ev)
     return Finding(

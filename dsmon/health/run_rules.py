@@ -66,7 +66,7 @@ def check_errors(inputs: HealthInputs) -> Finding:
     last = int(steps["step"].max()) if not steps.empty else None
     if last is not None:
         summary += f"; last step line: step {last}"
-    if _trainer_finished(inputs):
+    if "trainer_summary" in m.trainer_formats(inputs):  # printed once training has ended
         summary += "; training itself had ended (Trainer printed its end-of-training summary)"
     return Finding(
         Status.FAIL,
@@ -75,12 +75,6 @@ def check_errors(inputs: HealthInputs) -> Finding:
         _failure_fix(bad, failed),
         "text",
     )
-
-
-def _trainer_finished(inputs: HealthInputs) -> bool:
-    """Hugging Face Trainer printed ``train_runtime``: a failure after it is one at exit."""
-    it = inputs.frame("iteration")
-    return not it.empty and "fmt" in it.columns and bool((it["fmt"] == "trainer_summary").any())
 
 
 def _failures(events: pd.DataFrame, exits: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -296,7 +296,12 @@ def check_skipped(inputs: HealthInputs) -> Finding:
     """Skipped share against SKIPPED_WARN and SKIPPED_FAIL."""
     rows = m.step_view(inputs, SKIPPED, steps.skipped_counts, kind="step")
     if rows.empty:
-        return Finding(Status.UNKNOWN, "no step= lines (steps_per_print / log_level)")
+        why = (
+            "Accelerate sets steps_per_print to inf"
+            if m.trainer_formats(inputs)
+            else ("steps_per_print / log_level")
+        )
+        return Finding(Status.UNKNOWN, f"no step= lines ({why})")
     last = rows.iloc[-1]
     n, skipped = int(last["step"]), int(last["skipped"])
     share = skipped / n

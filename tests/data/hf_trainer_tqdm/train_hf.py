@@ -32,6 +32,7 @@ def main() -> None:
     ap.add_argument("--gas", type=int, default=1)
     ap.add_argument("--out", default="out")
     ap.add_argument("--disable_tqdm", action="store_true")
+    ap.add_argument("--log_level", default="passive")
     a = ap.parse_args()
     cfg = GPT2Config(n_layer=2, n_embd=64, n_head=2, n_positions=64, vocab_size=512)
     model = GPT2LMHeadModel(cfg)
@@ -52,6 +53,7 @@ def main() -> None:
         use_cpu=True,
         disable_tqdm=a.disable_tqdm,
         dataloader_num_workers=0,
+        log_level=a.log_level,
     )
     trainer = Trainer(
         model=model,
