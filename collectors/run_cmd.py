@@ -146,14 +146,23 @@ def _prepare(args: argparse.Namespace) -> Path:
     return folder
 
 
+#: Options that name the job's ds_config: DeepSpeed's, and the Hugging Face Trainer's
+#: ``--deepspeed ds_config.json`` (DeepSpeed's own ``--deepspeed`` is a flag without a value).
+_CONFIG_OPTIONS = ("--deepspeed_config", "--deepspeed-config", "--deepspeed")
+
+
 def _config_in(cmd: Sequence[str]) -> str | None:
-    """The ``--deepspeed_config`` (or ``--deepspeed-config``) file the job is given, if any."""
-    names = ("--deepspeed_config", "--deepspeed-config")
+    """The ds_config file the job is given (``--deepspeed_config``, Trainer's ``--deepspeed``)."""
     for i, arg in enumerate(cmd):
-        if arg in names and i + 1 < len(cmd):
-            return cmd[i + 1]
-        if arg.startswith(tuple(n + "=" for n in names)):
-            return arg.split("=", 1)[1]
+        option, eq, value = arg.partition("=")
+        if option not in _CONFIG_OPTIONS:
+            continue
+        if not eq:
+            value = cmd[i + 1] if i + 1 < len(cmd) else ""
+        if option == "--deepspeed" and not value.endswith(".json"):
+            continue  # DeepSpeed's flag, followed by the next option or a script's argument
+        if value and not value.startswith("-"):
+            return value
     return None
 
 

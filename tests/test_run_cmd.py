@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from process_support import free_port
 
-from collectors.run_cmd import BOOT_DIR, PROBE_DIR_ENV, probe_env
+from collectors.run_cmd import BOOT_DIR, PROBE_DIR_ENV, _config_in, probe_env
 from dsmon.store.sqlite import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,6 +76,22 @@ def test_the_jobs_deepspeed_config_is_read_for_the_checklist(tmp_path: Path) -> 
         assert cfg.origin == "file"  # type: ignore[attr-defined]
     finally:
         store.close()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--deepspeed", "--deepspeed_config", "ds.json"],  # DeepSpeed's flag, then its file
+        ["--deepspeed", "ds.json"],  # the Hugging Face Trainer's option
+        ["--deepspeed=ds.json"],
+    ],
+)
+def test_the_config_a_trainer_job_is_given_is_found(options: list[str]) -> None:
+    assert _config_in(["deepspeed", "--num_gpus", "2", "train.py", *options]) == "ds.json"
+
+
+def test_deepspeeds_flag_alone_names_no_config() -> None:
+    assert _config_in(["deepspeed", "train.py", "--deepspeed", "data.txt"]) is None
 
 
 def test_exit_status_is_the_jobs(tmp_path: Path) -> None:
