@@ -26,6 +26,7 @@ from health_support import (
 from dsmon.health import ConfigView, Status, evaluate
 from dsmon.health import thresholds as th
 from dsmon.health.gather import inputs_from_records
+from dsmon.health.model import CheckResult
 from dsmon.load.files import discover, read_found
 from dsmon.model.records import EventRecord, GpuSampleRecord, Record, Source, TimerRecord
 from dsmon.parse.base import Diagnostics
@@ -330,6 +331,39 @@ def test_stall_detection_live() -> None:
     done = check(inputs_from_records(list(corpus_records("fp16_zero2")), now=last), "run.stalled")
     assert done.summary == "the launcher reported the workers' exit: run finished"
     assert check(corpus_inputs("sigkill_all"), "run.stalled").status is Status.UNKNOWN  # replay
+
+
+def test_step_lines_every_steps_per_print_are_no_stall() -> None:
+    """tests/data/sparse_step_lines: steps of 4 s, steps_per_print 10, no timer lines: the
+    step= lines come about 40 s apart. With GPU samples arriving (the collector's NVML), the
+    30 s floor judged the wait for the next step= line a stall."""
+    recs = [r for r in log_records(DATA / "sparse_step_lines" / "train.log", "s") if not (
+        isinstance(r, EventRecord) and r.name == "worker_exit"
+    )]  # fmt: skip
+    last = _last_ts(recs)
+
+    def at(wait_s: float) -> CheckResult:
+        now = last + timedelta(seconds=wait_s)
+        gpu = gpu_sample((now - timedelta(seconds=1)).isoformat(timespec="milliseconds"))
+        return check(inputs_from_records([*recs, gpu], now=now), "run.stalled")
+
+    waiting = at(60)
+    assert waiting.status is Status.PASS, waiting.summary
+    limit = evidence(waiting)["stall limit"]
+    assert limit.startswith("202 s (max(30 s, 5 x the 40 s between step lines (10 steps)))")
+    assert at(250).status is Status.FAIL
+
+
+def test_dicts_without_times_do_not_say_a_run_stalled() -> None:
+    """tests/data/hf_trainer_tqdm: the Trainer's dicts every 5 steps, all with the time of a
+    start-up line, no timer lines: how long the next one may take is unknown."""
+    recs = log_records(DATA / "hf_trainer_tqdm" / "train.log", "hf")
+    recs = [r for r in recs if not (isinstance(r, EventRecord) and r.name == "worker_exit")]
+    now = _last_ts(recs) + timedelta(seconds=120)
+    gpu = gpu_sample((now - timedelta(seconds=1)).isoformat(timespec="milliseconds"))
+    stalled = check(inputs_from_records([*recs, gpu], now=now), "run.stalled")
+    assert stalled.status is Status.UNKNOWN
+    assert stalled.summary.startswith("step lines come every 5 step(s) and say neither")
 
 
 # The full checklist of every corpus run judged on its log (health_support.LOGGED_RUNS), judged as

@@ -26,6 +26,8 @@ _STEP_KINDS = ("timer", "step", "throughput", "iteration")
 #: their own where a timer line printed without one carries the last stamped line's.
 _STEP_TIME_KINDS = (*_STEP_KINDS, "rank_step")
 #: What shows that the job and its collector are still there: a rank's heartbeat too.
+#: Kinds that report every step, so the median step time says how long the next may take.
+_EVERY_STEP_KINDS = ("timer", "rank_step")
 _ALIVE_KINDS = (*_STEP_TIME_KINDS, "heartbeat", "gpu", "event", "loss_scale", "comm_op")
 _NO_ERROR = "no crash, OOM or NCCL error in the log"
 
@@ -194,7 +196,8 @@ def _last_ts(inputs: HealthInputs, kinds: tuple[str, ...]) -> pd.Timestamp | Non
     "run.stalled",
     "The run is still making steps",
     f"Live: no new step for max({th.STALL_MIN_S:g} s, {th.STALL_FACTOR:g} x the median step "
-    "time) while the collector still delivers data, well before NCCL's "
+    "time, or x the time between step lines when only every steps_per_print-th step prints "
+    "one) while the collector still delivers data, well before NCCL's "
     f"{th.NCCL_TIMEOUT_S:g} s collective timeout kills the job.",
     "runtime",
     page="steps",
@@ -210,9 +213,10 @@ def check_stalled(inputs: HealthInputs) -> Finding:
     last_step = _last_ts(inputs, _STEP_TIME_KINDS)
     if last_step is None:
         return Finding(Status.UNKNOWN, "no timestamped step data yet")
-    series = m.step_times(inputs)
-    med_s = m.median(series.frame["value"]) / 1000.0 if series and series.unit == "ms" else 0.0
-    limit = max(th.STALL_MIN_S, th.STALL_FACTOR * (med_s if med_s == med_s else 0.0))
+    wait_s, how = _expected_wait_s(inputs)
+    if wait_s is None:
+        return Finding(Status.UNKNOWN, how)
+    limit = max(th.STALL_MIN_S, th.STALL_FACTOR * wait_s)
     now = pd.Timestamp(inputs.now)
     age = max((now - last_step).total_seconds(), 0.0)  # rows that arrived after ``now``
     newest = _last_ts(inputs, _ALIVE_KINDS)
@@ -222,7 +226,7 @@ def check_stalled(inputs: HealthInputs) -> Finding:
         Evidence(
             "stall limit",
             f"{limit:.0f} s",
-            f"max({th.STALL_MIN_S:g} s, {th.STALL_FACTOR:g} x median step)",
+            f"max({th.STALL_MIN_S:g} s, {th.STALL_FACTOR:g} x {how})",
         ),
         Evidence("newest record of any kind", str(newest), f"{alive_age:.0f} s ago"),
     )
@@ -243,3 +247,43 @@ def check_stalled(inputs: HealthInputs) -> Finding:
         "py-spy dump --pid <trainer pid>  # on each node: find the rank that hangs",
         "text",
     )
+
+
+def _expected_wait_s(inputs: HealthInputs) -> tuple[float | None, str]:
+    """How long the next step data may take to come, and what says so; None: nothing does.
+
+    Timer lines and the probe report every step: the median step time. Without them, step
+    data come every ``steps_per_print`` steps (step=, throughput lines) or every log interval
+    (Megatron's, the Hugging Face Trainer's): such a wait is no stall. The lines' own times
+    say how far apart they come, or their step gap times the step time; a Trainer's dicts
+    carry neither, so a stall cannot be told from the wait for the next dict.
+    """
+    series = m.step_times(inputs)
+    med_s = m.median(series.frame["value"]) / 1000.0 if series and series.unit == "ms" else 0.0
+    med_s = med_s if med_s == med_s else 0.0
+    if any(inputs.has_rows(k) for k in _EVERY_STEP_KINDS):
+        return med_s, "median step"
+    stride, gap_s = _sparse_prints(inputs)
+    waits = [w for w in (gap_s, stride * med_s) if w > 0]
+    if waits:
+        return max(waits), f"the {max(waits):.0f} s between step lines ({stride:g} steps)"
+    return None, (
+        f"step lines come every {stride:g} step(s) and say neither when they were printed "
+        "nor how long a step takes: a stall cannot be told from the wait for the next one "
+        "(wall_clock_breakdown, or dsmon run's per-rank probe, times every step)"
+    )
+
+
+def _sparse_prints(inputs: HealthInputs) -> tuple[float, float]:
+    """Steps between two step lines, and seconds between them (0 where unknown), medians."""
+    strides, gaps = [], []
+    for kind in ("step", "throughput", "iteration"):
+        f = inputs.frame(kind)
+        if f.empty or not {"step", "ts"} <= set(f.columns):
+            continue
+        newest = f.dropna(subset=["step"]).groupby("step")["ts"].max().sort_index()
+        steps = newest.index.to_series().diff().dropna()
+        secs = newest.diff().dt.total_seconds().dropna()
+        strides += [float(steps.median())] if len(steps) else []
+        gaps += [float(secs[secs > 0].median())] if (secs > 0).any() else []
+    return (min(strides) if strides else 1.0), (min(gaps) if gaps else 0.0)
