@@ -79,3 +79,18 @@ def test_a_trainer_run_dump_holds_the_batch_keys_it_filled_in() -> None:
     finding = check(inputs_from_records(recs, run="hf"), "batch.arithmetic")
     assert finding.status.name == "PASS" and finding.summary == "batch keys agree"
     assert evidence(finding)["train_batch_size"].startswith("8")
+
+
+def test_a_diverged_trainer_run_fails_loss_finite() -> None:
+    """hf_trainer_v4_diverged: every log dict has ``'grad_norm': inf`` (step 5 on)."""
+    recs = records(DATA / "hf_trainer_v4_diverged" / "train.log")
+    finite = check(inputs_from_records(recs, run="hf"), "loss.finite")
+    assert finite.status.name == "FAIL"
+    assert finite.summary.startswith(
+        "NaN or inf since step 5, still in the latest interval (step 40)"
+    )
+    assert evidence(finite)["logged intervals with NaN or inf"] == "10 of 10"
+    healthy = check(inputs_from_records(records(DATA / "hf_trainer_tqdm"), run="hf"), "loss.finite")
+    assert (
+        healthy.status.name == "PASS" and healthy.summary == "no NaN or inf in 10 logged intervals"
+    )

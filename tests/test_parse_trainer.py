@@ -131,3 +131,29 @@ def test_series_keeps_megatron_and_trainer_apart() -> None:
     assert set(s["source"].astype(str)) == {"Trainer log", "Trainer evaluation"}
     assert not (s["source"].astype(str) == "iteration line").any()
     assert pd.api.types.is_float_dtype(s["value"])
+
+
+def test_transformers_4_bare_nan_and_inf_keep_the_dict() -> None:
+    """hf_trainer_v4_diverged (transformers 4.46.3): ``'grad_norm': inf`` and
+    ``'eval_loss': nan`` are not Python literals; the dicts were lost whole."""
+    path = DATA / "hf_trainer_v4_diverged" / "train.log"
+    recs = trainer_records(records(path))
+    want = [(k, s) for k, s, _ in dicts_v4(path)]
+    assert [(r.fmt, r.step) for r in recs] == [
+        ({"loss": "trainer", "eval_loss": "trainer_eval", "train_runtime": "trainer_summary"}[k], s)
+        for k, s in want
+    ]
+    train = [r for r in recs if r.fmt == "trainer"]
+    assert [r.loss for r in train] == [5.6334] + [0.0] * 7
+    assert all(r.grad_norm is None and r.nan_iterations == 1 for r in train)  # inf
+    evals = [r for r in recs if r.fmt == "trainer_eval"]
+    assert all(r.loss is None and r.losses == {} and r.nan_iterations == 1 for r in evals)
+    assert recs[-1].nan_iterations == 0 and recs[-1].losses["train_loss"] > 0
+
+
+def dicts_v4(path: Path) -> list[tuple[str, int, str]]:
+    """(first key, true step, first value as printed) of transformers 4's number dicts."""
+    found = re.finditer(
+        r"\{'(loss|eval_loss|train_runtime)': ([^,]+),.*'epoch': ([\d.]+)\}", path.read_text()
+    )
+    return [(m.group(1), round(float(m.group(3)) * STEPS_PER_EPOCH), m.group(2)) for m in found]

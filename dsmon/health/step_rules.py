@@ -184,3 +184,50 @@ def check_mfu(inputs: HealthInputs) -> Finding:
         "raise train_micro_batch_size_per_gpu if memory allows; check comm.share",
         "text",
     )
+
+
+@rule(
+    "loss.finite",
+    "The loss and gradient norm stay finite",
+    "Megatron's iteration lines count the NaN iterations of each log interval; the Hugging "
+    "Face Trainer's log dicts print a NaN or inf loss or grad norm. Either means the model "
+    "diverged or a batch broke it; the latest interval says whether it goes on.",
+    "runtime",
+    page="training",
+)
+def check_finite(inputs: HealthInputs) -> Finding:
+    """Fail while the latest logged interval had a NaN; warn when an earlier one had."""
+    it = inputs.frame("iteration")
+    if it.empty or "nan_iterations" not in it.columns or it["nan_iterations"].isna().all():
+        return not_applicable(
+            "no line of this run reports NaNs (Megatron's iteration lines and the Hugging Face "
+            "Trainer's log dicts do)"
+        )
+    rows = it.dropna(subset=["nan_iterations"])
+    if "fmt" in rows.columns:
+        rows = rows[rows["fmt"] != "trainer_summary"]  # a whole-run average, no interval
+    bad = rows[rows["nan_iterations"] > 0]
+    ev = [Evidence("logged intervals with NaN or inf", f"{len(bad)} of {len(rows)}")]
+    if bad.empty:
+        return Finding(Status.PASS, f"no NaN or inf in {len(rows)} logged intervals", tuple(ev))
+    first, latest = _step_of(bad.iloc[0]), rows.iloc[-1]
+    ev.append(Evidence("first", f"step {first}", f"{bad.iloc[0]['file']}:{bad.iloc[0]['line']}"))
+    if latest["nan_iterations"] > 0:
+        return Finding(
+            Status.FAIL,
+            f"NaN or inf since step {first}, still in the latest interval (step "
+            f"{_step_of(latest)}): the run no longer learns",
+            tuple(ev),
+            "lower the learning rate or lengthen its warmup and keep gradient_clipping on; "
+            "with fp16, train in bf16; then look at the batches just before the first one",
+            "text",
+        )
+    return Finding(
+        Status.WARN, f"NaN or inf at step {first}; later intervals are finite", tuple(ev)
+    )
+
+
+def _step_of(row: pd.Series) -> str:
+    """A row's step for display (``?`` when unknown)."""
+    step = row.get("step")
+    return "?" if step is None or pd.isna(step) else str(int(step))

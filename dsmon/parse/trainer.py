@@ -18,17 +18,22 @@ timer lines number it, if ``wall_clock_breakdown`` prints them; else its step is
 
 from __future__ import annotations
 
-import ast
 import math
+import re
 from collections.abc import Mapping
 
 from dsmon.model.records import IterationRecord, Record
 from dsmon.parse.base import NEED_MORE, ParseContext
 from dsmon.parse.lines import Bar, LogLine
+from dsmon.parse.pyrepr import parse_value
 
 #: ``fmt`` of the records: a training log dict, an evaluation dict, the end-of-training dict.
 TRAIN, EVAL, SUMMARY = "trainer", "trainer_eval", "trainer_summary"
 _HEAD = "{'"
+#: Figures whose NaN or inf means the training went wrong.
+_WATCHED = ("loss", "eval_loss", "train_loss", "grad_norm")
+#: A figure printed as a tensor: ``tensor(0.5, device='cuda:0')``.
+_TENSOR = re.compile(r"tensor\(\s*([-+\w.]+)")
 
 
 class TrainerParser:
@@ -107,11 +112,13 @@ def _finished_step(ctx: ParseContext) -> int | None:
 
 
 def _figures(text: str) -> dict[str, float | None] | None:
-    """The dict's numbers (``'6.052'`` read as 6.052), None if it is not a dict of them."""
-    try:
-        value = ast.literal_eval(text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return None
+    """The dict's numbers (``'6.052'`` read as 6.052), None if it is not a dict.
+
+    Read as printed, not evaluated: a diverged run prints ``'loss': nan``, and some
+    transformers releases ``'grad_norm': tensor(0.5, device='cuda:0')``, which
+    ``ast.literal_eval`` refuses, losing the whole dict.
+    """
+    value = parse_value(text)
     if not isinstance(value, dict):
         return None
     out: dict[str, float | None] = {}
@@ -123,27 +130,36 @@ def _figures(text: str) -> dict[str, float | None] | None:
 
 
 def _number(item: object) -> float | None:
-    """A figure as a float; None for NaN and for what is not a number (kept out of charts)."""
+    """A figure as a float (NaN and inf too); None for what is not a number."""
+    if isinstance(item, str) and (m := _TENSOR.match(item)):
+        item = m.group(1)
     if isinstance(item, bool) or not isinstance(item, int | float | str):
         return None
     try:
         number = float(item)
     except ValueError:
         return None
-    return None if math.isnan(number) else number
+    return number
 
 
 def _record(
     figures: Mapping[str, float | None], line: LogLine, ctx: ParseContext
 ) -> IterationRecord | None:
-    """The record of one dict, by what it holds; None for a dict that is no Trainer log."""
-    losses = {k: v for k, v in figures.items() if "loss" in k and v is not None}
+    """The record of one dict, by what it holds; None for a dict that is no Trainer log.
+
+    A NaN or inf loss or grad norm has no point to draw (JSON has no such number): it is
+    left out, and ``nan_iterations`` is 1, as Megatron counts the NaN iterations of its log
+    interval (the dict's loss is the mean over ``logging_steps`` steps: one NaN makes it NaN).
+    """
+    bad = [k for k in _WATCHED if (v := figures.get(k)) is not None and not math.isfinite(v)]
+    finite = {k: v for k, v in figures.items() if v is not None and math.isfinite(v)}
+    losses = {k: v for k, v in finite.items() if "loss" in k}
     if "train_runtime" in figures:
         fmt, loss = SUMMARY, None
     elif "eval_loss" in figures or any(k.startswith("eval_") for k in figures):
-        fmt, loss = EVAL, figures.get("eval_loss")
+        fmt, loss = EVAL, finite.get("eval_loss")
     elif "loss" in figures or "learning_rate" in figures:
-        fmt, loss = TRAIN, figures.get("loss")
+        fmt, loss = TRAIN, finite.get("loss")
     else:
         return None
     return IterationRecord(
@@ -152,6 +168,7 @@ def _record(
         fmt=fmt,
         loss=loss,
         losses=losses,
-        lr=figures.get("learning_rate"),
-        grad_norm=figures.get("grad_norm"),
+        lr=finite.get("learning_rate"),
+        grad_norm=finite.get("grad_norm"),
+        nan_iterations=1 if bad else 0,
     )

@@ -33,6 +33,7 @@ def main() -> None:
     ap.add_argument("--out", default="out")
     ap.add_argument("--disable_tqdm", action="store_true")
     ap.add_argument("--log_level", default="passive")
+    ap.add_argument("--lr", type=float, default=5e-4)
     a = ap.parse_args()
     cfg = GPT2Config(n_layer=2, n_embd=64, n_head=2, n_positions=64, vocab_size=512)
     model = GPT2LMHeadModel(cfg)
@@ -42,7 +43,7 @@ def main() -> None:
         per_device_train_batch_size=4,
         per_device_eval_batch_size=4,
         gradient_accumulation_steps=a.gas,
-        learning_rate=5e-4,
+        learning_rate=a.lr,
         warmup_steps=5,
         logging_steps=a.logging_steps,
         eval_strategy="steps",
