@@ -94,3 +94,14 @@ def test_a_diverged_trainer_run_fails_loss_finite() -> None:
     assert (
         healthy.status.name == "PASS" and healthy.summary == "no NaN or inf in 10 logged intervals"
     )
+
+
+def test_overflow_messages_count_the_skipped_steps_without_step_lines() -> None:
+    """hf_trainer_v4_diverged: no step= line (Accelerate), 37 ``OVERFLOW! Skipping step``
+    messages (rank 0) over the Trainer's 40 steps; fp32, so no fp16-to-bf16 fix."""
+    recs = records(DATA / "hf_trainer_v4_diverged")
+    skipped = check(inputs_from_records(recs, run="hf"), "loss_scale.skipped")
+    assert skipped.status.name == "FAIL"
+    assert skipped.summary.startswith("37 of 40 steps skipped (92.5%)")
+    assert evidence(skipped)["skipped steps"] == "37 (OVERFLOW messages)"
+    assert skipped.fix is None

@@ -253,3 +253,27 @@ def trainer_formats(inputs: HealthInputs) -> frozenset[str]:
     if it.empty or "fmt" not in it.columns:
         return frozenset()
     return frozenset(f for f in it["fmt"].dropna().unique() if str(f).startswith("trainer"))
+
+
+#: Loss-scale events printed once for each optimizer step skipped on an overflow.
+SKIP_EVENTS = ("overflow", "bf16_overflow")
+#: Kinds whose ``step`` says how many steps the run has made.
+_STEPPED = ("timer", "rank_step", "iteration", "throughput", "step")
+
+
+def overflow_skips(inputs: HealthInputs) -> tuple[int, int] | None:
+    """Steps skipped on an overflow, counted from the messages, and steps made; None: unknown.
+
+    Without ``step=`` lines (whose ``skipped=`` counter is exact) the ``OVERFLOW! Skipping
+    step`` messages still count: one a skipped step, from rank 0 (some optimizers print one
+    on every rank, so the rank that printed most counts).
+    """
+    ls = inputs.frame("loss_scale")
+    made = [inputs.frame(k)["step"].max() for k in _STEPPED if "step" in inputs.frame(k).columns]
+    made = [s for s in made if pd.notna(s)]
+    if ls.empty or "event" not in ls.columns or not made:
+        return None
+    skips = ls[ls["event"].isin(SKIP_EVENTS)]
+    if skips.empty:
+        return 0, int(max(made))
+    return int(skips.groupby(skips["rank"].fillna(-1)).size().max()), int(max(made))

@@ -288,25 +288,29 @@ def check_overlap(inputs: HealthInputs) -> Finding:
     "loss_scale.skipped",
     "Few optimizer steps are skipped for overflow",
     "The share of optimizer steps skipped because gradients overflowed (the step line's "
-    "cumulative skipped= counter, DeepSpeed's most reliable overflow count).",
+    "cumulative skipped= counter, DeepSpeed's most reliable overflow count; without step= "
+    "lines, its OVERFLOW messages against the steps made).",
     "runtime",
     page="steps",
 )
 def check_skipped(inputs: HealthInputs) -> Finding:
     """Skipped share against SKIPPED_WARN and SKIPPED_FAIL."""
     rows = m.step_view(inputs, SKIPPED, steps.skipped_counts, kind="step")
-    if rows.empty:
+    if not rows.empty:
+        n, skipped = int(rows.iloc[-1]["step"]), int(rows.iloc[-1]["skipped"])
+        where = f"step line at step {n}"
+    elif counted := m.overflow_skips(inputs):
+        (skipped, n), where = counted, "OVERFLOW messages"
+    else:
         why = (
             "Accelerate sets steps_per_print to inf"
             if m.trainer_formats(inputs)
             else ("steps_per_print / log_level")
         )
         return Finding(Status.UNKNOWN, f"no step= lines ({why})")
-    last = rows.iloc[-1]
-    n, skipped = int(last["step"]), int(last["skipped"])
     share = skipped / n
     ev = (
-        Evidence("skipped steps", skipped, f"step line at step {n}"),
+        Evidence("skipped steps", skipped, where),
         Evidence("skipped share", f"{share:.1%}", f"steps 1-{n}"),
     )
     if share <= th.SKIPPED_WARN:
@@ -314,7 +318,8 @@ def check_skipped(inputs: HealthInputs) -> Finding:
             Status.PASS, f"{skipped} of {n} steps skipped ({share:.1%})", ev, steps=(1, n)
         )
     status = Status.FAIL if share > th.SKIPPED_FAIL else Status.WARN
-    fix = fix_json({"fp16": {"enabled": False}, "bf16": {"enabled": True}})
+    fp32 = inputs.config is not None and not inputs.config.enabled("fp16")
+    fix = None if fp32 else fix_json({"fp16": {"enabled": False}, "bf16": {"enabled": True}})
     return Finding(
         status,
         f"{skipped} of {n} steps skipped ({share:.1%}): look for inf/nan "
