@@ -29,6 +29,8 @@ logger = logging.getLogger(__name__)
 CHUNK = 1 << 20
 #: The last bytes read that are checked at each poll to be still there (see _was_truncated).
 TAIL_BYTES = 64
+#: How much of the line being written the parser is shown (``LineParser.peek``): its start.
+PEEK_BYTES = 4096
 
 ParserFactory = Callable[[str], LineParser]
 
@@ -165,6 +167,8 @@ class GenerationReader:
         del buf[:pos]
         self._buf_start += pos
         self._drop_hole()
+        if buf and out is not None and not self._skipping:  # the line being written
+            self._emit(self._parser.peek(bytes(buf[:PEEK_BYTES]).decode("utf-8", "replace")), out)
         if len(buf) > MAX_LINE_BYTES:
             if not self._skipping:
                 self._feed(bytes(buf[:MAX_LINE_BYTES]), self._offset, out)

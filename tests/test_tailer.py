@@ -29,6 +29,7 @@ from dsmon.model.records import (
     ConfigRecord,
     EventRecord,
     FlopsProfileRecord,
+    IterationRecord,
     Record,
     TimerRecord,
     record_key,
@@ -773,3 +774,27 @@ def test_the_runs_ds_config_is_read_whole_and_again_when_changed(tmp_path: Path)
     poll_all(t)
     clock.now += PROFILE_SETTLE_S
     assert poll_all(t) == []
+
+
+def test_a_trainer_dict_is_sent_once_the_bar_after_it_is_drawn(tmp_path: Path) -> None:
+    """tests/data/hf_trainer_tqdm: the line after a Trainer's dict is tqdm's redraws, ended
+    only by the next dict (minutes later in a real run). Its start, the bar drawn right after
+    the dict (``5/40``), numbers the dict as soon as it is written, as a full read does."""
+    data = (DATA / "hf_trainer_tqdm" / "train.log").read_bytes()
+    dict_end = data.index(b"\n", data.index(b"{'loss'")) + 1
+    bar_end = data.index(b"\r", dict_end + 1)  # "\r 12%|...| 5/40 [...]", then the next redraw
+    log = tmp_path / "train.log"
+    t = Tailer([str(log)], run="hf", node="n", state=StateFile(tmp_path / "s.json"))
+    append(log, data[:dict_end])
+    assert [r for r in poll_all(t) if isinstance(r, IterationRecord)] == []
+    append(log, data[dict_end:bar_end])
+    (rec,) = [r for r in poll_all(t) if isinstance(r, IterationRecord)]
+    assert (rec.step, rec.loss, rec.total_iterations) == (5, 6.052, 40)
+    append(log, data[bar_end:])
+    rest = [r for r in poll_all(t) + t.release() if isinstance(r, IterationRecord)]
+    whole = [
+        r
+        for r in read_log(DATA / "hf_trainer_tqdm" / "train.log", "hf")
+        if isinstance(r, IterationRecord)
+    ]
+    assert [(r.src.line, r.step) for r in [rec, *rest]] == [(r.src.line, r.step) for r in whole]

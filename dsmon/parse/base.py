@@ -70,6 +70,21 @@ class Diagnostics:
             mine.extend(ex[: max(0, 3 - len(mine))])
 
 
+class DiagSnapshot:
+    """The unparsed/cut counts before a tentative join, to undo a join that failed."""
+
+    def __init__(self, diag: Diagnostics) -> None:
+        self.unparsed = diag.unparsed.copy()
+        self.cut = diag.cut.copy()
+        self.examples = {kind: list(ex) for kind, ex in diag.examples.items()}
+
+    def restore(self, diag: Diagnostics) -> None:
+        """Put the counts back as they were."""
+        diag.unparsed = self.unparsed
+        diag.cut = self.cut
+        diag.examples = self.examples
+
+
 class StepClock:
     """Tells which optimizer step a line without a step number belongs to.
 
@@ -295,6 +310,9 @@ class LineParser(Protocol):
 
     def finish(self) -> list[Record]:
         """End of input: what the parser still holds."""
+
+    def peek(self, partial: str) -> list[Record]:
+        """Live: records held for the line being written that its start (so far) decides."""
 
     def handover(self) -> dict[str, Any]:
         """After :meth:`finish`: what the parser of the output's next file starts from.

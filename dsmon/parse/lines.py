@@ -229,6 +229,19 @@ def has_embedded(raw: str) -> bool:
     return False
 
 
+def leading_bar(raw: str) -> Bar | None:
+    r"""The progress bar a line begins with (its first part between ``\r``s that is not blank).
+
+    Live, the line after a Trainer's dict is being written for minutes (tqdm redraws it with
+    ``\r`` until the next dict); its start already says the dict's step.
+    """
+    for part in raw.split("\r"):
+        if part.strip():
+            m = _BAR.match(part)
+            return None if m is None else (int(m.group(1)), int(m.group(2)))
+    return None
+
+
 def _segments(raw: str) -> list[str]:
     r"""Split a physical line into the pieces that are lines of their own.
 

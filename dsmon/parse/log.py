@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -20,11 +20,12 @@ from dsmon.parse.base import (
     NEED_MORE,
     STEPPED_KINDS,
     Diagnostics,
+    DiagSnapshot,
     ParseContext,
     StepClock,
     SubParser,
 )
-from dsmon.parse.lines import LineCleaner, LogLine
+from dsmon.parse.lines import LineCleaner, LogLine, leading_bar
 
 #: Records waiting for the step clock to learn its base, at most this many (then released
 #: with ``step`` None, so a log that never anchors is not held back). In live mode, the number
@@ -108,7 +109,7 @@ class LogParser:
         self._lineno = 0
         self._carry: LogLine | None = None
         self._chain: list[LogLine] = []
-        self._saved: _DiagSnapshot | None = None
+        self._saved: DiagSnapshot | None = None
         self._held: list[tuple[Record, int | None]] = []  # rel to stamp with, None: keep
         self._sent_unstamped: deque[tuple[Record, int]] = deque(maxlen=MAX_HELD)  # live mode
         self._gave_up = False
@@ -158,6 +159,20 @@ class LogParser:
         self._sent_unstamped.clear()
         return out
 
+    def peek(self, partial: str) -> list[Record]:
+        """Live: records held for the line being written, once its start decides them.
+
+        A Trainer's dict waits for the bar tqdm draws right after it (``dsmon.parse.trainer``),
+        which begins a line that ends only with the next dict, minutes later.
+        """
+        bar = leading_bar(partial)
+        out: list[Record] = []
+        for p in self._parsers if bar is not None else ():
+            release = getattr(p, "release_on_bar", None)
+            if release is not None:
+                self._stamp(release(bar), self.ctx.clock.rel, out)
+        return self._assign_steps(out) if out else out
+
     def handover(self) -> dict[str, Any]:
         """After :meth:`finish`: the step clock and the last time read, for the next file.
 
@@ -187,7 +202,7 @@ class LogParser:
             self._dispatch(logical, out)
             if self._carry is not None:
                 self._chain = [logical]
-                self._saved = _DiagSnapshot(self.ctx.diag)
+                self._saved = DiagSnapshot(self.ctx.diag)
             return
         if logical.prefixed or not logical.text or len(self._chain) > MAX_JOINS:
             self._end_chain(out)
@@ -219,7 +234,7 @@ class LogParser:
 
     def _mark(self, out: list[Record]) -> tuple[int, int]:
         """Records made so far and unparsed lines counted so far, to judge a join."""
-        return len(out) + len(self._held), _total(self.ctx.diag.unparsed)
+        return len(out) + len(self._held), sum(self.ctx.diag.unparsed.values())
 
     def _failed(self, taken: bool, mark: tuple[int, int], out: list[Record]) -> bool:
         """A join failed if no parser took it, or one counted it unparsed and made nothing.
@@ -341,25 +356,6 @@ class LogParser:
         self._sent_unstamped.clear()
         self.ctx.diag.records -= len(again)
         return again
-
-
-class _DiagSnapshot:
-    """The unparsed/cut counts before a tentative join, to undo a join that failed."""
-
-    def __init__(self, diag: Diagnostics) -> None:
-        self.unparsed = diag.unparsed.copy()
-        self.cut = diag.cut.copy()
-        self.examples = {kind: list(ex) for kind, ex in diag.examples.items()}
-
-    def restore(self, diag: Diagnostics) -> None:
-        """Put the counts back as they were."""
-        diag.unparsed = self.unparsed
-        diag.cut = self.cut
-        diag.examples = self.examples
-
-
-def _total(counts: Counter[str]) -> int:
-    return sum(counts.values())
 
 
 def _with_step(rec: Record, step: int | None) -> Record:

@@ -161,6 +161,10 @@ class ProbeParser:
         """Nothing is held across lines."""
         return []
 
+    def peek(self, partial: str) -> list[Record]:
+        """Nothing waits for a line being written."""
+        return []
+
     def handover(self) -> dict[str, Any]:
         """Every probe line names its step and time: nothing carries to the next file."""
         return {}

@@ -14,6 +14,8 @@ for the next line that is not blank; a bar there gives the step, else the last b
 dict does, if it was drawn since the previous dict and is the training bar (evaluation draws a
 bar of its own, whose total differs). Without a progress bar (``disable_tqdm``) the engine's
 timer lines number it, if ``wall_clock_breakdown`` prints them; else its step is unknown.
+Live, the line after the dict is tqdm's redraws until the next dict; the collector shows the
+parser its start as it is written (``LogParser.peek``), so the record leaves at once.
 """
 
 from __future__ import annotations
@@ -65,13 +67,17 @@ class TrainerParser:
         rec = _record(figures, line, ctx)
         if rec is None:
             return None  # a dict of the script's own, not a Trainer log
-        # drawn since the previous dict and its redraw (each drawing is a tuple of its own)
-        fresh = ctx.last_bar is not self._bar_at_dict and ctx.last_bar is not self._bar_after
+        # drawn since the previous dict (each drawing is a tuple of its own) and its redraw
+        fresh = ctx.last_bar is not self._bar_at_dict and ctx.last_bar != self._bar_after
         self._bar_before = ctx.last_bar if fresh else None
         self._bar_at_dict = ctx.last_bar
         self._clock_step = _finished_step(ctx)
         self._waiting, self.in_block = rec, True
         return []
+
+    def release_on_bar(self, bar: Bar) -> list[Record]:
+        """Live: the waiting record, now that the line after its dict begins with ``bar``."""
+        return [self._release(bar)] if self.in_block else []
 
     def finish(self, ctx: ParseContext) -> list[Record]:
         """The last dict's record: no line follows it, the bar before it or the clock numbers it."""
