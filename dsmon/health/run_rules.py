@@ -25,9 +25,9 @@ _STEP_KINDS = ("timer", "step", "throughput", "iteration")
 #: Step data for run.stalled: the probe's per-rank steps (``dsmon run``) too, whose times are
 #: their own where a timer line printed without one carries the last stamped line's.
 _STEP_TIME_KINDS = (*_STEP_KINDS, "rank_step")
-#: What shows that the job and its collector are still there: a rank's heartbeat too.
 #: Kinds that report every step, so the median step time says how long the next may take.
 _EVERY_STEP_KINDS = ("timer", "rank_step")
+#: What shows that the job and its collector are still there: a rank's heartbeat too.
 _ALIVE_KINDS = (*_STEP_TIME_KINDS, "heartbeat", "gpu", "event", "loss_scale", "comm_op")
 _NO_ERROR = "no crash, OOM or NCCL error in the log"
 
@@ -74,7 +74,7 @@ def check_errors(inputs: HealthInputs) -> Finding:
         Status.FAIL,
         summary,
         ev,
-        _failure_fix(bad, failed),
+        _failure_fix(bad),
         "text",
     )
 
@@ -111,7 +111,7 @@ def _exit_code(code: object) -> object:
         return code
 
 
-def _failure_fix(bad: pd.DataFrame, failed: pd.DataFrame) -> str:
+def _failure_fix(bad: pd.DataFrame) -> str:
     """Where to look: the first traceback, or, without one, what the signal usually means."""
     if not bad.empty:
         return "read the first traceback above; it names the rank that failed first"
@@ -281,7 +281,10 @@ def _sparse_prints(inputs: HealthInputs) -> tuple[float, float]:
         f = inputs.frame(kind)
         if f.empty or not {"step", "ts"} <= set(f.columns):
             continue
-        newest = f.dropna(subset=["step"]).groupby("step")["ts"].max().sort_index()
+        rows = f.dropna(subset=["step"])
+        newest = (
+            pd.to_datetime(rows["ts"], errors="coerce").groupby(rows["step"]).max().sort_index()
+        )
         steps = newest.index.to_series().diff().dropna()
         secs = newest.diff().dt.total_seconds().dropna()
         strides += [float(steps.median())] if len(steps) else []
