@@ -48,6 +48,9 @@ DEMO_LOG = ROOT / "dsmon" / "data" / "demo" / "train.log"
 #: Real DeepSpeed runs (DeepSpeed 0.19.8, CPU) the tests use, whole: the ``mixed`` log.
 RUN_LOGS = sorted((ROOT / "tests" / "data").glob("*/train.log"))
 GOAL = 10.0
+#: Lines end at ``\n`` only, as ``dsmon parse`` reads them: text mode's universal newlines
+#: would also split at every ``\r`` (tqdm's redraws), counting lines the command never sees.
+LINE_END = "\n"
 #: Records kept to time their encoding (about 1 KB each in memory), the time scaled to all.
 ENCODE_SAMPLE = 200_000
 _TIMER_FIELD = re.compile(r"\| (\w+): (\d+\.\d\d)")
@@ -118,7 +121,7 @@ def time_it(fn: Callable[[], int]) -> tuple[float, int]:
 def bare_read(path: Path) -> int:
     """The baseline: read every line and do nothing with it."""
     n = 0
-    with path.open(encoding="utf-8", errors="replace") as f:
+    with path.open(encoding="utf-8", errors="replace", newline=LINE_END) as f:
         for _ in f:
             n += 1
     return n
@@ -131,7 +134,7 @@ def regex_floor(path: Path) -> int:
     from anything that looks at a line's content.
     """
     n = 0
-    with path.open(encoding="utf-8", errors="replace") as f:
+    with path.open(encoding="utf-8", errors="replace", newline=LINE_END) as f:
         for line in f:
             if _TIMER_FIELD.search(line) is not None:
                 n += 1
@@ -145,7 +148,7 @@ def parse_only(path: Path, kept: list[Record]) -> int:
     """
     parser = LogParser("bench", path.name)
     n = 0
-    with path.open(encoding="utf-8", errors="replace") as f:
+    with path.open(encoding="utf-8", errors="replace", newline=LINE_END) as f:
         for line in f:
             recs = parser.feed(line)
             n += len(recs)
