@@ -138,7 +138,10 @@ class Tailer:
         # A file going on at a new name is met in this poll, so this checkpoint holds it.
         if final or self._continued or self._clock() - self._last_scan >= self._rescan_s:
             self._last_scan = self._clock()
+            looked_for = list(self._continued)
             out.extend(self._scan(final))
+            for ident in looked_for:  # not met (a name no glob matches): no scan every poll
+                self._continued.pop(ident, None)
         for watcher in self._profiles:
             out.extend(watcher.poll(final=final))
         return TailBatch(out, self.checkpoint())

@@ -249,10 +249,14 @@ def trainer_formats(inputs: HealthInputs) -> frozenset[str]:
     A run the Trainer drives goes through Accelerate, which sets ``steps_per_print`` to inf
     whatever the config says, and whose log dicts carry the loss DeepSpeed does not print.
     """
-    it = inputs.frame("iteration")
-    if it.empty or "fmt" not in it.columns:
-        return frozenset()
-    return frozenset(f for f in it["fmt"].dropna().unique() if str(f).startswith("trainer"))
+    if "trainer_formats" not in inputs.derived:  # three rules ask, on every live refresh
+        it = inputs.frame("iteration")
+        fmts = it["fmt"].dropna().unique() if "fmt" in it.columns else ()
+        inputs.derived["trainer_formats"] = frozenset(
+            str(f) for f in fmts if str(f).startswith("trainer")
+        )
+    found: frozenset[str] = inputs.derived["trainer_formats"]
+    return found
 
 
 #: Loss-scale events printed once for each optimizer step skipped on an overflow.
@@ -269,9 +273,11 @@ def overflow_skips(inputs: HealthInputs) -> tuple[int, int] | None:
     on every rank, so the rank that printed most counts).
     """
     ls = inputs.frame("loss_scale")
+    if ls.empty or "event" not in ls.columns:
+        return None  # before any step frame is loaded: most runs print no overflow at all
     made = [inputs.frame(k)["step"].max() for k in _STEPPED if "step" in inputs.frame(k).columns]
     made = [s for s in made if pd.notna(s)]
-    if ls.empty or "event" not in ls.columns or not made:
+    if not made:
         return None
     skips = ls[ls["event"].isin(SKIP_EVENTS)]
     if skips.empty:

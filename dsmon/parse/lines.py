@@ -237,9 +237,14 @@ def leading_bar(raw: str) -> Bar | None:
     """
     for part in raw.split("\r"):
         if part.strip():
-            m = _BAR.match(part)
-            return None if m is None else (int(m.group(1)), int(m.group(2)))
+            return _bar_of(part)
     return None
+
+
+def _bar_of(part: str) -> Bar | None:
+    """The count and total of the tqdm bar ``part`` is, if it is one."""
+    m = _BAR.match(part)
+    return None if m is None else (int(m.group(1)), int(m.group(2)))
 
 
 def _segments(raw: str) -> list[str]:
@@ -319,13 +324,13 @@ class LineCleaner:
         first: Bar | None = None
         text_seen = False
         for part in raw.split("\r"):
-            m = _BAR.match(part)
-            if m is None:
+            bar = _bar_of(part)
+            if bar is None:
                 text_seen = text_seen or bool(part.strip())
                 continue
-            self.last_bar = (int(m.group(1)), int(m.group(2)))
+            self.last_bar = bar
             if not text_seen and first is None:
-                first = self.last_bar
+                first = bar
         return first
 
     def _unpaste(self, raw: str) -> str:
