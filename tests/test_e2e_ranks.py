@@ -113,6 +113,11 @@ def test_a_slow_rank_is_named(job: dict[str, Any], monkeypatch: pytest.MonkeyPat
         store.close()
     (res,) = evaluate(inputs, [r for r in all_rules() if r.id == "ranks.straggler"]).results
     assert res.status.value == "fail" and res.summary.startswith("rank 1 is the slowest")
+    # The log is at DeepSpeed's default level (no config dump, no version line): rank 0's
+    # probe read the config and the version from the engine itself.
+    assert inputs.config is not None and inputs.config.origin == "user_json"
+    assert dict(inputs.config.raw) == CONFIG
+    assert inputs.facts.ds_version is not None and inputs.facts.world_size == 2
     monkeypatch.setenv("DSMON_STORE", str(job["store"]))  # the Steps page's view names it
     at = app_at(str(job["store"]), "job1", "steps")
     assert not at.exception

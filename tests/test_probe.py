@@ -160,6 +160,39 @@ def test_wrapped_engine_times_each_optimizer_step(fresh_probe: Path) -> None:
     assert [s["step"] for s in steps] == [1, 2, 3]
     assert all(s["micro_steps"] == 2 and s["fwd_ms"] >= 4.0 for s in steps)
     assert all(s["comm_ms"] is None for s in steps)  # no collective called
+    assert not [r for r in recs if r["kind"] == "engine"]  # rank 3: only rank 0 writes it
+
+
+class Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("no str")
+
+
+class EngineConfig:
+    """Attributes as DeepSpeedConfig keeps them: the user's dict and the resolved values."""
+
+    def __init__(self) -> None:
+        self._param_dict = {"steps_per_print": float("inf"), "zero_optimization": {"stage": 2}}
+        self.train_batch_size = 16
+        self.broken = Unprintable()
+
+
+def test_rank_0_writes_the_engines_config_once(fresh_probe: Path) -> None:
+    module = type(sys)("fake_engine")
+    module.DeepSpeedEngine = type("DeepSpeedEngine", (Engine,), {})  # type: ignore[attr-defined]
+    patch.patch_engine(module)
+    engine = module.DeepSpeedEngine(gas=1)  # type: ignore[attr-defined]
+    engine.global_rank, engine._config, engine.world_size = 0, EngineConfig(), 2
+    for _ in range(3):
+        engine.forward(1.0)
+        engine.backward(1.0)
+        engine.step()
+    patch._Probe.recorder.close()  # type: ignore[union-attr]
+    (line,) = [r for r in lines(fresh_probe / "rank-0.jsonl") if r["kind"] == "engine"]
+    # JSON has no inf: the word DeepSpeed's dump prints; an attribute that cannot print is left out
+    assert line["config"] == {"steps_per_print": "inf", "zero_optimization": {"stage": 2}}
+    assert line["effective"] == {"train_batch_size": "16"}
+    assert (line["rank"], line["world_size"], line["device"]) == (0, 2, "cpu")
 
 
 def test_collective_is_named_and_timed(fresh_probe: Path) -> None:

@@ -22,6 +22,7 @@ from types import ModuleType
 from typing import Any
 
 from .clocks import clock_for
+from .engine_info import describe
 from .recorder import Recorder
 
 ENGINE_MODULE = "deepspeed.runtime.engine"
@@ -85,7 +86,18 @@ def _recorder(engine: Any) -> Recorder | None:
     except Exception as exc:  # noqa: BLE001 - never break the run
         _Probe.failed = True
         _warn("cannot start", exc)
+        return None
+    if rank == 0:
+        _note_engine(rec, engine)
     return _Probe.recorder
+
+
+def _note_engine(rec: Recorder, engine: Any) -> None:
+    """Rank 0 writes the engine's config and facts once (``engine`` line); the others agree."""
+    try:
+        rec.note("engine", describe(engine))
+    except Exception as exc:  # noqa: BLE001 - the steps matter more than the config
+        _warn("cannot read the engine's config", exc)
 
 
 def wrap_engine_method(fn: Callable[..., Any], phase: str) -> Callable[..., Any]:

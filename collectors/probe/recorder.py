@@ -13,6 +13,11 @@ Line formats (one JSON object per line, documented in dsmon's docs/records.md)::
      "step_ms": 2.0, "comm_ms": 6.2, "total_ms": 15.0, "micro_steps": 2, "clock": "cpu"}
     {"kind": "heartbeat", "ts": "...", "rank": 1, "step": 13, "phase": "backward",
      "collective": "all_reduce", "phase_since": "...", "pid": 4242}
+    {"kind": "engine", "ts": "...", "rank": 0, "deepspeed": {"version": "0.19.8", ...},
+     "backend": "nccl", "world_size": 8, "device": "cuda:0", "effective": {...}, "config": {...}}
+
+The ``engine`` line is written once, by rank 0, from the training thread (:meth:`Recorder.note`,
+see ``engine_info``).
 """
 
 from __future__ import annotations
@@ -107,6 +112,14 @@ class Recorder:
         self._comm_ms = None
         self._last_end = now_ns
         self.state = (step + 1, "outside", None, time.time())
+
+    def note(self, kind: str, fields: dict[str, Any]) -> None:
+        """Write one line of ``kind`` now (rare facts such as the engine's config, not steps).
+
+        ``O_APPEND`` makes each ``os.write`` land whole after the writer thread's lines.
+        """
+        line = {"kind": kind, "ts": stamp(time.time()), "rank": self.rank, **fields}
+        os.write(self._fd, (json.dumps(line, separators=(",", ":")) + "\n").encode())
 
     # --- the writer thread -----------------------------------------------------------------
 

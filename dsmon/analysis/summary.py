@@ -20,7 +20,7 @@ from dsmon.analysis.comm import exposed_comm_share
 from dsmon.analysis.steps import slowest_steps, step_stats
 from dsmon.analysis.summary_scan import median_of, step_breakdown_of
 from dsmon.model.ds_config import preferred_config, section, section_enabled, zero_stage
-from dsmon.model.records import LAUNCH_TEXT, EventRecord, HeartbeatRecord
+from dsmon.model.records import ENGINE_INFO, LAUNCH_TEXT, EventRecord, HeartbeatRecord
 from dsmon.store.base import RunInfo, Store
 
 #: Config origins in order of preference: the user's own keys read most naturally.
@@ -145,14 +145,21 @@ class _Launches:
 
 
 def _events(store: Store, run: str) -> dict[str, Any]:
-    """Version, world size, worker exit codes and failures from the run's event records."""
+    """Version, world size, worker exit codes and failures from the run's event records.
+
+    The version and world size the probe read from the engine count where the log's lines
+    (hidden at DeepSpeed's default log level) do not give them.
+    """
     out: dict[str, Any] = {}
     launches = _Launches()
+    engine: Mapping[str, Any] = {}
     for rec in store.scan(run, "event"):
         if not isinstance(rec, EventRecord):
             continue
         detail = rec.detail
-        if rec.name == "deepspeed_version" and "version" in detail:
+        if rec.name == ENGINE_INFO:
+            engine = detail
+        elif rec.name == "deepspeed_version" and "version" in detail:
             out["ds_version"] = str(detail["version"])
         elif rec.name == "world_info":
             if isinstance(detail.get("dist_world_size"), int):
@@ -167,6 +174,10 @@ def _events(store: Store, run: str) -> dict[str, Any]:
             launches.failure(rec, f"{rec.name}: {rec.message}")
     out["exit_codes"], out["problems"] = tuple(launches.codes), tuple(launches.problems)
     out["earlier_problems"] = tuple(launches.earlier)
+    if engine.get("version") is not None:
+        out.setdefault("ds_version", str(engine["version"]))
+    if isinstance(engine.get("world_size"), int):
+        out.setdefault("world_size", engine["world_size"])
     return out
 
 

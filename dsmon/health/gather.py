@@ -24,7 +24,7 @@ from dsmon.health.inputs import DP_FROM_WORLD, HealthInputs, LazyFrames, RunFact
 from dsmon.health.schema import Version, parse_version
 from dsmon.model.ds_config import preferred_config
 from dsmon.model.frames import records_frame
-from dsmon.model.records import ConfigRecord, Record
+from dsmon.model.records import ENGINE_INFO, ConfigRecord, Record
 from dsmon.store import gpu_fold
 from dsmon.store.base import Store
 from dsmon.store.gpu_reads import fold_samples
@@ -185,10 +185,17 @@ def _events(events: pd.DataFrame, name: str) -> list[Mapping[str, Any]]:
 
 
 def _version(events: pd.DataFrame) -> Version | None:
-    """The DeepSpeed version from ``DeepSpeed info: version=...`` (the last one wins)."""
-    found = [parse_version(str(d.get("version"))) for d in _events(events, "deepspeed_version")]
-    found = [v for v in found if v is not None]
-    return found[-1] if found else None
+    """The DeepSpeed version from ``DeepSpeed info: version=...`` (the last one wins).
+
+    Without that line (hidden at the default log level), the version dsmon's probe read from
+    the engine.
+    """
+    for name in ("deepspeed_version", ENGINE_INFO):
+        found = [parse_version(str(d.get("version"))) for d in _events(events, name)]
+        found = [v for v in found if v is not None]
+        if found:
+            return found[-1]
+    return None
 
 
 def _first(details: list[Mapping[str, Any]], key: str) -> Any:
@@ -214,12 +221,15 @@ def _facts(
     """What the run's own output says about where it runs."""
     sources: dict[str, str] = {}
     world = _events(events, "world_info")
-    backend = _first(_events(events, "dist_backend"), "backend")
+    engine = _events(events, ENGINE_INFO)
+    backend = _first(_events(events, "dist_backend"), "backend") or _first(engine, "backend")
     names = _gpu_names(frames)
     device = _device(backend, names, sources)
     world_size = _int(_first(world, "dist_world_size"))
     if world_size is not None:
         sources["world_size"] = "launcher dist_world_size"
+    elif (world_size := _int(_first(engine, "world_size"))) is not None:
+        sources["world_size"] = "the engine (dsmon probe)"
     nodes = _nodes(world, node_names, sources)
     dp = _dp_size(frames, effective, world_size, sources)
     return RunFacts(

@@ -117,8 +117,15 @@ def per_step(bd: pd.DataFrame, column: str) -> pd.Series:
     return comm.max_per_step(rows, column)
 
 
+#: The probe's step time is the wall time from one optimizer step's end to the next: the
+#: script's own work between steps (data loading, logging, evaluation) is in it.
+PROBE_STEP_SOURCE = "dsmon run's probe (wall time between optimizer steps, slowest rank)"
+
+
 def step_times(inputs: HealthInputs) -> StepSeries | None:
-    """Step durations: engine timers, else Megatron iteration times, else inverse throughput.
+    """Step durations: engine timers, iteration times, the probe's, or inverse throughput.
+
+    The first source the run has wins, in that order.
 
     Kept per evaluation: the stall rule asks on every live refresh, other rules once.
     """
@@ -139,6 +146,11 @@ def _step_times(inputs: HealthInputs) -> StepSeries | None:
         rows = steady(_stepped(it, "iteration")).dropna(subset=["elapsed_ms"])
         s = rows.groupby("step")["elapsed_ms"].max().astype("float64")
         return StepSeries(_series(s), "iteration lines (elapsed time per iteration)", "ms")
+    probe = inputs.frame("rank_step")
+    if not probe.empty and "total_ms" in probe.columns and probe["total_ms"].notna().any():
+        rows = steady(probe).dropna(subset=["total_ms"])
+        s = rows.groupby("step")["total_ms"].max().astype("float64")
+        return StepSeries(_series(s), PROBE_STEP_SOURCE, "ms")
     tp = inputs.frame("throughput")
     if not tp.empty and "samples_per_s" in tp.columns and tp["samples_per_s"].notna().any():
         rows = steady(_stepped(tp, "global_step")).dropna(subset=["samples_per_s"])

@@ -64,11 +64,19 @@ def check_steps_per_print(cfg: ConfigView, inputs: HealthInputs) -> Finding:
     """Warn when steps_per_print is unset on a version where that silences progress lines."""
     s = cfg.get("steps_per_print")
     ev = (s.evidence(), Evidence("DeepSpeed version", inputs.facts.version_label))
-    if m.trainer_formats(inputs) or as_float(s.value) == math.inf:
+    if m.trainer_formats(inputs):
         return not_applicable(
             "Accelerate (under the Hugging Face Trainer) sets steps_per_print to inf whatever "
             "the config says: DeepSpeed prints no step= or throughput lines, and the Trainer's "
             "log dicts carry the loss and learning rate every logging_steps",
+            *ev,
+        )
+    # JSON has no inf: a config read from the engine or a dump holds the word DeepSpeed printed
+    if s.value == "inf" or as_float(s.value) == math.inf:
+        return not_applicable(
+            "steps_per_print is inf (Accelerate sets it so whatever the config says): DeepSpeed "
+            "prints no step= or throughput lines; the training script's own output or dsmon "
+            "run's per-rank probe has to give the step times",
             *ev,
         )
     if s.value is not None:

@@ -17,7 +17,9 @@ from dsmon.health.model import Evidence, Finding, Status, percent
 from dsmon.health.registry import rule
 from dsmon.health.verdicts import not_applicable
 
-_NO_STEPS = "no step timing: needs wall_clock_breakdown, throughput lines or iteration lines"
+_NO_STEPS = (
+    "no step timing: needs wall_clock_breakdown, throughput or iteration lines, or dsmon run"
+)
 
 
 @rule(

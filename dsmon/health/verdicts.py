@@ -20,8 +20,9 @@ from dsmon.model.ds_config import as_float
 ConfigRuleFunc = Callable[[ConfigView, HealthInputs], Finding]
 
 NO_CONFIG = (
-    "no ds_config: pass the config file to dsmon check, or a log written with "
-    '"log_level": "info" (DeepSpeed >= 0.17.6 hides the config dump otherwise)'
+    "no ds_config: pass the config file to dsmon check, start the job with dsmon run (its "
+    'probe reads the engine\'s config), or log with "log_level": "info" (DeepSpeed >= 0.17.6 '
+    "hides the config dump otherwise)"
 )
 
 

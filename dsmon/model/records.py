@@ -399,7 +399,11 @@ EVENT_NAMES = (
     "nccl_error",  # NCCL timeout / watchdog / error
     "autotuning",  # autotuner progress: start, resources, profile run, optimal exp, end
     "allocator_flush",  # ZeRO-3: "N pytorch allocator cache flushes since last step"
+    "engine_info",  # dsmon's probe: DeepSpeed version, comm backend, world size, device
 )
+#: The event of dsmon's probe that stands in for the version and launcher lines a log at
+#: DeepSpeed's default level lacks.
+ENGINE_INFO = "engine_info"
 #: How a ``world_info`` event's message starts when it is the line DeepSpeed's launcher prints
 #: once per node at each launch: what tells a job launched again from the one before.
 LAUNCH_TEXT = "WORLD INFO DICT"

@@ -133,6 +133,29 @@ def _read_json(lines: list[str]) -> Any:
         return loads_lenient("\n".join(own))
 
 
+def printed_attributes(printed: dict[str, str]) -> tuple[dict[str, Any], bool]:
+    """Attribute values as the dump prints them (``str()`` of each), read as the dump's are.
+
+    dsmon's probe writes the engine's attributes in this form, so that they are read by the
+    same rules as a dump in a log. Returns the values and whether one did not read whole (it
+    is kept as far as it reads, as a cut dump's would be).
+    """
+    out: dict[str, Any] = {}
+    damaged = False
+    for name, text in printed.items():
+        if "\n" not in text:
+            out[name] = parse_value(text)
+            continue
+        try:
+            out[name] = _read_json(text.splitlines())
+        except ValueError:
+            damaged = True
+            salvaged = salvage_json(text.splitlines())
+            if salvaged is not None:
+                out[name] = salvaged
+    return printed_words(out), damaged
+
+
 def _dump_shaped(text: str) -> bool:
     """An attribute line in the dump's exact layout: name and dots fill 29 columns."""
     m = _SHAPED.match(text)

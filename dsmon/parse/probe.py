@@ -1,9 +1,11 @@
 """The per-rank probe's JSON lines (``DSMON_PROBE_DIR/rank-N.jsonl``) as records.
 
 The probe that ``dsmon run`` loads into every rank writes one JSON object per line: a
-``rank_step`` line at each optimizer step and a ``heartbeat`` line while the rank runs (see
-docs/records.md). This module turns those lines into :class:`~dsmon.model.records.RankStepRecord`
-and :class:`~dsmon.model.records.HeartbeatRecord`. It is a pure function of the text, with the same
+``rank_step`` line at each optimizer step, a ``heartbeat`` line while the rank runs, and on
+rank 0 one ``engine`` line with the engine's config and version (see docs/records.md). This
+module turns those lines into :class:`~dsmon.model.records.RankStepRecord`,
+:class:`~dsmon.model.records.HeartbeatRecord`, and an ``engine_info`` event with the two config
+records the log's config dump would have given. It is a pure function of the text, with the same
 ``feed``/``finish`` shape as :class:`~dsmon.parse.log.LogParser`, so the collector follows a
 probe file exactly as it follows a log. A line that is not valid (cut by a crash mid-write,
 a wrong type) is counted with its file, line and field, and skipped.
@@ -11,13 +13,24 @@ a wrong type) is counted with its file, line and field, and skipped.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from dsmon.model.records import PROBE_PHASES, HeartbeatRecord, RankStepRecord, Record, Source
+from dsmon.model.records import (
+    ENGINE_INFO,
+    PROBE_PHASES,
+    ConfigRecord,
+    EventRecord,
+    HeartbeatRecord,
+    RankStepRecord,
+    Record,
+    Source,
+)
 from dsmon.parse.base import Diagnostics
+from dsmon.parse.config_dump import printed_attributes
 
 #: The diagnostics bucket of probe lines that do not parse.
 KIND = "probe"
@@ -95,16 +108,72 @@ def _heartbeat(obj: Mapping[str, Any], src: Source) -> HeartbeatRecord:
     )
 
 
-_BUILDERS: dict[str, Callable[[Mapping[str, Any], Source], Record]] = {
-    "rank_step": _rank_step,
-    "heartbeat": _heartbeat,
+def _mapping(obj: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
+    value = obj.get(name)
+    if value is not None and not isinstance(value, dict):
+        raise ProbeLineError(name, f"not an object: {value!r}")
+    return value
+
+
+def _engine_event(obj: Mapping[str, Any], src: Source, ts: str) -> EventRecord:
+    """The engine's version, backend and world size as an ``engine_info`` event."""
+    version = _mapping(obj, "deepspeed") or {}
+    detail: dict[str, Any] = {k: _text(version, k) for k in ("version", "git_hash", "git_branch")}
+    facts = {
+        "backend": _text(obj, "backend"),
+        "world_size": _int(obj, "world_size"),
+        "device": _text(obj, "device"),
+    }
+    detail.update(facts)
+    said = [f"{k.replace('_', ' ')} {v}" for k, v in facts.items() if v is not None]
+    message = ", ".join([f"DeepSpeed {detail['version'] or 'version unknown'}", *said])
+    return EventRecord(src=src, ts=ts, name=ENGINE_INFO, message=message, detail=detail)
+
+
+def _engine(obj: Mapping[str, Any], src: Source) -> list[Record]:
+    """Rank 0's ``engine`` line: its facts, and its config as the log's dump would give it.
+
+    ``effective`` holds each attribute's printed text, read as the dump's lines are; ``config``
+    is the dict the engine was given, what the dump prints as ``json = {...}``. The records of
+    the one line are told apart by their source's ``sub`` (0, 1, 2), as a store keys them so.
+    """
+    ts = _time(obj, "ts")
+    out: list[Record] = [_engine_event(obj, src, ts)]
+    printed = _mapping(obj, "effective")
+    if printed is not None:
+        if not all(isinstance(v, str) for v in printed.values()):
+            raise ProbeLineError("effective", "values must be the attributes' printed text")
+        attrs, damaged = printed_attributes(dict(printed))
+        at = dataclasses.replace(src, sub=1)
+        out.append(ConfigRecord(src=at, ts=ts, origin="effective", config=attrs, partial=damaged))
+    user = _mapping(obj, "config")
+    if user is not None:
+        at = dataclasses.replace(src, sub=2)
+        out.append(ConfigRecord(src=at, ts=ts, origin="user_json", config=user))
+    return out
+
+
+_Builder = Callable[[Mapping[str, Any], Source], list[Record]]
+
+
+def _one(build: Callable[[Mapping[str, Any], Source], Record]) -> _Builder:
+    return lambda obj, src: [build(obj, src)]
+
+
+_BUILDERS: dict[str, _Builder] = {
+    "rank_step": _one(_rank_step),
+    "heartbeat": _one(_heartbeat),
+    "engine": _engine,
 }
 
 
 def parse_probe_line(
     text: str, run: str, file: str | None = None, node: str | None = None, **pos: int | None
-) -> Record:
-    """One probe line as a record; raises :class:`ProbeLineError` naming the bad field.
+) -> list[Record]:
+    """One probe line's records; raises :class:`ProbeLineError` naming the bad field.
+
+    A step or heartbeat line is one record; rank 0's ``engine`` line is an ``engine_info``
+    event and the config records of the dump it stands in for.
 
     Args:
         text: the line (its newline may be there).
@@ -147,15 +216,15 @@ class ProbeParser:
         if not raw.strip():
             return []
         try:
-            rec = parse_probe_line(
+            recs = parse_probe_line(
                 raw, self.run, self.file, self.node, line=self._lineno, offset=offset
             )
         except ProbeLineError as exc:
             where = f"{self.file or '-'}:{self._lineno}: {exc}"
             self._diag.note(self._diag.unparsed, KIND, where, raw.strip())
             return []
-        self._diag.records += 1
-        return [rec]
+        self._diag.records += len(recs)
+        return recs
 
     def finish(self) -> list[Record]:
         """Nothing is held across lines."""

@@ -1,0 +1,160 @@
+"""The probe's ``engine`` line: a job's config where the log has none (real Accelerate runs).
+
+tests/data/probe_accelerate/ holds two real runs of a training loop on Accelerate's DeepSpeed
+plugin, whose config is a dict built in code (see its README.md). ``default/`` ran at
+DeepSpeed's default log level, so its log holds no config dump and no version line;
+``info/`` ran the same job at INFO, so DeepSpeed's own dump is in its log to compare with.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+from pathlib import Path
+
+from conftest import DATA
+from health_support import check, evidence
+
+from dsmon.health import evaluate
+from dsmon.health.gather import inputs_from_records
+from dsmon.health.measures import PROBE_STEP_SOURCE
+from dsmon.health.model import Status
+from dsmon.load.files import discover, read_found
+from dsmon.model.records import ConfigRecord, EventRecord, Record
+from dsmon.model.wire import decode, encode
+from dsmon.parse.base import Diagnostics
+from dsmon.parse.log import parse_text
+from dsmon.parse.probe import ProbeParser
+
+RUNS = DATA / "probe_accelerate"
+#: The dict train_accel.py builds (``--gas 2``), and what Accelerate adds to it.
+SCRIPT_CONFIG = {
+    "train_micro_batch_size_per_gpu": 8,
+    "gradient_accumulation_steps": 2,
+    "gradient_clipping": 1.0,
+    "zero_optimization": {"stage": 2, "overlap_comm": False},
+}
+ACCELERATE_ADDS = {
+    "steps_per_print": "inf",
+    "fp16": {"enabled": False},
+    "bf16": {"enabled": False},
+    "zero_allow_untested_optimizer": True,
+}
+
+
+def probe_records(path: Path) -> list[Record]:
+    parser = ProbeParser("r", path.name)
+    out = [r for line in path.read_text().splitlines() for r in parser.feed(line)]
+    assert parser.diag.unparsed == {}
+    return out
+
+
+def configs(recs: list[Record]) -> dict[str, ConfigRecord]:
+    return {r.origin: r for r in recs if isinstance(r, ConfigRecord)}
+
+
+def folder_records(path: Path) -> list[Record]:
+    return [r for f in discover(path) for r in read_found(f, "acc", Diagnostics())]
+
+
+def test_engine_line_reads_as_deepspeeds_own_dump() -> None:
+    """Same job, same process: the probe's line and DeepSpeed's INFO dump give equal records."""
+    logged, _ = parse_text((RUNS / "info" / "train.log").read_text())
+    from_log = configs(logged)
+    from_probe = configs(probe_records(RUNS / "info" / "probe" / "rank-0.jsonl"))
+    assert set(from_probe) == set(from_log) == {"effective", "user_json"}
+    for origin in ("effective", "user_json"):
+        assert from_probe[origin].config == from_log[origin].config, origin
+        assert not from_probe[origin].partial
+    assert len(from_probe["effective"].config) == 62
+    assert from_probe["user_json"].config == {
+        **SCRIPT_CONFIG,
+        "log_level": "info",
+        **ACCELERATE_ADDS,
+    }
+
+
+def test_engine_line_is_written_by_rank_0_only_with_the_engine_facts() -> None:
+    recs = probe_records(RUNS / "default" / "probe" / "rank-0.jsonl")
+    (info,) = [r for r in recs if isinstance(r, EventRecord)]
+    assert info.name == "engine_info" and info.src.line == 2  # after the first heartbeat
+    assert info.detail == {
+        "version": "0.19.8",
+        "git_hash": "unknown",
+        "git_branch": "unknown",
+        "backend": "gloo",
+        "world_size": 2,
+        "device": "cpu",
+    }
+    assert info.message == "DeepSpeed 0.19.8, backend gloo, world size 2, device cpu"
+    found = configs(recs)
+    assert found["user_json"].config == {**SCRIPT_CONFIG, **ACCELERATE_ADDS}
+    effective = found["effective"].config
+    assert (effective["train_batch_size"], effective["world_size"]) == (32, 2)  # 8 x 2 x 2
+    assert len({(r.src.line, r.src.sub) for r in recs}) == len(recs)  # distinct store keys
+    for rec in recs[:4]:
+        assert decode(encode(rec)) == rec
+    others = probe_records(RUNS / "default" / "probe" / "rank-1.jsonl")
+    assert not [r for r in others if r.KIND in ("event", "config")]
+
+
+def test_checklist_judges_the_config_that_only_the_probe_saw() -> None:
+    """At the default log level the log alone leaves every config rule UNKNOWN."""
+    recs = folder_records(RUNS / "default")
+    inputs = inputs_from_records(recs, run="acc")
+    assert inputs.config is not None and inputs.config.origin == "user_json"
+    assert inputs.facts.ds_version == (0, 19, 8) and inputs.facts.world_size == 2
+    assert inputs.facts.device == "cpu"
+    overlap = check(inputs, "zero.overlap_comm")
+    assert overlap.status is Status.WARN
+    assert evidence(overlap)["zero_optimization.overlap_comm"] == "false (set)"
+    spp = check(inputs, "observe.steps_per_print")
+    assert spp.status is Status.NOT_APPLICABLE and "steps_per_print is inf" in spp.summary
+    assert check(inputs, "batch.arithmetic").status is Status.PASS
+    config_rules = [r for r in evaluate(inputs).results if r.category == "config"]
+    assert config_rules and all(r.status is not Status.UNKNOWN for r in config_rules)
+
+
+def test_without_the_probe_files_the_config_rules_cannot_judge(tmp_path: Path) -> None:
+    shutil.copy(RUNS / "default" / "train.log", tmp_path / "train.log")
+    inputs = inputs_from_records(folder_records(tmp_path), run="acc")
+    assert inputs.config is None and inputs.facts.ds_version is None
+    overlap = check(inputs, "zero.overlap_comm")
+    assert overlap.status is Status.UNKNOWN and "dsmon run" in overlap.summary
+
+
+def test_step_rules_use_the_probes_wall_time_without_timer_lines() -> None:
+    inputs = inputs_from_records(folder_records(RUNS / "default"), run="acc")
+    regression = check(inputs, "steps.regression")
+    assert regression.status is Status.PASS, regression.summary
+    spikes = check(inputs, "steps.spikes")
+    assert spikes.status is Status.PASS, spikes.summary
+    # the median over steps 3-20 (after warm-up) of the slower rank's total_ms, from the files
+    per_step: dict[int, float] = {}
+    for path in (RUNS / "default" / "probe").glob("rank-*.jsonl"):
+        for line in path.read_text().splitlines():
+            obj = json.loads(line)
+            if obj["kind"] == "rank_step" and obj["step"] >= 3:
+                per_step[obj["step"]] = max(per_step.get(obj["step"], 0.0), obj["total_ms"])
+    run_median = evidence(regression)["run median"]
+    assert (
+        run_median
+        == f"{statistics.median(per_step.values()):.2f} ms (steps 3-20, {PROBE_STEP_SOURCE})"
+    )
+
+
+def test_engine_line_with_a_bad_part_is_counted_and_skipped() -> None:
+    """A line whose parts have the wrong shape names its field (hand-broken copy of a real one)."""
+    real = (RUNS / "default" / "probe" / "rank-0.jsonl").read_text().splitlines()[1]
+    obj = json.loads(real)
+    parser = ProbeParser("r", "rank-0.jsonl")
+    for field, bad in (("config", [1]), ("effective", {"x": 1}), ("world_size", "2")):
+        assert parser.feed(json.dumps({**obj, field: bad})) == []
+    assert parser.diag.unparsed["probe"] == 3
+    examples = parser.diag.examples["probe"]
+    assert [e.split(": ")[1] for e in examples] == [
+        "field 'config'",
+        "field 'effective'",
+        "field 'world_size'",
+    ]
