@@ -47,7 +47,9 @@ def check_errors(inputs: HealthInputs) -> Finding:
     if ev_frame.empty:  # a log without launcher lines (torchrun) still shows no error
         if any(inputs.has_rows(k) for k in _STEP_KINDS):
             return Finding(Status.PASS, _NO_ERROR)
-        return Finding(Status.UNKNOWN, "no log events to check (a config was checked alone?)")
+        return Finding(
+            Status.UNKNOWN, "no launcher, error or step lines to check (or a config checked alone)"
+        )
     exits = ev_frame[ev_frame["name"] == "worker_exit"]
     bad, failed = _failures(ev_frame, exits)
     if bad.empty and failed.empty:
