@@ -4,6 +4,8 @@ tests/data/probe_accelerate/ holds two real runs of a training loop on Accelerat
 plugin, whose config is a dict built in code (see its README.md). ``default/`` ran at
 DeepSpeed's default log level, so its log holds no config dump and no version line;
 ``info/`` ran the same job at INFO, so DeepSpeed's own dump is in its log to compare with.
+tests/data/probe_fp16_default/ is a real fp16 job at the default log level, whose overflows and
+loss scale only the probe saw.
 """
 
 from __future__ import annotations
@@ -158,3 +160,29 @@ def test_engine_line_with_a_bad_part_is_counted_and_skipped() -> None:
         "field 'effective'",
         "field 'world_size'",
     ]
+
+
+FP16 = DATA / "probe_fp16_default"
+
+
+def test_skipped_steps_and_loss_scale_come_from_the_probe_when_the_log_hides_them() -> None:
+    """A real fp16 job at the default log level: no OVERFLOW or step= line reaches the log."""
+    recs = folder_records(FP16)
+    assert not [r for r in recs if r.KIND in ("loss_scale", "step")]
+    inputs = inputs_from_records(recs, run="fp16")
+    skipped = check(inputs, "loss_scale.skipped")
+    assert skipped.status is Status.FAIL, skipped.summary  # 4 of 30 (13.3 %)
+    assert skipped.summary.startswith("4 of 30 steps skipped (13.3%)")
+    assert "engine.skipped_steps at step 30" in evidence(skipped)["skipped steps"]
+    scale = check(inputs, "loss_scale.collapse")
+    assert scale.status is Status.PASS  # 8192 against min_loss_scale 1: 13 halvings
+    assert evidence(scale)["latest loss scale"] == "8192 (dsmon run's probe, step 30)"
+    assert evidence(scale)["halvings left"] == "13"
+
+
+def test_without_the_probe_the_hidden_overflows_are_unknown(tmp_path: Path) -> None:
+    for name in ("train.log", "ds_config.json"):
+        shutil.copy(FP16 / name, tmp_path / name)
+    inputs = inputs_from_records(folder_records(tmp_path), run="fp16")
+    assert check(inputs, "loss_scale.skipped").status is Status.UNKNOWN
+    assert check(inputs, "loss_scale.collapse").status is Status.UNKNOWN

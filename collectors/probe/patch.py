@@ -100,6 +100,21 @@ def _note_engine(rec: Recorder, engine: Any) -> None:
         _warn("cannot read the engine's config", exc)
 
 
+def _progress(engine: Any) -> tuple[int | None, float | None]:
+    """The engine's skipped-step counter and the optimizer's loss scale, as plain numbers.
+
+    Both are what DeepSpeed's own ``step=N, skipped=S`` and loss-scale lines report, lines its
+    workers only print at INFO. Only Python numbers are taken: a tensor (a custom loss scaler's)
+    would have to wait for the device.
+    """
+    skipped = getattr(engine, "skipped_steps", None)
+    scale = getattr(getattr(engine, "optimizer", None), "loss_scale", None)
+    return (
+        skipped if isinstance(skipped, int) and not isinstance(skipped, bool) else None,
+        float(scale) if isinstance(scale, int | float) and not isinstance(scale, bool) else None,
+    )
+
+
 def wrap_engine_method(fn: Callable[..., Any], phase: str) -> Callable[..., Any]:
     """``fn`` timed as ``phase``; ``step`` also ends the optimizer step at a boundary."""
 
@@ -119,7 +134,7 @@ def wrap_engine_method(fn: Callable[..., Any], phase: str) -> Callable[..., Any]
             _Probe.depth -= 1
             after = getattr(engine, "global_steps", None)
             if phase == "step" and isinstance(after, int) and after != before:
-                rec.boundary(after)
+                rec.boundary(after, *_progress(engine))
             else:
                 rec.enter("outside")
 

@@ -10,7 +10,8 @@ while one stuck in a collective keeps saying so.
 Line formats (one JSON object per line, documented in dsmon's docs/records.md)::
 
     {"kind": "rank_step", "ts": "...", "rank": 1, "step": 12, "fwd_ms": 3.1, "bwd_ms": 9.4,
-     "step_ms": 2.0, "comm_ms": 6.2, "total_ms": 15.0, "micro_steps": 2, "clock": "cpu"}
+     "step_ms": 2.0, "comm_ms": 6.2, "total_ms": 15.0, "micro_steps": 2, "clock": "cpu",
+     "skipped_steps": 0, "loss_scale": 65536.0}
     {"kind": "heartbeat", "ts": "...", "rank": 1, "step": 13, "phase": "backward",
      "collective": "all_reduce", "phase_since": "...", "pid": 4242}
     {"kind": "engine", "ts": "...", "rank": 0, "deepspeed": {"version": "0.19.8", ...},
@@ -96,8 +97,14 @@ class Recorder:
         """Host time spent blocked in a collective during this step."""
         self._comm_ms = (self._comm_ms or 0.0) + ms
 
-    def boundary(self, step: int) -> None:
-        """Optimizer step ``step`` (1-based) just ended: queue its line, start the next."""
+    def boundary(
+        self, step: int, skipped_steps: int | None = None, loss_scale: float | None = None
+    ) -> None:
+        """Optimizer step ``step`` (1-based) just ended: queue its line, start the next.
+
+        ``skipped_steps`` is the engine's count of steps skipped on overflow so far and
+        ``loss_scale`` the optimizer's scale after this step, when the engine has them.
+        """
         now_ns = time.perf_counter_ns()
         self._queue.append(
             {
@@ -106,6 +113,8 @@ class Recorder:
                 "window": self._window,
                 "comm_ms": self._comm_ms,
                 "total_ms": (now_ns - self._last_end) / 1e6,
+                "skipped_steps": skipped_steps,
+                "loss_scale": loss_scale,
             }
         )
         self._window = {p: [] for p in TIMED}
@@ -179,6 +188,8 @@ class Recorder:
             "total_ms": round(item["total_ms"], 3),
             "micro_steps": len(item["window"]["forward"]),
             "clock": self.clock.name,
+            "skipped_steps": item["skipped_steps"],
+            "loss_scale": item["loss_scale"],
         }
 
     def _beat(self, force: bool) -> dict[str, Any] | None:

@@ -277,6 +277,22 @@ SKIP_EVENTS = ("overflow", "bf16_overflow")
 _STEPPED = ("timer", "rank_step", "iteration", "throughput", "step")
 
 
+def probe_progress(inputs: HealthInputs, column: str) -> tuple[float, int] | None:
+    """The probe's newest ``skipped_steps`` or ``loss_scale`` and the step it was read at.
+
+    Each rank's engine reports the same counter and scale; the newest step of any rank wins.
+    None when the run has no probe lines with the figure (a log-only run, an older probe).
+    """
+    rs = inputs.frame("rank_step")
+    if rs.empty or column not in rs.columns:
+        return None
+    rows = rs[["step", column]].dropna()
+    if rows.empty:
+        return None
+    last = rows.sort_values("step", kind="stable").iloc[-1]
+    return float(last[column]), int(last["step"])
+
+
 def overflow_skips(inputs: HealthInputs) -> tuple[int, int] | None:
     """Steps skipped on an overflow, counted from the messages, and steps made; None: unknown.
 

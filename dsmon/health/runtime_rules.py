@@ -289,7 +289,8 @@ def check_overlap(inputs: HealthInputs) -> Finding:
     "Few optimizer steps are skipped for overflow",
     "The share of optimizer steps skipped because gradients overflowed (the step line's "
     "cumulative skipped= counter, DeepSpeed's most reliable overflow count; without step= "
-    "lines, its OVERFLOW messages against the steps made).",
+    "lines, its OVERFLOW messages against the steps made, or the engine's own counter read by "
+    "dsmon run's probe).",
     "runtime",
     page="steps",
 )
@@ -301,6 +302,9 @@ def check_skipped(inputs: HealthInputs) -> Finding:
         where = f"step line at step {n}"
     elif counted := m.overflow_skips(inputs):
         (skipped, n), where = counted, "OVERFLOW messages"
+    elif probed := m.probe_progress(inputs, "skipped_steps"):
+        (count, n), where = probed, f"dsmon run's probe (engine.skipped_steps at step {probed[1]})"
+        skipped = int(count)
     else:
         why = (
             "Accelerate sets steps_per_print to inf"
@@ -333,7 +337,8 @@ def check_skipped(inputs: HealthInputs) -> Finding:
 @rule(
     "loss_scale.collapse",
     "The fp16 loss scale stays well above its minimum",
-    "The latest dynamic loss scale against fp16.min_loss_scale: at the minimum, the next "
+    "The latest dynamic loss scale (from the log's loss-scale lines, or the optimizer's "
+    "read by dsmon run's probe) against fp16.min_loss_scale: at the minimum, the next "
     "overflow ends the run ('Current loss scale already at minimum').",
     "runtime",
     page="steps",
@@ -354,18 +359,26 @@ def check_scale_collapse(inputs: HealthInputs) -> Finding:
     if not ls.empty:  # parsers may release held records late: order by time, then line
         ls = ls.sort_values(["ts", "line"], kind="stable", na_position="first")
     scales = ls["new_scale"].dropna() if not ls.empty else pd.Series(dtype="float64")
+    probed = m.probe_progress(inputs, "loss_scale")
+    if scales.empty and probed is not None and cfg is not None:  # fp16 on: checked above
+        latest, at = probed
+        return _scale_finding(latest, floor, f"dsmon run's probe, step {at}", "config")
     if scales.empty:
         if not inputs.has_rows("step"):
             return Finding(Status.UNKNOWN, "no loss-scale or step lines (INFO hidden?)")
         return Finding(Status.PASS, "no loss-scale reductions in the log (increases are silent)")
-    latest = float(scales.iloc[-1])
-    halvings = math.log2(latest / floor) if latest > 0 else 0.0
     row = ls.loc[scales.index[-1]]
     where = f"{row['file']}:{row['line']}"
     where += f", step {int(row['step'])}" if pd.notna(row["step"]) else ""
+    return _scale_finding(float(scales.iloc[-1]), floor, where, "config" if cfg else "default")
+
+
+def _scale_finding(latest: float, floor: float, where: str, floor_from: str) -> Finding:
+    """The latest loss scale against its floor: how many halvings are left."""
+    halvings = math.log2(latest / floor) if latest > 0 else 0.0
     ev = (
         Evidence("latest loss scale", latest, where),
-        Evidence("min_loss_scale", floor, "config" if cfg else "default"),
+        Evidence("min_loss_scale", floor, floor_from),
         Evidence("halvings left", f"{halvings:.0f}"),
     )
     if halvings <= 0:

@@ -473,7 +473,9 @@ class RankStepRecord(Record):
     step ended (data loading and the user's code included). ``comm_ms`` is the host time the
     rank spent blocked in DeepSpeed's collectives, None when none blocked: a rank that waits
     for a slower one spends that wait there, so ``total_ms - comm_ms`` is the time the rank
-    itself needed.
+    itself needed. ``skipped_steps`` (the engine's count of steps skipped on overflow so far)
+    and ``loss_scale`` (the optimizer's, after the step) are what the log's ``step=`` and
+    loss-scale lines report at INFO; probes before 2026-12-05 did not write them.
     """
 
     KIND: ClassVar[str] = "rank_step"
@@ -484,6 +486,8 @@ class RankStepRecord(Record):
     total_ms: float | None = None
     micro_steps: int | None = None
     clock: str | None = None
+    skipped_steps: int | None = None
+    loss_scale: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -48,7 +48,7 @@ def _number(obj: Mapping[str, Any], name: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ProbeLineError(name, f"not a duration: {value!r}")
+        raise ProbeLineError(name, f"not a number >= 0: {value!r}")
     return float(value)
 
 
@@ -89,6 +89,8 @@ def _rank_step(obj: Mapping[str, Any], src: Source) -> RankStepRecord:
         total_ms=_number(obj, "total_ms"),
         micro_steps=_int(obj, "micro_steps"),
         clock=_text(obj, "clock"),
+        skipped_steps=_int(obj, "skipped_steps"),
+        loss_scale=_number(obj, "loss_scale"),
     )
 
 
