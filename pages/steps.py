@@ -19,6 +19,8 @@ from ui.page import live_body, page_header, page_view
 view = page_view(__file__)
 PARTS = ("fwd_ms", "bwd_ms", "bwd_inner_ms", "bwd_allreduce_ms", "step_ms", "total_ms")
 SPEED = ["samples/s", "tokens/s per GPU", "iteration time", "TFLOPS per GPU"]
+#: The engine's overflow figures the probe reads, drawn when they moved (fp16 overflows).
+OVERFLOW = ["loss scale", "skipped steps"]
 
 
 def load() -> dict[str, pd.DataFrame]:
@@ -134,25 +136,28 @@ def zero_timers() -> None:
 
 
 def without_timers() -> None:
-    """Speed from the lines the run did print, when it printed no engine timer lines."""
+    """Speed from the lines the run did print (or the probe timed), without engine timers."""
     f, cut = view.frames, view.cutoff
-    kinds = ["throughput", "iteration"]
-    speed = f.memo(
+    kinds = ["throughput", "iteration", "rank_step"]
+    series = f.memo(
         "steps.speed",
         kinds,
         cut,
-        lambda: training.only_metrics(
-            training.training_series({k: f.frame(k, cut) for k in kinds}), SPEED
-        ),
+        lambda: training.joined([training.kind_series(k, f.frame(k, cut)) for k in kinds]),
     )
+    speed = training.only_metrics(series, SPEED)
     st.info(
         "No engine timer lines in this run, so no fwd/bwd/step breakdown: turn on "
         '"wall_clock_breakdown": true in the DeepSpeed config.'
-        + (" Below: speed from the lines it did print." if not speed.empty else "")
+        + (" Below: speed from the lines it did print or dsmon run's probe." if not speed.empty else "")
     )
     if not speed.empty:
         shown = downsample(speed, "step", ["value"], by=["metric", "source"])
         chart(training_fig.training_figure(shown, SPEED), "steps.speed")
+    overflow = training.varying(training.only_metrics(series, OVERFLOW))
+    if not overflow.empty:
+        shown = downsample(overflow, "step", ["value"], by=["metric", "source"])
+        chart(training_fig.training_figure(shown, OVERFLOW), "steps.overflow")
 
 
 def every_rank() -> None:

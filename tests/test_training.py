@@ -14,6 +14,8 @@ Values read by hand from the files:
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 from conftest import DATA
@@ -133,3 +135,33 @@ def test_chart_points_and_latest_values_per_kind_equal_those_of_the_joined_serie
     pd.testing.assert_frame_equal(newest, latest(whole))
     expected = downsample(whole, "step", ["value"], n_out=1000, by=tr.TRACE_KEYS)
     pd.testing.assert_frame_equal(shown, expected.reset_index(drop=True))
+
+
+def test_steps_page_draws_what_only_the_probe_saw(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """tests/data/probe_fp16_default: no timer, step= or loss-scale line reached the log (see
+    its README); the probe's step times, loss scale and skipped steps are drawn instead."""
+    path = tmp_path / "s.sqlite"
+    with open_store(path) as s:
+        import_paths(s, [DATA / "probe_fp16_default"], run="fp16")
+        import_paths(s, [DATA / "probe_accelerate" / "default"], run="fp32")
+    monkeypatch.setenv("DSMON_STORE", str(path))
+    at = app_at(str(path), "fp16", "steps")
+    assert not at.exception
+    traces = {
+        t["name"]: values(t["y"])
+        for c in at.get("plotly_chart")
+        for t in json.loads(c.proto.spec)["data"]  # type: ignore[attr-defined]
+    }
+    probe = "dsmon run's probe"
+    assert f"iteration time · {probe}" in traces
+    assert set(traces[f"loss scale · {probe}"]) == {65536.0, 32768.0, 16384.0, 8192.0}
+    assert max(traces[f"skipped steps · {probe}"]) == 4
+    # an fp32 run's scale never moves and nothing is skipped: no overflow chart
+    at = app_at(str(path), "fp32", "steps")
+    names = [
+        t["name"]
+        for c in at.get("plotly_chart")
+        for t in json.loads(c.proto.spec)["data"]  # type: ignore[attr-defined]
+    ]
+    assert f"iteration time · {probe}" in names
+    assert not [n for n in names if n.startswith(("loss scale", "skipped steps"))]

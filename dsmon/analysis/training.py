@@ -40,6 +40,8 @@ METRICS: dict[str, str] = {
     "skipped steps": "count",
 }
 
+#: The per-rank probe of ``dsmon run`` (``rank_step`` records).
+PROBE_SOURCE = "dsmon run's probe"
 #: Where a point comes from (a csv_monitor point's source is ``monitor <tag>``).
 SOURCES = (
     "ThroughputTimer",
@@ -50,6 +52,7 @@ SOURCES = (
     "step= line",
     "Trainer log",
     "Trainer evaluation",
+    PROBE_SOURCE,
 )
 #: Hugging Face Trainer's dicts (``dsmon.parse.trainer``): their ``fmt`` and chart source.
 TRAINER_SOURCES = {"trainer": "Trainer log", "trainer_eval": "Trainer evaluation"}
@@ -172,7 +175,26 @@ def _kind_parts(kind: str, frame: pd.DataFrame, tbs: int | None) -> list[pd.Data
         return [_points(frame, "allocated_bytes", "memory allocated", "see_memory_usage", 1 / GIB)]
     if kind == "loss_scale":
         return [_points(frame, "new_scale", "loss scale", "loss-scale message")]
+    if kind == "rank_step":
+        return _probe_parts(frame)
     return _monitor(frame, tbs) if kind == "monitor" else []
+
+
+def _probe_parts(frame: pd.DataFrame) -> list[pd.DataFrame]:
+    """The probe's step lines, one point per step: what the log shows only at INFO.
+
+    The step's wall time is the slowest rank's (the others waited for it); the skipped-step
+    counter and loss scale are the engine's, the same on every rank.
+    """
+    cols = [c for c in ("total_ms", "skipped_steps", "loss_scale") if c in frame.columns]
+    if frame.empty or "step" not in frame.columns or not cols:
+        return []
+    per_step = frame.groupby("step", sort=True)[cols].max().reset_index()
+    return [
+        _points(per_step, "total_ms", "iteration time", PROBE_SOURCE),
+        _points(per_step, "loss_scale", "loss scale", PROBE_SOURCE),
+        _points(per_step, "skipped_steps", "skipped steps", PROBE_SOURCE),
+    ]
 
 
 def _iteration_parts(it: pd.DataFrame) -> list[pd.DataFrame]:
@@ -220,6 +242,14 @@ def in_metric_order(parts: list[pd.DataFrame]) -> pd.DataFrame:
     rank = out["metric"].astype(str).map(order)
     out = out.assign(_o=rank).sort_values(["_o", "step"], kind="stable")
     return out.drop(columns="_o").reset_index(drop=True)
+
+
+def varying(series: pd.DataFrame) -> pd.DataFrame:
+    """The traces whose value changes: a loss scale that stayed put, no skipped step, say nothing."""
+    if series.empty:
+        return series
+    moves = series.groupby(TRACE_KEYS, observed=True)["value"].transform("nunique") > 1
+    return series[moves].reset_index(drop=True)
 
 
 def only_metrics(series: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
