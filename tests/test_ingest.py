@@ -67,6 +67,18 @@ def test_discover_profiler_output_file() -> None:
     ]
 
 
+def test_a_config_under_another_name_is_known_by_its_keys(tmp_path: Path) -> None:
+    """``ds_z3.json`` (tests/data/probe_hf_zero3_auto), as repos name theirs ``zero3.json``;
+    the Trainer's own ``trainer_state.json`` and a model's ``config.json`` are not configs."""
+    assert ("ds_z3.json", DS_CONFIG, None) in kinds(DATA / "probe_hf_zero3_auto")
+    shutil.copy(DATA / "probe_hf_zero3_auto" / "ds_z3.json", tmp_path / "zero3.json")
+    (found,) = discover(tmp_path / "zero3.json")  # named on the command line
+    assert found.kind == DS_CONFIG
+    for name in ("config.json", "trainer_state.json"):
+        shutil.copy(DATA / "hf_output_files" / name, tmp_path / name)
+    assert kinds(tmp_path) == [("zero3.json", DS_CONFIG, None)]
+
+
 def test_rank_logs_and_foreign_text(tmp_path: Path) -> None:
     run = tmp_path / "myrun"
     (run / "rank_logs").mkdir(parents=True)

@@ -4,8 +4,8 @@ A run folder written by DeepSpeed holds several kinds of output: the combined st
 (``train.log``, a Slurm ``*.out``), per-rank logs from ``--enable_each_rank_log``
 (``rank_logs/<time>_rank<N>.log``), the flops profiler's ``output_file``, csv_monitor
 series (``Train_Samples_*.csv``), autotuner results (``summary.txt``, ``*/metrics.json``)
-and the ``ds_config.json`` used. :func:`discover` tells them apart, :func:`read_found`
-turns each into records with the pure parsers of ``dsmon.parse``, and
+and the ``ds_config.json`` used. :func:`discover` (``dsmon.load.kinds``) tells them apart,
+:func:`read_found` turns each into records with the pure parsers of ``dsmon.parse``, and
 :func:`import_paths` streams them into a store. Logs are read in binary, one line at a time
 (a 500 MB log never sits in memory), each line decoded as UTF-8 with replacement since real
 logs carry stray bytes, and every record keeps the byte offset of its line. dsmon's own
@@ -15,56 +15,59 @@ back as they are (``dsmon.load.records_file``), keeping the runs they name unles
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from dsmon.load.records_file import looks_like_records, read_records_file
-from dsmon.load.rotated import COMPRESSED, Carries, Unpacked, in_read_order, may_be_log, open_log
+from dsmon.load.kinds import (
+    AUTOTUNE_EXP,
+    AUTOTUNE_SUMMARY,
+    CSV_MONITOR,
+    DS_CONFIG,
+    LOG,
+    PROBE,
+    PROFILE,
+    RECORDS,
+    Found,
+    InputError,
+    classify,
+    discover,
+)
+from dsmon.load.records_file import read_records_file
+from dsmon.load.rotated import COMPRESSED, Carries, Unpacked, open_log
 from dsmon.model.records import Record
 from dsmon.parse import files
 from dsmon.parse.base import Diagnostics, LineParser
-from dsmon.parse.linereader import MAX_LINE_BYTES, capped_lines, skip_hole
+from dsmon.parse.linereader import MAX_LINE_BYTES, capped_lines
 from dsmon.parse.log import LogParser
 from dsmon.parse.probe import ProbeParser
 from dsmon.parse.profile_file import parse_profile_file
-from dsmon.parse.run_files import rank_of, run_name, starts_with_its_worker, with_rank
+from dsmon.parse.run_files import run_name, starts_with_its_worker, with_rank
 from dsmon.store.base import EncodedRecord, Store
 
-#: Kinds of input :func:`discover` recognises.
-LOG, PROFILE, CSV_MONITOR, DS_CONFIG, AUTOTUNE_SUMMARY, AUTOTUNE_EXP = (
-    "log",
-    "flops_profile",
-    "csv_monitor",
-    "ds_config",
-    "autotune_summary",
-    "autotune_exp",
-)
-#: dsmon's own JSON-lines records (``dsmon parse``/``dsmon export``), told by content.
-RECORDS = "records"
-#: The per-rank probe's files (``dsmon run``): ``rank-<N>.jsonl`` of JSON lines.
-PROBE = "probe"
-_PROBE_FILE = re.compile(r"^rank-\d+\.jsonl$")
-SNIFF_BYTES = 64 * 1024
-_LOG_MARKERS = (
-    b"DeepSpeed",
-    b"deepspeed",
-    b"time (ms) |",
-    b"[Rank ",
-    b"] [INFO] [",
-    b"] [WARNING] [",
-    b"consumed samples",
-    b"samples/sec",
-)
-#: Lines only a log has (a profile ``output_file`` beginning like a log holds none of them).
-_LOGGER_MARKERS = (b"] [INFO] [", b"] [WARNING] [", b"[Rank ", b"time (ms) |")
-_DS_CONFIG = re.compile(r"^(ds|deepspeed)[_-]?config.*\.json$", re.IGNORECASE)
-_PROFILE_HEADER = b"DeepSpeed Flops Profiler"
-_AUTOTUNE_HEADER = b"tuning_space"
-#: Keys every autotuner ``metrics.json`` has, to know one saved under another name.
-_METRICS_KEYS = (b'"latency"', b'"throughput"', b'"FLOPS_per_gpu"')
+#: Kinds and discovery live in ``dsmon.load.kinds``; they are imported from here too.
+__all__ = [
+    "AUTOTUNE_EXP",
+    "AUTOTUNE_SUMMARY",
+    "CSV_MONITOR",
+    "DS_CONFIG",
+    "LOG",
+    "PROBE",
+    "PROFILE",
+    "RECORDS",
+    "Found",
+    "ImportResult",
+    "InputError",
+    "Progress",
+    "classify",
+    "discover",
+    "import_paths",
+    "plan",
+    "read_found",
+    "read_log",
+]
+
 #: Progress is reported every this many bytes, not every line (the hot loop stays cheap).
 _PROGRESS_EVERY = 1 << 20
 
@@ -73,28 +76,6 @@ LONG_LINE = "long_line"
 _LONG_LINE_TEXT = f"longer than {MAX_LINE_BYTES} bytes: parsed cut to that length"
 
 Progress = Callable[[int], object]
-
-
-class InputError(OSError):
-    """A path that cannot be read; the message is ``cannot read PATH: reason``."""
-
-
-@dataclass(frozen=True, slots=True)
-class Found:
-    """One input file and how to read it.
-
-    ``label`` is the file name stored in each record's Source: the path relative to the
-    folder that was imported, or the bare name of a file given directly, so importing the
-    same run again, from anywhere, yields the same record keys.
-    """
-
-    path: Path
-    kind: str
-    label: str
-    rank: int | None = None
-    #: The rotated log this file is one of (``dsmon.load.rotated``), when its folder holds
-    #: others of it: read in turn, each going on from where the one before it stopped.
-    family: str | None = None
 
 
 @dataclass(slots=True)
@@ -108,93 +89,6 @@ class ImportResult:
     diag: Diagnostics = field(default_factory=Diagnostics)
     #: The runs the records were stored under: ``run``, or those a records file names.
     runs: dict[str, None] = field(default_factory=dict)
-
-
-def _head(path: Path, n: int = SNIFF_BYTES) -> bytes:
-    """The first ``n`` bytes of a file, after the NUL hole a copytruncate may have left."""
-    with open_log(path) as f:
-        head = f.read(n)
-        if not head.startswith(b"\0"):
-            return head
-        first = skip_hole(f, head, n)[1]  # the line after the hole, then what follows it
-        return first + f.read(max(n - len(first), 0))
-
-
-def _kind(path: Path) -> str | None:
-    """What a file holds, judged by its name and first bytes; None for nothing dsmon reads."""
-    name = path.name
-    if _PROBE_FILE.match(name):
-        return PROBE if _head(path, 16).startswith(b'{"kind":') else None
-    if _DS_CONFIG.match(name):
-        return DS_CONFIG
-    if name == "metrics.json":
-        return AUTOTUNE_EXP
-    head = _head(path)
-    if looks_like_records(head):
-        return RECORDS
-    if name.endswith(".json"):
-        return None
-    if name.endswith(".csv"):
-        return CSV_MONITOR if head.startswith(b"step,") else None
-    if name == "summary.txt" and head.lstrip(b"| ").startswith(_AUTOTUNE_HEADER):
-        return AUTOTUNE_SUMMARY
-    if _PROFILE_HEADER in head.lstrip()[:200] and not any(m in head for m in _LOGGER_MARKERS):
-        return PROFILE  # an output_file holds the profile alone, no logger lines
-    if head.lstrip().startswith(b"{") and all(k in head for k in _METRICS_KEYS):
-        return AUTOTUNE_EXP
-    if may_be_log(name) and any(m in head for m in _LOG_MARKERS):
-        return LOG
-    return None
-
-
-def classify(path: Path, label: str, explicit: bool = False) -> Found | None:
-    """How to read one file, or None when it holds nothing dsmon reads.
-
-    A file given explicitly is read as a log unless it is recognisably something else; a
-    file met while walking a folder must also look like DeepSpeed output to count as a log.
-    """
-    kind = _kind(path) or (LOG if explicit else None)
-    if kind is None:
-        return None
-    return Found(path, kind, label, rank_of(path.name) if kind == LOG else None)
-
-
-def _walk(root: Path) -> Iterator[Path]:
-    """Files under ``root`` in name order, skipping hidden entries and caches."""
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root).parts
-        if any(p.startswith(".") or p == "__pycache__" for p in rel):
-            continue
-        if path.is_file():
-            yield path
-
-
-def _inputs(root: Path) -> list[Path]:
-    """Files of a folder worth classifying.
-
-    An autotuner experiment folder (one with ``metrics.json``) is read through its
-    ``metrics.json`` alone: its ``ds_config.json`` is that experiment's, not the run's, and
-    its ``stdout.log`` belongs to a short trial run, not to the run being imported.
-    """
-    paths = list(_walk(root))
-    experiments = {p.parent for p in paths if p.name == "metrics.json"}
-    return [p for p in paths if p.parent not in experiments or p.name == "metrics.json"]
-
-
-def discover(path: Path) -> list[Found]:
-    """The readable inputs a file or a run folder holds.
-
-    Raises:
-        InputError: the path does not exist or cannot be read.
-    """
-    try:
-        if path.is_dir():
-            found = (classify(p, p.relative_to(path).as_posix()) for p in _inputs(path))
-            return in_read_order([f for f in found if f is not None], LOG)
-        result = classify(path, path.name, explicit=True)
-    except OSError as exc:
-        raise InputError(f"cannot read {exc.filename or path}: {exc.strerror or exc}") from None
-    return [result] if result is not None else []
 
 
 def read_log(
