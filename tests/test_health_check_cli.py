@@ -143,6 +143,27 @@ def test_store_mode_agrees_with_file_mode(
     )
 
 
+def test_a_folders_config_file_yields_to_what_the_run_printed(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """tests/data/hf_trainer_info: ds_config.json says "auto"; the log's config dump holds the
+    values the Trainer filled in. Folder and store read the same config: the run's."""
+    folder = Path(__file__).parent / "data" / "hf_trainer_info"
+    _, out, _ = run_cli(capsys, "--json", str(folder))
+    doc = json.loads(out)
+    assert doc["facts"]["config"] == {"source": "train.log", "origin": "user_json"}
+    files = {r["id"]: (r["status"], r["summary"]) for r in doc["results"]}
+    assert files["batch.arithmetic"] == ("pass", "batch keys agree")
+    url = str(tmp_path / "s.sqlite")
+    with open_store(url) as store:
+        import_paths(store, [folder])
+    _, out, _ = run_cli(capsys, "--json", "--store", url)
+    assert {r["id"]: (r["status"], r["summary"]) for r in json.loads(out)["results"]} == files
+    _, out, _ = run_cli(capsys, "--json", str(folder / "ds_config.json"), str(folder))
+    named = json.loads(out)  # a config named on the command line still wins
+    assert named["facts"]["config"]["origin"] == "file"
+
+
 # The bundled demo run (ZeRO-2, fp32, 2 CPU ranks, no scheduler): these rules check something
 # the run does not use or has no data of, so they must not be counted as passes.
 DEMO_NOT_APPLICABLE = {

@@ -16,7 +16,7 @@ from dsmon.health.gather import inputs_from_records, inputs_from_store
 from dsmon.health.report import exit_code, format_text, subject_line, to_json
 from dsmon.load.files import DS_CONFIG, InputError, discover, read_found
 from dsmon.load.rotated import Carries
-from dsmon.model.records import Record
+from dsmon.model.records import ConfigRecord, Record, Source
 from dsmon.parse.base import Diagnostics
 from dsmon.parse.run_files import run_name
 from dsmon.store.base import StoreError
@@ -64,11 +64,14 @@ def _is_binary(path: Path) -> bool:
     return bool(text) and text.count("\ufffd") / len(text) > _MAX_BAD_SHARE
 
 
-def _path_records(path: Path, configs: list[ConfigView]) -> list[Record]:
-    """Records of one log/folder argument; ds_config files found are loaded into configs.
+def _path_records(path: Path) -> list[Record]:
+    """Records of one log/folder argument, a ds_config file found in a folder among them.
 
-    An argument that yields nothing to check is an error, not an empty checklist: a
-    mistyped path, an empty folder or a binary file would otherwise "pass" with exit 0.
+    A config found beside a log is one record among the others, not a config the user
+    named: the log's own dump, or the engine's config read by dsmon run's probe, says what
+    ran and is preferred to it (as ``dsmon import`` and the dashboard prefer it). An
+    argument that yields nothing to check is an error, not an empty checklist: a mistyped
+    path, an empty folder or a binary file would otherwise "pass" with exit 0.
     """
     if not path.exists():
         raise _unreadable(path, "No such file or directory")
@@ -87,7 +90,9 @@ def _path_records(path: Path, configs: list[ConfigView]) -> list[Record]:
     carries: Carries = {}
     for f in found:
         if f.kind == DS_CONFIG:
-            configs.append(load_config(f.path))
+            view = load_config(f.path)  # an unreadable config is an error, as when named
+            src = Source(run=run_name(path), file=str(f.path))
+            records.append(ConfigRecord(src=src, origin="file", config=view.raw))
             continue
         try:
             records.extend(read_found(f, run_name(path), Diagnostics(), carries=carries))
@@ -99,12 +104,11 @@ def _path_records(path: Path, configs: list[ConfigView]) -> list[Record]:
 
 
 def _from_files(names: list[str]) -> tuple[HealthInputs, str]:
-    """Inputs from file and folder arguments: explicit configs win over found ones."""
+    """Inputs from file and folder arguments: a config named on the command line wins."""
     paths = [Path(n) for n in names]
     explicit = [load_config(p) for p in paths if _is_config(p)]
-    found: list[ConfigView] = []
-    records = [r for p in paths if not _is_config(p) for r in _path_records(p, found)]
-    config = _first([*explicit, *found])
+    records = [r for p in paths if not _is_config(p) for r in _path_records(p)]
+    config = _first(explicit)
     subject = ", ".join(names)
     if not records:
         return HealthInputs(config=config, run=subject), subject
