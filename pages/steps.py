@@ -149,7 +149,11 @@ def without_timers() -> None:
     st.info(
         "No engine timer lines in this run, so no fwd/bwd/step breakdown: turn on "
         '"wall_clock_breakdown": true in the DeepSpeed config.'
-        + (" Below: speed from the lines it did print or dsmon run's probe." if not speed.empty else "")
+        + (
+            " Below: speed from the lines it did print or dsmon run's probe."
+            if not speed.empty
+            else ""
+        )
     )
     if not speed.empty:
         shown = downsample(speed, "step", ["value"], by=["metric", "source"])

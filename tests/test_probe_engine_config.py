@@ -88,6 +88,8 @@ def test_engine_line_is_written_by_rank_0_only_with_the_engine_facts() -> None:
         "backend": "gloo",
         "world_size": 2,
         "device": "cpu",
+        "optimizer": None,  # a probe older than the optimizer field wrote this line
+        "optimizer_wrapper": None,
     }
     assert info.message == "DeepSpeed 0.19.8, backend gloo, world size 2, device cpu"
     found = configs(recs)
@@ -186,3 +188,35 @@ def test_without_the_probe_the_hidden_overflows_are_unknown(tmp_path: Path) -> N
     inputs = inputs_from_records(folder_records(tmp_path), run="fp16")
     assert check(inputs, "loss_scale.skipped").status is Status.UNKNOWN
     assert check(inputs, "loss_scale.collapse").status is Status.UNKNOWN
+
+
+def test_values_the_trainer_filled_in_for_auto_are_judged_and_named() -> None:
+    """tests/data/probe_hf_zero3_auto: the file says "auto"; the engine got hidden-size values."""
+    inputs = inputs_from_records(folder_records(DATA / "probe_hf_zero3_auto"), run="hf3")
+    assert inputs.config is not None and inputs.config.origin == "user_json"
+    buckets = check(inputs, "zero.bucket_sizes")
+    assert buckets.status is Status.WARN, buckets.summary
+    filled = '"auto" in the config file, filled in by the Trainer'
+    assert evidence(buckets)["zero_optimization.reduce_bucket_size"] == f"4096 ({filled})"
+    prefetch = check(inputs, "zero3.prefetch_bucket_size")
+    assert evidence(prefetch)["zero_optimization.stage3_prefetch_bucket_size"] == f"3686 ({filled})"
+    overlap = check(inputs, "zero.overlap_comm")  # written in the file: plain "set"
+    assert evidence(overlap)["zero_optimization.overlap_comm"] == "true (set)"
+    assert check(inputs, "batch.arithmetic").status is Status.PASS
+
+
+def test_the_optimizer_deepspeed_built_is_what_the_rule_judges() -> None:
+    """The probe names the class (probe_fp16_default: torch's AdamW, from torch_adam); a
+    DeepSpeed 0.10.0 log (zero3_coordinator_v0100) printed its config after taking torch_adam
+    out, and only its ``DeepSpeed Basic Optimizer = AdamW`` line tells."""
+    recs = probe_records(FP16 / "probe" / "rank-0.jsonl")
+    (info,) = [r for r in recs if isinstance(r, EventRecord)]
+    assert info.detail["optimizer"] == "torch.optim.adamw.AdamW"
+    assert info.detail["optimizer_wrapper"].endswith(".DeepSpeedZeroOptimizer")
+    fused = check(inputs_from_records(folder_records(FP16), run="fp16"), "optimizer.fused")
+    assert evidence(fused)["optimizer built"] == "AdamW (dsmon run's probe)"
+    old = inputs_from_records(folder_records(DATA / "zero3_coordinator_v0100"), run="v0100")
+    assert old.config is not None and "torch_adam" not in old.config.section("optimizer.params")
+    fused = check(old, "optimizer.fused")
+    assert evidence(fused)["optimizer built"] == "AdamW (log: DeepSpeed Basic Optimizer)"
+    assert fused.summary == "torch_adam on a CPU run: torch.optim is the right choice"

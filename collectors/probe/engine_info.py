@@ -11,8 +11,8 @@ as one ``engine`` line (see docs/records.md):
   by then);
 - ``effective``: each attribute of the engine's ``DeepSpeedConfig`` as ``str()`` prints it, which
   is exactly what the dump prints after its dots, so dsmon reads both with one parser;
-- ``deepspeed``, ``backend``, ``world_size``, ``device``: the facts the launcher's and the
-  engine's INFO lines would have given.
+- ``deepspeed``, ``backend``, ``world_size``, ``device``, ``optimizer``: the facts the
+  launcher's and the engine's INFO lines would have given.
 
 Only the standard library is used, and every part is optional: a DeepSpeed release that lacks
 an attribute gives a line without that part.
@@ -79,9 +79,27 @@ def _backend() -> str | None:
     return str(dist.get_backend())
 
 
+def _class_name(obj: Any) -> str | None:
+    cls = type(obj)
+    return None if obj is None else f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _optimizer(engine: Any) -> dict[str, str | None]:
+    """The optimizer DeepSpeed built (``basic``) and the one wrapping it (ZeRO, fp16, bf16).
+
+    Which class runs the step is what ``DeepSpeed Basic Optimizer = X`` says at INFO: FusedAdam,
+    DeepSpeedCPUAdam, or torch's own when ``torch_adam`` is set. Some releases take
+    ``torch_adam`` out of the config dict while building it, so the dict alone cannot tell.
+    """
+    final = getattr(engine, "optimizer", None)
+    basic = getattr(final, "optimizer", None) or final
+    return {"basic": _class_name(basic), "final": _class_name(final)}
+
+
 def describe(engine: Any) -> dict[str, Any]:
     """The fields of an ``engine`` line (without kind, time and rank) for one engine."""
     out: dict[str, Any] = {"deepspeed": _version(), "backend": _backend()}
+    out["optimizer"] = _optimizer(engine)
     world = getattr(engine, "world_size", None)
     out["world_size"] = world if isinstance(world, int) else None
     device = getattr(engine, "device", None)

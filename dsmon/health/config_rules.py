@@ -7,6 +7,7 @@ that does not apply to the configured ZeRO stage says so instead of passing sile
 
 from __future__ import annotations
 
+from dsmon.health import measures as m
 from dsmon.health import thresholds as th
 from dsmon.health.config_view import ConfigView
 from dsmon.health.inputs import DP_FROM_WORLD, HealthInputs
@@ -202,19 +203,23 @@ def check_fused_optimizer(cfg: ConfigView, inputs: HealthInputs) -> Finding:
     if kind.lower() not in {"adam", "adamw"}:
         what = f"optimizer {kind}" if kind else "no optimizer in the config (client optimizer)"
         return not_applicable(f"{what}: the rule covers Adam/AdamW")
-    # DeepSpeed pops torch_adam from the params and tests it with ``if``.
-    torch_adam = ds_bool(cfg.section("optimizer.params").get("torch_adam"), pydantic=False) is True
+    # DeepSpeed pops torch_adam from the params and tests it with ``if``; what it built, when
+    # the run says, wins (a release that popped it before printing the config hides it).
+    configured = ds_bool(cfg.section("optimizer.params").get("torch_adam"), pydantic=False) is True
+    built = m.built_optimizer(inputs)
+    torch_adam = built[0] in _TORCH_ADAMS if built is not None else configured
     offload = cfg.offload_optimizer_device
     device = inputs.facts.device
     ev = (
         Evidence("optimizer.type", kind, "set"),
-        Evidence("optimizer.params.torch_adam", torch_adam, "set" if torch_adam else "default"),
+        Evidence("optimizer.params.torch_adam", configured, "set" if configured else "default"),
+        *([Evidence("optimizer built", built[0], built[1])] if built else []),
         Evidence("offload_optimizer.device", offload or "none"),
         Evidence("device", device or "unknown", inputs.facts.sources.get("device", "")),
     )
     if not torch_adam:
-        built = "DeepSpeedCPUAdam" if offload else "FusedAdam"
-        return Finding(Status.PASS, f"{kind} runs as {built}", ev)
+        name = built[0] if built else ("DeepSpeedCPUAdam" if offload else "FusedAdam")
+        return Finding(Status.PASS, f"{kind} runs as {name}", ev)
     if device == "cpu" and not offload:
         return Finding(Status.PASS, "torch_adam on a CPU run: torch.optim is the right choice", ev)
     where = "with optimizer offload" if offload else "on GPUs" if device == "gpu" else ""
@@ -226,6 +231,8 @@ def check_fused_optimizer(cfg: ConfigView, inputs: HealthInputs) -> Finding:
 
 
 _BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+#: torch's own Adam classes, which DeepSpeed builds for ``torch_adam``.
+_TORCH_ADAMS = frozenset({"Adam", "AdamW"})
 
 
 def _batch_evidence(cfg: ConfigView, inputs: HealthInputs) -> tuple[Evidence, ...]:

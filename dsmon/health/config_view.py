@@ -27,17 +27,27 @@ from dsmon.parse.files import FileFormatError, load_config_text
 _MISSING = object()
 
 
+#: Where a value came from when the config file said ``"auto"`` and the engine's config (read
+#: by dsmon run's probe) holds what the Hugging Face Trainer or Accelerate put there.
+FILLED = '"auto" in the config file, filled in by the Trainer'
+
+
 @dataclass(frozen=True, slots=True)
 class Setting:
-    """One config value and whether the user set it (``explicit``) or DeepSpeed defaults it."""
+    """One config value and whether the user set it (``explicit``) or DeepSpeed defaults it.
+
+    ``filled``: the user's file said ``"auto"``; the value is what the engine was given.
+    """
 
     path: str
     value: Any
     explicit: bool
+    filled: bool = False
 
     def evidence(self, label: str | None = None) -> Evidence:
-        """The setting as evidence: ``path = value (ds_config | default)``."""
-        return Evidence(label or self.path, self.value, "set" if self.explicit else "default")
+        """The setting as evidence: ``path = value (set | default | "auto" ... filled in)``."""
+        where = FILLED if self.filled else ("set" if self.explicit else "default")
+        return Evidence(label or self.path, self.value, where)
 
 
 class ConfigView:
@@ -49,6 +59,7 @@ class ConfigView:
             autotuner's ``autotune_optimal`` advice never becomes a ConfigView).
         source: where it was read from, for messages (a file name).
         version: the DeepSpeed version the defaults are taken from (None: the newest known).
+        filled: dotted paths the user's file left ``"auto"`` that ``raw`` holds a value for.
     """
 
     def __init__(
@@ -58,11 +69,13 @@ class ConfigView:
         origin: str = "file",
         source: str | None = None,
         version: Version | None = None,
+        filled: frozenset[str] = frozenset(),
     ) -> None:
         self.raw = raw
         self.origin = origin
         self.source = source
         self.version = version
+        self.filled = filled
 
     def section(self, path: str) -> Mapping[str, Any]:
         """The dict at a dotted section path; {} when absent or not a dict.
@@ -91,7 +104,7 @@ class ConfigView:
         value = _explicit(holder, section, key)
         if value is _MISSING or value == "auto":
             return Setting(path, schema.default_for(path, self.version, self.stage), False)
-        return Setting(path, value, True)
+        return Setting(path, value, True, path in self.filled)
 
     def number(self, path: str) -> float | None:
         """``get(path)`` as a float; None when unset without a default or not a number."""
@@ -128,6 +141,18 @@ class ConfigView:
         if self.flag("zero_optimization.cpu_offload") is True:
             return "cpu"  # deprecated spelling, mapped to offload_optimizer by DeepSpeed
         return None
+
+
+def auto_paths(config: Mapping[str, Any], prefix: str = "") -> frozenset[str]:
+    """The dotted paths whose value is ``"auto"`` (the Hugging Face Trainer's placeholder)."""
+    found: set[str] = set()
+    for key, value in config.items():
+        path = f"{prefix}{key}"
+        if value == "auto":
+            found.add(path)
+        elif isinstance(value, Mapping):
+            found |= auto_paths(value, f"{path}.")
+    return frozenset(found)
 
 
 def _explicit(holder: Mapping[str, Any], section: str, key: str) -> Any:

@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from dsmon.analysis.step_stats import StatSource
-from dsmon.health.config_view import ConfigView, ds_config_from_effective
+from dsmon.health.config_view import ConfigView, auto_paths, ds_config_from_effective
 from dsmon.health.inputs import DP_FROM_WORLD, HealthInputs, LazyFrames, RunFacts
 from dsmon.health.schema import Version, parse_version
 from dsmon.model.ds_config import preferred_config
@@ -160,14 +160,26 @@ def build_inputs(
 
 
 def config_from_records(configs: Sequence[Record], version: Version | None) -> ConfigView | None:
-    """The config rules read: the user's JSON, else a ds_config file, else the effective dump."""
+    """The config rules read: the user's JSON, else a ds_config file, else the effective dump.
+
+    When the file said ``"auto"`` where the engine's config (which the Trainer filled in) has
+    a value, the view knows, so the evidence says where the number came from.
+    """
     chosen = preferred_config(configs)
     if chosen is None:
         return None
     raw: Mapping[str, Any] = chosen.config
     if chosen.origin == "effective":
         raw = ds_config_from_effective(raw)
-    return ConfigView(raw, origin=chosen.origin, source=chosen.src.file, version=version)
+    file = _latest(configs, "file")
+    filled = auto_paths(file.config) if file is not None and chosen.origin != "file" else None
+    return ConfigView(
+        raw,
+        origin=chosen.origin,
+        source=chosen.src.file,
+        version=version,
+        filled=filled or frozenset(),
+    )
 
 
 def _latest(configs: Sequence[Record], origin: str) -> ConfigRecord | None:

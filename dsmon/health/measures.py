@@ -9,7 +9,7 @@ plain numbers with their step range.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import pandas as pd
@@ -18,6 +18,7 @@ from dsmon.analysis import comm, ranks, step_stats, steps
 from dsmon.analysis.ranked import Ranked
 from dsmon.health import thresholds as th
 from dsmon.health.inputs import BREAKDOWN, HealthInputs
+from dsmon.model.records import ENGINE_INFO
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +235,25 @@ def op_latency_ms(ops: pd.DataFrame, prefixes: tuple[str, ...]) -> float | None:
 def median(values: pd.Series) -> float:
     """Median as float (NaN for no value): :func:`dsmon.analysis.comm.median`."""
     return comm.median(values)
+
+
+def built_optimizer(inputs: HealthInputs) -> tuple[str, str] | None:
+    """The class DeepSpeed built for the config's optimizer, and where that is said.
+
+    ``DeepSpeed Basic Optimizer = X`` (INFO), else the class dsmon run's probe saw. Some
+    releases (0.10.0) take ``torch_adam`` out of the config before printing it, so the
+    printed config alone would say FusedAdam for a run on torch's AdamW.
+    """
+    ev = inputs.frame("event")
+    if ev.empty or "detail" not in ev.columns:
+        return None
+    for detail in reversed(ev.loc[ev["name"] == "optimizer", "detail"].tolist()):
+        if isinstance(detail, Mapping) and detail.get("which") == "basic":
+            return str(detail.get("optimizer")), "log: DeepSpeed Basic Optimizer"
+    for detail in reversed(ev.loc[ev["name"] == ENGINE_INFO, "detail"].tolist()):
+        if isinstance(detail, Mapping) and detail.get("optimizer"):
+            return str(detail["optimizer"]).rsplit(".", 1)[-1], "dsmon run's probe"
+    return None
 
 
 def job_finished(inputs: HealthInputs) -> bool:

@@ -127,6 +127,9 @@ def _engine_event(obj: Mapping[str, Any], src: Source, ts: str) -> EventRecord:
         "device": _text(obj, "device"),
     }
     detail.update(facts)
+    optimizer = _mapping(obj, "optimizer") or {}
+    detail["optimizer"] = _text(optimizer, "basic")
+    detail["optimizer_wrapper"] = _text(optimizer, "final")
     said = [f"{k.replace('_', ' ')} {v}" for k, v in facts.items() if v is not None]
     message = ", ".join([f"DeepSpeed {detail['version'] or 'version unknown'}", *said])
     return EventRecord(src=src, ts=ts, name=ENGINE_INFO, message=message, detail=detail)
