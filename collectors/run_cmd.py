@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -47,7 +48,7 @@ from dsmon.commands.dashboard import (
     wait_for_signal,
     wait_until_ready,
 )
-from dsmon.parse.log import run_start_line
+from dsmon.parse.log import RUN_START_LOGGER
 from dsmon.serve.tokens import TokenError, generate_token, load_token
 
 #: The variable the probe reads (``collectors.probe.patch.DIR_ENV``).
@@ -208,10 +209,24 @@ class Job:
         return exit_status(self.proc.returncode if self.proc.returncode is not None else 0)
 
 
+def run_start_line(cmd: Sequence[str], at: datetime) -> str:
+    """The line ``dsmon run`` writes before the job's output, in DeepSpeed's logger format.
+
+    Its header gives the log a time from the first line on, and its logger
+    (:data:`dsmon.parse.log.RUN_START_LOGGER`) tells the parser the job's output begins here,
+    so that the timer lines are numbered by step even when nothing else of the job's start
+    is printed.
+    """
+    stamp = f"{at:%Y-%m-%d %H:%M:%S},{at.microsecond // 1000:03d}"
+    return (
+        f"[{stamp}] [INFO] [{RUN_START_LOGGER}:0:run] dsmon run starts the job: {shlex.join(cmd)}"
+    )
+
+
 def start_job(cmd: Sequence[str], env: Mapping[str, str], log: Path) -> Job:
     """The job, its output teed to ``log`` and this process's stdout.
 
-    The log first gets a line of dsmon's own (:func:`dsmon.parse.log.run_start_line`): at
+    The log first gets a line of dsmon's own (:func:`run_start_line`): at
     DeepSpeed's default log level under ``torchrun``, nothing else says where the job's
     output begins, and without it the timer lines could not be numbered by step.
     """

@@ -99,7 +99,7 @@ def test_known_timer_shapes_read_as_the_field_by_field_path_reads_them() -> None
 def test_word_tests_answer_as_the_regexes_they_replace() -> None:
     """``contains_any`` over each word list == the ``|``-joined regex it stands for."""
     replaced = {
-        events._EVENT_WORDS: r"DeepSpeed info: |Initializing TorchBackend|WORLD INFO DICT|nnodes="
+        events.EVENT_WORDS: r"DeepSpeed info: |Initializing TorchBackend|WORLD INFO DICT|nnodes="
         r"|dist_world_size=|Optimizer = |ZeRO stage|exits |Killing subprocess|bucket size"
         r"|persistent param|terminate called|allocator cache flushes",
         events._FAILURE_WORDS: r"out of memory|OutOfMemoryError|NCCL",

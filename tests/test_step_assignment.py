@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from collectors.run_cmd import run_start_line
 from dsmon.load.files import discover, read_found
 from dsmon.model.records import (
     FlopsProfileRecord,
@@ -25,7 +26,7 @@ from dsmon.model.records import (
     TimerRecord,
 )
 from dsmon.parse.base import Diagnostics, StepClock
-from dsmon.parse.log import LogParser, run_start_line
+from dsmon.parse.log import LogParser
 
 DATA = Path(__file__).parent / "data"
 TRUTH = re.compile(r"\[train\.py\] step (\d+) .*global_steps (\d+)")

@@ -9,10 +9,8 @@ records that carry none (``base.StepClock``). It does no I/O: the caller feeds l
 from __future__ import annotations
 
 import dataclasses
-import shlex
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
 from dsmon.model.records import Record
@@ -32,7 +30,8 @@ from dsmon.parse.lines import LineCleaner, LogLine, leading_bar
 #: of records sent without a step that are remembered to be sent again once it is known.
 MAX_HELD = 5000
 MAX_JOINS = 4
-#: The logger of the line ``dsmon run`` writes at the head of a job's output (run_start_line).
+#: The logger of the line ``dsmon run`` writes at the head of a job's output
+#: (``collectors.run_cmd.run_start_line``): the job's output begins there.
 RUN_START_LOGGER = "dsmon"
 _START_LOGGERS = frozenset({"runner.py", "launch.py", RUN_START_LOGGER})
 _START_TEXTS = ("DeepSpeed info:", "Initializing TorchBackend", "DeepSpeedEngine configuration")
@@ -47,7 +46,7 @@ def default_parsers() -> list[SubParser]:
     from dsmon.parse.autotuner import AutotunerParser
     from dsmon.parse.comms import CommsParser
     from dsmon.parse.config_dump import ConfigDumpParser
-    from dsmon.parse.events import EventParser
+    from dsmon.parse.event_parser import EventParser
     from dsmon.parse.flops_profiler import FlopsProfilerParser
     from dsmon.parse.loss_scale import LossScaleParser
     from dsmon.parse.megatron import MegatronParser
@@ -379,19 +378,6 @@ def _is_start(line: LogLine) -> bool:
     if line.logger in _START_LOGGERS:
         return not text.startswith(_END_TEXTS) and "exits with return code" not in text
     return text.startswith(_START_TEXTS) or (_TORCHRUN_START in text and _TORCHRUN_LOGGER in text)
-
-
-def run_start_line(cmd: Sequence[str], at: datetime) -> str:
-    """The line ``dsmon run`` writes before the job's output, in DeepSpeed's logger format.
-
-    Its header gives the log a time from the first line on, and its logger
-    (:data:`RUN_START_LOGGER`) says the job's output begins here, so that the timer lines
-    are numbered by step even when nothing else of the job's start is printed.
-    """
-    stamp = f"{at:%Y-%m-%d %H:%M:%S},{at.microsecond // 1000:03d}"
-    return (
-        f"[{stamp}] [INFO] [{RUN_START_LOGGER}:0:run] dsmon run starts the job: {shlex.join(cmd)}"
-    )
 
 
 def parse_text(
