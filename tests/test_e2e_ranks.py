@@ -115,7 +115,7 @@ def test_a_slow_rank_is_named(job: dict[str, Any], monkeypatch: pytest.MonkeyPat
     assert res.status.value == "fail" and res.summary.startswith("rank 1 is the slowest")
     # The log is at DeepSpeed's default level (no config dump, no version line): rank 0's
     # probe read the config and the version from the engine itself.
-    assert inputs.config is not None and inputs.config.origin == "user_json"
+    assert inputs.config is not None and inputs.config.origin == "engine"
     assert dict(inputs.config.raw) == CONFIG
     assert inputs.facts.ds_version is not None and inputs.facts.world_size == 2
     monkeypatch.setenv("DSMON_STORE", str(job["store"]))  # the Steps page's view names it

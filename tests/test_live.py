@@ -160,6 +160,9 @@ def test_preferred_config_is_the_users_json() -> None:
 
     chosen = preferred_config([cfg("effective", 1), cfg("user_json", 2), cfg("file", 3)])
     assert chosen is not None and chosen.origin == "user_json"
+    # the engine's dict (dsmon run's probe) beats a file whose "auto" the Trainer filled in
+    chosen = preferred_config([cfg("file", 3), cfg("engine", 4), cfg("effective", 1)])
+    assert chosen is not None and chosen.origin == "engine"
     assert preferred_config([]) is None
 
 

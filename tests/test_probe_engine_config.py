@@ -65,12 +65,13 @@ def test_engine_line_reads_as_deepspeeds_own_dump() -> None:
     logged, _ = parse_text((RUNS / "info" / "train.log").read_text())
     from_log = configs(logged)
     from_probe = configs(probe_records(RUNS / "info" / "probe" / "rank-0.jsonl"))
-    assert set(from_probe) == set(from_log) == {"effective", "user_json"}
-    for origin in ("effective", "user_json"):
-        assert from_probe[origin].config == from_log[origin].config, origin
-        assert not from_probe[origin].partial
+    assert set(from_log) == {"effective", "user_json"}
+    assert set(from_probe) == {"effective", "engine"}  # the json block's dict, from the engine
+    for probed, logged in (("effective", "effective"), ("engine", "user_json")):
+        assert from_probe[probed].config == from_log[logged].config, probed
+        assert not from_probe[probed].partial
     assert len(from_probe["effective"].config) == 62
-    assert from_probe["user_json"].config == {
+    assert from_probe["engine"].config == {
         **SCRIPT_CONFIG,
         "log_level": "info",
         **ACCELERATE_ADDS,
@@ -93,7 +94,7 @@ def test_engine_line_is_written_by_rank_0_only_with_the_engine_facts() -> None:
     }
     assert info.message == "DeepSpeed 0.19.8, backend gloo, world size 2, device cpu"
     found = configs(recs)
-    assert found["user_json"].config == {**SCRIPT_CONFIG, **ACCELERATE_ADDS}
+    assert found["engine"].config == {**SCRIPT_CONFIG, **ACCELERATE_ADDS}
     effective = found["effective"].config
     assert (effective["train_batch_size"], effective["world_size"]) == (32, 2)  # 8 x 2 x 2
     assert len({(r.src.line, r.src.sub) for r in recs}) == len(recs)  # distinct store keys
@@ -107,7 +108,7 @@ def test_checklist_judges_the_config_that_only_the_probe_saw() -> None:
     """At the default log level the log alone leaves every config rule UNKNOWN."""
     recs = folder_records(RUNS / "default")
     inputs = inputs_from_records(recs, run="acc")
-    assert inputs.config is not None and inputs.config.origin == "user_json"
+    assert inputs.config is not None and inputs.config.origin == "engine"
     assert inputs.facts.ds_version == (0, 19, 8) and inputs.facts.world_size == 2
     assert inputs.facts.device == "cpu"
     overlap = check(inputs, "zero.overlap_comm")
@@ -193,7 +194,7 @@ def test_without_the_probe_the_hidden_overflows_are_unknown(tmp_path: Path) -> N
 def test_values_the_trainer_filled_in_for_auto_are_judged_and_named() -> None:
     """tests/data/probe_hf_zero3_auto: the file says "auto"; the engine got hidden-size values."""
     inputs = inputs_from_records(folder_records(DATA / "probe_hf_zero3_auto"), run="hf3")
-    assert inputs.config is not None and inputs.config.origin == "user_json"
+    assert inputs.config is not None and inputs.config.origin == "engine"
     buckets = check(inputs, "zero.bucket_sizes")
     assert buckets.status is Status.WARN, buckets.summary
     filled = '"auto" in the config file, filled in by the Trainer'

@@ -55,7 +55,7 @@ class ConfigView:
 
     Args:
         raw: the ds_config dict (a file, or the ``json = {...}`` block of a log's dump).
-        origin: ``file``, ``user_json`` or ``effective`` (see records.CONFIG_ORIGINS; the
+        origin: ``file``, ``user_json``, ``engine`` or ``effective`` (records.CONFIG_ORIGINS; the
             autotuner's ``autotune_optimal`` advice never becomes a ConfigView).
         source: where it was read from, for messages (a file name).
         version: the DeepSpeed version the defaults are taken from (None: the newest known).

@@ -158,7 +158,7 @@ def section_enabled(config: Mapping[str, Any], name: str, *, pydantic: bool = Tr
 
 
 #: Config origins in order of preference: the user's keys first, DeepSpeed's dump last.
-CONFIG_ORIGINS = ("user_json", "file", "effective")
+CONFIG_ORIGINS = ("user_json", "engine", "file", "effective")
 
 
 def preferred_config(configs: Sequence[Record]) -> ConfigRecord | None:

@@ -325,6 +325,7 @@ class MemoryRecord(Record):
 
 CONFIG_ORIGINS = (
     "user_json",  # the ``json = {...}`` block: the user's dict as given
+    "engine",  # the same dict, read from the engine by dsmon run's probe (its ``engine`` line)
     "effective",  # the attribute dump: values after defaults and batch inference
     "file",  # a ds_config.json read from disk
     "autotune_optimal",  # the autotuner's ds_config_optimal.json: its advice, not the run's config

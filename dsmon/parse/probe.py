@@ -139,7 +139,8 @@ def _engine(obj: Mapping[str, Any], src: Source) -> list[Record]:
     """Rank 0's ``engine`` line: its facts, and its config as the log's dump would give it.
 
     ``effective`` holds each attribute's printed text, read as the dump's lines are; ``config``
-    is the dict the engine was given, what the dump prints as ``json = {...}``. The records of
+    is the dict the engine was given, what the dump prints as ``json = {...}`` (origin
+    ``engine``, preferred right after a dump's own ``user_json``). The records of
     the one line are told apart by their source's ``sub`` (0, 1, 2), as a store keys them so.
     """
     ts = _time(obj, "ts")
@@ -154,7 +155,7 @@ def _engine(obj: Mapping[str, Any], src: Source) -> list[Record]:
     user = _mapping(obj, "config")
     if user is not None:
         at = dataclasses.replace(src, sub=2)
-        out.append(ConfigRecord(src=at, ts=ts, origin="user_json", config=user))
+        out.append(ConfigRecord(src=at, ts=ts, origin="engine", config=user))
     return out
 
 
