@@ -45,10 +45,13 @@ def series_and_config(frames: RunFrames) -> tuple[pd.DataFrame, dict[str, object
         config = dict(cfg.config) if cfg else None
         tbs = training.train_batch_size(config)
         kinds = [k for k in KINDS if not k.startswith("rec:")]
-        return compare.run_series({k: frames.frame(k) for k in kinds}, tbs), config
+        data = {k: frames.frame(k) for k in kinds}
+        if data["timer"].empty:  # no timer lines: the probe's step times, if it ran
+            data["rank_step"] = frames.frame("rank_step")
+        return compare.run_series(data, tbs), config
 
     # the whole run (OPEN): runs are compared as they are, whatever the replay step
-    return frames.memo("compare.run", list(KINDS), OPEN, build)
+    return frames.memo("compare.run", [*KINDS, "rank_step"], OPEN, build)
 
 
 def body(hub: FrameHub, chosen: list[str]) -> None:
@@ -60,7 +63,8 @@ def body(hub: FrameHub, chosen: list[str]) -> None:
     )
     chart(fig.compare_figure(shown, chosen), "compare.overlay")
     st.caption(
-        "Step time: fwd + bwd + step of the slowest rank (engine timers, wall_clock_breakdown). "
+        "Step time: fwd + bwd + step of the slowest rank (engine timers, wall_clock_breakdown); "
+        "without timer lines, the wall time between steps that dsmon run's probe measured. "
         "Exposed comm: bwd_allreduce (+ optimizer_allgather) as a share of that step. "
         "samples/s: ThroughputTimer or iteration lines. Whole runs, whatever the replay step."
     )

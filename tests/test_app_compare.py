@@ -10,8 +10,14 @@ Values read by hand from each tests/data/<run>/train.log, step 10:
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from dashboard_support import app_at, figures, shared_store, texts, trace_names, values
+
+from dsmon.load.files import import_paths
+from dsmon.store.sqlite import open_store
 
 TITLE = "Runs compared, per optimizer step"
 
@@ -75,3 +81,30 @@ def test_one_run_asks_for_another_and_unknown_names_are_said(store_url: str) -> 
     at = app_at(store_url, "grad_accum", "compare")
     assert at.multiselect[0].value == ["grad_accum"]
     assert "Pick two or more runs" in texts(at)
+
+
+def test_runs_without_timer_lines_compare_the_probes_step_times(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """Two real dsmon run jobs at DeepSpeed's default log level (tests/data/probe_*): no timer
+    line, so each run's step time is the probe's wall time per step (slowest rank)."""
+    data = Path(__file__).parent / "data"
+    url = str(tmp_path / "s.sqlite")
+    with open_store(url) as store:
+        import_paths(store, [data / "probe_fp16_default"], run="fp16")
+        import_paths(store, [data / "probe_accelerate" / "default"], run="acc")
+    monkeypatch.setenv("DSMON_STORE", url)
+    at = app_at(url, "fp16", "compare", runs="fp16,acc")
+    assert not at.exception
+    spec = figures(at)[TITLE]
+    assert [a["text"] for a in spec["layout"]["annotations"]] == ["step time (ms)"]
+    for run, folder in (
+        ("fp16", data / "probe_fp16_default"),
+        ("acc", data / "probe_accelerate" / "default"),
+    ):
+        slowest: dict[int, float] = {}  # the slower rank's total_ms of each step, off the files
+        for path in (folder / "probe").glob("rank-*.jsonl"):
+            for obj in map(json.loads, path.read_text().splitlines()):
+                if obj["kind"] == "rank_step":
+                    slowest[obj["step"]] = max(slowest.get(obj["step"], 0.0), obj["total_ms"])
+        assert at_step(spec, "y", run, 10) == pytest.approx(slowest[10])

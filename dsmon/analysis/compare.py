@@ -54,6 +54,18 @@ def _one_source(series: pd.DataFrame, metric: str) -> pd.Series:
     return chosen.groupby("step")["value"].mean().astype("float64")
 
 
+def probe_step_time(rank_steps: pd.DataFrame) -> pd.Series:
+    """The wall time of each optimizer step as dsmon run's probe measured it (slowest rank).
+
+    For a run without engine timer lines (DeepSpeed's default log level) it is the only step
+    time there is; it also holds what the script does between steps (data loading, logging).
+    """
+    if rank_steps.empty or not {"step", "total_ms"} <= set(rank_steps.columns):
+        return pd.Series(dtype="float64")
+    rows = rank_steps[["step", "total_ms"]].dropna()
+    return rows.groupby("step")["total_ms"].max().astype("float64")
+
+
 def run_series(
     frames: Mapping[str, pd.DataFrame], train_batch_size: int | None = None
 ) -> pd.DataFrame:
@@ -61,13 +73,17 @@ def run_series(
 
     Args:
         frames: the run's record frames by kind (``timer`` and the kinds of
-            :func:`dsmon.analysis.training.training_series`).
+            :func:`dsmon.analysis.training.training_series`; ``rank_step`` for the step time
+            of a run without timer lines).
         train_batch_size: to place csv_monitor points on the step axis.
     """
     breakdown = step_breakdown(frames.get("timer", pd.DataFrame()))
     training = training_series(frames, train_batch_size)
+    step_time = per_step(breakdown, "total_ms")
+    if step_time.empty:
+        step_time = probe_step_time(frames.get("rank_step", pd.DataFrame()))
     parts = [
-        _rows(per_step(breakdown, "total_ms"), "step time"),
+        _rows(step_time, "step time"),
         _rows(_one_source(training, "samples/s"), "samples/s"),
         _rows(per_step(comm_share(breakdown), "comm_share") * 100.0, "exposed comm"),
         _rows(_one_source(training, "loss"), "loss"),
