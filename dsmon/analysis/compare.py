@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from dsmon.analysis.comm import comm_share, per_step
+from dsmon.analysis.ranks import step_wall_ms
 from dsmon.analysis.steps import step_breakdown
 from dsmon.analysis.training import training_series
 from dsmon.model.ds_config import section
@@ -54,18 +55,6 @@ def _one_source(series: pd.DataFrame, metric: str) -> pd.Series:
     return chosen.groupby("step")["value"].mean().astype("float64")
 
 
-def probe_step_time(rank_steps: pd.DataFrame) -> pd.Series:
-    """The wall time of each optimizer step as dsmon run's probe measured it (slowest rank).
-
-    For a run without engine timer lines (DeepSpeed's default log level) it is the only step
-    time there is; it also holds what the script does between steps (data loading, logging).
-    """
-    if rank_steps.empty or not {"step", "total_ms"} <= set(rank_steps.columns):
-        return pd.Series(dtype="float64")
-    rows = rank_steps[["step", "total_ms"]].dropna()
-    return rows.groupby("step")["total_ms"].max().astype("float64")
-
-
 def run_series(
     frames: Mapping[str, pd.DataFrame], train_batch_size: int | None = None
 ) -> pd.DataFrame:
@@ -81,7 +70,7 @@ def run_series(
     training = training_series(frames, train_batch_size)
     step_time = per_step(breakdown, "total_ms")
     if step_time.empty:
-        step_time = probe_step_time(frames.get("rank_step", pd.DataFrame()))
+        step_time = step_wall_ms(frames.get("rank_step", pd.DataFrame()))
     parts = [
         _rows(step_time, "step time"),
         _rows(_one_source(training, "samples/s"), "samples/s"),

@@ -41,6 +41,18 @@ def rank_step_table(frame: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
 
 
+def step_wall_ms(rank_steps: pd.DataFrame) -> pd.Series:
+    """Each optimizer step's wall time as the probe measured it: the slowest rank's ``total_ms``.
+
+    For a run without engine timer lines (DeepSpeed's default log level) it is the only step
+    time there is; it also holds what the script does between steps (data loading, logging).
+    """
+    if rank_steps.empty or not {"step", "total_ms"} <= set(rank_steps.columns):
+        return pd.Series(dtype="float64")
+    rows = rank_steps[["step", "total_ms"]].dropna()
+    return rows.groupby("step")["total_ms"].max().astype("float64")
+
+
 def stragglers(table: pd.DataFrame) -> pd.DataFrame:
     """Per step seen by every rank: the slowest rank, its busy time, the median, the score.
 

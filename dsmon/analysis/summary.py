@@ -23,7 +23,7 @@ from dsmon.model.ds_config import preferred_config, section, section_enabled, ze
 from dsmon.model.records import ENGINE_INFO, LAUNCH_TEXT, EventRecord, HeartbeatRecord
 from dsmon.store.base import RunInfo, Store
 
-#: Config origins in order of preference: the user's own keys read most naturally.
+#: Event names that make a launch count as failed.
 _PROBLEMS = ("traceback", "oom", "nccl_error")
 
 

@@ -147,10 +147,8 @@ def _step_times(inputs: HealthInputs) -> StepSeries | None:
         rows = steady(_stepped(it, "iteration")).dropna(subset=["elapsed_ms"])
         s = rows.groupby("step")["elapsed_ms"].max().astype("float64")
         return StepSeries(_series(s), "iteration lines (elapsed time per iteration)", "ms")
-    probe = inputs.frame("rank_step")
-    if not probe.empty and "total_ms" in probe.columns and probe["total_ms"].notna().any():
-        rows = steady(probe).dropna(subset=["total_ms"])
-        s = rows.groupby("step")["total_ms"].max().astype("float64")
+    s = ranks.step_wall_ms(steady(inputs.frame("rank_step")))
+    if not s.empty:
         return StepSeries(_series(s), PROBE_STEP_SOURCE, "ms")
     tp = inputs.frame("throughput")
     if not tp.empty and "samples_per_s" in tp.columns and tp["samples_per_s"].notna().any():
