@@ -22,7 +22,7 @@ import pytest
 
 from collectors.probe import patch
 from collectors.probe.clocks import CudaEventClock, MonotonicClock
-from collectors.probe.recorder import Recorder
+from collectors.probe.recorder import MAX_ERROR_CHARS, Recorder, uncaught_error
 from collectors.run_cmd import BOOT_DIR, probe_env
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -303,3 +303,16 @@ def test_a_step_whose_times_cannot_be_read_is_dropped_not_retried(tmp_path: Path
     rec.boundary(2)  # no timed phase: readable
     rec.close()
     assert [x["step"] for x in lines(path) if x["kind"] == "rank_step"] == [2]
+
+
+def test_the_exception_ending_the_process_is_named_once_and_short(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What ``close`` reads at exit (a real crash: tests/test_probe_failed_ranks.py)."""
+    monkeypatch.delattr(sys, "last_exc", raising=False)
+    monkeypatch.setattr(sys, "last_value", SystemExit(3), raising=False)
+    assert uncaught_error() is None  # sys.exit is no failure the probe can tell
+    monkeypatch.setattr(sys, "last_value", RuntimeError("NCCL\n  timeout " + "x" * 400))
+    text = uncaught_error()
+    assert text is not None and text.startswith("RuntimeError: NCCL timeout xxx")
+    assert len(text) == MAX_ERROR_CHARS

@@ -14,6 +14,7 @@ Line formats (one JSON object per line, documented in dsmon's docs/records.md)::
      "skipped_steps": 0, "loss_scale": 65536.0}
     {"kind": "heartbeat", "ts": "...", "rank": 1, "step": 13, "phase": "backward",
      "collective": "all_reduce", "phase_since": "...", "pid": 4242}
+    {"kind": "heartbeat", ..., "phase": "failed", ..., "error": "RuntimeError: ..."}
     {"kind": "engine", "ts": "...", "rank": 0, "deepspeed": {"version": "0.19.8", ...},
      "backend": "nccl", "world_size": 8, "device": "cuda:0", "effective": {...}, "config": {...}}
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 from collections import deque
@@ -44,6 +46,19 @@ TIMED = {"forward": "fwd_ms", "backward": "bwd_ms", "step": "step_ms"}
 def stamp(t: float) -> str:
     """Local time without zone, as DeepSpeed's logger prints it (ms precision)."""
     return datetime.fromtimestamp(t).isoformat(timespec="milliseconds")
+
+
+#: Characters of an uncaught exception's text kept in the last heartbeat.
+MAX_ERROR_CHARS = 300
+
+
+def uncaught_error() -> str | None:
+    """``Type: message`` of the exception that is ending the process, if one is (at exit)."""
+    exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    if exc is None or isinstance(exc, SystemExit):
+        return None
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return text[:MAX_ERROR_CHARS]
 
 
 class Recorder:
@@ -74,6 +89,7 @@ class Recorder:
         self._queue: deque[dict[str, Any]] = deque()
         self._written: tuple[Any, ...] | None = None
         self._written_at = 0.0
+        self._error: str | None = None
         self._stop = threading.Event()
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self._thread = threading.Thread(target=self._loop, name="dsmon-probe", daemon=True)
@@ -133,13 +149,20 @@ class Recorder:
     # --- the writer thread -----------------------------------------------------------------
 
     def close(self) -> None:
-        """At exit: stop the thread, write what is left and a last ``exited`` heartbeat."""
+        """At exit: stop the thread, write what is left and a last ``exited`` heartbeat.
+
+        A process that dies on an uncaught exception still runs its ``atexit`` handlers, after
+        Python has kept the exception in ``sys.last_value``: its last heartbeat is ``failed``
+        and names it, so the rank is not reported as having ended normally.
+        """
         if self._stop.is_set():
             return
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=2 * self._interval_s)
-        self.state = (self.state[0], "exited", None, time.time())
+        self._error = uncaught_error()
+        phase = "failed" if self._error else "exited"
+        self.state = (self.state[0], phase, None, time.time())
         self._flush(final=True, force_beat=True)
         os.close(self._fd)
 
@@ -208,4 +231,5 @@ class Recorder:
             "collective": collective,
             "phase_since": stamp(since),
             "pid": os.getpid(),
+            **({"error": self._error} if self._error else {}),
         }

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from dsmon.model.records import ENDED_PHASES
+
 RANK_STEP_COLUMNS = ("step", "rank", "fwd_ms", "bwd_ms", "step_ms", "comm_ms", "total_ms")
 TABLE_COLUMNS = (*RANK_STEP_COLUMNS, "busy_ms")
 STRAGGLER_COLUMNS = ("step", "ranks", "slowest_rank", "slowest_ms", "median_ms", "score")
@@ -105,14 +107,16 @@ class RankState:
     last_seen: pd.Timestamp
     silent_s: float
     in_phase_s: float
+    error: str | None = None  # the uncaught exception of a ``failed`` rank
 
     def where(self) -> str:
         """The phase in words: ``backward's all_reduce of step 1,203``."""
-        if self.phase == "exited":
+        if self.phase in ENDED_PHASES:
             done = (
                 f" after step {self.step - 1:,}" if self.step is not None and self.step > 1 else ""
             )
-            return "exited" + done
+            failed = f" on {self.error}" if self.error else " on an uncaught exception"
+            return "exited" + done if self.phase == "exited" else "failed" + done + failed
         if self.phase == "outside":
             what = "code outside the engine (data loading or the script's own)"
         elif self.phase == "start":
@@ -140,6 +144,7 @@ def rank_states(heartbeats: pd.DataFrame, now: pd.Timestamp) -> list[RankState]:
                 last_seen=row["ts"],
                 silent_s=(now - row["ts"]).total_seconds(),
                 in_phase_s=(now - since).total_seconds(),
+                error=str(row["error"]) if pd.notna(row.get("error")) else None,
             )
         )
     return out
@@ -169,7 +174,7 @@ def find_hang(
     an all-reduce is waiting for someone), else the ones at the lowest step. When every rank
     is silent nothing can be told (the run ended, or the collector stopped): None.
     """
-    active = [s for s in states if s.phase != "exited"]
+    active = [s for s in states if s.phase not in ENDED_PHASES]
     silent = tuple(s for s in active if s.silent_s > silent_limit_s)
     alive = tuple(s for s in active if s.silent_s <= silent_limit_s)
     if silent:

@@ -20,7 +20,13 @@ from dsmon.analysis.comm import exposed_comm_share
 from dsmon.analysis.steps import slowest_steps, step_stats
 from dsmon.analysis.summary_scan import median_of, step_breakdown_of
 from dsmon.model.ds_config import preferred_config, section, section_enabled, zero_stage
-from dsmon.model.records import ENGINE_INFO, LAUNCH_TEXT, EventRecord, HeartbeatRecord
+from dsmon.model.records import (
+    ENDED_PHASES,
+    ENGINE_INFO,
+    LAUNCH_TEXT,
+    EventRecord,
+    HeartbeatRecord,
+)
 from dsmon.store.base import RunInfo, Store
 
 #: Event names that make a launch count as failed.
@@ -46,8 +52,11 @@ class RunSummary:
     problems: tuple[str, ...] = ()
     #: Failures of launches before the latest (a job started again after a crash).
     earlier_problems: tuple[str, ...] = ()
-    #: Ranks whose newest probe heartbeat is ``exited``, when every rank's is (0 otherwise).
+    #: Ranks whose newest probe heartbeat says they ended (``exited``/``failed``), when every
+    #: rank's does (0 otherwise).
     probe_exited: int = 0
+    #: ``rank R: Type: message`` of each rank the probe saw die on an uncaught exception.
+    probe_failed: tuple[str, ...] = ()
 
 
 def _num(value: Any) -> float | None:
@@ -181,23 +190,38 @@ def _events(store: Store, run: str) -> dict[str, Any]:
     return out
 
 
-def _probe_exited(store: Store, run: str) -> int:
-    """How many ranks ended normally, when the newest heartbeat of every rank says so.
+def _probe_fields(store: Store, run: str, info: RunInfo) -> dict[str, Any]:
+    """The probe's account of how the ranks ended; nothing for a run without heartbeats."""
+    if "heartbeat" not in info.kinds:
+        return {}
+    exited, failed = _probe_ended(store, run)
+    return {"probe_exited": exited, "probe_failed": failed}
+
+
+def _probe_ended(store: Store, run: str) -> tuple[int, tuple[str, ...]]:
+    """How many ranks ended, when the newest heartbeat of every rank says so, and who failed.
 
     ``torchrun`` prints no launcher lines, so without ``dsmon run``'s probe nothing says that
     its workers exited. One streaming pass keeps the newest beat of each rank (by time, then
-    line), as the checklist's run.stalled reads them.
+    line), as the checklist's run.stalled reads them. A ``failed`` beat names the uncaught
+    exception its rank died on.
     """
-    newest: dict[int, tuple[tuple[str, int], str]] = {}  # rank -> ((ts, line), phase)
+    newest: dict[int, tuple[tuple[str, int], HeartbeatRecord]] = {}
     for rec in store.scan(run, "heartbeat"):
         rank, ts = rec.src.rank, rec.ts
         if rank is None or ts is None or not isinstance(rec, HeartbeatRecord):
             continue
         at = (ts, rec.src.line or 0)
         if rank not in newest or at >= newest[rank][0]:
-            newest[rank] = (at, rec.phase)
-    phases = {phase for _, phase in newest.values()}
-    return len(newest) if phases == {"exited"} else 0
+            newest[rank] = (at, rec)
+    beats = {rank: beat for rank, (_, beat) in sorted(newest.items(), key=lambda kv: kv[1][0])}
+    failed = tuple(  # in the order the ranks died: the first is most often the cause
+        f"rank {rank}: {beat.error or 'uncaught exception'}"
+        for rank, beat in beats.items()
+        if beat.phase == "failed"
+    )
+    ended = all(beat.phase in ENDED_PHASES for beat in beats.values())
+    return (len(beats) if beats and ended else 0), failed
 
 
 def run_summary(store: Store, run: str) -> RunSummary:
@@ -221,7 +245,7 @@ def run_summary(store: Store, run: str) -> RunSummary:
         config=_config(store, run) if "config" in info.kinds else {},
         **_timing(breakdown),
         **(_events(store, run) if "event" in info.kinds else {}),
-        probe_exited=_probe_exited(store, run) if "heartbeat" in info.kinds else 0,
+        **_probe_fields(store, run, info),
     )
 
 
@@ -283,6 +307,9 @@ def _outcome(s: RunSummary) -> str:
         return head + (f"; exit codes {', '.join(map(str, failed))}" if failed else "")
     if failed:
         return f"failed: exit codes {', '.join(map(str, failed))}"
+    if s.probe_failed:  # the log shows no error, but a rank died on an uncaught exception
+        more = f" (+{len(s.probe_failed) - 1} more)" if len(s.probe_failed) > 1 else ""
+        return f"failed: {s.probe_failed[0]}{more} (dsmon run's probe)"
     if s.exit_codes:
         ended = f"{len(s.exit_codes)} worker(s) exited successfully"
     elif s.probe_exited:

@@ -18,7 +18,7 @@ from dsmon.analysis import comm, ranks, step_stats, steps
 from dsmon.analysis.ranked import Ranked
 from dsmon.health import thresholds as th
 from dsmon.health.inputs import BREAKDOWN, HealthInputs
-from dsmon.model.records import ENGINE_INFO
+from dsmon.model.records import ENDED_PHASES, ENGINE_INFO
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,17 +260,47 @@ def job_finished(inputs: HealthInputs) -> bool:
     return not ev.empty and bool((ev["name"] == "worker_exit").any())
 
 
-def exited_ranks(inputs: HealthInputs) -> int:
-    """How many ranks ended normally, when the probe's last heartbeat of every rank says so.
+def ended_ranks(inputs: HealthInputs) -> list[ranks.RankState]:
+    """Every rank's last heartbeat, when the probe says each rank's process has ended.
 
-    0 when some rank's does not, or without the probe. Under ``torchrun`` the log has no
-    launcher lines, and this is how a run tells that it finished.
+    Empty when some rank has not, or without the probe. Under ``torchrun`` the log has no
+    launcher lines, and this is how a run tells that it finished; a ``failed`` rank ended on
+    an uncaught exception.
     """
     beats = inputs.frame("heartbeat")
-    if beats.empty or not (beats["phase"] == "exited").any():  # live: no sort of every beat
-        return 0
+    if beats.empty or not beats["phase"].isin(ENDED_PHASES).any():  # live: no sort of every beat
+        return []
     states = ranks.rank_states(beats, beats["ts"].max())
-    return len(states) if states and all(s.phase == "exited" for s in states) else 0
+    return states if states and all(s.phase in ENDED_PHASES for s in states) else []
+
+
+def failed_ranks(inputs: HealthInputs) -> list[ranks.RankState]:
+    """The ranks whose last heartbeat says their process died on an uncaught exception.
+
+    In the order they died: the first is most often the cause, the others fail waiting on it.
+    """
+    beats = inputs.frame("heartbeat")
+    if beats.empty or not (beats["phase"] == "failed").any():
+        return []
+    states = ranks.rank_states(beats, beats["ts"].max())
+    return sorted((s for s in states if s.phase == "failed"), key=lambda s: s.last_seen)
+
+
+def ended_text(states: list[ranks.RankState]) -> str:
+    """How the ranks ended, in words: ``all 2 ranks exited normally`` or who failed on what."""
+    failed = sorted((s for s in states if s.phase == "failed"), key=lambda s: s.last_seen)
+    if not failed:
+        return f"all {len(states)} ranks exited normally"
+    first = failed[0]  # the first to die: the others often fail because it did
+    return (
+        f"all {len(states)} ranks ended, {len(failed)} on an uncaught exception, first "
+        f"rank {first.rank} ({_short(first.error or 'unknown error')})"
+    )
+
+
+def _short(text: str, limit: int = 100) -> str:
+    """``text`` cut to ``limit`` characters, marked when cut."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def trainer_formats(inputs: HealthInputs) -> frozenset[str]:

@@ -18,6 +18,7 @@ from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Evidence, Finding, Status
 from dsmon.health.registry import rule
 from dsmon.health.verdicts import not_applicable
+from dsmon.model.records import ENDED_PHASES
 
 _NO_PROBE = "no per-rank data: start the job with 'dsmon run -- <launch command>'"
 
@@ -123,8 +124,8 @@ def check_hang(inputs: HealthInputs) -> Finding:
     if beats.empty:
         return not_applicable(_NO_PROBE)
     # How a run ended needs no clock: a replay of a finished run says so, as `dsmon check` does
-    if exited := m.exited_ranks(inputs):
-        return Finding(Status.PASS, f"all {exited} ranks exited normally")
+    if ended := m.ended_ranks(inputs):
+        return Finding(Status.PASS, m.ended_text(ended))
     if m.job_finished(inputs):
         return Finding(Status.PASS, "the launcher reported the workers' exit: the job ended")
     if inputs.now is None:
@@ -145,7 +146,7 @@ def check_hang(inputs: HealthInputs) -> Finding:
     )
     hang = ranks.find_hang(states, th.HEARTBEAT_SILENT_S, limit)
     if hang is None:
-        if all(s.silent_s > th.HEARTBEAT_SILENT_S for s in states if s.phase != "exited"):
+        if all(s.silent_s > th.HEARTBEAT_SILENT_S for s in states if s.phase not in ENDED_PHASES):
             return Finding(
                 Status.UNKNOWN,
                 "no heartbeat from any rank lately: the job ended or its collector is down",

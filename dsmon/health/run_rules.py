@@ -37,7 +37,8 @@ _NO_ERROR = "no crash, OOM or NCCL error in the log"
     "No worker crashed",
     "Worker tracebacks, CUDA out-of-memory, NCCL errors and non-zero exit codes reported by "
     "the launcher (a negative one named as its signal); workers the launcher killed warn. A "
-    "failure followed by a new launch of the job only warns.",
+    "failure followed by a new launch of the job only warns. A rank dsmon run's probe saw die "
+    "on an uncaught exception fails too when the log shows no traceback.",
     "runtime",
     page="steps",
 )
@@ -45,6 +46,8 @@ def check_errors(inputs: HealthInputs) -> Finding:
     """Fail on any crash event; pass when the log shows none."""
     ev_frame = inputs.frame("event")
     if ev_frame.empty:  # a log without launcher lines (torchrun) still shows no error
+        if probe_failed := _probe_failure(inputs):
+            return probe_failed
         if any(inputs.has_rows(k) for k in _STEP_KINDS):
             return Finding(Status.PASS, _NO_ERROR)
         return Finding(
@@ -53,7 +56,7 @@ def check_errors(inputs: HealthInputs) -> Finding:
     exits = ev_frame[ev_frame["name"] == "worker_exit"]
     bad, failed = _failures(ev_frame, exits)
     if bad.empty and failed.empty:
-        return _clean_end(inputs, ev_frame, exits)
+        return _probe_failure(inputs) or _clean_end(inputs, ev_frame, exits)
     ev = _failure_evidence(bad, failed)
     summary = f"{len(bad)} error event(s), {len(failed)} failed worker(s)"
     relaunch = _relaunch_after(ev_frame, pd.concat([bad["ts"], failed["ts"]]))
@@ -121,6 +124,29 @@ def _failure_fix(bad: pd.DataFrame) -> str:
         "no traceback: a worker was killed by a signal or exited on its own. SIGKILL (-9) is "
         "most often the host's out-of-memory killer (see `dmesg`) or the scheduler; SIGABRT "
         "(-6) a C++ abort, whose message is the line before the launcher's"
+    )
+
+
+def _probe_failure(inputs: HealthInputs) -> Finding | None:
+    """Ranks the probe saw die on an uncaught exception, when the log shows no error line.
+
+    A worker's traceback goes to its own stderr, which is not always the log dsmon follows
+    (a launcher writing each rank's output to a file of its own, a script logging to a file).
+    """
+    failed = m.failed_ranks(inputs)
+    if not failed:
+        return None
+    first = failed[0]
+    return Finding(
+        Status.FAIL,
+        f"rank {first.rank} died first, on an uncaught exception "
+        f"({first.error or 'unknown error'}); the log followed shows no traceback",
+        tuple(
+            Evidence(f"rank {s.rank}", s.where(), "dsmon run's probe, last heartbeat")
+            for s in failed
+        ),
+        "the traceback is in the rank's own output (stderr): look there for its cause",
+        "text",
     )
 
 
@@ -208,8 +234,8 @@ def check_stalled(inputs: HealthInputs) -> Finding:
     """Fail when steps stopped while other data (GPU samples, log lines) keeps arriving."""
     if m.job_finished(inputs):  # needs no clock: a replay says it too, as ``dsmon check`` does
         return Finding(Status.PASS, "the launcher reported the workers' exit: run finished")
-    if exited := m.exited_ranks(inputs):
-        return Finding(Status.PASS, f"all {exited} ranks exited normally: run finished")
+    if ended := m.ended_ranks(inputs):
+        return Finding(Status.PASS, f"{m.ended_text(ended)}: run finished")
     if inputs.now is None:
         return Finding(Status.UNKNOWN, "only judged live (replaying a finished log)")
     last_step = _last_ts(inputs, _STEP_TIME_KINDS)

@@ -461,7 +461,10 @@ PROBE_PHASES = (
     "step",  # inside DeepSpeedEngine.step
     "outside",  # between engine calls: data loading, the user's own code
     "exited",  # the process ended normally
+    "failed",  # the process ended on an uncaught exception (``error`` names it)
 )
+#: The phases of a rank's last heartbeat when its process has ended.
+ENDED_PHASES = ("exited", "failed")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -499,6 +502,7 @@ class HeartbeatRecord(Record):
     so a heartbeat that stops means a stopped or dead process. ``step`` is the step the rank
     is working on; ``collective`` names the ``deepspeed.comm`` call it is in (``all_reduce``),
     when it is in one; ``phase_since`` is when it entered the phase (same clock as ``ts``).
+    ``error`` is the uncaught exception (``RuntimeError: ...``) of a ``failed`` rank.
     """
 
     KIND: ClassVar[str] = "heartbeat"
@@ -506,6 +510,7 @@ class HeartbeatRecord(Record):
     collective: str | None = None
     phase_since: str | None = None
     pid: int | None = None
+    error: str | None = None
 
 
 RECORD_TYPES: tuple[type[Record], ...] = (

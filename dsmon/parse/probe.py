@@ -107,6 +107,7 @@ def _heartbeat(obj: Mapping[str, Any], src: Source) -> HeartbeatRecord:
         collective=_text(obj, "collective"),
         phase_since=None if since is None else _time(obj, "phase_since"),
         pid=_int(obj, "pid"),
+        error=_text(obj, "error"),
     )
 
 
