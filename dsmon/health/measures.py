@@ -260,6 +260,21 @@ def job_finished(inputs: HealthInputs) -> bool:
     return not ev.empty and bool((ev["name"] == "worker_exit").any())
 
 
+def _last_beats(inputs: HealthInputs) -> list[ranks.RankState]:
+    """Every rank's newest heartbeat, once a rank's process has ended (else none to look at).
+
+    Kept per evaluation: run.stalled, ranks.hang and run.errors all ask, and each answer would
+    sort the whole heartbeat frame again.
+    """
+    if "last_beats" not in inputs.derived:
+        beats = inputs.frame("heartbeat")
+        ended = not beats.empty and bool(beats["phase"].isin(ENDED_PHASES).any())
+        # live, before any rank ended: no sort of every beat
+        inputs.derived["last_beats"] = ranks.rank_states(beats, beats["ts"].max()) if ended else []
+    states: list[ranks.RankState] = inputs.derived["last_beats"]
+    return states
+
+
 def ended_ranks(inputs: HealthInputs) -> list[ranks.RankState]:
     """Every rank's last heartbeat, when the probe says each rank's process has ended.
 
@@ -267,10 +282,7 @@ def ended_ranks(inputs: HealthInputs) -> list[ranks.RankState]:
     launcher lines, and this is how a run tells that it finished; a ``failed`` rank ended on
     an uncaught exception.
     """
-    beats = inputs.frame("heartbeat")
-    if beats.empty or not beats["phase"].isin(ENDED_PHASES).any():  # live: no sort of every beat
-        return []
-    states = ranks.rank_states(beats, beats["ts"].max())
+    states = _last_beats(inputs)
     return states if states and all(s.phase in ENDED_PHASES for s in states) else []
 
 
@@ -279,16 +291,17 @@ def failed_ranks(inputs: HealthInputs) -> list[ranks.RankState]:
 
     In the order they died: the first is most often the cause, the others fail waiting on it.
     """
-    beats = inputs.frame("heartbeat")
-    if beats.empty or not (beats["phase"] == "failed").any():
-        return []
-    states = ranks.rank_states(beats, beats["ts"].max())
+    return _in_death_order(_last_beats(inputs))
+
+
+def _in_death_order(states: list[ranks.RankState]) -> list[ranks.RankState]:
+    """The ``failed`` ranks among ``states``, the first to die first."""
     return sorted((s for s in states if s.phase == "failed"), key=lambda s: s.last_seen)
 
 
 def ended_text(states: list[ranks.RankState]) -> str:
     """How the ranks ended, in words: ``all 2 ranks exited normally`` or who failed on what."""
-    failed = sorted((s for s in states if s.phase == "failed"), key=lambda s: s.last_seen)
+    failed = _in_death_order(states)
     if not failed:
         return f"all {len(states)} ranks exited normally"
     first = failed[0]  # the first to die: the others often fail because it did
@@ -337,7 +350,7 @@ def probe_progress(inputs: HealthInputs, column: str) -> tuple[float, int] | Non
     rows = rs[["step", column]].dropna()
     if rows.empty:
         return None
-    last = rows.sort_values("step", kind="stable").iloc[-1]
+    last = rows.iloc[int(rows["step"].to_numpy().argmax())]  # no sort of every rank's rows
     return float(last[column]), int(last["step"])
 
 
