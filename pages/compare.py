@@ -5,10 +5,11 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dsmon.analysis import compare, training
+from dsmon.analysis import compare, ranks, training
 from dsmon.analysis.downsample import downsample
 from dsmon.figures import compare as fig
 from dsmon.model.ds_config import preferred_config
+from dsmon.view import rank_views
 from dsmon.view.cache import RunFrames
 from dsmon.view.cutoff import OPEN
 from dsmon.view.hub import FrameHub
@@ -47,7 +48,7 @@ def series_and_config(frames: RunFrames) -> tuple[pd.DataFrame, dict[str, object
         kinds = [k for k in KINDS if not k.startswith("rec:")]
         data = {k: frames.frame(k) for k in kinds}
         if data["timer"].empty:  # no timer lines: the probe's step times, if it ran
-            data["rank_step"] = frames.frame("rank_step")
+            data[ranks.STATS_KEY] = rank_views.stats(frames)
         return compare.run_series(data, tbs), config
 
     # the whole run (OPEN): runs are compared as they are, whatever the replay step

@@ -12,7 +12,7 @@ from dsmon.figures import steps as fig
 from dsmon.figures import training as training_fig
 from dsmon.figures.common import fmt_ms, rounded
 from dsmon.health import thresholds as th
-from dsmon.view import step_views
+from dsmon.view import rank_views, step_views
 from ui.charts import chart
 from ui.page import live_body, page_header, page_view
 
@@ -138,12 +138,15 @@ def zero_timers() -> None:
 def without_timers() -> None:
     """Speed from the lines the run did print (or the probe timed), without engine timers."""
     f, cut = view.frames, view.cutoff
-    kinds = ["throughput", "iteration", "rank_step"]
+    kinds = ["throughput", "iteration"]
     series = f.memo(
         "steps.speed",
-        kinds,
+        [*kinds, "rank_step"],
         cut,
-        lambda: training.joined([training.kind_series(k, f.frame(k, cut)) for k in kinds]),
+        lambda: training.joined(
+            [training.kind_series(k, f.frame(k, cut)) for k in kinds]
+            + [training.probe_series(rank_views.stats(f, cut))]
+        ),
     )
     speed = training.only_metrics(series, SPEED)
     st.info(
@@ -167,19 +170,20 @@ def without_timers() -> None:
 def every_rank() -> None:
     """Per-rank busy time, straggler score and where each rank is, from the probe."""
     f, cut = view.frames, view.cutoff
-    table = f.memo(
-        "steps.rank_table",
+    per_step = rank_views.stats(f, cut)
+    if per_step.empty:
+        no_step_times(rank_views.beats(f, cut))
+        return
+    strag = f.memo("steps.stragglers", ["rank_step"], cut, lambda: ranks.stragglers(per_step))
+    counts = f.memo(
+        "steps.slowest_counts",
         ["rank_step"],
         cut,
-        lambda: ranks.rank_step_table(f.frame("rank_step", cut)),
+        lambda: ranks.slowest_counts(steps.steady(strag)),
     )
-    if table.empty:
-        no_step_times(f.frame("heartbeat", cut))
-        return
-    strag = f.memo("steps.stragglers", ["rank_step"], cut, lambda: ranks.stragglers(table))
-    counts = ranks.slowest_counts(ranks.stragglers(steps.steady(table)))
+    busy = rank_views.busy(f, cut)
     left, mid, right = st.columns(3)
-    left.metric("ranks", str(table["rank"].nunique()))
+    left.metric("ranks", str(busy["rank"].nunique()))
     steady = steps.steady(strag)
     mid.metric(
         "straggler score p50", f"{steady['score'].median():.2f}" if not steady.empty else "—"
@@ -187,10 +191,7 @@ def every_rank() -> None:
     if not counts.empty:
         top = counts.iloc[0]
         right.metric("slowest most often", f"rank {int(top['rank'])} ({top['share']:.0%} of steps)")
-    chart(
-        ranks_fig.busy_figure(downsample(table, "step", ["busy_ms"], by="rank")),
-        "steps.busy_figure",
-    )
+    chart(ranks_fig.busy_figure(busy), "steps.busy_figure")
     chart(
         ranks_fig.straggler_figure(downsample(strag, "step", ["score"]), th.STRAGGLER_WARN),
         "steps.straggler_figure",
@@ -200,7 +201,7 @@ def every_rank() -> None:
         "collectives: every rank's step lasts as long as the slowest one's, so the ranks "
         "that wait are the fast ones. Score 1.0 = balanced."
     )
-    where_ranks(f.frame("heartbeat", cut))
+    where_ranks(rank_views.beats(f, cut))
 
 
 def no_step_times(beats: pd.DataFrame) -> None:

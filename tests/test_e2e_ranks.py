@@ -100,7 +100,17 @@ def test_a_slow_rank_is_named(job: dict[str, Any], monkeypatch: pytest.MonkeyPat
     table = ranks.rank_step_table(frame(job["store"], "rank_step"))
     assert sorted(set(table["rank"])) == [0, 1]
     assert len(table) == 24
-    strag = ranks.stragglers(table)
+    stored = open_store(job["store"])
+    try:  # the store's per-step figures, kept as the records arrived, agree with the records
+        per_step = stored.rank_step_stats("job1")
+    finally:
+        stored.close()
+    assert per_step is not None
+    from_records = ranks.step_stats(frame(job["store"], "rank_step"))
+    pd.testing.assert_frame_equal(
+        per_step[list(from_records.columns)], from_records, check_dtype=False
+    )
+    strag = ranks.stragglers(per_step)
     counts = ranks.slowest_counts(strag)
     assert counts.iloc[0]["rank"] == 1 and counts.iloc[0]["share"] >= 0.9
     # The ranks' wall times are alike (rank 0 waits for rank 1); their busy times are not.

@@ -62,7 +62,7 @@ def test_busy_time_and_straggler_of_the_real_run() -> None:
     assert len(table) == 40
     last0 = table[(table["step"] == 20) & (table["rank"] == 0)].iloc[0]
     assert round(last0["busy_ms"], 3) == round(252.442 - 239.366, 3)  # read off rank-0.jsonl
-    strag = ranks.stragglers(table)
+    strag = ranks.stragglers(ranks.step_stats(records_frame("rank_step", real_records())))
     assert list(strag["step"]) == list(range(1, 21))
     assert set(strag["slowest_rank"]) == {1}
     assert (strag["score"] > 1.3).all()
@@ -164,6 +164,6 @@ def test_a_step_not_yet_reported_by_every_rank_is_left_out() -> None:
     recs = [step_rec(r, s, 100, 10) for r in range(3) for s in range(1, 5)]
     recs.append(step_rec(0, 5, 100, 10))  # live: step 5 has arrived from rank 0 only so far
     recs.append(step_rec(1, 5, 100, 90))
-    strag = ranks.stragglers(ranks.rank_step_table(records_frame("rank_step", recs)))
+    strag = ranks.stragglers(ranks.step_stats(records_frame("rank_step", recs)))
     assert list(strag["step"]) == [1, 2, 3, 4]
     assert set(strag["ranks"]) == {3}

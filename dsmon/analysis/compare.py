@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from dsmon.analysis.comm import comm_share, per_step
-from dsmon.analysis.ranks import step_wall_ms
+from dsmon.analysis.ranks import STATS_KEY, step_wall_ms
 from dsmon.analysis.steps import step_breakdown
 from dsmon.analysis.training import training_series
 from dsmon.model.ds_config import section
@@ -62,15 +62,16 @@ def run_series(
 
     Args:
         frames: the run's record frames by kind (``timer`` and the kinds of
-            :func:`dsmon.analysis.training.training_series`; ``rank_step`` for the step time
-            of a run without timer lines).
+            :func:`dsmon.analysis.training.training_series`; the probe's per-step figures
+            under ``dsmon.analysis.ranks.STATS_KEY`` for the step time of a run without
+            timer lines).
         train_batch_size: to place csv_monitor points on the step axis.
     """
     breakdown = step_breakdown(frames.get("timer", pd.DataFrame()))
     training = training_series(frames, train_batch_size)
     step_time = per_step(breakdown, "total_ms")
     if step_time.empty:
-        step_time = step_wall_ms(frames.get("rank_step", pd.DataFrame()))
+        step_time = step_wall_ms(frames.get(STATS_KEY, pd.DataFrame()))
     parts = [
         _rows(step_time, "step time"),
         _rows(_one_source(training, "samples/s"), "samples/s"),

@@ -18,69 +18,153 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from dsmon.model.records import ENDED_PHASES
+from dsmon.store.rank_sql import STAT_COLUMNS
+from dsmon.store.rank_tables import BUSY_COLUMNS
 
 RANK_STEP_COLUMNS = ("step", "rank", "fwd_ms", "bwd_ms", "step_ms", "comm_ms", "total_ms")
-TABLE_COLUMNS = (*RANK_STEP_COLUMNS, "busy_ms")
+#: What the probe adds to a step besides its times (probes before 2026-12-05 wrote neither).
+_ENGINE_COLUMNS = ("skipped_steps", "loss_scale")
+TABLE_COLUMNS = (*RANK_STEP_COLUMNS, "busy_ms", "ts", *_ENGINE_COLUMNS)
+#: One row per step (:func:`step_stats`): what the store keeps in ``rank_step_stats``, less
+#: the ``id`` a live reader pages with.
+STEP_STAT_COLUMNS = tuple(c for c in STAT_COLUMNS if c != "id")
+#: Where a frames mapping (the checklist's inputs, Compare's) holds :func:`step_stats`.
+STATS_KEY = "rank_step:stats"
 STRAGGLER_COLUMNS = ("step", "ranks", "slowest_rank", "slowest_ms", "median_ms", "score")
+#: Up to this many ranks, each rank's busy time is drawn as a line; more as a heatmap.
+LINE_RANKS = 16
+
+
+def _empty(columns: Sequence[str]) -> pd.DataFrame:
+    return pd.DataFrame(
+        {c: pd.Series(dtype="datetime64[ns]" if c == "ts" else "float64") for c in columns}
+    )
 
 
 def rank_step_table(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per step and rank with ``busy_ms``, from the store's ``rank_step`` frame.
 
-    The same line read twice (a collector restarted on a copied file) counts once; rows
-    without a step or rank cannot be placed and are dropped.
+    The same step of a rank stored twice (a collector restarted on a copied file, a job
+    resumed from a checkpoint) counts once, the last stored; rows without a step or rank
+    cannot be placed and are dropped.
     """
     if frame.empty or "rank" not in frame.columns:
-        return pd.DataFrame({c: pd.Series(dtype="float64") for c in TABLE_COLUMNS})
-    out = frame[list(RANK_STEP_COLUMNS)].dropna(subset=["step", "rank"])
-    out = out.drop_duplicates(subset=["step", "rank"], keep="last")
-    out = out.astype({c: "float64" for c in RANK_STEP_COLUMNS[2:]})
+        return _empty(TABLE_COLUMNS)
+    out = frame.dropna(subset=["step", "rank"]).drop_duplicates(
+        subset=["step", "rank"], keep="last"
+    )
+    out = out.reindex(columns=[*RANK_STEP_COLUMNS, "ts", *_ENGINE_COLUMNS])
+    out = out.astype({c: "float64" for c in (*RANK_STEP_COLUMNS[2:], *_ENGINE_COLUMNS)})
     waited = out["comm_ms"].fillna(0.0)
     out["busy_ms"] = (out["total_ms"] - waited).clip(lower=0.0)
-    return out.sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
+    out = out.sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
+    return out[list(TABLE_COLUMNS)]
 
 
-def step_wall_ms(rank_steps: pd.DataFrame) -> pd.Series:
-    """Each optimizer step's wall time as the probe measured it: the slowest rank's ``total_ms``.
+def step_stats(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per step: ranks timed, the slowest rank and its busy time, medians, wall time.
 
-    For a run without engine timer lines (DeepSpeed's default log level) it is the only step
-    time there is; it also holds what the script does between steps (data loading, logging).
+    ``ranks`` counts the ranks with a busy time; ``slowest_rank`` is the lowest-numbered of
+    equals; ``wall_ms`` is the slowest rank's step time (the step's wall time, see
+    :func:`step_wall_ms`); ``waited`` counts the ranks seen blocked in a collective;
+    ``skipped_steps`` and ``loss_scale`` are the engine's (the same on every rank). The store
+    keeps this table as records arrive (``Store.rank_step_stats``); this is the same from a
+    frame, for logs read into memory and for replay positions.
     """
-    if rank_steps.empty or not {"step", "total_ms"} <= set(rank_steps.columns):
-        return pd.Series(dtype="float64")
-    rows = rank_steps[["step", "total_ms"]].dropna()
-    return rows.groupby("step")["total_ms"].max().astype("float64")
-
-
-def stragglers(table: pd.DataFrame) -> pd.DataFrame:
-    """Per step seen by every rank: the slowest rank, its busy time, the median, the score.
-
-    ``score`` = slowest busy time / median busy time over the step's ranks. A step is kept
-    when as many ranks reported it as reported any step (and at least two): live, the newest
-    step's lines arrive rank by rank, and a step missing its slowest rank would misname it.
-    """
-    valid = table.dropna(subset=["busy_ms"])
-    counts = valid.groupby("step")["busy_ms"].transform("size")
-    valid = valid[(counts >= 2) & (counts == (counts.max() if len(counts) else 0))]
-    if valid.empty:
-        return pd.DataFrame({c: pd.Series(dtype="float64") for c in STRAGGLER_COLUMNS})
-    by_step = valid.groupby("step")["busy_ms"]
-    slow = valid.loc[by_step.idxmax()].set_index("step")
+    table = rank_step_table(frame)
+    if table.empty:
+        return _empty(STEP_STAT_COLUMNS)
+    by = table.groupby("step", sort=True)
+    timed = table.dropna(subset=["busy_ms"])
+    slowest = timed.loc[timed.groupby("step")["busy_ms"].idxmax()].set_index("step")["rank"]
     out = pd.DataFrame(
         {
-            "ranks": by_step.size(),
-            "slowest_rank": slow["rank"].astype("int64"),
-            "slowest_ms": slow["busy_ms"],
-            "median_ms": by_step.median(),
+            "ts": by["ts"].max(),
+            "ranks": by["busy_ms"].count().astype("float64"),
+            "slowest_rank": slowest,
+            "slowest_ms": by["busy_ms"].max(),
+            "median_ms": by["busy_ms"].median(),
+            "wall_ms": by["total_ms"].max(),
+            "median_total_ms": by["total_ms"].median(),
+            "waited": by["comm_ms"].count().astype("float64"),
+            "skipped_steps": by["skipped_steps"].max(),
+            "loss_scale": by["loss_scale"].max(),
         }
     )
-    out["score"] = out["slowest_ms"] / out["median_ms"].where(out["median_ms"] > 0)
-    out = out.reset_index()
-    out["step"] = out["step"].astype("int64")
-    return out[list(STRAGGLER_COLUMNS)]
+    return out.reset_index()[list(STEP_STAT_COLUMNS)]
+
+
+def busy_buckets(table: pd.DataFrame, width: int) -> pd.DataFrame:
+    """Each rank's busy time per bucket of ``width`` steps (``step``: the bucket's first).
+
+    From :func:`rank_step_table`; ``busy_ms`` is the mean, ``n`` the steps with a busy time.
+    """
+    if table.empty:
+        return _empty(BUSY_COLUMNS)
+    bucket = (table["step"] // width) * width
+    by = table.groupby([table["rank"], bucket.rename("step")])["busy_ms"]
+    out = by.agg(n="count", total="sum", min_ms="min", max_ms="max").reset_index()
+    out["busy_ms"] = out["total"] / out["n"].where(out["n"] > 0)
+    out["n"] = out["n"].astype("float64")
+    return out[list(BUSY_COLUMNS)]
+
+
+def last_beats(heartbeats: pd.DataFrame) -> pd.DataFrame:
+    """Each rank's newest heartbeat (by time, then line): what the checklist and page read.
+
+    The store keeps their ids as heartbeats arrive (``Store.last_heartbeats``).
+    """
+    if heartbeats.empty or "rank" not in heartbeats.columns:
+        return heartbeats
+    known = heartbeats.dropna(subset=["rank", "ts"])
+    newest = known.sort_values(["ts", "line"], kind="stable").groupby("rank").tail(1)
+    return newest.sort_values("rank").reset_index(drop=True)
+
+
+def step_wall_ms(stats: pd.DataFrame) -> pd.Series:
+    """Each optimizer step's wall time as the probe measured it: the slowest rank's ``total_ms``.
+
+    From :func:`step_stats`. For a run without engine timer lines (DeepSpeed's default log
+    level) it is the only step time there is; it also holds what the script does between
+    steps (data loading, logging).
+    """
+    if stats.empty or not {"step", "wall_ms"} <= set(stats.columns):
+        return pd.Series(dtype="float64")
+    rows = stats[["step", "wall_ms"]].dropna()
+    return rows.set_index("step")["wall_ms"].astype("float64").rename("total_ms")
+
+
+def stragglers(stats: pd.DataFrame) -> pd.DataFrame:
+    """Per step seen by every rank: the slowest rank, its busy time, the median, the score.
+
+    From :func:`step_stats`. ``score`` = slowest busy time / median busy time over the
+    step's ranks. A step is kept when as many ranks reported it as reported any step (and
+    at least two): live, the newest step's lines arrive rank by rank, and a step missing its
+    slowest rank would misname it.
+    """
+    if stats.empty:
+        return _empty(STRAGGLER_COLUMNS)
+    n = stats["ranks"].to_numpy()
+    keep = (n >= 2) & (n == n.max())  # one pass, one copy: a million steps live
+    if not keep.any():
+        return _empty(STRAGGLER_COLUMNS)
+    slowest, median = stats["slowest_ms"].to_numpy()[keep], stats["median_ms"].to_numpy()[keep]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        score = np.where(median > 0, slowest / median, np.nan)
+    return pd.DataFrame(
+        {
+            "step": stats["step"].to_numpy()[keep].astype("int64"),
+            "ranks": n[keep],
+            "slowest_rank": stats["slowest_rank"].to_numpy()[keep].astype("int64"),
+            "slowest_ms": slowest,
+            "median_ms": median,
+            "score": score,
+        }
+    )
 
 
 def slowest_counts(strag: pd.DataFrame) -> pd.DataFrame:

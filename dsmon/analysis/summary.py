@@ -202,12 +202,13 @@ def _probe_ended(store: Store, run: str) -> tuple[int, tuple[str, ...]]:
     """How many ranks ended, when the newest heartbeat of every rank says so, and who failed.
 
     ``torchrun`` prints no launcher lines, so without ``dsmon run``'s probe nothing says that
-    its workers exited. One streaming pass keeps the newest beat of each rank (by time, then
-    line), as the checklist's run.stalled reads them. A ``failed`` beat names the uncaught
-    exception its rank died on.
+    its workers exited. The newest beat of each rank (by time, then line) is the store's
+    (``Store.last_heartbeats``), or, in an older store, found in one streaming pass. A
+    ``failed`` beat names the uncaught exception its rank died on.
     """
+    kept = store.last_heartbeats(run)
     newest: dict[int, tuple[tuple[str, int], HeartbeatRecord]] = {}
-    for rec in store.scan(run, "heartbeat"):
+    for rec in kept if kept is not None else store.scan(run, "heartbeat"):
         rank, ts = rec.src.rank, rec.ts
         if rank is None or ts is None or not isinstance(rec, HeartbeatRecord):
             continue

@@ -148,7 +148,29 @@ def kind_series(
     Step-local (a step's points come from that step's rows only), so the dashboard keeps it
     per kind and adds the points of new steps only (``dsmon.view.fold``).
     """
-    parts = _kind_parts(kind, frame, train_batch_size)
+    return _sorted_points(_kind_parts(kind, frame, train_batch_size))
+
+
+def probe_series(stats: pd.DataFrame) -> pd.DataFrame:
+    """The points of the probe's per-step figures (``dsmon.analysis.ranks.step_stats``).
+
+    What the log shows only at INFO: the step's wall time (the slowest rank's, the others
+    waited for it), and the engine's skipped-step counter and loss scale.
+    """
+    if stats.empty or "step" not in stats.columns:
+        return _sorted_points([])
+    per_step = stats.rename(columns={"wall_ms": "total_ms"})
+    return _sorted_points(
+        [
+            _points(per_step, "total_ms", "iteration time", PROBE_SOURCE),
+            _points(per_step, "loss_scale", "loss scale", PROBE_SOURCE),
+            _points(per_step, "skipped_steps", "skipped steps", PROBE_SOURCE),
+        ]
+    )
+
+
+def _sorted_points(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """Parts of long-form points in one frame, sorted by step."""
     parts = [p for p in parts if not p.empty]
     if not parts:
         return pd.DataFrame(columns=list(SERIES_COLUMNS))
@@ -175,26 +197,7 @@ def _kind_parts(kind: str, frame: pd.DataFrame, tbs: int | None) -> list[pd.Data
         return [_points(frame, "allocated_bytes", "memory allocated", "see_memory_usage", 1 / GIB)]
     if kind == "loss_scale":
         return [_points(frame, "new_scale", "loss scale", "loss-scale message")]
-    if kind == "rank_step":
-        return _probe_parts(frame)
     return _monitor(frame, tbs) if kind == "monitor" else []
-
-
-def _probe_parts(frame: pd.DataFrame) -> list[pd.DataFrame]:
-    """The probe's step lines, one point per step: what the log shows only at INFO.
-
-    The step's wall time is the slowest rank's (the others waited for it); the skipped-step
-    counter and loss scale are the engine's, the same on every rank.
-    """
-    cols = [c for c in ("total_ms", "skipped_steps", "loss_scale") if c in frame.columns]
-    if frame.empty or "step" not in frame.columns or not cols:
-        return []
-    per_step = frame.groupby("step", sort=True)[cols].max().reset_index()
-    return [
-        _points(per_step, "total_ms", "iteration time", PROBE_SOURCE),
-        _points(per_step, "loss_scale", "loss scale", PROBE_SOURCE),
-        _points(per_step, "skipped_steps", "skipped steps", PROBE_SOURCE),
-    ]
 
 
 def _iteration_parts(it: pd.DataFrame) -> list[pd.DataFrame]:

@@ -10,20 +10,28 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
+from dsmon.analysis.ranks import LINE_RANKS
 from dsmon.figures.common import empty, layout, rank_label, scatter
 
 NO_PROBE = "No per-rank data: start the job with dsmon run -- <launch command>."
 
 
 def busy_figure(
-    table: pd.DataFrame,
+    buckets: pd.DataFrame,
     title: str = "Busy time per rank (step time minus waiting in collectives, ms)",
 ) -> go.Figure:
-    """One line per rank of its busy time per step: a straggler is the top line."""
-    if table.empty:
+    """Each rank's busy time per step bucket: a straggler is the top line, or the bright row.
+
+    ``buckets``: ``dsmon.analysis.ranks.BUSY_COLUMNS`` (the mean per bucket, its first
+    step). Past ``LINE_RANKS`` ranks, lines hide each other: a heatmap shows them all.
+    """
+    if buckets.empty:
         return empty(NO_PROBE, title)
+    n_ranks = buckets["rank"].nunique()
+    if n_ranks > LINE_RANKS:
+        return _busy_heatmap(buckets, title)
     fig = go.Figure()
-    for rank, rows in table.groupby("rank", sort=True):
+    for rank, rows in buckets.groupby("rank", sort=True):
         fig.add_trace(
             scatter(
                 len(rows),
@@ -31,10 +39,32 @@ def busy_figure(
                 y=rows["busy_ms"],
                 name=rank_label(rank),
                 mode="lines",
+                customdata=rows[["min_ms", "max_ms"]].to_numpy(),
+                hovertemplate="step %{x}: %{y:.1f} ms (min %{customdata[0]:.1f}, "
+                "max %{customdata[1]:.1f})<extra>%{fullData.name}</extra>",
             )
         )
     fig.update_xaxes(title_text="optimizer step")
     return layout(fig, title)
+
+
+def _busy_heatmap(buckets: pd.DataFrame, title: str) -> go.Figure:
+    """Ranks x step buckets of the mean busy time."""
+    grid = buckets.pivot_table(index="rank", columns="step", values="busy_ms", aggfunc="mean")
+    fig = go.Figure(
+        go.Heatmap(
+            z=grid.to_numpy(dtype="float32"),  # sent as 4 bytes a cell, not 8
+            x=grid.columns.to_numpy(),
+            y=[rank_label(r) for r in grid.index],
+            colorscale="Viridis",
+            colorbar={"title": {"text": "ms"}},
+            hovertemplate="%{y}, steps from %{x}: %{z:.1f} ms<extra></extra>",
+        )
+    )
+    fig.update_yaxes(autorange="reversed")  # rank 0 on top
+    fig.update_xaxes(title_text="optimizer step")
+    height = max(260, min(900, 14 * len(grid.index) + 120))
+    return layout(fig, title, height=height)
 
 
 def straggler_figure(

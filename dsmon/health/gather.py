@@ -18,9 +18,17 @@ from typing import Any
 
 import pandas as pd
 
+from dsmon.analysis import ranks
 from dsmon.analysis.step_stats import StatSource
 from dsmon.health.config_view import ConfigView, auto_paths, ds_config_from_effective
-from dsmon.health.inputs import DP_FROM_WORLD, HealthInputs, LazyFrames, RunFacts
+from dsmon.health.inputs import (
+    DP_FROM_WORLD,
+    LAST_BEATS,
+    RANK_STATS,
+    HealthInputs,
+    LazyFrames,
+    RunFacts,
+)
 from dsmon.health.schema import Version, parse_version
 from dsmon.model.ds_config import preferred_config
 from dsmon.model.frames import records_frame
@@ -45,6 +53,8 @@ FRAME_KINDS = (
     "coordinator_event",
     "memory",
 )
+#: Kinds the rules read through :data:`RANK_STATS` and :data:`LAST_BEATS` only.
+_PROBE_KINDS = frozenset({"rank_step", "heartbeat"})
 #: The frame key of the per-GPU summary (``Store.gpu_summary``) the GPU rules read.
 GPU_SUMMARY = "gpu_summary"
 #: Comm backends that only run on accelerators.
@@ -79,14 +89,42 @@ def inputs_from_store(
     config: ConfigView | None = None,
     now: datetime | None = None,
 ) -> HealthInputs:
-    """Inputs for one run of a store (``dsmon check --store PATH --run NAME``)."""
-    frames = {k: store.frame(run, k) for k in FRAME_KINDS}
-    frames[GPU_SUMMARY] = store.gpu_summary(run)
+    """Inputs for one run of a store (``dsmon check --store PATH --run NAME``).
+
+    Everything the rules read is read now (the caller may close the store next), but the
+    probe's records: the rules read the store's per-step figures and newest heartbeats
+    instead, never a 64-rank run's millions of probe records.
+    """
+    loaders: dict[str, Callable[[], pd.DataFrame]] = {
+        k: functools.partial(store.frame, run, k) for k in FRAME_KINDS
+    }
+    loaders[GPU_SUMMARY] = functools.partial(store.gpu_summary, run)
+    loaders[RANK_STATS] = functools.partial(store_rank_stats, store, run)
+    loaders[LAST_BEATS] = functools.partial(store_last_beats, store, run)
     info = next((r for r in store.runs() if r.name == run), None)
+    counts = info.kinds if info else {}
+    frames = LazyFrames(loaders, lambda kind: counts.get(kind, 0) > 0)
+    for kind in loaders:
+        if kind not in _PROBE_KINDS:
+            frames[kind]  # noqa: B018  (loaded now, while the store is open)
     nodes = set(info.nodes) if info else set()
     return build_inputs(
         frames, store.records(run, "config"), run=run, config=config, now=now, node_names=nodes
     )
+
+
+def store_rank_stats(store: Store, run: str) -> pd.DataFrame:
+    """The probe's per-step figures: the store's, or computed from its records (older store)."""
+    got = store.rank_step_stats(run)
+    return got if got is not None else ranks.step_stats(store.frame(run, "rank_step"))
+
+
+def store_last_beats(store: Store, run: str) -> pd.DataFrame:
+    """Each rank's newest heartbeat: the store's, or found among its records (older store)."""
+    got = store.last_heartbeats(run)
+    if got is None:
+        return ranks.last_beats(store.frame(run, "heartbeat"))
+    return records_frame("heartbeat", got)
 
 
 def inputs_from_frames(

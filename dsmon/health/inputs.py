@@ -15,18 +15,24 @@ from typing import Any
 
 import pandas as pd
 
+from dsmon.analysis import ranks
 from dsmon.analysis.step_stats import StatSource
 from dsmon.health.config_view import ConfigView
 from dsmon.health.schema import Version, version_text
 
 #: Keys of :attr:`HealthInputs.frames` for per-step views of the timer rows that a caller
 #: already holds (the dashboard's, updated with new steps only): a rule that needs one takes
-#: it instead of computing it from every timer row (``dsmon.health.measures.step_view``).
+#: it instead of computing it from every timer row (:func:`step_view`).
 BREAKDOWN = "timer:breakdown"
 MICRO = "timer:micro"
 COORDINATOR = "timer:coordinator"
 #: Likewise of the ``step=`` lines: ``dsmon.analysis.steps.skipped_counts``.
 SKIPPED = "step:skipped"
+#: Per-step figures of the probe's ``rank_step`` records (``dsmon.analysis.ranks.step_stats``)
+#: and each rank's newest heartbeat (``ranks.last_beats``), which a store keeps as records
+#: arrive: the rules read these, never a 64-rank run's millions of probe records.
+RANK_STATS = ranks.STATS_KEY
+LAST_BEATS = "heartbeat:last"
 #: Key of a frame indexed by kind whose ``ts`` is that kind's newest timestamp: the stall
 #: rule asks on every live refresh, and a maximum over every row would cost a scan each time.
 NEWEST_TS = "newest_ts"
@@ -134,3 +140,22 @@ class HealthInputs:
         if isinstance(self.frames, LazyFrames):
             return self.frames.has_rows(kind)
         return not self.frame(kind).empty
+
+
+def step_view(
+    inputs: HealthInputs,
+    key: str,
+    fn: Callable[[pd.DataFrame], pd.DataFrame],
+    kind: str = "timer",
+) -> pd.DataFrame:
+    """``fn`` of one kind's rows, computed once per evaluation (``HealthInputs.derived``).
+
+    A caller that already holds it (the dashboard, whose copy grows with new steps only)
+    passes it among the frames under ``key``, and it is taken from there.
+    """
+    got = inputs.derived.get(key)
+    if got is None:
+        given = inputs.frames.get(key)
+        got = given if given is not None else fn(inputs.frame(kind))
+        inputs.derived[key] = got
+    return got

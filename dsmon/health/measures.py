@@ -9,7 +9,7 @@ plain numbers with their step range.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pandas as pd
@@ -17,8 +17,9 @@ import pandas as pd
 from dsmon.analysis import comm, ranks, step_stats, steps
 from dsmon.analysis.ranked import Ranked
 from dsmon.health import thresholds as th
-from dsmon.health.inputs import BREAKDOWN, HealthInputs
-from dsmon.model.records import ENDED_PHASES, ENGINE_INFO
+from dsmon.health.inputs import BREAKDOWN, HealthInputs, step_view
+from dsmon.health.probe_measures import rank_stats
+from dsmon.model.records import ENGINE_INFO
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,25 +58,6 @@ def all_steps(inputs: HealthInputs) -> pd.DataFrame:
     long run one breakdown takes a tenth of a second. Callers never change the frame.
     """
     return step_view(inputs, BREAKDOWN, steps.step_breakdown)
-
-
-def step_view(
-    inputs: HealthInputs,
-    key: str,
-    fn: Callable[[pd.DataFrame], pd.DataFrame],
-    kind: str = "timer",
-) -> pd.DataFrame:
-    """``fn`` of one kind's rows, computed once per evaluation (``HealthInputs.derived``).
-
-    A caller that already holds it (the dashboard, whose copy grows with new steps only)
-    passes it among the frames under ``key``, and it is taken from there.
-    """
-    got = inputs.derived.get(key)
-    if got is None:
-        given = inputs.frames.get(key)
-        got = given if given is not None else fn(inputs.frame(kind))
-        inputs.derived[key] = got
-    return got
 
 
 def breakdown(inputs: HealthInputs) -> pd.DataFrame:
@@ -147,7 +129,7 @@ def _step_times(inputs: HealthInputs) -> StepSeries | None:
         rows = steady(_stepped(it, "iteration")).dropna(subset=["elapsed_ms"])
         s = rows.groupby("step")["elapsed_ms"].max().astype("float64")
         return StepSeries(_series(s), "iteration lines (elapsed time per iteration)", "ms")
-    s = ranks.step_wall_ms(steady(inputs.frame("rank_step")))
+    s = ranks.step_wall_ms(steady(rank_stats(inputs)))
     if not s.empty:
         return StepSeries(_series(s), PROBE_STEP_SOURCE, "ms")
     tp = inputs.frame("throughput")
@@ -260,62 +242,6 @@ def job_finished(inputs: HealthInputs) -> bool:
     return not ev.empty and bool((ev["name"] == "worker_exit").any())
 
 
-def _last_beats(inputs: HealthInputs) -> list[ranks.RankState]:
-    """Every rank's newest heartbeat, once a rank's process has ended (else none to look at).
-
-    Kept per evaluation: run.stalled, ranks.hang and run.errors all ask, and each answer would
-    sort the whole heartbeat frame again.
-    """
-    if "last_beats" not in inputs.derived:
-        beats = inputs.frame("heartbeat")
-        ended = not beats.empty and bool(beats["phase"].isin(ENDED_PHASES).any())
-        # live, before any rank ended: no sort of every beat
-        inputs.derived["last_beats"] = ranks.rank_states(beats, beats["ts"].max()) if ended else []
-    states: list[ranks.RankState] = inputs.derived["last_beats"]
-    return states
-
-
-def ended_ranks(inputs: HealthInputs) -> list[ranks.RankState]:
-    """Every rank's last heartbeat, when the probe says each rank's process has ended.
-
-    Empty when some rank has not, or without the probe. Under ``torchrun`` the log has no
-    launcher lines, and this is how a run tells that it finished; a ``failed`` rank ended on
-    an uncaught exception.
-    """
-    states = _last_beats(inputs)
-    return states if states and all(s.phase in ENDED_PHASES for s in states) else []
-
-
-def failed_ranks(inputs: HealthInputs) -> list[ranks.RankState]:
-    """The ranks whose last heartbeat says their process died on an uncaught exception.
-
-    In the order they died: the first is most often the cause, the others fail waiting on it.
-    """
-    return _in_death_order(_last_beats(inputs))
-
-
-def _in_death_order(states: list[ranks.RankState]) -> list[ranks.RankState]:
-    """The ``failed`` ranks among ``states``, the first to die first."""
-    return sorted((s for s in states if s.phase == "failed"), key=lambda s: s.last_seen)
-
-
-def ended_text(states: list[ranks.RankState]) -> str:
-    """How the ranks ended, in words: ``all 2 ranks exited normally`` or who failed on what."""
-    failed = _in_death_order(states)
-    if not failed:
-        return f"all {len(states)} ranks exited normally"
-    first = failed[0]  # the first to die: the others often fail because it did
-    return (
-        f"all {len(states)} ranks ended, {len(failed)} on an uncaught exception, first "
-        f"rank {first.rank} ({_short(first.error or 'unknown error')})"
-    )
-
-
-def _short(text: str, limit: int = 100) -> str:
-    """``text`` cut to ``limit`` characters, marked when cut."""
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def trainer_formats(inputs: HealthInputs) -> frozenset[str]:
     """The Hugging Face Trainer's log dicts the run printed (``fmt`` of its iteration records).
 
@@ -338,20 +264,10 @@ SKIP_EVENTS = ("overflow", "bf16_overflow")
 _STEPPED = ("timer", "rank_step", "iteration", "throughput", "step")
 
 
-def probe_progress(inputs: HealthInputs, column: str) -> tuple[float, int] | None:
-    """The probe's newest ``skipped_steps`` or ``loss_scale`` and the step it was read at.
-
-    Each rank's engine reports the same counter and scale; the newest step of any rank wins.
-    None when the run has no probe lines with the figure (a log-only run, an older probe).
-    """
-    rs = inputs.frame("rank_step")
-    if rs.empty or column not in rs.columns:
-        return None
-    rows = rs[["step", column]].dropna()
-    if rows.empty:
-        return None
-    last = rows.iloc[int(rows["step"].to_numpy().argmax())]  # no sort of every rank's rows
-    return float(last[column]), int(last["step"])
+def _stepped_frame(inputs: HealthInputs, kind: str) -> pd.DataFrame:
+    """A kind's rows with their ``step`` (the probe's steps from their summary)."""
+    frame = rank_stats(inputs) if kind == "rank_step" else inputs.frame(kind)
+    return frame if "step" in frame.columns else pd.DataFrame({"step": pd.Series(dtype=float)})
 
 
 def overflow_skips(inputs: HealthInputs) -> tuple[int, int] | None:
@@ -364,7 +280,7 @@ def overflow_skips(inputs: HealthInputs) -> tuple[int, int] | None:
     ls = inputs.frame("loss_scale")
     if ls.empty or "event" not in ls.columns:
         return None  # before any step frame is loaded: most runs print no overflow at all
-    made = [inputs.frame(k)["step"].max() for k in _STEPPED if "step" in inputs.frame(k).columns]
+    made = [_stepped_frame(inputs, k)["step"].max() for k in _STEPPED]
     made = [s for s in made if pd.notna(s)]
     if not made:
         return None

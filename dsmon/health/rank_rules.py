@@ -13,6 +13,7 @@ import pandas as pd
 
 from dsmon.analysis import ranks
 from dsmon.health import measures as m
+from dsmon.health import probe_measures as pm
 from dsmon.health import thresholds as th
 from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Evidence, Finding, Status
@@ -34,11 +35,11 @@ _NO_PROBE = "no per-rank data: start the job with 'dsmon run -- <launch command>
 )
 def check_straggler(inputs: HealthInputs) -> Finding:
     """Warn or fail when one rank is persistently slower than the median rank."""
-    table = ranks.rank_step_table(inputs.frame("rank_step"))
-    if table.empty:
+    stats = pm.rank_stats(inputs)
+    if stats.empty:
         return not_applicable(_NO_PROBE)
-    steady = m.steady(table)
-    if steady["comm_ms"].isna().all():
+    steady = m.steady(stats)
+    if not (steady["waited"] > 0).any():
         return Finding(
             Status.UNKNOWN,
             "no rank was ever seen blocked in a collective (on a GPU, NCCL's collectives return "
@@ -80,9 +81,9 @@ def check_straggler(inputs: HealthInputs) -> Finding:
 
 
 def _stuck_limit(inputs: HealthInputs) -> float:
-    """max(HANG_MIN_S, HANG_STEP_FACTOR x the median per-rank step time)."""
-    table = ranks.rank_step_table(inputs.frame("rank_step"))
-    med_ms = m.median(m.steady(table)["total_ms"]) if not table.empty else 0.0
+    """max(HANG_MIN_S, HANG_STEP_FACTOR x the median step's median rank step time)."""
+    stats = pm.rank_stats(inputs)
+    med_ms = m.median(m.steady(stats)["median_total_ms"]) if not stats.empty else 0.0
     med_s = med_ms / 1000.0 if med_ms == med_ms else 0.0
     return max(th.HANG_MIN_S, th.HANG_STEP_FACTOR * med_s)
 
@@ -120,12 +121,12 @@ def _culprit_text(hang: ranks.Hang) -> str:
 )
 def check_hang(inputs: HealthInputs) -> Finding:
     """Fail naming the rank that holds the job up, its phase, and what the others wait in."""
-    beats = inputs.frame("heartbeat")
+    beats = pm.last_beats(inputs)
     if beats.empty:
         return not_applicable(_NO_PROBE)
     # How a run ended needs no clock: a replay of a finished run says so, as `dsmon check` does
-    if ended := m.ended_ranks(inputs):
-        return Finding(Status.PASS, m.ended_text(ended))
+    if ended := pm.ended_ranks(inputs):
+        return Finding(Status.PASS, pm.ended_text(ended))
     if m.job_finished(inputs):
         return Finding(Status.PASS, "the launcher reported the workers' exit: the job ended")
     if inputs.now is None:
@@ -167,6 +168,6 @@ def check_hang(inputs: HealthInputs) -> Finding:
 
 
 def _pid(beats: pd.DataFrame, rank: int) -> str:
-    """The process id of a rank from its heartbeats (``<pid>`` when unknown)."""
+    """The process id of a rank from its newest heartbeat (``<pid>`` when unknown)."""
     pids = beats.loc[beats["rank"] == rank, "pid"].dropna()
     return str(int(pids.iloc[-1])) if not pids.empty else "<pid>"

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 import pandas as pd
 
 from dsmon.health import measures as m
+from dsmon.health import probe_measures as pm
 from dsmon.health import thresholds as th
 from dsmon.health.gather import GPU_SUMMARY
 from dsmon.health.inputs import NEWEST_TS, HealthInputs
@@ -133,7 +134,7 @@ def _probe_failure(inputs: HealthInputs) -> Finding | None:
     A worker's traceback goes to its own stderr, which is not always the log dsmon follows
     (a launcher writing each rank's output to a file of its own, a script logging to a file).
     """
-    failed = m.failed_ranks(inputs)
+    failed = pm.failed_ranks(inputs)
     if not failed:
         return None
     first = failed[0]
@@ -213,7 +214,7 @@ def _last_ts(inputs: HealthInputs, kinds: tuple[str, ...]) -> pd.Timestamp | Non
     if newest is not None:
         stamps = [newest["ts"][k] for k in kinds if k in newest.index]
     else:
-        stamps = [inputs.frame(k)["ts"].max() for k in kinds if "ts" in inputs.frame(k).columns]
+        stamps = [t for k in kinds if (t := pm.newest_ts(inputs, k)) is not None]
     if "gpu" in kinds and "last_ts" in inputs.frame(GPU_SUMMARY).columns:
         stamps.append(inputs.frame(GPU_SUMMARY)["last_ts"].max())
     stamps = [t for t in stamps if pd.notna(t)]
@@ -234,8 +235,8 @@ def check_stalled(inputs: HealthInputs) -> Finding:
     """Fail when steps stopped while other data (GPU samples, log lines) keeps arriving."""
     if m.job_finished(inputs):  # needs no clock: a replay says it too, as ``dsmon check`` does
         return Finding(Status.PASS, "the launcher reported the workers' exit: run finished")
-    if ended := m.ended_ranks(inputs):
-        return Finding(Status.PASS, f"{m.ended_text(ended)}: run finished")
+    if ended := pm.ended_ranks(inputs):
+        return Finding(Status.PASS, f"{pm.ended_text(ended)}: run finished")
     if inputs.now is None:
         return Finding(Status.UNKNOWN, "only judged live (replaying a finished log)")
     last_step = _last_ts(inputs, _STEP_TIME_KINDS)

@@ -15,6 +15,7 @@ import pandas as pd
 
 from dsmon.analysis import comm, step_stats, steps
 from dsmon.health import measures as m
+from dsmon.health import probe_measures as pm
 from dsmon.health import thresholds as th
 from dsmon.health.inputs import SKIPPED, HealthInputs
 from dsmon.health.model import Evidence, Finding, Status, percent
@@ -302,7 +303,7 @@ def check_skipped(inputs: HealthInputs) -> Finding:
         where = f"step line at step {n}"
     elif counted := m.overflow_skips(inputs):
         (skipped, n), where = counted, "OVERFLOW messages"
-    elif probed := m.probe_progress(inputs, "skipped_steps"):
+    elif probed := pm.probe_progress(inputs, "skipped_steps"):
         (count, n), where = probed, f"dsmon run's probe (engine.skipped_steps at step {probed[1]})"
         skipped = int(count)
     else:
@@ -359,7 +360,7 @@ def check_scale_collapse(inputs: HealthInputs) -> Finding:
     if not ls.empty:  # parsers may release held records late: order by time, then line
         ls = ls.sort_values(["ts", "line"], kind="stable", na_position="first")
     scales = ls["new_scale"].dropna() if not ls.empty else pd.Series(dtype="float64")
-    probed = m.probe_progress(inputs, "loss_scale")
+    probed = pm.probe_progress(inputs, "loss_scale")
     if scales.empty and probed is not None and cfg is not None:  # fp16 on: checked above
         latest, at = probed
         return _scale_finding(latest, floor, f"dsmon run's probe, step {at}", "config")

@@ -28,6 +28,7 @@ from dsmon.model.wire import EncodedRecord
 from dsmon.store.filters import RecordFilter, paged
 from dsmon.store.frame_reads import FrameReads
 from dsmon.store.gpu_reads import GpuReads
+from dsmon.store.rank_tables import RankReads
 
 #: Bumped when the tables change shape or what a column holds; a store of a version not in
 #: :data:`READABLE_VERSIONS` is refused.
@@ -288,7 +289,7 @@ def batched(
         yield batch
 
 
-class Store(ABC, GpuReads, FrameReads):
+class Store(ABC, GpuReads, FrameReads, RankReads):
     """The store contract every backend fulfils; reads are built on :meth:`_select`.
 
     Writes are idempotent (a record's identity is :func:`dsmon.model.records.record_key`), reads

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from dsmon.model.records import KINDS, GpuSampleRecord, Record
 from dsmon.store.base import (
@@ -52,6 +52,18 @@ class TypedGpuStore(Store):
         if flt.kind not in (None, "gpu") or flt.step_min is not None or flt.step_max is not None:
             return [(i, row_record(body)) for i, body in self._select(flt)]
         return self._on_gpu(lambda t: _merged(t, flt))
+
+    #: A read that says whether the store's per-rank tables hold its records (a row: yes).
+    RANKS_READY: ClassVar[str]
+    _ranks_ready = False
+
+    def _on_ranks(self, fn: Callable[[GpuTables], T]) -> T | None:
+        """``fn`` of the per-rank tables once a writer built them (:mod:`.rank_tables`)."""
+        if not self._ranks_ready:
+            self._ranks_ready = bool(self._on_gpu(lambda t: t.rows(self.RANKS_READY)))
+            if not self._ranks_ready:
+                return None
+        return self._on_gpu(fn)
 
     def _gpu_fold(
         self,

@@ -32,6 +32,7 @@ import psycopg
 
 from dsmon.model.records import Record
 from dsmon.store import frame_chunks as chunks
+from dsmon.store import rank_tables
 from dsmon.store.base import (
     READABLE_VERSIONS,
     SCHEMA_VERSION,
@@ -51,7 +52,17 @@ from dsmon.store.gpu_rows import SampleRow, SeriesInfo, SeriesKey
 from dsmon.store.gpu_store import TypedGpuStore, split
 from dsmon.store.gpu_tables import GpuTables
 from dsmon.store.postgres_gpu import TEMP_DDL, PgGpuTables
-from dsmon.store.postgres_sql import COLS, DDL, LAST_ID, MOVE, RECEIVED, RESTAMP, STAGING
+from dsmon.store.postgres_sql import (
+    COLS,
+    DDL,
+    LAST_ID,
+    MARK_RANKS,
+    MOVE,
+    RANKS_BUILT,
+    RECEIVED,
+    RESTAMP,
+    STAGING,
+)
 from dsmon.store.rekey import rekey
 
 __all__ = ["PgStore", "redact_url"]
@@ -80,6 +91,8 @@ class PgStore(TypedGpuStore):
         StoreError: the server cannot be reached, or the database holds tables of another
             dsmon schema version.
     """
+
+    RANKS_READY = f"SELECT 1 FROM dsmon_meta WHERE name = '{RANKS_BUILT}'"
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -143,6 +156,7 @@ class PgStore(TypedGpuStore):
                     (str(SCHEMA_VERSION),),
                 )
                 PgGpuTables(conn).mark_typed()  # a new store: nothing to move
+                conn.execute(MARK_RANKS)
             elif found[0] not in {str(v) for v in READABLE_VERSIONS}:
                 raise foreign_version(redact_url(self.url), found[0])
 
@@ -300,7 +314,10 @@ def _insert(
             _upgrade(tables)
         new = tables.add(samples)
         if rows:
+            kinds = {r.kind for r in rows}
+            before = _max_id(cur) if kinds & rank_tables.RANK_KINDS else 0
             new += _insert_rows(cur, rows)
+            rank_tables.fold(tables, before, kinds)
         if live:
             runs = {r.run for r in rows} | {s.key.run for s in samples}
             now = received_now()
@@ -316,12 +333,21 @@ def _upgrade(tables: PgGpuTables) -> None:
     """
     tables.move_once()
     tables.relayout()
+    if not tables.rows(PgStore.RANKS_READY):  # probe records stored before the rank tables
+        rank_tables.fold(tables, 0, rank_tables.RANK_KINDS)
+        tables.execute(MARK_RANKS)
     found = tables.rows("SELECT value FROM dsmon_meta WHERE name = 'schema_version'")
     if found and found[0][0] != str(SCHEMA_VERSION):
         rekey(tables)
         tables.execute(
             "UPDATE dsmon_meta SET value = ? WHERE name = 'schema_version'", (str(SCHEMA_VERSION),)
         )
+
+
+def _max_id(cur: psycopg.Cursor[Any]) -> int:
+    """The newest record id: this transaction's rows come after it (writers hold the lock)."""
+    found = cur.execute("SELECT COALESCE(MAX(id), 0) FROM records").fetchone()
+    return int(found[0]) if found else 0
 
 
 def _insert_rows(cur: psycopg.Cursor[Any], rows: list[RecordRow]) -> int:

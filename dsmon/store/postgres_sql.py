@@ -8,7 +8,9 @@ as :mod:`dsmon.store.sqlite_sql` is for SQLite; the GPU tables' SQL is in
 from __future__ import annotations
 
 from dsmon.store import frame_chunks as chunks
+from dsmon.store import rank_sql
 from dsmon.store.base import ROW_COLUMNS
+from dsmon.store.gpu_sql import POSTGRES
 from dsmon.store.postgres_gpu import DDL as GPU_DDL
 
 DDL = (
@@ -55,6 +57,7 @@ DDL = (
         received_at TEXT COLLATE "C"
     )""",
     *GPU_DDL,
+    *rank_sql.ddl(POSTGRES),
     chunks.DDL.format(blob="BYTEA"),
     # What older stores had, and no query needs (every read asks for id order, which only
     # (run, id) and (run, kind, id) give without a sort); each costs every insert. Dropped on
@@ -120,3 +123,9 @@ RECEIVED = """
 INSERT INTO run_activity (run, received_at) VALUES (%s, %s)
 ON CONFLICT (run) DO UPDATE SET received_at = excluded.received_at
 """
+# The per-rank tables (``dsmon.store.rank_tables``) hold the store's probe records: a new
+# store's are empty and complete; an older store's are built by its first writer, then marked.
+RANKS_BUILT = "rank_tables"
+MARK_RANKS = (
+    f"INSERT INTO dsmon_meta (name, value) VALUES ('{RANKS_BUILT}', 'built') ON CONFLICT DO NOTHING"
+)

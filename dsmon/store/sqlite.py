@@ -22,6 +22,7 @@ from typing import TypeVar
 
 from dsmon.model.records import Record
 from dsmon.store import frame_chunks as chunks
+from dsmon.store import rank_tables
 from dsmon.store import sqlite_sql as sql
 from dsmon.store.base import (
     READABLE_VERSIONS,
@@ -51,7 +52,9 @@ __all__ = ["RunInfo", "SQLiteStore", "Store", "StoreError", "open_store", "sqlit
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
 #: The indexes and tables whose presence tells this dsmon's layout from an older one's.
-_LAYOUT = frozenset({sql.RUN_KIND_ID, sql.RUN_ID, "run_activity", "gpu_rollup", BATCHES_INDEX})
+_LAYOUT = frozenset(
+    {sql.RUN_KIND_ID, sql.RUN_ID, "run_activity", "gpu_rollup", BATCHES_INDEX, "rank_beats"}
+)
 
 #: How long a writer waits for another writer's transaction before giving up.
 BUSY_TIMEOUT_S = 30.0
@@ -81,6 +84,8 @@ class SQLiteStore(TypedGpuStore):
     Raises:
         StoreError: the file cannot be opened or holds a schema of another version.
     """
+
+    RANKS_READY = "SELECT 1 FROM sqlite_master WHERE name = 'rank_beats'"
 
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
@@ -138,6 +143,9 @@ class SQLiteStore(TypedGpuStore):
             self._gpu.create()
             if "gpu_rollup" not in have:  # samples an older dsmon kept as records
                 move_gpu_records(self._gpu)
+            rank_tables.create(self._gpu)
+            if "rank_beats" not in have:  # probe records stored before the per-rank tables
+                rank_tables.fold(self._gpu, 0, rank_tables.RANK_KINDS)
             self._gpu.relayout()
             if self._version() < SCHEMA_VERSION:
                 rekey(self._gpu)
@@ -203,6 +211,7 @@ class SQLiteStore(TypedGpuStore):
         if new:
             self._conn.execute(sql.UPDATE_KINDS, (before,))
             self._conn.execute(sql.UPDATE_SOURCES, (before,))
+            rank_tables.fold(self._gpu, before, {r.kind for r in rows})
         if new < len(rows):  # some were stored before: fill steps they lacked
             self._restamp(rows)
         return new

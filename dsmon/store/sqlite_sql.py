@@ -6,7 +6,9 @@ GPU tables' SQL is in :mod:`dsmon.store.gpu_sql`.
 
 from __future__ import annotations
 
+from dsmon.store import rank_sql
 from dsmon.store.base import ROW_COLUMNS
+from dsmon.store.gpu_sql import SQLITE
 from dsmon.store.sqlite_gpu import DDL as GPU_DDL
 
 # Added after schema version 1 shipped: an older store gets it from its first writer
@@ -64,6 +66,7 @@ DDL = (
     )""",
     ACTIVITY_DDL,
     *GPU_DDL,
+    *rank_sql.ddl(SQLITE),
 )
 
 INSERT = (

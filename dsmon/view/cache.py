@@ -39,6 +39,9 @@ T = TypeVar("T")
 
 #: The kind kept out of frames: the store folds GPU samples for each query.
 GPU = "gpu"
+#: Kinds read through the store's summaries, never loaded as frames live (GPU samples, the
+#: probe's per-rank records): their version is how many the store holds.
+STORED_KINDS = frozenset({GPU, "rank_step", "heartbeat"})
 #: Memoised derived views kept per run (oldest dropped first).
 MEMO_SIZE = 64
 #: Rows of a kind with folds (``folds`` of :class:`RunFrames`) from which the rows all its
@@ -89,7 +92,7 @@ class RunFrames:
         self._memo = Memo(MEMO_SIZE)
         self.last_id = 0
         self._restamps = store.restamps(run)
-        self._gpu_samples = -1  # GPU samples stored when last counted (-1: never counted)
+        self._counted: dict[str, int] | None = None  # stored per kind, when last counted
         self._gpu_folds = LiveGpuFolds()
 
     def refresh(self) -> bool:
@@ -109,7 +112,7 @@ class RunFrames:
             if hi <= self.last_id:
                 return reloaded
             self.last_id = hi
-            self._gpu_samples = -1
+            self._counted = None
             now = pd.Timestamp(datetime.now())
             for kind in list(self._frames):
                 version = self._versions.get(kind, 0)
@@ -242,26 +245,23 @@ class RunFrames:
         return [r for r in recs if existed_at(r, cutoff)]
 
     def version(self, kinds: Sequence[str]) -> tuple[int, ...]:
-        """How many times each kind has grown: part of every memo key.
+        """How many times each kind has grown (of :data:`STORED_KINDS`, how many are stored)."""
+        stored = STORED_KINDS
+        return tuple(self.stored(k) if k in stored else self._versions.get(k, 0) for k in kinds)
 
-        ``gpu`` is never loaded as a frame (see :meth:`gpu`): its version is the number of
-        GPU samples stored.
-        """
-        return tuple(self._gpu_count() if k == GPU else self._versions.get(k, 0) for k in kinds)
-
-    def _gpu_count(self) -> int:
-        """GPU samples stored at the last refresh (counted once per refresh that saw news)."""
+    def stored(self, kind: str) -> int:
+        """Records of ``kind`` stored at the last refresh (counted once per refresh with news)."""
         with self._lock:
-            if self._gpu_samples < 0:
+            if self._counted is None:
                 info = self.info()
-                self._gpu_samples = info.kinds.get(GPU, 0) if info else 0
-            return self._gpu_samples
+                self._counted = dict(info.kinds) if info else {}
+            return self._counted.get(kind, 0)
 
     def memo(self, name: str, kinds: Sequence[str], cutoff: Cutoff, fn: Callable[[], T]) -> T:
         """``fn()``, recomputed only when one of ``kinds`` grew or the cut-off moved."""
         for kind in kinds:  # load what fn will read, so the versions below are current
-            if kind == GPU:
-                continue
+            if kind in STORED_KINDS and (cutoff == OPEN or kind == GPU):
+                continue  # the store's summaries answer for these
             if kind.startswith("rec:"):
                 self.records(kind[4:])
             else:
@@ -275,7 +275,7 @@ class RunFrames:
         GPU samples are never loaded here: the store answers summaries and buckets from its
         roll-ups (``dsmon.store.gpu_reads``), so a day of 64 GPUs costs a query, not 5.5M rows.
         """
-        key = (GPU, name, cutoff, self._gpu_count())
+        key = (GPU, name, cutoff, self.stored(GPU))
         return self._memo.get(key, lambda: fn(self.store, cutoff.ts))
 
     def gpu_buckets(

@@ -14,20 +14,24 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import NamedTuple
 
+import pandas as pd
+
 from dsmon.health.gather import FRAME_KINDS, inputs_from_frames
 from dsmon.health.inputs import (
     BREAKDOWN,
     COORDINATOR,
+    LAST_BEATS,
     MICRO,
     NEWEST_TS,
+    RANK_STATS,
     SKIPPED,
     HealthInputs,
 )
 from dsmon.health.model import Checklist, CheckResult, Status
 from dsmon.health.registry import all_rules, evaluate, run_rule
 from dsmon.health.report import facts_line
-from dsmon.view import step_views
-from dsmon.view.cache import GPU, RunFrames
+from dsmon.view import rank_views, step_views
+from dsmon.view.cache import GPU, STORED_KINDS, RunFrames
 from dsmon.view.cutoff import OPEN, Cutoff
 
 #: The rules whose verdict depends on the wall clock (they read ``HealthInputs.now``: a live run
@@ -72,9 +76,11 @@ def _static(frames: RunFrames, cutoff: Cutoff, run: str) -> tuple[HealthInputs, 
         MICRO: lambda: step_views.micro(frames, cutoff),
         COORDINATOR: lambda: step_views.coordinator_steps(frames, cutoff),
         SKIPPED: lambda: step_views.skipped(frames, cutoff),
+        RANK_STATS: lambda: rank_views.stats(frames, cutoff),
+        LAST_BEATS: lambda: rank_views.beats(frames, cutoff),
     }
     if cutoff == OPEN:
-        views[NEWEST_TS] = lambda: frames.newest_ts(FRAME_KINDS)
+        views[NEWEST_TS] = lambda: _newest_ts(frames)
     info = frames.info()  # its node names: a log line rarely says which node printed it
     inputs = inputs_from_frames(
         lambda kind: frames.frame(kind, cutoff),
@@ -83,11 +89,28 @@ def _static(frames: RunFrames, cutoff: Cutoff, run: str) -> tuple[HealthInputs, 
         node_names=info.nodes if info is not None else (),
         gpu_summary=summary,
         views=views,
-        present=lambda kind: frames.has_rows(kind, cutoff),
+        present=lambda kind: _present(frames, kind, cutoff),
         stats=step_views.stat_source(frames, cutoff),
     )
     rules = [r for r in all_rules() if r.id not in CLOCK_RULES]
     return inputs, evaluate(inputs, rules)
+
+
+def _newest_ts(frames: RunFrames) -> pd.DataFrame:
+    """Each kind's newest time; the probe's kinds from the store's summaries of them."""
+    newest = frames.newest_ts([k for k in FRAME_KINDS if k not in STORED_KINDS])
+    probe = rank_views.newest_ts(frames)
+    if not probe:
+        return newest
+    extra = pd.DataFrame({"ts": pd.Series(probe, dtype="datetime64[ns]")})
+    return pd.concat([newest, extra]) if not newest.empty else extra
+
+
+def _present(frames: RunFrames, kind: str, cutoff: Cutoff) -> bool:
+    """Whether ``kind`` has rows as of ``cutoff``; live, the probe's kinds are counted, not read."""
+    if kind in STORED_KINDS and cutoff == OPEN:
+        return frames.stored(kind) > 0
+    return frames.has_rows(kind, cutoff)
 
 
 def panel(frames: RunFrames, run: str, cutoff: Cutoff, now: datetime | None) -> Panel:

@@ -1,0 +1,248 @@
+"""The SQL of the per-rank tables, written once for SQLite and PostgreSQL.
+
+A 64-rank ``dsmon run`` job of 100k steps stores 6.4 million ``rank_step`` records, and a day
+of it about 5.5 million heartbeats. Pages and rules never read them: each write folds its new
+records into small tables (:mod:`dsmon.store.rank_tables`), in the same transaction, with the
+statements below. The records stay in ``records`` as the record of truth (export, ``after_id``
+readers); these tables can always be rebuilt from them.
+
+- ``rank_steps``: one narrow row per (step, rank), the last record of it: busy time
+  (``total_ms - comm_ms``, see :mod:`dsmon.analysis.ranks`), step time, whether the rank was
+  seen waiting, the engine's skipped-step count and loss scale.
+- ``rank_step_stats``: one row per step, recomputed from its ``rank_steps`` rows whenever a
+  rank's record of it arrives: how many ranks reported, the slowest rank and its busy time,
+  the median busy time and step time (window functions: neither engine has a median), the
+  step's wall time (the slowest rank's). ``id`` is the newest record folded into the row, so
+  a live reader asks for the rows changed since the id it last saw.
+- ``rank_busy``: each rank's busy time per bucket of 8, 64, 512, 4096 and 32768 steps (count,
+  sum, min, max), each level recomputed from the eight buckets of the level below it that the
+  write touched: exact although a step's record can be replaced, and a page drawing 300
+  buckets over a million steps reads a few thousand rows.
+- ``rank_beats``: the id of each rank's newest heartbeat (by time, then line).
+"""
+
+from __future__ import annotations
+
+from dsmon.store.gpu_sql import Dialect
+
+#: Step-bucket widths of ``rank_busy``, finest first: each is eight of the one before.
+BUSY_LEVELS = (8, 64, 512, 4096, 32768)
+#: Columns of ``rank_step_stats`` as a reader gets them, in this order.
+STAT_COLUMNS = (
+    "step",
+    "id",
+    "ts",
+    "ranks",
+    "slowest_rank",
+    "slowest_ms",
+    "median_ms",
+    "wall_ms",
+    "median_total_ms",
+    "waited",
+    "skipped_steps",
+    "loss_scale",
+)
+
+
+def _sqlite(d: Dialect) -> bool:
+    return d.ph == "?"
+
+
+def ddl(d: Dialect) -> tuple[str, ...]:
+    """The per-rank tables (see docs/store.md)."""
+    i, r = d.integer, d.real
+    t = "TEXT" if _sqlite(d) else 'TEXT COLLATE "C"'  # ISO times compare as bytes
+    return (
+        f"""CREATE TABLE IF NOT EXISTS rank_steps (
+            run {t} NOT NULL, step {i} NOT NULL, rank {i} NOT NULL, id {i} NOT NULL,
+            ts {t}, busy_ms {r}, total_ms {r}, waited {i} NOT NULL,
+            skipped_steps {i}, loss_scale {r},
+            PRIMARY KEY (run, step, rank)
+        ){d.keyed}""",
+        f"""CREATE TABLE IF NOT EXISTS rank_step_stats (
+            run {t} NOT NULL, step {i} NOT NULL, id {i} NOT NULL, ts {t},
+            ranks {i} NOT NULL, slowest_rank {i}, slowest_ms {r}, median_ms {r},
+            wall_ms {r}, median_total_ms {r}, waited {i} NOT NULL,
+            skipped_steps {i}, loss_scale {r},
+            PRIMARY KEY (run, step)
+        ){d.keyed}""",
+        "CREATE INDEX IF NOT EXISTS rank_step_stats_run_id ON rank_step_stats (run, id)",
+        f"""CREATE TABLE IF NOT EXISTS rank_busy (
+            run {t} NOT NULL, width {i} NOT NULL, bucket {i} NOT NULL, rank {i} NOT NULL,
+            n {i} NOT NULL, sum_ms {r}, min_ms {r}, max_ms {r},
+            PRIMARY KEY (run, width, bucket, rank)
+        ){d.keyed}""",
+        f"""CREATE TABLE IF NOT EXISTS rank_beats (
+            run {t} NOT NULL, rank {i} NOT NULL, id {i} NOT NULL, ts {t} NOT NULL,
+            line {i} NOT NULL,
+            PRIMARY KEY (run, rank)
+        ){d.keyed}""",
+    )
+
+
+def _new(d: Dialect, kind: str, cols: str) -> str:
+    """The records of ``kind`` written after id ``?`` that can be placed (a rank, a step)."""
+    placed = "step IS NOT NULL" if kind == "rank_step" else "ts IS NOT NULL"
+    hint = " NOT INDEXED" if _sqlite(d) else ""  # the rowid range, not a (run, kind) index
+    return (
+        f"SELECT {cols} FROM records{hint} WHERE id > ? AND kind = '{kind}' "
+        f"AND rank IS NOT NULL AND {placed}"
+    )
+
+
+def _num(d: Dialect, name: str, typ: str) -> str:
+    """A number of the record's JSON body (``j``)."""
+    if _sqlite(d):
+        return f"json_extract(j, '$.{name}')"
+    return f"CAST(j ->> '{name}' AS {typ})"
+
+
+def fold_steps(d: Dialect) -> str:
+    """Upsert the new ``rank_step`` records into ``rank_steps``: the last of each wins."""
+    body = "body" if _sqlite(d) else "CAST(body AS JSONB)"
+    total, comm = _num(d, "total_ms", d.real), _num(d, "comm_ms", d.real)
+    busy = (
+        "CASE WHEN t IS NULL THEN NULL WHEN t - COALESCE(c, 0) < 0 THEN 0 "
+        "ELSE t - COALESCE(c, 0) END"
+    )
+    return f"""
+INSERT INTO rank_steps (run, step, rank, id, ts, busy_ms, total_ms, waited,
+    skipped_steps, loss_scale)
+SELECT run, step, rank, id, ts, {busy}, t, CASE WHEN c IS NULL THEN 0 ELSE 1 END, sk, ls
+FROM (
+    SELECT run, step, rank, id, ts, {total} AS t, {comm} AS c,
+        {_num(d, "skipped_steps", d.integer)} AS sk, {_num(d, "loss_scale", d.real)} AS ls,
+        ROW_NUMBER() OVER (PARTITION BY run, step, rank ORDER BY id DESC) AS k
+    FROM ({_new(d, "rank_step", f"run, step, rank, id, ts, {body} AS j")}) AS b
+) AS n
+WHERE k = 1
+ON CONFLICT (run, step, rank) DO UPDATE SET
+    id = excluded.id, ts = excluded.ts, busy_ms = excluded.busy_ms,
+    total_ms = excluded.total_ms, waited = excluded.waited,
+    skipped_steps = excluded.skipped_steps, loss_scale = excluded.loss_scale
+"""
+
+
+def _median(value: str, pos: str, count: str) -> str:
+    """The median of ``value`` over a group whose rows are numbered ``pos`` of ``count``."""
+    return (
+        f"AVG(CASE WHEN {value} IS NOT NULL AND {pos} IN (({count} + 1) / 2, ({count} + 2) / 2) "
+        f"THEN {value} END)"
+    )
+
+
+def fold_stats(d: Dialect) -> str:
+    """Recompute ``rank_step_stats`` of every step the new ``rank_step`` records touched.
+
+    Non-null busy times are numbered in ascending order, ties by descending rank, so the last
+    is the slowest rank (the lowest-numbered of equals, as pandas' ``idxmax`` picks).
+    """
+    over = "PARTITION BY s.run, s.step"
+    return f"""
+WITH touched AS (SELECT DISTINCT run, step FROM ({_new(d, "rank_step", "run, step")}) AS b),
+r AS (
+    SELECT s.run, s.step, s.rank, s.id, s.ts, s.busy_ms, s.total_ms, s.waited,
+        s.skipped_steps, s.loss_scale,
+        ROW_NUMBER() OVER ({over} ORDER BY (s.busy_ms IS NULL), s.busy_ms, s.rank DESC) AS bi,
+        COUNT(s.busy_ms) OVER ({over}) AS bn,
+        ROW_NUMBER() OVER ({over} ORDER BY (s.total_ms IS NULL), s.total_ms) AS ti,
+        COUNT(s.total_ms) OVER ({over}) AS tn
+    FROM rank_steps s JOIN touched t ON s.run = t.run AND s.step = t.step
+)
+INSERT INTO rank_step_stats (run, step, id, ts, ranks, slowest_rank, slowest_ms, median_ms,
+    wall_ms, median_total_ms, waited, skipped_steps, loss_scale)
+SELECT run, step, MAX(id), MAX(ts), MAX(bn), MAX(CASE WHEN bi = bn THEN rank END),
+    MAX(busy_ms), {_median("busy_ms", "bi", "bn")}, MAX(total_ms),
+    {_median("total_ms", "ti", "tn")}, {d.sum_count.format("waited")},
+    MAX(skipped_steps), MAX(loss_scale)
+FROM r WHERE true GROUP BY run, step
+ON CONFLICT (run, step) DO UPDATE SET
+    id = excluded.id, ts = excluded.ts, ranks = excluded.ranks,
+    slowest_rank = excluded.slowest_rank, slowest_ms = excluded.slowest_ms,
+    median_ms = excluded.median_ms, wall_ms = excluded.wall_ms,
+    median_total_ms = excluded.median_total_ms, waited = excluded.waited,
+    skipped_steps = excluded.skipped_steps, loss_scale = excluded.loss_scale
+"""
+
+
+def fold_busy(d: Dialect, width: int) -> str:
+    """Recompute the ``rank_busy`` buckets of ``width`` steps the new records touched.
+
+    The finest level sums ``rank_steps``; each coarser one the eight buckets below it.
+    """
+    touched = (
+        f"SELECT DISTINCT run, step / {width} AS b FROM ({_new(d, 'rank_step', 'run, step')}) AS x"
+    )
+    if width == BUSY_LEVELS[0]:
+        source = f"""rank_steps s ON s.run = t.run
+    AND s.step >= t.b * {width} AND s.step < (t.b + 1) * {width}"""
+        stats = "COUNT(s.busy_ms), SUM(s.busy_ms), MIN(s.busy_ms), MAX(s.busy_ms)"
+    else:
+        below = width // 8
+        source = f"""rank_busy s ON s.run = t.run AND s.width = {below}
+    AND s.bucket >= t.b * 8 AND s.bucket < (t.b + 1) * 8"""
+        stats = (
+            f"{d.sum_count.format('s.n')}, {d.sum_value.format('s.sum_ms')}, "
+            "MIN(s.min_ms), MAX(s.max_ms)"
+        )
+    return f"""
+WITH touched AS ({touched})
+INSERT INTO rank_busy (run, width, bucket, rank, n, sum_ms, min_ms, max_ms)
+SELECT s.run, {width}, t.b, s.rank, {stats}
+FROM touched t JOIN {source}
+WHERE true GROUP BY s.run, t.b, s.rank
+ON CONFLICT (run, width, bucket, rank) DO UPDATE SET
+    n = excluded.n, sum_ms = excluded.sum_ms, min_ms = excluded.min_ms, max_ms = excluded.max_ms
+"""
+
+
+def fold_beats(d: Dialect) -> str:
+    """Keep each rank's newest heartbeat: by time, then line (as the checklist orders them)."""
+    cols = "run, rank, id, ts, COALESCE(line, 0) AS line"
+    return f"""
+INSERT INTO rank_beats (run, rank, id, ts, line)
+SELECT run, rank, id, ts, line FROM (
+    SELECT run, rank, id, ts, line,
+        ROW_NUMBER() OVER (PARTITION BY run, rank ORDER BY ts DESC, line DESC, id DESC) AS k
+    FROM ({_new(d, "heartbeat", cols)}) AS b
+) AS n
+WHERE k = 1
+ON CONFLICT (run, rank) DO UPDATE SET id = excluded.id, ts = excluded.ts, line = excluded.line
+WHERE excluded.ts > rank_beats.ts
+    OR (excluded.ts = rank_beats.ts AND excluded.line >= rank_beats.line)
+"""
+
+
+# A live reader's rows changed since an id: few, found by the (run, id) index.
+STATS_SINCE = f"""
+SELECT {", ".join(STAT_COLUMNS)} FROM rank_step_stats
+WHERE run = ? AND id > ? ORDER BY id
+"""
+# A first read, a page of steps at a time in step order (the primary key).
+STATS_PAGE = f"""
+SELECT {", ".join(STAT_COLUMNS)} FROM rank_step_stats
+WHERE run = ? AND step > ? ORDER BY step LIMIT ?
+"""
+BEAT_BODIES = """
+SELECT r.id, r.body FROM rank_beats b JOIN records r ON r.id = b.id
+WHERE b.run = ? ORDER BY b.rank
+"""
+
+
+def busy_read(d: Dialect, level: int | None, width: int) -> str:
+    """Each rank's busy time per bucket of ``width`` steps, from the roll-up ``level``.
+
+    ``level`` None: from ``rank_steps`` (a run short enough to draw step by step). Columns:
+    rank, bucket (of ``width``), count, sum, min, max; one parameter, the run.
+    """
+    n, total = d.sum_count, d.sum_value
+    if level is None:
+        return f"""
+SELECT rank, step / {int(width)}, COUNT(busy_ms), SUM(busy_ms), MIN(busy_ms), MAX(busy_ms)
+FROM rank_steps WHERE run = ? GROUP BY 1, 2 ORDER BY 1, 2
+"""
+    return f"""
+SELECT rank, bucket / {int(width // level)}, {n.format("n")}, {total.format("sum_ms")},
+    MIN(min_ms), MAX(max_ms)
+FROM rank_busy WHERE run = ? AND width = {int(level)} GROUP BY 1, 2 ORDER BY 1, 2
+"""
