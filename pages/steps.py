@@ -175,19 +175,12 @@ def every_rank() -> None:
         no_step_times(rank_views.beats(f, cut))
         return
     strag = f.memo("steps.stragglers", ["rank_step"], cut, lambda: ranks.stragglers(per_step))
-    counts = f.memo(
-        "steps.slowest_counts",
-        ["rank_step"],
-        cut,
-        lambda: ranks.slowest_counts(steps.steady(strag)),
-    )
+    summary = rank_views.stragglers(f, cut)  # over the steady steps, kept live
+    counts = summary.slowest_counts()
     busy = rank_views.busy(f, cut)
     left, mid, right = st.columns(3)
     left.metric("ranks", str(busy["rank"].nunique()))
-    steady = steps.steady(strag)
-    mid.metric(
-        "straggler score p50", f"{steady['score'].median():.2f}" if not steady.empty else "—"
-    )
+    mid.metric("straggler score p50", f"{summary.score.median():.2f}" if summary.steps else "—")
     if not counts.empty:
         top = counts.iloc[0]
         right.metric("slowest most often", f"rank {int(top['rank'])} ({top['share']:.0%} of steps)")

@@ -22,6 +22,7 @@ from pg_support import ThrowawayPgStore
 from sql_support import pg_sql, sqlite_sql
 
 from dsmon.analysis import ranks
+from dsmon.analysis.stragglers import StragglerSummary, straggler_summary
 from dsmon.health.gather import inputs_from_store
 from dsmon.health.registry import all_rules, evaluate
 from dsmon.load.files import import_paths
@@ -228,3 +229,31 @@ def test_a_replay_position_is_read_from_the_records_up_to_it(store: Store) -> No
     assert rank_views.busy(frames, at)["step"].max() <= 10
     beats = rank_views.beats(frames, at)
     assert list(beats["rank"]) == [0, 1] and (beats["step"] <= 10).all()
+
+
+def _summary_figures(s: StragglerSummary) -> tuple[object, ...]:
+    medians = (s.score.median(), s.slowest_ms.median(), s.median_ms.median(), s.step_ms.median())
+    return (s.steps, s.step_range(), s.counts, s.waited, s.score.n, s.step_ms.n,
+            *(None if m != m else m for m in medians))  # fmt: skip
+
+
+def test_the_live_straggler_summary_equals_the_whole_runs_at_every_refresh(store: Store) -> None:
+    """Kept step by step as ranks report, redone steps and all, it says what a fresh one says."""
+    recs = probe_records("probe_straggler")
+    by_rank = [[r for r in recs if r.src.rank == k] for k in (0, 1)]
+    redone = [
+        dataclasses.replace(r, src=dataclasses.replace(r.src, file=r.src.file + ".resumed"),
+                            total_ms=(r.total_ms or 0.0) * 2)
+        for r in by_rank[1] if isinstance(r, RankStepRecord) and r.step in (12, 13)
+    ]  # fmt: skip
+    batches = [[r for r in recs if r.src.rank not in (0, 1)], by_rank[0][:6], by_rank[1][:4]]
+    batches += [by_rank[0][6:20], by_rank[1][4:25], by_rank[0][20:], by_rank[1][25:], redone]
+    frames = RunFrames(store, RUN)
+    for batch in batches:
+        store.add(batch)
+        frames.refresh()
+        live = rank_views.stragglers(frames)
+        table = store.rank_step_stats(RUN)
+        assert table is not None
+        assert _summary_figures(live) == _summary_figures(straggler_summary(table))
+    assert live.steps == 18 and live.counts == {1: 18}  # steps 3-20, rank 1 the slowest

@@ -20,6 +20,7 @@ import pandas as pd
 
 from dsmon.analysis import ranks
 from dsmon.analysis.step_stats import StatSource
+from dsmon.analysis.stragglers import StragglerSummary
 from dsmon.health.config_view import ConfigView, auto_paths, ds_config_from_effective
 from dsmon.health.inputs import (
     DP_FROM_WORLD,
@@ -138,13 +139,15 @@ def inputs_from_frames(
     views: Mapping[str, Callable[[], pd.DataFrame]] | None = None,
     present: Callable[[str], bool] | None = None,
     stats: StatSource | None = None,
+    stragglers: Callable[[], StragglerSummary] | None = None,
 ) -> HealthInputs:
     """Inputs from a frame source such as the dashboard's cached ``RunFrames.frame``.
 
     Frames are read when a rule first asks (:class:`LazyFrames`); ``views`` gives per-step
     views the caller keeps (``dsmon.health.inputs.BREAKDOWN`` ...) so rules reuse them;
     ``present`` tells whether a kind has rows without reading them; ``stats`` answers for
-    the whole-run figures the caller keeps sorted (:attr:`HealthInputs.stats`).
+    the whole-run figures the caller keeps sorted (:attr:`HealthInputs.stats`), and
+    ``stragglers`` for the probe's (:attr:`HealthInputs.stragglers`).
     """
     loaders: dict[str, Callable[[], pd.DataFrame]] = {
         k: functools.partial(frame, k) for k in FRAME_KINDS
@@ -154,7 +157,7 @@ def inputs_from_frames(
         loaders[GPU_SUMMARY] = lambda: gpu_summary
     frames = LazyFrames(loaders, present)
     inputs = build_inputs(frames, configs, run=run, now=now, node_names=set(node_names))
-    return dataclasses.replace(inputs, stats=stats) if stats is not None else inputs
+    return dataclasses.replace(inputs, stats=stats, stragglers=stragglers)
 
 
 def build_inputs(

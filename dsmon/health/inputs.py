@@ -17,6 +17,7 @@ import pandas as pd
 
 from dsmon.analysis import ranks
 from dsmon.analysis.step_stats import StatSource
+from dsmon.analysis.stragglers import StragglerSummary
 from dsmon.health.config_view import ConfigView
 from dsmon.health.schema import Version, version_text
 
@@ -129,6 +130,11 @@ class HealthInputs:
     #: Whole-run figures a caller keeps up to date (``dsmon.analysis.step_stats``): a rule
     #: asks here first and computes a figure from the breakdown when the answer is None.
     stats: StatSource | None = field(default=None, compare=False, repr=False)
+    #: The probe's whole-run straggler figures, from a caller that keeps them up to date
+    #: (``dsmon.view.rank_summary``); else computed from the per-step figures.
+    stragglers: Callable[[], StragglerSummary] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     def frame(self, kind: str) -> pd.DataFrame:
         """The frame of one kind; an empty frame when the run has none."""

@@ -14,6 +14,8 @@ import numpy as np
 import pandas as pd
 
 from dsmon.analysis import ranks
+from dsmon.analysis.steps import WARMUP_STEPS
+from dsmon.analysis.stragglers import StragglerSummary, straggler_summary
 from dsmon.health.inputs import LAST_BEATS, RANK_STATS, HealthInputs, step_view
 from dsmon.model.records import ENDED_PHASES
 
@@ -30,6 +32,21 @@ def rank_stats(inputs: HealthInputs) -> pd.DataFrame:
 def last_beats(inputs: HealthInputs) -> pd.DataFrame:
     """Each rank's newest heartbeat (``dsmon.analysis.ranks.last_beats``), as ``rank_stats``."""
     return step_view(inputs, LAST_BEATS, ranks.last_beats, "heartbeat")
+
+
+def stragglers(inputs: HealthInputs) -> StragglerSummary:
+    """The whole-run straggler figures over the steady steps, once per evaluation.
+
+    From :attr:`HealthInputs.stragglers` when the caller keeps them up to date (a live
+    dashboard), else from :func:`rank_stats`.
+    """
+    if "stragglers" not in inputs.derived:
+        given = inputs.stragglers() if inputs.stragglers is not None else None
+        inputs.derived["stragglers"] = (
+            given if given is not None else straggler_summary(rank_stats(inputs), WARMUP_STEPS)
+        )
+    found: StragglerSummary = inputs.derived["stragglers"]
+    return found
 
 
 def newest_ts(inputs: HealthInputs, kind: str) -> pd.Timestamp | None:

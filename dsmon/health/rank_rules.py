@@ -35,33 +35,30 @@ _NO_PROBE = "no per-rank data: start the job with 'dsmon run -- <launch command>
 )
 def check_straggler(inputs: HealthInputs) -> Finding:
     """Warn or fail when one rank is persistently slower than the median rank."""
-    stats = pm.rank_stats(inputs)
-    if stats.empty:
+    if pm.rank_stats(inputs).empty:
         return not_applicable(_NO_PROBE)
-    steady = m.steady(stats)
-    if not (steady["waited"] > 0).any():
+    summary = pm.stragglers(inputs)
+    if not summary.waited:
         return Finding(
             Status.UNKNOWN,
             "no rank was ever seen blocked in a collective (on a GPU, NCCL's collectives return "
             "at once), so waiting cannot be told from work: compare the ranks' fwd_ms and bwd_ms",
         )
-    strag = ranks.stragglers(steady)
-    if len(strag) < th.STRAGGLER_MIN_STEPS:
+    if summary.steps < th.STRAGGLER_MIN_STEPS:
         return Finding(
-            Status.UNKNOWN, f"only {len(strag)} steps timed on two or more ranks: too few"
+            Status.UNKNOWN, f"only {summary.steps} steps timed on two or more ranks: too few"
         )
-    score = m.median(strag["score"])
-    counts = ranks.slowest_counts(strag)
-    top = counts.iloc[0]
-    rng = m.step_range(strag)
+    score = summary.score.median()
+    top = summary.slowest_counts().iloc[0]
+    rng = summary.step_range()
     ev = (
         Evidence("median straggler score", f"{score:.2f}", m.range_text(rng)),
         Evidence(
             f"slowest rank most often: rank {int(top['rank'])}",
-            f"{int(top['steps'])} of {len(strag)} steps",
+            f"{int(top['steps'])} of {summary.steps} steps",
         ),
-        Evidence("median busy time of the slowest rank", f"{m.median(strag['slowest_ms']):.1f} ms"),
-        Evidence("median busy time of the median rank", f"{m.median(strag['median_ms']):.1f} ms"),
+        Evidence("median busy time of the slowest rank", f"{summary.slowest_ms.median():.1f} ms"),
+        Evidence("median busy time of the median rank", f"{summary.median_ms.median():.1f} ms"),
     )
     if not score > th.STRAGGLER_WARN:
         return Finding(
@@ -82,8 +79,7 @@ def check_straggler(inputs: HealthInputs) -> Finding:
 
 def _stuck_limit(inputs: HealthInputs) -> float:
     """max(HANG_MIN_S, HANG_STEP_FACTOR x the median step's median rank step time)."""
-    stats = pm.rank_stats(inputs)
-    med_ms = m.median(m.steady(stats)["median_total_ms"]) if not stats.empty else 0.0
+    med_ms = pm.stragglers(inputs).step_ms.median() if not pm.rank_stats(inputs).empty else 0.0
     med_s = med_ms / 1000.0 if med_ms == med_ms else 0.0
     return max(th.HANG_MIN_S, th.HANG_STEP_FACTOR * med_s)
 

@@ -91,6 +91,7 @@ def _static(frames: RunFrames, cutoff: Cutoff, run: str) -> tuple[HealthInputs, 
         views=views,
         present=lambda kind: _present(frames, kind, cutoff),
         stats=step_views.stat_source(frames, cutoff),
+        stragglers=lambda: rank_views.stragglers(frames, cutoff),
     )
     rules = [r for r in all_rules() if r.id not in CLOCK_RULES]
     return inputs, evaluate(inputs, rules)

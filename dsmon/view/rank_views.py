@@ -17,10 +17,12 @@ from collections.abc import Callable
 import pandas as pd
 
 from dsmon.analysis import ranks
+from dsmon.analysis.stragglers import StragglerSummary, straggler_summary
 from dsmon.model.frames import records_frame
 from dsmon.store.rank_tables import bucket_width
 from dsmon.view.cache import RunFrames
 from dsmon.view.cutoff import OPEN, Cutoff
+from dsmon.view.rank_summary import LiveStragglers
 
 #: Buckets of steps the busy-time figure draws at most (per rank) ...
 BUSY_BUCKETS = 300
@@ -36,6 +38,7 @@ class _LiveStats:
         self.frame: pd.DataFrame | None = None
         self.after_id = 0
         self.counted = -1  # the run's rank_step records when last read
+        self.stragglers = LiveStragglers()
         self.lock = threading.Lock()
 
     def update(self, frames: RunFrames) -> pd.DataFrame | None:
@@ -48,10 +51,13 @@ class _LiveStats:
             new = frames.store.rank_step_stats(frames.run, self.after_id)
             if new is None:
                 return None
-            if self.frame is None or self.frame.empty:
-                self.frame = new
-            elif not new.empty:
-                self.frame = _merged(self.frame, new)
+            before = self.frame
+            merged = new if before is None or before.empty else before
+            if before is not None and not before.empty and not new.empty:
+                merged = _merged(before, new)
+            if before is None or not new.empty:
+                self.stragglers.update(before, new, merged)
+            self.frame = merged
             if not new.empty:
                 self.after_id = int(new["id"].max())
             return self.frame
@@ -85,6 +91,18 @@ def stats(frames: RunFrames, cutoff: Cutoff = OPEN) -> pd.DataFrame:
         if held is not None:
             return held
     return _from_records(frames, "ranks.stats", "rank_step", cutoff, ranks.step_stats)
+
+
+def stragglers(frames: RunFrames, cutoff: Cutoff = OPEN) -> StragglerSummary:
+    """The whole-run straggler figures as of ``cutoff``; live, kept up to date step by step."""
+    if cutoff == OPEN:
+        live = _live(frames)
+        if live.update(frames) is not None:
+            with live.lock:
+                return live.stragglers.summary()
+    return frames.memo(
+        "ranks.stragglers", ["rank_step"], cutoff, lambda: straggler_summary(stats(frames, cutoff))
+    )
 
 
 def busy(frames: RunFrames, cutoff: Cutoff = OPEN) -> pd.DataFrame:

@@ -1,0 +1,83 @@
+"""The whole-run straggler figures the checklist and the Steps page quote, in one summary.
+
+``ranks.straggler`` judges the median straggler score over the steady steps every rank
+reported (:func:`dsmon.analysis.ranks.stragglers`), names the rank that was slowest most
+often, and ``ranks.hang`` scales its limit with the median step time. Taken afresh from the
+per-step figures, each is a pass over every step: at a million steps, tens of milliseconds
+on every live refresh. A :class:`StragglerSummary` holds them as sorted values
+(:class:`dsmon.analysis.ranked.Ranked`) and counts, so the dashboard can keep one up to date
+with the steps that finished since (``dsmon.view.rank_summary``); :func:`straggler_summary`
+computes the same from the per-step figures, bit for bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from dsmon.analysis import ranks, steps
+from dsmon.analysis.ranked import Ranked
+
+
+@dataclass(frozen=True, slots=True)
+class StragglerSummary:
+    """Straggler figures over the steady steps (after the warm-up) every rank reported.
+
+    ``steps`` counts those steps, ``first_step``/``last_step`` bound them; ``score``,
+    ``slowest_ms`` and ``median_ms`` are their straggler scores and busy times; ``counts``
+    maps a rank to the steps it was the slowest in. ``waited`` says whether any steady step
+    saw a rank blocked in a collective, and ``step_ms`` holds every steady step's median rank
+    step time, whether or not every rank reported it.
+    """
+
+    steps: int
+    first_step: int | None
+    last_step: int | None
+    score: Ranked
+    slowest_ms: Ranked
+    median_ms: Ranked
+    counts: dict[int, int]
+    waited: bool
+    step_ms: Ranked
+
+    def step_range(self) -> tuple[int, int] | None:
+        """The first and last step the figures are over (None: no such step)."""
+        if self.first_step is None or self.last_step is None:
+            return None
+        return self.first_step, self.last_step
+
+    def slowest_counts(self) -> pd.DataFrame:
+        """How often each rank was the slowest (:func:`dsmon.analysis.ranks.slowest_counts`)."""
+        if not self.counts:
+            return pd.DataFrame({"rank": [], "steps": [], "share": []})
+        out = pd.DataFrame(
+            {"rank": list(self.counts), "steps": list(self.counts.values())}, dtype="int64"
+        )
+        out["share"] = out["steps"] / self.steps
+        return out.sort_values(["steps", "rank"], ascending=[False, True]).reset_index(drop=True)
+
+
+def straggler_summary(stats: pd.DataFrame, warmup: int = steps.WARMUP_STEPS) -> StragglerSummary:
+    """The summary of the per-step figures ``stats`` (:func:`dsmon.analysis.ranks.step_stats`)."""
+    steady = steps.steady(stats, warmup)
+    strag = ranks.stragglers(steady)
+    waited = bool((steady["waited"] > 0).any()) if not steady.empty else False
+    return StragglerSummary(
+        steps=len(strag),
+        first_step=int(strag["step"].iloc[0]) if len(strag) else None,
+        last_step=int(strag["step"].iloc[-1]) if len(strag) else None,
+        score=Ranked.of(strag["score"].to_numpy()),
+        slowest_ms=Ranked.of(strag["slowest_ms"].to_numpy()),
+        median_ms=Ranked.of(strag["median_ms"].to_numpy()),
+        counts=_counts(strag["slowest_rank"].to_numpy()),
+        waited=waited,
+        step_ms=Ranked.of(steady["median_total_ms"].to_numpy(dtype=np.float64)),
+    )
+
+
+def _counts(slowest: np.ndarray) -> dict[int, int]:
+    """Steps per slowest rank."""
+    ranks_seen, n = np.unique(slowest.astype(np.int64), return_counts=True)
+    return {int(r): int(c) for r, c in zip(ranks_seen, n, strict=True)}
