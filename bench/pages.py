@@ -3,8 +3,11 @@
 Builds a real SQLite store through ``SQLiteStore.add``: ``--steps`` optimizer steps (default
 100,000) of what DeepSpeed prints with ``wall_clock_breakdown`` on rank 0 (engine timers,
 micro-step timers, ZeRO optimizer timers, the step line with loss and lr, a ThroughputTimer
-line every 10 steps) and ``--gpu-hours`` of 1 Hz NVML samples from 64 GPUs (default 24 h =
-5.5 million samples). Then opens each page with Streamlit's own test harness (``AppTest`` on
+line every 10 steps), with each step a ``rank_step`` record and a heartbeat from each of
+``--ranks`` ranks (``dsmon run``'s probe; default 64, rank 5 a straggler), and ``--gpu-hours``
+of 1 Hz NVML samples from 64 GPUs (default 24 h = 5.5 million samples). It prints how long the
+per-rank figures take to read from the store's summaries and, as before, from the probe's
+records as frames (``per-rank reads``, each in a process of its own). Then opens each page with Streamlit's own test harness (``AppTest`` on
 ``app.py``: the real scripts, the real frame cache, the real queries) and measures:
 
 - ``ever``: the page's first render with every cache empty and no frame chunk kept in the
@@ -23,7 +26,8 @@ line every 10 steps) and ``--gpu-hours`` of 1 Hz NVML samples from 64 GPUs (defa
 - ``RSS``: the peak RSS of the process that rendered the page (each page in its own).
 
 A live page redraws only its fragment; a full rerun, timed here, costs more, so these are
-upper bounds. ``--gpu-hours 0`` skips the GPU samples (they take about 4 minutes to write).
+upper bounds. ``--gpu-hours 0`` skips the GPU samples (they take about 2-4 minutes to write),
+``--ranks 0`` the probe's records (about 5 minutes at 64 ranks).
 
 Usage: ``python bench/pages.py [--steps 100000] [--gpu-hours 24] [--pages steps,gpus] [--keep]``
 (``--store PATH`` measures a store kept by an earlier ``--keep`` run again; ``--ticks 1000``
@@ -34,6 +38,7 @@ left open gets slower or bigger.)
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import resource
@@ -54,7 +59,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpu_page import samples  # noqa: E402  (the GPU samples of bench/gpu_page.py)
 
-from dsmon.model.records import Record, Source, StepRecord, ThroughputRecord, TimerRecord  # noqa: E402
+from dsmon.model.records import (  # noqa: E402
+    HeartbeatRecord,
+    RankStepRecord,
+    Record,
+    Source,
+    StepRecord,
+    ThroughputRecord,
+    TimerRecord,
+)
 from dsmon.store.sqlite import SQLiteStore  # noqa: E402
 
 RUN = "bench"
@@ -63,6 +76,8 @@ STEP_S = 0.8
 PAGES = ("health", "steps", "training", "communication", "gpus", "flops")
 #: Live ticks measured per page (``refresh`` is their median).
 TICKS = 7
+#: Ranks of ``dsmon run``'s probe records in the run (``--ranks``).
+RANKS = 64
 
 
 def step_records(step: int) -> list[Record]:
@@ -102,16 +117,45 @@ def step_records(step: int) -> list[Record]:
     return out
 
 
-def steps(first: int, n: int) -> Iterator[Record]:
+def rank_records(step: int, n_ranks: int) -> list[Record]:
+    """One step of ``dsmon run``'s probe on ``n_ranks`` ranks: a step record and a heartbeat each.
+
+    Rank 5 needs 30 % more time than the others (a straggler), who wait for it in the
+    gradient all-reduce; the heartbeat says where the rank went next (the next forward).
+    """
+    ts = (T0 + timedelta(seconds=step * STEP_S)).isoformat(timespec="milliseconds")
+    out: list[Record] = []
+    for rank in range(n_ranks):
+        src = functools.partial(
+            Source, run=RUN, node=f"node{rank // 8:02d}", rank=rank, file=f"probe/rank-{rank}.jsonl"
+        )
+        busy = (520.0 + (step * 31 + rank * 17) % 40) * (1.3 if rank == 5 else 1.0)
+        total = 800.0 + (step * 7919 % 97) / 10
+        out.append(
+            RankStepRecord(src=src(line=2 * step), ts=ts, step=step, fwd_ms=busy / 3,
+                           bwd_ms=busy / 2 + (total - busy), step_ms=busy / 6, comm_ms=total - busy,
+                           total_ms=total, micro_steps=1, clock="cuda")
+        )  # fmt: skip
+        out.append(
+            HeartbeatRecord(src=src(line=2 * step + 1), ts=ts, step=step + 1, phase="forward",
+                            phase_since=ts, pid=4000 + rank)
+        )  # fmt: skip
+    return out
+
+
+def steps(first: int, n: int, n_ranks: int = 0) -> Iterator[Record]:
     for step in range(first, first + n):
         yield from step_records(step)
+        if n_ranks:
+            yield from rank_records(step, n_ranks)
 
 
-def build(path: Path, n_steps: int, gpu_hours: float) -> SQLiteStore:
+def build(path: Path, n_steps: int, gpu_hours: float, n_ranks: int) -> SQLiteStore:
     store = SQLiteStore(path)
     start = time.perf_counter()
-    store.add(steps(1, n_steps))
-    print(f"stored {n_steps:,} steps in {time.perf_counter() - start:.0f} s")
+    store.add(steps(1, n_steps, n_ranks))
+    probe = f" (and {n_ranks} ranks' probe records)" if n_ranks else ""
+    print(f"stored {n_steps:,} steps{probe} in {time.perf_counter() - start:.0f} s")
     seconds = int(gpu_hours * 3600)
     start = time.perf_counter()
     for hour in range(0, seconds, 3600):
@@ -180,7 +224,7 @@ def first_ever(path: Path, page: str, step: int) -> float:
     logging.getLogger("streamlit").setLevel(logging.ERROR)
     with sqlite3.connect(path) as conn:
         conn.execute("DROP TABLE IF EXISTS frame_chunks")
-    SQLiteStore(path).add(step_records(step), live=True)
+    SQLiteStore(path).add(list(steps(step, 1, RANKS)), live=True)
     return open_page(page)[1]
 
 
@@ -192,11 +236,11 @@ def measure(path: Path, page: str, step: int, second: int, n_ticks: int = TICKS)
     # a step first, so the run is live when the page opens, as for someone watching it.
     # Opened on a finished run (no live fragment), AppTest's next run at times did not run
     # the dashboard frame at all: a 0.02 s "refresh" that read nothing new.
-    store.add(step_records(step), live=True)
+    store.add(list(steps(step, 1, RANKS)), live=True)
     at, first = open_page(page)
     ticks, cpu = [], []
     for i in range(1, n_ticks + 1):
-        store.add(step_records(step + i), live=True)
+        store.add(list(steps(step + i, 1, RANKS)), live=True)
         store.add(samples(second + i - 1, 1), live=True)
         start, start_cpu = time.perf_counter(), time.process_time()
         at.run()  # type: ignore[attr-defined]
@@ -212,17 +256,54 @@ def measure(path: Path, page: str, step: int, second: int, n_ticks: int = TICKS)
     )
 
 
+def probe_reads(path: Path, how: str) -> str:
+    """The per-rank figures of the Steps page and the checklist, read ``how``; seconds, RSS.
+
+    ``before``: as they were read before the store kept them (every ``rank_step`` and
+    ``heartbeat`` record as a frame, the figures computed in pandas); ``now``: the store's
+    per-step table, busy-time buckets and newest heartbeats.
+    """
+    from dsmon.analysis import ranks
+    from dsmon.store.rank_tables import bucket_width
+
+    store = SQLiteStore(path)
+    start = time.perf_counter()
+    if how == "before":
+        table = ranks.rank_step_table(store.frame(RUN, "rank_step"))
+        per_step = ranks.step_stats(store.frame(RUN, "rank_step"))
+        width = bucket_width(int(per_step["step"].max()), 300)
+        ranks.busy_buckets(table, width)
+        beats = ranks.last_beats(store.frame(RUN, "heartbeat"))
+    else:
+        per_step = store.rank_step_stats(RUN)
+        assert per_step is not None
+        store.rank_busy(RUN, bucket_width(int(per_step["step"].max()), 300))
+        beats = store.last_heartbeats(RUN)
+    ranks.stragglers(per_step)
+    took = time.perf_counter() - start
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return f"{took:.2f} s, {rss:.0f} MiB ({len(per_step):,} steps, {len(beats)} ranks)"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=100_000)
     ap.add_argument("--gpu-hours", type=float, default=24.0)
+    ap.add_argument(
+        "--ranks", type=int, default=64, help="ranks of dsmon run's probe records (0: none)"
+    )
     ap.add_argument("--pages", default=",".join(PAGES))
     ap.add_argument("--store", help="reuse a store an earlier run built (path; --keep prints it)")
     ap.add_argument("--keep", action="store_true", help="keep the store built, print its path")
     ap.add_argument("--ticks", type=int, default=TICKS, help="live ticks a refresh is timed over")
     ap.add_argument("--child", help=argparse.SUPPRESS)  # page,step,second[,ticks]: one page
     args = ap.parse_args()
+    global RANKS
+    RANKS = args.ranks
     if args.child:
+        if args.child.startswith("probe,"):
+            print(probe_reads(Path(args.store), args.child.split(",")[1]), flush=True)
+            return
         page, step, second, *ticks = args.child.split(",")
         if second == "ever":
             print(f"{first_ever(Path(args.store), page, int(step)):.2f}", flush=True)
@@ -231,12 +312,15 @@ def main() -> None:
             print(measure(Path(args.store), page, int(step), int(second), n), flush=True)
         return
     path = Path(args.store) if args.store else Path(tempfile.mkdtemp()) / "pages.sqlite"
-    store = SQLiteStore(path) if args.store else build(path, args.steps, args.gpu_hours)
+    store = SQLiteStore(path) if args.store else build(path, args.steps, args.gpu_hours, RANKS)
     info = store.runs()[0]
     span = store.gpu_summary(RUN)
     last_s = int((span["last_ts"].max() - pd.Timestamp(T0)).total_seconds()) if len(span) else 0
     store.close()
     print(f"run: {info.n_records:,} records, last step {info.last_step:,}")
+    if RANKS:
+        for how in ("now", "before"):
+            print(f"per-rank reads, {how}: {_child(path, f'probe,{how}', RANKS)}", flush=True)
     print(
         f"{'page':<15}{'ever s':>8}{'first s':>9}{'refresh s':>11}{'max s':>7}{'cpu s':>7}"
         f"{'sent MB':>9}{'RSS MiB':>10}"
@@ -244,8 +328,8 @@ def main() -> None:
     step, second = (info.last_step or 0) + 1, last_s + 1
     for page in args.pages.split(","):
         # each page in processes of its own: a first render from nothing, and its own RSS
-        ever = _child(path, f"{page},{step},ever")
-        out = _child(path, f"{page},{step + 1},{second},{args.ticks}")
+        ever = _child(path, f"{page},{step},ever", RANKS)
+        out = _child(path, f"{page},{step + 1},{second},{args.ticks}", RANKS)
         if " " in ever or " " not in out.strip():
             print(f"{page}: failed: {ever} {out}", flush=True)
         else:
@@ -255,9 +339,10 @@ def main() -> None:
         print(f"store kept: {path}")
 
 
-def _child(path: Path, what: str) -> str:
+def _child(path: Path, what: str, n_ranks: int) -> str:
     """What ``--child what`` prints (the last of stderr when it fails)."""
-    child = [sys.executable, __file__, "--store", str(path), "--child", what]
+    child = [sys.executable, __file__, "--store", str(path), "--ranks", str(n_ranks)]
+    child += ["--child", what]
     out = subprocess.run(child, capture_output=True, text=True, check=False)
     return out.stdout.strip() or out.stderr.strip()[-300:]
 
