@@ -44,7 +44,7 @@ FOLDERS = ("probe_straggler", "probe_torchrun", "probe_crash_torchrun", "probe_f
            "probe_hang")  # fmt: skip
 #: Bucket widths read from the steps (1, 2), from each roll-up level, and across levels.
 WIDTHS = (1, 2, 8, 16, 64, 128, 512, 4096, 32768)
-RANK_TABLES = ("rank_steps", "rank_step_stats", "rank_busy", "rank_beats")
+RANK_TABLES = ("rank_steps", "rank_step_stats", "rank_busy", "rank_beats", "rank_beat_steps")
 
 
 def probe_records(folder: str) -> list[Record]:
@@ -217,18 +217,34 @@ def test_the_dashboard_reads_the_summaries_not_the_probe_records(store: Store) -
     assert hang.status.value == "fail" and hang.summary.startswith("rank 1 sent no heartbeat")
 
 
-def test_a_replay_position_is_read_from_the_records_up_to_it(store: Store) -> None:
-    recs = probe_records("probe_straggler")
+@pytest.mark.parametrize("folder", ["probe_straggler", "probe_torchrun", "probe_hang"])
+def test_a_replay_position_is_read_from_the_tables_up_to_its_step(
+    store: Store, folder: str
+) -> None:
+    recs = probe_records(folder)
     store.add(recs)
+    steps = records_frame("rank_step", [r for r in recs if r.KIND == "rank_step"])
+    beats = records_frame("heartbeat", [r for r in recs if r.KIND == "heartbeat"])
     frames = RunFrames(store, RUN)
-    at = Cutoff(step=10)
-    upto = [r for r in recs if r.KIND == "rank_step" and r.step is not None and r.step <= 10]
-    want = ranks.step_stats(records_frame("rank_step", upto))
-    pd.testing.assert_frame_equal(rank_views.stats(frames, at), want)
-    assert list(rank_views.stats(frames)["step"]) == list(range(1, 21))  # live: every step
-    assert rank_views.busy(frames, at)["step"].max() <= 10
-    beats = rank_views.beats(frames, at)
-    assert list(beats["rank"]) == [0, 1] and (beats["step"] <= 10).all()
+    for upto in (1, 3, 9, 10, 17, 37, 64, 65):
+        at = Cutoff(step=upto)
+        want = ranks.step_stats(at.apply(steps))
+        got = rank_views.stats(frames, at)
+        pd.testing.assert_frame_equal(got[list(want.columns)], want, check_dtype=False)
+        table = ranks.rank_step_table(at.apply(steps))
+        for width in (1, 2, 8, 16, 64, 128):
+            got_busy = store.rank_busy(RUN, width, upto)
+            assert got_busy is not None
+            pd.testing.assert_frame_equal(
+                got_busy, ranks.busy_buckets(table, width).reset_index(drop=True), check_dtype=False
+            )
+        panel(frames, RUN, at, None)  # the checklist as of the position
+        last = ranks.last_beats(at.apply(beats))
+        kept = rank_views.beats(frames, at)
+        assert list(zip(kept["rank"], kept["line"], strict=True)) == list(
+            zip(last["rank"], last["line"], strict=True)
+        )
+    assert not {"rank_step", "heartbeat"} & set(frames._frames)  # never the records
 
 
 def _summary_figures(s: StragglerSummary) -> tuple[object, ...]:

@@ -18,7 +18,9 @@ readers); these tables can always be rebuilt from them.
   sum, min, max), each level recomputed from the eight buckets of the level below it that the
   write touched: exact although a step's record can be replaced, and a page drawing 300
   buckets over a million steps reads a few thousand rows.
-- ``rank_beats``: the id of each rank's newest heartbeat (by time, then line).
+- ``rank_beats``: the id of each rank's newest heartbeat (by time, then line), and
+  ``rank_beat_steps`` that of each step a rank was in: at a replay position, the newest
+  heartbeat of each rank is that of the newest step up to it.
 """
 
 from __future__ import annotations
@@ -76,6 +78,11 @@ def ddl(d: Dialect) -> tuple[str, ...]:
             run {t} NOT NULL, rank {i} NOT NULL, id {i} NOT NULL, ts {t} NOT NULL,
             line {i} NOT NULL,
             PRIMARY KEY (run, rank)
+        ){d.keyed}""",
+        f"""CREATE TABLE IF NOT EXISTS rank_beat_steps (
+            run {t} NOT NULL, rank {i} NOT NULL, step {i} NOT NULL, id {i} NOT NULL,
+            ts {t} NOT NULL, line {i} NOT NULL,
+            PRIMARY KEY (run, rank, step)
         ){d.keyed}""",
     )
 
@@ -196,20 +203,25 @@ ON CONFLICT (run, width, bucket, rank) DO UPDATE SET
 """
 
 
-def fold_beats(d: Dialect) -> str:
-    """Keep each rank's newest heartbeat: by time, then line (as the checklist orders them)."""
-    cols = "run, rank, id, ts, COALESCE(line, 0) AS line"
+def fold_beats(d: Dialect, table: str = "rank_beats") -> str:
+    """Keep each rank's newest heartbeat: by time, then line (as the checklist orders them).
+
+    ``rank_beat_steps``: the newest of each step a rank was in, for a replay position.
+    """
+    key = "run, rank" if table == "rank_beats" else "run, rank, step"
+    cols = "run, rank, step, id, ts, COALESCE(line, 0) AS line"
+    stepped = " WHERE step IS NOT NULL" if table != "rank_beats" else ""
     return f"""
-INSERT INTO rank_beats (run, rank, id, ts, line)
-SELECT run, rank, id, ts, line FROM (
-    SELECT run, rank, id, ts, line,
-        ROW_NUMBER() OVER (PARTITION BY run, rank ORDER BY ts DESC, line DESC, id DESC) AS k
-    FROM ({_new(d, "heartbeat", cols)}) AS b
+INSERT INTO {table} ({key}, id, ts, line)
+SELECT {key}, id, ts, line FROM (
+    SELECT run, rank, step, id, ts, line,
+        ROW_NUMBER() OVER (PARTITION BY {key} ORDER BY ts DESC, line DESC, id DESC) AS k
+    FROM ({_new(d, "heartbeat", cols)}) AS b{stepped}
 ) AS n
 WHERE k = 1
-ON CONFLICT (run, rank) DO UPDATE SET id = excluded.id, ts = excluded.ts, line = excluded.line
-WHERE excluded.ts > rank_beats.ts
-    OR (excluded.ts = rank_beats.ts AND excluded.line >= rank_beats.line)
+ON CONFLICT ({key}) DO UPDATE SET id = excluded.id, ts = excluded.ts, line = excluded.line
+WHERE excluded.ts > {table}.ts
+    OR (excluded.ts = {table}.ts AND excluded.line >= {table}.line)
 """
 
 
@@ -218,10 +230,18 @@ STATS_SINCE = f"""
 SELECT {", ".join(STAT_COLUMNS)} FROM rank_step_stats
 WHERE run = ? AND id > ? ORDER BY id
 """
-# A first read, a page of steps at a time in step order (the primary key).
+# A first read, a page of steps at a time in step order (the primary key), up to a step.
 STATS_PAGE = f"""
 SELECT {", ".join(STAT_COLUMNS)} FROM rank_step_stats
-WHERE run = ? AND step > ? ORDER BY step LIMIT ?
+WHERE run = ? AND step > ? AND step <= ? ORDER BY step LIMIT ?
+"""
+# Each rank's newest heartbeat of the newest step it was in up to a step (a replay position).
+BEAT_BODIES_UPTO = """
+SELECT r.id, r.body FROM rank_beats b JOIN records r ON r.id = (
+    SELECT s.id FROM rank_beat_steps s WHERE s.run = b.run AND s.rank = b.rank AND s.step <= ?
+    ORDER BY s.step DESC LIMIT 1
+)
+WHERE b.run = ? ORDER BY b.rank
 """
 BEAT_BODIES = """
 SELECT r.id, r.body FROM rank_beats b JOIN records r ON r.id = b.id
@@ -229,20 +249,45 @@ WHERE b.run = ? ORDER BY b.rank
 """
 
 
-def busy_read(d: Dialect, level: int | None, width: int) -> str:
+def busy_read(d: Dialect, level: int | None, width: int, step_max: int | None = None) -> str:
     """Each rank's busy time per bucket of ``width`` steps, from the roll-up ``level``.
 
-    ``level`` None: from ``rank_steps`` (a run short enough to draw step by step). Columns:
-    rank, bucket (of ``width``), count, sum, min, max; one parameter, the run.
+    ``level`` None: from ``rank_steps`` (a run short enough to draw step by step). Up to
+    ``step_max`` (a replay position), the roll-up's buckets before it, then the next finer
+    level's up to it, and so on, and the last few steps from ``rank_steps``: each part reads
+    fewer than eight buckets a rank. Columns: rank, bucket (of ``width``), count, sum, min,
+    max; the run is each part's one parameter (:func:`busy_parts` says how many).
     """
-    n, total = d.sum_count, d.sum_value
-    if level is None:
-        return f"""
-SELECT rank, step / {int(width)}, COUNT(busy_ms), SUM(busy_ms), MIN(busy_ms), MAX(busy_ms)
-FROM rank_steps WHERE run = ? GROUP BY 1, 2 ORDER BY 1, 2
-"""
+    union = " UNION ALL ".join(_busy_parts(level, width, step_max))
     return f"""
-SELECT rank, bucket / {int(width // level)}, {n.format("n")}, {total.format("sum_ms")},
-    MIN(min_ms), MAX(max_ms)
-FROM rank_busy WHERE run = ? AND width = {int(level)} GROUP BY 1, 2 ORDER BY 1, 2
+SELECT rank, b, {d.sum_count.format("n")}, {d.sum_value.format("s")}, MIN(lo), MAX(hi)
+FROM ({union}) AS u GROUP BY rank, b ORDER BY rank, b
 """
+
+
+def busy_parts(level: int | None, width: int, step_max: int | None) -> int:
+    """How many times :func:`busy_read` takes the run as a parameter."""
+    return len(_busy_parts(level, width, step_max))
+
+
+def _busy_parts(level: int | None, width: int, step_max: int | None) -> list[str]:
+    end = None if step_max is None else int(step_max) + 1  # steps before it
+    parts, start = [], 0
+    for size in [w for w in BUSY_LEVELS if level is not None and w <= level][::-1]:
+        stop = None if end is None else end // size * size
+        upper = "" if stop is None else f" AND bucket < {stop // size}"
+        parts.append(
+            f"SELECT rank, bucket * {size} / {int(width)} AS b, n, sum_ms AS s, min_ms AS lo, "
+            f"max_ms AS hi FROM rank_busy WHERE run = ? AND width = {size} "
+            f"AND bucket >= {start // size}{upper}"
+        )
+        if stop is None:
+            return parts
+        start = stop
+    upper = "" if end is None else f" AND step < {end}"
+    parts.append(
+        f"SELECT rank, step / {int(width)} AS b, CASE WHEN busy_ms IS NULL THEN 0 ELSE 1 END "
+        "AS n, busy_ms AS s, busy_ms AS lo, busy_ms AS hi FROM rank_steps WHERE run = ? "
+        f"AND step >= {start}{upper}"
+    )
+    return parts

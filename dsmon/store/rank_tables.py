@@ -35,6 +35,8 @@ T = TypeVar("T")
 RANK_KINDS = frozenset({"rank_step", "heartbeat"})
 #: Steps read per query by a first :meth:`RankReads.rank_step_stats`.
 STATS_PAGE_ROWS = 50_000
+#: A step no run reaches: "every step".
+LAST_STEP = 2**62
 #: Columns of :meth:`RankReads.rank_busy`.
 BUSY_COLUMNS = ("rank", "step", "n", "busy_ms", "min_ms", "max_ms")
 
@@ -42,7 +44,7 @@ BUSY_COLUMNS = ("rank", "step", "n", "busy_ms", "min_ms", "max_ms")
 @functools.cache
 def _fold_sql(d: Dialect, kind: str) -> tuple[str, ...]:
     if kind == "heartbeat":
-        return (rank_sql.fold_beats(d),)
+        return (rank_sql.fold_beats(d), rank_sql.fold_beats(d, "rank_beat_steps"))
     return (
         rank_sql.fold_steps(d),
         rank_sql.fold_stats(d),
@@ -92,27 +94,34 @@ class RankReads:
         """``fn`` of the tables on the store's connection; None when the store has none."""
         return None
 
-    def rank_step_stats(self, run: str, after_id: int = 0) -> pd.DataFrame | None:
+    def rank_step_stats(
+        self, run: str, after_id: int = 0, step_max: int | None = None
+    ) -> pd.DataFrame | None:
         """One row per step of ``rank_step_stats`` changed after ``after_id``, in step order.
 
         Columns :data:`dsmon.store.rank_sql.STAT_COLUMNS` (``id``: the newest record folded
-        in, what a live reader passes as ``after_id`` next). None: no per-rank tables.
+        in, what a live reader passes as ``after_id`` next); ``step_max``: the steps up to
+        it (a replay position). None: no per-rank tables.
         """
         if after_id:
             rows = self._on_ranks(lambda t: t.rows(rank_sql.STATS_SINCE, (run, after_id)))
             if rows is None:
                 return None
             return _frame(rows, STAT_COLUMNS).sort_values("step").reset_index(drop=True)
-        return self._on_ranks(lambda t: _all_stats(t, run))
+        upto = LAST_STEP if step_max is None else step_max
+        return self._on_ranks(lambda t: _all_stats(t, run, upto))
 
-    def rank_busy(self, run: str, width: int) -> pd.DataFrame | None:
+    def rank_busy(self, run: str, width: int, step_max: int | None = None) -> pd.DataFrame | None:
         """Each rank's busy time per bucket of ``width`` steps: :data:`BUSY_COLUMNS`.
 
         ``step`` is the bucket's first step, ``busy_ms`` the mean over its steps, ``n`` how
-        many steps of the rank it holds. None: no per-rank tables.
+        many steps of the rank it holds; ``step_max``: the steps up to it. None: no tables.
         """
         level = source_level(width)
-        rows = self._on_ranks(lambda t: t.rows(rank_sql.busy_read(t.DIALECT, level, width), (run,)))
+        runs = (run,) * rank_sql.busy_parts(level, width, step_max)
+        rows = self._on_ranks(
+            lambda t: t.rows(rank_sql.busy_read(t.DIALECT, level, width, step_max), runs)
+        )
         if rows is None:
             return None
         out = _frame(rows, ("rank", "step", "n", "sum_ms", "min_ms", "max_ms"))
@@ -120,18 +129,26 @@ class RankReads:
         out["busy_ms"] = out["sum_ms"] / out["n"].where(out["n"] > 0)
         return out[list(BUSY_COLUMNS)]
 
-    def last_heartbeats(self, run: str) -> list[HeartbeatRecord] | None:
-        """Each rank's newest heartbeat (by time, then line), in rank order. None: no tables."""
+    def last_heartbeats(
+        self, run: str, step_max: int | None = None
+    ) -> list[HeartbeatRecord] | None:
+        """Each rank's newest heartbeat (by time, then line), in rank order. None: no tables.
+
+        ``step_max`` (a replay position): of the heartbeats that name a step up to it, those
+        of the newest step each rank was in.
+        """
         from dsmon.store.base import row_record
 
-        rows = self._on_ranks(lambda t: t.rows(rank_sql.BEAT_BODIES, (run,)))
+        params: tuple[object, ...] = (run,) if step_max is None else (step_max, run)
+        sql = rank_sql.BEAT_BODIES if step_max is None else rank_sql.BEAT_BODIES_UPTO
+        rows = self._on_ranks(lambda t: t.rows(sql, params))
         if rows is None:
             return None
         beats = [row_record(body) for _, body in rows]
         return [b for b in beats if isinstance(b, HeartbeatRecord)]
 
 
-def _all_stats(tables: GpuTables, run: str) -> pd.DataFrame:
+def _all_stats(tables: GpuTables, run: str, step_max: int) -> pd.DataFrame:
     """Every step's row, read a page at a time in one snapshot.
 
     A million steps fetched at once as tuples take gigabytes; a page of them, megabytes.
@@ -140,7 +157,7 @@ def _all_stats(tables: GpuTables, run: str) -> pd.DataFrame:
 
     parts, after = [], -1
     while True:
-        rows = tables.rows(rank_sql.STATS_PAGE, (run, after, STATS_PAGE_ROWS))
+        rows = tables.rows(rank_sql.STATS_PAGE, (run, after, step_max, STATS_PAGE_ROWS))
         parts.append(_frame(rows, STAT_COLUMNS))
         if len(rows) < STATS_PAGE_ROWS:
             return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]

@@ -53,7 +53,7 @@ T = TypeVar("T")
 logger = logging.getLogger(__name__)
 #: The indexes and tables whose presence tells this dsmon's layout from an older one's.
 _LAYOUT = frozenset(
-    {sql.RUN_KIND_ID, sql.RUN_ID, "run_activity", "gpu_rollup", BATCHES_INDEX, "rank_beats"}
+    {sql.RUN_KIND_ID, sql.RUN_ID, "run_activity", "gpu_rollup", BATCHES_INDEX, "rank_beat_steps"}
 )
 
 #: How long a writer waits for another writer's transaction before giving up.
@@ -85,7 +85,7 @@ class SQLiteStore(TypedGpuStore):
         StoreError: the file cannot be opened or holds a schema of another version.
     """
 
-    RANKS_READY = "SELECT 1 FROM sqlite_master WHERE name = 'rank_beats'"
+    RANKS_READY = "SELECT 1 FROM sqlite_master WHERE name = 'rank_beat_steps'"
 
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
@@ -144,7 +144,7 @@ class SQLiteStore(TypedGpuStore):
             if "gpu_rollup" not in have:  # samples an older dsmon kept as records
                 move_gpu_records(self._gpu)
             rank_tables.create(self._gpu)
-            if "rank_beats" not in have:  # probe records stored before the per-rank tables
+            if "rank_beat_steps" not in have:  # probe records stored before the rank tables
                 rank_tables.fold(self._gpu, 0, rank_tables.RANK_KINDS)
             self._gpu.relayout()
             if self._version() < SCHEMA_VERSION:

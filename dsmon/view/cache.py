@@ -260,8 +260,8 @@ class RunFrames:
     def memo(self, name: str, kinds: Sequence[str], cutoff: Cutoff, fn: Callable[[], T]) -> T:
         """``fn()``, recomputed only when one of ``kinds`` grew or the cut-off moved."""
         for kind in kinds:  # load what fn will read, so the versions below are current
-            if kind in STORED_KINDS and (cutoff == OPEN or kind == GPU):
-                continue  # the store's summaries answer for these
+            if kind in STORED_KINDS:
+                continue  # the store's summaries answer for these (versions: counts stored)
             if kind.startswith("rec:"):
                 self.records(kind[4:])
             else:

@@ -108,9 +108,13 @@ def _newest_ts(frames: RunFrames) -> pd.DataFrame:
 
 
 def _present(frames: RunFrames, kind: str, cutoff: Cutoff) -> bool:
-    """Whether ``kind`` has rows as of ``cutoff``; live, the probe's kinds are counted, not read."""
+    """Whether ``kind`` has rows as of ``cutoff``; the probe's kinds from their summaries."""
     if kind in STORED_KINDS and cutoff == OPEN:
         return frames.stored(kind) > 0
+    if kind == "rank_step":
+        return not rank_views.stats(frames, cutoff).empty
+    if kind == "heartbeat":
+        return not rank_views.beats(frames, cutoff).empty
     return frames.has_rows(kind, cutoff)
 
 

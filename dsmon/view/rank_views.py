@@ -4,8 +4,9 @@ A 64-rank job of 100k steps stores 6.4 million ``rank_step`` records; loading th
 took 15 s and gigabytes. Live, the Steps page, the checklist and Compare read instead what the
 store keeps as records arrive (``dsmon.store.rank_tables``): one row per step, each rank's
 busy time per step bucket, each rank's newest heartbeat. The per-step table is read once, then
-only its rows changed since (by record id). A replay position, or an older store no writer has
-upgraded, is computed from the records as before (``dsmon.analysis.ranks``), memoised.
+only its rows changed since (by record id). A replay position is read from them too, up to
+its step; an older store no writer has upgraded is computed from the records as before
+(``dsmon.analysis.ranks``), memoised.
 """
 
 from __future__ import annotations
@@ -90,6 +91,16 @@ def stats(frames: RunFrames, cutoff: Cutoff = OPEN) -> pd.DataFrame:
         held = _live(frames).update(frames)
         if held is not None:
             return held
+    elif cutoff.step is not None:
+        upto = cutoff.step
+        got = frames.memo(
+            "ranks.stats.store",
+            ["rank_step"],
+            cutoff,
+            lambda: frames.store.rank_step_stats(frames.run, step_max=upto),
+        )
+        if got is not None:
+            return got
     return _from_records(frames, "ranks.stats", "rank_step", cutoff, ranks.step_stats)
 
 
@@ -113,12 +124,12 @@ def busy(frames: RunFrames, cutoff: Cutoff = OPEN) -> pd.DataFrame:
     n_buckets = max(BUSY_CELLS // n_ranks, 16) if many else BUSY_BUCKETS
     steps = per_step["step"]
     width = bucket_width(int(steps.max()) if steps.notna().any() else 0, n_buckets)
-    if cutoff == OPEN:
+    if _served(cutoff):
         got = frames.memo(
             f"ranks.busy.store.{width}",
             ["rank_step"],
             cutoff,
-            lambda: frames.store.rank_busy(frames.run, width),
+            lambda: frames.store.rank_busy(frames.run, width, cutoff.step),
         )
         if got is not None:
             return got
@@ -133,8 +144,10 @@ def busy(frames: RunFrames, cutoff: Cutoff = OPEN) -> pd.DataFrame:
 
 def beats(frames: RunFrames, cutoff: Cutoff = OPEN) -> pd.DataFrame:
     """Each rank's newest heartbeat as of ``cutoff``, in rank order."""
-    if cutoff == OPEN:
-        got = frames.memo("ranks.beats", ["heartbeat"], cutoff, lambda: _stored_beats(frames))
+    if _served(cutoff):
+        got = frames.memo(
+            "ranks.beats", ["heartbeat"], cutoff, lambda: _stored_beats(frames, cutoff.step)
+        )
         if got is not None:
             return got
     return _from_records(frames, "ranks.beats.frame", "heartbeat", cutoff, ranks.last_beats)
@@ -151,8 +164,13 @@ def _from_records(
     return frames.memo(name, [kind], cutoff, lambda: fn(frames.frame(kind, cutoff)))
 
 
-def _stored_beats(frames: RunFrames) -> pd.DataFrame | None:
-    beats = frames.store.last_heartbeats(frames.run)
+def _served(cutoff: Cutoff) -> bool:
+    """Whether the store's tables answer as of ``cutoff``: live, or at a replay step."""
+    return cutoff == OPEN or cutoff.step is not None
+
+
+def _stored_beats(frames: RunFrames, step_max: int | None) -> pd.DataFrame | None:
+    beats = frames.store.last_heartbeats(frames.run, step_max)
     return None if beats is None else records_frame("heartbeat", beats)
 
 
