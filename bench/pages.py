@@ -261,7 +261,8 @@ def probe_reads(path: Path, how: str) -> str:
 
     ``before``: as they were read before the store kept them (every ``rank_step`` and
     ``heartbeat`` record as a frame, the figures computed in pandas); ``now``: the store's
-    per-step table, busy-time buckets and newest heartbeats.
+    per-step table, busy-time buckets and newest heartbeats; ``replay``: the same at the
+    run's middle step, a replay position (before, a replay read the records as frames too).
     """
     from dsmon.analysis import ranks
     from dsmon.store.rank_tables import bucket_width
@@ -275,10 +276,12 @@ def probe_reads(path: Path, how: str) -> str:
         ranks.busy_buckets(table, width)
         beats = ranks.last_beats(store.frame(RUN, "heartbeat"))
     else:
-        per_step = store.rank_step_stats(RUN)
+        last = store.runs()[0].last_step or 0
+        upto = last // 2 if how == "replay" else None
+        per_step = store.rank_step_stats(RUN, step_max=upto)
         assert per_step is not None
-        store.rank_busy(RUN, bucket_width(int(per_step["step"].max()), 300))
-        beats = store.last_heartbeats(RUN)
+        store.rank_busy(RUN, bucket_width(int(per_step["step"].max()), 300), upto)
+        beats = store.last_heartbeats(RUN, upto)
     ranks.stragglers(per_step)
     took = time.perf_counter() - start
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -319,7 +322,7 @@ def main() -> None:
     store.close()
     print(f"run: {info.n_records:,} records, last step {info.last_step:,}")
     if RANKS:
-        for how in ("now", "before"):
+        for how in ("now", "replay", "before"):
             print(f"per-rank reads, {how}: {_child(path, f'probe,{how}', RANKS)}", flush=True)
     print(
         f"{'page':<15}{'ever s':>8}{'first s':>9}{'refresh s':>11}{'max s':>7}{'cpu s':>7}"
