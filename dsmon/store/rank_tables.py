@@ -100,8 +100,8 @@ class RankReads:
         """One row per step of ``rank_step_stats`` changed after ``after_id``, in step order.
 
         Columns :data:`dsmon.store.rank_sql.STAT_COLUMNS` (``id``: the newest record folded
-        in, what a live reader passes as ``after_id`` next); ``step_max``: the steps up to
-        it (a replay position). None: no per-rank tables.
+        in, what a live reader passes as ``after_id`` next). Without ``after_id``,
+        ``step_max`` keeps the steps up to it (a replay position). None: no per-rank tables.
         """
         if after_id:
             rows = self._on_ranks(lambda t: t.rows(rank_sql.STATS_SINCE, (run, after_id)))
