@@ -10,7 +10,9 @@ from dsmon.analysis import training
 from dsmon.figures import training as fig
 from dsmon.figures.common import rounded
 from dsmon.model.ds_config import preferred_config
-from dsmon.view import step_views
+from dsmon.view import rank_views, step_views
+from dsmon.view.cache import RunFrames
+from dsmon.view.cutoff import Cutoff
 from ui.charts import chart
 from ui.page import live_body, page_header, page_view
 
@@ -25,7 +27,19 @@ def load() -> tuple[list[pd.DataFrame], list[list[np.ndarray] | None]]:
     f, cut = view.frames, view.cutoff
     config = preferred_config(f.records("config", cut))
     tbs = training.train_batch_size(config.config if config else None)
-    return step_views.training_parts(f, cut, tbs), step_views.training_groups(f, cut, tbs)
+    probe = f.memo("training.probe", ["rank_step"], cut, lambda: _probe_overflow(f, cut))
+    parts = [*step_views.training_parts(f, cut, tbs), probe]
+    return parts, [*step_views.training_groups(f, cut, tbs), None]
+
+
+def _probe_overflow(f: RunFrames, cut: Cutoff) -> pd.DataFrame:
+    """The loss scale and skipped steps dsmon run's probe read from the engine, when they moved.
+
+    At DeepSpeed's default log level no loss-scale line reaches the log: an fp16 run's
+    overflows show only here.
+    """
+    stats = rank_views.stats(f, cut)
+    return training.varying(training.probe_series(stats, ["loss scale", "skipped steps"]))
 
 
 def body() -> None:
@@ -44,8 +58,9 @@ def body() -> None:
     st.caption(
         "Each source is its own line: DeepSpeed's step= and ThroughputTimer lines, its "
         "loss-scale messages and see_memory_usage blocks, csv_monitor files (samples turned "
-        "into steps by train_batch_size), Megatron-DeepSpeed or pipeline iteration lines, and "
-        "the Hugging Face Trainer's log dicts (its evaluation loss apart)."
+        "into steps by train_batch_size), Megatron-DeepSpeed or pipeline iteration lines, "
+        "the Hugging Face Trainer's log dicts (its evaluation loss apart), and the loss scale "
+        "and skipped steps dsmon run's probe read from the engine, when they moved."
     )
     st.subheader("Latest values")
     st.dataframe(rounded(newest, 6), hide_index=True, width="stretch")

@@ -165,3 +165,26 @@ def test_steps_page_draws_what_only_the_probe_saw(tmp_path, monkeypatch) -> None
     ]
     assert f"iteration time · {probe}" in names
     assert not [n for n in names if n.startswith(("loss scale", "skipped steps"))]
+
+
+def test_training_page_draws_the_probes_loss_scale(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The same fp16 run's overflows, at DeepSpeed's default log level, on the Training page."""
+    path = tmp_path / "s.sqlite"
+    with open_store(path) as s:
+        import_paths(s, [DATA / "probe_fp16_default"], run="fp16")
+        import_paths(s, [DATA / "probe_accelerate" / "default"], run="fp32")
+    monkeypatch.setenv("DSMON_STORE", str(path))
+    probe = "dsmon run's probe"
+    for run, scales in (("fp16", {65536.0, 32768.0, 16384.0, 8192.0}), ("fp32", None)):
+        at = app_at(str(path), run, "training")
+        assert not at.exception
+        traces = {
+            t["name"]: values(t["y"])
+            for c in at.get("plotly_chart")
+            for t in json.loads(c.proto.spec)["data"]  # type: ignore[attr-defined]
+        }
+        if scales is None:  # fp32: the scale never moves, nothing skipped: nothing to draw
+            assert not [n for n in traces if probe in n]
+            continue
+        assert set(traces[f"loss scale · {probe}"]) == scales
+        assert max(traces[f"skipped steps · {probe}"]) == 4

@@ -151,22 +151,26 @@ def kind_series(
     return _sorted_points(_kind_parts(kind, frame, train_batch_size))
 
 
-def probe_series(stats: pd.DataFrame) -> pd.DataFrame:
+#: The probe's per-step figures (``dsmon.analysis.ranks.step_stats`` columns) as metrics.
+PROBE_METRICS = {
+    "iteration time": "wall_ms",
+    "loss scale": "loss_scale",
+    "skipped steps": "skipped_steps",
+}
+
+
+def probe_series(
+    stats: pd.DataFrame, metrics: Sequence[str] = tuple(PROBE_METRICS)
+) -> pd.DataFrame:
     """The points of the probe's per-step figures (``dsmon.analysis.ranks.step_stats``).
 
     What the log shows only at INFO: the step's wall time (the slowest rank's, the others
-    waited for it), and the engine's skipped-step counter and loss scale.
+    waited for it), and the engine's skipped-step counter and loss scale. ``metrics``: which.
     """
     if stats.empty or "step" not in stats.columns:
         return _sorted_points([])
-    per_step = stats.rename(columns={"wall_ms": "total_ms"})
-    return _sorted_points(
-        [
-            _points(per_step, "total_ms", "iteration time", PROBE_SOURCE),
-            _points(per_step, "loss_scale", "loss scale", PROBE_SOURCE),
-            _points(per_step, "skipped_steps", "skipped steps", PROBE_SOURCE),
-        ]
-    )
+    parts = [_points(stats, PROBE_METRICS[m], m, PROBE_SOURCE) for m in metrics]
+    return _sorted_points(parts)
 
 
 def _sorted_points(parts: list[pd.DataFrame]) -> pd.DataFrame:
