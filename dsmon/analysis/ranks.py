@@ -15,7 +15,7 @@ in its input pipeline) stays in one phase while the others wait for it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -169,11 +169,16 @@ def stragglers(stats: pd.DataFrame) -> pd.DataFrame:
 
 def slowest_counts(strag: pd.DataFrame) -> pd.DataFrame:
     """How often each rank was the slowest: columns ``rank``, ``steps``, ``share``."""
-    if strag.empty:
+    counts = strag["slowest_rank"].value_counts() if not strag.empty else pd.Series()
+    return counts_table(dict(zip(counts.index.astype(int), counts.to_numpy(), strict=True)))
+
+
+def counts_table(counts: Mapping[int, int]) -> pd.DataFrame:
+    """Steps per slowest rank as :func:`slowest_counts`' table, most often slowest first."""
+    if not counts:
         return pd.DataFrame({"rank": [], "steps": [], "share": []})
-    counts = strag["slowest_rank"].value_counts()
-    out = pd.DataFrame({"rank": counts.index.astype(int), "steps": counts.to_numpy()})
-    out["share"] = out["steps"] / len(strag)
+    out = pd.DataFrame({"rank": list(counts), "steps": list(counts.values())}, dtype="int64")
+    out["share"] = out["steps"] / out["steps"].sum()
     return out.sort_values(["steps", "rank"], ascending=[False, True]).reset_index(drop=True)
 
 

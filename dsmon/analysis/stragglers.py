@@ -50,13 +50,7 @@ class StragglerSummary:
 
     def slowest_counts(self) -> pd.DataFrame:
         """How often each rank was the slowest (:func:`dsmon.analysis.ranks.slowest_counts`)."""
-        if not self.counts:
-            return pd.DataFrame({"rank": [], "steps": [], "share": []})
-        out = pd.DataFrame(
-            {"rank": list(self.counts), "steps": list(self.counts.values())}, dtype="int64"
-        )
-        out["share"] = out["steps"] / self.steps
-        return out.sort_values(["steps", "rank"], ascending=[False, True]).reset_index(drop=True)
+        return ranks.counts_table(self.counts)
 
 
 def straggler_summary(stats: pd.DataFrame, warmup: int = steps.WARMUP_STEPS) -> StragglerSummary:

@@ -249,25 +249,23 @@ WHERE b.run = ? ORDER BY b.rank
 """
 
 
-def busy_read(d: Dialect, level: int | None, width: int, step_max: int | None = None) -> str:
+def busy_read(
+    d: Dialect, level: int | None, width: int, step_max: int | None = None
+) -> tuple[str, int]:
     """Each rank's busy time per bucket of ``width`` steps, from the roll-up ``level``.
 
     ``level`` None: from ``rank_steps`` (a run short enough to draw step by step). Up to
     ``step_max`` (a replay position), the roll-up's buckets before it, then the next finer
     level's up to it, and so on, and the last few steps from ``rank_steps``: each part reads
     fewer than eight buckets a rank. Columns: rank, bucket (of ``width``), count, sum, min,
-    max; the run is each part's one parameter (:func:`busy_parts` says how many).
+    max; with how many parameters the SQL takes (each part's one: the run).
     """
-    union = " UNION ALL ".join(_busy_parts(level, width, step_max))
-    return f"""
+    parts = _busy_parts(level, width, step_max)
+    sql = f"""
 SELECT rank, b, {d.sum_count.format("n")}, {d.sum_value.format("s")}, MIN(lo), MAX(hi)
-FROM ({union}) AS u GROUP BY rank, b ORDER BY rank, b
+FROM ({" UNION ALL ".join(parts)}) AS u GROUP BY rank, b ORDER BY rank, b
 """
-
-
-def busy_parts(level: int | None, width: int, step_max: int | None) -> int:
-    """How many times :func:`busy_read` takes the run as a parameter."""
-    return len(_busy_parts(level, width, step_max))
+    return sql, len(parts)
 
 
 def _busy_parts(level: int | None, width: int, step_max: int | None) -> list[str]:

@@ -118,10 +118,7 @@ class RankReads:
         many steps of the rank it holds; ``step_max``: the steps up to it. None: no tables.
         """
         level = source_level(width)
-        runs = (run,) * rank_sql.busy_parts(level, width, step_max)
-        rows = self._on_ranks(
-            lambda t: t.rows(rank_sql.busy_read(t.DIALECT, level, width, step_max), runs)
-        )
+        rows = self._on_ranks(lambda t: t.rows(*_busy_query(t, run, level, width, step_max)))
         if rows is None:
             return None
         out = _frame(rows, ("rank", "step", "n", "sum_ms", "min_ms", "max_ms"))
@@ -146,6 +143,14 @@ class RankReads:
             return None
         beats = [row_record(body) for _, body in rows]
         return [b for b in beats if isinstance(b, HeartbeatRecord)]
+
+
+def _busy_query(
+    tables: GpuTables, run: str, level: int | None, width: int, step_max: int | None
+) -> tuple[str, tuple[str, ...]]:
+    """:func:`dsmon.store.rank_sql.busy_read` and its parameters."""
+    sql, n_params = rank_sql.busy_read(tables.DIALECT, level, width, step_max)
+    return sql, (run,) * n_params
 
 
 def _all_stats(tables: GpuTables, run: str, step_max: int) -> pd.DataFrame:

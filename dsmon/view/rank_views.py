@@ -53,9 +53,10 @@ class _LiveStats:
             if new is None:
                 return None
             before = self.frame
-            merged = new if before is None or before.empty else before
-            if before is not None and not before.empty and not new.empty:
-                merged = _merged(before, new)
+            if before is None or before.empty:
+                merged = new
+            else:
+                merged = _merged(before, new) if not new.empty else before
             if before is None or not new.empty:
                 self.stragglers.update(before, new, merged)
             self.frame = merged
