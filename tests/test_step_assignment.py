@@ -206,6 +206,43 @@ def test_default_log_level_counts_from_the_launcher_lines() -> None:
     assert [r.step for r in recs if isinstance(r, FlopsProfileRecord)] == [6]
 
 
+def test_second_launch_into_one_log_counts_from_1_again() -> None:
+    """A job started again with ``>>`` into its log, at the default log level: no ``step=``
+    line says the count restarted; the launcher's start-up lines do."""
+    lines = read("relaunch_default_loglevel")
+    second = [i + 1 for i, ln in enumerate(lines) if "[runner.py:618:main] cmd = " in ln][1]
+    recs, parser = parse(lines)
+    assert [r.step for r in timers(recs, "global")] == [*range(1, 7), *range(1, 13)]
+    gt = truth(lines)
+    for lo, launch in (
+        (1, [t for t in gt if t[0] < second]),
+        (second, [t for t in gt if t[0] > second]),
+    ):
+        checked = [
+            r for r in recs
+            if lo <= (r.src.line or 0) <= launch[-1][0] and r.KIND not in ("event", "config")
+        ]  # fmt: skip
+        for rec in checked:
+            assert rec.step == expected(launch, rec.src.line or 0), (rec.KIND, rec.src.line)
+        assert len(checked) > 10
+    assert [r.step for r in recs if isinstance(r, FlopsProfileRecord)] == [6, 6]
+    assert parser.ctx.clock.rebased == 0 and not parser.diag.unparsed
+
+
+def test_launcher_killing_a_failed_job_starts_no_new_count() -> None:
+    """The launcher's ``sigkill_handler`` lines (one names the failed command) come as a job
+    dies, maybe before another node's last timer line: they must not restart the count."""
+    lines = read("relaunch_default_loglevel")
+    second = [i + 1 for i, ln in enumerate(lines) if "[runner.py:618:main] cmd = " in ln][1]
+    killed = [i + 1 for i, ln in enumerate(lines) if "sigkill_handler" in ln]
+    assert killed and max(killed) < second
+    parser = LogParser("r", "train.log")
+    list(parser.feed_lines(lines[: second - 1]))
+    assert parser.ctx.clock.current() == 7  # step 7 was in progress when rank 1 failed
+    list(parser.feed_lines(lines[second - 1 : second]))
+    assert parser.ctx.clock.current() == 1
+
+
 def test_dsmon_run_start_line_marks_the_start() -> None:
     """torchrun at the default log level, its start warning gone (OMP_NUM_THREADS set): only
     the line ``dsmon run`` writes first says where the output begins."""

@@ -132,6 +132,21 @@ class StepClock:
             self.micro = 0
             self._anchored = (0, 1)
 
+    def relaunch(self) -> None:
+        """The launcher starts the job again in the same log: step 1 is next again.
+
+        A job retried after a crash, or started again with ``>> train.log``, writes its second
+        launch after the first one's timer lines. At DeepSpeed's default log level no
+        ``step=`` line says that the count restarted, so without this the second launch's
+        steps would be numbered on from the first's. A launch that resumes from a checkpoint
+        and prints ``step=N`` moves the count as any anchor does.
+        """
+        self.base = 1 - self.rel
+        self.micro = 0
+        self.at_boundary = False
+        self._anchored = (self.rel, 1)
+        self._strong = False
+
     def anchor(self, step_in_progress: int, weak: bool = False) -> None:
         """A line names the step in progress (``step=N`` is printed inside step N).
 

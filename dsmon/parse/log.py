@@ -39,6 +39,9 @@ _START_TEXTS = ("DeepSpeed info:", "Initializing TorchBackend", "DeepSpeedEngine
 #: Setting OMP_NUM_THREADS environment variable for each process ...``): both words present.
 _TORCHRUN_START, _TORCHRUN_LOGGER = "Setting OMP_NUM_THREADS", "torch/distributed/run.py"
 _END_TEXTS = ("Process ", "Killing subprocess")
+#: What DeepSpeed's launchers say as they start a job: ``runner.py``'s ``cmd = ...`` and
+#: ``launch.py``'s ``WORLD INFO DICT: ...`` (every release since 0.3).
+_LAUNCH_TEXTS = ("cmd = ", "WORLD INFO DICT")
 
 
 def default_parsers() -> list[SubParser]:
@@ -262,7 +265,10 @@ class LogParser:
         if line.ts is not None:
             ctx.last_ts = line.ts
         clock = ctx.clock
-        if clock.base is None and clock.rel == 0 and _is_start(line):
+        if clock.counting:
+            if _is_relaunch(line):
+                clock.relaunch()
+        elif clock.base is None and clock.rel == 0 and _is_start(line):
             clock.mark_start()
         rel = clock.rel
         ctx.final = final
@@ -378,6 +384,23 @@ def _is_start(line: LogLine) -> bool:
     if line.logger in _START_LOGGERS:
         return not text.startswith(_END_TEXTS) and "exits with return code" not in text
     return text.startswith(_START_TEXTS) or (_TORCHRUN_START in text and _TORCHRUN_LOGGER in text)
+
+
+def _is_relaunch(line: LogLine) -> bool:
+    """A launcher starting a job after training began: the job was started again.
+
+    Only a launcher's first words count (DeepSpeed's, ``dsmon run``'s, torchrun's). A script
+    may build a second engine mid-run, whose ``DeepSpeed info:`` starts no new count, and a
+    launcher also speaks as it kills a failed job's processes, perhaps before another node's
+    last timer line. The first test is cheap because it runs on every line of a training log.
+    """
+    logger = line.logger
+    if logger is not None:
+        if logger == RUN_START_LOGGER:
+            return True
+        return logger in _START_LOGGERS and line.text.startswith(_LAUNCH_TEXTS)
+    text = line.text
+    return text.startswith("W") and _TORCHRUN_START in text and _TORCHRUN_LOGGER in text
 
 
 def parse_text(
