@@ -81,6 +81,22 @@ class GenerationReader:
             self._offset, self._line, self._label, self._carry,
         )  # fmt: skip
 
+    def read_to_end(self) -> bool:
+        """Whether the open generation has been read up to the file's current size."""
+        if self._f is None:
+            return False
+        return self._buf_start + len(self._buf) >= os.fstat(self._f.fileno()).st_size
+
+    def handover(self) -> str:
+        """The parser state another file of the same output goes on from (``Position.carry``).
+
+        A rotated file read to its end before the next one is followed (a collector started
+        after a rotation, :mod:`collectors.rotated_start`): the next file's steps and times
+        go on from this one's.
+        """
+        state = self._parser.handover()
+        return json.dumps(state, separators=(",", ":")) if state else ""
+
     def _hand_over(self) -> None:
         """The file was truncated in place and goes on: carry its parser's state over.
 
@@ -90,8 +106,7 @@ class GenerationReader:
         new job writing the path starts with its launcher's lines, which the parser reads as
         any relaunch in one file.
         """
-        state = self._parser.handover()
-        self._carry = json.dumps(state, separators=(",", ":")) if state else ""
+        self._carry = self.handover()
 
     def _reset(self, gen: int) -> None:
         self._gen = gen

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
@@ -96,3 +97,29 @@ class ProfileWatcher:
         """At a stop: a profile the final read found cut short (DeepSpeed still writing it)."""
         out, self._partial = self._partial, []
         return out
+
+
+def default_config_parser(run: str, node: str | None) -> ProfileParser:
+    """A ds_config.json read whole as a ``file`` config record; an unreadable one is logged."""
+    from dsmon.parse.files import FileFormatError, parse_ds_config
+
+    def parse(text: str, label: str) -> Sequence[Record]:
+        try:
+            rec = parse_ds_config(text, run, label)
+        except FileFormatError as exc:
+            logger.warning("dsmon: %s", exc)
+            return []
+        return [dataclasses.replace(rec, src=dataclasses.replace(rec.src, node=node))]
+
+    return parse
+
+
+def default_profile_parser(run: str, node: str | None) -> ProfileParser:
+    """The foundation's whole-file flops-profile parser, bound to this run and node."""
+    from dsmon.parse.profile_file import parse_profile_file
+
+    def parse(text: str, label: str) -> Sequence[Record]:
+        records, _ = parse_profile_file(text, run, label, node)
+        return records
+
+    return parse

@@ -17,7 +17,6 @@ same record keys and is stored once.
 
 from __future__ import annotations
 
-import dataclasses
 import fnmatch
 import glob
 import logging
@@ -31,7 +30,13 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from collectors.follower import FileFollower, ParserFactory
-from collectors.profile_file import ProfileParser, ProfileWatcher
+from collectors.profile_file import (
+    ProfileParser,
+    ProfileWatcher,
+    default_config_parser,
+    default_profile_parser,
+)
+from collectors.rotated_start import copy_of_live, family, oldest_first, predecessor
 from collectors.state import FP_BYTES, Checkpoint, Position, StateFile, same_start, same_stem
 from dsmon.load.rotated import COMPRESSED
 from dsmon.model.records import Record
@@ -183,10 +188,15 @@ class Tailer:
         out: list[Record] = []
         first = not self._started
         self._started = True
-        for path, label in _matches(self.patterns).items():
+        for path, label in oldest_first(_matches(self.patterns)).items():
             if path in self._followers or self._already_read(path):
                 continue
             carry = self._continued.pop(_identity(path), "")
+            before = None if carry else predecessor(path, self._followers)
+            if before is not None:
+                if not before.read_to_end():
+                    continue  # an older file of the same log first: met again next scan
+                carry = before.handover()
             follower = self._follower(path, None, first and self._from_end, label, carry=carry)
             self._followers[path] = follower
             out.extend(follower.poll(final=final))
@@ -266,9 +276,15 @@ class Tailer:
 
         Only a whole fingerprint counts, and only beside the followed file with a name that
         starts like it (``train.log.1``, ``train-20260101.log``): per-rank logs of one launch
-        may share their first lines, and must never be taken for copies of each other.
+        may share their first lines, and must never be taken for copies of each other. A
+        rotated name met together with its live file, before either is followed, is
+        compared with the live file (:func:`~collectors.rotated_start.copy_of_live`).
         """
+        if family(path)[0] not in self._followers and copy_of_live(path):
+            return True
         for g in self._followers.values():
+            if g.path != path and family(g.path)[0] == path:
+                continue  # ``path`` is the live file of a rotated name followed: never its copy
             fp = g.fingerprint()
             whole = fp is not None and fp[1] == FP_BYTES and same_stem(g.path, path)
             if whole and fp is not None and same_start(f, *fp):
@@ -370,29 +386,3 @@ class Waker:
             self._observer.stop()
             self._observer.join(timeout=5)
             self._observer = None
-
-
-def default_config_parser(run: str, node: str | None) -> ProfileParser:
-    """A ds_config.json read whole as a ``file`` config record; an unreadable one is logged."""
-    from dsmon.parse.files import FileFormatError, parse_ds_config
-
-    def parse(text: str, label: str) -> Sequence[Record]:
-        try:
-            rec = parse_ds_config(text, run, label)
-        except FileFormatError as exc:
-            logger.warning("dsmon: %s", exc)
-            return []
-        return [dataclasses.replace(rec, src=dataclasses.replace(rec.src, node=node))]
-
-    return parse
-
-
-def default_profile_parser(run: str, node: str | None) -> ProfileParser:
-    """The foundation's whole-file flops-profile parser, bound to this run and node."""
-    from dsmon.parse.profile_file import parse_profile_file
-
-    def parse(text: str, label: str) -> Sequence[Record]:
-        records, _ = parse_profile_file(text, run, label, node)
-        return records
-
-    return parse
