@@ -26,6 +26,7 @@ from health_support import (
 from dsmon.health import ConfigView, Status, evaluate
 from dsmon.health import thresholds as th
 from dsmon.health.gather import inputs_from_records
+from dsmon.health.inputs import NEWEST_TS
 from dsmon.health.model import CheckResult
 from dsmon.load.files import discover, read_found
 from dsmon.model.records import EventRecord, GpuSampleRecord, Record, Source, TimerRecord
@@ -410,3 +411,28 @@ def test_killed_job_is_flagged_in_replay_only() -> None:
     )
     live = inputs_from_records(list(corpus_records("sigkill_all")), now=datetime(2026, 11, 29, 15))
     assert check(live, "run.errors").status is Status.PASS
+
+
+def test_timer_lines_without_times_of_their_own_do_not_say_a_run_stalled() -> None:
+    """tests/data/z0_default_loglevel: DeepSpeed's default log level, so the timer lines are
+    the only step data, all with the time of a start-up warning. Read once from a store
+    (``dsmon check --store`` of a live GPU job: samples keep arriving), their age said FAIL;
+    the dashboard, which sees the lines arrive (``NEWEST_TS``), still judges."""
+    recs = [r for r in log_records(DATA / "z0_default_loglevel" / "train.log", "z0") if not (
+        isinstance(r, EventRecord) and r.name == "worker_exit"
+    )]  # fmt: skip
+    assert {r.KIND for r in recs} >= {"timer"} and not {"step", "throughput"} & {
+        r.KIND for r in recs
+    }
+    now = _last_ts(recs) + timedelta(seconds=120)
+    gpu = gpu_sample((now - timedelta(seconds=1)).isoformat(timespec="milliseconds"))
+    once = check(inputs_from_records([*recs, gpu], now=now), "run.stalled")
+    assert once.status is Status.UNKNOWN
+    assert once.summary.startswith("the step data are timer lines without a time of their own")
+    inputs = inputs_from_records([*recs, gpu], now=now)
+    arrived = pd.DataFrame({"ts": pd.Series({"timer": pd.Timestamp(now) - timedelta(seconds=2)})})
+    live = check(dataclasses.replace(inputs, frames={**inputs.frames, NEWEST_TS: arrived}), _S)
+    assert live.status is Status.PASS, live.summary
+    late = pd.DataFrame({"ts": pd.Series({"timer": pd.Timestamp(now) - timedelta(seconds=100)})})
+    hung = check(dataclasses.replace(inputs, frames={**inputs.frames, NEWEST_TS: late}), _S)
+    assert hung.status is Status.FAIL, hung.summary

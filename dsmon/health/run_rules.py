@@ -31,6 +31,10 @@ _EVERY_STEP_KINDS = ("timer", "rank_step")
 #: What shows that the job and its collector are still there: a rank's heartbeat too.
 _ALIVE_KINDS = (*_STEP_TIME_KINDS, "heartbeat", "gpu", "event", "loss_scale", "comm_op")
 _NO_ERROR = "no crash, OOM or NCCL error in the log"
+_UNTIMED = (
+    "the step data are timer lines without a time of their own (DeepSpeed's default log "
+    "level): a stall shows on the live dashboard, which sees when they arrive"
+)
 
 
 @rule(
@@ -227,7 +231,9 @@ def _last_ts(inputs: HealthInputs, kinds: tuple[str, ...]) -> pd.Timestamp | Non
     f"Live: no new step for max({th.STALL_MIN_S:g} s, {th.STALL_FACTOR:g} x the median step "
     "time, or x the time between step lines when only every steps_per_print-th step prints "
     "one) while the collector still delivers data, well before NCCL's "
-    f"{th.NCCL_TIMEOUT_S:g} s collective timeout kills the job.",
+    f"{th.NCCL_TIMEOUT_S:g} s collective timeout kills the job. Timer lines alone (DeepSpeed's "
+    "default log level prints them without a time) are judged by when they arrive: live, not "
+    "by one reading of a store.",
     "runtime",
     page="steps",
 )
@@ -242,6 +248,8 @@ def check_stalled(inputs: HealthInputs) -> Finding:
     last_step = _last_ts(inputs, _STEP_TIME_KINDS)
     if last_step is None:
         return Finding(Status.UNKNOWN, "no timestamped step data yet")
+    if NEWEST_TS not in inputs.frames and _only_untimed_steps(inputs):
+        return Finding(Status.UNKNOWN, _UNTIMED)
     wait_s, how = _expected_wait_s(inputs)
     if wait_s is None:
         return Finding(Status.UNKNOWN, how)
@@ -276,6 +284,24 @@ def check_stalled(inputs: HealthInputs) -> Finding:
         "py-spy dump --pid <trainer pid>  # on each node: find the rank that hangs",
         "text",
     )
+
+
+def _only_untimed_steps(inputs: HealthInputs) -> bool:
+    """The run's only step data are timer lines, and they carry no time of their own.
+
+    DeepSpeed prints them with print(): each takes the time of the last logger line, and at
+    its default log level no ``step=`` or throughput line (which have theirs) comes between,
+    so their newest time may be the job's start. Only their arrival tells that steps go on:
+    the dashboard and the server's health watcher see it (``NEWEST_TS``); one reading of a
+    store (``dsmon check --store``) does not, and must not call a running job stalled. Lines
+    a launcher or log shipper stamped (one time per step) keep the judgement.
+    """
+    timed = (k for k in _STEP_TIME_KINDS if k != "timer")
+    if any(pm.newest_ts(inputs, k) is not None for k in timed):
+        return False
+    ts = inputs.frame("timer")["ts"]
+    steps_at_newest = inputs.frame("timer").loc[ts == ts.max(), "step"].nunique(dropna=False)
+    return bool(steps_at_newest > 1 or ts.nunique() < 2)
 
 
 def _expected_wait_s(inputs: HealthInputs) -> tuple[float | None, str]:
