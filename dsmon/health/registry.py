@@ -24,6 +24,7 @@ RULE_MODULES = (
     "feature_rules",
     "observability_rules",
     "runtime_rules",
+    "loss_scale_rules",
     "network_rules",
     "memory_rules",
     "step_rules",
