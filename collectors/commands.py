@@ -30,15 +30,13 @@ from collectors.tailer import Tailer
 from collectors.transport import UrlTransport
 from dsmon.commands import CommandError, default_store
 from dsmon.commands._alerting import add_alert_options, start_watcher, stop_watcher
+from dsmon.commands._supervise import child_failed, end_child, wait_for_signal
 from dsmon.commands.dashboard import (
     absolute_store,
     add_server_options,
     check_port,
-    child_failed,
     dashboard_url,
-    end_child,
     start_streamlit,
-    wait_for_signal,
 )
 from dsmon.parse.run_files import run_name
 from dsmon.serve.tokens import TokenError, generate_token, load_token, resolve_token, token_banner

@@ -36,16 +36,13 @@ if TYPE_CHECKING:
     from dsmon.serve.run import IngestServer
 
 from dsmon.commands import CommandError, default_store
+from dsmon.commands._supervise import end_child, exit_status, stop_on_signals, wait_for_signal
 from dsmon.commands.dashboard import (
     absolute_store,
     add_server_options,
     check_port,
     dashboard_url,
-    end_child,
-    exit_status,
     start_streamlit,
-    stop_on_signals,
-    wait_for_signal,
     wait_until_ready,
 )
 from dsmon.parse.log import RUN_START_LOGGER

@@ -11,27 +11,26 @@ becomes Streamlit through ``exec``), for deployments where ``dsmon serve`` runs 
 in its own container. Both listen on loopback unless told otherwise, because the dashboard
 has no login and shows file paths and config of the run.
 
-The supervisor helpers (:func:`start_streamlit`, :func:`end_child`, :func:`wait_for_signal`)
-are public because ``dsmon demo`` and ``dsmon watch`` run the UI the same way.
+:func:`start_streamlit` is public because ``dsmon demo`` and ``dsmon watch`` run the UI the
+same way, supervised with the helpers of :mod:`dsmon.commands._supervise`.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
 import webbrowser
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from dsmon.commands import STORE_ENV, CommandError, default_store
 from dsmon.commands._alerting import add_alert_options, start_watcher, stop_watcher
+from dsmon.commands._supervise import child_failed, end_child, stop_on_signals, wait_for_signal
 from dsmon.serve import DEFAULT_PORT as DEFAULT_INGEST_PORT
 from dsmon.serve.tokens import TokenError, resolve_token, token_banner
 from dsmon.store.base import redact_url
@@ -41,10 +40,6 @@ DEFAULT_PORT = 8501
 DEFAULT_ADDRESS = "127.0.0.1"
 #: Seconds between live redraws, handed to the app as ``$DSMON_REFRESH_S``.
 REFRESH_ENV = "DSMON_REFRESH_S"
-#: How long Streamlit gets to stop after SIGTERM before it is killed.
-STOP_TIMEOUT_S = 10.0
-#: How often a supervisor checks on what it waits for besides signals.
-POLL_S = 0.5
 #: How long the browser tab waits for the dashboard to answer before giving up.
 BROWSER_WAIT_S = 120.0
 
@@ -291,62 +286,6 @@ def start_streamlit(
     if open_browser:
         open_browser_when_ready(dashboard_url(port, address), child)
     return child
-
-
-def end_child(child: subprocess.Popen[bytes], timeout_s: float = STOP_TIMEOUT_S) -> None:
-    """Stop a child politely (SIGTERM), then for good (SIGKILL) if it does not go in time."""
-    if child.poll() is None:
-        child.terminate()
-        try:
-            child.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-
-
-def stop_on_signals() -> threading.Event:
-    """An event that SIGINT and SIGTERM set from now on, instead of ending the process.
-
-    A supervisor installs it once and waits on it as often as it likes, so a signal that
-    arrives between two waits is not lost.
-    """
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    return stop
-
-
-def wait_for_signal(
-    finished: Callable[[], bool], stop: threading.Event | None = None, poll_s: float = POLL_S
-) -> bool:
-    """Block until SIGINT/SIGTERM (True), or until ``finished()`` says there is nothing to wait for.
-
-    Args:
-        finished: checked every ``poll_s`` seconds (a child that died, a thread that ended).
-        stop: the event of :func:`stop_on_signals`; installed here when not given.
-        poll_s: how often ``finished`` is checked.
-    """
-    stop = stop_on_signals() if stop is None else stop
-    while not stop.wait(poll_s):
-        if finished():
-            return stop.is_set()
-    return True
-
-
-def exit_status(returncode: int) -> int:
-    """A child's status as a shell reports it: 128 + N for a child killed by signal N."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
-def child_failed(child: subprocess.Popen[bytes], command: str) -> None:
-    """Raise when the UI ended by itself with a failure status; a clean exit is fine.
-
-    Raises:
-        CommandError: with the child's status as the exit code.
-    """
-    status = exit_status(child.returncode if child.returncode is not None else 0)
-    if status:
-        raise CommandError(f"{command}: the dashboard exited with status {status}", code=status)
 
 
 def _token(token_file: str | None) -> tuple[str, bool]:

@@ -25,7 +25,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from dsmon.commands import CommandError, dashboard
+from dsmon.commands import CommandError, _supervise, dashboard
 from dsmon.commands.import_ import import_and_summarise
 from dsmon.load.playback import DEFAULT_SPEED, ReplayResult, ReplayThread
 from dsmon.store.base import redact_url
@@ -132,7 +132,7 @@ def run_live(args: argparse.Namespace) -> int:
     if not args.speed > 0:
         raise CommandError(f"demo: --speed {args.speed}: must be more than 0 steps per second")
     dashboard.check_port(args.port, "--port", "demo")
-    stop = dashboard.stop_on_signals()
+    stop = _supervise.stop_on_signals()
     store_url, run_name = live_target(args.store, datetime.now())
     print(f"Store       {redact_url(store_url)}", flush=True)
     print(f"Replaying   the bundled run as {run_name!r}, {args.speed:g} step(s)/s", flush=True)
@@ -147,11 +147,11 @@ def run_live(args: argparse.Namespace) -> int:
         try:
             signalled = _serve(replay, ui, store_url, stop)
         finally:
-            dashboard.end_child(ui)
+            _supervise.end_child(ui)
     finally:
         replay.stop()
     if not signalled:
-        dashboard.child_failed(ui, "demo")
+        _supervise.child_failed(ui, "demo")
     return 0
 
 
@@ -159,12 +159,12 @@ def _serve(
     replay: ReplayThread, ui: subprocess.Popen[bytes], store_url: str, stop: threading.Event
 ) -> bool:
     """Wait for the replay (then print its summary) and for a signal; True if signalled."""
-    signalled = dashboard.wait_for_signal(lambda: replay.done or ui.poll() is not None, stop)
+    signalled = _supervise.wait_for_signal(lambda: replay.done or ui.poll() is not None, stop)
     if replay.done:
         _finished(replay, store_url)
     if signalled or ui.poll() is not None:
         return signalled
-    return dashboard.wait_for_signal(lambda: ui.poll() is not None, stop)
+    return _supervise.wait_for_signal(lambda: ui.poll() is not None, stop)
 
 
 def run(args: argparse.Namespace) -> int:
