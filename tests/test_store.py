@@ -22,14 +22,13 @@ from dsmon.model.records import (
 )
 from dsmon.serve.batch import parse_batch_rows
 from dsmon.store.base import (
-    KEY_BYTES,
     RecordFilter,
     RecordRow,
     RunInfo,
     Store,
     StoreError,
-    key_digest,
 )
+from dsmon.store.keys import KEY_BYTES, key_digest
 from dsmon.store.sqlite import SQLiteStore, open_store, sqlite_path
 
 

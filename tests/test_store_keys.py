@@ -20,7 +20,8 @@ from sql_support import Rows, pg_sql, sqlite_sql
 from dsmon.model.records import Record, record_key
 from dsmon.serve.run import start_ingest_server
 from dsmon.store import rekey
-from dsmon.store.base import KEY_BYTES, SCHEMA_VERSION, Store, identity_digest, key_digest
+from dsmon.store.base import SCHEMA_VERSION, Store
+from dsmon.store.keys import KEY_BYTES, identity_digest, key_digest
 from dsmon.store.postgres import PgStore
 from dsmon.store.sqlite import SQLiteStore
 

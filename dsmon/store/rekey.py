@@ -1,6 +1,6 @@
 """Re-keying a store of schema version 1, whose keys were one digest of a record's identity.
 
-Version 2 keys sort by source and place (:func:`dsmon.store.base.identity_digest`), so that
+Version 2 keys sort by source and place (:func:`dsmon.store.keys.identity_digest`), so that
 inserts land next to each other in the UNIQUE index. A version 1 store reads the same under
 either key; but a writer adding records under new keys beside the old ones would store twice
 every record that a collector sends again (after a restart, from its spool) and that was first
@@ -15,8 +15,9 @@ import logging
 from typing import Any
 
 from dsmon.model.wire import WireError
-from dsmon.store.base import key_digest, row_record
+from dsmon.store.base import row_record
 from dsmon.store.gpu_tables import GpuTables
+from dsmon.store.keys import key_digest
 
 log = logging.getLogger(__name__)
 
