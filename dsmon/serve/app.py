@@ -29,7 +29,7 @@ import logging
 import sqlite3
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
@@ -40,14 +40,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from dsmon.model import wire
-from dsmon.model.records import KINDS
 from dsmon.serve.batch import parse_batch_rows
 from dsmon.serve.body import BatchError, check_length, inflate
 from dsmon.serve.metrics import StoreCollector
+from dsmon.serve.query import QueryError, records_filter
 from dsmon.serve.seal import PageSealer
 from dsmon.serve.tokens import check_token, token_matches
 from dsmon.store.base import (
-    RecordFilter,
     Store,
     StoreDataError,
     StoreError,
@@ -60,11 +59,6 @@ logger = logging.getLogger(__name__)
 
 #: Largest request body accepted, before and after gzip: 16 MiB is ~60,000 records.
 MAX_BODY_BYTES = 16 * 1024 * 1024
-#: Records one ``GET /v1/records`` returns at most (and by default).
-MAX_PAGE = 10_000
-DEFAULT_PAGE = 1_000
-#: Largest ``since`` id: the stores' ids are 64-bit integers.
-MAX_ID = 2**63 - 1
 #: How long a failed write keeps ``/healthz`` at 503 when no write succeeded since. It
 #: expires so that a server taken out of rotation for it gets traffic, and a chance, again.
 WRITE_FAILURE_HOLD_S = 60.0
@@ -96,10 +90,6 @@ class Limits:
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status, headers=headers)
-
-
-class _QueryError(ValueError):
-    """A bad query parameter of a GET request (answered 400)."""
 
 
 class IngestApi:
@@ -250,8 +240,8 @@ class IngestApi:
         if not self._authorised(request):
             return self._denied()
         try:
-            flt = _records_filter(request.query_params)
-        except _QueryError as exc:
+            flt = records_filter(request.query_params)
+        except QueryError as exc:
             return _error(400, str(exc))
         pairs = await run_in_threadpool(self.store.id_records, flt)
         records = [{"id": rec_id, **wire.to_dict(rec)} for rec_id, rec in pairs]
@@ -340,34 +330,6 @@ async def _store_failed(request: Request, exc: Exception) -> Response:
     """A read the store could not answer: 503, so scripts and Prometheus retry later."""
     logger.warning("dsmon ingest: %s %s: store failed: %s", request.method, request.url.path, exc)
     return _error(503, f"store: {_one_line(exc)}", {"Retry-After": "5"})
-
-
-def _records_filter(params: Any) -> RecordFilter:
-    """The store query a ``GET /v1/records`` asks for; raises :class:`_QueryError`."""
-    run = params.get("run")
-    if not run:
-        raise _QueryError("query 'run': required")
-    kind = params.get("kind") or None
-    if kind is not None and kind not in KINDS:
-        raise _QueryError(f"query 'kind': unknown record kind {kind!r}")
-    since = _int_param(params, "since", 0, 0, MAX_ID)
-    limit = _int_param(params, "limit", DEFAULT_PAGE, 1, MAX_PAGE)
-    return RecordFilter(run, kind, after_id=since, limit=limit)
-
-
-def _int_param(params: Any, name: str, default: int, low: int, high: int) -> int:
-    raw = params.get(name)
-    if raw is None or raw == "":
-        return default
-    if len(raw) > 20:  # int() of a long digit string is slow, and no valid value is so long
-        raise _QueryError(f"query {name!r}: outside {low}..{high}")
-    try:
-        value = int(raw)
-    except ValueError:
-        raise _QueryError(f"query {name!r}: not an integer: {raw!r}") from None
-    if not low <= value <= high:
-        raise _QueryError(f"query {name!r}: {value} outside {low}..{high}")
-    return value
 
 
 def create_app(
