@@ -33,7 +33,6 @@ from dsmon.store.base import (
     RecordRow,
     RunInfo,
     Store,
-    StoreDataError,
     StoreError,
     foreign_version,
     received_now,
@@ -45,6 +44,7 @@ from dsmon.store.gpu_store import TypedGpuStore, move_gpu_records, split
 from dsmon.store.gpu_tables import GpuTables
 from dsmon.store.rekey import rekey
 from dsmon.store.sqlite_checkpoint import BACKSTOP_PAGES, BackgroundCheckpoint
+from dsmon.store.sqlite_conn import Transaction, store_errors
 from dsmon.store.sqlite_gpu import SQLiteGpuTables
 
 __all__ = ["RunInfo", "SQLiteStore", "Store", "StoreError", "open_store", "sqlite_path"]
@@ -168,12 +168,12 @@ class SQLiteStore(TypedGpuStore):
     def _version(self) -> int:
         return int(self._conn.execute("PRAGMA user_version").fetchone()[0])
 
-    def _transaction(self) -> _Transaction:
-        return _Transaction(self._conn)
+    def _transaction(self) -> Transaction:
+        return Transaction(self._conn)
 
     def prepare_writes(self) -> None:
         """The layout an older dsmon left, brought up to date now (:meth:`_upgrade`)."""
-        with self._lock, _errors(self.path):
+        with self._lock, store_errors(self.path):
             self._upgrade()
 
     def add(
@@ -183,7 +183,7 @@ class SQLiteStore(TypedGpuStore):
         inserted = 0
         self.prepare_writes()
         for rows, samples in split(records):
-            with self._lock, _errors(self.path), self._forgetting(), self._transaction():
+            with self._lock, store_errors(self.path), self._forgetting(), self._transaction():
                 if live:
                     self._received({r.run for r in rows} | {s.key.run for s in samples})
                 inserted += self._gpu.add(samples) + self._add_rows(rows)
@@ -257,7 +257,7 @@ class SQLiteStore(TypedGpuStore):
 
     def runs(self) -> list[RunInfo]:
         """Every run, from the bookkeeping tables (no scan of the records)."""
-        with self._lock, _errors(self.path):
+        with self._lock, store_errors(self.path):
             stats = self._conn.execute(
                 "SELECT run, kind, n, first_ts, last_ts, last_step, last_id FROM run_kinds"
             ).fetchall()
@@ -277,12 +277,12 @@ class SQLiteStore(TypedGpuStore):
 
     def _select(self, flt: RecordFilter) -> list[tuple[int, str]]:
         sql, params = flt.select("?")
-        with self._lock, _errors(self.path):
+        with self._lock, store_errors(self.path):
             return self._conn.execute(sql, params).fetchall()
 
     def _select_bodies(self, flt: RecordFilter) -> list[tuple[int, bytes]]:
         sql, params = flt.select("?", body="CAST(body AS BLOB)")
-        with self._lock, _errors(self.path):
+        with self._lock, store_errors(self.path):
             return self._conn.execute(sql, params).fetchall()
 
     def _load_chunk(self, key: chunks.ChunkKey) -> bytes | None:
@@ -333,12 +333,12 @@ class SQLiteStore(TypedGpuStore):
                 self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
 
     def _on_gpu(self, fn: Callable[[GpuTables], T]) -> T:
-        with self._lock, _errors(self.path), _Transaction(self._conn, "BEGIN"):
+        with self._lock, store_errors(self.path), Transaction(self._conn, "BEGIN"):
             return fn(self._gpu)
 
     def check_writable(self) -> None:
         """Rewrite the schema version in place: a real commit through the WAL, no data."""
-        with self._lock, _errors(self.path), self._transaction():
+        with self._lock, store_errors(self.path), self._transaction():
             self._conn.execute(f"PRAGMA user_version = {self._version()}")
 
     def close(self) -> None:
@@ -347,47 +347,6 @@ class SQLiteStore(TypedGpuStore):
             self._checkpoints.close()
         with self._lock:
             self._conn.close()
-
-
-@contextmanager
-def _errors(path: str) -> Iterator[None]:
-    """SQLite failures at run time (locked too long, disk full, corrupt file) as StoreError.
-
-    Misuse (a closed store) stays a ``sqlite3.ProgrammingError``: that is a bug, not a
-    condition the user can fix.
-    """
-    try:
-        yield
-    except (sqlite3.OperationalError, sqlite3.DatabaseError) as exc:
-        if isinstance(exc, sqlite3.ProgrammingError):
-            raise
-        if isinstance(exc, sqlite3.DataError | sqlite3.IntegrityError):
-            raise StoreDataError(f"store {path}: {exc}") from None
-        raise StoreError(f"store {path}: {exc}") from None
-
-
-class _Transaction:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on error).
-
-    IMMEDIATE takes the write lock up front: a deferred transaction that reads first and
-    writes later can fail with SQLITE_BUSY without waiting, when another writer got there
-    in between. Reads that must see one snapshot (``BEGIN``) take no lock.
-    """
-
-    def __init__(self, conn: sqlite3.Connection, begin: str = "BEGIN IMMEDIATE") -> None:
-        self._conn = conn
-        self._begin = begin
-
-    def __enter__(self) -> None:
-        self._conn.execute(self._begin)
-
-    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
-        if exc_type is None:
-            self._conn.execute("COMMIT")
-        elif self._conn.in_transaction:
-            # SQLite rolls back by itself on some errors (a full disk): a ROLLBACK then
-            # would fail and hide the error that matters.
-            self._conn.execute("ROLLBACK")
 
 
 def open_store(url: str | Path) -> Store:
