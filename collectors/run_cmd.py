@@ -45,7 +45,7 @@ from dsmon.commands.dashboard import (
     start_streamlit,
     wait_until_ready,
 )
-from dsmon.parse.log import RUN_START_LOGGER
+from dsmon.parse.launches import RUN_START_LOGGER
 from dsmon.serve.tokens import TokenError, generate_token, load_token
 
 #: The variable the probe reads (``collectors.probe.patch.DIR_ENV``).
@@ -210,7 +210,7 @@ def run_start_line(cmd: Sequence[str], at: datetime) -> str:
     """The line ``dsmon run`` writes before the job's output, in DeepSpeed's logger format.
 
     Its header gives the log a time from the first line on, and its logger
-    (:data:`dsmon.parse.log.RUN_START_LOGGER`) tells the parser the job's output begins here,
+    (:data:`dsmon.parse.launches.RUN_START_LOGGER`) tells the parser the job's output begins here,
     so that the timer lines are numbered by step even when nothing else of the job's start
     is printed.
     """

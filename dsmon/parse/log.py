@@ -23,6 +23,7 @@ from dsmon.parse.base import (
     StepClock,
     SubParser,
 )
+from dsmon.parse.launches import is_relaunch, is_start
 from dsmon.parse.lines import LineCleaner, LogLine, leading_bar
 
 #: Records waiting for the step clock to learn its base, at most this many (then released
@@ -30,18 +31,6 @@ from dsmon.parse.lines import LineCleaner, LogLine, leading_bar
 #: of records sent without a step that are remembered to be sent again once it is known.
 MAX_HELD = 5000
 MAX_JOINS = 4
-#: The logger of the line ``dsmon run`` writes at the head of a job's output
-#: (``collectors.run_cmd.run_start_line``): the job's output begins there.
-RUN_START_LOGGER = "dsmon"
-_START_LOGGERS = frozenset({"runner.py", "launch.py", RUN_START_LOGGER})
-_START_TEXTS = ("DeepSpeed info:", "Initializing TorchBackend", "DeepSpeedEngine configuration")
-#: torchrun's warning as it starts the workers (``W1204 ... torch/distributed/run.py:874]
-#: Setting OMP_NUM_THREADS environment variable for each process ...``): both words present.
-_TORCHRUN_START, _TORCHRUN_LOGGER = "Setting OMP_NUM_THREADS", "torch/distributed/run.py"
-_END_TEXTS = ("Process ", "Killing subprocess")
-#: What DeepSpeed's launchers say as they start a job: ``runner.py``'s ``cmd = ...`` and
-#: ``launch.py``'s ``WORLD INFO DICT: ...`` (every release since 0.3).
-_LAUNCH_TEXTS = ("cmd = ", "WORLD INFO DICT")
 
 
 def default_parsers() -> list[SubParser]:
@@ -266,9 +255,9 @@ class LogParser:
             ctx.last_ts = line.ts
         clock = ctx.clock
         if clock.counting:
-            if _is_relaunch(line):
+            if is_relaunch(line):
                 clock.relaunch()
-        elif clock.base is None and clock.rel == 0 and _is_start(line):
+        elif clock.base is None and clock.rel == 0 and is_start(line):
             clock.mark_start()
         rel = clock.rel
         ctx.final = final
@@ -372,35 +361,6 @@ def _with_step(rec: Record, step: int | None) -> Record:
     if step is not None:
         object.__setattr__(rec, "step", step)
     return rec
-
-
-def _is_start(line: LogLine) -> bool:
-    """Launcher or engine-init output: the log begins with the run, not in the middle.
-
-    The launcher also speaks at the end of a run (``Process N exits successfully``, ``Killing
-    subprocess``), which says nothing about where the log starts.
-    """
-    text = line.text
-    if line.logger in _START_LOGGERS:
-        return not text.startswith(_END_TEXTS) and "exits with return code" not in text
-    return text.startswith(_START_TEXTS) or (_TORCHRUN_START in text and _TORCHRUN_LOGGER in text)
-
-
-def _is_relaunch(line: LogLine) -> bool:
-    """A launcher starting a job after training began: the job was started again.
-
-    Only a launcher's first words count (DeepSpeed's, ``dsmon run``'s, torchrun's). A script
-    may build a second engine mid-run, whose ``DeepSpeed info:`` starts no new count, and a
-    launcher also speaks as it kills a failed job's processes, perhaps before another node's
-    last timer line. The first test is cheap because it runs on every line of a training log.
-    """
-    logger = line.logger
-    if logger is not None:
-        if logger == RUN_START_LOGGER:
-            return True
-        return logger in _START_LOGGERS and line.text.startswith(_LAUNCH_TEXTS)
-    text = line.text
-    return text.startswith("W") and _TORCHRUN_START in text and _TORCHRUN_LOGGER in text
 
 
 def parse_text(
