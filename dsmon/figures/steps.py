@@ -64,6 +64,11 @@ def steps_figure(
 ) -> go.Figure:
     """Stacked breakdown, throughput/TFLOPS and loss-scale events on one step axis.
 
+    TFLOPS takes the middle row's right-hand axis only beside throughput: an overlaying axis
+    over a row with no trace of its own is laid over the whole figure by the plotly.js that
+    Streamlit bundles, hiding the bars (DeepSpeed's default log level prints no throughput
+    line, while the flops profiler's figures still give TFLOPS).
+
     Args:
         breakdown: one rank's rows of ``step_breakdown`` (already downsampled).
         throughput: ``step``, ``samples_per_s`` (ThroughputTimer lines), optional.
@@ -82,7 +87,8 @@ def steps_figure(
         specs=[[{}], [{"secondary_y": True}], [{}]],
     )
     _stack(fig, breakdown)
-    if throughput is not None and not throughput.empty:
+    has_throughput = throughput is not None and not throughput.empty
+    if throughput is not None and has_throughput:
         fig.add_trace(
             scatter(
                 len(throughput),
@@ -107,13 +113,13 @@ def steps_figure(
             ),
             row=2,
             col=1,
-            secondary_y=True,
+            secondary_y=has_throughput,
         )
     _loss_row(fig, loss_events)
     clip_outliers(fig, breakdown, "step", "total_ms", row=1, col=1)
     fig.update_layout(barmode="stack", bargap=0.05)
     fig.update_yaxes(title_text="ms", row=1, col=1)
-    fig.update_yaxes(title_text="samples/s", row=2, col=1)
+    fig.update_yaxes(title_text="samples/s" if has_throughput else "TFLOPS", row=2, col=1)
     fig.update_yaxes(title_text="TFLOPS", row=2, col=1, secondary_y=True)
     fig.update_yaxes(visible=False, row=3, col=1)
     fig.update_xaxes(title_text="optimizer step", row=3, col=1)
