@@ -183,7 +183,9 @@ def every_rank() -> None:
     mid.metric("straggler score p50", f"{summary.score.median():.2f}" if summary.steps else "—")
     if not counts.empty:
         top = counts.iloc[0]
-        right.metric("slowest most often", f"rank {int(top['rank'])} ({top['share']:.0%} of steps)")
+        right.metric(
+            "slowest rank (share of steps)", f"rank {int(top['rank'])} · {top['share']:.0%}"
+        )
     chart(ranks_fig.busy_figure(busy), "steps.busy_figure")
     chart(
         ranks_fig.straggler_figure(downsample(strag, "step", ["score"]), th.STRAGGLER_WARN),

@@ -30,7 +30,7 @@ def test_the_slow_rank_is_named(store_url: str, monkeypatch: pytest.MonkeyPatch)
     assert not at.exception
     shown = {m.label: m.value for m in at.metric}
     assert shown["ranks"] == "2"
-    assert shown["slowest most often"] == "rank 1 (100% of steps)"
+    assert shown["slowest rank (share of steps)"] == "rank 1 · 100%"
     assert float(shown["straggler score p50"]) > 1.3
     figs = figures(at)
     busy = figs["Busy time per rank (step time minus waiting in collectives, ms)"]

@@ -131,7 +131,9 @@ def test_a_slow_rank_is_named(job: dict[str, Any], monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("DSMON_STORE", str(job["store"]))  # the Steps page's view names it
     at = app_at(str(job["store"]), "job1", "steps")
     assert not at.exception
-    assert {m.label: m.value for m in at.metric}["slowest most often"].startswith("rank 1 (")
+    assert {m.label: m.value for m in at.metric}["slowest rank (share of steps)"].startswith(
+        "rank 1 · "
+    )
 
 
 def test_a_stopped_rank_is_named_with_its_phase(job: dict[str, Any]) -> None:
