@@ -11,6 +11,7 @@ can re-parse up to a saved offset silently, rebuilding the parser's state.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -87,14 +88,25 @@ class GenerationReader:
             return False
         return self._buf_start + len(self._buf) >= os.fstat(self._f.fileno()).st_size
 
-    def handover(self) -> str:
+    def handover(self, *, last_line_complete: bool = False) -> str:
         """The parser state another file of the same output goes on from (``Position.carry``).
 
         A rotated file read to its end before the next one is followed (a collector started
         after a rotation, :mod:`collectors.rotated_start`): the next file's steps and times
-        go on from this one's.
+        go on from this one's. ``last_line_complete``: the file ends here for good, so it is
+        finished as ``dsmon import`` finishes a file: an unterminated last line counts (a
+        copytruncate copy may end mid-line), and so does a line held for a continuation.
+        That is done on a copy of the parser: this follower reads on should the file grow
+        after all.
         """
-        state = self._parser.handover()
+        parser = self._parser
+        if last_line_complete:
+            parser = copy.deepcopy(parser)
+            if self._buf and not self._skipping:
+                text = bytes(self._buf).decode("utf-8", errors="replace")
+                parser.feed(text, offset=self._offset, line=self._line + 1)
+            parser.finish()
+        state = parser.handover()
         return json.dumps(state, separators=(",", ":")) if state else ""
 
     def _hand_over(self) -> None:

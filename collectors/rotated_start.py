@@ -39,7 +39,7 @@ class Predecessor(Protocol):
         """Whether everything the file holds has been read."""
         ...
 
-    def handover(self) -> str:
+    def handover(self, *, last_line_complete: bool = False) -> str:
         """The parser state the next file goes on from (``Position.carry``)."""
         ...
 

@@ -127,7 +127,8 @@ class Tailer:
         self._profiles = [ProfileWatcher(p, parse, old.get(p), clock) for p in profile_files]
         read_config = default_config_parser(run, node)
         self._profiles += [ProfileWatcher(p, read_config, old.get(p), clock) for p in config_files]
-        self._started = False
+        # Paths present at the first scan: the ones ``from_end`` skips (even if met later).
+        self._present_at_start: set[str] | None = None
 
     def poll(self, *, final: bool = False) -> TailBatch:
         """Read whatever is new in every followed file.
@@ -184,11 +185,16 @@ class Tailer:
             follower.close()
 
     def _scan(self, final: bool = False) -> list[Record]:
-        """Start following paths that newly match, unless they hold a generation already read."""
+        """Start following paths that newly match, unless they hold a generation already read.
+
+        Files of one rotated log are followed oldest first, each once the one before it has
+        been read to its end (:mod:`collectors.rotated_start`).
+        """
         out: list[Record] = []
-        first = not self._started
-        self._started = True
-        for path, label in oldest_first(_matches(self.patterns)).items():
+        matched = oldest_first(_matches(self.patterns))
+        if self._present_at_start is None:
+            self._present_at_start = set(matched)
+        for path, label in matched.items():
             if path in self._followers or self._already_read(path):
                 continue
             carry = self._continued.pop(_identity(path), "")
@@ -196,8 +202,9 @@ class Tailer:
             if before is not None:
                 if not before.read_to_end():
                     continue  # an older file of the same log first: met again next scan
-                carry = before.handover()
-            follower = self._follower(path, None, first and self._from_end, label, carry=carry)
+                carry = before.handover(last_line_complete=True)
+            from_end = self._from_end and path in self._present_at_start
+            follower = self._follower(path, None, from_end, label, carry=carry)
             self._followers[path] = follower
             out.extend(follower.poll(final=final))
         return out

@@ -15,8 +15,9 @@ from conftest import DATA
 
 from collectors.state import StateFile
 from collectors.tailer import Tailer
-from dsmon.load.files import import_paths
+from dsmon.load.files import discover, import_paths, read_found
 from dsmon.model.records import Record, TimerRecord, record_key
+from dsmon.parse.base import Diagnostics
 from dsmon.store.base import Store
 
 ROTATED = DATA / "rotated_copytruncate"
@@ -96,3 +97,35 @@ def test_a_copy_met_with_its_live_file_before_the_truncation_is_left_alone(
     (alone / "train.log").write_bytes(Z2)
     once = collect(alone, "train.log*")
     assert {record_key(r) for r in got} == {record_key(r) for r in once}  # read once, whole
+
+
+def test_from_end_skips_both_files_even_when_the_older_one_ends_mid_line(tmp_path: Path) -> None:
+    """``--from-end``: what the files hold at start is skipped. A copytruncate copy may end in
+    the middle of a line; the live file waits for the copy to be read, and must still be
+    skipped to its end when it is followed a scan later."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "train.log.1").write_bytes((ROTATED / "train.log.1").read_bytes()[:-10])
+    live = (ROTATED / "train.log").read_bytes()
+    half = live.index(b"\n", len(live) // 2) + 1
+    (logs / "train.log").write_bytes(live[:half])
+    state = StateFile(tmp_path / "s.json")
+    t = Tailer([str(logs / "train.log*")], run="rot", node=None, state=state, from_end=True)
+    early = t.poll().records + t.poll().records
+    with (logs / "train.log").open("ab") as f:
+        f.write(live[half:])
+    late = t.poll().records + t.poll().records
+    assert early == []
+    assert late and all((r.src.offset or 0) >= half for r in late)
+    assert {r.src.file for r in late} == {"train.log"}
+    alone = tmp_path / "import"
+    alone.mkdir()
+    for name in ("train.log.1", "train.log"):
+        shutil.copyfile(logs / name, alone / name)
+    carries: dict[str, dict[str, object]] = {}
+    whole = [
+        r for f in discover(alone) for r in read_found(f, "rot", Diagnostics(), carries=carries)
+    ]
+    truth = [(f, s) for f, s in global_steps(whole) if f == "train.log"]
+    assert global_steps(late) == truth  # numbered on from the copy, its cut last line too
+    assert [s for _, s in truth] == list(range(80, 101))
