@@ -299,8 +299,9 @@ def _only_untimed_steps(inputs: HealthInputs) -> bool:
     timed = (k for k in _STEP_TIME_KINDS if k != "timer")
     if any(pm.newest_ts(inputs, k) is not None for k in timed):
         return False
-    ts = inputs.frame("timer")["ts"]
-    steps_at_newest = inputs.frame("timer").loc[ts == ts.max(), "step"].nunique(dropna=False)
+    timer = inputs.frame("timer")
+    ts = timer["ts"]
+    steps_at_newest = timer.loc[ts == ts.max(), "step"].nunique(dropna=False)
     return bool(steps_at_newest > 1 or ts.nunique() < 2)
 
 

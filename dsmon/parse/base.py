@@ -128,9 +128,7 @@ class StepClock:
     def mark_start(self) -> None:
         """The log shows the run starting (launcher, engine init): step 1 is next."""
         if self.base is None and self.rel == 0:
-            self.base = 1
-            self.micro = 0
-            self._anchored = (0, 1)
+            self.relaunch()
 
     def relaunch(self) -> None:
         """The launcher starts the job again in the same log: step 1 is next again.
