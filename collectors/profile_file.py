@@ -101,7 +101,7 @@ class ProfileWatcher:
 
 def default_config_parser(run: str, node: str | None) -> ProfileParser:
     """A ds_config.json read whole as a ``file`` config record; an unreadable one is logged."""
-    from dsmon.parse.files import FileFormatError, parse_ds_config
+    from dsmon.parse.side_files import FileFormatError, parse_ds_config
 
     def parse(text: str, label: str) -> Sequence[Record]:
         try:
@@ -116,7 +116,7 @@ def default_config_parser(run: str, node: str | None) -> ProfileParser:
 
 def default_profile_parser(run: str, node: str | None) -> ProfileParser:
     """The foundation's whole-file flops-profile parser, bound to this run and node."""
-    from dsmon.parse.profile_file import parse_profile_file
+    from dsmon.parse.side_files import parse_profile_file
 
     def parse(text: str, label: str) -> Sequence[Record]:
         records, _ = parse_profile_file(text, run, label, node)

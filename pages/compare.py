@@ -7,8 +7,8 @@ import streamlit as st
 
 from dsmon.analysis import compare, ranks, training
 from dsmon.analysis.downsample import downsample
+from dsmon.ds_config.read import preferred_config
 from dsmon.figures import compare as fig
-from dsmon.model.ds_config import preferred_config
 from dsmon.view import rank_views
 from dsmon.view.cache import RunFrames
 from dsmon.view.cutoff import OPEN

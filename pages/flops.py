@@ -16,8 +16,8 @@ from dsmon.analysis.peaks import (
     peak_by_model,
     training_dtype,
 )
+from dsmon.ds_config.read import preferred_config
 from dsmon.figures import flops as fig
-from dsmon.model.ds_config import preferred_config
 from dsmon.model.records import FlopsProfileRecord
 from dsmon.view import step_views
 from ui.charts import chart

@@ -7,9 +7,9 @@ import pandas as pd
 import streamlit as st
 
 from dsmon.analysis import training
+from dsmon.ds_config.read import preferred_config
 from dsmon.figures import training as fig
 from dsmon.figures.common import rounded
-from dsmon.model.ds_config import preferred_config
 from dsmon.view import rank_views, step_views
 from dsmon.view.cache import RunFrames
 from dsmon.view.cutoff import Cutoff

@@ -15,7 +15,8 @@ from hypothesis import settings as hypothesis_settings
 from pg_support import open_pg_store
 from server_support import finish_stops
 
-from dsmon.load.files import discover, read_found
+from dsmon.load.files import read_found
+from dsmon.load.kinds import discover
 from dsmon.model.records import Record, record_key
 from dsmon.parse.base import Diagnostics
 from dsmon.store.base import Store

@@ -22,7 +22,8 @@ import pandas as pd
 from streamlit.components.v2 import manifest_scanner
 from streamlit.testing.v1 import AppTest
 
-from dsmon.load.files import discover, import_paths, read_found
+from dsmon.load.files import import_paths, read_found
+from dsmon.load.kinds import discover
 from dsmon.model.records import GpuSampleRecord, Record, Source
 from dsmon.parse.base import Diagnostics
 from dsmon.store.sqlite import open_store

@@ -13,7 +13,8 @@ from typing import TypeVar
 
 import pytest
 
-from dsmon.load.files import discover, read_found
+from dsmon.load.files import read_found
+from dsmon.load.kinds import discover
 from dsmon.model.records import Record
 from dsmon.parse.base import Diagnostics
 

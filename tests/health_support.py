@@ -7,11 +7,13 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from dsmon.health import ConfigView, HealthInputs, RunFacts, evaluate
+from dsmon.ds_config.effective import ConfigView
+from dsmon.health import HealthInputs, RunFacts, evaluate
 from dsmon.health.gather import inputs_from_records
 from dsmon.health.model import Checklist, CheckResult
 from dsmon.health.registry import all_rules
-from dsmon.load.files import discover, read_found
+from dsmon.load.files import read_found
+from dsmon.load.kinds import discover
 from dsmon.model.records import Record
 from dsmon.parse.base import Diagnostics
 

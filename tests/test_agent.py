@@ -25,7 +25,8 @@ from collectors.spool import Spool
 from collectors.state import StateFile
 from collectors.tailer import Tailer
 from collectors.transport import UrlTransport
-from dsmon.load.files import discover, read_found
+from dsmon.load.files import read_found
+from dsmon.load.kinds import discover
 from dsmon.model.records import Record
 from dsmon.model.wire import decode, encode
 from dsmon.parse.base import Diagnostics

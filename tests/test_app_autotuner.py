@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 from dashboard_support import DATA, app_at, figures, trace_names, values
 
+from dsmon.ds_config.read import preferred_config
 from dsmon.health.gather import inputs_from_store
 from dsmon.load.files import import_paths
-from dsmon.model.ds_config import preferred_config
 from dsmon.model.records import ConfigRecord
 from dsmon.store.sqlite import open_store
 

@@ -1,4 +1,4 @@
-"""ds_config booleans read the way DeepSpeed reads them (dsmon.model.ds_config), everywhere in dsmon.
+"""ds_config booleans read the way DeepSpeed reads them (dsmon.ds_config.read), everywhere in dsmon.
 
 Expected values are DeepSpeed's: pydantic's lax bool coercion for DeepSpeedConfigModel
 sections (deepspeed/runtime/config_utils.py; pydantic documents the accepted strings 0/off/f/
@@ -15,8 +15,9 @@ from health_support import check, config_inputs
 
 from dsmon.analysis.peaks import training_dtype
 from dsmon.analysis.summary import config_highlights
-from dsmon.health import ConfigView, Status
-from dsmon.model.ds_config import ds_bool, section_enabled
+from dsmon.ds_config.effective import ConfigView
+from dsmon.ds_config.read import ds_bool, section_enabled
+from dsmon.health import Status
 
 
 @pytest.mark.parametrize(

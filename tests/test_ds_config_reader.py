@@ -1,4 +1,4 @@
-"""One ds_config reader (dsmon.model.ds_config): the checklist, the summary, the peak table and the
+"""One ds_config reader (dsmon.ds_config.read): the checklist, the summary, the peak table and the
 autotuner table read a config's sections alike, as DeepSpeed reads them.
 
 DeepSpeed's expected values (deepspeed/runtime/zero/config.py and precision_config.py):
@@ -22,8 +22,9 @@ from health_support import DATA, check, config_inputs, corpus_dir, corpus_runs
 from dsmon.analysis.autotune import experiments_table
 from dsmon.analysis.peaks import training_dtype
 from dsmon.analysis.summary import config_highlights
-from dsmon.health import ConfigView, Status
-from dsmon.model.ds_config import refused_sections, section, section_enabled
+from dsmon.ds_config.effective import ConfigView
+from dsmon.ds_config.read import refused_sections, section, section_enabled
+from dsmon.health import Status
 from dsmon.model.records import AutotuneExperimentRecord, ConfigRecord, Source
 
 #: Corpus run -> (ZeRO stage, precision), read by hand from each run's ds_config.json.

@@ -19,7 +19,8 @@ from dashboard_support import GPUS, gpu_samples
 from server_support import stop_later
 
 from dsmon import cli
-from dsmon.load.files import RECORDS, classify, import_paths
+from dsmon.load.files import import_paths
+from dsmon.load.kinds import RECORDS, classify
 from dsmon.model.records import Record
 from dsmon.serve.run import start_ingest_server
 from dsmon.store.base import Store

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from field_corpus import dsmon_parse
 
+from dsmon.ds_config.read import preferred_config
+from dsmon.ds_config.schema import PRE_RELEASE
 from dsmon.health import Status, evaluate
 from dsmon.health.gather import inputs_from_records
-from dsmon.health.schema import PRE_RELEASE
-from dsmon.model.ds_config import preferred_config
 from dsmon.model.records import ConfigRecord, EventRecord, MemoryRecord, StepRecord
 
 

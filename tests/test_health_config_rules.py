@@ -16,10 +16,12 @@ from health_support import (
     seed,
 )
 
-from dsmon.health import ConfigView, Status, evaluate
+from dsmon.ds_config.effective import ConfigView
+from dsmon.health import Status, evaluate
 from dsmon.health.gather import inputs_from_records
 from dsmon.health.inputs import DP_FROM_WORLD
-from dsmon.load.files import discover, read_found
+from dsmon.load.files import read_found
+from dsmon.load.kinds import discover
 from dsmon.model.records import Record
 from dsmon.parse.base import Diagnostics
 

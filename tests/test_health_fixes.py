@@ -7,12 +7,14 @@ import json
 from health_support import check, corpus_inputs
 
 from dsmon.commands.demo import demo_dir
-from dsmon.health import ConfigView, HealthInputs, Status
+from dsmon.ds_config.effective import ConfigView
+from dsmon.health import HealthInputs, Status
 from dsmon.health.fixes import effective_fix, read_at_stage
 from dsmon.health.gather import inputs_from_records
 from dsmon.health.model import Finding
 from dsmon.health.verdicts import fix_json
-from dsmon.load.files import discover, read_found
+from dsmon.load.files import read_found
+from dsmon.load.kinds import discover
 from dsmon.parse.base import Diagnostics
 
 _USE_BF16 = fix_json({"fp16": {"enabled": False}, "bf16": {"enabled": True}})

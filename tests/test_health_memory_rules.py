@@ -14,7 +14,7 @@ from conftest import read_log
 from field_logs import field_path
 from health_support import check, corpus_inputs, evidence
 
-from dsmon.health import ConfigView
+from dsmon.ds_config.effective import ConfigView
 from dsmon.health.gather import inputs_from_records
 from dsmon.health.model import Status
 

@@ -19,7 +19,8 @@ from conftest import read_log
 from field_logs import field_path
 from health_support import check, corpus_inputs, evidence
 
-from dsmon.health import ConfigView, HealthInputs, RunFacts
+from dsmon.ds_config.effective import ConfigView
+from dsmon.health import HealthInputs, RunFacts
 from dsmon.health.gather import inputs_from_records
 from dsmon.health.model import Status
 from dsmon.model.records import CommSummaryRecord, Record, Source, TimerRecord

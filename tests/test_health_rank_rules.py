@@ -17,7 +17,8 @@ from dsmon.health import evaluate
 from dsmon.health.gather import inputs_from_records
 from dsmon.health.model import CheckResult, Status
 from dsmon.health.registry import all_rules
-from dsmon.load.files import discover, read_found
+from dsmon.load.files import read_found
+from dsmon.load.kinds import discover
 from dsmon.model.frames import records_frame
 from dsmon.model.records import HeartbeatRecord, RankStepRecord, Record, Source
 from dsmon.parse.base import Diagnostics

@@ -23,12 +23,14 @@ from health_support import (
     evidence,
 )
 
-from dsmon.health import ConfigView, Status, evaluate
+from dsmon.ds_config.effective import ConfigView
+from dsmon.health import Status, evaluate
 from dsmon.health import thresholds as th
 from dsmon.health.gather import inputs_from_records
 from dsmon.health.inputs import NEWEST_TS
 from dsmon.health.model import CheckResult
-from dsmon.load.files import discover, read_found
+from dsmon.load.files import read_found
+from dsmon.load.kinds import discover
 from dsmon.model.records import EventRecord, GpuSampleRecord, Record, Source, TimerRecord
 from dsmon.parse.base import Diagnostics
 

@@ -1,15 +1,20 @@
-"""The ds_config schema, the config view and the key check (dsmon.health.schema, config_view)."""
+"""The ds_config schema, the config view and the key check (dsmon.ds_config.schema, config_view)."""
 
 from __future__ import annotations
 
 import pytest
 from health_support import SEEDS, check, config_inputs, corpus_config, evidence, seed
 
-from dsmon.health import ConfigView, Status
-from dsmon.health.config_view import ConfigFileError, config_from_text, ds_config_from_effective
+from dsmon.ds_config.effective import (
+    ConfigFileError,
+    ConfigView,
+    config_from_text,
+    ds_config_from_effective,
+)
+from dsmon.ds_config.schema import PRE_RELEASE, default_for, nearest_key, parse_version
+from dsmon.health import Status
 from dsmon.health.model import Evidence, format_value
-from dsmon.health.schema import PRE_RELEASE, default_for, nearest_key, parse_version
-from dsmon.health.schema_rules import find_key_problems
+from dsmon.health.rules.schema import find_key_problems
 
 
 def test_versioned_defaults_follow_deepspeed_history() -> None:

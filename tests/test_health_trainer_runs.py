@@ -7,7 +7,8 @@ from field_logs import field_path
 from health_support import check, evidence
 
 from dsmon.health.gather import inputs_from_records
-from dsmon.load.files import discover, read_found
+from dsmon.load.files import read_found
+from dsmon.load.kinds import discover
 from dsmon.model.records import EventRecord, Record
 from dsmon.parse.base import Diagnostics
 

@@ -17,8 +17,9 @@ import pytest
 from conftest import DATA
 
 from dsmon.cli import main
-from dsmon.load.files import Found, discover, import_paths, read_found
-from dsmon.load.rotated import in_read_order, rotation
+from dsmon.load.files import import_paths, read_found
+from dsmon.load.kinds import Found, discover, in_read_order
+from dsmon.load.rotated import rotation
 from dsmon.model.records import TimerRecord
 from dsmon.parse.base import Diagnostics
 from dsmon.store.base import Store

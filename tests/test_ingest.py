@@ -13,7 +13,11 @@ from pathlib import Path
 import pytest
 from conftest import DATA, Z2, read_log
 
+from dsmon.load.files import import_paths, plan
 from dsmon.load.files import (
+    read_log as read_log_stream,
+)
+from dsmon.load.kinds import (
     AUTOTUNE_EXP,
     AUTOTUNE_SUMMARY,
     CSV_MONITOR,
@@ -22,11 +26,6 @@ from dsmon.load.files import (
     PROFILE,
     InputError,
     discover,
-    import_paths,
-    plan,
-)
-from dsmon.load.files import (
-    read_log as read_log_stream,
 )
 from dsmon.model.records import (
     AutotuneExperimentRecord,

@@ -16,7 +16,7 @@ import pytest
 from dashboard_support import gpu_samples, read_records
 
 from dsmon.analysis import gpus
-from dsmon.model.ds_config import preferred_config
+from dsmon.ds_config.read import preferred_config
 from dsmon.model.records import ConfigRecord, Record, Source
 from dsmon.store.base import Store
 from dsmon.store.sqlite import open_store

@@ -13,7 +13,9 @@ from pathlib import Path
 
 from field_logs import FIELD
 
-from dsmon.parse import base, events, lines, loss_scale, pyrepr, timer_shapes, timers
+from dsmon.parse import base, lines, pyrepr
+from dsmon.parse.families import events, loss_scale, timers
+from dsmon.parse.families import timers as timer_shapes
 
 DATA = Path(__file__).parent / "data"
 LOGS = sorted(DATA.glob("**/*.log")) + sorted(FIELD.glob("*.log"))

@@ -18,7 +18,8 @@ from dashboard_support import app_at, figures, values
 from field_logs import field_path
 
 from dsmon.analysis import training as tr
-from dsmon.load.files import discover, import_paths, read_found
+from dsmon.load.files import import_paths, read_found
+from dsmon.load.kinds import discover
 from dsmon.model.frames import records_frame
 from dsmon.model.records import IterationRecord, Record
 from dsmon.parse.base import Diagnostics

@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from dsmon.model.records import AutotuneSummaryRecord, EventRecord, Record
-from dsmon.parse.autotuner import MAX_AWAIT, AutotunerParser
 from dsmon.parse.base import Diagnostics
+from dsmon.parse.families.autotuner import MAX_AWAIT, AutotunerParser
 from dsmon.parse.log import LogParser, parse_text
 
 DATA = Path(__file__).parent / "data"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from dsmon.model.records import CommOpRecord, CommSummaryRecord, Record
 from dsmon.parse.base import Diagnostics
-from dsmon.parse.comms import CommsParser
+from dsmon.parse.families.comms import CommsParser
 from dsmon.parse.log import LogParser
 
 DATA = Path(__file__).parent / "data"

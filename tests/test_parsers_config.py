@@ -14,7 +14,7 @@ import pytest
 
 from dsmon.model.records import ConfigRecord, Record, Source
 from dsmon.model.wire import decode, encode
-from dsmon.parse.config_dump import loads_lenient, printed_words
+from dsmon.parse.families.config_dump import loads_lenient, printed_words
 from dsmon.parse.log import parse_text
 from dsmon.parse.pyrepr import parse_value
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dsmon.model.records import AutotuneSummaryRecord
-from dsmon.parse.files import (
+from dsmon.parse.side_files import (
     FileFormatError,
     parse_autotune_experiment,
     parse_autotune_summary,

@@ -14,9 +14,9 @@ import pytest
 
 from dsmon.model.records import FlopsProfileRecord, ModuleAggregate, ModuleProfile, Record
 from dsmon.parse.base import Diagnostics
-from dsmon.parse.flops_profiler import FlopsProfilerParser
+from dsmon.parse.families.flops_profiler import FlopsProfilerParser
 from dsmon.parse.log import LogParser, parse_text
-from dsmon.parse.profile_file import parse_profile_file
+from dsmon.parse.side_files import parse_profile_file
 
 DATA = Path(__file__).parent / "data"
 

@@ -13,9 +13,9 @@ import pytest
 
 from dsmon.model.records import IterationRecord
 from dsmon.parse.base import ParseContext
+from dsmon.parse.families.megatron import MegatronParser
 from dsmon.parse.lines import LineCleaner
 from dsmon.parse.log import parse_text
-from dsmon.parse.megatron import MegatronParser
 
 DATA = Path(__file__).parent / "data"
 

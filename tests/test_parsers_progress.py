@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from dsmon.model.records import IterationRecord, Record, StepRecord, ThroughputRecord
+from dsmon.parse.families.progress import is_prefix, parse_mom
 from dsmon.parse.log import LogParser
-from dsmon.parse.progress import is_prefix, parse_mom
 
 DATA = Path(__file__).parent / "data"
 GIB = 1024**3

@@ -32,13 +32,13 @@ from dsmon.model.records import (
     MonitorPointRecord,
     Record,
 )
-from dsmon.parse import files
-from dsmon.parse.autotuner import AutotunerParser
+from dsmon.parse import side_files as files
 from dsmon.parse.base import Diagnostics
-from dsmon.parse.config_dump import ConfigDumpParser, loads_lenient, salvage_json
-from dsmon.parse.flops_profiler import FlopsProfilerParser
+from dsmon.parse.families.autotuner import AutotunerParser
+from dsmon.parse.families.config_dump import ConfigDumpParser, loads_lenient, salvage_json
+from dsmon.parse.families.flops_profiler import FlopsProfilerParser
 from dsmon.parse.log import LogParser
-from dsmon.parse.profile_file import parse_profile_file
+from dsmon.parse.side_files import parse_profile_file
 
 DATA = Path(__file__).parent / "data"
 #: Real outputs of the three kinds: engine profiles (both layouts), dumps, autotuner tables.

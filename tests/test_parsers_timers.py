@@ -13,9 +13,9 @@ import pytest
 
 from dsmon.model.records import CoordinatorEventRecord, Record, TimerRecord
 from dsmon.parse.base import NEED_MORE, ParseContext
+from dsmon.parse.families.timers import TimerParser, classify
 from dsmon.parse.lines import LineCleaner
 from dsmon.parse.log import LogParser
-from dsmon.parse.timers import TimerParser, classify
 
 DATA = Path(__file__).parent / "data"
 OLD = DATA / "timers_old_versions"

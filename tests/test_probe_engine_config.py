@@ -22,7 +22,8 @@ from dsmon.health import evaluate
 from dsmon.health.gather import inputs_from_records
 from dsmon.health.measures import PROBE_STEP_SOURCE
 from dsmon.health.model import Status
-from dsmon.load.files import discover, read_found
+from dsmon.load.files import read_found
+from dsmon.load.kinds import discover
 from dsmon.model.records import ConfigRecord, EventRecord, Record
 from dsmon.model.wire import decode, encode
 from dsmon.parse.base import Diagnostics

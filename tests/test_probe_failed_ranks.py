@@ -16,7 +16,8 @@ from health_support import check, evidence
 from dsmon.analysis.summary import summary_text
 from dsmon.health.gather import inputs_from_records
 from dsmon.health.model import Status
-from dsmon.load.files import discover, import_paths, read_found
+from dsmon.load.files import import_paths, read_found
+from dsmon.load.kinds import discover
 from dsmon.model.records import HeartbeatRecord, Record
 from dsmon.parse.base import Diagnostics
 from dsmon.store.sqlite import open_store

@@ -26,11 +26,11 @@ from hypothesis import strategies as st
 
 from dsmon.model import wire
 from dsmon.model.records import KINDS, Record
-from dsmon.parse import files
+from dsmon.parse import side_files as files
 from dsmon.parse.base import Diagnostics, SubParser
-from dsmon.parse.flops_figures import FACTOR_OFFSET
+from dsmon.parse.families.flops_profiler import FACTOR_OFFSET
 from dsmon.parse.log import LogParser, default_parsers
-from dsmon.parse.profile_file import parse_profile_file
+from dsmon.parse.side_files import parse_profile_file
 from dsmon.serve.batch import BatchError, parse_batch_encoded, parse_batch_rows
 from dsmon.store.base import RecordRow, as_row
 
@@ -103,7 +103,7 @@ def parse(lines: list[str], parsers: list[SubParser] | None = None) -> list[Reco
 
 #: Figures computed from a printed one, and how: the flops profiler's ``bwd_factor`` is read off
 #: a label's ``= N * fwd flops``, as N for the bwd label and N - 1 for the fwd+bwd and iter
-#: ones (``dsmon.parse.flops_figures.FACTOR_OFFSET``).
+#: ones (``dsmon.parse.families.flops_profiler.FACTOR_OFFSET``).
 DERIVED = {"bwd_factor": tuple(sorted(set(FACTOR_OFFSET.values())))}
 
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from collectors.run_cmd import run_start_line
-from dsmon.load.files import discover, read_found
+from dsmon.load.files import read_found
+from dsmon.load.kinds import discover
 from dsmon.model.records import (
     FlopsProfileRecord,
     LossScaleRecord,

@@ -15,7 +15,8 @@ from conftest import DATA
 
 from collectors.state import StateFile
 from collectors.tailer import Tailer
-from dsmon.load.files import discover, import_paths, read_found
+from dsmon.load.files import import_paths, read_found
+from dsmon.load.kinds import discover
 from dsmon.model.records import Record, TimerRecord, record_key
 from dsmon.parse.base import Diagnostics
 from dsmon.store.base import Store

@@ -33,7 +33,8 @@ KINDS = ("step", "iteration", "monitor", "loss_scale", "memory", "throughput")
 
 
 def frames_of(folder: str) -> tuple[dict[str, object], list[Record]]:
-    from dsmon.load.files import discover, read_found
+    from dsmon.load.files import read_found
+    from dsmon.load.kinds import discover
     from dsmon.parse.base import Diagnostics
 
     recs = [

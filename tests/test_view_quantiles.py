@@ -19,9 +19,10 @@ from live_feed_support import feed, records_of
 
 from dsmon.analysis import step_stats, steps
 from dsmon.analysis.ranked import Ranked
-from dsmon.health import measures, runtime_rules
+from dsmon.health import measures
 from dsmon.health.gather import inputs_from_store
 from dsmon.health.registry import evaluate
+from dsmon.health.rules import communication as runtime_rules
 from dsmon.model.frames import records_frame
 from dsmon.store.base import Store
 from dsmon.view import fold, quantiles, step_views

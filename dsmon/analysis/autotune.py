@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from dsmon.model.ds_config import section
+from dsmon.ds_config.read import section
 from dsmon.model.records import (
     AutotuneExperimentRecord,
     AutotuneSummaryRecord,

@@ -5,7 +5,7 @@ comparing. The comparison reads every run exactly as its own pages do: the step 
 engine's ``fwd + bwd + step`` of the slowest rank (:func:`dsmon.analysis.comm.per_step`), the
 exposed communication share is :func:`dsmon.analysis.comm.comm_share`, throughput and loss
 come from :func:`dsmon.analysis.training.training_series`. The config of each run is its
-preferred config (:func:`dsmon.model.ds_config.preferred_config`: the user's keys first),
+preferred config (:func:`dsmon.ds_config.read.preferred_config`: the user's keys first),
 flattened to dotted keys so a table can list only the keys whose values differ.
 """
 
@@ -21,7 +21,7 @@ from dsmon.analysis.comm import comm_share, per_step
 from dsmon.analysis.ranks import STATS_KEY, step_wall_ms
 from dsmon.analysis.steps import step_breakdown
 from dsmon.analysis.training import training_series
-from dsmon.model.ds_config import section
+from dsmon.ds_config.read import section
 
 ZERO = "zero_optimization"
 
@@ -112,7 +112,7 @@ def _shown(value: Any) -> str:
 def as_read(config: Mapping[str, Any]) -> Mapping[str, Any]:
     """The config with ZeRO's boolean form written as the section DeepSpeed builds from it.
 
-    ``"zero_optimization": true`` is ZeRO stage 1 (``dsmon.model.ds_config.section``): two
+    ``"zero_optimization": true`` is ZeRO stage 1 (``dsmon.ds_config.read.section``): two
     runs that both ran stage 1 must not show as different for how they wrote it.
     """
     if isinstance(config.get(ZERO), bool):

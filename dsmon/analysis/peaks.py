@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dsmon.model.ds_config import section_enabled
+from dsmon.ds_config.read import section_enabled
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 

@@ -19,7 +19,7 @@ import pandas as pd
 from dsmon.analysis.comm import exposed_comm_share
 from dsmon.analysis.steps import slowest_steps, step_stats
 from dsmon.analysis.summary_scan import median_of, step_breakdown_of
-from dsmon.model.ds_config import preferred_config, section, section_enabled, zero_stage
+from dsmon.ds_config.read import preferred_config, section, section_enabled, zero_stage
 from dsmon.model.records import (
     ENDED_PHASES,
     ENGINE_INFO,
@@ -70,7 +70,7 @@ def _num(value: Any) -> float | None:
 def config_highlights(cfg: Mapping[str, Any]) -> dict[str, str]:
     """The settings that shape performance most, from a DeepSpeed config dict.
 
-    Sections are read as DeepSpeed reads them (:mod:`dsmon.model.ds_config`), so
+    Sections are read as DeepSpeed reads them (:mod:`dsmon.ds_config.read`), so
     ``"zero_optimization": true`` is stage 1 here as in the checklist. An effective-config dump
     has no ``zero_optimization`` section: its ``zero_optimization_stage`` attribute is used.
     """

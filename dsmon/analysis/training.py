@@ -54,7 +54,7 @@ SOURCES = (
     "Trainer evaluation",
     PROBE_SOURCE,
 )
-#: Hugging Face Trainer's dicts (``dsmon.parse.trainer``): their ``fmt`` and chart source.
+#: Hugging Face Trainer's dicts (``dsmon.parse.families.trainer``): their ``fmt`` and chart source.
 TRAINER_SOURCES = {"trainer": "Trainer log", "trainer_eval": "Trainer evaluation"}
 
 

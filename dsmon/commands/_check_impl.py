@@ -10,11 +10,12 @@ from datetime import datetime
 from pathlib import Path
 
 from dsmon.commands import CommandError
-from dsmon.health import ConfigView, HealthInputs, evaluate
-from dsmon.health.config_view import ConfigFileError, config_from_text
+from dsmon.ds_config.effective import ConfigFileError, ConfigView, config_from_text
+from dsmon.health import HealthInputs, evaluate
 from dsmon.health.gather import inputs_from_records, inputs_from_store
 from dsmon.health.report import exit_code, format_text, subject_line, to_json
-from dsmon.load.files import DS_CONFIG, InputError, discover, read_found
+from dsmon.load.files import read_found
+from dsmon.load.kinds import DS_CONFIG, InputError, discover
 from dsmon.load.rotated import Carries
 from dsmon.model.records import ConfigRecord, Record, Source
 from dsmon.parse.base import Diagnostics

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from dsmon.commands import CommandError
-from dsmon.load.files import LOG, Found, classify, read_found, read_log
-from dsmon.load.rotated import Carries, in_read_order
+from dsmon.load.files import read_found, read_log
+from dsmon.load.kinds import LOG, Found, classify, in_read_order
+from dsmon.load.rotated import Carries
 from dsmon.model import wire
 from dsmon.model.records import Record
 from dsmon.parse.base import Diagnostics

@@ -8,7 +8,6 @@ health page both call :func:`evaluate`, so they always show the same list.
 
 from __future__ import annotations
 
-from dsmon.health.config_view import ConfigView
 from dsmon.health.inputs import HealthInputs, RunFacts
 from dsmon.health.model import Checklist, CheckResult, Evidence, Finding, Rule, Status
 from dsmon.health.registry import all_rules, evaluate
@@ -16,7 +15,6 @@ from dsmon.health.registry import all_rules, evaluate
 __all__ = [
     "CheckResult",
     "Checklist",
-    "ConfigView",
     "Evidence",
     "Finding",
     "HealthInputs",

@@ -18,12 +18,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from dsmon.health import schema
-from dsmon.health.config_view import ConfigView
+from dsmon.ds_config import schema
+from dsmon.ds_config.effective import ConfigView
+from dsmon.ds_config.read import as_float
 from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Finding
 from dsmon.health.verdicts import fix_json
-from dsmon.model.ds_config import as_float
 
 _ZERO = "zero_optimization"
 #: ZeRO keys only the listed stages read (stage 0 builds no ZeRO optimizer at all); setting

@@ -21,7 +21,9 @@ import pandas as pd
 from dsmon.analysis import ranks
 from dsmon.analysis.step_stats import StatSource
 from dsmon.analysis.stragglers import StragglerSummary
-from dsmon.health.config_view import ConfigView, auto_paths, ds_config_from_effective
+from dsmon.ds_config.effective import ConfigView, auto_paths, ds_config_from_effective
+from dsmon.ds_config.read import preferred_config
+from dsmon.ds_config.schema import Version, parse_version
 from dsmon.health.inputs import (
     DP_FROM_WORLD,
     LAST_BEATS,
@@ -30,8 +32,6 @@ from dsmon.health.inputs import (
     LazyFrames,
     RunFacts,
 )
-from dsmon.health.schema import Version, parse_version
-from dsmon.model.ds_config import preferred_config
 from dsmon.model.frames import records_frame
 from dsmon.model.records import ENGINE_INFO, ConfigRecord, Record
 from dsmon.store import gpu_fold

@@ -18,8 +18,8 @@ import pandas as pd
 from dsmon.analysis import ranks
 from dsmon.analysis.step_stats import StatSource
 from dsmon.analysis.stragglers import StragglerSummary
-from dsmon.health.config_view import ConfigView
-from dsmon.health.schema import Version, version_text
+from dsmon.ds_config.effective import ConfigView
+from dsmon.ds_config.schema import Version, version_text
 
 #: Keys of :attr:`HealthInputs.frames` for per-step views of the timer rows that a caller
 #: already holds (the dashboard's, updated with new steps only): a rule that needs one takes

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from dsmon.ds_config.effective import Setting
+
 
 class Status(StrEnum):
     """A rule's verdict.
@@ -65,6 +67,11 @@ class Evidence:
     label: str
     value: Any
     where: str = ""
+
+    @classmethod
+    def of(cls, setting: Setting, label: str | None = None) -> Evidence:
+        """A config setting as evidence: ``path = value (set | default | "auto" ... filled in)``."""
+        return cls(label or setting.path, setting.value, setting.origin)
 
     def text(self) -> str:
         """``label = value (where)``, the form every surface prints."""

@@ -1,7 +1,7 @@
 """The one place rules are registered, and the loop that evaluates them.
 
 Adding a rule is writing one function decorated with :func:`rule` in a module listed in
-:data:`RULE_MODULES` (and its test). Every surface (``dsmon check``, the dashboard panel)
+:data:`RULE_MODULES` (one module of :mod:`dsmon.health.rules` per topic) and its test. Every surface (``dsmon check``, the dashboard panel)
 calls :func:`evaluate`, so they can never disagree about which rules exist or their order.
 """
 
@@ -18,19 +18,19 @@ RuleFunc = Callable[[HealthInputs], Finding]
 
 #: Modules holding rules, in the order their rules are listed.
 RULE_MODULES = (
-    "schema_rules",
-    "config_rules",
-    "precision_rules",
-    "feature_rules",
-    "observability_rules",
-    "runtime_rules",
-    "loss_scale_rules",
-    "network_rules",
-    "memory_rules",
-    "step_rules",
-    "run_rules",
-    "rank_rules",
-    "gpu_rules",
+    "schema",
+    "config",
+    "precision",
+    "features",
+    "observability",
+    "communication",
+    "loss_scale",
+    "network",
+    "memory",
+    "steps",
+    "run",
+    "ranks",
+    "gpus",
 )
 CATEGORIES = ("config", "runtime", "gpu")
 
@@ -71,8 +71,8 @@ def all_rules() -> tuple[Rule, ...]:
     order every surface lists rules in must not.
     """
     for name in RULE_MODULES:
-        importlib.import_module(f"dsmon.health.{name}")
-    rank = {f"dsmon.health.{name}": i for i, name in enumerate(RULE_MODULES)}
+        importlib.import_module(f"dsmon.health.rules.{name}")
+    rank = {f"dsmon.health.rules.{name}": i for i, name in enumerate(RULE_MODULES)}
     return tuple(
         sorted(_RULES.values(), key=lambda r: rank.get(r.func.__module__, len(RULE_MODULES)))
     )

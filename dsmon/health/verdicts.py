@@ -12,10 +12,10 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
-from dsmon.health.config_view import ConfigView, Setting
+from dsmon.ds_config.effective import ConfigView, Setting
+from dsmon.ds_config.read import as_float
 from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Evidence, Finding, Status, format_value
-from dsmon.model.ds_config import as_float
 
 ConfigRuleFunc = Callable[[ConfigView, HealthInputs], Finding]
 
@@ -70,7 +70,7 @@ def range_finding(
 ) -> Finding:
     """Judge a numeric setting against a sane [low, high] range; outside is a warning."""
     value = as_float(setting.value)
-    ev = (setting.evidence(), Evidence("sane range", f"{format_value(low)}-{format_value(high)}"))
+    ev = (Evidence.of(setting), Evidence("sane range", f"{format_value(low)}-{format_value(high)}"))
     if value is None:
         return Finding(Status.WARN, f"{setting.path} is not a number: {setting.value!r}", ev)
     if value < low:

@@ -31,42 +31,19 @@ from dsmon.load.kinds import (
     RECORDS,
     Found,
     InputError,
-    classify,
     discover,
 )
 from dsmon.load.records_file import read_records_file
 from dsmon.load.rotated import COMPRESSED, Carries, Unpacked, open_log
 from dsmon.model.records import Record
-from dsmon.parse import files
+from dsmon.parse import side_files
 from dsmon.parse.base import Diagnostics, LineParser
 from dsmon.parse.linereader import MAX_LINE_BYTES, capped_lines
 from dsmon.parse.log import LogParser
 from dsmon.parse.probe import ProbeParser
-from dsmon.parse.profile_file import parse_profile_file
 from dsmon.parse.run_files import run_name, starts_with_its_worker, with_rank
+from dsmon.parse.side_files import parse_profile_file
 from dsmon.store.base import EncodedRecord, Store
-
-#: Kinds and discovery live in ``dsmon.load.kinds``; they are imported from here too.
-__all__ = [
-    "AUTOTUNE_EXP",
-    "AUTOTUNE_SUMMARY",
-    "CSV_MONITOR",
-    "DS_CONFIG",
-    "LOG",
-    "PROBE",
-    "PROFILE",
-    "RECORDS",
-    "Found",
-    "ImportResult",
-    "InputError",
-    "Progress",
-    "classify",
-    "discover",
-    "import_paths",
-    "plan",
-    "read_found",
-    "read_log",
-]
 
 #: Progress is reported every this many bytes, not every line (the hot loop stays cheap).
 _PROGRESS_EVERY = 1 << 20
@@ -171,11 +148,11 @@ def _parse_file(found: Found, run: str, diag: Diagnostics) -> list[Record]:
     text = found.path.read_text(encoding="utf-8", errors="replace")
     try:
         if found.kind == DS_CONFIG:
-            return [files.parse_ds_config(text, run, found.label)]
+            return [side_files.parse_ds_config(text, run, found.label)]
         if found.kind == AUTOTUNE_EXP:
             return [_autotune_experiment(found, text, run)]
         parse = _TABLE_PARSERS[found.kind]
-    except files.FileFormatError as exc:
+    except side_files.FileFormatError as exc:
         diag.note(diag.unparsed, found.kind, found.label, str(exc))
         return []
     recs, file_diag = parse(text, run, found.label)
@@ -184,8 +161,8 @@ def _parse_file(found: Found, run: str, diag: Diagnostics) -> list[Record]:
 
 
 _TABLE_PARSERS: dict[str, Callable[[str, str, str], tuple[Sequence[Record], Diagnostics]]] = {
-    CSV_MONITOR: files.parse_csv_monitor,
-    AUTOTUNE_SUMMARY: files.parse_autotune_summary,
+    CSV_MONITOR: side_files.parse_csv_monitor,
+    AUTOTUNE_SUMMARY: side_files.parse_autotune_summary,
     PROFILE: parse_profile_file,
 }
 
@@ -196,10 +173,10 @@ def _autotune_experiment(found: Found, metrics: str, run: str) -> Record:
     Metrics saved under another name (a copy, a paste) are read alone, named after the file.
     """
     if found.path.name != "metrics.json":
-        return files.parse_autotune_experiment(found.path.stem, metrics, run, found.label)
+        return side_files.parse_autotune_experiment(found.path.stem, metrics, run, found.label)
     folder = found.path.parent
     exp, cfg = folder / "exp.json", folder / "ds_config.json"
-    return files.parse_autotune_experiment(
+    return side_files.parse_autotune_experiment(
         folder.name,
         metrics,
         run,

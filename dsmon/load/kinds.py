@@ -9,12 +9,12 @@ DeepSpeed config is known by its name (``ds_config*.json``) or, under any other 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dsmon.load.records_file import looks_like_records
-from dsmon.load.rotated import in_read_order, may_be_log, open_log
+from dsmon.load.rotated import may_be_log, open_log, rotation
 from dsmon.parse.linereader import skip_hole
 from dsmon.parse.run_files import rank_of
 
@@ -173,3 +173,37 @@ def discover(path: Path) -> list[Found]:
     except OSError as exc:
         raise InputError(f"cannot read {exc.filename or path}: {exc.strerror or exc}") from None
     return [result] if result is not None else []
+
+
+def in_read_order(found: Sequence[Found], log_kind: str) -> list[Found]:
+    """``found`` with the files of each rotated log oldest first, each naming its family.
+
+    A family is a log (``Found.kind`` is ``log_kind``) and its rotated files in one folder
+    (two at least). Its files take the places its members had, in age order; everything
+    else keeps its place.
+    """
+    families: dict[str, list[int]] = {}
+    for i, f in enumerate(found):
+        if f.kind == log_kind:
+            families.setdefault(_family(f), []).append(i)
+    out = list(found)
+    for family, places in families.items():
+        if len(places) < 2:
+            continue
+        members = sorted((found[i] for i in places), key=_age)
+        for i, f in zip(places, members, strict=True):
+            out[i] = replace(f, family=family)
+    return out
+
+
+def _family(f: Found) -> str:
+    """The folder and the log name a file belongs to (itself when it is no rotated name)."""
+    rotated = rotation(f.path.name)
+    base = rotated[0] if rotated is not None else f.path.name
+    return (f.path.parent / base).as_posix()
+
+
+def _age(f: Found) -> tuple[int, int, str]:
+    """Oldest first: numbered rotations (highest first), dated ones, then the live file."""
+    rotated = rotation(f.path.name)
+    return rotated[1] if rotated is not None else (2, 0, "")

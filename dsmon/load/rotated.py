@@ -15,14 +15,9 @@ from __future__ import annotations
 
 import gzip
 import re
-from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, BinaryIO, cast
-
-if TYPE_CHECKING:
-    from dsmon.load.files import Found
+from typing import Any, BinaryIO, cast
 
 #: Suffixes of files that may be logs (a rotated name keeps one before its rotation mark).
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
@@ -115,37 +110,3 @@ class Unpacked:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
-
-
-def in_read_order(found: Sequence[Found], log_kind: str) -> list[Found]:
-    """``found`` with the files of each rotated log oldest first, each naming its family.
-
-    A family is a log (``Found.kind`` is ``log_kind``) and its rotated files in one folder
-    (two at least). Its files take the places its members had, in age order; everything
-    else keeps its place.
-    """
-    families: dict[str, list[int]] = {}
-    for i, f in enumerate(found):
-        if f.kind == log_kind:
-            families.setdefault(_family(f), []).append(i)
-    out = list(found)
-    for family, places in families.items():
-        if len(places) < 2:
-            continue
-        members = sorted((found[i] for i in places), key=_age)
-        for i, f in zip(places, members, strict=True):
-            out[i] = replace(f, family=family)
-    return out
-
-
-def _family(f: Found) -> str:
-    """The folder and the log name a file belongs to (itself when it is no rotated name)."""
-    rotated = rotation(f.path.name)
-    base = rotated[0] if rotated is not None else f.path.name
-    return (f.path.parent / base).as_posix()
-
-
-def _age(f: Found) -> tuple[int, int, str]:
-    """Oldest first: numbered rotations (highest first), dated ones, then the live file."""
-    rotated = rotation(f.path.name)
-    return rotated[1] if rotated is not None else (2, 0, "")

@@ -5,10 +5,12 @@ field names (``_ms``, ``_bytes``, ``_gbps``, ``_flops``, ``_pct``, ``_w``); a va
 did not give is ``None``, never 0. Every record carries its :class:`Source`, so it can be
 traced to the line that produced it and stored exactly once (see :func:`record_key`).
 
-The base classes (:mod:`dsmon.model.record_base`), the kinds dsmon measures itself
-(:mod:`dsmon.model.measured`) and the flops-profiler kind (:mod:`dsmon.model.flops_records`)
-are defined in modules of their own and imported here, so every kind is imported from this
-module. ``docs/records.md`` documents each kind and its JSON-lines form (``dsmon.model.wire``).
+The kinds come in three groups, in this order: the lines DeepSpeed prints (timers, steps,
+throughput, comms, loss scale, memory, config, events, autotuner), the flops profiler's block
+(the one kind built of nested values), and what dsmon measures itself (NVML samples and the
+probe's per-rank timings), whose fields are set by what dsmon samples rather than by what a
+DeepSpeed version prints. ``docs/records.md`` documents each kind and its JSON-lines form
+(``dsmon.model.wire``).
 """
 
 from __future__ import annotations
@@ -17,39 +19,58 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from dsmon.model.flops_records import FlopsProfileRecord as FlopsProfileRecord
-from dsmon.model.flops_records import ModuleAggregate as ModuleAggregate
-from dsmon.model.flops_records import ModuleProfile as ModuleProfile
-from dsmon.model.measured import ENDED_PHASES as ENDED_PHASES
-from dsmon.model.measured import PROBE_PHASES as PROBE_PHASES
-from dsmon.model.measured import GpuSampleRecord as GpuSampleRecord
-from dsmon.model.measured import HeartbeatRecord as HeartbeatRecord
-from dsmon.model.measured import RankStepRecord as RankStepRecord
-from dsmon.model.record_base import Record as Record
-from dsmon.model.record_base import Source as Source
+# --- what every record is ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Source:
+    """Where a record came from.
+
+    ``line`` is the 1-based physical line number, ``offset`` the byte offset of that line's
+    start in ``file``; ``sub`` tells apart several records made from one line (e.g. a comms
+    table row and its op header). Together with ``run``, ``node`` and ``file`` they are the
+    record's identity: re-reading the same bytes yields the same keys, so ingest is idempotent.
+    """
+
+    run: str
+    file: str | None = None
+    line: int | None = None
+    offset: int | None = None
+    node: str | None = None
+    rank: int | None = None
+    sub: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Record:
+    """Fields every record has.
+
+    ``ts`` is ISO-8601 without zone (``2026-11-29T14:10:22.818``) in the clock of the machine
+    that wrote the line: DeepSpeed's logger prints local time with no zone, so dsmon keeps it
+    as printed. Lines with no timestamp of their own (print() output) inherit the nearest
+    preceding one. ``step`` is the 1-based optimizer step the record belongs to, when known
+    (see docs/records.md, "Step assignment").
+    """
+
+    KIND: ClassVar[str] = ""
+    src: Source
+    ts: str | None = None
+    step: int | None = None
+
 
 # --- wall_clock_breakdown and other ``time (ms) | name: value`` lines ---------------------
-
-TIMER_GROUPS = (
-    "micro",  # engine *_microstep timers: one micro-batch
-    "global",  # engine fwd/bwd/bwd_inner/bwd_allreduce/step: sum over the GAS window
-    "zero_optimizer",  # ZeRO-1/2 optimizer_allgather / optimizer_gradients / optimizer_step
-    "zero3_optimizer",  # ZeRO-3 optimizer_step (+ swap timers), init_optimizer_state
-    "fp16_optimizer",  # fused FP16_Optimizer compute_norm / overflow_check / ...
-    "zero3_coordinator",  # the eight PartitionedParameterCoordinator timers (v0.10.0)
-    "act_ckpt",  # activation checkpointing profile: one-field fwd / backward lines
-    "pipeline",  # pipeline engine batch_input / pipe_send_output / ...
-    "moe",  # MoE forward breakdown
-    "swap",  # ZeRO-Infinity NVMe swapper timers
-    "megatron",  # Megatron-LM / GPT-NeoX own timers (forward-backward, optimizer, ...)
-    "other",  # any other name set printed in the same format
-)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TimerRecord(Record):
     """One ``time (ms) | a: 1.00 | b: 2.00`` line.
 
+    ``group`` names the timer set: ``micro`` (the engine's ``*_microstep`` timers, one
+    micro-batch), ``global`` (fwd/bwd/bwd_inner/bwd_allreduce/step summed over the GAS window),
+    ``zero_optimizer``, ``zero3_optimizer``, ``fp16_optimizer``, ``zero3_coordinator`` (the
+    eight PartitionedParameterCoordinator timers, v0.10.0), ``act_ckpt`` (activation
+    checkpointing profile), ``pipeline``, ``moe``, ``swap`` (ZeRO-Infinity NVMe swapper),
+    ``megatron`` (Megatron-LM / GPT-NeoX own timers) or ``other``.
     ``values_ms`` is keyed by the canonical (v0.10.1+) timer name: ``forward_microstep`` from an
     old log is stored as ``fwd_microstep``, so every version charts the same way; ``legacy``
     says the line used the old names or the ``rank=0`` prefix. ``micro_step`` is the 0-based
@@ -324,6 +345,173 @@ class EventRecord(Record):
     message: str = ""
     detail: Mapping[str, Any] = field(default_factory=dict)
 
+
+# --- the flops profiler's block -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModuleAggregate:
+    """One entry of the aggregated section: the top classes at one depth for one metric.
+
+    ``metric`` is ``params``, ``macs`` or ``fwd_latency``; ``value`` is in the metric's base
+    unit (count, MACs, ms).
+    """
+
+    depth: int
+    metric: str
+    module_class: str
+    value: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModuleProfile:
+    """One node of the detailed per-module tree; ``path`` is the dotted module name."""
+
+    path: str
+    module_class: str
+    depth: int
+    params: float | None = None
+    params_pct: float | None = None
+    macs: float | None = None
+    macs_pct: float | None = None
+    fwd_latency_ms: float | None = None
+    fwd_latency_pct: float | None = None
+    fwd_flops_per_s: float | None = None
+    extra: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlopsProfileRecord(Record):
+    """A flops-profiler block (summary, aggregated section, detailed tree).
+
+    Counts are plain numbers (``params_per_gpu`` = 932610.0 for ``932.61 K``), rates are per
+    second, latencies ms. ``width`` is the label column width (70 since v0.10.1, 60 before).
+    ``partial`` says the block was cut (a run killed mid-profile, a pasted excerpt): what was
+    read is kept, and a figure the block never reached is None, not a measurement.
+    """
+
+    KIND: ClassVar[str] = "flops_profile"
+    profile_step: int | None = None
+    world_size: int | None = None
+    data_parallel_size: int | None = None
+    model_parallel_size: int | None = None
+    batch_size_per_gpu: int | None = None
+    params_per_gpu: float | None = None
+    params_total: float | None = None
+    fwd_macs_per_gpu: float | None = None
+    fwd_flops_per_gpu: float | None = None
+    fwd_flops_total: float | None = None
+    fwd_latency_ms: float | None = None
+    fwd_flops_per_s_per_gpu: float | None = None
+    bwd_latency_ms: float | None = None
+    bwd_flops_per_s_per_gpu: float | None = None
+    fwd_bwd_flops_per_s_per_gpu: float | None = None
+    step_latency_ms: float | None = None
+    iter_latency_ms: float | None = None
+    flops_per_s_per_gpu: float | None = None
+    samples_per_s: float | None = None
+    bwd_factor: float | None = None
+    width: int | None = None
+    extra: Mapping[str, str] = field(default_factory=dict)
+    top_modules: tuple[ModuleAggregate, ...] = ()
+    modules: tuple[ModuleProfile, ...] = ()
+    partial: bool = False
+
+
+# --- NVML ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuSampleRecord(Record):
+    """One NVML poll of one GPU. ``util_gpu_pct`` is NVML's kernel-active time, not SM occupancy."""
+
+    KIND: ClassVar[str] = "gpu"
+    gpu_index: int
+    uuid: str | None = None
+    name: str | None = None
+    util_gpu_pct: float | None = None
+    util_mem_pct: float | None = None
+    mem_used_bytes: int | None = None
+    mem_total_bytes: int | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    energy_j: float | None = None
+    temperature_c: float | None = None
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    throttle_reasons: int | None = None
+    pcie_tx_bytes_per_s: float | None = None
+    pcie_rx_bytes_per_s: float | None = None
+    ecc_corrected: int | None = None
+    ecc_uncorrected: int | None = None
+    gpm_sm_active_pct: float | None = None
+    gpm_tensor_active_pct: float | None = None
+    gpm_dram_bw_pct: float | None = None
+    xid: int | None = None
+
+
+# --- dsmon's per-rank probe (``dsmon run``) -----------------------------------------------
+
+PROBE_PHASES = (
+    "start",  # the engine was called for the first time; nothing timed yet
+    "forward",  # inside DeepSpeedEngine.forward
+    "backward",  # inside DeepSpeedEngine.backward (the gradient reduction included)
+    "step",  # inside DeepSpeedEngine.step
+    "outside",  # between engine calls: data loading, the user's own code
+    "exited",  # the process ended normally
+    "failed",  # the process ended on an uncaught exception (``error`` names it)
+)
+#: The phases of a rank's last heartbeat when its process has ended.
+ENDED_PHASES = ("exited", "failed")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankStepRecord(Record):
+    """One rank's optimizer step, timed by the probe inside that rank (every rank, not rank 0).
+
+    ``fwd_ms``/``bwd_ms``/``step_ms`` sum the engine calls of the step's gradient-accumulation
+    window (``micro_steps`` forwards); ``clock`` says how: ``cuda`` (CUDA events, device time)
+    or ``cpu`` (the monotonic clock). ``total_ms`` is the host time since the rank's previous
+    step ended (data loading and the user's code included). ``comm_ms`` is the host time the
+    rank spent blocked in DeepSpeed's collectives, None when none blocked: a rank that waits
+    for a slower one spends that wait there, so ``total_ms - comm_ms`` is the time the rank
+    itself needed. ``skipped_steps`` (the engine's count of steps skipped on overflow so far)
+    and ``loss_scale`` (the optimizer's, after the step) are what the log's ``step=`` and
+    loss-scale lines report at INFO; probes before 2026-12-05 did not write them.
+    """
+
+    KIND: ClassVar[str] = "rank_step"
+    fwd_ms: float | None = None
+    bwd_ms: float | None = None
+    step_ms: float | None = None
+    comm_ms: float | None = None
+    total_ms: float | None = None
+    micro_steps: int | None = None
+    clock: str | None = None
+    skipped_steps: int | None = None
+    loss_scale: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeartbeatRecord(Record):
+    """Where one rank is now: its phase (one of :data:`PROBE_PHASES`) and since when.
+
+    Written every second while the phase changes and at least every 5 s while it does not,
+    so a heartbeat that stops means a stopped or dead process. ``step`` is the step the rank
+    is working on; ``collective`` names the ``deepspeed.comm`` call it is in (``all_reduce``),
+    when it is in one; ``phase_since`` is when it entered the phase (same clock as ``ts``).
+    ``error`` is the uncaught exception (``RuntimeError: ...``) of a ``failed`` rank.
+    """
+
+    KIND: ClassVar[str] = "heartbeat"
+    phase: str
+    collective: str | None = None
+    phase_since: str | None = None
+    pid: int | None = None
+    error: str | None = None
+
+
+# --- the catalogue of kinds, and a record's identity ---------------------------------------
 
 RECORD_TYPES: tuple[type[Record], ...] = (
     TimerRecord,

@@ -319,7 +319,7 @@ class LineCleaner:
     def _bars(self, raw: str) -> Bar | None:
         r"""Note the bars a line draws (tqdm redraws after ``\r``); the one it begins with.
 
-        A Trainer's log dict names no step: the bars around it do (``dsmon.parse.trainer``).
+        A Trainer's log dict names no step: the bars around it do (``dsmon.parse.families.trainer``).
         """
         first: Bar | None = None
         text_seen = False

@@ -23,6 +23,17 @@ from dsmon.parse.base import (
     StepClock,
     SubParser,
 )
+from dsmon.parse.families.autotuner import AutotunerParser
+from dsmon.parse.families.comms import CommsParser
+from dsmon.parse.families.config_dump import ConfigDumpParser
+from dsmon.parse.families.events import EventParser
+from dsmon.parse.families.flops_profiler import FlopsProfilerParser
+from dsmon.parse.families.loss_scale import LossScaleParser
+from dsmon.parse.families.megatron import MegatronParser
+from dsmon.parse.families.memory import MemoryParser
+from dsmon.parse.families.progress import ProgressParser
+from dsmon.parse.families.timers import TimerParser
+from dsmon.parse.families.trainer import TrainerParser
 from dsmon.parse.launches import is_relaunch, is_start
 from dsmon.parse.lines import LineCleaner, LogLine, leading_bar
 
@@ -35,18 +46,6 @@ MAX_JOINS = 4
 
 def default_parsers() -> list[SubParser]:
     """One instance of every DeepSpeed line parser, in the order lines are offered to them."""
-    from dsmon.parse.autotuner import AutotunerParser
-    from dsmon.parse.comms import CommsParser
-    from dsmon.parse.config_dump import ConfigDumpParser
-    from dsmon.parse.event_parser import EventParser
-    from dsmon.parse.flops_profiler import FlopsProfilerParser
-    from dsmon.parse.loss_scale import LossScaleParser
-    from dsmon.parse.megatron import MegatronParser
-    from dsmon.parse.memory import MemoryParser
-    from dsmon.parse.progress import ProgressParser
-    from dsmon.parse.timers import TimerParser
-    from dsmon.parse.trainer import TrainerParser
-
     return [
         TimerParser(),
         ProgressParser(),
@@ -153,7 +152,7 @@ class LogParser:
     def peek(self, partial: str) -> list[Record]:
         """Live: records held for the line being written, once its start decides them.
 
-        A Trainer's dict waits for the bar tqdm draws right after it (``dsmon.parse.trainer``),
+        A Trainer's dict waits for the bar tqdm draws right after it (``dsmon.parse.families.trainer``),
         which begins a line that ends only with the next dict, minutes later.
         """
         bar = leading_bar(partial)

@@ -30,7 +30,7 @@ from dsmon.model.records import (
     Source,
 )
 from dsmon.parse.base import Diagnostics
-from dsmon.parse.config_dump import printed_attributes
+from dsmon.parse.families.config_dump import printed_attributes
 
 #: The diagnostics bucket of probe lines that do not parse.
 KIND = "probe"

@@ -51,7 +51,7 @@ def _setting(inputs: HealthInputs, path: str) -> Evidence:
     config = inputs.config or in_effect(inputs)
     if config is None:
         return Evidence(path, "unknown", "no config")
-    return config.get(path).evidence()
+    return Evidence.of(config.get(path))
 
 
 def _number(inputs: HealthInputs, path: str, default: float) -> float:

@@ -1,6 +1,6 @@
 """Runtime rules on fp16 loss scaling: overflow-skipped steps and a collapsing loss scale.
 
-Apart from the communication rules of :mod:`dsmon.health.runtime_rules` because they read
+Apart from the communication rules of :mod:`dsmon.health.rules.communication` because they read
 other records (step lines' skipped= counter, loss-scale messages, the probe's engine
 counters) and share none of those rules' caveats about what timers and the comms logger can
 see. :data:`dsmon.health.registry.RULE_MODULES` lists this module right after

@@ -4,7 +4,7 @@
 (``| tuning_space | num_experiments | best_metric_val | best_exp_name |``; ``num_exps`` in 0.5.x),
 then logs which experiment is optimal and ``Tuning completed in H:MM:SS.ffffff``. The same table
 and line, with ``. Total number of experiments: N.``, make up ``results_dir/summary.txt``, which
-:func:`dsmon.parse.files.parse_autotune_summary` reads with this parser, so a log and the file
+:func:`dsmon.parse.side_files.parse_autotune_summary` reads with this parser, so a log and the file
 give the same records.
 
 Table rows are held until the completion line names the tuning time (or :data:`MAX_AWAIT` lines

@@ -33,7 +33,7 @@ def _overlap_setting(inputs: HealthInputs) -> Evidence:
     """The configured overlap_comm, for evidence next to measured communication."""
     if inputs.config is None:
         return Evidence("zero_optimization.overlap_comm", "unknown", "no config")
-    return inputs.config.get("zero_optimization.overlap_comm").evidence()
+    return Evidence.of(inputs.config.get("zero_optimization.overlap_comm"))
 
 
 @rule(

@@ -6,7 +6,7 @@ false", and must follow DeepSpeed's own quirks: ZeRO keys accepted under both th
 ``bfloat16`` as the old spelling of ``bf16``, and ``"zero_optimization": true`` as the
 deprecated boolean form. :class:`ConfigView` does that once, so each rule reads one
 :class:`Setting` and can cite where its value came from; the sections themselves are read by
-:mod:`dsmon.model.ds_config`, the reader the summary, the peak table and the pages share.
+:mod:`dsmon.ds_config.read`, the reader the summary, the peak table and the pages share.
 """
 
 from __future__ import annotations
@@ -16,13 +16,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dsmon.health import schema
-from dsmon.health.model import Evidence
-from dsmon.health.names import INVENTED
-from dsmon.health.schema import Version
-from dsmon.model.ds_config import as_float, ds_bool, zero_stage
-from dsmon.model.ds_config import section as ds_section
-from dsmon.parse.files import FileFormatError, load_config_text
+from dsmon.ds_config import schema
+from dsmon.ds_config.names import INVENTED
+from dsmon.ds_config.read import as_float, ds_bool, zero_stage
+from dsmon.ds_config.read import section as ds_section
+from dsmon.ds_config.schema import Version
+from dsmon.parse.side_files import FileFormatError, load_config_text
 
 _MISSING = object()
 
@@ -44,10 +43,10 @@ class Setting:
     explicit: bool
     filled: bool = False
 
-    def evidence(self, label: str | None = None) -> Evidence:
-        """The setting as evidence: ``path = value (set | default | "auto" ... filled in)``."""
-        where = FILLED if self.filled else ("set" if self.explicit else "default")
-        return Evidence(label or self.path, self.value, where)
+    @property
+    def origin(self) -> str:
+        """Where the value came from, as evidence cites it: set, default, or filled in."""
+        return FILLED if self.filled else ("set" if self.explicit else "default")
 
 
 class ConfigView:
@@ -80,7 +79,7 @@ class ConfigView:
     def section(self, path: str) -> Mapping[str, Any]:
         """The dict at a dotted section path; {} when absent or not a dict.
 
-        The top-level section is read as DeepSpeed reads it (:func:`dsmon.model.ds_config.section`:
+        The top-level section is read as DeepSpeed reads it (:func:`dsmon.ds_config.read.section`:
         ``bfloat16`` for ``bf16``, ``"zero_optimization": true`` as stage 1).
         """
         top, *rest = path.split(".")
@@ -116,7 +115,7 @@ class ConfigView:
         return zero_stage(self.raw)
 
     def flag(self, path: str) -> bool | None:
-        """A boolean setting as DeepSpeed reads it: ``"yes"`` is on (:mod:`dsmon.model.ds_config`).
+        """A boolean setting as DeepSpeed reads it: ``"yes"`` is on (:mod:`dsmon.ds_config.read`).
 
         Keys of a section DeepSpeed models with pydantic (in this version) are coerced the
         pydantic way; top-level keys and dict-based sections by truthiness. None when the

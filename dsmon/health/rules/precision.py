@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 import re
 
+from dsmon.ds_config.effective import ConfigView
 from dsmon.health import thresholds as th
-from dsmon.health.config_view import ConfigView
 from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Evidence, Finding, Status
 from dsmon.health.registry import rule
@@ -102,7 +102,7 @@ def _scaler_problems(cfg: ConfigView) -> tuple[list[str], dict[str, float], bool
 def check_loss_scaler(cfg: ConfigView, inputs: HealthInputs) -> Finding:
     """Judge the four dynamic-scaler settings together (they interact)."""
     if not cfg.enabled("fp16"):
-        return not_applicable("fp16 is off", cfg.get("fp16.enabled").evidence())
+        return not_applicable("fp16 is off", Evidence.of(cfg.get("fp16.enabled")))
     keys = (
         "loss_scale",
         "initial_scale_power",
@@ -110,7 +110,7 @@ def check_loss_scaler(cfg: ConfigView, inputs: HealthInputs) -> Finding:
         "hysteresis",
         "min_loss_scale",
     )
-    ev = tuple(cfg.get(f"fp16.{k}").evidence() for k in keys)
+    ev = tuple(Evidence.of(cfg.get(f"fp16.{k}")) for k in keys)
     static = cfg.number("fp16.loss_scale")
     if static:
         return Finding(Status.PASS, f"static loss scale {static:g}: no dynamic scaler to tune", ev)
@@ -133,7 +133,7 @@ def check_fp16_quantized_gradients(cfg: ConfigView, inputs: HealthInputs) -> Fin
     """Warn on fp16 together with ZeRO++ quantized gradients."""
     q = cfg.get("zero_optimization.zero_quantized_gradients")
     fp16 = cfg.get("fp16.enabled")
-    ev = (fp16.evidence(), q.evidence())
+    ev = (Evidence.of(fp16), Evidence.of(q))
     if cfg.flag(q.path) is not True:
         return not_applicable("ZeRO++ quantized gradients are off", *ev)
     if not cfg.enabled("fp16"):

@@ -8,8 +8,8 @@ that moves every checkpoint across PCIe. These rules catch each of those traps.
 
 from __future__ import annotations
 
+from dsmon.ds_config.effective import ConfigView
 from dsmon.health import thresholds as th
-from dsmon.health.config_view import ConfigView
 from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Evidence, Finding, Status
 from dsmon.health.registry import rule
@@ -31,10 +31,10 @@ def check_hpz_nodes(cfg: ConfigView, inputs: HealthInputs) -> Finding:
     hpz = cfg.get(_HPZ)
     size = cfg.number(_HPZ) or 1
     if size <= 1:
-        return not_applicable("hpZ is off", hpz.evidence())
+        return not_applicable("hpZ is off", Evidence.of(hpz))
     facts = inputs.facts
     ev = (
-        hpz.evidence(),
+        Evidence.of(hpz),
         Evidence("nodes", facts.nodes or "unknown", facts.sources.get("nodes", "")),
         Evidence("world size", facts.world_size or "unknown", facts.sources.get("world_size", "")),
     )
@@ -65,8 +65,8 @@ def check_compile_combo(cfg: ConfigView, inputs: HealthInputs) -> Finding:
     act = cfg.has("activation_checkpointing")
     ev = (
         Evidence("torch_compile key", invented, "set (not a DeepSpeed key)" if invented else ""),
-        cfg.get("compile.deepcompile").evidence(),
-        cfg.get("zero_optimization.stage").evidence(),
+        Evidence.of(cfg.get("compile.deepcompile")),
+        Evidence.of(cfg.get("zero_optimization.stage")),
         Evidence("activation_checkpointing section", act),
     )
     if not (invented or deepcompile):
@@ -108,7 +108,7 @@ def check_act_ckpt(cfg: ConfigView, inputs: HealthInputs) -> Finding:
         return not_applicable("no activation_checkpointing section")
     section = cfg.section("activation_checkpointing")
     keys = ("partition_activations", "cpu_checkpointing", "contiguous_memory_optimization")
-    ev = [cfg.get(f"activation_checkpointing.{k}").evidence() for k in keys]
+    ev = [Evidence.of(cfg.get(f"activation_checkpointing.{k}")) for k in keys]
     problems: list[str] = []
     fix: dict[str, object] = {}
     if "partitioned_activations" in section:

@@ -12,13 +12,13 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dsmon.health import names, schema
-from dsmon.health.config_view import ConfigView
+from dsmon.ds_config import names, schema
+from dsmon.ds_config.effective import ConfigView
+from dsmon.ds_config.read import as_float, refused_sections
 from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Evidence, Finding, Status, worst
 from dsmon.health.registry import rule
 from dsmon.health.verdicts import fix_json, needs_config, not_applicable
-from dsmon.model.ds_config import as_float, refused_sections
 
 _DEPRECATED = {
     "zero_optimization.cpu_offload": "offload_optimizer",
@@ -215,10 +215,10 @@ def _hard_check_failures(cfg: ConfigView) -> Iterator[tuple[str, Evidence]]:
     if cfg.enabled("fp16") and cfg.enabled("bf16"):
         yield "fp16 and bf16 cannot both be enabled (assert)", Evidence("fp16+bf16", True, "set")
     if cfg.stage > 3:
-        yield "ZeRO stage must be 0-3", cfg.get("zero_optimization.stage").evidence()
+        yield "ZeRO stage must be 0-3", Evidence.of(cfg.get("zero_optimization.stage"))
     op = cfg.get("gradient_allreduce_op")
     if op.value == "sum" and cfg.stage == 3:
-        yield "gradient_allreduce_op 'sum' is invalid with ZeRO-3", op.evidence()
+        yield "gradient_allreduce_op 'sum' is invalid with ZeRO-3", Evidence.of(op)
     ratio = as_float(cfg.section("zero_optimization.offload_optimizer").get("ratio"))
     if ratio is not None and ratio < 1 and cfg.stage != 3:
         yield "offload_optimizer.ratio < 1 requires ZeRO-3", Evidence("offload ratio", ratio)
@@ -233,14 +233,17 @@ def _fp16_hard_checks(cfg: ConfigView) -> Iterator[tuple[str, Evidence]]:
         return
     scale = cfg.number("fp16.loss_scale")
     if scale is None or scale < 0:
-        yield "fp16.loss_scale must be a finite number >= 0", cfg.get("fp16.loss_scale").evidence()
+        yield (
+            "fp16.loss_scale must be a finite number >= 0",
+            Evidence.of(cfg.get("fp16.loss_scale")),
+        )
         return
     for key in ("loss_scale_window", "min_loss_scale"):
         value = cfg.number(f"fp16.{key}")
         if scale == 0 and (value is None or value <= 0):
             yield (
                 f"fp16.{key} must be > 0 with dynamic loss scaling",
-                cfg.get(f"fp16.{key}").evidence(),
+                Evidence.of(cfg.get(f"fp16.{key}")),
             )
 
 

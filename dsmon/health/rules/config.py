@@ -7,15 +7,15 @@ that does not apply to the configured ZeRO stage says so instead of passing sile
 
 from __future__ import annotations
 
+from dsmon.ds_config.effective import ConfigView
+from dsmon.ds_config.read import as_float, ds_bool
+from dsmon.ds_config.schema import default_for
 from dsmon.health import measures as m
 from dsmon.health import thresholds as th
-from dsmon.health.config_view import ConfigView
 from dsmon.health.inputs import DP_FROM_WORLD, HealthInputs
 from dsmon.health.model import Evidence, Finding, Status, format_value, worst
 from dsmon.health.registry import rule
-from dsmon.health.schema import default_for
 from dsmon.health.verdicts import fix_json, needs_config, not_applicable, range_finding
-from dsmon.model.ds_config import as_float, ds_bool
 
 _Z = "zero_optimization"
 
@@ -32,9 +32,9 @@ def check_overlap_comm(cfg: ConfigView, inputs: HealthInputs) -> Finding:
     """Warn when ZeRO runs with overlap_comm off, set or by the stage's default."""
     stage = cfg.get(f"{_Z}.stage")
     if cfg.stage == 0:
-        return not_applicable("ZeRO is off (stage 0)", stage.evidence())
+        return not_applicable("ZeRO is off (stage 0)", Evidence.of(stage))
     s = cfg.get(f"{_Z}.overlap_comm")
-    ev = (stage.evidence(), s.evidence())
+    ev = (Evidence.of(stage), Evidence.of(s))
     if cfg.flag(s.path) is True:
         return Finding(Status.PASS, "overlap_comm is on", ev)
     how = "set to false" if s.explicit else f"off by default for stage {cfg.stage}"
@@ -56,9 +56,9 @@ def check_contiguous_gradients(cfg: ConfigView, inputs: HealthInputs) -> Finding
     """Warn when stage 2/3 runs with contiguous_gradients switched off."""
     stage = cfg.get(f"{_Z}.stage")
     if cfg.stage < 2:
-        return not_applicable(f"stage {cfg.stage} does not partition gradients", stage.evidence())
+        return not_applicable(f"stage {cfg.stage} does not partition gradients", Evidence.of(stage))
     s = cfg.get(f"{_Z}.contiguous_gradients")
-    ev = (stage.evidence(), s.evidence())
+    ev = (Evidence.of(stage), Evidence.of(s))
     if cfg.flag(s.path) is not False:
         return Finding(Status.PASS, "contiguous_gradients is on", ev)
     fix = fix_json({_Z: {"contiguous_gradients": True}})
@@ -77,7 +77,7 @@ def check_contiguous_gradients(cfg: ConfigView, inputs: HealthInputs) -> Finding
 def check_bucket_sizes(cfg: ConfigView, inputs: HealthInputs) -> Finding:
     """Judge each bucket size the stage uses against the BUCKET_MIN-BUCKET_MAX range."""
     if cfg.stage == 0:
-        return not_applicable("ZeRO is off (stage 0)", cfg.get(f"{_Z}.stage").evidence())
+        return not_applicable("ZeRO is off (stage 0)", Evidence.of(cfg.get(f"{_Z}.stage")))
     keys = ["reduce_bucket_size"] + (["allgather_bucket_size"] if cfg.stage < 3 else [])
     findings = [
         range_finding(
@@ -147,7 +147,7 @@ def check_prefetch_bucket_size(cfg: ConfigView, inputs: HealthInputs) -> Finding
     prefetch = cfg.number(f"{_Z}.stage3_prefetch_bucket_size")
     live = cfg.number(f"{_Z}.stage3_max_live_parameters")
     if cfg.stage == 3 and prefetch and live and prefetch > live:
-        ev = (*found.evidence, cfg.get(f"{_Z}.stage3_max_live_parameters").evidence())
+        ev = (*found.evidence, Evidence.of(cfg.get(f"{_Z}.stage3_max_live_parameters")))
         fix = fix_json({_Z: {"stage3_prefetch_bucket_size": int(min(live, th.BUCKET_MAX))}})
         return Finding(Status.WARN, "prefetch bucket exceeds stage3_max_live_parameters", ev, fix)
     return found
@@ -238,7 +238,7 @@ _TORCH_ADAMS = frozenset({"Adam", "AdamW"})
 def _batch_evidence(cfg: ConfigView, inputs: HealthInputs) -> tuple[Evidence, ...]:
     """The three batch keys and the data-parallel size, as the batch rules cite them."""
     ev = [
-        Evidence(k, "auto", "config") if cfg.raw.get(k) == "auto" else cfg.get(k).evidence()
+        Evidence(k, "auto", "config") if cfg.raw.get(k) == "auto" else Evidence.of(cfg.get(k))
         for k in _BATCH_KEYS
     ]
     dp = inputs.facts.dp_size
@@ -374,7 +374,7 @@ def check_clipping_with_accumulation(cfg: ConfigView, inputs: HealthInputs) -> F
     clip = cfg.get("gradient_clipping")
     ev = (
         Evidence("gradient_accumulation_steps", gas),
-        clip.evidence(),
+        Evidence.of(clip),
         Evidence("DeepSpeed version", inputs.facts.version_label),
     )
     if gas <= th.GAS_CLIP_LIMIT:

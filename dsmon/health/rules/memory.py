@@ -100,7 +100,7 @@ def check_fragmentation(inputs: HealthInputs) -> Finding:
     config = inputs.config or in_effect(inputs)  # the user's config says what they set
     ev: list[Evidence] = []
     if config is not None:
-        ev.append(config.get(_SUB_GROUP).evidence())
+        ev.append(Evidence.of(config.get(_SUB_GROUP)))
     signs: list[str] = []
     if warnings:
         ev.append(Evidence("allocator cache flushes", total, f"{warnings} warnings, {where}"))

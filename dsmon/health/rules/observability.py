@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import math
 
+from dsmon.ds_config import schema
+from dsmon.ds_config.effective import ConfigView
+from dsmon.ds_config.read import as_float
 from dsmon.health import measures as m
-from dsmon.health import schema
-from dsmon.health.config_view import ConfigView
 from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Evidence, Finding, Status
 from dsmon.health.registry import rule
 from dsmon.health.verdicts import fix_json, needs_config, not_applicable
-from dsmon.model.ds_config import as_float
 
 _VERBOSE_LEVELS = {"info", "debug"}
 #: Events parsed from lines the engine logs at INFO in each worker (not the launcher), the
@@ -38,7 +38,7 @@ def check_wall_clock(cfg: ConfigView, inputs: HealthInputs) -> Finding:
     """Warn when no timer breakdown will be printed."""
     wcb = cfg.get("wall_clock_breakdown")
     fp = cfg.get("flops_profiler.enabled")
-    ev = (wcb.evidence(), fp.evidence())
+    ev = (Evidence.of(wcb), Evidence.of(fp))
     if cfg.flag(wcb.path) is True:
         return Finding(Status.PASS, "wall_clock_breakdown is on (timers add a device sync)", ev)
     if cfg.enabled("flops_profiler"):
@@ -63,7 +63,7 @@ def check_wall_clock(cfg: ConfigView, inputs: HealthInputs) -> Finding:
 def check_steps_per_print(cfg: ConfigView, inputs: HealthInputs) -> Finding:
     """Warn when steps_per_print is unset on a version where that silences progress lines."""
     s = cfg.get("steps_per_print")
-    ev = (s.evidence(), Evidence("DeepSpeed version", inputs.facts.version_label))
+    ev = (Evidence.of(s), Evidence("DeepSpeed version", inputs.facts.version_label))
     if m.trainer_formats(inputs):
         return not_applicable(
             "Accelerate (under the Hugging Face Trainer) sets steps_per_print to inf whatever "
@@ -103,7 +103,7 @@ def check_log_level(cfg: ConfigView, inputs: HealthInputs) -> Finding:
     level = cfg.get("log_level")
     default = schema.by_version(schema.LOGGER_DEFAULT_LEVEL, version)
     ev = (
-        level.evidence(),
+        Evidence.of(level),
         Evidence("DeepSpeed version", inputs.facts.version_label),
         Evidence("workers' default level", default),
     )
@@ -171,7 +171,7 @@ def check_flops_profiler(cfg: ConfigView, inputs: HealthInputs) -> Finding:
     """Warn when no flops profile will be taken (no MFU)."""
     on = cfg.get("flops_profiler.enabled")
     step = cfg.get("flops_profiler.profile_step")
-    ev = (on.evidence(), step.evidence())
+    ev = (Evidence.of(on), Evidence.of(step))
     if cfg.enabled("flops_profiler"):
         return Finding(Status.PASS, f"flops profiler at step {step.value}", ev)
     fix = fix_json(
@@ -207,7 +207,7 @@ def check_comms_logger(cfg: ConfigView, inputs: HealthInputs) -> Finding:
         )
     enabled = cfg.get("comms_logger.enabled")
     verbose = cfg.get("comms_logger.verbose")
-    ev = (enabled.evidence(), verbose.evidence())
+    ev = (Evidence.of(enabled), Evidence.of(verbose))
     if not cfg.enabled("comms_logger"):
         return Finding(
             Status.WARN,

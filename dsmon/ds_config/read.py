@@ -157,8 +157,9 @@ def section_enabled(config: Mapping[str, Any], name: str, *, pydantic: bool = Tr
     return ds_bool(section(config, name).get("enabled"), pydantic=pydantic) is True
 
 
-#: Config origins in order of preference: the user's keys first, DeepSpeed's dump last.
-CONFIG_ORIGINS = ("user_json", "engine", "file", "effective")
+#: The config records a run's settings are read from, in order of preference: the user's keys
+#: first, DeepSpeed's dump last (every origin: :data:`dsmon.model.records.CONFIG_ORIGINS`).
+PREFERRED_ORIGINS = ("user_json", "engine", "file", "effective")
 
 
 def preferred_config(configs: Sequence[Record]) -> ConfigRecord | None:
@@ -167,7 +168,7 @@ def preferred_config(configs: Sequence[Record]) -> ConfigRecord | None:
     A partial record (a dump cut short) is never chosen: a key it lacks would read as unset.
     """
     found = [c for c in configs if isinstance(c, ConfigRecord) and not c.partial]
-    for origin in CONFIG_ORIGINS:
+    for origin in PREFERRED_ORIGINS:
         match = [c for c in found if c.origin == origin]
         if match:
             return match[-1]
