@@ -1,5 +1,12 @@
 """Shared fixtures: a store of every backend, and real DeepSpeed runs from tests/data/.
 
+Tests live by what they exercise: ``tests/unit/<package>/`` for one package of the code
+(``dsmon.parse`` -> ``unit/parse``, ``collectors`` -> ``unit/collectors``, the dashboard's
+pages -> ``unit/app``), ``tests/system/`` for real processes, a real browser and real
+DeepSpeed jobs (every test there is marked ``slow``), ``tests/meta/`` for the checks of the
+repository itself (layering, docs, README, lint). Helpers shared by several test modules sit
+in ``tests/`` beside this file.
+
 ``store`` is parametrized by backend, so every store test runs against each one. A backend
 that cannot run here (no server) is skipped by its opener, not failed.
 """
@@ -12,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import settings as hypothesis_settings
+from locations import DATA, TESTS
 from pg_support import open_pg_store
 from server_support import finish_stops
 
@@ -21,8 +29,6 @@ from dsmon.model.records import Record, record_key
 from dsmon.parse.base import Diagnostics
 from dsmon.store.base import Store
 from dsmon.store.sqlite import open_store
-
-DATA = Path(__file__).parent / "data"
 
 # Property tests explore new random inputs on every developer run (that is how they find
 # bugs); in CI they replay one fixed sequence, so a submission is judged on the same examples
@@ -86,3 +92,23 @@ def settled(records: Iterable[Record]) -> list[Record]:
         if old is None or (old.step is None and rec.step is not None):
             kept[key] = rec
     return list(kept.values())
+
+
+#: Every test under tests/system/ runs real processes: the fast lane leaves them out.
+SYSTEM = TESTS / "system"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test of tests/system/ ``slow``; run every slow test on one worker, in turn.
+
+    The suite runs on every core (pytest-xdist, ``-n auto`` in pyproject.toml), which is what
+    keeps the fast lane under a minute on two cores. Slow tests start real processes (a
+    dashboard, collectors, a browser, DeepSpeed jobs) whose deadlines assume they do not race
+    each other, so they share one group (``--dist loadgroup``) and run one after another.
+    """
+    for item in items:
+        if SYSTEM in item.path.parents:
+            item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("slow") is not None:
+            item.add_marker(pytest.mark.xdist_group("slow"))

@@ -9,8 +9,17 @@ and returns what any raised, so a stop that fails still fails the run (tests/con
 
 from __future__ import annotations
 
+import gzip
+import http.client
+import json
 import threading
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from dsmon.model import wire
+from dsmon.model.records import Record, Source, TimerRecord
+from dsmon.serve.run import IngestServer
 
 if TYPE_CHECKING:  # conftest imports this module: it must not load the server stack
     from dsmon.serve.run import IngestServer
@@ -39,3 +48,62 @@ def finish_stops(timeout_s: float = 30.0) -> list[str]:
         thread.join(timeout_s)
     late = [f"{t.name}: not stopped within {timeout_s} s" for t in _STOPPING if t.is_alive()]
     return late + [repr(exc) for exc in _ERRORS]
+
+
+TOKEN = "test-token-0123456789abcdef"
+
+
+LIMIT = 64 * 1024
+
+
+def call(
+    srv: IngestServer,
+    method: str,
+    path: str,
+    body: bytes | Iterable[bytes] | None = None,
+    headers: dict[str, str] | None = None,
+    *,
+    chunked: bool = False,
+) -> tuple[int, dict[str, str], bytes]:
+    parts = urlsplit(srv.url)
+    conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=30)
+    try:
+        conn.request(method, path, body=body, headers=headers or {}, encode_chunked=chunked)
+        resp = conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        conn.close()
+
+
+def auth(**extra: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/x-ndjson", **extra}
+
+
+def ndjson(records: Iterable[Record]) -> bytes:
+    return ("\n".join(wire.encode(r) for r in records) + "\n").encode()
+
+
+def post(srv: IngestServer, records: list[Record], *, gz: bool = True) -> tuple[int, Any]:
+    body = ndjson(records)
+    headers = auth(**({"Content-Encoding": "gzip"} if gz else {}))
+    status, _, data = call(srv, "POST", "/v1/records", gzip.compress(body) if gz else body, headers)
+    return status, json.loads(data)
+
+
+def small_batch(n: int = 5, run: str = "z2") -> list[Record]:
+    return [
+        TimerRecord(
+            src=Source(
+                run=run,
+                file="train.log",
+                line=184 + 4 * i,
+                offset=20000 + 300 * i,
+                node="node-a",
+                rank=0,
+            ),
+            step=i + 1,
+            group="global",
+            values_ms={"fwd": 12.27, "bwd": 30.79, "step": 11.74},
+        )
+        for i in range(n)
+    ]

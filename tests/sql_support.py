@@ -12,6 +12,10 @@ from pathlib import Path
 
 import psycopg
 
+from dsmon.store.base import Store
+from dsmon.store.postgres import PgStore
+from dsmon.store.sqlite import SQLiteStore
+
 Rows = list[tuple[object, ...]]
 
 
@@ -35,3 +39,11 @@ def pg_sql(url: str, sql: str, rows: Sequence[Sequence[object]] = ()) -> Rows:
             return []
         cur.execute(sql, rows[0] if rows else ())
         return cur.fetchall() if cur.description else []
+
+
+def sql_rows(store: Store, sql: str, rows: Sequence[Sequence[object]] = ()) -> Rows:
+    """Run SQL on the store's database directly."""
+    if isinstance(store, SQLiteStore):
+        return sqlite_sql(store.path, sql, rows)
+    assert isinstance(store, PgStore)
+    return pg_sql(store.url, sql, rows)

@@ -6,7 +6,7 @@ across a redraw only when the chart element is updated in place with an unchange
 changes, and its Plotly element draws the figure of the id it was built with: an earlier
 version of this module made the id depend on the key alone to keep the zoom, and the charts in
 the browser then kept their first figure while the page's numbers moved on
-(``tests/test_browser_resume.py`` shows it). New data matters more than a kept zoom in a live
+(``tests/system/test_browser_resume.py`` shows it). New data matters more than a kept zoom in a live
 monitor, so charts are drawn the standard way; the ``uirevision`` is still set, for a
 Streamlit that updates keyed charts in place.
 """

@@ -9,7 +9,7 @@ one rank may arrive after a later step's from another), and computes only those 
 
 It never guesses: a row of a step it already finished, or a row without a step (a live run
 before the step clock resolved), sends it back to computing everything, which is what the
-dashboard did before; the answer is the same either way (``tests/test_view_fold.py``).
+dashboard did before; the answer is the same either way (``tests/unit/view/test_view_fold.py``).
 """
 
 from __future__ import annotations

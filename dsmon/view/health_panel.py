@@ -36,7 +36,7 @@ from dsmon.view.cutoff import OPEN, Cutoff
 
 #: The rules whose verdict depends on the wall clock (they read ``HealthInputs.now``: a live run
 #: is not "killed" for lacking exit lines, a stall is measured against now), re-evaluated on
-#: every refresh instead of memoised. tests/test_health_page.py checks that no other rule reads it.
+#: every refresh instead of memoised. tests/unit/app/test_health_page.py checks that no other rule reads it.
 CLOCK_RULES = frozenset({"run.errors", "run.stalled", "ranks.hang"})
 #: Dashboard page script per rule ``page`` (the scripts app.py lists).
 PAGE_SCRIPTS = {

@@ -9,7 +9,7 @@ final, and its figures go into sorted values (:class:`dsmon.view.quantiles.Sorte
 and counts once; a step still waiting for a rank is kept aside until it is complete. What
 would change a final step (a step stored again, a rank that was not there before) takes
 everything in again. The answers equal :func:`dsmon.analysis.stragglers.straggler_summary`
-of the same rows (``tests/test_rank_tables.py``).
+of the same rows (``tests/unit/store/test_rank_tables.py``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,154 @@
+"""The live-collection benchmarks still run and print their figures (tiny sizes, no timing checks).
+
+Each benchmark starts real processes (``dsmon serve``, ``dsmon collect``) on 127.0.0.1, so
+this checks the whole chain works from a script; what the figures are is for bench/README.md.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+from locations import ROOT
+from pg_support import create_schema, drop_schema
+
+pytestmark = pytest.mark.slow
+
+NUMBER = r"\d+(?:\.\d+)?"
+VERDICT = r"-> (?:met|NOT met)$"
+
+
+def bench(script: str, *args: str) -> str:
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    return res.stdout
+
+
+def assert_lines(out: str, *patterns: str) -> None:
+    for pattern in patterns:
+        assert re.search(pattern, out, re.MULTILINE), f"no line matching {pattern!r} in:\n{out}"
+
+
+def test_freshness_prints_percentiles_of_every_line() -> None:
+    out = bench("freshness.py", "--seconds", "1", "--rate", "20", "--poll-every", "0.05")
+    assert_lines(
+        out,
+        r"^freshness: 20 real timer lines appended at 20/s for 1 s;",
+        rf"^freshness: visible 20/20; p50 {NUMBER} ms; p99 {NUMBER} ms; max {NUMBER} ms$",
+        rf"^goal: p99 <= 1000 ms {VERDICT}",
+    )
+
+
+def test_collector_cost_prints_cpu_seconds_per_minute() -> None:
+    out = bench("collector_cost.py", "--seconds", "2", "--rate", "50")
+    assert_lines(
+        out,
+        r"^collector cost: 100 real log lines at 50/s \+ fake NVML \(8 GPUs\) at 1 Hz",
+        rf"^collector cost: {NUMBER} CPU-s in {NUMBER} s = {NUMBER} CPU-s per minute = "
+        rf"{NUMBER} % of one core; RSS {NUMBER} MiB$",
+        rf"^control: a process that only wakes 10 times/s \(as an idle collector\) cost {NUMBER} ",
+        rf"^goal: <= 0.6 CPU-s per minute \(1 % of a core\) {VERDICT}",
+        r"^collector cost by thread, CPU-s per minute \(wake-ups per second\): .*dsmon-tail ",
+        r"^collector cost: stored so far \d+ records: \{.*'gpu': \d+",
+    )
+
+
+def test_ingest_prints_both_rates_the_ratio_and_the_stages() -> None:
+    out = bench("ingest.py", "--records", "3000", "--rounds", "1", "--stages")
+    assert_lines(
+        out,
+        r"^ingest: 3000 real records \(2 gzip batches of 2000, ",
+        rf"^direct executemany: +{NUMBER} records/s",
+        rf"^http POST /v1/records: +{NUMBER} records/s",
+        rf"^ratio http/direct: {NUMBER}; every round inserted all 3000: True$",
+        rf"^goal: ratio >= 0.5 and >= 50000 records/s {VERDICT}",
+        rf"^decode, check, row \(parse_batch_rows\) +{NUMBER} ",
+        rf"^SQL: store.add \(insert, bookkeeping\) +{NUMBER} ",
+    )
+
+
+def test_probe_overhead_prints_the_cost_per_step() -> None:
+    out = bench(
+        "probe_overhead.py",
+        "--steps",
+        "200",
+        "--repeats",
+        "2",
+        "--seconds",
+        "1.5",
+        "--step-ms",
+        "50",
+    )
+    assert_lines(
+        out,
+        rf"^probe hot path: 200 optimizer steps of 1 micro-batch\(es\), fastest of 2: plain {NUMBER} "
+        rf"us/step, probed {NUMBER} us/step -> {NUMBER} us per optimizer step$",
+        rf"^probe writer thread: {NUMBER} CPU-s in 1.5 s for \d+ steps of 50 ms = ",
+        rf"^probe overhead: {NUMBER} us per step = {NUMBER} % of a 50 ms step; 1 % holds for "
+        rf"steps >= {NUMBER} ms \(\d+ lines written\)$",
+        rf"^goal: <= 1 % of step time {VERDICT}",
+    )
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_gpu_page_prints_size_loads_and_ratios(backend: str) -> None:
+    url: list[str] = []
+    writes = ["--live", "--gpm"]  # each node's second per add, as a live run posts them
+    if backend == "postgresql":
+        schema, pg = create_schema()
+        url, writes = ["--store-url", pg], ["--batch-seconds", "10"]
+    try:
+        out = bench(
+            "gpu_page.py", "--hours", "0.02", *writes, "--baseline-hours", "0.01", *url
+        )  # fmt: skip
+    finally:
+        if url:
+            drop_schema(schema)
+    assert_lines(
+        out,
+        rf"^store: {'PostgreSQL' if url else 'SQLite'}$",
+        rf"^stored 4,608 samples in {NUMBER} s .*"
+        + (
+            "each node's second of samples per add \\(8 GPUs\\), with GPM metrics$"
+            if not url
+            else "10 s of samples per add$"
+        ),
+        rf"^typed layout: {NUMBER} bytes/sample as written, {NUMBER} compacted",
+        rf"^first load \(all queries \+ figures\): {NUMBER} s, {NUMBER} MB of figures$",
+        rf"^refresh after 64 new samples: {NUMBER} s",
+        rf"^ratio bytes/sample typed/baseline: {NUMBER}$",
+    )
+
+
+def test_pages_prints_every_page_it_was_asked_for() -> None:
+    out = bench("pages.py", "--steps", "300", "--gpu-hours", "0.01", "--pages", "health,gpus")
+    assert_lines(
+        out,
+        r"^run: [\d,]+ records, last step 300$",
+        # first ever (no chunk kept), first, refresh (median of the ticks), slowest tick, CPU,
+        # MB sent, RSS
+        rf"^health +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER} +\d+$",
+        rf"^gpus +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER} +\d+$",
+    )
+
+
+def test_frame_chunks_prints_both_reads_and_their_ratio() -> None:
+    """20,000 steps: 60,000 timer rows, so one page of 50,000 is sealed and kept."""
+    out = bench("frame_chunks.py", "--steps", "20000")
+    assert_lines(
+        out,
+        r"^store: SQLite$",
+        r"^stored 20,000 steps \(60,000 timer, 20,000 step records\) in \d+ s$",
+        rf"^timer and step frames from JSON: {NUMBER} s$",
+        rf"^the same from kept chunks: {NUMBER} s \(frames equal\)$",
+        rf"^keep_chunks with none kept: {NUMBER} s$",
+        rf"^ratio json/chunks: {NUMBER}$",
+    )

@@ -1,0 +1,275 @@
+"""The store's per-rank tables against the records they summarise, on real probe output.
+
+Every test stores the records ``dsmon run``'s probe wrote in a real job (tests/data/probe_*,
+DeepSpeed 0.19.8, 2 ranks; each folder's README says how it was made) and compares what the
+store keeps as they arrive (``Store.rank_step_stats``, ``rank_busy``, ``last_heartbeats``)
+with the same figures computed from the records in pandas (``dsmon.analysis.ranks``), on
+both backends: in whatever order and batches the records come, once more after a step was
+stored twice, and in a store an older dsmon wrote.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import NamedTuple
+
+import pandas as pd
+import pytest
+from locations import DATA
+from pg_support import ThrowawayPgStore
+from sql_support import pg_sql, sqlite_sql
+
+from dsmon.analysis import ranks
+from dsmon.analysis.stragglers import StragglerSummary, straggler_summary
+from dsmon.health.gather import inputs_from_store
+from dsmon.health.registry import all_rules, evaluate
+from dsmon.load.files import import_paths
+from dsmon.model.frames import records_frame
+from dsmon.model.records import EventRecord, RankStepRecord, Record, Source
+from dsmon.store.base import Store
+from dsmon.store.filters import RecordFilter
+from dsmon.store.postgres import PgStore
+from dsmon.store.sqlite import SQLiteStore
+from dsmon.view import rank_views
+from dsmon.view.cache import RunFrames
+from dsmon.view.cutoff import OPEN, Cutoff
+from dsmon.view.health_panel import panel
+
+RUN = "r"
+#: Real jobs with the probe: a straggler, torchrun, a crash, fp16 overflows, a hang.
+FOLDERS = ("probe_straggler", "probe_torchrun", "probe_crash_torchrun", "probe_fp16_default",
+           "probe_hang")  # fmt: skip
+#: Bucket widths read from the steps (1, 2), from each roll-up level, and across levels.
+WIDTHS = (1, 2, 8, 16, 64, 128, 512, 4096, 32768)
+RANK_TABLES = ("rank_steps", "rank_step_stats", "rank_busy", "rank_beats", "rank_beat_steps")
+
+
+def probe_records(folder: str) -> list[Record]:
+    """The records of a real run folder, read as ``dsmon import`` reads them."""
+    tmp = SQLiteStore(":memory:")
+    import_paths(tmp, [DATA / folder], run=RUN)
+    recs = [r for _, r in tmp.id_records(RecordFilter(RUN))]
+    tmp.close()
+    return recs
+
+
+def assert_tables_match(store: Store, recs: Sequence[Record]) -> None:
+    """The store's per-rank tables equal the pandas figures of ``recs``' probe records."""
+    steps = records_frame("rank_step", [r for r in recs if r.KIND == "rank_step"])
+    beats = records_frame("heartbeat", [r for r in recs if r.KIND == "heartbeat"])
+    want = ranks.step_stats(steps)
+    got = store.rank_step_stats(RUN)
+    assert got is not None
+    pd.testing.assert_frame_equal(got[list(want.columns)], want, check_dtype=False)
+    table = ranks.rank_step_table(steps)
+    for width in WIDTHS:
+        want_busy = ranks.busy_buckets(table, width)
+        got_busy = store.rank_busy(RUN, width)
+        assert got_busy is not None
+        pd.testing.assert_frame_equal(
+            got_busy.reset_index(drop=True), want_busy.reset_index(drop=True), check_dtype=False
+        )
+    last = ranks.last_beats(beats)
+    kept = store.last_heartbeats(RUN)
+    assert kept is not None
+    assert [(b.src.rank, b.src.file, b.src.line) for b in kept] == list(
+        zip(last["rank"], last["file"], last["line"], strict=True)
+    )
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_the_tables_equal_the_records_figures(store: Store, folder: str) -> None:
+    recs = probe_records(folder)
+    store.add(recs)
+    assert_tables_match(store, recs)
+    stats = store.rank_step_stats(RUN)
+    assert stats is not None and len(stats) == len({r.step for r in recs if r.KIND == "rank_step"})
+
+
+def test_records_arriving_rank_by_rank_in_small_batches_fold_the_same(store: Store) -> None:
+    """Live, each rank's file is tailed apart: rank 1 lags, batches are a few lines each."""
+    recs = probe_records("probe_straggler")
+    by_rank = {0: [r for r in recs if r.src.rank == 0], 1: [r for r in recs if r.src.rank == 1]}
+    others = [r for r in recs if r.src.rank not in (0, 1)]
+    store.add(others)
+    store.add(by_rank[0][:12])
+    got = store.rank_step_stats(RUN)
+    assert got is not None and set(got["ranks"]) == {1.0}  # rank 0 alone so far
+    assert ranks.stragglers(got).empty  # a step one rank reported names no straggler
+    sent = 12
+    for start in range(0, len(by_rank[1]), 5):
+        store.add(by_rank[1][start : start + 5])
+        store.add(by_rank[0][sent : sent + 3])
+        sent += 3
+    store.add(by_rank[0][sent:])
+    assert_tables_match(store, recs)
+    strag = ranks.stragglers(store.rank_step_stats(RUN))  # type: ignore[arg-type]
+    assert set(strag["slowest_rank"]) == {1}  # the run's straggler, as its README says
+
+
+def test_a_step_stored_again_counts_once_with_its_last_times(store: Store) -> None:
+    """A job resumed from a checkpoint redoes steps: the later record of a step wins."""
+    recs = probe_records("probe_straggler")
+    store.add(recs)
+    redone = [
+        dataclasses.replace(
+            r,
+            src=dataclasses.replace(r.src, file=r.src.file + ".resumed"),
+            total_ms=(r.total_ms or 0.0) * 3,
+        )
+        for r in recs
+        if isinstance(r, RankStepRecord) and r.step is not None and r.step >= 15
+    ]
+    store.add(redone)
+    assert_tables_match(store, [*recs, *redone])
+    got = store.rank_step_stats(RUN)
+    assert got is not None and set(got["ranks"]) == {2.0}  # still two ranks a step
+
+
+def test_a_live_reader_is_given_only_the_steps_changed_since(store: Store) -> None:
+    recs = probe_records("probe_straggler")
+    store.add(recs)
+    first = store.rank_step_stats(RUN)
+    assert first is not None
+    after = int(first["id"].max())
+    assert store.rank_step_stats(RUN, after).empty  # nothing new
+    late = [
+        dataclasses.replace(r, src=dataclasses.replace(r.src, line=(r.src.line or 0) + 1000,
+                                                       offset=(r.src.offset or 0) + 10**6),
+                            step=(r.step or 0) + 20)
+        for r in recs
+        if isinstance(r, RankStepRecord) and r.step == 20 and r.src.rank == 0
+    ]  # fmt: skip
+    store.add(late)
+    new = store.rank_step_stats(RUN, after)
+    assert new is not None and list(new["step"]) == [40.0] and list(new["ranks"]) == [1.0]
+
+
+class OlderStore(NamedTuple):
+    """A store holding the probe records, as a dsmon without the per-rank tables left it."""
+
+    path_or_url: str
+    open: type[Store]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def older_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OlderStore]:
+    """Real probe records stored, then the per-rank tables taken away (or their mark, in PG)."""
+    if request.param == "sqlite":
+        path = str(tmp_path / "old.sqlite")
+        with SQLiteStore(path) as s:
+            s.add(probe_records("probe_straggler"))
+        for table in RANK_TABLES:
+            sqlite_sql(path, f"DROP TABLE {table}")
+        yield OlderStore(path, SQLiteStore)
+        return
+    pg = ThrowawayPgStore()
+    pg.add(probe_records("probe_straggler"))
+    pg_sql(pg.url, f"DROP TABLE {', '.join(RANK_TABLES)}")
+    pg_sql(pg.url, "DELETE FROM dsmon_meta WHERE name = 'rank_tables'")
+    yield OlderStore(pg.url, PgStore)
+    pg.close()
+
+
+def _straggler(store: Store) -> str:
+    inputs = inputs_from_store(store, RUN)
+    (res,) = evaluate(inputs, [r for r in all_rules() if r.id == "ranks.straggler"]).results
+    return f"{res.status.value}: {res.summary}"
+
+
+def test_an_older_store_is_read_from_its_records_until_a_writer_builds_the_tables(
+    older_store: OlderStore,
+) -> None:
+    recs = probe_records("probe_straggler")
+    reader = older_store.open(older_store.path_or_url)  # type: ignore[call-arg]
+    assert reader.rank_step_stats(RUN) is None and reader.last_heartbeats(RUN) is None
+    before = _straggler(reader)
+    assert before.startswith("fail: rank 1 is the slowest")  # computed from the records
+    writer = older_store.open(older_store.path_or_url)  # type: ignore[call-arg]
+    writer.add([EventRecord(src=Source(run=RUN, file="other.log", line=1), name="tick")])
+    assert_tables_match(writer, recs)
+    assert _straggler(writer) == before
+    assert reader.rank_step_stats(RUN) is not None  # the reader sees them once built
+    writer.add(recs)  # nothing new: nothing folded twice
+    assert_tables_match(writer, recs)
+    reader.close()
+    writer.close()
+
+
+def test_the_dashboard_reads_the_summaries_not_the_probe_records(store: Store) -> None:
+    """Live, the checklist and the Steps page's figures never load the probe's records."""
+    recs = probe_records("probe_hang")
+    store.add(recs)
+    frames = RunFrames(store, RUN)
+    checklist = panel(frames, RUN, OPEN, datetime(2026, 12, 4, 22, 16)).checklist
+    stats = rank_views.stats(frames)
+    busy = rank_views.busy(frames)
+    beats = rank_views.beats(frames)
+    assert not {"rank_step", "heartbeat"} & set(frames._frames)
+    steps = records_frame("rank_step", [r for r in recs if r.KIND == "rank_step"])
+    want = ranks.step_stats(steps)
+    pd.testing.assert_frame_equal(stats[list(want.columns)], want, check_dtype=False)
+    assert sorted(busy["rank"].unique()) == [0.0, 1.0] and list(beats["rank"]) == [0, 1]
+    hang = next(r for r in checklist.results if r.rule_id == "ranks.hang")
+    assert hang.status.value == "fail" and hang.summary.startswith("rank 1 sent no heartbeat")
+
+
+@pytest.mark.parametrize("folder", ["probe_straggler", "probe_torchrun", "probe_hang"])
+def test_a_replay_position_is_read_from_the_tables_up_to_its_step(
+    store: Store, folder: str
+) -> None:
+    recs = probe_records(folder)
+    store.add(recs)
+    steps = records_frame("rank_step", [r for r in recs if r.KIND == "rank_step"])
+    beats = records_frame("heartbeat", [r for r in recs if r.KIND == "heartbeat"])
+    frames = RunFrames(store, RUN)
+    for upto in (1, 3, 9, 10, 17, 37, 64, 65):
+        at = Cutoff(step=upto)
+        want = ranks.step_stats(at.apply(steps))
+        got = rank_views.stats(frames, at)
+        pd.testing.assert_frame_equal(got[list(want.columns)], want, check_dtype=False)
+        table = ranks.rank_step_table(at.apply(steps))
+        for width in (1, 2, 8, 16, 64, 128):
+            got_busy = store.rank_busy(RUN, width, upto)
+            assert got_busy is not None
+            pd.testing.assert_frame_equal(
+                got_busy, ranks.busy_buckets(table, width).reset_index(drop=True), check_dtype=False
+            )
+        panel(frames, RUN, at, None)  # the checklist as of the position
+        last = ranks.last_beats(at.apply(beats))
+        kept = rank_views.beats(frames, at)
+        assert list(zip(kept["rank"], kept["line"], strict=True)) == list(
+            zip(last["rank"], last["line"], strict=True)
+        )
+    assert not {"rank_step", "heartbeat"} & set(frames._frames)  # never the records
+
+
+def _summary_figures(s: StragglerSummary) -> tuple[object, ...]:
+    medians = (s.score.median(), s.slowest_ms.median(), s.median_ms.median(), s.step_ms.median())
+    return (s.steps, s.step_range(), s.counts, s.waited, s.score.n, s.step_ms.n,
+            *(None if m != m else m for m in medians))  # fmt: skip
+
+
+def test_the_live_straggler_summary_equals_the_whole_runs_at_every_refresh(store: Store) -> None:
+    """Kept step by step as ranks report, redone steps and all, it says what a fresh one says."""
+    recs = probe_records("probe_straggler")
+    by_rank = [[r for r in recs if r.src.rank == k] for k in (0, 1)]
+    redone = [
+        dataclasses.replace(r, src=dataclasses.replace(r.src, file=r.src.file + ".resumed"),
+                            total_ms=(r.total_ms or 0.0) * 2)
+        for r in by_rank[1] if isinstance(r, RankStepRecord) and r.step in (12, 13)
+    ]  # fmt: skip
+    batches = [[r for r in recs if r.src.rank not in (0, 1)], by_rank[0][:6], by_rank[1][:4]]
+    batches += [by_rank[0][6:20], by_rank[1][4:25], by_rank[0][20:], by_rank[1][25:], redone]
+    frames = RunFrames(store, RUN)
+    for batch in batches:
+        store.add(batch)
+        frames.refresh()
+        live = rank_views.stragglers(frames)
+        table = store.rank_step_stats(RUN)
+        assert table is not None
+        assert _summary_figures(live) == _summary_figures(straggler_summary(table))
+    assert live.steps == 18 and live.counts == {1: 18}  # steps 3-20, rank 1 the slowest

@@ -1,0 +1,49 @@
+"""Derived views kept per query and version: a live page keeps one, not a history of them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+from conftest import read_log
+from locations import DATA
+
+from dsmon.store.sqlite import SQLiteStore
+from dsmon.view.cache import RunFrames
+from dsmon.view.cutoff import OPEN, Cutoff
+from dsmon.view.health_panel import panel
+from dsmon.view.memo import Memo
+
+
+def test_a_newer_version_of_a_query_replaces_the_older_one() -> None:
+    memo, calls = Memo(3), []
+
+    def value(tag: str) -> str:
+        calls.append(tag)
+        return tag
+
+    assert memo.get(("checklist", "open", (1,)), lambda: value("v1")) == "v1"
+    assert memo.get(("checklist", "open", (1,)), lambda: value("again")) == "v1"  # kept
+    assert memo.get(("checklist", "step 5", (1,)), lambda: value("replay")) == "replay"
+    assert memo.get(("checklist", "open", (2,)), lambda: value("v2")) == "v2"
+    assert calls == ["v1", "replay", "v2"] and len(memo) == 2  # v1 dropped, replay kept
+    for i in range(3):  # other queries: the least recently used goes past the bound
+        memo.get(("table", i, (1,)), lambda: value("t"))
+    assert len(memo) == 3
+    assert memo.get(("checklist", "open", (2,)), lambda: value("v2 again")) == "v2 again"
+
+
+def test_a_live_health_page_keeps_one_checklist_per_position(tmp_path: Path) -> None:
+    """Each refresh of a growing real run is a new version of the checklist; a live page kept
+    32 of them before (each with the run's per-step series). A replay position is its own."""
+    recs = read_log(DATA / "z2" / "train.log", "z2")
+    store = SQLiteStore(tmp_path / "s.sqlite")
+    frames = RunFrames(store, "z2")
+    step = len(recs) // 12
+    for start in range(0, len(recs), step):
+        store.add(recs[start : start + step])
+        frames.refresh()
+        panel(frames, "z2", OPEN, datetime.now())
+    panel(frames, "z2", Cutoff(step=3), None)
+    kept = [key for key in frames._memo._values if key[0] == "health.checklist"]
+    assert [key[1] for key in kept] == [OPEN, Cutoff(step=3)]
