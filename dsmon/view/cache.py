@@ -14,6 +14,7 @@ Replay ("the dashboard as it stood at step N") is a filter on the cached frames
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing
 from datetime import datetime
@@ -48,6 +49,17 @@ MEMO_SIZE = 64
 #: folds took in are let go (``dsmon.view.chunks``). A smaller kind is held whole: letting go
 #: of it would save little.
 SPILL_MIN_ROWS = 50_000
+
+
+class WholeFrameRead(ResourceWarning):
+    """A whole frame was asked of a kind whose rows the folds had let go: all are held again.
+
+    A page that reads a long run's whole timer or step frame (instead of asking a fold,
+    :meth:`RunFrames.fold`) makes the cache read back every row it had let go and hold them
+    from then on: a gigabyte at a million steps. Replay positions ask for it on purpose
+    (:meth:`RunFrames.frame` with a cut-off); anything else reading a live, long run whole
+    should fold instead. The test suite turns this warning into an error.
+    """
 
 
 class RunFrames:
@@ -128,9 +140,22 @@ class RunFrames:
         return next((r for r in self.store.runs() if r.name == self.run), None)
 
     def frame(self, kind: str, cutoff: Cutoff = OPEN) -> pd.DataFrame:
-        """All rows of ``kind`` loaded so far, as they stood at ``cutoff``."""
+        """All rows of ``kind`` loaded so far, as they stood at ``cutoff``.
+
+        Live (``cutoff`` open), a kind whose rows were let go is read back whole and held from
+        then on: that is warned of (:class:`WholeFrameRead`), since a fold is what to ask.
+        """
         with self._lock:
-            return cutoff.apply(self._chunks(kind, whole=True).whole())
+            chunks = self._chunks(kind, whole=True)
+            if chunks.spilled_rows and cutoff == OPEN:
+                warnings.warn(
+                    f"the whole {kind} frame of run {self.run} was read: {chunks.rows} rows "
+                    f"held again, {chunks.spilled_rows} of them read back from the store; "
+                    "ask RunFrames.fold for a per-step figure instead",
+                    WholeFrameRead,
+                    stacklevel=2,
+                )
+            return cutoff.apply(chunks.whole())
 
     def has_rows(self, kind: str, cutoff: Cutoff = OPEN) -> bool:
         """Whether :meth:`frame` would have rows, without joining them when live."""

@@ -155,3 +155,20 @@ def test_a_small_run_is_held_whole_and_its_folds_fed_only_when_asked(store: Stor
     assert frames._folds["steps.breakdown"]._result is None  # not computed until a page asks
     assert_folds_of_the_store(frames, store, "z2")
     assert timer.spilled_rows == 0
+
+
+@pytest.mark.usefixtures("small_pages")
+def test_a_live_page_reading_a_long_run_whole_is_warned_of(store: Store) -> None:
+    """Reading the whole frame live, after the folds let its rows go, holds them all again.
+
+    That is what a page does when it reads a long run's timer frame instead of asking a fold:
+    it costs a gigabyte at a million steps, so the cache says so (and the suite fails on it).
+    """
+    store.add(records_of("z2"))
+    frames = RunFrames(store, "z2", folds=STEP_FOLDS)
+    frames.fold("steps.breakdown", "timer", OPEN, steps.step_breakdown)
+    assert frames._frames["timer"].spilled_rows > 0
+    with pytest.warns(cache.WholeFrameRead, match="whole timer frame of run z2"):
+        whole = frames.frame("timer")
+    assert_same(whole, store.frame("z2", "timer"))
+    assert frames.frame("timer", Cutoff(step=3)).shape[0] > 0  # replay: held already, no warning
