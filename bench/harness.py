@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
-from collectors.transport import HttpResponse, UrlTransport
+from collectors.send.transport import HttpResponse, UrlTransport
 from dsmon.serve.tokens import write_token_file
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,7 +1,7 @@
 """The collector agent: tailer, NVML poller and sender, each in its own named thread.
 
 Three daemon threads, named so ``py-spy dump`` and thread listings read plainly:
-``dsmon-tail`` polls the log files (woken early by watchdog, see :class:`collectors.tailer.Waker`),
+``dsmon-tail`` polls the log files (woken early by watchdog, see :class:`collectors.tail.tailer.Waker`),
 ``dsmon-nvml`` samples the GPUs every interval, and ``dsmon-send`` delivers both. The tail
 thread hands each batch to the sender with a callback that saves the tailer's checkpoint once
 the batch is durable, so the state file never runs ahead of delivery.
@@ -36,10 +36,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from collectors.nvml import NvmlPoller
-from collectors.sender import SPOOL_RESERVE_S, Sender
-from collectors.state import Checkpoint
-from collectors.tailer import Tailer, Waker
+from collectors.gpu.nvml import NvmlPoller
+from collectors.send.sender import SPOOL_RESERVE_S, Sender
+from collectors.tail.state import Checkpoint
+from collectors.tail.tailer import Tailer, Waker
 
 logger = logging.getLogger(__name__)
 

@@ -20,14 +20,6 @@ import sys
 from pathlib import Path
 from typing import IO, Any
 
-from collectors.agent import STOP_TIMEOUT_S, Agent
-from collectors.gpu_select import Selection, SelectionError, choose_selection
-from collectors.nvml import NvmlPoller
-from collectors.sender import Sender
-from collectors.spool import Spool
-from collectors.state import StateFile
-from collectors.tailer import Tailer
-from collectors.transport import UrlTransport
 from dsmon.commands import CommandError, default_store
 from dsmon.commands._alerting import add_alert_options, start_watcher, stop_watcher
 from dsmon.commands._supervise import child_failed, end_child, wait_for_signal
@@ -38,6 +30,15 @@ from dsmon.commands.dashboard import (
     dashboard_url,
     start_streamlit,
 )
+
+from collectors.agent import STOP_TIMEOUT_S, Agent
+from collectors.gpu.nvml import NvmlPoller
+from collectors.gpu.selection import Selection, SelectionError, choose_selection
+from collectors.send.sender import Sender
+from collectors.send.spool import Spool
+from collectors.send.transport import UrlTransport
+from collectors.tail.state import StateFile
+from collectors.tail.tailer import Tailer
 from dsmon.parse.run_files import run_name
 from dsmon.serve.tokens import TokenError, generate_token, load_token, resolve_token, token_banner
 

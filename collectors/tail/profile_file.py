@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from collectors.state import ProfileState
+from collectors.tail.state import ProfileState
 from dsmon.model.records import FlopsProfileRecord, Record
 
 logger = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from collectors.spool import fsync_dir
+from collectors.durable import fsync_dir
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """What a GPU sample holds and how NVML gives it: one table of field readers, with units.
 
-Kept apart from the poller (:mod:`collectors.nvml`) because it is data: adding a field is one
-row here, the poller's per-field error handling applies to it unchanged. Units follow NVML's
+The table is data: adding a field is one row here, the poller's
+(:mod:`collectors.gpu.nvml`) per-field error handling applies to it unchanged. Units follow NVML's
 documentation: power and its limit are read in mW, energy in mJ, PCIe throughput in KB/s (taken
 as KiB/s, as nvitop does); the record holds W, J and bytes/s.
 """

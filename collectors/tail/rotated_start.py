@@ -25,7 +25,7 @@ import os
 from collections.abc import Mapping
 from typing import Protocol
 
-from collectors.state import FP_BYTES
+from collectors.tail.state import FP_BYTES
 from dsmon.load.rotated import rotation
 
 #: Age key of a live file (``train.log``): newer than any of its rotated names.

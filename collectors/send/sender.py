@@ -5,8 +5,8 @@ a bearer token, in batches. The server answers 200 only after its store committe
 store keeps one record per key, so sending a batch twice is harmless: delivery is at-least-once
 and the store holds each record exactly once.
 
-While the server cannot be reached every batch goes to the on-disk :class:`~collectors.spool.Spool`
-instead, and the spool drains in order once the server answers again; retries back off
+While the server cannot be reached every batch goes to the on-disk
+:class:`~collectors.send.spool.Spool` instead, and the spool drains in order once the server answers again; retries back off
 exponentially with jitter, so many collectors do not hammer a dashboard that is coming back.
 Each submitted batch carries a callback that runs once its records are durable (acknowledged
 or spooled, or refused by the server as invalid); the tailer saves its file positions there,
@@ -39,8 +39,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from collectors.spool import Spool
-from collectors.transport import HttpResponse, Transport
+from collectors.send.spool import Spool
+from collectors.send.transport import HttpResponse, Transport
 from dsmon.model.records import Record
 from dsmon.model.wire import encode
 
@@ -86,7 +86,7 @@ class Sender:
     (:meth:`run`), which also owns the spool. Callbacks run in submission order.
 
     Args:
-        transport: how a body reaches the server (:class:`~collectors.transport.UrlTransport`).
+        transport: how a body reaches the server (:class:`~collectors.send.transport.UrlTransport`).
         spool: where batches wait while the server is away.
         batch_records: the most records one POST carries.
         max_delay_s: how long a record may wait for its batch to fill.

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from collectors.gpu_select import GpuId, Selection, match
-from collectors.nvml_fields import GPM_METRICS, READERS, Reader
+from collectors.gpu.fields import GPM_METRICS, READERS, Reader
+from collectors.gpu.selection import GpuId, Selection, match
 from dsmon.model.records import GpuSampleRecord, Source
 
 logger = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ class NvmlPoller:
         run: the run name of every sample.
         node: the node name of every sample.
         now: the local wall clock (samples carry local time with no zone, like DeepSpeed's logger).
-        select: the GPUs to poll (:mod:`collectors.gpu_select`); None for all. Samples keep
+        select: the GPUs to poll (:mod:`collectors.gpu.selection`); None for all. Samples keep
             each GPU's real NVML index and UUID, whatever selected it.
     """
 
@@ -392,3 +392,18 @@ def _handle_key(handle: Any) -> Any:
         return ctypes.cast(handle, ctypes.c_void_p).value
     except (TypeError, ctypes.ArgumentError):
         return id(handle)
+
+
+def open_poller(run: str, node: str, select: Selection | None) -> NvmlPoller | None:
+    """The started poller of this node's GPUs, or None (one line) with no bindings or driver.
+
+    The bindings (``pynvml``, from nvidia-ml-py) are imported here, on use: a collector on a
+    machine without them still follows its logs.
+    """
+    try:
+        import pynvml
+    except ImportError:
+        logger.warning("dsmon: nvidia-ml-py is not installed: no GPU samples; logs go on")
+        return None
+    poller = NvmlPoller(pynvml, run=run, node=node, select=select)
+    return poller if poller.start() else None

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from collectors.durable import fsync_dir
+
 logger = logging.getLogger(__name__)
 
 #: Default bound of the whole spool on disk.
@@ -201,17 +203,3 @@ def _seq(path: Path) -> int:
         return int(path.stem)
     except ValueError:
         return 0
-
-
-def fsync_dir(directory: Path) -> None:
-    """Make a new or renamed directory entry durable (a no-op where folders cannot be opened)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -1,14 +1,14 @@
 """The log tailer: every file matching the collector's globs, followed and parsed, no line twice.
 
-One :class:`~collectors.follower.FileFollower` per path does the reading; this module finds the
-paths (globs are re-scanned, so per-rank logs created later are picked up), re-reads the flops
+One :class:`~collectors.tail.follower.FileFollower` per path does the reading; this module
+finds the paths (globs are re-scanned, so per-rank logs created later are picked up), re-reads the flops
 profiler's ``output_file`` whole whenever DeepSpeed rewrites it, and keeps the state file.
 
 **Waking and polling.** watchdog wakes the tail loop when a file appears, is renamed or is
 deleted (:class:`Waker`), but the tailer also polls on a timer, always: inotify does not fire
 on NFS and on many container volumes (watchdog#504, #409), and a watch limit may be reached.
 
-**The state file** (:mod:`collectors.state`) holds each path's position as of the last batch
+**The state file** (:mod:`collectors.tail.state`) holds each path's position as of the last batch
 whose records are *durable* (acknowledged by the server or spooled): ``poll`` returns the
 checkpoint with the batch, and :meth:`Tailer.commit` is called once the batch is safe. A
 killed collector therefore resumes where delivery stopped: what it reads again carries the
@@ -29,15 +29,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from collectors.follower import FileFollower, ParserFactory
-from collectors.profile_file import (
+from collectors.tail.follower import FileFollower, ParserFactory
+from collectors.tail.profile_file import (
     ProfileParser,
     ProfileWatcher,
     default_config_parser,
     default_profile_parser,
 )
-from collectors.rotated_start import copy_of_live, family, oldest_first, predecessor
-from collectors.state import FP_BYTES, Checkpoint, Position, StateFile, same_start, same_stem
+from collectors.tail.rotated_start import copy_of_live, family, oldest_first, predecessor
+from collectors.tail.state import FP_BYTES, Checkpoint, Position, StateFile, same_start, same_stem
 from dsmon.load.rotated import COMPRESSED
 from dsmon.model.records import Record
 from dsmon.parse.log import LogParser
@@ -188,7 +188,7 @@ class Tailer:
         """Start following paths that newly match, unless they hold a generation already read.
 
         Files of one rotated log are followed oldest first, each once the one before it has
-        been read to its end (:mod:`collectors.rotated_start`).
+        been read to its end (:mod:`collectors.tail.rotated_start`).
         """
         out: list[Record] = []
         matched = oldest_first(_matches(self.patterns))
@@ -285,7 +285,7 @@ class Tailer:
         starts like it (``train.log.1``, ``train-20260101.log``): per-rank logs of one launch
         may share their first lines, and must never be taken for copies of each other. A
         rotated name met together with its live file, before either is followed, is
-        compared with the live file (:func:`~collectors.rotated_start.copy_of_live`).
+        compared with the live file (:func:`~collectors.tail.rotated_start.copy_of_live`).
         """
         if family(path)[0] not in self._followers and copy_of_live(path):
             return True
