@@ -29,7 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from server_support import stop_later
 from test_server import call, ndjson
 
-from dsmon.cli import main
+from cli.main import main
 from dsmon.health.gather import inputs_from_records
 from dsmon.health.model import Status
 from dsmon.health.registry import evaluate
@@ -225,7 +225,7 @@ def test_dsmon_serve_posts_alerts_from_the_environment(tmp_path: Path, receiver:
     token_file.write_text(TOKEN)
     token_file.chmod(0o600)
     env = {k: v for k, v in os.environ.items() if not k.startswith("DSMON_")}
-    cmd = [sys.executable, "-m", "dsmon.cli", "serve", "--store", str(tmp_path / "s.sqlite")]
+    cmd = [sys.executable, "-m", "cli.main", "serve", "--store", str(tmp_path / "s.sqlite")]
     cmd += ["--port", "0", "--token-file", str(token_file), "--alert-format", "slack"]
     cmd += ["--dashboard-url", DASH, "--health-interval", "0.2"]
     proc = subprocess.Popen(
@@ -285,8 +285,8 @@ def test_no_alerts_asked_loads_no_checklist(tmp_path: Path) -> None:
     not load the checklist's modules (pandas: some 80 MB of a sidecar's memory)."""
     code = (
         "import os, sys\n"
-        "from dsmon.cli import build_parser\n"
-        "from dsmon.commands._alerting import start_watcher\n"
+        "from cli.main import build_parser\n"
+        "from cli.alerting import start_watcher\n"
         "os.environ.pop('DSMON_ALERT_WEBHOOK', None)\n"
         f"args = build_parser().parse_args(['serve', '--store', {str(tmp_path / 's.sqlite')!r}]"
         " + sys.argv[1:])\n"

@@ -23,11 +23,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from collectors.commands import lock_state_dir
-from dsmon.cli import main
 from fakes import eight_gpus_two_models
 
-from collectors.agent import Agent
+from cli.main import main
+from collectors.agent import Agent, lock_state_dir
 from collectors.gpu.nvml import NvmlPoller
 from collectors.send.sender import Sender
 from collectors.send.spool import Spool
@@ -58,7 +57,7 @@ def free_port() -> int:
 
 def dsmon(*args: str, log: Path) -> subprocess.Popen[bytes]:
     out = log.open("ab")
-    cmd = [sys.executable, "-m", "dsmon.cli", *args]
+    cmd = [sys.executable, "-m", "cli.main", *args]
     return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ})
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dsmon import cli
+from cli import main as cli
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = sorted((ROOT / "docs").glob("*.md"))
@@ -24,7 +24,7 @@ PAGES = [ROOT / "README.md", *DOCS]
 CONFIG_DOC = ROOT / "docs" / "configuration.md"
 #: Where the code reads environment variables (the image's HEALTHCHECK included).
 CODE = [*(ROOT / "dsmon").rglob("*.py"), *(ROOT / "collectors").rglob("*.py"), ROOT / "app.py"]
-CODE += [*(ROOT / "pages").glob("*.py"), ROOT / "Dockerfile"]
+CODE += [*(ROOT / "cli").rglob("*.py"), *(ROOT / "pages").glob("*.py"), ROOT / "Dockerfile"]
 
 
 def subcommands() -> dict[str, argparse.ArgumentParser]:

@@ -18,7 +18,7 @@ from conftest import DATA, Z2
 from dashboard_support import GPUS, gpu_samples
 from server_support import stop_later
 
-from dsmon import cli
+from cli import main as cli
 from dsmon.load.files import RECORDS, classify, import_paths
 from dsmon.model.records import Record
 from dsmon.serve.run import start_ingest_server

@@ -11,9 +11,9 @@ import logging
 from pathlib import Path
 
 import pytest
-from dsmon.cli import main
 from fakes import FakeNvml, a100, eight_gpus_two_models, h100
 
+from cli.main import main
 from collectors.gpu.nvml import NvmlPoller
 from collectors.gpu.selection import (
     GpuId,

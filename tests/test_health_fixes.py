@@ -6,7 +6,7 @@ import json
 
 from health_support import check, corpus_inputs
 
-from dsmon.commands.demo import demo_dir
+from cli.demo import demo_dir
 from dsmon.health import ConfigView, HealthInputs, Status
 from dsmon.health.fixes import effective_fix, read_at_stage
 from dsmon.health.gather import inputs_from_records

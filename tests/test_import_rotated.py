@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import DATA
 
-from dsmon.cli import main
+from cli.main import main
 from dsmon.load.files import Found, discover, import_paths, read_found
 from dsmon.load.rotated import in_read_order, rotation
 from dsmon.model.records import TimerRecord

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 from dashboard_support import DATA
-from dsmon.cli import main
 
 import collectors.tail.follower
+from cli.main import main
 from collectors.tail.state import StateFile
 from collectors.tail.tailer import Tailer
 from dsmon.load.files import LONG_LINE, read_log

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
+from collectors.job import BOOT_DIR, probe_env
 from collectors.probe import patch
 from collectors.probe.clocks import CudaEventClock, MonotonicClock
 from collectors.probe.recorder import MAX_ERROR_CHARS, Recorder, uncaught_error
-from collectors.run_cmd import BOOT_DIR, probe_env
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_DS = ROOT / "tests" / "e2e" / "fake_deepspeed"

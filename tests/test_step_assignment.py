@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from collectors.run_cmd import run_start_line
+from collectors.job import run_start_line
 from dsmon.load.files import discover, read_found
 from dsmon.model.records import (
     FlopsProfileRecord,

@@ -2,7 +2,7 @@
 
 The bundled run (``dsmon/data/demo/``) is unmodified output of DeepSpeed 0.19.8: ZeRO-2,
 two ranks, 30 steps with wall-clock breakdown and the flops profiler. It ships inside the
-package so a plain ``pip install`` is enough to see what dsmon makes of a real run, and it
+package so the README's install is enough to see what dsmon makes of a real run, and it
 is replayed as if it were training now (``dsmon.load.playback``): a background thread writes one
 optimizer step per second (``--speed``) while the dashboard redraws, so the first thing a
 user sees is the live view, not only a finished run. The summary is printed when the
@@ -23,13 +23,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dsmon.commands import CommandError, _supervise, dashboard
-from dsmon.commands.import_ import import_and_summarise
-from dsmon.load.playback import DEFAULT_SPEED, ReplayResult, ReplayThread
-from dsmon.store.base import redact_url
-from dsmon.store.sqlite import open_store
+from cli import supervise, ui_server
+from cli.errors import CommandError
+from cli.extras import require_full
+from cli.import_ import import_and_summarise
+
+if TYPE_CHECKING:  # loaded when the command runs: building the command line stays light
+    from dsmon.load.playback import ReplayResult, ReplayThread
 
 #: Where ``dsmon demo`` puts its store unless told otherwise.
 DEFAULT_DEMO_STORE = "dsmon-demo.sqlite"
@@ -55,6 +57,8 @@ class DemoResult:
 
 def load_demo(store_url: str = DEFAULT_DEMO_STORE) -> DemoResult:
     """Import the bundled run into the store at ``store_url`` (idempotent) and summarise it."""
+    from dsmon.store.sqlite import open_store
+
     with open_store(store_url) as store:
         reports = import_and_summarise(store, [demo_dir()], DEMO_RUN)
     return DemoResult(store_url, DEMO_RUN, reports[0])
@@ -82,10 +86,9 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--speed",
         type=float,
-        default=DEFAULT_SPEED,
-        help=f"optimizer steps replayed per second (default {DEFAULT_SPEED:g})",
+        help="optimizer steps replayed per second (default 1)",
     )
-    dashboard.add_server_options(p)
+    ui_server.add_server_options(p)
     p.set_defaults(func=run)
 
 
@@ -109,12 +112,13 @@ def live_target(store: str | None, now: datetime) -> tuple[str, str]:
 
 def replay_report(store_url: str, result: ReplayResult) -> str:
     """What the replay wrote, then the run summary, as ``dsmon import`` prints them."""
+    from dsmon.analysis.summary import summary_text
+    from dsmon.store.sqlite import open_store
+
     head = (
         f"Replayed    {result.records} records ({result.inserted} new) from "
         f"{result.files} file(s) in {result.elapsed_s:.1f} s"
     )
-    from dsmon.analysis.summary import summary_text  # pandas: loaded only when a summary is printed
-
     with open_store(store_url) as store:
         return f"{head}\n{summary_text(store, result.run)}"
 
@@ -129,29 +133,33 @@ def _finished(replay: ReplayThread, store_url: str) -> None:
 
 def run_live(args: argparse.Namespace) -> int:
     """Replay in a thread and serve the dashboard until Ctrl-C; the summary when it ends."""
-    if not args.speed > 0:
+    from dsmon.load.playback import DEFAULT_SPEED, ReplayThread
+    from dsmon.store.base import redact_url
+
+    speed = DEFAULT_SPEED if args.speed is None else args.speed
+    if not speed > 0:
         raise CommandError(f"demo: --speed {args.speed}: must be more than 0 steps per second")
-    dashboard.check_port(args.port, "--port", "demo")
-    stop = _supervise.stop_on_signals()
+    ui_server.check_port(args.port, "--port", "demo")
+    stop = supervise.stop_on_signals()
     store_url, run_name = live_target(args.store, datetime.now())
     print(f"Store       {redact_url(store_url)}", flush=True)
-    print(f"Replaying   the bundled run as {run_name!r}, {args.speed:g} step(s)/s", flush=True)
-    replay = ReplayThread(store_url, [demo_dir()], run_name, args.speed).start()
+    print(f"Replaying   the bundled run as {run_name!r}, {speed:g} step(s)/s", flush=True)
+    replay = ReplayThread(store_url, [demo_dir()], run_name, speed).start()
     try:
         while not replay.first.wait(0.1):  # open the dashboard on a store that has the run
             if stop.is_set():
                 return 0
-        ui = dashboard.start_streamlit(
+        ui = ui_server.start_streamlit(
             store_url, args.port, args.address, args.refresh, not args.no_browser, command="demo"
         )
         try:
             signalled = _serve(replay, ui, store_url, stop)
         finally:
-            _supervise.end_child(ui)
+            supervise.end_child(ui)
     finally:
         replay.stop()
     if not signalled:
-        _supervise.child_failed(ui, "demo")
+        supervise.child_failed(ui, "demo")
     return 0
 
 
@@ -159,16 +167,19 @@ def _serve(
     replay: ReplayThread, ui: subprocess.Popen[bytes], store_url: str, stop: threading.Event
 ) -> bool:
     """Wait for the replay (then print its summary) and for a signal; True if signalled."""
-    signalled = _supervise.wait_for_signal(lambda: replay.done or ui.poll() is not None, stop)
+    signalled = supervise.wait_for_signal(lambda: replay.done or ui.poll() is not None, stop)
     if replay.done:
         _finished(replay, store_url)
     if signalled or ui.poll() is not None:
         return signalled
-    return _supervise.wait_for_signal(lambda: ui.poll() is not None, stop)
+    return supervise.wait_for_signal(lambda: ui.poll() is not None, stop)
 
 
 def run(args: argparse.Namespace) -> int:
     """Replay the demo run live with the dashboard, or import it at once (see flags)."""
+    require_full("demo")
+    from dsmon.store.base import redact_url
+
     if not (args.summary_only or args.instant):
         return run_live(args)
     result = load_demo(args.store or DEFAULT_DEMO_STORE)
@@ -176,6 +187,6 @@ def run(args: argparse.Namespace) -> int:
     print(result.report)
     if args.summary_only:
         return 0
-    return dashboard.start(
+    return ui_server.start(
         result.store_url, args.port, args.address, args.refresh, not args.no_browser
     )

@@ -12,15 +12,17 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tqdm import tqdm
+from cli.errors import CommandError
+from cli.extras import require_full
+from dsmon.env import default_store
 
-from dsmon.commands import CommandError, default_store
-from dsmon.load.files import ImportResult, Progress, import_paths
-from dsmon.load.records_file import BAD_RECORD
-from dsmon.store.base import Store, redact_url
-from dsmon.store.sqlite import open_store
+if TYPE_CHECKING:  # loaded when the command runs: building the command line stays light
+    from tqdm import tqdm
+
+    from dsmon.load.files import ImportResult, Progress
+    from dsmon.store.base import Store
 
 
 def register(subparsers: Any) -> None:
@@ -45,6 +47,7 @@ def register(subparsers: Any) -> None:
 
 def progress_bar(bars: list[tqdm[Any]]) -> Callable[[int], Progress]:
     """A progress factory drawing a byte-count bar on stderr, only when stderr is a terminal."""
+    from tqdm import tqdm
 
     def factory(total: int) -> Progress:
         bar: tqdm[Any] = tqdm(
@@ -67,6 +70,8 @@ def import_and_summarise(store: Store, paths: list[Path], run: str | None = None
     Raises:
         CommandError: nothing readable was found in the paths.
     """
+    from dsmon.load.files import import_paths
+
     bars: list[tqdm[Any]] = []
     try:
         results = import_paths(store, paths, run, progress_bar(bars))
@@ -84,12 +89,17 @@ def import_and_summarise(store: Store, paths: list[Path], run: str | None = None
 
 def _warn_bad_records(res: ImportResult) -> None:
     """One line on stderr per bad JSON-lines record shown: ``FILE:LINE: field 'x': reason``."""
+    from dsmon.load.records_file import BAD_RECORD
+
     for example in res.diag.examples.get(BAD_RECORD, []):
         print(f"dsmon import: skipped {example}", file=sys.stderr)
 
 
 def _report(store: Store, res: ImportResult) -> str:
     """What one run's import did, then the summary of each run it stored records of."""
+    from dsmon.analysis.summary import summary_text
+    from dsmon.load.records_file import BAD_RECORD
+
     head = f"Imported    {res.records} records ({res.inserted} new) from {len(res.files)} file(s)"
     bad = res.diag.unparsed[BAD_RECORD]
     unparsed = sum(res.diag.unparsed.values()) + sum(res.diag.cut.values()) - bad
@@ -97,13 +107,15 @@ def _report(store: Store, res: ImportResult) -> str:
         head += f"; {unparsed} lines or blocks not understood (dsmon parse shows them)"
     if bad:
         head += f"; {bad} bad record lines skipped"
-    from dsmon.analysis.summary import summary_text  # pandas: loaded only when a summary is printed
-
     return "\n".join([head, *(summary_text(store, run) for run in res.runs)])
 
 
 def run(args: argparse.Namespace) -> int:
     """Import, then print each run's summary to stdout."""
+    require_full("import")
+    from dsmon.store.base import redact_url
+    from dsmon.store.sqlite import open_store
+
     url = args.store or default_store()
     with open_store(url) as store:
         reports = import_and_summarise(store, [Path(p) for p in args.paths], args.run)

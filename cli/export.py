@@ -15,13 +15,16 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from dsmon.commands import CommandError, default_store
-from dsmon.commands.parse import STDIN, quiet_stdout, write_records
-from dsmon.model.records import Record
-from dsmon.store.base import RunInfo, Store, redact_url
-from dsmon.store.sqlite import open_store, sqlite_path
+from cli.errors import CommandError
+from cli.extras import require_full
+from cli.parse import STDIN, quiet_stdout, write_records
+from dsmon.env import default_store
+
+if TYPE_CHECKING:  # loaded when the command runs: building the command line stays light
+    from dsmon.model.records import Record
+    from dsmon.store.base import RunInfo, Store
 
 
 def register(subparsers: Any) -> None:
@@ -81,6 +84,8 @@ def _output(name: str) -> Iterator[TextIO]:
 
 def _check_exists(url: str) -> None:
     """Exporting from a store file that is not there is a typo, not an empty store to create."""
+    from dsmon.store.sqlite import sqlite_path
+
     if "://" in url and not url.startswith("sqlite://"):
         return
     path = sqlite_path(url)
@@ -90,6 +95,10 @@ def _check_exists(url: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Write the run's records; one line on stderr says how many."""
+    require_full("export")
+    from dsmon.store.base import redact_url
+    from dsmon.store.sqlite import open_store
+
     url = args.store or default_store()
     _check_exists(url)
     with open_store(url) as store:

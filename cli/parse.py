@@ -13,16 +13,15 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from dsmon.commands import CommandError
-from dsmon.load.files import LOG, Found, classify, read_found, read_log
-from dsmon.load.rotated import Carries, in_read_order
-from dsmon.model import wire
-from dsmon.model.records import Record
-from dsmon.parse.base import Diagnostics
-from dsmon.parse.log import LogParser
-from dsmon.parse.run_files import run_name
+from cli.errors import CommandError
+
+if TYPE_CHECKING:  # loaded when the command runs: building the command line stays light
+    from dsmon.load.files import Found
+    from dsmon.load.rotated import Carries
+    from dsmon.model.records import Record
+    from dsmon.parse.base import Diagnostics
 
 #: Records encoded per ``write`` call.
 WRITE_BATCH = 2048
@@ -58,6 +57,10 @@ def _records(
     name: str, found: Found | None, run: str | None, diag: Diagnostics, carries: Carries
 ) -> Iterator[Record]:
     """Records of one FILE argument (stdin, a log, or another recognised file)."""
+    from dsmon.load.files import read_found, read_log
+    from dsmon.parse.log import LogParser
+    from dsmon.parse.run_files import run_name
+
     if found is None:
         parser = LogParser(run or "stdin", "<stdin>")
         yield from read_log(sys.stdin.buffer, parser)
@@ -72,6 +75,9 @@ def _inputs(names: list[str]) -> list[tuple[str, Found | None]]:
     ``dsmon parse train.log*`` lists ``train.log`` before ``train.log.1``: read in that
     order, the later file's steps would not be numbered.
     """
+    from dsmon.load.files import LOG, classify
+    from dsmon.load.rotated import in_read_order
+
     found = [classify(Path(n), Path(n).name, explicit=True) for n in names if n != STDIN]
     ordered = iter(in_read_order([f for f in found if f is not None], LOG))  # all explicit
     out: list[tuple[str, Found | None]] = []
@@ -88,6 +94,8 @@ def write_records(records: Iterable[Record], out: TextIO) -> int:
     binary buffer when it has one (stdout, a file): decoding them to text only for the text
     layer to encode them again cost more than encoding them.
     """
+    from dsmon.model import wire
+
     binary = getattr(out, "buffer", None)
     if binary is not None:
         out.flush()
@@ -147,6 +155,8 @@ def quiet_stdout() -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Parse every FILE; exit 0 once all were read, 1 with one line when one cannot be."""
+    from dsmon.parse.base import Diagnostics
+
     for name in args.files:
         if name != STDIN:
             check_readable(name)

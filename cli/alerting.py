@@ -1,10 +1,10 @@
-"""The alert options of ``dsmon dashboard`` and ``dsmon serve``, and the watcher they start.
+"""The alert options of ``dsmon dashboard``, ``serve`` and ``watch``, and the watcher they start.
 
 With a webhook (``--alert-webhook`` or ``$DSMON_ALERT_WEBHOOK``) or ``--health-metrics``,
-both processes evaluate the health checklist of recent runs in the background
+these processes evaluate the health checklist of recent runs in the background
 (``dsmon.watch.health``): ``/metrics`` exports each rule's status, and with a webhook every
-rule that turns to FAIL is posted. It is opt-in because the watcher holds the frames of each
-recent run in memory, as a dashboard viewer does: an ingest server alone never needs them.
+rule that turns to FAIL is posted. It is opt-in because the checklist loads pandas and the
+health rules and reads each recent run from the store: an ingest server alone never needs them.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from dsmon.commands import CommandError
+from cli.errors import CommandError
 from dsmon.watch.alert_defaults import (
     FORMATS,
     INTERVAL_S,

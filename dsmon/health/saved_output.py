@@ -1,19 +1,21 @@
-"""The work of ``dsmon check`` (see :mod:`dsmon.commands.check`), loaded only when it runs."""
+"""The checklist's inputs from what ``dsmon check`` is given: files, run folders, a stored run.
+
+A ds_config file alone, saved output of a run (logs, a run folder with its
+``ds_config.json``), or one run of a store. An input that cannot be read, is not a ds_config
+at all, or gives nothing to check (no such path, a folder with no DeepSpeed config or log, a
+binary file, a file with no DeepSpeed output) is an :class:`UnreadableError` whose message
+is the one line to show, never an empty checklist that would "pass": a mistyped path must
+not exit 0.
+"""
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import sys
 from datetime import datetime
 from pathlib import Path
 
-from dsmon.commands import CommandError
-from dsmon.health import ConfigView, HealthInputs, evaluate
-from dsmon.health.config_view import ConfigFileError, config_from_text
+from dsmon.health.config_view import ConfigFileError, ConfigView, config_from_text
 from dsmon.health.gather import inputs_from_records, inputs_from_store
-from dsmon.health.report import exit_code, format_text, subject_line, to_json
+from dsmon.health.inputs import HealthInputs
 from dsmon.load.files import DS_CONFIG, InputError, discover, read_found
 from dsmon.load.rotated import Carries
 from dsmon.model.records import ConfigRecord, Record, Source
@@ -22,17 +24,27 @@ from dsmon.parse.run_files import run_name
 from dsmon.store.base import StoreError
 from dsmon.store.sqlite import open_store
 
-#: Exit status for input that cannot be read (the same as a failing checklist, per issue #5).
-UNREADABLE = 2
+#: How much of a file is sniffed to tell text from binary.
+_SNIFF_BYTES = 8192
+#: Share of undecodable characters above which a file is not text.
+_MAX_BAD_SHARE = 0.1
 
 
-def _unreadable(name: str | Path, reason: str) -> CommandError:
+class UnreadableError(Exception):
+    """An input that gives nothing to check; the message is the line to show."""
+
+
+class RunNeededError(Exception):
+    """A store holding several runs (or none) was given without the run to check."""
+
+
+def _unreadable(name: str | Path, reason: str) -> UnreadableError:
     """The one-line error of an input that cannot be used."""
-    return CommandError(f"cannot read {name}: {reason}", UNREADABLE)
+    return UnreadableError(f"cannot read {name}: {reason}")
 
 
 def load_config(path: Path) -> ConfigView:
-    """A ds_config file, or a CommandError naming the file and what is wrong with it."""
+    """A ds_config file, or an UnreadableError naming the file and what is wrong with it."""
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
@@ -43,15 +55,9 @@ def load_config(path: Path) -> ConfigView:
         raise _unreadable(path, str(exc)) from None
 
 
-def _is_config(path: Path) -> bool:
+def is_config(path: Path) -> bool:
     """A file argument is a config when it is JSON (any name); everything else is a log."""
     return path.is_file() and path.suffix.lower() in {".json", ".hjson"}
-
-
-#: How much of a file is sniffed to tell text from binary.
-_SNIFF_BYTES = 8192
-#: Share of undecodable characters above which a file is not text.
-_MAX_BAD_SHARE = 0.1
 
 
 def _is_binary(path: Path) -> bool:
@@ -80,7 +86,7 @@ def _path_records(path: Path) -> list[Record]:
             raise _unreadable(path, "not text (a binary file, not a DeepSpeed log or config)")
         found = discover(path)
     except InputError as exc:
-        raise CommandError(str(exc), UNREADABLE) from None
+        raise UnreadableError(str(exc)) from None
     except OSError as exc:
         raise _unreadable(path, exc.strerror or str(exc)) from None
     what = "folder" if path.is_dir() else "file"
@@ -103,21 +109,22 @@ def _path_records(path: Path) -> list[Record]:
     return records
 
 
-def _from_files(names: list[str]) -> tuple[HealthInputs, str]:
-    """Inputs from file and folder arguments: a config named on the command line wins."""
+def inputs_from_paths(names: list[str]) -> tuple[HealthInputs, str]:
+    """Inputs from file and folder arguments, and the subject line's name for them.
+
+    A config named on the command line wins over one found beside a log.
+
+    Raises:
+        UnreadableError: an argument gives nothing to check.
+    """
     paths = [Path(n) for n in names]
-    explicit = [load_config(p) for p in paths if _is_config(p)]
-    records = [r for p in paths if not _is_config(p) for r in _path_records(p)]
-    config = _first(explicit)
+    explicit = [load_config(p) for p in paths if is_config(p)]
+    records = [r for p in paths if not is_config(p) for r in _path_records(p)]
+    config = explicit[0] if explicit else None
     subject = ", ".join(names)
     if not records:
         return HealthInputs(config=config, run=subject), subject
     return inputs_from_records(records, run=subject, config=config), subject
-
-
-def _first(configs: list[ConfigView]) -> ConfigView | None:
-    """The first config given, if any (explicit files are listed before found ones)."""
-    return configs[0] if configs else None
 
 
 def _pick_run(runs: list[str], wanted: str | None, store: str) -> str:
@@ -129,16 +136,19 @@ def _pick_run(runs: list[str], wanted: str | None, store: str) -> str:
             )
         return wanted
     if len(runs) != 1:
-        raise CommandError(
-            f"check: --run is needed: store {store} holds {len(runs)} runs "
-            f"({', '.join(runs[:10])})",
-            UNREADABLE,
-        )
+        raise RunNeededError(f"store {store} holds {len(runs)} runs ({', '.join(runs[:10])})")
     return runs[0]
 
 
-def _from_store(url: str, run: str | None, config: ConfigView | None) -> tuple[HealthInputs, str]:
-    """Inputs for one run of a store, judged live (the stall rule needs the clock)."""
+def inputs_from_store_url(
+    url: str, run: str | None, config: ConfigView | None
+) -> tuple[HealthInputs, str]:
+    """Inputs for one run of the store at ``url``, judged live (the stall rule needs the clock).
+
+    Raises:
+        UnreadableError: the store cannot be opened, or has no run ``run``.
+        RunNeededError: ``run`` is None and the store does not hold exactly one run.
+    """
     try:
         store = open_store(url)
     except StoreError as exc:
@@ -148,37 +158,3 @@ def _from_store(url: str, run: str | None, config: ConfigView | None) -> tuple[H
         return inputs_from_store(store, name, config=config, now=datetime.now()), f"run {name}"
     finally:
         store.close()
-
-
-def gather(args: argparse.Namespace) -> tuple[HealthInputs, str]:
-    """What to check, from the arguments."""
-    if args.store:
-        configs = [load_config(Path(n)) for n in args.paths if _is_config(Path(n))]
-        if len(configs) != len(args.paths):
-            raise CommandError("check: with --store, only ds_config files may be given", 2)
-        return _from_store(args.store, args.run, _first(configs))
-    if args.run:
-        raise CommandError("check: --run needs --store", UNREADABLE)
-    if not args.paths:
-        raise CommandError(
-            "check: nothing to check: give a ds_config.json, a log or a run "
-            "folder, or --store and --run",
-            UNREADABLE,
-        )
-    return _from_files(list(args.paths))
-
-
-def run(args: argparse.Namespace) -> int:
-    """Evaluate the checklist and print it; the exit status follows the worst verdict."""
-    inputs, subject = gather(args)
-    checklist = evaluate(inputs)
-    if args.format == "json":
-        text = json.dumps(to_json(checklist, inputs, subject), indent=2)
-    else:
-        text = format_text(checklist, subject_line(inputs, subject), args.verbose)
-    try:
-        print(text, flush=True)
-    except BrokenPipeError:
-        # The reader went away (``dsmon check ... | head``): the verdict still stands.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return exit_code(checklist)

@@ -1,18 +1,12 @@
-"""``dsmon dashboard``: the Streamlit UI and the ingest server, bound to 127.0.0.1 by default.
+"""The dashboard UI as a Streamlit child process: its options, its start, its readiness.
 
 The dashboard (``app.py`` with ``pages/``) is a Streamlit script, so the UI always runs as
-``python -m streamlit run app.py`` with the store in ``$DSMON_STORE``: the core package never
-imports Streamlit. By default this process also runs the ingest server (``dsmon.serve.run``)
-in a thread, so collectors on other nodes can report to the machine people look at with
-nothing else to start; Streamlit is then a child process, and this one supervises both:
-SIGINT/SIGTERM stop both, and a UI that dies takes the ingest down with it so nothing keeps
-a port open behind a dead dashboard. ``--no-ingest`` keeps the UI alone (the process
-becomes Streamlit through ``exec``), for deployments where ``dsmon serve`` runs the ingest
-in its own container. Both listen on loopback unless told otherwise, because the dashboard
-has no login and shows file paths and config of the run.
-
-:func:`start_streamlit` is public because ``dsmon demo`` and ``dsmon watch`` run the UI the
-same way, supervised with the helpers of :mod:`dsmon.commands._supervise`.
+``python -m streamlit run app.py`` with the store in ``$DSMON_STORE`` and the redraw period in
+``$DSMON_REFRESH_S`` (:mod:`dsmon.env`): nothing below the command line imports Streamlit.
+``dsmon dashboard``, ``demo``, ``watch`` and ``run`` start it this way
+(:func:`start_streamlit`), supervised with :mod:`cli.supervise`; ``dsmon dashboard`` alone
+may also become the server (:func:`start`). It listens on loopback unless told otherwise,
+because the dashboard has no login and shows file paths and config of the run.
 """
 
 from __future__ import annotations
@@ -26,49 +20,26 @@ import time
 import urllib.request
 import webbrowser
 from pathlib import Path
-from typing import Any
 
-from dsmon.commands import STORE_ENV, CommandError, default_store
-from dsmon.commands._alerting import add_alert_options, start_watcher, stop_watcher
-from dsmon.commands._supervise import child_failed, end_child, stop_on_signals, wait_for_signal
-from dsmon.serve import DEFAULT_PORT as DEFAULT_INGEST_PORT
-from dsmon.serve.tokens import TokenError, resolve_token, token_banner
-from dsmon.store.base import redact_url
-from dsmon.watch.alert_defaults import webhook_url
+from cli.errors import CommandError
+from cli.supervise import child_failed, end_child, stop_on_signals, wait_for_signal
+from dsmon.env import REFRESH_ENV, STORE_ENV
 
 DEFAULT_PORT = 8501
 DEFAULT_ADDRESS = "127.0.0.1"
-#: Seconds between live redraws, handed to the app as ``$DSMON_REFRESH_S``.
-REFRESH_ENV = "DSMON_REFRESH_S"
 #: How long the browser tab waits for the dashboard to answer before giving up.
 BROWSER_WAIT_S = 120.0
 
 
 def app_candidates() -> tuple[Path, ...]:
     """Where ``app.py`` may be: the source checkout, or ``<prefix>/share/dsmon`` of an install."""
-    checkout = Path(__file__).resolve().parents[2] / "app.py"
+    checkout = Path(__file__).resolve().parents[1] / "app.py"
     return checkout, Path(sys.prefix) / "share" / "dsmon" / "app.py"
 
 
 def app_path() -> Path | None:
     """The dashboard's ``app.py`` (a checkout first, so an editable install runs its own)."""
     return next((p for p in app_candidates() if p.is_file()), None)
-
-
-def register(subparsers: Any) -> None:
-    """Add the ``dashboard`` command."""
-    p = subparsers.add_parser(
-        "dashboard",
-        help="serve the Streamlit dashboard and the ingest API on a store",
-        description="Serve the dsmon dashboard (steps, communication, GPUs, FLOPS) for the runs "
-        "in a store, and the ingest API that `dsmon collect` sends to; live runs redraw "
-        "every --refresh seconds.",
-    )
-    add_server_options(p)
-    p.add_argument("--store", help="store path or URL (default: $DSMON_STORE or ./dsmon.sqlite)")
-    add_ingest_options(p)
-    add_alert_options(p)
-    p.set_defaults(func=run)
 
 
 def add_server_options(p: argparse.ArgumentParser) -> None:
@@ -85,31 +56,6 @@ def add_server_options(p: argparse.ArgumentParser) -> None:
         "--refresh", type=float, default=2.0, help="live redraw period in seconds (default 2)"
     )
     p.add_argument("--no-browser", action="store_true", help="do not open a browser tab")
-
-
-def add_ingest_options(p: argparse.ArgumentParser) -> None:
-    """The ingest server's options: where it listens, its token, or none at all."""
-    p.add_argument(
-        "--ingest-port",
-        type=int,
-        default=DEFAULT_INGEST_PORT,
-        help=f"TCP port of the ingest API (default {DEFAULT_INGEST_PORT})",
-    )
-    p.add_argument(
-        "--ingest-address",
-        help="interface of the ingest API (default: same as --address); 0.0.0.0 for collectors "
-        "on other nodes",
-    )
-    p.add_argument(
-        "--token-file",
-        help="file holding the ingest token (else $DSMON_TOKEN, $DSMON_TOKEN_FILE, or generated "
-        "and printed)",
-    )
-    p.add_argument(
-        "--no-ingest",
-        action="store_true",
-        help="serve the UI only (the ingest runs elsewhere, e.g. `dsmon serve`)",
-    )
 
 
 def streamlit_command(app: Path, port: int, address: str) -> list[str]:
@@ -213,6 +159,8 @@ def _launch(
     It runs from the checkout (or share folder) so Streamlit reads the
     ``.streamlit/config.toml`` next to ``app.py`` (theme, no telemetry).
     """
+    from dsmon.store.base import redact_url  # the store's modules: loaded once a command runs
+
     check_port(port, "--port", command)
     app = app_path()
     if app is None:
@@ -286,59 +234,3 @@ def start_streamlit(
     if open_browser:
         open_browser_when_ready(dashboard_url(port, address), child)
     return child
-
-
-def _token(token_file: str | None) -> tuple[str, bool]:
-    """The ingest token and whether it was generated (then it must be shown)."""
-    try:
-        return resolve_token(token_file)
-    except TokenError as exc:
-        raise CommandError(f"dashboard: {exc}") from None
-
-
-def serve_with_ingest(args: argparse.Namespace, store: str) -> int:
-    """Ingest server in a thread, Streamlit as a child, until a signal or the UI ends."""
-    check_port(args.port, "--port")
-    check_port(args.ingest_port, "--ingest-port")
-    token, generated = _token(args.token_file)
-    host = args.ingest_address or args.address
-    stop = stop_on_signals()
-    watcher = start_watcher(args, store, "dashboard", dashboard_url(args.port, args.address))
-    from dsmon.serve.run import ServeError, start_ingest_server  # the server stack, only here
-
-    try:
-        ingest = start_ingest_server(
-            store, token, host, args.ingest_port, health=watcher.states if watcher else None
-        )
-    except (ServeError, TokenError) as exc:
-        stop_watcher(watcher)
-        raise CommandError(f"dashboard: {exc}") from None
-    try:
-        print(f"dsmon dashboard: ingest API on {ingest.url} (POST /v1/records)", flush=True)
-        if generated:
-            print(token_banner(token, ingest.url), flush=True)
-        ui = start_streamlit(store, args.port, args.address, args.refresh, not args.no_browser)
-        try:
-            signalled = wait_for_signal(lambda: ui.poll() is not None, stop)
-        finally:
-            end_child(ui)
-    finally:
-        ingest.stop()
-        stop_watcher(watcher)
-    if not signalled:
-        child_failed(ui, "dashboard")
-    return 0
-
-
-def run(args: argparse.Namespace) -> int:
-    """Start the dashboard on ``--store``, with the ingest server unless ``--no-ingest``."""
-    store = absolute_store(args.store or default_store())
-    if args.no_ingest and webhook_url(args.alert_webhook) is not None:
-        watcher = start_watcher(args, store, "dashboard", dashboard_url(args.port, args.address))
-        try:
-            return supervise_alone(store, args.port, args.address, args.refresh)
-        finally:
-            stop_watcher(watcher)
-    if args.no_ingest:
-        return start(store, args.port, args.address, args.refresh, not args.no_browser)
-    return serve_with_ingest(args, store)

@@ -14,11 +14,12 @@ import argparse
 import sys
 from typing import Any
 
-from dsmon.commands import CommandError, default_store
-from dsmon.commands._alerting import add_alert_options, start_watcher, stop_watcher
+from cli.alerting import add_alert_options, start_watcher, stop_watcher
+from cli.errors import CommandError
+from cli.extras import require_full
+from dsmon.env import default_store
 from dsmon.serve import DEFAULT_PORT
 from dsmon.serve.tokens import TokenError, keep_or_create_token_file, load_token
-from dsmon.store.base import redact_url
 
 
 def register(subparsers: Any) -> None:
@@ -67,6 +68,9 @@ def _token(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Serve until interrupted."""
+    require_full("serve")
+    from dsmon.store.base import redact_url
+
     store_url = args.store or default_store()
     token = _token(args)
 

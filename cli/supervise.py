@@ -1,9 +1,8 @@
 """Supervision of child processes: stop them, wait for a signal or their end, report status.
 
-Apart from :mod:`dsmon.commands.dashboard` because none of it is about the dashboard:
 ``dsmon dashboard``, ``dsmon demo``, ``dsmon watch`` and ``dsmon run`` supervise their
 children (Streamlit, the training job) and threads the same way, some with no dashboard at
-all. The leading underscore keeps :mod:`dsmon.cli` from taking it for a command.
+all.
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ import subprocess
 import threading
 from collections.abc import Callable
 
-from dsmon.commands import CommandError
+from cli.errors import CommandError
 
 #: How long Streamlit gets to stop after SIGTERM before it is killed.
 STOP_TIMEOUT_S = 10.0
