@@ -14,12 +14,12 @@ from pathlib import Path
 import streamlit as st
 
 from dsmon.env import REFRESH_ENV, default_store
+from dsmon.health.live import run_is_live
 from dsmon.store.base import RunInfo, redact_url
 from dsmon.store.sqlite import open_store
 from dsmon.view import step_views
 from dsmon.view.cutoff import OPEN, step_cutoff
 from dsmon.view.hub import FrameHub, View
-from dsmon.view.run_state import run_is_live
 from ui import page as ui_page
 from ui.text import md_escape
 

@@ -303,3 +303,48 @@ def test_no_alerts_asked_loads_no_checklist(tmp_path: Path) -> None:
 
     assert run() == "True False"
     assert run("--health-metrics") == "False True"
+
+
+def test_the_watcher_reads_the_store_and_sees_untimed_timer_lines_arrive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At DeepSpeed's default log level the timer lines carry a start-up line's time
+    (tests/data/z0_default_loglevel): the watcher, as the dashboard, counts when they arrived,
+    so a run going on passes and a run whose steps stop while its GPUs are still sampled
+    fails. The rules that do not read the clock run again only once new records came."""
+    from dsmon.model.records import GpuSampleRecord, Source, TimerRecord
+    from dsmon.watch import health as watch_health
+
+    recs = [r for r in read_records("z0_default_loglevel", "z0") if r.KIND != "event"]
+    globals_at = [
+        i for i, r in enumerate(recs) if isinstance(r, TimerRecord) and r.group == "global"
+    ]
+    cut = globals_at[9] + 1
+    assert {r.ts for r in recs if isinstance(r, TimerRecord)} == {"2026-11-29T14:10:05.577"}
+    clock = [datetime.now()]
+
+    def sampled() -> GpuSampleRecord:
+        ts = clock[0].isoformat(timespec="milliseconds")
+        return GpuSampleRecord(src=Source(run="z0", node="n1"), ts=ts, gpu_index=0, name="H100")
+
+    evaluations: list[int] = []
+    counted = watch_health.evaluate
+    monkeypatch.setattr(watch_health, "evaluate", lambda *a: evaluations.append(1) or counted(*a))
+    path = tmp_path / "s.sqlite"
+    w = HealthWatcher(open_store(path), clock=lambda: clock[0])
+    with open_store(path) as s:
+        s.add([*recs[:cut], sampled()], live=True)
+        w.tick()  # the first look
+        clock[0] += timedelta(seconds=5)
+        s.add([*recs[cut:], sampled()], live=True)
+        w.tick()
+        assert w.states.snapshot()["z0"]["run.stalled"] is Status.PASS
+        assert len(evaluations) == 2
+        w.tick()  # nothing new: the clock rules only
+        assert len(evaluations) == 2
+        clock[0] += timedelta(minutes=10)  # no step since, but the GPUs are still sampled
+        s.add([sampled()], live=True)
+        w.tick()
+    w.stop()
+    assert len(evaluations) == 3
+    assert w.states.snapshot()["z0"]["run.stalled"] is Status.FAIL

@@ -22,10 +22,10 @@ from process_support import free_port, ui_healthy
 
 from cli.demo import DEFAULT_DEMO_STORE, DEMO_RUN, demo_dir, live_target, load_demo
 from cli.main import main
+from dsmon.health.live import is_live
 from dsmon.load.files import import_paths
 from dsmon.store.base import RunInfo
 from dsmon.store.sqlite import open_store
-from dsmon.view.run_state import is_live
 
 pytestmark = pytest.mark.slow
 

@@ -81,7 +81,7 @@ DSMON_ALLOWED = {
     "figures": {"model", "analysis", "figures"},
     "health": {"model", "parse", "store", "load", "analysis", "health"},
     "view": {"model", "store", "analysis", "health", "view"},
-    "watch": {"model", "store", "health", "view", "watch"},
+    "watch": {"model", "store", "health", "watch"},
     "serve": {"model", "store", "watch", "serve"},
 }
 #: Libraries a node's collector must never load: the server stack, the dashboard, pandas.

@@ -11,11 +11,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from dsmon.health.live import is_live, run_is_live
 from dsmon.model.records import Record, TimerRecord, record_key
 from dsmon.parse.log import LogParser
 from dsmon.store.base import Store
 from dsmon.view.cache import RunFrames
-from dsmon.view.run_state import is_live, run_is_live
 
 DATA = Path(__file__).parent / "data"
 
