@@ -63,8 +63,9 @@ def missing(modules: tuple[str, ...]) -> list[str]:
 def install_line(command: str, modules: list[str]) -> str:
     """What a command says when ``modules`` are not installed: the extra that brings them."""
     return (
-        f"{command}: needs {', '.join(modules)}, which this install of dsmon leaves out "
-        f"(a node's collector install): pip install 'dsmon[{FULL_EXTRA}]'"
+        f"{command}: needs {', '.join(modules)}, which a collector install leaves out: install "
+        f"dsmon's '{FULL_EXTRA}' extra (pip install 'dsmon[{FULL_EXTRA}]', or "
+        f"'.[{FULL_EXTRA}]' in its checkout)"
     )
 
 

@@ -193,4 +193,4 @@ def test_a_command_of_the_full_install_says_which_extra(node_venv: Path, tmp_pat
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1, done.stderr
     assert done.stderr.startswith("dsmon: dashboard: needs streamlit, ")
-    assert done.stderr.endswith("pip install 'dsmon[all]'\n")
+    assert done.stderr.endswith("(pip install 'dsmon[all]', or '.[all]' in its checkout)\n")

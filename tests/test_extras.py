@@ -54,8 +54,8 @@ def test_a_missing_package_is_one_line_naming_the_extra(
     with pytest.raises(CommandError) as err:
         extras.require_full("dashboard")
     assert str(err.value) == (
-        "dashboard: needs streamlit, pandas, which this install of dsmon leaves out (a node's "
-        "collector install): pip install 'dsmon[all]'"
+        "dashboard: needs streamlit, pandas, which a collector install leaves out: install "
+        "dsmon's 'all' extra (pip install 'dsmon[all]', or '.[all]' in its checkout)"
     )
     assert cli.main(["import", str(Z2_LOG), "--store", str(tmp_path / "s.sqlite")]) == 1
     assert capsys.readouterr().err == f"dsmon: import: {str(err.value).partition(': ')[2]}\n"
@@ -71,8 +71,8 @@ def test_an_import_that_fails_anyway_is_the_same_line(
     monkeypatch.setattr(parse_cmd, "run", needs_plotly)
     assert cli.main(["parse", str(Z2_LOG)]) == 1
     assert capsys.readouterr().err == (
-        "dsmon: parse: needs plotly, which this install of dsmon leaves out (a node's collector "
-        "install): pip install 'dsmon[all]'\n"
+        "dsmon: parse: needs plotly, which a collector install leaves out: install dsmon's "
+        "'all' extra (pip install 'dsmon[all]', or '.[all]' in its checkout)\n"
     )
 
     def broken(args: object) -> int:  # not a package of the full install: a real bug
@@ -123,7 +123,8 @@ def test_without_the_full_packages_the_node_commands_run_and_the_others_say_so(
         done = hidden_run(*argv)
         assert done.returncode == 1, (argv, done.stderr)
         assert re.fullmatch(
-            rf"dsmon: {argv[0]}: needs [a-z_, ]+, which this install of dsmon leaves out "
-            r"\(a node's collector install\): pip install 'dsmon\[all\]'\n",
+            rf"dsmon: {argv[0]}: needs [a-z_, ]+, which a collector install leaves out: "
+            r"install dsmon's 'all' extra \(pip install 'dsmon\[all\]', or '\.\[all\]' in "
+            r"its checkout\)\n",
             done.stderr,
         ), done.stderr
