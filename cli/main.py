@@ -70,7 +70,7 @@ def _user_error(exc: Exception) -> tuple[str, int] | None:
     try:
         from dsmon.load.files import InputError
         from dsmon.store.base import StoreError
-    except ImportError:  # a node's install: neither can have been raised
+    except ImportError:  # the core's modules do not load here: neither was raised
         return None
     if isinstance(exc, (InputError, StoreError)):
         return str(exc), 1
