@@ -11,8 +11,8 @@
 #       a collector (what the Kubernetes sidecar runs); DSMON_HEALTH_URL= turns the
 #       HEALTHCHECK off, since a collector serves no HTTP
 #
-# Two stages: the build stage turns this checkout into wheels (dsmon's and every
-# dependency's), with a compiler at hand for any dependency that has no wheel for this
+# Two stages: the build stage turns this checkout into wheels (dsmon's and every dependency's
+# of its full install), with a compiler at hand for any dependency that has no wheel for this
 # platform; the runtime stage starts again from the slim base and installs those wheels the
 # way the README does (a venv, then pip install), so no compiler or build tool ships.
 # tests/test_dockerfile.py checks this file; there is no container engine in CI to build it.
@@ -27,7 +27,7 @@ WORKDIR /src
 # .dockerignore lets in only what `pip install .` reads: pyproject.toml, README.md, the
 # packages and the dashboard scripts.
 COPY . .
-RUN python -m pip wheel --no-cache-dir --wheel-dir /wheels .
+RUN python -m pip wheel --no-cache-dir --wheel-dir /wheels '.[all]'
 
 FROM ${PYTHON_IMAGE} AS runtime
 LABEL org.opencontainers.image.title="dsmon" \
@@ -47,11 +47,12 @@ ENV VIRTUAL_ENV=/opt/dsmon \
     PATH=/opt/dsmon/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1
-# The README's install, from the wheels of the build stage (bind-mounted, so they leave no
-# layer behind); --no-index: everything comes from there, nothing is fetched at this step.
+# The README's install (the full one, `[all]`: one image for every role), from the wheels of
+# the build stage (bind-mounted, so they leave no layer behind); --no-index: everything comes
+# from there, nothing is fetched at this step.
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     python -m venv /opt/dsmon \
-    && /opt/dsmon/bin/pip install --no-cache-dir --no-index --find-links=/wheels dsmon
+    && /opt/dsmon/bin/pip install --no-cache-dir --no-index --find-links=/wheels 'dsmon[all]'
 # The store and the collectors' positions and spool live on /data; logs are read from /logs.
 ENV DSMON_STORE=/data/dsmon.sqlite \
     XDG_STATE_HOME=/data/state \

@@ -181,7 +181,7 @@ def start(
     if home is not None:
         env["HOME"] = str(home)
     cmd = [
-        sys.executable, "-m", "dsmon.cli", "run", "--dir", str(folder), "--no-dashboard",
+        sys.executable, "-m", "cli.main", "run", "--dir", str(folder), "--no-dashboard",
         "--store", str(store), "--nvml-interval", "0", "--poll-interval", "0.2",
         *(["--run", run] if run else []), "--",
         "deepspeed", "--num_gpus", "2", "--master_port", str(free_port()), str(TRAIN),

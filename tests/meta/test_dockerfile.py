@@ -28,8 +28,8 @@ from deploy_support import (
     workloads,
 )
 
-from dsmon import cli
-from dsmon.commands import dashboard
+from cli import main as cli
+from cli import ui_server
 from dsmon.serve.run import DEFAULT_PORT as INGEST_PORT
 from dsmon.serve.run import start_ingest_server
 
@@ -62,14 +62,14 @@ def test_two_stages_wheels_built_then_installed(stages: list[Stage]) -> None:
     assert build.name == "build"
     assert build.base == runtime.base == "python:3.11-slim-bookworm"
     # The build stage turns the checkout into wheels.
-    assert "pip wheel --no-cache-dir --wheel-dir /wheels ." in build.run_text()
+    assert "pip wheel --no-cache-dir --wheel-dir /wheels '.[all]'" in build.run_text()
     assert [c.value for c in build.all("COPY")] == [(".", ".")]
     # The runtime stage installs them as the README does: a venv, then pip install.
     (install,) = [c for c in runtime.all("RUN") if "pip install" in c.original]
     assert "--mount=type=bind,from=build,source=/wheels,target=/wheels" in install.flags
     assert "python -m venv /opt/dsmon" in install.value[0]
     assert (
-        "/opt/dsmon/bin/pip install --no-cache-dir --no-index --find-links=/wheels dsmon"
+        "/opt/dsmon/bin/pip install --no-cache-dir --no-index --find-links=/wheels 'dsmon[all]'"
         in (install.value[0])
     )
     assert runtime.env()["PATH"].startswith("/opt/dsmon/bin:")
@@ -99,7 +99,7 @@ def test_runs_as_a_non_root_numeric_user(runtime: Stage) -> None:
 
 def test_ports_are_the_commands_defaults(runtime: Stage) -> None:
     exposed = {int(p.split("/")[0]) for c in runtime.all("EXPOSE") for p in c.value}
-    assert exposed == {dashboard.DEFAULT_PORT, INGEST_PORT} == {8501, 8502}
+    assert exposed == {ui_server.DEFAULT_PORT, INGEST_PORT} == {8501, 8502}
 
 
 def test_volumes_hold_the_store_and_the_logs(runtime: Stage) -> None:
