@@ -14,8 +14,9 @@ from pathlib import Path
 import streamlit as st
 
 from dsmon.commands import default_store
-from dsmon.store.base import RunInfo, redact_url
-from dsmon.store.sqlite import open_store
+from dsmon.store.records.runs import RunInfo
+from dsmon.store.store import open_store
+from dsmon.store.url import redact_url
 from dsmon.view import step_views
 from dsmon.view.cutoff import OPEN, step_cutoff
 from dsmon.view.hub import FrameHub, View

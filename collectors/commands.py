@@ -32,7 +32,6 @@ from dsmon.commands import CommandError, default_store
 from dsmon.commands._alerting import add_alert_options, start_watcher, stop_watcher
 from dsmon.commands._supervise import child_failed, end_child, wait_for_signal
 from dsmon.commands.dashboard import (
-    absolute_store,
     add_server_options,
     check_port,
     dashboard_url,
@@ -40,6 +39,7 @@ from dsmon.commands.dashboard import (
 )
 from dsmon.parse.run_files import run_name
 from dsmon.serve.tokens import TokenError, generate_token, load_token, resolve_token, token_banner
+from dsmon.store.url import absolute_url
 
 logger = logging.getLogger(__name__)
 
@@ -287,7 +287,7 @@ def run_collect(args: argparse.Namespace) -> int:
 def run_watch(args: argparse.Namespace) -> int:
     """``dsmon watch LOG``: ingest server, collector and dashboard until Ctrl-C."""
     log_to_stderr()
-    store = absolute_store(args.store or default_store())
+    store = absolute_url(args.store or default_store())
     check_port(args.port, "--port", "watch")
     if args.ingest_port:
         check_port(args.ingest_port, "--ingest-port", "watch")

@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 from dsmon.commands import CommandError, default_store
 from dsmon.commands._supervise import end_child, exit_status, stop_on_signals, wait_for_signal
 from dsmon.commands.dashboard import (
-    absolute_store,
     add_server_options,
     check_port,
     dashboard_url,
@@ -47,6 +46,7 @@ from dsmon.commands.dashboard import (
 )
 from dsmon.parse.launches import RUN_START_LOGGER
 from dsmon.serve.tokens import TokenError, generate_token, load_token
+from dsmon.store.url import absolute_url
 
 #: The variable the probe reads (``collectors.probe.patch.DIR_ENV``).
 PROBE_DIR_ENV = "DSMON_PROBE_DIR"
@@ -251,7 +251,7 @@ def _destination(args: argparse.Namespace) -> tuple[str, str, IngestServer | Non
             raise CommandError("run: --server needs --token-file F or $DSMON_TOKEN")
         return args.server, token, None
     token = generate_token()
-    store = absolute_store(args.store or default_store())
+    store = absolute_url(args.store or default_store())
     from dsmon.serve.run import ServeError, start_ingest_server  # the server stack, only here
 
     try:
@@ -274,7 +274,7 @@ def run_job(args: argparse.Namespace) -> int:
     try:
         agent = build_agent(args, url, token, 1 << 30)
         if dashboard:
-            store = absolute_store(args.store or default_store())
+            store = absolute_url(args.store or default_store())
             ui = start_streamlit(
                 store, args.port, args.address, args.refresh, not args.no_browser, command="run"
             )

@@ -19,7 +19,7 @@ from typing import Any
 from dsmon import __version__, commands
 from dsmon.commands import CommandError
 from dsmon.load.files import InputError
-from dsmon.store.base import StoreError
+from dsmon.store.errors import StoreError
 
 #: Entry-point group through which other packages add subcommands.
 ENTRY_POINT_GROUP = "dsmon.commands"

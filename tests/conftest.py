@@ -18,8 +18,7 @@ from server_support import finish_stops
 from dsmon.load.files import discover, read_found
 from dsmon.model.records import Record, record_key
 from dsmon.parse.base import Diagnostics
-from dsmon.store.base import Store
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import Store, open_store
 
 DATA = Path(__file__).parent / "data"
 

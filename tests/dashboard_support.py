@@ -25,7 +25,7 @@ from streamlit.testing.v1 import AppTest
 from dsmon.load.files import discover, import_paths, read_found
 from dsmon.model.records import GpuSampleRecord, Record, Source
 from dsmon.parse.base import Diagnostics
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
 

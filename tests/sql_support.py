@@ -1,7 +1,7 @@
-"""SQL run on a store's database directly, as another program (or an older dsmon) would.
+"""SQL run on a store's database directly, as another program would.
 
-Tests that build a store as an older dsmon left it, or look at what a store wrote, go past
-the Store interface; this runs ``?``-placeholder SQL on either backend the same way.
+Tests that look at what a store wrote, or change it behind its back, go past the Store
+interface; this runs ``?``-placeholder SQL on either backend the same way.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import psycopg
+
+from dsmon.store.store import Store
 
 Rows = list[tuple[object, ...]]
 
@@ -35,3 +37,9 @@ def pg_sql(url: str, sql: str, rows: Sequence[Sequence[object]] = ()) -> Rows:
             return []
         cur.execute(sql, rows[0] if rows else ())
         return cur.fetchall() if cur.description else []
+
+
+def store_sql(store: Store, sql: str, rows: Sequence[Sequence[object]] = ()) -> Rows:
+    """:func:`sqlite_sql` or :func:`pg_sql` on the database of ``store``."""
+    run = sqlite_sql if store.backend.dialect.name == "sqlite" else pg_sql
+    return run(store.url, sql, rows)

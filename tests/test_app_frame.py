@@ -10,7 +10,7 @@ from dashboard_support import RUNS, app_at, shared_store
 from streamlit.testing.v1 import AppTest
 
 from dsmon.model.records import Source, StepRecord
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from dashboard_support import app_at, read_records
 
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = ["steps", "training", "autotuner", "compare", "communication", "gpus", "flops"]

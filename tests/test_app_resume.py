@@ -17,7 +17,7 @@ from dashboard_support import app_at, read_records
 from fragment_timers import Timers
 
 from dsmon.model.records import Record
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import open_store
 from dsmon.view import run_state
 from ui.page import LOOK_S
 

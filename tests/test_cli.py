@@ -18,7 +18,7 @@ from dsmon import cli
 from dsmon.commands import demo
 from dsmon.model import wire
 from dsmon.model.records import Record
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import open_store
 
 
 def run_cli(*argv: str) -> int:

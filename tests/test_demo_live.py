@@ -23,8 +23,8 @@ from process_support import free_port, ui_healthy
 from dsmon.cli import main
 from dsmon.commands.demo import DEFAULT_DEMO_STORE, DEMO_RUN, demo_dir, live_target, load_demo
 from dsmon.load.files import import_paths
-from dsmon.store.base import RunInfo
-from dsmon.store.sqlite import open_store
+from dsmon.store.records.runs import RunInfo
+from dsmon.store.store import open_store
 from dsmon.view.run_state import is_live
 
 pytestmark = pytest.mark.slow

@@ -21,7 +21,7 @@ from dsmon.load.files import Found, discover, import_paths, read_found
 from dsmon.load.rotated import in_read_order, rotation
 from dsmon.model.records import TimerRecord
 from dsmon.parse.base import Diagnostics
-from dsmon.store.base import Store
+from dsmon.store.store import Store
 
 FOLDER = DATA / "rotated_copytruncate"
 

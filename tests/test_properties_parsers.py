@@ -32,7 +32,7 @@ from dsmon.parse.flops_figures import FACTOR_OFFSET
 from dsmon.parse.log import LogParser, default_parsers
 from dsmon.parse.profile_file import parse_profile_file
 from dsmon.serve.batch import BatchError, parse_batch_encoded, parse_batch_rows
-from dsmon.store.base import RecordRow, as_row
+from dsmon.store.records.rows import RecordRow, as_row
 
 pytestmark = needs_field_corpus
 

@@ -19,8 +19,8 @@ from dsmon.model import wire
 from dsmon.model.records import Record, Source, StepRecord, TimerRecord
 from dsmon.serve.run import IngestServer, ServeError, bind_socket, start_ingest_server
 from dsmon.serve.seal import PageSealer
-from dsmon.store.base import Store, StoreError
-from dsmon.store.sqlite import open_store
+from dsmon.store.errors import StoreError
+from dsmon.store.store import Store, open_store
 
 TOKEN = "test-token-0123456789abcdef"
 LIMIT = 64 * 1024

@@ -33,7 +33,7 @@ from dsmon.commands._alerting import add_alert_options, start_watcher, stop_watc
 from dsmon.commands._supervise import child_failed, end_child, stop_on_signals, wait_for_signal
 from dsmon.serve import DEFAULT_PORT as DEFAULT_INGEST_PORT
 from dsmon.serve.tokens import TokenError, resolve_token, token_banner
-from dsmon.store.base import redact_url
+from dsmon.store.url import absolute_url, redact_url
 from dsmon.watch.alert_defaults import webhook_url
 
 DEFAULT_PORT = 8501
@@ -194,11 +194,6 @@ def wait_until_ready(
     return False
 
 
-def absolute_store(store: str) -> str:
-    """A store path made absolute (the child runs in the checkout); URLs are kept as given."""
-    return store if "://" in store else str(Path(store).resolve())
-
-
 def check_port(port: int, flag: str, command: str = "dashboard") -> None:
     """Refuse a port number TCP cannot have, naming the flag, before anything starts."""
     if not 0 < port < 65536:
@@ -218,7 +213,7 @@ def _launch(
     if app is None:
         where = " or ".join(str(p) for p in app_candidates())
         raise CommandError(f"{command}: cannot find the dashboard script: no {where}")
-    store = absolute_store(store)
+    store = absolute_url(store)
     env = {**os.environ, STORE_ENV: store, REFRESH_ENV: str(refresh_s)}
     print(
         f"dsmon {command}: dashboard on http://{address}:{port} (store {redact_url(store)}); "
@@ -332,7 +327,7 @@ def serve_with_ingest(args: argparse.Namespace, store: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Start the dashboard on ``--store``, with the ingest server unless ``--no-ingest``."""
-    store = absolute_store(args.store or default_store())
+    store = absolute_url(args.store or default_store())
     if args.no_ingest and webhook_url(args.alert_webhook) is not None:
         watcher = start_watcher(args, store, "dashboard", dashboard_url(args.port, args.address))
         try:

@@ -28,8 +28,8 @@ from typing import Any
 from dsmon.commands import CommandError, _supervise, dashboard
 from dsmon.commands.import_ import import_and_summarise
 from dsmon.load.playback import DEFAULT_SPEED, ReplayResult, ReplayThread
-from dsmon.store.base import redact_url
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import open_store
+from dsmon.store.url import redact_url
 
 #: Where ``dsmon demo`` puts its store unless told otherwise.
 DEFAULT_DEMO_STORE = "dsmon-demo.sqlite"

@@ -20,8 +20,9 @@ from typing import Any, TextIO
 from dsmon.commands import CommandError, default_store
 from dsmon.commands.parse import STDIN, quiet_stdout, write_records
 from dsmon.model.records import Record
-from dsmon.store.base import RunInfo, Store, redact_url
-from dsmon.store.sqlite import open_store, sqlite_path
+from dsmon.store.records.runs import RunInfo
+from dsmon.store.store import Store, open_store
+from dsmon.store.url import redact_url, sqlite_file
 
 
 def register(subparsers: Any) -> None:
@@ -81,10 +82,8 @@ def _output(name: str) -> Iterator[TextIO]:
 
 def _check_exists(url: str) -> None:
     """Exporting from a store file that is not there is a typo, not an empty store to create."""
-    if "://" in url and not url.startswith("sqlite://"):
-        return
-    path = sqlite_path(url)
-    if not Path(path).exists():
+    path = sqlite_file(url)
+    if path is not None and not Path(path).exists():
         raise CommandError(f"export: no store at {path}")
 
 

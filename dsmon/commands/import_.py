@@ -19,8 +19,8 @@ from tqdm import tqdm
 from dsmon.commands import CommandError, default_store
 from dsmon.load.files import ImportResult, Progress, import_paths
 from dsmon.load.records_file import BAD_RECORD
-from dsmon.store.base import Store, redact_url
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import Store, open_store
+from dsmon.store.url import redact_url
 
 
 def register(subparsers: Any) -> None:
@@ -78,7 +78,7 @@ def import_and_summarise(store: Store, paths: list[Path], run: str | None = None
     for res in results:
         _warn_bad_records(res)
         for run in res.runs:
-            store.keep_chunks(run, tail=True)  # a first look then decodes chunks, not JSON
+            store.frames.keep_sealed(run, tail=True)  # a first look then decodes them, not JSON
     return [_report(store, r) for r in results if r.files]
 
 

@@ -18,7 +18,7 @@ from dsmon.commands import CommandError, default_store
 from dsmon.commands._alerting import add_alert_options, start_watcher, stop_watcher
 from dsmon.serve import DEFAULT_PORT
 from dsmon.serve.tokens import TokenError, keep_or_create_token_file, load_token
-from dsmon.store.base import redact_url
+from dsmon.store.url import redact_url
 
 
 def register(subparsers: Any) -> None:

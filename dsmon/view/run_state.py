@@ -11,7 +11,7 @@ from datetime import datetime
 
 import pandas as pd
 
-from dsmon.store.base import RunInfo
+from dsmon.store.records.runs import RunInfo
 
 #: A run whose newest record is younger than this is shown as live (and auto-refreshed).
 LIVE_WINDOW_S = 120.0

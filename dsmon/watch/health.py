@@ -24,7 +24,8 @@ from datetime import datetime
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from dsmon.health.model import CheckResult, Status
-from dsmon.store.base import RunInfo, Store
+from dsmon.store.records.runs import RunInfo
+from dsmon.store.store import Store
 from dsmon.view import step_views
 from dsmon.view.cache import RunFrames
 from dsmon.view.cutoff import OPEN
