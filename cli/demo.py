@@ -57,7 +57,7 @@ class DemoResult:
 
 def load_demo(store_url: str = DEFAULT_DEMO_STORE) -> DemoResult:
     """Import the bundled run into the store at ``store_url`` (idempotent) and summarise it."""
-    from dsmon.store.sqlite import open_store
+    from dsmon.store.store import open_store
 
     with open_store(store_url) as store:
         reports = import_and_summarise(store, [demo_dir()], DEMO_RUN)
@@ -113,7 +113,7 @@ def live_target(store: str | None, now: datetime) -> tuple[str, str]:
 def replay_report(store_url: str, result: ReplayResult) -> str:
     """What the replay wrote, then the run summary, as ``dsmon import`` prints them."""
     from dsmon.analysis.summary import summary_text
-    from dsmon.store.sqlite import open_store
+    from dsmon.store.store import open_store
 
     head = (
         f"Replayed    {result.records} records ({result.inserted} new) from "
@@ -134,7 +134,7 @@ def _finished(replay: ReplayThread, store_url: str) -> None:
 def run_live(args: argparse.Namespace) -> int:
     """Replay in a thread and serve the dashboard until Ctrl-C; the summary when it ends."""
     from dsmon.load.playback import DEFAULT_SPEED, ReplayThread
-    from dsmon.store.base import redact_url
+    from dsmon.store.url import redact_url
 
     speed = DEFAULT_SPEED if args.speed is None else args.speed
     if not speed > 0:
@@ -178,7 +178,7 @@ def _serve(
 def run(args: argparse.Namespace) -> int:
     """Replay the demo run live with the dashboard, or import it at once (see flags)."""
     require_full("demo")
-    from dsmon.store.base import redact_url
+    from dsmon.store.url import redact_url
 
     if not (args.summary_only or args.instant):
         return run_live(args)

@@ -69,7 +69,7 @@ def _token(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     """Serve until interrupted."""
     require_full("serve")
-    from dsmon.store.base import redact_url
+    from dsmon.store.url import redact_url
 
     store_url = args.store or default_store()
     token = _token(args)

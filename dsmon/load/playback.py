@@ -28,8 +28,7 @@ from dsmon.load.rotated import Carries
 from dsmon.model.records import Record
 from dsmon.model.units import parse_ts
 from dsmon.parse.base import Diagnostics
-from dsmon.store.base import Store
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import Store, open_store
 
 #: Optimizer steps written per second unless told otherwise.
 DEFAULT_SPEED = 1.0

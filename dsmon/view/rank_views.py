@@ -2,11 +2,11 @@
 
 A 64-rank job of 100k steps stores 6.4 million ``rank_step`` records; loading them as a frame
 took 15 s and gigabytes. Live, the Steps page, the checklist and Compare read instead what the
-store keeps as records arrive (``dsmon.store.rank_tables``): one row per step, each rank's
+store keeps as records arrive (``dsmon.store.ranks.tables``): one row per step, each rank's
 busy time per step bucket, each rank's newest heartbeat. The per-step table is read once, then
 only its rows changed since (by record id). A replay position is read from them too, up to
-its step; an older store no writer has upgraded is computed from the records as before
-(``dsmon.analysis.ranks``), memoised.
+its step; a position in time is computed from the records (``dsmon.analysis.ranks``),
+memoised.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pandas as pd
 from dsmon.analysis import ranks
 from dsmon.analysis.stragglers import StragglerSummary, straggler_summary
 from dsmon.model.frames import records_frame
-from dsmon.store.rank_tables import bucket_width
+from dsmon.store.ranks.tables import bucket_width
 from dsmon.view.cache import RunFrames
 from dsmon.view.cutoff import OPEN, Cutoff
 from dsmon.view.rank_summary import LiveStragglers
@@ -42,16 +42,14 @@ class _LiveStats:
         self.stragglers = LiveStragglers()
         self.lock = threading.Lock()
 
-    def update(self, frames: RunFrames) -> pd.DataFrame | None:
-        """The table now; None when the store keeps none (an older store)."""
+    def update(self, frames: RunFrames) -> pd.DataFrame:
+        """The table now."""
         with self.lock:
             counted = frames.stored("rank_step")
             if self.frame is not None and counted == self.counted:
                 return self.frame  # no new probe record since the last read
             self.counted = counted
-            new = frames.store.rank_step_stats(frames.run, self.after_id)
-            if new is None:
-                return None
+            new = frames.store.ranks.step_stats(frames.run, self.after_id)
             before = self.frame
             if before is None or before.empty:
                 merged = new
@@ -89,19 +87,15 @@ def _live(frames: RunFrames) -> _LiveStats:
 def stats(frames: RunFrames, cutoff: Cutoff = OPEN) -> pd.DataFrame:
     """One row per step (``dsmon.analysis.ranks.STEP_STAT_COLUMNS``) as of ``cutoff``."""
     if cutoff == OPEN:
-        held = _live(frames).update(frames)
-        if held is not None:
-            return held
-    elif cutoff.step is not None:
+        return _live(frames).update(frames)
+    if cutoff.step is not None:
         upto = cutoff.step
-        got = frames.memo(
+        return frames.memo(
             "ranks.stats.store",
             ["rank_step"],
             cutoff,
-            lambda: frames.store.rank_step_stats(frames.run, step_max=upto),
+            lambda: frames.store.ranks.step_stats(frames.run, step_max=upto),
         )
-        if got is not None:
-            return got
     return _from_records(frames, "ranks.stats", "rank_step", cutoff, ranks.step_stats)
 
 
@@ -109,9 +103,9 @@ def stragglers(frames: RunFrames, cutoff: Cutoff = OPEN) -> StragglerSummary:
     """The whole-run straggler figures as of ``cutoff``; live, kept up to date step by step."""
     if cutoff == OPEN:
         live = _live(frames)
-        if live.update(frames) is not None:
-            with live.lock:
-                return live.stragglers.summary()
+        live.update(frames)
+        with live.lock:
+            return live.stragglers.summary()
     return frames.memo(
         "ranks.stragglers", ["rank_step"], cutoff, lambda: straggler_summary(stats(frames, cutoff))
     )
@@ -126,14 +120,12 @@ def busy(frames: RunFrames, cutoff: Cutoff = OPEN) -> pd.DataFrame:
     steps = per_step["step"]
     width = bucket_width(int(steps.max()) if steps.notna().any() else 0, n_buckets)
     if _served(cutoff):
-        got = frames.memo(
+        return frames.memo(
             f"ranks.busy.store.{width}",
             ["rank_step"],
             cutoff,
-            lambda: frames.store.rank_busy(frames.run, width, cutoff.step),
+            lambda: frames.store.ranks.busy(frames.run, width, cutoff.step),
         )
-        if got is not None:
-            return got
     return _from_records(
         frames,
         f"ranks.busy.frame.{width}",
@@ -146,11 +138,9 @@ def busy(frames: RunFrames, cutoff: Cutoff = OPEN) -> pd.DataFrame:
 def beats(frames: RunFrames, cutoff: Cutoff = OPEN) -> pd.DataFrame:
     """Each rank's newest heartbeat as of ``cutoff``, in rank order."""
     if _served(cutoff):
-        got = frames.memo(
+        return frames.memo(
             "ranks.beats", ["heartbeat"], cutoff, lambda: _stored_beats(frames, cutoff.step)
         )
-        if got is not None:
-            return got
     return _from_records(frames, "ranks.beats.frame", "heartbeat", cutoff, ranks.last_beats)
 
 
@@ -161,7 +151,7 @@ def _from_records(
     cutoff: Cutoff,
     fn: Callable[[pd.DataFrame], pd.DataFrame],
 ) -> pd.DataFrame:
-    """``fn`` of the run's ``kind`` records as of ``cutoff`` (a replay position, an older store)."""
+    """``fn`` of the run's ``kind`` records as of ``cutoff`` (a position in time)."""
     return frames.memo(name, [kind], cutoff, lambda: fn(frames.frame(kind, cutoff)))
 
 
@@ -170,9 +160,8 @@ def _served(cutoff: Cutoff) -> bool:
     return cutoff == OPEN or cutoff.step is not None
 
 
-def _stored_beats(frames: RunFrames, step_max: int | None) -> pd.DataFrame | None:
-    beats = frames.store.last_heartbeats(frames.run, step_max)
-    return None if beats is None else records_frame("heartbeat", beats)
+def _stored_beats(frames: RunFrames, step_max: int | None) -> pd.DataFrame:
+    return records_frame("heartbeat", frames.store.ranks.last_heartbeats(frames.run, step_max))
 
 
 def newest_ts(frames: RunFrames) -> dict[str, pd.Timestamp]:

@@ -24,8 +24,8 @@ from cli.demo import DEFAULT_DEMO_STORE, DEMO_RUN, demo_dir, live_target, load_d
 from cli.main import main
 from dsmon.health.live import is_live
 from dsmon.load.files import import_paths
-from dsmon.store.base import RunInfo
-from dsmon.store.sqlite import open_store
+from dsmon.store.records.runs import RunInfo
+from dsmon.store.store import open_store
 
 pytestmark = pytest.mark.slow
 

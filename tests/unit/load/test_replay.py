@@ -28,7 +28,7 @@ from dsmon.load.playback import (
 )
 from dsmon.model.records import Record, record_key
 from dsmon.parse.base import Diagnostics
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import open_store
 
 BASE = datetime(2030, 1, 1)
 

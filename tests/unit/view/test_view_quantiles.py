@@ -24,7 +24,7 @@ from dsmon.health.gather import inputs_from_store
 from dsmon.health.registry import evaluate
 from dsmon.health.rules import communication as runtime_rules
 from dsmon.model.frames import records_frame
-from dsmon.store.base import Store
+from dsmon.store.store import Store
 from dsmon.view import fold, quantiles, step_views
 from dsmon.view.cache import RunFrames
 from dsmon.view.cutoff import OPEN

@@ -15,8 +15,9 @@ its own.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import NamedTuple
+
+from dsmon.store.backend import Db
 
 #: Gaps of up to this many ids between two ranges are scanned through rather than kept apart.
 MERGE_GAP = 4096
@@ -35,16 +36,6 @@ BLOCK_ROWS = 4096
 IdRange = tuple[int, int]
 
 
-class Tables(Protocol):
-    """The GPU tables' reads and writes (``?`` placeholders on both backends)."""
-
-    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        """The rows of a read."""
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
-        """Run a statement."""
-
-
 class Block(NamedTuple):
     """A row of ``gpu_batches``: an id range of samples, how many, and their time range."""
 
@@ -55,13 +46,13 @@ class Block(NamedTuple):
     t_max_ms: int
 
 
-def note(tables: Tables, batch: Block) -> None:
+def note(db: Db, batch: Block) -> None:
     """Note a stored batch: in the newest block if it fits there, else as a block of its own.
 
     Its ids are above every stored one, so the newest block's range grows to take it. A
     late batch (an outage's samples sent afterwards) spans other times: a block of its own.
     """
-    found = tables.rows(
+    found = db.rows(
         "SELECT last_id, first_id, n, t_min_ms, t_max_ms FROM gpu_batches "
         "ORDER BY last_id DESC LIMIT 1"
     )
@@ -69,16 +60,16 @@ def note(tables: Tables, batch: Block) -> None:
         newest = Block(*(int(v) for v in found[0]))
         lo, hi = min(newest.t_min_ms, batch.t_min_ms), max(newest.t_max_ms, batch.t_max_ms)
         if hi - lo <= BLOCK_SPAN_MS and newest.n + batch.n <= BLOCK_ROWS:
-            tables.execute(
+            db.execute(
                 "UPDATE gpu_batches SET last_id = ?, n = ?, t_min_ms = ?, t_max_ms = ? "
                 "WHERE last_id = ?",
                 (batch.last_id, newest.n + batch.n, lo, hi, newest.last_id),
             )
             return
-    tables.execute("INSERT INTO gpu_batches VALUES (?, ?, ?, ?, ?)", batch)
+    db.execute("INSERT INTO gpu_batches VALUES (?, ?, ?, ?, ?)", batch)
 
 
-def id_ranges(tables: Tables, lo_ms: int | None, hi_ms: int | None) -> list[IdRange] | None:
+def id_ranges(db: Db, lo_ms: int | None, hi_ms: int | None) -> list[IdRange] | None:
     """The id ranges that hold every sample timed in ``[lo_ms, hi_ms]``; None: the whole table.
 
     Times are the batches' own (ms since 1970, as stored in ``gpu_batches``).
@@ -92,7 +83,7 @@ def id_ranges(tables: Tables, lo_ms: int | None, hi_ms: int | None) -> list[IdRa
     if hi_ms is not None:
         conds.append("t_min_ms <= ?")
         params.append(hi_ms)
-    found = tables.rows(
+    found = db.rows(
         f"SELECT first_id, last_id FROM gpu_batches WHERE {' AND '.join(conds)}", params
     )
     return merged([(int(a), int(b)) for a, b in found])
@@ -111,6 +102,41 @@ def merged(spans: list[IdRange]) -> list[IdRange]:
         i = gaps.index(min(gaps))
         out[i : i + 2] = [(out[i][0], max(out[i][1], out[i + 1][1]))]
     return out
+
+
+def max_id(db: Db) -> int:
+    """The newest GPU sample id (0 when none)."""
+    found = db.rows("SELECT MAX(last_id) FROM gpu_batches")
+    return int(found[0][0] or 0) if found else 0
+
+
+def after(db: Db, after_id: int, limit: int | None) -> tuple[int, int, int | None] | None:
+    """Time range (ms) and id bound of the blocks stored after ``after_id`` (None: none).
+
+    The id bound, when not None, is the last id of the blocks that hold ``limit`` new samples
+    (a block partly read before counts none: it may hold fewer new ones than it counts).
+    """
+    batches = db.rows(
+        "SELECT last_id, n, t_min_ms, t_max_ms, first_id FROM gpu_batches "
+        "WHERE last_id > ? ORDER BY last_id",
+        (after_id,),
+    )
+    if not batches:
+        return None
+    taken, total = [], 0
+    for batch in batches:
+        taken.append(batch)
+        total += batch[1] if batch[4] > after_id else 0
+        if limit is not None and total >= limit:
+            break
+    id_hi = taken[-1][0] if len(taken) < len(batches) else None
+    return min(b[2] for b in taken), max(b[3] for b in taken), id_hi
+
+
+def times_after(db: Db, after_id: int) -> tuple[int, int] | None:
+    """First and last time (ms) of the samples stored after ``after_id``, of every run."""
+    found = after(db, after_id, None)
+    return None if found is None else (found[0], found[1])
 
 
 def clipped(ranges: list[IdRange] | None, lo_id: int | None, hi_id: int | None) -> list[IdRange]:

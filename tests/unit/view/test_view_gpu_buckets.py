@@ -10,33 +10,33 @@ import pandas as pd
 import pytest
 from gpu_support import RUN, day, sample
 
-from dsmon.store.sqlite import SQLiteStore
-from dsmon.view import gpu_folds
+from dsmon.store.store import Store, open_store
+from dsmon.view import gpu_buckets
 from dsmon.view.cache import RunFrames
 from dsmon.view.cutoff import OPEN, Cutoff
 
 
 def spied_store(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, arg: int
-) -> tuple[SQLiteStore, list[tuple[Any, bool]]]:
-    """A store whose ``gpu_fold`` calls are listed: (its argument ``arg``, handed a fold)."""
-    store = SQLiteStore(tmp_path / "s.sqlite")
+) -> tuple[Store, list[tuple[Any, bool]]]:
+    """A store whose ``gpu.grid`` calls are listed: (its argument ``arg``, handed a grid)."""
+    store = open_store(tmp_path / "s.sqlite")
     asked: list[tuple[Any, bool]] = []
-    real = store.gpu_fold
+    real = store.gpu.grid
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         asked.append((args[arg], kwargs.get("since") is not None))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(store, "gpu_fold", spy)
+    monkeypatch.setattr(store.gpu, "grid", spy)
     return store, asked
 
 
-def test_live_buckets_are_the_stores_from_the_fold_handed_back(
+def test_live_buckets_are_the_stores_from_the_grid_handed_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each query keeps its own fold (at most ``KEEP``); a replay position reads whole."""
-    monkeypatch.setattr(gpu_folds, "KEEP", 2)
+    """Each query keeps its own grid (at most ``KEEP``); a replay position reads whole."""
+    monkeypatch.setattr(gpu_buckets, "KEEP", 2)
     store, handed = spied_store(tmp_path, monkeypatch, arg=3)
     store.add(day(300))
     frames = RunFrames(store, RUN)
@@ -56,10 +56,10 @@ def test_live_buckets_are_the_stores_from_the_fold_handed_back(
         grid = frames.gpu_buckets("grid", OPEN, 30)
         one = frames.gpu_buckets("one", OPEN, 30, ["n1/gpu1"])
         assert handed == asked
-        pd.testing.assert_frame_equal(grid, store.gpu_buckets(RUN, 30))
-        pd.testing.assert_frame_equal(one, store.gpu_buckets(RUN, 30, gpus=["n1/gpu1"]))
+        pd.testing.assert_frame_equal(grid, store.gpu.buckets(RUN, 30))
+        pd.testing.assert_frame_equal(one, store.gpu.buckets(RUN, 30, gpus=["n1/gpu1"]))
     assert one["power_w_max"].max() == 699.0
-    frames.gpu_buckets("third", OPEN, 30, ["n0/gpu0"])  # a third query: the grid's fold let go
+    frames.gpu_buckets("third", OPEN, 30, ["n0/gpu0"])  # a third query: the grid's let go
     store.add([sample(330, 0)])
     frames.refresh()
     handed.clear()
@@ -67,14 +67,14 @@ def test_live_buckets_are_the_stores_from_the_fold_handed_back(
     assert handed == [(None, False)]
     cut = Cutoff(ts=pd.Timestamp("2026-11-29T10:02:00"))
     replay = frames.gpu_buckets("grid", cut, 30)
-    pd.testing.assert_frame_equal(replay, store.gpu_buckets(RUN, 30, "2026-11-29T10:02:00.000"))
+    pd.testing.assert_frame_equal(replay, store.gpu.buckets(RUN, 30, "2026-11-29T10:02:00.000"))
 
 
-def test_live_summary_is_the_stores_from_its_fold_handed_back(
+def test_live_summary_is_the_stores_from_its_grid_handed_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Live, the per-GPU summary is the store's one-bucket fold, handed back on each tick like
-    the grid's (its own query); it equals the store's summary through a growing run."""
+    """Live, the per-GPU summary is the store's one-bucket grid, handed back on each tick like
+    the GPUs page's (its own query); it equals the store's summary through a growing run."""
     store, asked = spied_store(tmp_path, monkeypatch, arg=1)
     store.add(day(300))
     frames = RunFrames(store, RUN)
@@ -86,16 +86,16 @@ def test_live_summary_is_the_stores_from_its_fold_handed_back(
         frames.refresh()
         asked.clear()
         summary = frames.gpu_summary(OPEN)
-        grid = frames.gpu_buckets(gpu_folds.GRID, OPEN, gpu_folds.GRID_BUCKETS)
-        want = [] if i and not recs else [(None, i > 0), (gpu_folds.GRID_BUCKETS, i > 0)]
-        assert asked == want  # a fold each, then handed back (nothing new: not asked)
+        grid = frames.gpu_buckets(gpu_buckets.GRID, OPEN, gpu_buckets.GRID_BUCKETS)
+        want = [] if i and not recs else [(None, i > 0), (gpu_buckets.GRID_BUCKETS, i > 0)]
+        assert asked == want  # a grid each, then handed back (nothing new: not asked)
         pd.testing.assert_frame_equal(
-            summary, store.gpu_summary(RUN), check_exact=False, rtol=1e-12
+            summary, store.gpu.summary(RUN), check_exact=False, rtol=1e-12
         )
-        pd.testing.assert_frame_equal(grid, store.gpu_buckets(RUN, gpu_folds.GRID_BUCKETS))
+        pd.testing.assert_frame_equal(grid, store.gpu.buckets(RUN, gpu_buckets.GRID_BUCKETS))
     by_gpu = summary.set_index("gpu")
     assert by_gpu.loc["n1/gpu1", "power_w_max"] == 699.0  # the late sample is in
     assert by_gpu.loc["n2/gpu2", "samples"] == 20  # and the GPU first seen live
     cut = Cutoff(ts=pd.Timestamp("2026-11-29T10:02:00"))
     replay = frames.gpu_summary(cut)
-    pd.testing.assert_frame_equal(replay, store.gpu_summary(RUN, "2026-11-29T10:02:00.000"))
+    pd.testing.assert_frame_equal(replay, store.gpu.summary(RUN, "2026-11-29T10:02:00.000"))

@@ -1,10 +1,9 @@
 """The stored key of a record's identity: 24 bytes that sort with the record's place in its log.
 
-Apart from :mod:`dsmon.store.base` because the key's layout is a decision of its own, made
-for the speed of inserts (see :func:`identity_digest`) and fixed by the schema version: a
-stored key must never change without a re-key (:mod:`dsmon.store.rekey`). Every stored row
-gets its key here (``base.record_row``), the re-keyer rewrites old keys with it, and the
-ingest server keys a checked line with it without building the record.
+The key's layout is made for the speed of inserts (see :func:`identity_digest`) and fixed by
+the schema version (:mod:`dsmon.store.schema`): a dsmon that keys records otherwise writes
+another schema. Every stored row gets its key here (:func:`dsmon.store.records.rows.record_row`),
+and the ingest server keys a checked line with it without building the record.
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""The query every store read shares: a run, a kind, step, time and id ranges.
-
-Kept apart from :mod:`dsmon.store.base` so that the readers mixed into the store
-(:mod:`dsmon.store.frame_reads`) can build filters without importing the store itself.
-"""
+"""The query every read of the records shares: a run, a kind, step, time and id ranges."""
 
 from __future__ import annotations
 

@@ -1,29 +1,66 @@
-"""GPU samples folded per GPU and time bucket: the one shape every GPU view is drawn from.
+"""GPU samples summed up per GPU and time bucket: the one shape every GPU view is drawn from.
 
-A *fold* frame has one row per (series, bucket) with count, sum, min and max of each charted
-metric in NVML's own units, clock-event counts per reason bit, error counter extremes and
-the bucket's first and last sample time. The stores compute it in SQL from their
-roll-ups (``dsmon.store.gpu_sql_read``); :func:`fold_frame` computes the same from a frame of
-samples in memory (a log checked without a store). Everything the GPUs
-page and the GPU rules show is derived from folds here: per-bucket means/min/max
-(:func:`buckets`), per-GPU totals (:func:`summary`), so both sources give equal answers.
+A frame of *bucket statistics* has one row per (series, bucket) with count, sum, min and max
+of each charted metric in NVML's own units, clock-event counts per reason bit, error counter
+extremes and the bucket's first and last sample time. The store computes it in SQL from its
+roll-ups (:mod:`dsmon.store.gpu.reads`); :func:`stats_of_samples` computes the same from a
+frame of samples in memory (a log checked without a store). Everything the GPUs page and the
+GPU rules show is derived from bucket statistics here: per-bucket means/min/max
+(:func:`per_bucket`), per-GPU totals (:func:`summary`), so both sources give equal answers.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 from pandas.core.groupby import DataFrameGroupBy
 
-from dsmon.store.gpu_rows import FOLD_STATS, FOLDED, GIB, THROTTLE_BITS, gpu_label
+from dsmon.store.gpu.rows import BUCKET_METRICS, BUCKET_STATS, GIB, THROTTLE_BITS, gpu_label, grid
 
-FOLD_COLUMNS = ("series", "b", "n", *FOLD_STATS)
+BUCKET_COLUMNS = ("series", "b", "n", *BUCKET_STATS)
 #: One row per series: its id and the fields fixed for it.
 SERIES_COLUMNS = ("series", "node", "gpu_index", "uuid", "name", "mem_total_bytes", "power_limit_w")
 
 
+class BucketGrid(NamedTuple):
+    """A run's bucket statistics with its series and the grid they are on.
+
+    ``last_id`` is the newest GPU sample id stored when it was read (0: not known): handed
+    back as ``since``, it tells the store which samples came after. ``split_ms`` marks a
+    run's live summary (one bucket per GPU, ``width_ms`` None) read in two parts: bucket 0
+    before that time, bucket 1 from it on (``dsmon.store.gpu.reads.summary_grid``).
+    """
+
+    stats: pd.DataFrame
+    series: pd.DataFrame
+    t0_ms: int
+    width_ms: int | None
+    last_id: int = 0
+    split_ms: int | None = None
+
+    def per_bucket(self) -> pd.DataFrame:
+        """What ``GpuSamples.buckets`` answers of this grid (:func:`per_bucket`)."""
+        return per_bucket(self.stats, self.series, self.t0_ms, self.width_ms or 1)
+
+
+def grid_of_samples(frame: pd.DataFrame, n_buckets: int | None) -> BucketGrid:
+    """The grid of a frame of samples in memory, in ``n_buckets`` buckets (None: one)."""
+    empty = BucketGrid(pd.DataFrame(columns=list(BUCKET_COLUMNS)),
+                       pd.DataFrame(columns=list(SERIES_COLUMNS)), 0, None)  # fmt: skip
+    if frame.empty or "ts" not in frame.columns:
+        return empty
+    span = span_ms(frame["ts"])
+    if span is None:
+        return empty
+    t0, width = grid(n_buckets, span) if n_buckets else (span[0], None)
+    series, _ = series_frame(frame[frame["ts"].notna()])
+    return BucketGrid(stats_of_samples(frame, t0, width), series, t0, width)
+
+
 def _ms(ts: pd.Series) -> np.ndarray:
-    """Sample times as integer ms on the samples' own clock (as ``gpu_rows.ts_ms``)."""
+    """Sample times as integer ms on the samples' own clock (as ``rows.ts_ms``)."""
     return ts.to_numpy(dtype="datetime64[ms]").astype(np.int64)
 
 
@@ -41,20 +78,20 @@ def series_frame(samples: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
     return out, codes
 
 
-def fold_frame(samples: pd.DataFrame, t0_ms: int, width_ms: int | None) -> pd.DataFrame:
-    """The fold of a raw ``gpu`` records frame (``Store.frame`` form), buckets from ``t0_ms``.
+def stats_of_samples(samples: pd.DataFrame, t0_ms: int, width_ms: int | None) -> pd.DataFrame:
+    """Bucket statistics of a raw ``gpu`` records frame (a records frame), from ``t0_ms``.
 
-    ``width_ms`` None folds each series into one bucket. Rows without a time are left out,
+    ``width_ms`` None makes one bucket of each series. Rows without a time are left out,
     as the store cannot place them in a bucket either.
     """
     samples = samples[samples["ts"].notna()] if "ts" in samples.columns else samples.iloc[0:0]
     if samples.empty:
-        return pd.DataFrame(columns=list(FOLD_COLUMNS))
+        return pd.DataFrame(columns=list(BUCKET_COLUMNS))
     _, codes = series_frame(samples)
     t = _ms(samples["ts"])
     b = np.zeros(len(t), dtype=np.int64) if width_ms is None else (t - t0_ms) // width_ms
     df = pd.DataFrame({"series": codes, "b": b, "t": t})
-    for prefix, field, _, factor in FOLDED:
+    for prefix, field, _, factor in BUCKET_METRICS:
         df[prefix] = _num(samples, field) * factor
     thr = _num(samples, "throttle_reasons")
     df["thr"] = thr
@@ -72,9 +109,9 @@ def _num(frame: pd.DataFrame, col: str) -> pd.Series:
 
 
 def _aggregate(g: DataFrameGroupBy) -> pd.DataFrame:
-    """Count/sum/min/max per group, named as :data:`FOLD_COLUMNS`."""
+    """Count/sum/min/max per group, named as :data:`BUCKET_COLUMNS`."""
     parts = {"n": g["t"].size()}
-    for prefix, *_ in FOLDED:
+    for prefix, *_ in BUCKET_METRICS:
         col = g[prefix]
         parts.update(
             {
@@ -92,12 +129,12 @@ def _aggregate(g: DataFrameGroupBy) -> pd.DataFrame:
     parts["xid_max"] = g["xid"].max()
     parts["t_min_ms"] = g["t"].min()
     parts["t_max_ms"] = g["t"].max()
-    return pd.DataFrame(parts).reset_index()[list(FOLD_COLUMNS)]
+    return pd.DataFrame(parts).reset_index()[list(BUCKET_COLUMNS)]
 
 
-def labelled(fold: pd.DataFrame, series: pd.DataFrame) -> pd.DataFrame:
-    """The fold with its series' fields and the GPU label every chart uses (``node/gpuN``)."""
-    out = fold.merge(series, on="series", how="left")
+def labelled(stats: pd.DataFrame, series: pd.DataFrame) -> pd.DataFrame:
+    """Bucket statistics with their series' fields and every chart's GPU label (``node/gpuN``)."""
+    out = stats.merge(series, on="series", how="left")
     cols = zip(series["series"], series["node"], series["gpu_index"], strict=True)
     names = {s: gpu_label(n, i) for s, n, i in cols}
     out["gpu"] = out["series"].map(names)
@@ -110,7 +147,7 @@ def _mean(df: pd.DataFrame, prefix: str) -> pd.Series:
 
 
 def metric_columns(df: pd.DataFrame) -> dict[str, tuple[pd.Series, pd.Series, pd.Series]]:
-    """Mean, min and max of every ``analysis.gpus.METRICS`` key from a labelled fold."""
+    """Mean, min and max of every ``analysis.gpus.METRICS`` key from labelled statistics."""
     total = pd.to_numeric(df["mem_total_bytes"], errors="coerce")
     limit = pd.to_numeric(df["power_limit_w"], errors="coerce")
     out = {}
@@ -129,15 +166,17 @@ def metric_columns(df: pd.DataFrame) -> dict[str, tuple[pd.Series, pd.Series, pd
     return out
 
 
-def buckets(fold: pd.DataFrame, series: pd.DataFrame, t0_ms: int, width_ms: int) -> pd.DataFrame:
+def per_bucket(
+    stats: pd.DataFrame, series: pd.DataFrame, t0_ms: int, width_ms: int
+) -> pd.DataFrame:
     """Per GPU and bucket: ``gpu``, ``ts`` (bucket centre), ``n`` and each metric's mean, min, max.
 
     A metric's columns are ``<key>`` (mean), ``<key>_min`` and ``<key>_max``; the mean feeds
     grids and imbalance, min and max the traces, so a one-second spike stays visible.
     """
-    if fold.empty:
+    if stats.empty:
         return pd.DataFrame(columns=["gpu", "ts", "n"])
-    df = labelled(fold, series)
+    df = labelled(stats, series)
     out = pd.DataFrame({"gpu": df["gpu"], "n": df["n"].astype("int64")})
     centre = t0_ms + (df["b"].astype("int64") * width_ms + width_ms // 2)
     out["ts"] = pd.to_datetime(centre, unit="ms")
@@ -146,22 +185,22 @@ def buckets(fold: pd.DataFrame, series: pd.DataFrame, t0_ms: int, width_ms: int)
     return out.sort_values(["gpu", "ts"], kind="stable").reset_index(drop=True)
 
 
-def summary(fold: pd.DataFrame, series: pd.DataFrame) -> pd.DataFrame:
-    """One row per GPU over the whole fold: what inventories and GPU rules read.
+def summary(stats: pd.DataFrame, series: pd.DataFrame) -> pd.DataFrame:
+    """One row per GPU over all its buckets: what inventories and GPU rules read.
 
     Columns: the series fields, ``gpu``, ``samples``, ``first_ts``/``last_ts``, each metric's
     ``<key>`` (mean), ``<key>_min``, ``<key>_max``, ``throttle_known`` and ``thr_<bit>``
     (samples with that clock-event bit), ``ecc_corrected_rise``, ``ecc_uncorrected_max``,
     ``xid_max``.
     """
-    if fold.empty:
+    if stats.empty:
         return pd.DataFrame(columns=["gpu", "samples"])
-    sums = [c for c in FOLD_COLUMNS[2:] if c.endswith(("_n", "_sum")) or c.startswith("thr_")]
-    g = fold.groupby("series")
+    sums = [c for c in BUCKET_COLUMNS[2:] if c.endswith(("_n", "_sum")) or c.startswith("thr_")]
+    g = stats.groupby("series")
     per = g[sums].sum(min_count=1)
     per["n"] = g["n"].sum()
     for col in ("min", "max"):
-        for c in [x for x in FOLD_COLUMNS if x.endswith(f"_{col}") and not x.startswith("t_")]:
+        for c in [x for x in BUCKET_COLUMNS if x.endswith(f"_{col}") and not x.startswith("t_")]:
             per[c] = getattr(g[c], col)()
     per["t_min_ms"], per["t_max_ms"] = g["t_min_ms"].min(), g["t_max_ms"].max()
     df = labelled(per.reset_index(), series)

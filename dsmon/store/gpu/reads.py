@@ -1,10 +1,11 @@
-"""SQL reads of the GPU tables: folds per GPU and bucket, spans, newest samples.
+"""SQL reads of the GPU tables: buckets per GPU on a grid, spans, newest samples.
 
-Each query returns the shapes of :mod:`dsmon.store.gpu_fold`, so pages and rules never see where
-a fold came from. Folds are read from the coarsest roll-up whose buckets fit the width asked
-for; a replay cut-off (``ts_max``) or a width finer than 10 s reads the samples themselves,
-restricted to the id ranges that hold the times that matter (:mod:`dsmon.store.gpu_blocks`).
-The same queries serve SQLite and PostgreSQL (``tables`` knows the dialect).
+Each query returns the shapes of :mod:`dsmon.store.gpu.buckets`, so pages and rules never see
+where buckets came from. They are read from the coarsest roll-up whose buckets fit the width
+asked for; a replay cut-off (``ts_max``) or a width finer than 10 s reads the samples
+themselves, restricted to the id ranges that hold the times that matter
+(:mod:`dsmon.store.gpu.blocks`). The same queries serve SQLite and PostgreSQL (``db`` knows
+the dialect); each runs in the caller's snapshot.
 """
 
 from __future__ import annotations
@@ -15,60 +16,55 @@ from typing import Any
 import pandas as pd
 
 from dsmon.model.records import GpuSampleRecord
-from dsmon.store import gpu_blocks, gpu_sql
-from dsmon.store.gpu_fold import FOLD_COLUMNS, SERIES_COLUMNS
-from dsmon.store.gpu_reads import GpuFold
-from dsmon.store.gpu_rows import (
-    SERIES_FIELDS,
-    cut_ms,
-    gpu_label,
-    grid,
-)
-from dsmon.store.gpu_sql import LEVELS_S
-from dsmon.store.gpu_tables import GpuTables
+from dsmon.store.backend import Db
+from dsmon.store.gpu import blocks, sql
+from dsmon.store.gpu.buckets import BUCKET_COLUMNS, SERIES_COLUMNS, BucketGrid
+from dsmon.store.gpu.rows import SAMPLE_SELECT, SERIES_FIELDS, cut_ms, gpu_label, record_of
+from dsmon.store.gpu.rows import grid as grid_of
+from dsmon.store.gpu.sql import LEVELS_S
 
 
-def gpu_fold(
-    tables: GpuTables,
+def grid(
+    db: Db,
     run: str,
     n_buckets: int | None,
     ts_max: str | None,
     gpus: Sequence[str] | None,
-    since: GpuFold | None = None,
-) -> GpuFold:
-    """The fold from the roll-ups (or, for a replay cut-off, the samples), in SQL.
+    since: BucketGrid | None = None,
+) -> BucketGrid:
+    """The run's buckets from the roll-ups (or, for a replay cut-off, the samples), in SQL.
 
     With ``since`` (this function's answer before), only the buckets that later samples
-    fall in are folded again (:func:`first_changed`).
+    fall in are read again (:func:`first_changed`).
     """
     cut = cut_ms(ts_max)
-    found = series(tables, run, gpus)
-    when = span(tables, run, cut)
-    last_id = tables.max_id()
+    found = series(db, run, gpus)
+    when = span(db, run, cut)
+    last_id = blocks.max_id(db)
     if when is None or found.empty:
-        return GpuFold(fold(tables, "", [], 0, None), found, 0, None, last_id)
+        return BucketGrid(stats(db, "", [], 0, None), found, 0, None, last_id)
     ids = [int(i) for i in found["series"]]
     if n_buckets is None and cut is None:
-        return summary_fold(tables, run, found, ids, when, since, last_id)
+        return summary_grid(db, run, found, ids, when, since, last_id)
     t0, width = when[0], None
     if n_buckets:
-        t0, width = grid(n_buckets, when, level_ms(when, n_buckets, cut))
-    start = None if cut is not None else first_changed(tables, since, ids, t0, width)
+        t0, width = grid_of(n_buckets, when, level_ms(when, n_buckets, cut))
+    start = None if cut is not None else first_changed(db, since, ids, t0, width)
     if since is None or start is None:
-        return GpuFold(fold(tables, run, ids, t0, width, cut), found, t0, width, last_id)
-    kept = since.fold[since.fold["b"] < start]
-    fresh = fold(tables, run, ids, t0, width, from_bucket=start)
-    return GpuFold(_joined(kept, fresh), found, t0, width, last_id)
+        return BucketGrid(stats(db, run, ids, t0, width, cut), found, t0, width, last_id)
+    kept = since.stats[since.stats["b"] < start]
+    fresh = stats(db, run, ids, t0, width, from_bucket=start)
+    return BucketGrid(_joined(kept, fresh), found, t0, width, last_id)
 
 
 def _joined(kept: pd.DataFrame, fresh: pd.DataFrame) -> pd.DataFrame:
-    """The buckets kept from ``since`` and those folded again, as one frame of all rows."""
+    """The buckets kept from ``since`` and those read again, as one frame of all rows."""
     # dtypes as one frame of all rows gets them (a column of None beside numbers: floats)
     return pd.concat([kept, fresh], ignore_index=True).infer_objects()
 
 
 def first_changed(
-    tables: GpuTables, since: GpuFold | None, ids: list[int], t0_ms: int, width_ms: int | None
+    db: Db, since: BucketGrid | None, ids: list[int], t0_ms: int, width_ms: int | None
 ) -> int | None:
     """The first bucket that samples stored after ``since`` can have changed; None: any.
 
@@ -77,53 +73,53 @@ def first_changed(
     so does a late sample (a collector sending what it held through an outage): its bucket
     and every later one are read again.
     """
-    if since is None or width_ms is None or since.last_id <= 0 or since.fold.empty:
+    if since is None or width_ms is None or since.last_id <= 0 or since.stats.empty:
         return None
     if (since.t0_ms, since.width_ms) != (t0_ms, width_ms):
         return None
     if since.series["series"].astype("int64").tolist() != ids:
         return None
-    times = tables.times_after(since.last_id)
+    times = blocks.times_after(db, since.last_id)
     if times is None:  # nothing stored since: only the last bucket, which is cheap to read
-        return int(since.fold["b"].max())
+        return int(since.stats["b"].max())
     first = (times[0] - t0_ms) // width_ms
     return int(first) if first >= 0 else None
 
 
-#: Coarsest roll-ups a live summary folds again on each tick before it is split anew.
+#: Coarsest roll-ups a live summary reads again on each tick before it is split anew.
 SPLIT_AFTER = 6
 _COARSEST_MS = LEVELS_S[-1] * 1000
 
 
-def summary_fold(
-    tables: GpuTables,
+def summary_grid(
+    db: Db,
     run: str,
     found: pd.DataFrame,
     ids: list[int],
     when: tuple[int, int],
-    since: GpuFold | None,
+    since: BucketGrid | None,
     last_id: int,
-) -> GpuFold:
+) -> BucketGrid:
     """One bucket per GPU, live, kept in two parts: the roll-ups before a split and after it.
 
-    Every sample changes a GPU's one bucket, so a summary folded whole on each tick read every
-    roll-up of the run (35-100 ms at 64 GPUs x 24 h). Split at the newest coarsest roll-up,
-    the part before the split is kept from ``since``; a tick folds only the part from it.
-    A late sample before the split, other GPUs or a part after it grown past
-    :data:`SPLIT_AFTER` roll-ups fold whole again, split at the newest roll-up then.
+    Every sample changes a GPU's one bucket, so a summary summed up whole on each tick read
+    every roll-up of the run (35-100 ms at 64 GPUs x 24 h). Split at the newest coarsest
+    roll-up, the part before the split is kept from ``since``; a tick reads only the part from
+    it. A late sample before the split, other GPUs or a part after it grown past
+    :data:`SPLIT_AFTER` roll-ups are read whole again, split at the newest roll-up then.
     ``found`` is the run's series frame, ``ids`` their ids.
     """
-    if since is None or not split_holds(tables, since, ids, when):
+    if since is None or not split_holds(db, since, ids, when):
         split = when[1] - when[1] % _COARSEST_MS
-        whole = fold(tables, run, ids, when[0], None, split_ms=split)
-        return GpuFold(whole, found, when[0], None, last_id, split)
-    kept = since.fold[since.fold["b"] == 0]
-    fresh = fold(tables, run, ids, when[0], None, from_bucket=1, split_ms=since.split_ms)
-    return GpuFold(_joined(kept, fresh), found, when[0], None, last_id, since.split_ms)
+        whole = stats(db, run, ids, when[0], None, split_ms=split)
+        return BucketGrid(whole, found, when[0], None, last_id, split)
+    kept = since.stats[since.stats["b"] == 0]
+    fresh = stats(db, run, ids, when[0], None, from_bucket=1, split_ms=since.split_ms)
+    return BucketGrid(_joined(kept, fresh), found, when[0], None, last_id, since.split_ms)
 
 
-def split_holds(tables: GpuTables, since: GpuFold, ids: list[int], when: tuple[int, int]) -> bool:
-    """Whether the part of ``since`` before its split still stands (:func:`summary_fold`)."""
+def split_holds(db: Db, since: BucketGrid, ids: list[int], when: tuple[int, int]) -> bool:
+    """Whether the part of ``since`` before its split still stands (:func:`summary_grid`)."""
     split = since.split_ms
     if split is None or since.width_ms is not None or since.last_id <= 0:
         return False
@@ -131,7 +127,7 @@ def split_holds(tables: GpuTables, since: GpuFold, ids: list[int], when: tuple[i
         return False
     if when[1] - split >= SPLIT_AFTER * _COARSEST_MS:
         return False
-    times = tables.times_after(since.last_id)
+    times = blocks.times_after(db, since.last_id)
     return times is None or times[0] >= split
 
 
@@ -148,9 +144,9 @@ def level_ms(span: tuple[int, int], n_buckets: int, cut: int | None) -> int:
     return fits[-1] if fits else 1
 
 
-def series(tables: GpuTables, run: str, gpus: Sequence[str] | None) -> pd.DataFrame:
-    """The run's GPU series (:data:`dsmon.store.gpu_fold.SERIES_COLUMNS`), only ``gpus`` if given."""
-    rows = tables.rows(
+def series(db: Db, run: str, gpus: Sequence[str] | None) -> pd.DataFrame:
+    """The run's GPU series (:data:`dsmon.store.gpu.buckets.SERIES_COLUMNS`), ``gpus`` if given."""
+    rows = db.rows(
         f"SELECT id, node, gpu_index, {', '.join(SERIES_FIELDS)} FROM gpu_series WHERE run = ?",
         [run],
     )
@@ -162,13 +158,13 @@ def series(tables: GpuTables, run: str, gpus: Sequence[str] | None) -> pd.DataFr
     return out
 
 
-def span(tables: GpuTables, run: str, ts_max: int | None) -> tuple[int, int] | None:
+def span(db: Db, run: str, ts_max: int | None) -> tuple[int, int] | None:
     """First and last sample time of the run (up to ``ts_max``), from the coarsest roll-up."""
-    sql = (
+    query = (
         "SELECT MIN(r.t_min_ms), MAX(r.t_max_ms) FROM gpu_series ser "
         "JOIN gpu_rollup r ON r.level_s = ? AND r.series = ser.id WHERE ser.run = ?"
     )
-    found = tables.rows(sql, [LEVELS_S[-1], run])
+    found = db.rows(query, [LEVELS_S[-1], run])
     if not found or found[0][0] is None:
         return None
     lo, hi = int(found[0][0]), int(found[0][1])
@@ -185,8 +181,8 @@ def level_for(width_ms: int | None, ts_max: int | None) -> int | None:
     return fits[-1] if fits else None
 
 
-def fold(
-    tables: GpuTables,
+def stats(
+    db: Db,
     run: str,
     series_ids: Sequence[int],
     t0_ms: int,
@@ -195,13 +191,13 @@ def fold(
     from_bucket: int = 0,
     split_ms: int | None = None,
 ) -> pd.DataFrame:
-    """The fold of some of a run's series from ``t0_ms`` in buckets of ``width_ms``.
+    """Bucket statistics of some of a run's series from ``t0_ms`` in buckets of ``width_ms``.
 
-    ``width_ms`` None folds each series into one bucket, or two with ``split_ms`` (from the
+    ``width_ms`` None makes one bucket of each series, or two with ``split_ms`` (from the
     roll-ups, aligned to them): 0 before it, 1 from it on. ``from_bucket`` leaves out the
     buckets before it (read by the roll-ups' key, or the blocks of the samples' times).
     """
-    d = tables.DIALECT
+    d = db.dialect
     level = level_for(width_ms, ts_max)
     w = width_ms or 1
     only = f" AND ser.id IN ({', '.join(str(int(i)) for i in series_ids)})" if series_ids else ""
@@ -214,8 +210,8 @@ def fold(
             b = f"CASE WHEN r.bucket < {split_ms // (level * 1000)} THEN 0 ELSE 1 END"
         # the roll-ups that start at t_from or later: those whose bucket is from_bucket on
         later = "" if t_from is None else f" AND r.bucket >= {-(-t_from // (level * 1000))}"
-        sql = (
-            f"SELECT r.series, {b}, {gpu_sql.fold_from_rollup(d)} FROM gpu_series ser "
+        query = (
+            f"SELECT r.series, {b}, {sql.stats_from_rollups(d)} FROM gpu_series ser "
             f"JOIN gpu_rollup r ON r.level_s = {level} AND r.series = ser.id{later} "
             f"WHERE ser.run = ?{only} GROUP BY r.series, 2"
         )
@@ -226,17 +222,17 @@ def fold(
             cut += f" AND s.t_ms + ser.t0_ms >= {int(t_from)}"
         # the run's samples start at t0_ms: batches that ended before hold none of them
         lo = t0_ms if t_from is None else t_from
-        head, ids = gpu_blocks.scan_from(gpu_blocks.id_ranges(tables, lo, ts_max))
-        sql = (
-            f"SELECT s.series, {b}, {gpu_sql.fold_from_samples(d)} FROM {head} "
+        head, ids = blocks.scan_from(blocks.id_ranges(db, lo, ts_max))
+        query = (
+            f"SELECT s.series, {b}, {sql.stats_from_samples(d)} FROM {head} "
             f"CROSS JOIN gpu_series ser WHERE {ids} AND ser.id = s.series "
             f"AND ser.run = ?{only}{cut} GROUP BY s.series, 2"
         )
     params: list[Any] = ([] if width_ms is None else [t0_ms]) + [run]
-    return pd.DataFrame(tables.rows(sql, params), columns=list(FOLD_COLUMNS))
+    return pd.DataFrame(db.rows(query, params), columns=list(BUCKET_COLUMNS))
 
 
-def latest(tables: GpuTables, run: str, ts_max: int | None) -> list[GpuSampleRecord]:
+def latest(db: Db, run: str, ts_max: int | None) -> list[GpuSampleRecord]:
     """The newest sample of each of the run's GPUs (up to ``ts_max``).
 
     Samples have no (GPU, time) index: each GPU's newest one-minute roll-up up to ``ts_max``
@@ -244,21 +240,20 @@ def latest(tables: GpuTables, run: str, ts_max: int | None) -> list[GpuSampleRec
     read (:func:`newest_minutes`), all GPUs' at once when they are close in time.
     """
     out: list[GpuSampleRecord] = []
-    columns = tables.sample_columns()
-    for lo, hi, ids in _windows(newest_minutes(tables, run, ts_max)):
-        head, cond = gpu_blocks.scan_from(gpu_blocks.id_ranges(tables, lo, hi))
-        sql = (
-            f"SELECT * FROM (SELECT {tables.samples_sql(columns)}, "
+    for lo, hi, ids in _windows(newest_minutes(db, run, ts_max)):
+        head, cond = blocks.scan_from(blocks.id_ranges(db, lo, hi))
+        query = (
+            f"SELECT * FROM (SELECT {SAMPLE_SELECT}, "
             "ROW_NUMBER() OVER (PARTITION BY s.series ORDER BY s.t_ms DESC) AS newest "
             f"FROM {head} CROSS JOIN gpu_series ser WHERE {cond} AND ser.id = s.series "
             f"AND ser.id IN ({', '.join(str(i) for i in ids)}) "
             "AND s.t_ms + ser.t0_ms BETWEEN ? AND ?) AS x WHERE x.newest = 1"
         )
-        out += [tables.record_of(r[:-1], columns) for r in tables.rows(sql, [lo, hi])]
+        out += [record_of(r[:-1]) for r in db.rows(query, [lo, hi])]
     return out
 
 
-def newest_minutes(tables: GpuTables, run: str, ts_max: int | None) -> list[tuple[int, int, int]]:
+def newest_minutes(db: Db, run: str, ts_max: int | None) -> list[tuple[int, int, int]]:
     """``(series, lo, hi)``: the time range (ms) each GPU's newest sample up to ``ts_max`` is in.
 
     From the newest one-minute roll-up that starts before ``ts_max``: its last sample's time
@@ -268,7 +263,7 @@ def newest_minutes(tables: GpuTables, run: str, ts_max: int | None) -> list[tupl
     level = LEVELS_S[0]
     width = level * 1000
     bound = "" if ts_max is None else f" AND x.bucket <= {ts_max // width} AND x.t_min_ms <= ?"
-    sql = (
+    query = (
         "SELECT ser.id, r.bucket, r.t_max_ms FROM gpu_series ser JOIN gpu_rollup r "
         f"ON r.level_s = {level} AND r.series = ser.id AND r.bucket = ("
         f"SELECT MAX(x.bucket) FROM gpu_rollup x WHERE x.level_s = {level} "
@@ -276,7 +271,7 @@ def newest_minutes(tables: GpuTables, run: str, ts_max: int | None) -> list[tupl
     )
     params: list[Any] = ([] if ts_max is None else [ts_max]) + [run]
     out = []
-    for series_id, bucket, t_max in tables.rows(sql, params):
+    for series_id, bucket, t_max in db.rows(query, params):
         if ts_max is None or t_max <= ts_max:
             out.append((int(series_id), int(t_max), int(t_max)))
         else:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
@@ -70,8 +71,6 @@ SCALED_FIELDS = (
 #: The sample columns after (id, series, t_ms), in table order. XID events are rare: kept
 #: in ``extra`` rather than costing every sample a column.
 SAMPLE_COLUMNS = (*PLAIN_FIELDS, "gpm", *(sc.column for sc in SCALED_FIELDS), "extra")
-#: The same in an older dsmon's layout (keyed by series and time): GPM metrics as 3 floats.
-KEYED_SAMPLE_COLUMNS = (*PLAIN_FIELDS, *GPM_FIELDS, *(sc.column for sc in SCALED_FIELDS), "extra")
 _SOURCE_EXTRA = ("file", "line", "offset", "rank")
 GIB = 1024**3
 
@@ -86,11 +85,11 @@ def gpu_label(node: object, gpu_index: object) -> str:
     return f"gpu{idx}" if _missing(node) else f"{node}/gpu{idx}"
 
 
-# --- the fold: what roll-ups and page queries compute per GPU and time bucket -------------
+# --- buckets: what roll-ups and page queries compute per GPU and time bucket ------------
 
-#: (fold prefix, record field, stored column, factor field -> column): the folded metrics,
-#: in the stored unit (memory in KiB, power in mW).
-FOLDED = (
+#: (statistics prefix, record field, stored column, factor field -> column): the metrics
+#: summed up per bucket, in the stored unit (memory in KiB, power in mW).
+BUCKET_METRICS = (
     ("util", "util_gpu_pct", "util_gpu_pct", 1.0),
     ("mem", "mem_used_bytes", "mem_used_kib", 1 / 1024),
     ("power", "power_w", "power_mw", 1000.0),
@@ -113,11 +112,11 @@ THROTTLE_REASONS: tuple[tuple[int, str], ...] = (
 )
 #: The reason bits counted per bucket: every one.
 THROTTLE_BITS = tuple(bit for bit, _ in THROTTLE_REASONS)
-#: The statistics kept per folded metric.
+#: The statistics kept per bucket metric.
 STATS = ("n", "sum", "min", "max")
-#: Fold columns after (series, bucket, count), in the order every source computes them.
-FOLD_STATS = (
-    *(f"{p}_{s}" for p, _, _, _ in FOLDED for s in STATS),
+#: A bucket's columns after (series, bucket, count), in the order every source computes them.
+BUCKET_STATS = (
+    *(f"{p}_{s}" for p, _, _, _ in BUCKET_METRICS for s in STATS),
     "thr_n",
     *(f"thr_{bit}" for bit in THROTTLE_BITS),
     "ecc_c_min",
@@ -265,24 +264,14 @@ def stored_values(row: SampleRow, series: SeriesInfo) -> tuple[Any, ...]:
 
 
 def sample_record(
-    key: SeriesKey,
-    t_ms: int,
-    fixed: tuple[Any, ...],
-    values: tuple[Any, ...],
-    columns: tuple[str, ...] = SAMPLE_COLUMNS,
+    key: SeriesKey, t_ms: int, fixed: tuple[Any, ...], values: tuple[Any, ...]
 ) -> GpuSampleRecord:
-    """The record a stored row stands for (``values``: the ``columns``, absolute time).
-
-    ``columns`` is :data:`KEYED_SAMPLE_COLUMNS` for a row of an older dsmon's layout.
-    """
-    named = dict(zip(columns, values, strict=True))
+    """The record a stored row stands for (``values``: :data:`SAMPLE_COLUMNS`, absolute time)."""
+    named = dict(zip(SAMPLE_COLUMNS, values, strict=True))
     extra: dict[str, Any] = json.loads(named["extra"]) if named["extra"] else {}
     fields: dict[str, Any] = dict(zip(SERIES_FIELDS, fixed, strict=True))
     fields.update((f, named[f]) for f in PLAIN_FIELDS)
-    if "gpm" in named:
-        fields.update(unpack_gpm(named["gpm"]))
-    else:
-        fields.update((f, named[f]) for f in GPM_FIELDS)
+    fields.update(unpack_gpm(named["gpm"]))
     for sc in SCALED_FIELDS:
         fields[sc.field] = _unscaled(named[sc.column], sc)
     src_extra = {k: extra.pop(k) for k in _SOURCE_EXTRA if k in extra}
@@ -293,23 +282,34 @@ def sample_record(
     return GpuSampleRecord(src=src, ts=ts, step=step, gpu_index=key.gpu_index, **fields)
 
 
-def relaid(row: tuple[Any, ...]) -> tuple[Any, ...]:
-    """An older dsmon's row in this dsmon's layout: GPM metrics packed (:func:`pack_gpm`).
+#: The columns a sample ``s`` of series ``ser`` is read back from (:func:`record_of`).
+SAMPLE_SELECT = (
+    "ser.run, ser.node, ser.file, ser.sub, ser.gpu_index, s.t_ms + ser.t0_ms, "
+    f"{', '.join('ser.' + f for f in SERIES_FIELDS)}, "
+    f"{', '.join('s.' + c for c in SAMPLE_COLUMNS)}"
+)
 
-    Both are (series, t_ms, id) and then :data:`KEYED_SAMPLE_COLUMNS` or :data:`SAMPLE_COLUMNS`.
-    """
-    named = dict(zip(KEYED_SAMPLE_COLUMNS, row[3:], strict=True))
-    gpm, left = pack_gpm(tuple(named[f] for f in GPM_FIELDS))
-    named["gpm"] = gpm
-    if left:
-        extra = json.loads(named["extra"]) if named["extra"] else {}
-        named["extra"] = json.dumps({**extra, **left}, separators=(",", ":"))
-    return (*row[:3], *(named[c] for c in SAMPLE_COLUMNS))
+
+def record_of(row: Sequence[Any]) -> GpuSampleRecord:
+    """The record of a row read with :data:`SAMPLE_SELECT`."""
+    n_fixed = len(SERIES_FIELDS)
+    return sample_record(
+        SeriesKey(*row[:5]), int(row[5]), tuple(row[6 : 6 + n_fixed]), tuple(row[6 + n_fixed :])
+    )
 
 
 def cut_ms(ts_max: str | None) -> int | None:
     """A time bound (ISO text) as ms on the samples' clock; None stays None."""
     return None if ts_max is None else ts_ms(ts_max)
+
+
+def iso_text(value: object) -> str | None:
+    """A time bound as the ISO text records carry (datetimes and pandas Timestamps too)."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=None).isoformat(timespec="milliseconds")
+    return None
 
 
 def grid(n_buckets: int, span: tuple[int, int], level_ms: int = 1) -> tuple[int, int]:

@@ -1,9 +1,9 @@
 """The SQL of the per-rank tables, written once for SQLite and PostgreSQL.
 
 A 64-rank ``dsmon run`` job of 100k steps stores 6.4 million ``rank_step`` records, and a day
-of it about 5.5 million heartbeats. Pages and rules never read them: each write folds its new
-records into small tables (:mod:`dsmon.store.rank_tables`), in the same transaction, with the
-statements below. The records stay in ``records`` as the record of truth (export, ``after_id``
+of it about 5.5 million heartbeats. Pages and rules never read them: each write brings its
+new records into small tables (:mod:`dsmon.store.ranks.tables`), in the same transaction,
+with the statements below. The records stay in ``records`` as the record of truth (export, ``after_id``
 readers); these tables can always be rebuilt from them.
 
 - ``rank_steps``: one narrow row per (step, rank), the last record of it: busy time
@@ -12,7 +12,7 @@ readers); these tables can always be rebuilt from them.
 - ``rank_step_stats``: one row per step, recomputed from its ``rank_steps`` rows whenever a
   rank's record of it arrives: how many ranks reported, the slowest rank and its busy time,
   the median busy time and step time (window functions: neither engine has a median), the
-  step's wall time (the slowest rank's). ``id`` is the newest record folded into the row, so
+  step's wall time (the slowest rank's). ``id`` is the newest record taken into the row, so
   a live reader asks for the rows changed since the id it last saw.
 - ``rank_busy``: each rank's busy time per bucket of 8, 64, 512, 4096 and 32768 steps (count,
   sum, min, max), each level recomputed from the eight buckets of the level below it that the
@@ -25,7 +25,7 @@ readers); these tables can always be rebuilt from them.
 
 from __future__ import annotations
 
-from dsmon.store.gpu_sql import Dialect
+from dsmon.store.dialect import Dialect
 
 #: Step-bucket widths of ``rank_busy``, finest first: each is eight of the one before.
 BUSY_LEVELS = (8, 64, 512, 4096, 32768)
@@ -46,14 +46,9 @@ STAT_COLUMNS = (
 )
 
 
-def _sqlite(d: Dialect) -> bool:
-    return d.ph == "?"
-
-
 def ddl(d: Dialect) -> tuple[str, ...]:
     """The per-rank tables (see docs/store.md)."""
-    i, r = d.integer, d.real
-    t = "TEXT" if _sqlite(d) else 'TEXT COLLATE "C"'  # ISO times compare as bytes
+    i, r, t = d.integer, d.real, d.text  # ISO times compare as bytes
     return (
         f"""CREATE TABLE IF NOT EXISTS rank_steps (
             run {t} NOT NULL, step {i} NOT NULL, rank {i} NOT NULL, id {i} NOT NULL,
@@ -90,23 +85,20 @@ def ddl(d: Dialect) -> tuple[str, ...]:
 def _new(d: Dialect, kind: str, cols: str) -> str:
     """The records of ``kind`` written after id ``?`` that can be placed (a rank, a step)."""
     placed = "step IS NOT NULL" if kind == "rank_step" else "ts IS NOT NULL"
-    hint = " NOT INDEXED" if _sqlite(d) else ""  # the rowid range, not a (run, kind) index
-    return (
-        f"SELECT {cols} FROM records{hint} WHERE id > ? AND kind = '{kind}' "
+    return (  # the id range, not a (run, kind) index
+        f"SELECT {cols} FROM records{d.not_indexed} WHERE id > ? AND kind = '{kind}' "
         f"AND rank IS NOT NULL AND {placed}"
     )
 
 
 def _num(d: Dialect, name: str, typ: str) -> str:
     """A number of the record's JSON body (``j``)."""
-    if _sqlite(d):
-        return f"json_extract(j, '$.{name}')"
-    return f"CAST(j ->> '{name}' AS {typ})"
+    return d.json_number.format("j", name, typ)
 
 
-def fold_steps(d: Dialect) -> str:
+def upsert_steps(d: Dialect) -> str:
     """Upsert the new ``rank_step`` records into ``rank_steps``: the last of each wins."""
-    body = "body" if _sqlite(d) else "CAST(body AS JSONB)"
+    body = d.json_body
     total, comm = _num(d, "total_ms", d.real), _num(d, "comm_ms", d.real)
     busy = (
         "CASE WHEN t IS NULL THEN NULL WHEN t - COALESCE(c, 0) < 0 THEN 0 "
@@ -138,7 +130,7 @@ def _median(value: str, pos: str, count: str) -> str:
     )
 
 
-def fold_stats(d: Dialect) -> str:
+def update_stats(d: Dialect) -> str:
     """Recompute ``rank_step_stats`` of every step the new ``rank_step`` records touched.
 
     Non-null busy times are numbered in ascending order, ties by descending rank, so the last
@@ -172,7 +164,7 @@ ON CONFLICT (run, step) DO UPDATE SET
 """
 
 
-def fold_busy(d: Dialect, width: int) -> str:
+def update_busy(d: Dialect, width: int) -> str:
     """Recompute the ``rank_busy`` buckets of ``width`` steps the new records touched.
 
     The finest level sums ``rank_steps``; each coarser one the eight buckets below it.
@@ -203,7 +195,7 @@ ON CONFLICT (run, width, bucket, rank) DO UPDATE SET
 """
 
 
-def fold_beats(d: Dialect, table: str = "rank_beats") -> str:
+def upsert_beats(d: Dialect, table: str = "rank_beats") -> str:
     """Keep each rank's newest heartbeat: by time, then line (as the checklist orders them).
 
     ``rank_beat_steps``: the newest of each step a rank was in, for a replay position.
