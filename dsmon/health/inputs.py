@@ -131,7 +131,7 @@ class HealthInputs:
     #: asks here first and computes a figure from the breakdown when the answer is None.
     stats: StatSource | None = field(default=None, compare=False, repr=False)
     #: The probe's whole-run straggler figures, from a caller that keeps them up to date
-    #: (``dsmon.view.rank_summary``); else computed from the per-step figures.
+    #: (``dsmon.view.ranks``); else computed from the per-step figures.
     stragglers: Callable[[], StragglerSummary] | None = field(
         default=None, compare=False, repr=False
     )

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
-from dsmon.analysis.ranked import Ranked
+from dsmon.analysis.percentiles import Percentiles
 from dsmon.model.records import Record, record_key
 from dsmon.store.frames import pages as frame_pages
 from dsmon.store.records.runs import RunInfo
@@ -215,7 +215,7 @@ class RunFrames:
 
     def quantiles(
         self, name: str, kind: str, fn: StepFn, stat: str, values: ValuesFn
-    ) -> Ranked | None:
+    ) -> Percentiles | None:
         """``values`` of the live fold ``name``'s rows, kept sorted (``dsmon.view.quantiles``).
 
         None when the fold is not incremental: the caller takes them from its result.

@@ -112,9 +112,9 @@ def test_live_demo_into_a_named_store_adds_a_new_growing_run(
     assert old.n_records == ALL_RECORDS and not is_live(old.last_ts, datetime.now())
 
     demo.wait_for("the summary", lambda: "Steps       30" in demo.text)
-    assert f"Replaying   the bundled run as '{info.name}', 10 step(s)/s\n" in demo.text
+    assert f"Playing     the bundled run as '{info.name}', 10 step(s)/s\n" in demo.text
     assert re.search(
-        r"^Replayed    119 records \(119 new\) from 2 file\(s\) in \d+\.\d s$",
+        r"^Played back 119 records \(119 new\) from 2 file\(s\) in \d+\.\d s$",
         demo.text,
         re.MULTILINE,
     )

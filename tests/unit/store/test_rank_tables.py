@@ -25,7 +25,7 @@ from dsmon.model.frames import records_frame
 from dsmon.model.records import RankStepRecord, Record
 from dsmon.store.records.filter import RecordFilter
 from dsmon.store.store import Store, open_store
-from dsmon.view import rank_views
+from dsmon.view import ranks as rank_views
 from dsmon.view.cache import RunFrames
 from dsmon.view.cutoff import OPEN, Cutoff
 from dsmon.view.health_panel import panel

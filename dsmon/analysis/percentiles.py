@@ -4,7 +4,7 @@ The checklist and the Communication page quote medians and 90th percentiles over
 of a run. numpy takes each by partitioning a copy of all the values: a few milliseconds per
 figure at a million steps, on every live refresh. A dashboard that keeps the finished steps'
 values sorted (:mod:`dsmon.view.quantiles`) answers the same question from the sorted values
-and the few steps still open, by binary search. Both forms answer through :class:`Ranked`,
+and the few steps still open, by binary search. Both forms answer through :class:`Percentiles`,
 with numpy's own arithmetic (``np.median``; ``np.percentile``'s default linear method), so a
 figure does not change in its last digit with the way it was computed.
 """
@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 
-class Ranked:
+class Percentiles:
     """Values (no NaN) whose k-th smallest can be asked; see :meth:`of` and :meth:`merged`.
 
     Held as one big sorted array and one small sorted array (either may be empty), or as
@@ -28,13 +28,13 @@ class Ranked:
         self.n = len(plain) if plain is not None else len(big) + len(small)
 
     @classmethod
-    def of(cls, values: np.ndarray) -> Ranked:
+    def of(cls, values: np.ndarray) -> Percentiles:
         """Plain values, NaN dropped (a copy: they are partitioned in place when asked)."""
         known = np.asarray(values, dtype=np.float64)
         return cls(_EMPTY, _EMPTY, known[~np.isnan(known)])
 
     @classmethod
-    def merged(cls, big: np.ndarray, small: np.ndarray) -> Ranked:
+    def merged(cls, big: np.ndarray, small: np.ndarray) -> Percentiles:
         """Two sorted arrays without NaN, read as one (``small`` is searched value by value)."""
         return cls(big, small, None)
 
