@@ -18,7 +18,10 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from dsmon.model import wire
+from dsmon.model.check import encoded_record, parse_line
 from dsmon.model.records import Record, Source, TimerRecord
+from dsmon.model.wire import EncodedRecord, WireError
+from dsmon.serve.body import BatchError
 from dsmon.serve.run import IngestServer
 
 if TYPE_CHECKING:  # conftest imports this module: it must not load the server stack
@@ -107,3 +110,31 @@ def small_batch(n: int = 5, run: str = "z2") -> list[Record]:
         )
         for i in range(n)
     ]
+
+
+def reference_batch(body: bytes) -> list[EncodedRecord]:
+    """A batch decoded the slow, sure way: every line through ``parse_line``.
+
+    The oracle the server's own path (``parse_batch_rows``, rows made without records where it
+    can) is held against: the same batches refused with the same message, the same rows stored.
+    """
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad_line = body[: exc.start].count(b"\n") + 1
+        raise BatchError(400, f"line {bad_line}: not UTF-8 at byte {exc.start}") from None
+    out: list[EncodedRecord] = []
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = parse_line(line)
+        except WireError as exc:
+            raise BatchError(400, f"line {number}: {exc}") from None
+        out.append(encoded_record(rec, line))
+    return out
+
+
+def batch_records(body: bytes) -> list[Record]:
+    """The records of a batch as the reference decoder reads them."""
+    return [e.record for e in reference_batch(body)]

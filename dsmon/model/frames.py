@@ -11,7 +11,6 @@ pandas ``Int64``: missing stays NA and never turns into 0 or a float).
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,8 +19,6 @@ import pandas as pd
 
 from dsmon.model.records import KINDS, Record, TimerRecord
 from dsmon.model.schema import schema
-
-logger = logging.getLogger(__name__)
 
 #: Columns every frame starts with, whatever the kind.
 BASE_COLUMNS = ("id", "step", "ts", "node", "rank", "file", "line")
@@ -75,9 +72,7 @@ def records_frame(
     Returns:
         A frame with :data:`BASE_COLUMNS`, the kind's fields and, for timers, one float
         column per timer name. ``ts`` is ``datetime64``; Mapping and tuple fields stay
-        Python objects. A ``ts`` that names no real moment (``2026-19-39``, stored by an
-        older dsmon that did not check) is NaT, ``frame.attrs["bad_ts"]`` counts them (the
-        key is absent when there is none) and a warning is logged.
+        Python objects.
 
     Raises:
         KeyError: ``kind`` is not a record kind.
@@ -156,10 +151,5 @@ def typed(frame: pd.DataFrame, dtypes: dict[str, str]) -> pd.DataFrame:
     # dtype cost a tenth of a long run's first look
     wanted = {col: dtype for col, dtype in wanted.items() if frame[col].dtype != dtype}
     frame = frame.astype(wanted) if wanted else frame
-    raw = frame["ts"]
-    frame["ts"] = pd.to_datetime(raw, format="ISO8601", errors="coerce")
-    bad = int(frame["ts"].isna().sum() - raw.isna().sum())
-    if bad:  # attrs only then: pandas deep-copies them through every operation on the frame
-        logger.warning("dsmon: %d record(s) with an impossible timestamp read as unknown", bad)
-        frame.attrs["bad_ts"] = bad
+    frame["ts"] = pd.to_datetime(frame["ts"], format="ISO8601")
     return frame

@@ -194,8 +194,8 @@ def parse_gb_bytes(text: str | float | None) -> int | None:
 def parse_ts(text: str | None) -> datetime | None:
     """The moment an ISO-8601 ``ts`` names, or None for one no calendar has (``2026-19-39``).
 
-    Every entry point refuses such a time now, but a store written by an older dsmon may still
-    hold one: readers treat it as an unknown time rather than failing on it.
+    Every entry point checks a record's time with it (the ingest API, the record checks), so a
+    time no calendar has is refused before it can be stored.
     """
     if text is None:
         return None

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from dsmon.model.records import Record
+from dsmon.model.records import Record, with_step
 from dsmon.parse.base import (
     NEED_MORE,
     STEPPED_KINDS,
@@ -352,14 +352,8 @@ class LogParser:
 
 
 def _with_step(rec: Record, step: int | None) -> Record:
-    """The record with its step, unchanged when the step is unknown.
-
-    The record was made by a parser for this line and has not been handed out yet, so its
-    step is filled in place: ``dataclasses.replace`` would copy every record of a large log.
-    """
-    if step is not None:
-        object.__setattr__(rec, "step", step)
-    return rec
+    """The record with its step (a new record), the same record when the step is unknown."""
+    return rec if step is None else with_step(rec, step)
 
 
 def parse_text(

@@ -20,7 +20,6 @@ from dsmon.model.check import (
     encoded_record,
     parse_line,
 )
-from dsmon.model.records import Record
 from dsmon.model.wire import EncodedRecord, WireError
 from dsmon.serve.body import MAX_GZIP_MEMBERS, BatchError, check_length, inflate
 from dsmon.serve.rows import checked_row
@@ -35,38 +34,19 @@ __all__ = [
     "check_record",
     "encoded_record",
     "inflate",
-    "parse_batch",
-    "parse_batch_encoded",
     "parse_batch_rows",
     "parse_line",
 ]
 
 
-def parse_batch(body: bytes) -> list[Record]:
-    """Decode and check every JSON line of ``body``; blank lines are ignored.
-
-    Raises:
-        BatchError: 400 ``line N: field 'x': reason`` for the first bad line.
-    """
-    return [e.record for e in parse_batch_encoded(body)]
-
-
-def parse_batch_encoded(body: bytes) -> list[EncodedRecord]:
-    """As :func:`parse_batch`, each record with the line to store for it.
-
-    The received line is stored as it came (it decodes to the record, as just checked),
-    which spares re-encoding every record; a line holding a ``NaN``/``Infinity`` constant is
-    re-encoded instead, so stored bodies stay strict JSON.
-    """
-    return [_checked(number, line) for number, line, _ in _lines(body)]
-
-
 def parse_batch_rows(body: bytes) -> list[RecordRow | EncodedRecord]:
-    """As :func:`parse_batch_encoded`, with the store's row instead of a record where it can.
+    """Decode and check every JSON line of ``body`` (blank lines ignored), as the store takes it.
 
     What the ingest server stores: a line that :func:`checked_row` accepts becomes its row
     without a record object being built; any other line is checked by ``parse_line`` (which
-    refuses it naming the field at fault, or accepts it as a record).
+    refuses it naming the field at fault, or accepts it as a record, kept with its line: the
+    received line is stored as it came, which spares re-encoding every record, unless it holds
+    a ``NaN``/``Infinity`` constant, which is re-encoded so stored bodies stay strict JSON).
 
     Raises:
         BatchError: 400 ``line N: field 'x': reason`` for the first bad line.

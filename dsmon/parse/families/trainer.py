@@ -20,6 +20,7 @@ parser its start as it is written (``LogParser.peek``), so the record leaves at 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Mapping
@@ -97,10 +98,7 @@ class TrainerParser:
         step = self._clock_step if step is None else step
         if step is None:
             return rec
-        object.__setattr__(rec, "step", step)  # made here and not handed out yet
-        object.__setattr__(rec, "iteration", step)
-        object.__setattr__(rec, "total_iterations", total)
-        return rec
+        return dataclasses.replace(rec, step=step, iteration=step, total_iterations=total)
 
     def _unparsed(self, line: LogLine, ctx: ParseContext) -> list[Record]:
         ctx.unparsed("trainer", line)

@@ -262,15 +262,11 @@ def _unzipped(rows: list[tuple[int, bytes]]) -> tuple[list[int], list[bytes]]:
 
 
 def _joined(pages: list[pd.DataFrame]) -> pd.DataFrame:
-    """Pages of one frame as one (the empty last page left out), ``bad_ts`` counts summed."""
+    """Pages of one frame as one (the empty last page left out)."""
     from dsmon.model.joined import concat
 
     if len(pages) > 1 and pages[-1].empty:
         pages = pages[:-1]
     if len(pages) == 1:
         return pages[0]
-    whole = concat(pages)
-    bad = sum(p.attrs.get("bad_ts", 0) for p in pages)
-    if bad:
-        whole.attrs["bad_ts"] = bad
-    return whole
+    return concat(pages)

@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from dsmon.model.units import parse_ts
-
 
 @dataclass(frozen=True, slots=True)
 class RunInfo:
@@ -90,13 +88,9 @@ def run_infos(
 def _run_info(
     name: str, rows: list[KindStats], nodes: set[str], ranks: set[int], received_at: str | None
 ) -> RunInfo:
-    """One run's RunInfo from its per-kind rows.
-
-    A time no calendar has (``2026-19-39``, see :func:`dsmon.model.units.parse_ts`) is left
-    out: it would sort as the run's newest and break every reader that computes with it.
-    """
-    firsts = [r.first_ts for r in rows if r.first_ts is not None and parse_ts(r.first_ts)]
-    lasts = [r.last_ts for r in rows if r.last_ts is not None and parse_ts(r.last_ts)]
+    """One run's RunInfo from its per-kind rows."""
+    firsts = [r.first_ts for r in rows if r.first_ts is not None]
+    lasts = [r.last_ts for r in rows if r.last_ts is not None]
     steps = [r.last_step for r in rows if r.last_step is not None and r.kind not in IN_PROGRESS]
     return RunInfo(
         name=name,

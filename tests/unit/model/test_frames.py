@@ -83,10 +83,10 @@ def test_no_stored_bodies_give_the_empty_frame_of_the_kind_each_its_own(kind: st
     first = bodies_frame(kind, [], [])
     pd.testing.assert_frame_equal(first, expect)
     first["added"] = 1.0
-    first.attrs["bad_ts"] = 3
+    first.attrs["note"] = 3
     again = bodies_frame(kind, [], [])
     pd.testing.assert_frame_equal(again, expect)
-    assert "bad_ts" not in again.attrs
+    assert "note" not in again.attrs
 
 
 def test_tuple_fields_stay_python_objects() -> None:

@@ -23,6 +23,7 @@ import pytest
 from field_logs import field_logs, needs_field_corpus
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from server_support import reference_batch
 
 from dsmon.model import wire
 from dsmon.model.records import KINDS, Record
@@ -31,7 +32,7 @@ from dsmon.parse.base import Diagnostics, SubParser
 from dsmon.parse.families.flops_profiler import FACTOR_OFFSET
 from dsmon.parse.log import LogParser, default_parsers
 from dsmon.parse.side_files import parse_profile_file
-from dsmon.serve.batch import BatchError, parse_batch_encoded, parse_batch_rows
+from dsmon.serve.batch import BatchError, parse_batch_rows
 from dsmon.store.records.rows import RecordRow, as_row
 
 #: Hypothesis explores every parser for a while: the slow lane runs it, CI replays one sequence.
@@ -273,7 +274,7 @@ def decode_or_refuse(body: bytes) -> list[Record] | None:
     except BatchError as exc:
         rows = exc.message
     try:
-        got = parse_batch_encoded(body)
+        got = reference_batch(body)
     except BatchError as exc:
         assert exc.status == 400 and exc.message.startswith("line ")
         assert rows == exc.message

@@ -5,6 +5,7 @@ import json
 import zlib
 
 import pytest
+from server_support import batch_records, reference_batch
 
 from dsmon.model import wire
 from dsmon.model.records import (
@@ -23,14 +24,12 @@ from dsmon.serve.batch import (
     BatchError,
     check_length,
     inflate,
-    parse_batch,
-    parse_batch_encoded,
     parse_batch_rows,
 )
 from dsmon.store.records.rows import RecordRow, as_row, record_row
 
 #: The batch decoders a bad line must be refused by alike: the records' and the server's.
-DECODERS = pytest.mark.parametrize("decode", [parse_batch, parse_batch_rows])
+DECODERS = pytest.mark.parametrize("decode", [batch_records, parse_batch_rows])
 
 
 def refused(fn: object, *args: object) -> tuple[int, str]:
@@ -109,12 +108,12 @@ def test_bomb_stops_at_the_limit() -> None:
 
 def test_real_records_of_every_kind_round_trip(z2_log_records: list[Record]) -> None:
     body = "\n".join(wire.encode(r) for r in z2_log_records).encode()
-    assert parse_batch(body) == z2_log_records
+    assert batch_records(body) == z2_log_records
     assert {r.KIND for r in z2_log_records} >= {"event", "config", "flops_profile"}
 
 
 def test_blank_lines_and_ints_for_floats_are_fine() -> None:
-    (rec,) = parse_batch(f"\n\n{timer_line(values_ms={'fwd': 350})}\n\r\n".encode())
+    (rec,) = batch_records(f"\n\n{timer_line(values_ms={'fwd': 350})}\n\r\n".encode())
     assert isinstance(rec, TimerRecord) and rec.values_ms == {"fwd": 350}
 
 
@@ -164,7 +163,7 @@ def test_big_integer_in_detail_is_kept_exact() -> None:
     """An integer past 64 bits in free-form ``detail`` (a counter printed whole) stays exact."""
     line = json.loads(wire.encode(EventRecord(src=Source(run="z2", line=9), name="x", message="m")))
     line["detail"] = {"bytes": 2**64 + 1, "low": -(2**63) - 3}
-    (rec,) = parse_batch(json.dumps(line).encode())
+    (rec,) = batch_records(json.dumps(line).encode())
     assert isinstance(rec, EventRecord)
     assert rec.detail == {"bytes": 18446744073709551617, "low": -9223372036854775811}
 
@@ -207,7 +206,7 @@ def test_not_json_and_not_utf8(decode: object) -> None:
 def test_surrogate_pairs_are_fine() -> None:
     line = timer_line(group="\U0001f600")
     assert "\\ud83d\\ude00" in line  # json.dumps escaped the emoji as a pair
-    (rec,) = parse_batch(line.encode())
+    (rec,) = batch_records(line.encode())
     assert isinstance(rec, TimerRecord) and rec.group == "\U0001f600"
 
 
@@ -215,13 +214,12 @@ def test_received_lines_are_stored_as_sent_unless_they_hold_constants() -> None:
     """The server stores the checked line itself; NaN/Infinity lines are re-encoded strictly."""
     from dsmon.model import wire
     from dsmon.model.records import Source, ThroughputRecord
-    from dsmon.serve.batch import parse_batch_encoded
 
     plain = ThroughputRecord(src=Source(run="r", file="f", line=7), global_step=5)
     line = wire.encode(plain)
     odd = line.replace('"samples_per_s":null', '"samples_per_s":NaN')
     assert odd != line
-    (a, b) = parse_batch_encoded(f"{line}\n{odd}\n".encode())
+    (a, b) = reference_batch(f"{line}\n{odd}\n".encode())
     assert a.body == line and a.record == plain
     assert "NaN" not in b.body and wire.decode(b.body).samples_per_s is None  # type: ignore[attr-defined]
 
@@ -284,7 +282,7 @@ def test_the_server_keys_every_place_as_records_do(place: dict[str, int | None])
 def test_lines_the_fast_path_leaves_alone_are_judged_as_before(line: str, fast: bool) -> None:
     body = line.encode()
     try:
-        expected = [as_row(e) for e in parse_batch_encoded(body)]
+        expected = [as_row(e) for e in reference_batch(body)]
     except BatchError as exc:
         assert not fast and refused(parse_batch_rows, body) == (exc.status, exc.message)
         return
@@ -307,7 +305,7 @@ def test_nesting_is_counted_alike(depth: int) -> None:
     detail = "[" * depth + "]" * depth
     line = f'{{"kind": "event", "src": {{"run": "z2"}}, "name": "x", "detail": {{"d": {detail}}}}}'
     got = outcome(parse_batch_rows, line.encode())
-    assert got == outcome(parse_batch_encoded, line.encode())
+    assert got == outcome(reference_batch, line.encode())
     if depth <= 50:
         assert isinstance(got, list)
     if depth >= 100:
