@@ -70,7 +70,7 @@ def live_body(view: View, render: Callable[[], None]) -> None:
             st.rerun()  # once: the rerun draws the frame for the run's new state
         st.caption(status_line(info, now))
         # Shown only if drawing takes over half a second (Streamlit's own delay).
-        with st.spinner(reading_line(view.run, info), show_time=True):
+        with st.spinner(md_escape(reading_line(view.run, info)), show_time=True):
             render()
 
     st.fragment(run_every=view.refresh_s if view.live else None)(tick)()

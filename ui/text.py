@@ -1,8 +1,10 @@
 """Text from the run (log lines, run and rank names, messages) shown as text, never as markup.
 
 Streamlit renders Markdown in most elements: a run name or a log line holding ``![x](http://…)``
-would make every viewer's browser fetch that address, and ``[here](…)`` would become a link.
-Whatever came from a log or a user is escaped before it reaches a Markdown element.
+would make every viewer's browser fetch that address, ``[here](…)`` would become a link, and
+so would a bare ``http://…`` or ``www.…`` (GitHub's autolinks). Whatever came from a log or a
+user is escaped before it reaches a Markdown element (the spinner's text is one), and only
+there: an element that shows text as it is (a select box, a metric) gets it unescaped.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ _ANYWHERE = re.compile(r"([\\`*\[\]<>|~$])")
 _UNDERSCORE = re.compile(r"(?<!\w)_|_(?!\w)")
 #: Block markup a line can start with: headings, lists, quotes, rules.
 _LINE_START = re.compile(r"^(\s*)(?:([#+=-])|(\d+)([.)]))", re.MULTILINE)
+#: What makes a link of bare text (GitHub's autolinks, which Streamlit renders): the ``:`` of
+#: ``scheme://``, the ``.`` of ``www.``, an e-mail address's ``@``. Escaped, they stay text.
+_AUTOLINK = re.compile(r"(?<=[A-Za-z])(:)(?=//)|(?<=\bwww)(\.)|(@)", re.IGNORECASE)
 
 
 def md_escape(text: object) -> str:
@@ -26,6 +31,7 @@ def md_escape(text: object) -> str:
     """
     out = _ANYWHERE.sub(r"\\\1", str(text))
     out = _UNDERSCORE.sub(r"\\_", out)
+    out = _AUTOLINK.sub(lambda m: "\\" + m.group(0), out)
     return _LINE_START.sub(_block_escaped, out)
 
 
