@@ -12,7 +12,9 @@ because the dashboard has no login and shows file paths and config of the run.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -140,10 +142,46 @@ def wait_until_ready(
     return False
 
 
-def check_port(port: int, flag: str, command: str = "dashboard") -> None:
-    """Refuse a port number TCP cannot have, naming the flag, before anything starts."""
+def check_port(port: int, flag: str, command: str, address: str | None) -> None:
+    """Refuse a port TCP cannot have, or one in use on ``address``, before anything starts.
+
+    The error is then the first and the last thing the command prints: Streamlit finds a
+    port taken only once it starts, after the command said where its dashboard would be
+    (and ``watch`` had started its ingest server and collector). ``address`` None: the
+    number alone is checked (the server that binds it says the rest).
+    """
     if not 0 < port < 65536:
         raise CommandError(f"{command}: {flag} {port}: not a TCP port (1-65535)")
+    if address is None:
+        return
+    problem = _bind_problem(address, port)
+    if problem is not None:
+        raise CommandError(
+            f"{command}: {flag} {port}: cannot listen on {address}:{port} ({problem}); "
+            f"stop what uses it, or give another {flag}"
+        )
+
+
+def _bind_problem(address: str, port: int) -> str | None:
+    """Why a server could not listen on ``address:port`` now, or None when it could.
+
+    As Streamlit's server binds (``SO_REUSEADDR``, so a port a stopped server left in
+    TIME_WAIT counts as free), on every address the name resolves to.
+    """
+    try:
+        infos = socket.getaddrinfo(
+            address or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror as exc:
+        return f"unknown address: {exc.strerror}"
+    for family, kind, proto, _, where in infos:
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(where)
+            except OSError as exc:
+                return "in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
+    return None
 
 
 def _launch(
@@ -156,7 +194,7 @@ def _launch(
     """
     from dsmon.store.url import redact_url  # the store's modules: loaded once a command runs
 
-    check_port(port, "--port", command)
+    check_port(port, "--port", command, address)
     app = app_path()
     if app is None:
         where = " or ".join(str(p) for p in app_candidates())
