@@ -18,20 +18,25 @@ _ANYWHERE = re.compile(r"([\\`*\[\]<>|~$])")
 _UNDERSCORE = re.compile(r"(?<!\w)_|_(?!\w)")
 #: Block markup a line can start with: headings, lists, quotes, rules.
 _LINE_START = re.compile(r"^(\s*)(?:([#+=-])|(\d+)([.)]))", re.MULTILINE)
-#: What makes a link of bare text (GitHub's autolinks, which Streamlit renders): the ``:`` of
-#: ``scheme://``, the ``.`` of ``www.``, an e-mail address's ``@``. Escaped, they stay text.
-_AUTOLINK = re.compile(r"(?<=[A-Za-z])(:)(?=//)|(?<=\bwww)(\.)|(@)", re.IGNORECASE)
+#: Where bare text becomes a link (GitHub's autolinks, which Streamlit renders): before the
+#: ``://`` of a URL, after the ``www`` of ``www.``, after an e-mail address's ``@``. They are
+#: found in the text *after* Markdown is parsed, so an escape does not stop them; an invisible
+#: WORD JOINER (U+2060) there does: the text reads the same, and is no address any more.
+_AUTOLINK = re.compile(r"(?<=[A-Za-z])(?=://)|(?<=\bwww)(?=\.)|(?<=@)", re.IGNORECASE)
+#: The invisible character put where a link would start (:data:`_AUTOLINK`).
+NO_LINK = "\u2060"
 
 
 def md_escape(text: object) -> str:
     """``text`` with every character that would make Markdown markup escaped (shown as typed).
 
     Escapes only what can take effect, so ordinary names and numbers read the same in the
-    page's source as on screen.
+    page's source as on screen; what would become a link of bare text gets an invisible
+    :data:`NO_LINK` instead.
     """
     out = _ANYWHERE.sub(r"\\\1", str(text))
     out = _UNDERSCORE.sub(r"\\_", out)
-    out = _AUTOLINK.sub(lambda m: "\\" + m.group(0), out)
+    out = _AUTOLINK.sub(NO_LINK, out)
     return _LINE_START.sub(_block_escaped, out)
 
 
