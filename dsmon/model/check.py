@@ -259,7 +259,7 @@ def _fitted(obj: Any, prefix: str, problems: list[str], src: Any = None) -> Any:
         if value is _UNFIT:
             if f.required:
                 return None
-            value = None
+            value = _default(type(obj), f.name)
         changes[f.name] = value
     return dataclasses.replace(obj, **changes) if changes else obj
 
@@ -276,4 +276,12 @@ def _fitted_value(value: Any, f: Field, prefix: str, problems: list[str]) -> Any
         rows = [_fitted(row, f"{prefix}{f.name}[{i}].", []) for i, row in enumerate(value)]
         rows_kept = tuple(r for r in rows if r is not None)
         return rows_kept if f.check(rows_kept) else _UNFIT
-    return _UNFIT
+    return _UNFIT  # a list of numbers is left out whole: its items name places (lr per group)
+
+
+def _default(cls: type, name: str) -> Any:
+    """The value a record field takes when it is not given (``None``, ``()``, ``{}``)."""
+    f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return f.default

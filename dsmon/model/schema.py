@@ -12,6 +12,7 @@ alike.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -36,7 +37,13 @@ MAX_DURATION_S = 7 * 24 * 3600
 _DURATION_UNITS = {"_ms": MAX_DURATION_S * 1000, "_s": MAX_DURATION_S}
 
 
-def bounds_of(name: str) -> tuple[int, int] | None:
+#: The range of a float inside a mapping or a list (``losses``, ``lr``): any finite number.
+#: JSON has no NaN or infinity: the codec writes them as null, which such a place cannot
+#: hold (a single float field can: its null is a gap).
+FINITE = (-sys.float_info.max, sys.float_info.max)
+
+
+def bounds_of(name: str) -> tuple[float, float] | None:
     """The closed range a numeric field's values must lie in, by the field's name; None: any.
 
     ``step`` is 0 to :data:`MAX_STEP`; a duration (a name ending in ``_ms`` or ``_s``, but not
@@ -73,7 +80,7 @@ class Field:
     check: Check
     inline: str | None
     decode: Decode | None
-    bounds: tuple[int, int] | None = None
+    bounds: tuple[float, float] | None = None
 
     def explain(self, value: Any, prefix: str = "") -> str | None:
         """Why ``value`` does not fit this field (naming the deepest part at fault), or None."""
@@ -135,10 +142,13 @@ def _is_required(f: dataclasses.Field[Any]) -> bool:
 def _field(name: str, tp: Any, required: bool) -> Field:
     base = _without_none(tp)
     is_mapping = typing.get_origin(base) in (Mapping, dict)
-    bounds = bounds_of(name) if _numeric(base) else None
+    holds = _numbers_held(base)
+    bounds = bounds_of(name) if holds is not None else None
+    if bounds is None and holds in ("mapping", "tuple") and _item_type(base) is float:
+        bounds = FINITE
     check, inline = _predicate(tp), _inline(tp)
     if bounds is not None:
-        check, inline = _bounded(check, bounds, is_mapping), _bounded_inline(base, bounds)
+        check, inline = _bounded(check, bounds, holds), _bounded_inline(base, bounds)
     return Field(
         name=name,
         annotation=tp,
@@ -153,22 +163,38 @@ def _field(name: str, tp: Any, required: bool) -> Field:
     )
 
 
-def _numeric(base: Any) -> bool:
-    """A number field, or a mapping of names to numbers (``values_ms``)."""
+def _item_type(base: Any) -> Any:
+    """The type of a mapping's values or a ``tuple[X, ...]``'s items; ``base`` otherwise."""
+    origin, args = typing.get_origin(base), typing.get_args(base)
+    if origin in (Mapping, dict):
+        return (args or (Any, Any))[1]
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return args[0]
+    return base
+
+
+def _numbers_held(base: Any) -> str | None:
+    """How a field holds numbers: ``scalar``, in a ``mapping`` (``values_ms``), in a ``tuple``
+    (``lr``); None when it holds none.
+    """
+    if _item_type(base) not in (int, float):
+        return None
     if typing.get_origin(base) in (Mapping, dict):
-        base = (typing.get_args(base) or (Any, Any))[1]
-    return base in (int, float)
+        return "mapping"
+    return "tuple" if typing.get_origin(base) is tuple else "scalar"
 
 
-def _bounded(check: Check, bounds: tuple[int, int], is_mapping: bool) -> Check:
+def _bounded(check: Check, bounds: tuple[float, float], holds: str | None) -> Check:
     """``check``, and every number within ``bounds`` (NaN is not: it compares false)."""
     low, high = bounds
-    if is_mapping:
+    if holds == "mapping":
         return lambda v: check(v) and (v is None or all(low <= x <= high for x in v.values()))
+    if holds == "tuple":
+        return lambda v: check(v) and (v is None or all(low <= x <= high for x in v))
     return lambda v: check(v) and (v is None or low <= v <= high)
 
 
-def _bounded_inline(base: Any, bounds: tuple[int, int]) -> str | None:
+def _bounded_inline(base: Any, bounds: tuple[float, float]) -> str | None:
     """The inline check of a bounded number field (``step`` is on every record)."""
     if base not in _INLINE:
         return None  # a mapping: its predicate checks the values
@@ -357,17 +383,24 @@ def _fits_plain(value: Any, tp: Any) -> bool:
     return isinstance(value, tp)
 
 
-def _out_of_bounds(value: Any, bounds: tuple[int, int] | None, name: str) -> str | None:
+def _out_of_bounds(value: Any, bounds: tuple[float, float] | None, name: str) -> str | None:
     """Why a value of the right type is out of its field's range (:func:`bounds_of`), or None."""
     if bounds is None or value is None:
         return None
-    items = value.items() if isinstance(value, Mapping) else [(None, value)]
+    if isinstance(value, Mapping):
+        items = [(f"{name}.{key}", number) for key, number in value.items()]
+    elif isinstance(value, tuple | list):
+        items = [(f"{name}[{i}]", number) for i, number in enumerate(value)]
+    else:
+        items = [(name, value)]
     low, high = bounds
-    for key, number in items:
-        if not low <= number <= high:
-            where = name if key is None else f"{name}.{key}"
-            what = "a step" if name.endswith("step") else "a duration (at most a week)"
-            return f"field {where!r}: {number!r} is out of range: {what} is {low} to {high}"
+    for where, number in items:
+        if low <= number <= high:
+            continue
+        if bounds == FINITE:
+            return f"field {where!r}: {number!r} is not a finite number"
+        what = "a step" if name.endswith("step") else "a duration (at most a week)"
+        return f"field {where!r}: {number!r} is out of range: {what} is {low} to {high}"
     return None
 
 

@@ -109,7 +109,7 @@ def struct_of(cls: type, tag: str | None = None) -> type[msgspec.Struct]:
     return made
 
 
-def _type_of(tp: Any, bounds: tuple[int, int] | None = None) -> Any:
+def _type_of(tp: Any, bounds: tuple[float, float] | None = None) -> Any:
     """The msgspec type accepting exactly the JSON values :mod:`dsmon.model.check` accepts.
 
     ``bounds``: the closed range of the field's numbers (``dsmon.model.schema.bounds_of``).
@@ -127,7 +127,7 @@ def _type_of(tp: Any, bounds: tuple[int, int] | None = None) -> Any:
         return Annotated[tp, msgspec.Meta(ge=bounds[0], le=bounds[1])]
     if origin is tuple:
         if len(args) == 2 and args[1] is Ellipsis:
-            return tuple[_type_of(args[0]), ...]  # type: ignore[misc]
+            return tuple[_type_of(args[0], bounds), ...]  # type: ignore[misc]
         return tuple[tuple(_type_of(a) for a in args)]  # type: ignore[misc]
     if tp is int:
         return _INT64

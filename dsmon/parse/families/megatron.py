@@ -213,7 +213,9 @@ class MegatronParser:
             fmt="megatron",
             iteration=iteration,
             total_iterations=int(m.group(4)),
-            losses=losses,
+            # A diverged run prints ``lm loss: nan``: the main loss keeps it (a gap where it is
+            # drawn), the named losses only the finite ones (JSON has no NaN to put in a map).
+            losses={k: v for k, v in losses.items() if math.isfinite(v)},
             loss=_main_loss(losses),
             **fields,
         )
