@@ -174,8 +174,9 @@ def _item_type(base: Any) -> Any:
 
 
 def _numbers_held(base: Any) -> str | None:
-    """How a field holds numbers: ``scalar``, in a ``mapping`` (``values_ms``), in a ``tuple``
-    (``lr``); None when it holds none.
+    """How a field holds numbers: ``scalar``, ``mapping`` (``values_ms``), ``tuple`` (``lr``).
+
+    None when it holds none.
     """
     if _item_type(base) not in (int, float):
         return None
