@@ -233,6 +233,13 @@ class Names:
                 for k, v in zip(node.keys, node.values, strict=True)
                 if k is not None
             }
+        if isinstance(node, ast.JoinedStr):
+            return "".join(
+                str(self.value(mod, v.value, depth + 1))
+                if isinstance(v, ast.FormattedValue)
+                else str(v.value)  # type: ignore[attr-defined]
+                for v in node.values
+            )
         if isinstance(node, ast.Attribute):
             return self._attribute(mod, node, depth)
         if isinstance(node, ast.Call):

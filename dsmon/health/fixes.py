@@ -26,6 +26,9 @@ from dsmon.health.model import Finding
 from dsmon.health.verdicts import fix_json
 
 _ZERO = "zero_optimization"
+_ZERO_SECTION = schema.section(_ZERO, None)
+#: ZeRO-3's ``stage3_*`` keys and the fields they spell (read by stage 3 only, either way).
+_ZERO3_ALIASES: dict[str, str] = dict(_ZERO_SECTION.aliases) if _ZERO_SECTION else {}
 #: ZeRO keys only the listed stages read (stage 0 builds no ZeRO optimizer at all); setting
 #: one on another stage changes nothing about the run. Keys not listed apply to every stage.
 STAGE_ONLY: dict[str, frozenset[int]] = {
@@ -37,7 +40,7 @@ STAGE_ONLY: dict[str, frozenset[int]] = {
     "contiguous_gradients": frozenset({2, 3}),
     "sub_group_size": frozenset({3}),
     "zero_hpz_partition_size": frozenset({3}),
-    **{name: frozenset({3}) for name in schema.SECTIONS[_ZERO].aliases.values()},
+    **{name: frozenset({3}) for alias, field in _ZERO3_ALIASES.items() for name in (alias, field)},
 }
 #: Keys kept beside a changed sibling even when unchanged: they say what the siblings belong to.
 _IDENTITY_KEYS = frozenset({"type"})
@@ -48,7 +51,7 @@ def read_at_stage(path: str, stage: int) -> bool:
     section, _, key = path.rpartition(".")
     if section != _ZERO:
         return True
-    stages = STAGE_ONLY.get(schema.SECTIONS[_ZERO].aliases.get(key, key))
+    stages = STAGE_ONLY.get(key)
     return stages is None or stage in stages
 
 

@@ -14,6 +14,7 @@ import math
 from dsmon.ds_config import schema
 from dsmon.ds_config.effective import ConfigView
 from dsmon.ds_config.read import as_float
+from dsmon.ds_config.releases import knowledge
 from dsmon.health import measures as m
 from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Evidence, Finding, Status
@@ -112,7 +113,7 @@ def check_log_level(cfg: ConfigView, inputs: HealthInputs) -> Finding:
     seen = _worker_info_line(inputs)
     if seen is not None:  # what the log shows beats what the version implies
         return Finding(Status.PASS, f"the workers' INFO lines are in the log: {seen}", ev)
-    supported = version is None or version >= schema.KEY_SINCE["log_level"]
+    supported = knowledge().exists("log_level", version)
     if supported and str(level.value).lower() in _VERBOSE_LEVELS:
         return Finding(Status.PASS, f"log_level {level.value}", ev)
     if default == "info" and not (supported and level.explicit):
