@@ -84,6 +84,7 @@ class Knowledge:
         self._strict = {p: self._spans(s["strict"]) for p, s in doc["sections"].items()}
         self._refused = {p: (self._spans(r["in"]), r["message"]) for p, r in doc["refused"].items()}
         self._ignored = {p: (self._spans(r["in"]), r["why"]) for p, r in doc["ignored"].items()}
+        self._features = {name: self._spans(r) for name, r in doc["features"].items()}
         self._optimizers = self._points(doc["optimizers"])
         self._schedulers = self._points(doc["schedulers"])
         self._children: dict[tuple[str, int], dict[str, KeyHistory]] = {}
@@ -223,6 +224,10 @@ class Knowledge:
         """The first release that ignores a key (as :meth:`ignored` says)."""
         found = self._ignored.get(path)
         return self.releases[found[0][0].first] if found else None
+
+    def feature(self, name: str, version: Release | None) -> bool:
+        """Whether the release has a feature the generator looks for (``engine.compile``)."""
+        return any(s.holds(self.at(version)) for s in self._features.get(name, ()))
 
     # --- names ------------------------------------------------------------------------------
     def optimizers(self, version: Release | None) -> tuple[str, ...]:

@@ -10,6 +10,10 @@ is already in effect is dropped, and so is each ZeRO key the configured stage ne
 "In effect" is the effective config DeepSpeed prints at start-up when the run has one (it
 holds the resolved values: defaults of that version, ``"auto"`` filled in), else the user's
 ds_config with that version's defaults.
+
+A fix is also cut to what the DeepSpeed that ran reads (:mod:`dsmon.ds_config.releases`): a key
+that release does not have, or an optimizer or scheduler type it does not build, would be
+ignored or fail at ``deepspeed.initialize``, so it is never proposed.
 """
 
 from __future__ import annotations
@@ -18,9 +22,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from dsmon.ds_config import schema
+from dsmon.ds_config import names, schema
 from dsmon.ds_config.effective import ConfigView
 from dsmon.ds_config.read import as_float
+from dsmon.ds_config.releases import knowledge
+from dsmon.ds_config.schema import Version
 from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Finding
 from dsmon.health.verdicts import fix_json
@@ -72,13 +78,46 @@ def effective_fix(finding: Finding, inputs: HealthInputs) -> Finding:
     if not isinstance(fragment, Mapping):
         return finding
     stage = _stage(fragment, config)
-    kept = _changes(fragment, "", config, stage)
+    version = config.version or inputs.facts.ds_version
+    kept = _changes(_in_release(fragment, "", version), "", config, stage)
     fix = fix_json(kept) if kept else None
     if fix == finding.fix:
         return finding
     return Finding(
         finding.status, finding.summary, finding.evidence, fix, finding.fix_lang, finding.steps
     )
+
+
+def _in_release(node: Mapping[str, Any], prefix: str, version: Version | None) -> dict[str, Any]:
+    """The part of a fix fragment the release reads: keys it has, types it builds.
+
+    Below a section whose keys dsmon does not check (``optimizer.params``) everything is kept.
+    """
+    out: dict[str, Any] = {}
+    k = knowledge()
+    for key, value in node.items():
+        path = f"{prefix}{key}"
+        if prefix.rstrip(".") in schema.OPAQUE:
+            out[key] = value
+        elif not k.exists(path, version):
+            continue
+        elif path in ("optimizer.type", "scheduler.type") and not _builds(path, value, version):
+            return {}  # a section whose type the release lacks: none of it applies
+        elif isinstance(value, Mapping) and path not in schema.OPAQUE:
+            inner = _in_release(value, f"{path}.", version)
+            if inner:
+                out[key] = inner
+        else:
+            out[key] = value
+    return out
+
+
+def _builds(path: str, kind: Any, version: Version | None) -> bool:
+    """Whether the release builds this optimizer or scheduler type."""
+    if path == "optimizer.type":
+        ours = names.ds_optimizers(version)
+        return str(kind).lower() in ours or kind in names.TORCH_OPTIMIZERS
+    return kind in names.ds_schedulers(version) or kind in names.TORCH_SCHEDULERS
 
 
 def _stage(fragment: Mapping[str, Any], config: ConfigView) -> int:

@@ -17,11 +17,13 @@ from dsmon.ds_config import names, schema
 from dsmon.ds_config.effective import ConfigView
 from dsmon.ds_config.read import as_float, refused_sections
 from dsmon.ds_config.releases import knowledge
+from dsmon.health.fixes import read_at_stage
 from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Evidence, Finding, Status, worst
 from dsmon.health.registry import rule
 from dsmon.health.verdicts import fix_json, needs_config, not_applicable
 
+_ZERO = "zero_optimization"
 #: Adam's own parameters: what a replacement Adam/AdamW keeps of another optimizer's params
 #: (FusedAdam raises on a keyword it does not take, such as 1-bit Adam's ``freeze_step``).
 _ADAM_PARAMS = ("lr", "betas", "eps", "weight_decay")
@@ -166,6 +168,70 @@ def check_keys(cfg: ConfigView, inputs: HealthInputs) -> Finding:
         p.path for p in problems
     )
     return Finding(status, summary, (*evidence, ev_version), fix, "text")
+
+
+def _ignored_keys(cfg: ConfigView) -> Iterator[tuple[Evidence, bool]]:
+    """Keys set that the release reads but that change nothing in this configuration.
+
+    ZeRO keys on a stage that does not read them (all of them on stage 0), and a key the
+    release reads but does not use (ZeRO-1/2's ``allgather_bucket_size`` from 0.12.4). Each
+    with whether its value differs from the default (the user then expects an effect).
+    """
+    zero = cfg.section(_ZERO)
+    stage = cfg.stage
+    version_text = schema.version_text(cfg.version)
+    for key, value in zero.items():
+        path = f"{_ZERO}.{key}"
+        if key == "stage" or key not in _known(_ZERO, cfg.version):
+            continue
+        why = None
+        if stage == 0:
+            why = "ZeRO is off (stage 0)"
+        elif not read_at_stage(path, stage):
+            why = f"stage {stage} does not read it"
+        elif stage < 3:
+            why = knowledge().ignored(path, cfg.version)
+            why = f"DeepSpeed {version_text}: {why}" if why else None
+        if why is not None:
+            default = schema.default_for(path, cfg.version, stage)
+            differs = cfg.get(path).value != default and as_float(value) != as_float(default)
+            yield Evidence(path, value, f"set; ignored: {why}"), differs
+
+
+@rule(
+    "schema.ignored",
+    "Every key set takes effect",
+    "A real key can still change nothing: ZeRO keys on a stage that does not read them, and "
+    "ZeRO-1/2's allgather_bucket_size from DeepSpeed 0.12.4 (the updated partitions are "
+    "gathered with all_gather_into_tensor). Warns when such a key is set to a value other than "
+    "its default, since the user then expects an effect.",
+    "config",
+)
+@needs_config
+def check_ignored(cfg: ConfigView, inputs: HealthInputs) -> Finding:
+    """Name the keys set that this release, at this stage, does not act on."""
+    if cfg.origin == "effective":
+        return not_applicable("only the effective config dump is available: it lists every key")
+    found = list(_ignored_keys(cfg))
+    if not found:
+        return Finding(Status.PASS, "every key set is read at this ZeRO stage")
+    evidence = tuple(e for e, _ in found)
+    changed = [e.label for e, differs in found if differs]
+    if not changed:
+        return Finding(
+            Status.PASS,
+            f"{len(found)} key(s) set to their default have no effect here: "
+            + ", ".join(e.label for e in evidence),
+            evidence,
+        )
+    return Finding(
+        Status.WARN,
+        f"{len(changed)} key(s) set to a non-default value change nothing here: "
+        + ", ".join(changed),
+        evidence,
+        "\n".join(f"delete {path}" for path in changed),
+        "text",
+    )
 
 
 def _refusal(inputs: HealthInputs, pattern: re.Pattern[str], kind: str) -> Evidence | None:
