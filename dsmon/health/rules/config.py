@@ -430,7 +430,7 @@ def check_clipping_with_accumulation(cfg: ConfigView, inputs: HealthInputs) -> F
     if not clip.explicit and cfg.version is None:
         why = "gradient_clipping unset: 1.0 on DeepSpeed >= 0.19.3 but 0 (off) before"
     elif (as_float(clip.value) or 0.0) > 0:
-        how = "" if clip.explicit else f" (DeepSpeed {inputs.facts.version_label}'s default)"
+        how = "" if clip.explicit else f" (DeepSpeed {schema.version_text(cfg.version)}'s default)"
         return Finding(
             Status.PASS, f"{int(gas)} accumulation steps, clipping at {clip.value}{how}", ev
         )

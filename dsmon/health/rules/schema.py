@@ -303,34 +303,47 @@ def check_optimizer_type(cfg: ConfigView, inputs: HealthInputs) -> Finding:
     if kind is None:
         return not_applicable("no optimizer in the config (the client passes its own)")
     version = cfg.version
-    here = schema.version_text(version)
+    judged = schema.version_text(schema.judged_as(version))
+    here = judged if version is not None else f"{judged}, the newest known (the run's is unknown)"
     ours = names.ds_optimizers(version)
     ev = [Evidence("optimizer.type", kind, "set")]
+    params = opt.get("params")
     problems: list[str] = []
     status = Status.FAIL
     if str(kind).lower() not in ours and kind not in names.TORCH_OPTIMIZERS:
         ev.append(
             Evidence(
-                f"optimizers DeepSpeed {here} builds",
+                f"optimizers DeepSpeed {judged} builds",
                 ", ".join(names.spelled(n) for n in ours) + ", or a torch.optim class",
+                "the release's DEEPSPEED_OPTIMIZERS" + ("" if version else f" ({here})"),
             )
         )
         refused = _refusal(inputs, _UNSUPPORTED_OPTIMIZER, str(kind))
         ev += [refused] if refused else []
         shipped = names.optimizer_releases(str(kind))
-        if shipped:
+        raises = f"deepspeed.initialize raises '{kind} is not a supported DeepSpeed Optimizer'"
+        if shipped and version is not None:
             problems.append(
-                f"'{kind}' is not in DeepSpeed {here} (only {shipped}): deepspeed.initialize "
-                f"raises '{kind} is not a supported DeepSpeed Optimizer'"
+                f"'{kind}' is not in DeepSpeed {here} (it shipped in {shipped}): {raises}"
             )
-            if version is None and refused is None:
-                status = Status.WARN  # the release is not known: it may be one that has it
+        elif shipped and refused is not None:
+            problems.append(
+                f"'{kind}' is not in the DeepSpeed that ran: its initialize refused it "
+                f"({refused.where}); it shipped in DeepSpeed {shipped} only"
+            )
+        elif shipped:
+            status = Status.WARN  # the release is not known: it may be one that has it
+            problems.append(
+                f"'{kind}' shipped in DeepSpeed {shipped} only: on a newer release {raises}"
+            )
         else:
             problems.append(
                 f"'{kind}' is neither a DeepSpeed optimizer nor a torch.optim class "
                 "(AttributeError at initialize)"
             )
-    params = opt.get("params")
+        own = sorted(set(params) - set(_ADAM_PARAMS)) if isinstance(params, Mapping) else []
+        if own:
+            problems.append(f"drop its own params ({', '.join(own)}) with it: Adam refuses them")
     if isinstance(params, Mapping) and "max_grad_norm" in params:
         ev.append(Evidence("optimizer.params.max_grad_norm", params["max_grad_norm"], "set"))
         problems.append("optimizer.params.max_grad_norm is rejected: use gradient_clipping")
