@@ -101,14 +101,32 @@ def export_probe(args: argparse.Namespace) -> int:
     """``dsmon probe DIR``: the probe's files in ``DIR``, and how to turn it on."""
     dest = Path(args.folder)
     try:
-        shutil.copytree(
-            BOOT_DIR.parent, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__")
-        )
+        copy_probe_files(dest)
     except OSError as exc:
         raise CommandError(f"probe: cannot copy to {dest}: {exc.strerror or exc}") from None
     print(f"PYTHONPATH={dest.resolve() / BOOT_DIR.name}")
     print(f"{PROBE_DIR_ENV}={args.probe_dir}")
     return 0
+
+
+def copy_probe_files(dest: Path) -> None:
+    """The probe's files into ``dest`` (created if missing), its own mode and times untouched.
+
+    ``dest`` is often a volume's mount point that another user owns: a Kubernetes emptyDir is
+    root's, mode 0777, and the init container runs as dsmon's uid. Copying a tree's metadata
+    onto it (what ``shutil.copytree`` does to every folder) is refused there, so only the
+    files' contents are copied, into folders this process makes.
+    """
+    src = BOOT_DIR.parent
+    dest.mkdir(parents=True, exist_ok=True)
+    for path in sorted(src.rglob("*")):
+        if "__pycache__" in path.relative_to(src).parts:
+            continue
+        target = dest / path.relative_to(src)
+        if path.is_dir():
+            target.mkdir(exist_ok=True)
+        else:
+            shutil.copyfile(path, target)
 
 
 def probe_env(env: Mapping[str, str], probe_dir: Path) -> dict[str, str]:
