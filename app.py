@@ -13,19 +13,19 @@ from pathlib import Path
 
 import streamlit as st
 
-from dsmon.commands import default_store
+from dsmon.env import REFRESH_ENV, default_store
+from dsmon.health.live import run_is_live
 from dsmon.store.base import RunInfo, redact_url
 from dsmon.store.sqlite import open_store
 from dsmon.view import step_views
 from dsmon.view.cutoff import OPEN, step_cutoff
 from dsmon.view.hub import FrameHub, View
-from dsmon.view.run_state import run_is_live
 from ui import page as ui_page
 from ui.text import md_escape
 
 ROOT = Path(__file__).resolve().parent
-#: Seconds between live redraws (the fragments' ``run_every``); the sidebar can change it.
-REFRESH_ENV = "DSMON_REFRESH_S"
+#: Seconds between live redraws (the fragments' ``run_every``, from ``$DSMON_REFRESH_S``);
+#: the sidebar can change it.
 REFRESH_CHOICES = (1.0, 1.5, 2.0, 5.0)
 #: Seconds between looks at the store while the awaited run has not arrived.
 WAIT_S = 2.0

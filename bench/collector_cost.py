@@ -67,7 +67,7 @@ def collector_child(argv: list[str]) -> int:
     sys.path.insert(0, str(ROOT / "tests"))
     from fakes import eight_gpus_two_models
 
-    from dsmon.cli import main
+    from cli.main import main
 
     sys.modules["pynvml"] = cast(ModuleType, eight_gpus_two_models())  # pynvml's names
     threading.Thread(target=_publish_threads, args=(Path(argv[-1]),), daemon=True).start()

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
-from collectors.transport import HttpResponse, UrlTransport
+from collectors.send.transport import HttpResponse, UrlTransport
 from dsmon.serve.tokens import write_token_file
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,8 +77,8 @@ def free_port() -> int:
 def dsmon_process(
     args: Sequence[str], out: Path, *, script: Path | None = None
 ) -> subprocess.Popen[bytes]:
-    """``python -m dsmon.cli ARGS`` (or ``python SCRIPT ARGS``), output to ``out``."""
-    head = [str(script)] if script else ["-m", "dsmon.cli"]
+    """``python -m cli.main ARGS`` (or ``python SCRIPT ARGS``), output to ``out``."""
+    head = [str(script)] if script else ["-m", "cli.main"]
     with out.open("ab") as sink:
         return subprocess.Popen(
             [sys.executable, *head, *args], stdout=sink, stderr=subprocess.STDOUT

@@ -1,10 +1,15 @@
 """The collector agent: tailer, NVML poller and sender, each in its own named thread.
 
+:func:`build_agent` assembles one from a node's :class:`Settings` (what ``dsmon collect``,
+``dsmon watch`` and ``dsmon run`` are told), holding the state folder's lock
+(:func:`lock_state_dir`) so that no second collector shares its positions and spool.
+
 Three daemon threads, named so ``py-spy dump`` and thread listings read plainly:
-``dsmon-tail`` polls the log files (woken early by watchdog, see :class:`collectors.tailer.Waker`),
-``dsmon-nvml`` samples the GPUs every interval, and ``dsmon-send`` delivers both. The tail
-thread hands each batch to the sender with a callback that saves the tailer's checkpoint once
-the batch is durable, so the state file never runs ahead of delivery.
+``dsmon-tail`` polls the log files (woken early by watchdog, see
+:class:`collectors.tail.tailer.Waker`), ``dsmon-nvml`` samples the GPUs every interval, and
+``dsmon-send`` delivers both. The tail thread hands each batch to the sender with a callback
+that saves the tailer's checkpoint once the batch is durable, so the state file never runs
+ahead of delivery.
 
 **Stopping never leaves a line behind** (a sidecar is stopped right after the trainer ends, so
 the lines of its last half second must still go). Within one grace period (``--stop-timeout``)
@@ -31,15 +36,24 @@ collector will not be started again.
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
+import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
 
-from collectors.nvml import NvmlPoller
-from collectors.sender import SPOOL_RESERVE_S, Sender
-from collectors.state import Checkpoint
-from collectors.tailer import Tailer, Waker
+from collectors.gpu.nvml import NvmlPoller, open_poller
+from collectors.gpu.selection import choose_selection
+from collectors.send.sender import SPOOL_RESERVE_S, Sender
+from collectors.send.spool import Spool
+from collectors.send.transport import UrlTransport
+from collectors.tail.state import Checkpoint, StateFile
+from collectors.tail.tailer import Tailer, Waker
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +74,8 @@ STOP_TIMEOUT_S = 20.0
 #: Beyond the grace period, how long the sender thread may take to return from its last
 #: request (its time limit is the grace period, so this is only scheduling slack).
 JOIN_SLACK_S = 2.0
+#: Where collectors keep their state and spool unless a state folder is given.
+STATE_HOME_ENV = "XDG_STATE_HOME"
 
 
 class Agent:
@@ -74,6 +90,8 @@ class Agent:
         watch: wake the tail loop on file-system events (it polls in any case).
         release_at_stop: send what the parsers still hold at a stop instead of keeping it
             back for a restart (see the module docstring).
+        state_lock: the lock on the state folder (:func:`lock_state_dir`), held as long as
+            the agent lives.
     """
 
     def __init__(
@@ -86,8 +104,10 @@ class Agent:
         nvml_interval_s: float = 1.0,
         watch: bool = True,
         release_at_stop: bool = False,
+        state_lock: IO[str] | None = None,
     ) -> None:
         assert tail_interval_s > 0 and nvml_interval_s > 0
+        self.state_lock = state_lock
         self.release_at_stop = release_at_stop
         self.tailer = tailer
         self.sender = sender
@@ -250,3 +270,111 @@ def _guarded(what: str, step: Callable[[], None]) -> None:
         step()
     except Exception:  # noqa: BLE001 - the outermost loop of a thread must survive anything
         logger.exception("dsmon: %s step failed; continuing", what)
+
+
+# --- one node's agent from its settings -----------------------------------------------------
+
+
+class StateDirBusyError(Exception):
+    """Another collector holds the state folder: two on one spool would corrupt it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """What one node's collector follows and how, read by :func:`build_agent`.
+
+    The options ``dsmon collect``, ``dsmon watch`` and ``dsmon run`` share.
+
+    Args:
+        logs: log files or globs to follow.
+        run: the run name of every record.
+        node: the node name of every record.
+        state_dir: positions and spool (:func:`default_state_dir` when none is given).
+        profile_files: the flops profiler's output files, re-read when rewritten.
+        config_files: the run's ds_config files, for the health checklist.
+        probe_dirs: folders of the per-rank probe's files.
+        from_end: skip what the logs hold now.
+        gpus: the ``--gpus`` selection text (None: ``$DSMON_GPUS`` or the visible devices).
+        nvml_interval_s: seconds between GPU samples; 0 for none.
+        tail_interval_s: the log poll period.
+        retry_max_s: the longest wait between retries while the server is away.
+        release_at_stop: send what the parsers still hold at a stop.
+        spool_max_bytes: the bound of the on-disk spool.
+    """
+
+    logs: Sequence[str]
+    run: str
+    node: str
+    state_dir: Path
+    profile_files: Sequence[str] = ()
+    config_files: Sequence[str] = ()
+    probe_dirs: Sequence[str] = ()
+    from_end: bool = False
+    gpus: str | None = None
+    nvml_interval_s: float = 1.0
+    tail_interval_s: float = 0.5
+    retry_max_s: float = 30.0
+    release_at_stop: bool = False
+    spool_max_bytes: int = 1 << 30
+
+
+def default_state_dir(run: str, node: str) -> Path:
+    """``$XDG_STATE_HOME/dsmon/collect/<run>@<node>`` (``~/.local/state`` by default)."""
+    home = os.environ.get(STATE_HOME_ENV) or str(Path.home() / ".local" / "state")
+    safe = re.sub(r"[^A-Za-z0-9_.@-]", "_", f"{run}@{node}")
+    return Path(home) / "dsmon" / "collect" / safe
+
+
+def lock_state_dir(state_dir: Path) -> IO[str]:
+    """Hold the state folder for this process: two collectors on one spool would corrupt it.
+
+    Raises:
+        StateDirBusyError: another process holds it.
+    """
+    state_dir.mkdir(parents=True, exist_ok=True)
+    f = open(state_dir / "lock", "w")  # noqa: SIM115 - held open for the process's lifetime
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        raise StateDirBusyError(f"{state_dir} is in use by another collector") from None
+    return f
+
+
+def build_agent(
+    settings: Settings, url: str, token: str, environ: Mapping[str, str] = os.environ
+) -> Agent:
+    """The agent of ``settings``, sending to the ingest server at ``url``; not started yet.
+
+    Raises:
+        ValueError: ``url`` is not an http(s) URL (checked before anything is locked).
+        collectors.gpu.selection.SelectionError: the GPU selection is not one.
+        StateDirBusyError: another collector holds the state folder.
+    """
+    transport = UrlTransport(url, token)
+    gpus = choose_selection(settings.gpus, environ)
+    lock = lock_state_dir(settings.state_dir)
+    tailer = Tailer(
+        settings.logs,
+        run=settings.run,
+        node=settings.node,
+        state=StateFile(settings.state_dir / "tail.json"),
+        profile_files=settings.profile_files,
+        config_files=settings.config_files,
+        from_end=settings.from_end,
+        probe_dirs=settings.probe_dirs,
+    )
+    spool = Spool(settings.state_dir / "spool", max_bytes=settings.spool_max_bytes)
+    sender = Sender(transport, spool, backoff_s=(0.5, settings.retry_max_s))
+    poller = None
+    if settings.nvml_interval_s > 0:
+        poller = open_poller(settings.run, settings.node, gpus)
+    return Agent(
+        tailer,
+        sender,
+        poller,
+        tail_interval_s=settings.tail_interval_s,
+        nvml_interval_s=settings.nvml_interval_s or 1.0,
+        release_at_stop=settings.release_at_stop,
+        state_lock=lock,
+    )

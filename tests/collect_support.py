@@ -38,7 +38,7 @@ def free_port() -> int:
 
 def dsmon(*args: str, log: Path) -> subprocess.Popen[bytes]:
     out = log.open("ab")
-    cmd = [sys.executable, "-m", "dsmon.cli", *args]
+    cmd = [sys.executable, "-m", "cli.main", *args]
     return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ})
 
 

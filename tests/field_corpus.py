@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from field_logs import field_path
 
-from dsmon import cli
+from cli import main as cli
 from dsmon.model import wire
 from dsmon.model.records import Record
 

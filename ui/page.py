@@ -16,9 +16,10 @@ from pathlib import Path
 
 import streamlit as st
 
+from dsmon.health.live import run_is_live
 from dsmon.store.base import RunInfo
 from dsmon.view.hub import View
-from dsmon.view.run_state import reading_line, run_is_live, status_line
+from dsmon.view.run_state import reading_line, status_line
 from ui.text import md_escape
 
 #: Session key under which ``app.py`` leaves the view of the selected run.

@@ -89,12 +89,17 @@ def inputs_from_store(
     *,
     config: ConfigView | None = None,
     now: datetime | None = None,
+    views: Mapping[str, Callable[[], pd.DataFrame]] | None = None,
+    eager: bool = True,
 ) -> HealthInputs:
     """Inputs for one run of a store (``dsmon check --store PATH --run NAME``).
 
     Everything the rules read is read now (the caller may close the store next), but the
     probe's records: the rules read the store's per-step figures and newest heartbeats
-    instead, never a 64-rank run's millions of probe records.
+    instead, never a 64-rank run's millions of probe records. A caller that keeps the store
+    open (the server's health watcher) passes ``eager=False``: a frame is then read when a
+    rule first asks for it. ``views`` adds frames the caller keeps itself (the watcher's
+    :data:`dsmon.health.inputs.NEWEST_TS`, which knows when rows arrived).
     """
     loaders: dict[str, Callable[[], pd.DataFrame]] = {
         k: functools.partial(store.frame, run, k) for k in FRAME_KINDS
@@ -102,10 +107,11 @@ def inputs_from_store(
     loaders[GPU_SUMMARY] = functools.partial(store.gpu_summary, run)
     loaders[RANK_STATS] = functools.partial(store_rank_stats, store, run)
     loaders[LAST_BEATS] = functools.partial(store_last_beats, store, run)
+    loaders.update(views or {})
     info = next((r for r in store.runs() if r.name == run), None)
     counts = info.kinds if info else {}
     frames = LazyFrames(loaders, lambda kind: counts.get(kind, 0) > 0)
-    for kind in loaders:
+    for kind in loaders if eager else ():
         if kind not in _PROBE_KINDS:
             frames[kind]  # noqa: B018  (loaded now, while the store is open)
     nodes = set(info.nodes) if info else set()

@@ -4,7 +4,7 @@
 the bundled log: the same discovery and parsers as ``dsmon import`` (``dsmon.load.files``, whose
 logs go line by line through :class:`dsmon.parse.log.LogParser`) produce the records, and
 this module releases them one optimizer step at a time, at a pace a person can watch. The
-dashboard calls a run live when its newest record is recent (``dsmon.view.run_state.is_live``), so
+dashboard calls a run live when its newest record is recent (``dsmon.health.live.is_live``), so
 every batch is moved in time until its newest record is "now" as it is written; records
 of one step keep their spacing from the original run, and time never runs backwards.
 

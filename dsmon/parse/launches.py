@@ -11,7 +11,7 @@ from __future__ import annotations
 from dsmon.parse.lines import LogLine
 
 #: The logger of the line ``dsmon run`` writes at the head of a job's output
-#: (``collectors.run_cmd.run_start_line``): the job's output begins there.
+#: (``collectors.job.run_start_line``): the job's output begins there.
 RUN_START_LOGGER = "dsmon"
 _START_LOGGERS = frozenset({"runner.py", "launch.py", RUN_START_LOGGER})
 _START_TEXTS = ("DeepSpeed info:", "Initializing TorchBackend", "DeepSpeedEngine configuration")

@@ -3,14 +3,14 @@
 The page redraws every 1-2 s. Re-running forty rules over a long run's frames each time would
 waste the refresh, and none of them can change unless new records arrived, except the stall
 rule, whose verdict depends on the clock. So the checklist is memoised on the run's frame
-versions (``dsmon.view.cache.RunFrames.memo``) and only ``run.stalled`` is evaluated on every
-refresh. Pages import this module and render what it returns; they compute nothing.
+versions (``dsmon.view.cache.RunFrames.memo``) and only the clock rules
+(:data:`dsmon.health.live.CLOCK_RULES`) are evaluated on every refresh. Pages import this
+module and render what it returns; they compute nothing.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from datetime import datetime
 from typing import NamedTuple
 
@@ -27,6 +27,7 @@ from dsmon.health.inputs import (
     SKIPPED,
     HealthInputs,
 )
+from dsmon.health.live import CLOCK_RULES, merged
 from dsmon.health.model import Checklist, CheckResult, Status
 from dsmon.health.registry import all_rules, evaluate, run_rule
 from dsmon.health.report import facts_line
@@ -34,10 +35,6 @@ from dsmon.view import rank_views, step_views
 from dsmon.view.cache import GPU, STORED_KINDS, RunFrames
 from dsmon.view.cutoff import OPEN, Cutoff
 
-#: The rules whose verdict depends on the wall clock (they read ``HealthInputs.now``: a live run
-#: is not "killed" for lacking exit lines, a stall is measured against now), re-evaluated on
-#: every refresh instead of memoised. tests/unit/app/test_health_page.py checks that no other rule reads it.
-CLOCK_RULES = frozenset({"run.errors", "run.stalled", "ranks.hang"})
 #: Dashboard page script per rule ``page`` (the scripts app.py lists).
 PAGE_SCRIPTS = {
     "steps": "pages/steps.py",
@@ -128,12 +125,6 @@ def panel(frames: RunFrames, run: str, cutoff: Cutoff, now: datetime | None) -> 
     clock = {r.id: run_rule(r, live) for r in all_rules() if r.id in CLOCK_RULES}
     results = merged(static.results, clock)
     return Panel(Checklist(results), facts_line(inputs))
-
-
-def merged(static: Sequence[CheckResult], clock: dict[str, CheckResult]) -> tuple[CheckResult, ...]:
-    """All results in registry order: the memoised ones with the clock rules slotted in."""
-    by_id = {r.rule_id: r for r in static} | clock
-    return tuple(by_id[r.id] for r in all_rules() if r.id in by_id)
 
 
 def badge(status: Status) -> str:

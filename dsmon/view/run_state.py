@@ -1,47 +1,15 @@
-"""Whether a run is live, and the line each page shows on where it stands.
+"""The lines each page shows on where its run stands (live or finished, how far it got).
 
-A page redraws on a timer only while its run is being written to; the dashboard frame, the
-pages' live fragments and the health watcher (``dsmon.watch.health``) all ask here, so they
-agree on what live means.
+Whether a run is live is :func:`dsmon.health.live.run_is_live`'s to say, the same for the
+pages, the dashboard frame and the server's health watcher.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
-import pandas as pd
-
+from dsmon.health.live import run_is_live
 from dsmon.store.base import RunInfo
-
-#: A run whose newest record is younger than this is shown as live (and auto-refreshed).
-LIVE_WINDOW_S = 120.0
-
-
-def is_live(last_ts: str | None, now: datetime, window_s: float | None = None) -> bool:
-    """A run is live when its newest record is at most ``window_s`` old (either clock way).
-
-    DeepSpeed stamps lines in the writer's local time without a zone, so the comparison is
-    against the local wall clock and tolerates small skew in both directions. The window
-    defaults to :data:`LIVE_WINDOW_S` as it is at the call, not as it was at import.
-    """
-    if not last_ts:
-        return False
-    if window_s is None:
-        window_s = LIVE_WINDOW_S
-    try:
-        age = abs((now - pd.Timestamp(last_ts).to_pydatetime()).total_seconds())
-    except (ValueError, OverflowError):  # a timestamp no calendar has: says nothing
-        return False
-    return age <= window_s
-
-
-def run_is_live(info: RunInfo, now: datetime, window_s: float | None = None) -> bool:
-    """Whether a run is being written to: records received lately, or lately stamped.
-
-    Receive time comes first: lines printed without a timestamp (timer lines; every line at
-    DeepSpeed's default log level) leave ``last_ts`` at the run's start while it goes on.
-    """
-    return is_live(info.received_at, now, window_s) or is_live(info.last_ts, now, window_s)
 
 
 def status_line(info: RunInfo | None, now: datetime) -> str:

@@ -1,35 +1,44 @@
 """The health checklist of every recent run, kept current in the background.
 
-``dsmon dashboard`` and ``dsmon serve`` start a :class:`HealthWatcher` thread. Every
-``interval_s`` seconds it evaluates the checklist of each run written to in the last
-:data:`RECENT_S` seconds, and:
+``dsmon dashboard``, ``dsmon serve`` and ``dsmon watch`` start a :class:`HealthWatcher`
+thread. Every ``interval_s`` seconds it evaluates the checklist of each run written to in the
+last :data:`RECENT_S` seconds, and:
 
 - keeps each rule's status in :class:`RuleStates`, which ``/metrics`` exports as
   ``dsmon_health_rule{run=, rule=, status=}`` (1 for the current status, 0 for the others);
 - hands the verdicts to an :class:`dsmon.watch.alerts.Alerter` when a webhook is configured.
 
-The checklist is the Health page's own (``dsmon.view.health_panel`` over incrementally grown
-frames): rules are re-evaluated only when the run got new records, except those that read
-the clock (a stall is the absence of new records), which run on every round. A finished run met for the first time (the store
-was opened on old runs) is recorded without alerts: only what goes wrong from then on is news.
+The checklist is read from the store through ``dsmon.health`` (its gather-from-store path, as
+``dsmon check --store`` reads it), one run at a time, and nothing of it is kept between
+rounds but the verdicts and a few times per run: an ingest server holds no copy of the runs'
+frames. The rules that do not read the clock are evaluated again only when the run got new
+records; the clock rules (:data:`dsmon.health.live.CLOCK_RULES`: a stall is the absence of
+new records) run on every round. As the dashboard does, the watcher notes when each kind of
+record last arrived (:data:`dsmon.health.inputs.NEWEST_TS`): timer lines printed without a
+time of their own (DeepSpeed's default log level) show a run going on, or stalled, by their
+arrival. A finished run met for the first time (the store was opened on old runs) is recorded
+without alerts: only what goes wrong from then on is news.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from datetime import datetime
 
+import pandas as pd
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
+from dsmon.health import probe_measures
+from dsmon.health.gather import FRAME_KINDS, inputs_from_store
+from dsmon.health.inputs import NEWEST_TS, HealthInputs
+from dsmon.health.live import CLOCK_RULES, merged, run_is_live
 from dsmon.health.model import CheckResult, Status
+from dsmon.health.registry import all_rules, evaluate, run_rule
 from dsmon.store.base import RunInfo, Store
-from dsmon.view import step_views
-from dsmon.view.cache import RunFrames
-from dsmon.view.cutoff import OPEN
-from dsmon.view.health_panel import panel
-from dsmon.view.run_state import run_is_live
 from dsmon.watch.alert_defaults import INTERVAL_S
 from dsmon.watch.alerts import Alerter
 
@@ -37,6 +46,10 @@ logger = logging.getLogger(__name__)
 
 #: Runs written to within this many seconds are watched; older ones leave the gauges.
 RECENT_S = 24 * 3600.0
+#: The probe's kinds: their newest time is the store's summaries', not an arrival's.
+_PROBE_KINDS = frozenset({"rank_step", "heartbeat"})
+#: The kinds whose arrival counts as their newest time (a GPU's is its samples' own).
+_ARRIVING_KINDS = frozenset(FRAME_KINDS) - _PROBE_KINDS
 
 
 class RuleStates:
@@ -87,6 +100,33 @@ class HealthCollector:
         yield fam
 
 
+@dataclass(slots=True)
+class _Seen:
+    """What the watcher keeps of one run between rounds: no frame, a few times and verdicts.
+
+    ``version`` tells whether the run got new records (or had stored rows' steps filled in)
+    since ``static``, the verdicts of the rules that do not read the clock, were evaluated.
+    ``counts`` are its records per kind at the last round, ``arrived`` when a round last saw
+    rows of a kind arrive, ``stamped`` each kind's newest own time at the last evaluation.
+    """
+
+    version: tuple[int, int] | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+    arrived: dict[str, pd.Timestamp] = field(default_factory=dict)
+    stamped: dict[str, pd.Timestamp] = field(default_factory=dict)
+    static: tuple[CheckResult, ...] = ()
+
+    def newest_ts(self) -> pd.DataFrame:
+        """Each kind's newest time (index: kind), or when its rows last arrived if later.
+
+        The frame :data:`dsmon.health.inputs.NEWEST_TS` names, as the dashboard keeps it.
+        """
+        stamps = dict(self.stamped)
+        for kind, at in self.arrived.items():
+            stamps[kind] = max(stamps[kind], at) if kind in stamps else at
+        return pd.DataFrame({"ts": pd.Series(stamps, dtype="datetime64[ns]")})
+
+
 class HealthWatcher:
     """Evaluates recent runs' checklists every ``interval_s`` seconds in a daemon thread.
 
@@ -109,7 +149,7 @@ class HealthWatcher:
         self.interval_s = interval_s
         self.clock = clock
         self.states = RuleStates()
-        self._frames: dict[str, RunFrames] = {}
+        self._seen: dict[str, _Seen] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -118,7 +158,7 @@ class HealthWatcher:
         now = self.clock()
         recent = [i for i in self.store.runs() if _recent(i, now)]
         for info in recent:
-            first = info.name not in self._frames
+            first = info.name not in self._seen
             results = self._evaluate(info, now)
             self.states.set_run(info.name, results)
             if self.alerter is not None:
@@ -126,23 +166,36 @@ class HealthWatcher:
                 self.alerter.observe(info.name, results, announce=announce)
         names = {i.name for i in recent}
         self.states.keep_only(names)
-        self._frames = {k: v for k, v in self._frames.items() if k in names}
+        self._seen = {k: v for k, v in self._seen.items() if k in names}
         if self.alerter is not None:
             self.alerter.flush()
 
     def _evaluate(self, info: RunInfo, now: datetime) -> tuple[CheckResult, ...]:
-        """The run's checklist exactly as its Health page computes it (``health.panel``).
+        """The run's checklist as its Health page shows it, read from the store.
 
-        The frames grow incrementally and the rules that do not read the clock are
-        memoised on them, so a round costs only what is new.
+        The rules that do not read the clock run again only when the run got new records;
+        the clock rules run on every round, reading only the frames they need.
         """
-        frames = self._frames.get(info.name)
-        if frames is None:
-            frames = RunFrames(self.store, info.name, folds=step_views.STEP_FOLDS)
-            self._frames[info.name] = frames
-        frames.refresh()
-        live_now = now if run_is_live(info, now) else None
-        return panel(frames, info.name, OPEN, live_now).checklist.results
+        seen = self._seen.get(info.name)
+        if seen is None:
+            seen = self._seen[info.name] = _Seen()
+        else:  # rows that arrived since the last round, as the dashboard's refresh notes them
+            at = pd.Timestamp(now)
+            grew = [k for k, n in info.kinds.items() if n > seen.counts.get(k, 0)]
+            seen.arrived.update({k: at for k in grew if k in _ARRIVING_KINDS})
+        seen.counts = dict(info.kinds)
+        inputs = inputs_from_store(
+            self.store, info.name, views={NEWEST_TS: seen.newest_ts}, eager=False
+        )
+        version = (info.last_id, self.store.restamps(info.name))
+        if version != seen.version:
+            rules = [r for r in all_rules() if r.id not in CLOCK_RULES]
+            seen.static = evaluate(inputs, rules).results
+            seen.stamped = _stamped(inputs)
+            seen.version = version
+        live = dataclasses.replace(inputs, now=now if run_is_live(info, now) else None)
+        clock = {r.id: run_rule(r, live) for r in all_rules() if r.id in CLOCK_RULES}
+        return merged(seen.static, clock)
 
     def _loop(self) -> None:
         """Rounds until stopped; a round that fails is logged, and the next one tries again."""
@@ -165,6 +218,17 @@ class HealthWatcher:
         if self._thread is not None:
             self._thread.join(timeout_s)
         self.store.close()
+
+
+def _stamped(inputs: HealthInputs) -> dict[str, pd.Timestamp]:
+    """Each kind's newest own time: the frames' ``ts``, the probe's from the store's summaries."""
+    out = {}
+    for kind in FRAME_KINDS:
+        if kind in _PROBE_KINDS or inputs.has_rows(kind):
+            newest = probe_measures.newest_ts(inputs, kind)
+            if newest is not None:
+                out[kind] = pd.Timestamp(newest)
+    return out
 
 
 def _recent(info: RunInfo, now: datetime) -> bool:

@@ -2,14 +2,30 @@
 
 Run by DeepSpeed's launcher exactly as a user's script is:
 ``deepspeed --num_gpus 2 train_tiny.py --deepspeed_config ds_config.json --steps 300``.
-It prints nothing of its own but ``[train_tiny] step N`` after each optimizer step, so every
-other line of the log is DeepSpeed's. ``--sleep`` paces the steps so that a test can look at
-the dashboard while training is still going. ``--slow-rank R --slow-s S`` makes rank R's
-model sleep S seconds in every forward, as a rank with a slow GPU or input pipeline would.
+It prints nothing of its own but ``[train_tiny] step N loss L`` after each optimizer step, so
+every other line of the log is DeepSpeed's. ``--sleep`` paces the steps so that a test can look
+at the dashboard while training is still going.
+
+Faults a real job meets, each on purpose and on one rank (``tests/scenarios.py`` names them):
+
+- ``--slow-rank R --slow-s S``: rank R's model sleeps S seconds in every forward, as a rank with
+  a slow GPU would;
+- ``--stop-rank R --stop-step N``: rank R stops itself (SIGSTOP) after step N, as a process
+  stuck in a driver call does: alive, silent, its peers waiting in the next collective;
+- ``--die-rank R --die-step N --die-signal KILL``: rank R is killed by that signal after step
+  N, as the kernel's OOM killer or a node's agent does;
+- ``--start-delay S``: every rank waits S seconds, silently, between ``deepspeed.initialize``
+  and its first step, as a job that compiles or loads data before training does;
+- ``--loss-factor F``: the loss is multiplied by F, which overflows fp16 (the loss scaler then
+  skips steps and lowers its scale).
+
+``--client-optimizer`` passes a torch AdamW to ``deepspeed.initialize``, for a config that
+names no optimizer (DeepSpeed's defaults).
 """
 
 import argparse
 import os
+import signal
 import time
 
 import deepspeed
@@ -36,25 +52,41 @@ def main() -> None:
     p.add_argument("--sleep", type=float, default=0.0, help="seconds to wait after each step")
     p.add_argument("--slow-rank", type=int, default=-1, help="the rank whose forward sleeps")
     p.add_argument("--slow-s", type=float, default=0.0, help="its sleep per forward (s)")
+    p.add_argument("--stop-rank", type=int, default=-1, help="the rank that stops (SIGSTOP)")
+    p.add_argument("--stop-step", type=int, default=0, help="after this step")
+    p.add_argument("--die-rank", type=int, default=-1, help="the rank that is killed")
+    p.add_argument("--die-step", type=int, default=0, help="after this step")
+    p.add_argument("--die-signal", default="KILL", help="by this signal (KILL, TERM, ...)")
+    p.add_argument("--start-delay", type=float, default=0.0, help="silent seconds before step 1")
+    p.add_argument("--loss-factor", type=float, default=1.0, help="the loss is multiplied by it")
+    p.add_argument("--client-optimizer", action="store_true", help="AdamW made here, not by DS")
     p = deepspeed.add_config_arguments(p)
     args = p.parse_args()
+    rank = int(os.environ.get("RANK", "0"))
     torch.manual_seed(0)
     layers = [nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64)]
-    if args.slow_rank == int(os.environ.get("RANK", "0")):
+    if args.slow_rank == rank:
         layers.append(Sleepy(args.slow_s))
     model = nn.Sequential(*layers)
+    client = torch.optim.AdamW(model.parameters(), lr=1e-3) if args.client_optimizer else None
     engine, _, _, _ = deepspeed.initialize(
-        args=args, model=model, model_parameters=model.parameters()
+        args=args, model=model, model_parameters=model.parameters(), optimizer=client
     )
     batch = engine.train_micro_batch_size_per_gpu()
     gen = torch.Generator().manual_seed(1 + engine.global_rank)
+    time.sleep(args.start_delay)
+    dtype = next(engine.module.parameters()).dtype
     for step in range(1, args.steps + 1):
-        x = torch.randn(batch, 64, generator=gen).to(engine.device)
-        loss = (engine(x) - x).pow(2).mean()
+        x = torch.randn(batch, 64, generator=gen).to(engine.device, dtype)
+        loss = (engine(x) - x).float().pow(2).mean() * args.loss_factor
         engine.backward(loss)
         engine.step()
         if engine.global_rank == 0:
             print(f"[train_tiny] step {step} loss {loss.item():.4f}", flush=True)
+        if rank == args.stop_rank and step == args.stop_step:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        if rank == args.die_rank and step == args.die_step:
+            os.kill(os.getpid(), getattr(signal, f"SIG{args.die_signal}"))
         time.sleep(args.sleep)
 
 

@@ -32,8 +32,8 @@ from deploy_support import (
     workloads,
 )
 
-from dsmon import cli
-from dsmon.commands import dashboard
+from cli import main as cli
+from cli import ui_server
 from dsmon.serve.run import DEFAULT_PORT as INGEST_PORT
 from dsmon.serve.run import start_ingest_server
 
@@ -141,7 +141,7 @@ def test_images_run_as_a_non_root_numeric_user(image: Target) -> None:
 
 def test_ports_are_the_commands_defaults(runtime: Target, collector: Target) -> None:
     exposed = {int(p.split("/")[0]) for c in runtime.all("EXPOSE") for p in c.value}
-    assert exposed == {dashboard.DEFAULT_PORT, INGEST_PORT} == {8501, 8502}
+    assert exposed == {ui_server.DEFAULT_PORT, INGEST_PORT} == {8501, 8502}
     assert not collector.all("EXPOSE")  # a collector serves nothing
 
 

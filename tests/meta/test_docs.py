@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 from locations import ROOT
 
-from dsmon import cli
+from cli import main as cli
 
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 PAGES = [ROOT / "README.md", *DOCS]
 CONFIG_DOC = ROOT / "docs" / "configuration.md"
 #: Where the code reads environment variables (the image's HEALTHCHECK included).
 CODE = [*(ROOT / "dsmon").rglob("*.py"), *(ROOT / "collectors").rglob("*.py"), ROOT / "app.py"]
-CODE += [*(ROOT / "pages").glob("*.py"), ROOT / "Dockerfile"]
+CODE += [*(ROOT / "cli").rglob("*.py"), *(ROOT / "pages").glob("*.py"), ROOT / "Dockerfile"]
 
 
 def subcommands() -> dict[str, argparse.ArgumentParser]:

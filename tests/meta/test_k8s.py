@@ -30,8 +30,8 @@ from deploy_support import (
     workloads,
 )
 
-from dsmon import cli
-from dsmon.commands import dashboard
+from cli import main as cli
+from cli import ui_server
 from dsmon.serve.run import DEFAULT_PORT as INGEST_PORT
 
 TOKEN_SECRET = "dsmon-ingest-token"
@@ -314,7 +314,7 @@ def test_dashboard_containers_listen_where_the_service_looks() -> None:
     assert by_name["ingest"]["ports"] == [
         {"name": "ingest", "containerPort": int(flag(ingest, "--port") or 0), "protocol": "TCP"}
     ]
-    assert int(flag(ui, "--port") or 0) == dashboard.DEFAULT_PORT
+    assert int(flag(ui, "--port") or 0) == ui_server.DEFAULT_PORT
     assert int(flag(ingest, "--port") or 0) == INGEST_PORT
 
 
@@ -325,7 +325,7 @@ def test_service_targets_the_right_container_ports() -> None:
         p["name"]: p["containerPort"] for c in dashboard_containers().values() for p in c["ports"]
     }
     targets = {p["port"]: named[p["targetPort"]] for p in svc["spec"]["ports"]}
-    assert targets == {dashboard.DEFAULT_PORT: 8501, INGEST_PORT: 8502}
+    assert targets == {ui_server.DEFAULT_PORT: 8501, INGEST_PORT: 8502}
 
 
 def test_probes_hit_the_health_endpoints() -> None:

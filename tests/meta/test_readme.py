@@ -10,8 +10,8 @@ from typing import Any
 
 from locations import ROOT
 
-from dsmon import cli
-from dsmon.commands import demo
+from cli import demo
+from cli import main as cli
 
 
 def readme_commands() -> list[str]:
@@ -28,12 +28,14 @@ def pyproject() -> dict[str, Any]:
 
 def test_readme_begins_with_exactly_two_commands() -> None:
     demo_cmd, test_cmd = readme_commands()
+    # The full install (every role); a node's is pip install 'dsmon[collector]'.
     assert re.fullmatch(
-        r"python3\.11 -m venv \.venv && \.venv/bin/pip install \. && \.venv/bin/dsmon demo",
+        r"python3\.11 -m venv \.venv && \.venv/bin/pip install '\.\[all\]' && "
+        r"\.venv/bin/dsmon demo",
         demo_cmd,
     )
     assert test_cmd.startswith("python3.11 -m venv .venv && ")
-    assert "pip install -e '.[test]'" in test_cmd
+    assert "pip install -e '.[all,test]'" in test_cmd
     assert test_cmd.endswith(" && .venv/bin/pytest")
 
 
@@ -62,7 +64,7 @@ def test_plain_pytest_runs_every_test_and_the_fast_lane_is_documented() -> None:
 
 def test_console_script_and_demo_data_exist() -> None:
     project = pyproject()
-    assert project["project"]["scripts"] == {"dsmon": "dsmon.cli:main"}
+    assert project["project"]["scripts"] == {"dsmon": "cli.main:main"}
     assert callable(cli.main)
     args = cli.build_parser().parse_args(["demo"])
     assert args.func is demo.run

@@ -31,15 +31,14 @@ from collect_support import (
 )
 from fakes import eight_gpus_two_models
 
-from collectors.agent import Agent
-from collectors.commands import lock_state_dir
-from collectors.nvml import NvmlPoller
-from collectors.sender import Sender
-from collectors.spool import Spool
-from collectors.state import StateFile
-from collectors.tailer import Tailer
-from collectors.transport import UrlTransport
-from dsmon.cli import main
+from cli.main import main
+from collectors.agent import Agent, lock_state_dir
+from collectors.gpu.nvml import NvmlPoller
+from collectors.send.sender import Sender
+from collectors.send.spool import Spool
+from collectors.send.transport import UrlTransport
+from collectors.tail.state import StateFile
+from collectors.tail.tailer import Tailer
 from dsmon.model.wire import decode, encode
 from dsmon.serve.run import start_ingest_server
 from dsmon.serve.tokens import write_token_file

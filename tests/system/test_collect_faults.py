@@ -107,7 +107,7 @@ class Faults(Cluster):
         ]  # fmt: skip
         out = (self.tmp / "collect.out").open("ab")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "dsmon.cli", *args],
+            [sys.executable, "-m", "cli.main", *args],
             stdout=out,
             stderr=subprocess.STDOUT,
             preexec_fn=limit_file_size,

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from dsmon.cli import build_parser, main
+from cli.main import build_parser, main
 from dsmon.model import wire
 from dsmon.model.records import Record, TimerRecord
 from dsmon.serve.tokens import write_token_file
@@ -71,7 +71,7 @@ class Dashboard:
         self.ui, self.ingest = free_ports(2)
         self.out = tmp / "dashboard.out"
         cmd = [
-            sys.executable, "-m", "dsmon.cli", "dashboard", "--store", str(tmp / "s.sqlite"),
+            sys.executable, "-m", "cli.main", "dashboard", "--store", str(tmp / "s.sqlite"),
             "--port", str(self.ui), "--ingest-port", str(self.ingest), "--no-browser", *args,
         ]  # fmt: skip
         with self.out.open("wb") as out:

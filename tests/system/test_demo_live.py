@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 from process_support import free_port, ui_healthy
 
-from dsmon.cli import main
-from dsmon.commands.demo import DEFAULT_DEMO_STORE, DEMO_RUN, demo_dir, live_target, load_demo
+from cli.demo import DEFAULT_DEMO_STORE, DEMO_RUN, demo_dir, live_target, load_demo
+from cli.main import main
+from dsmon.health.live import is_live
 from dsmon.load.files import import_paths
 from dsmon.store.base import RunInfo
 from dsmon.store.sqlite import open_store
-from dsmon.view.run_state import is_live
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +47,7 @@ class Demo:
         self.port = free_port()
         self.out = cwd / "demo.out"
         cmd = [
-            sys.executable, "-m", "dsmon.cli", "demo", "--no-browser",
+            sys.executable, "-m", "cli.main", "demo", "--no-browser",
             "--port", str(self.port), *args,
         ]  # fmt: skip
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DSMON_", "STREAMLIT_"))}

@@ -63,7 +63,7 @@ def job(tmp_path: Path) -> Iterator[dict[str, Any]]:
     env["HOME"] = str(home)
     port = free_port()
     watch = start(
-        [sys.executable, "-m", "dsmon.cli", "watch", str(run / "train.log"), "--port", str(port),
+        [sys.executable, "-m", "cli.main", "watch", str(run / "train.log"), "--port", str(port),
          "--store", str(tmp_path / "store.sqlite"), "--nvml-interval", "0", "--refresh", "1"],
         tmp_path, env, tmp_path / "watch.out",
     )  # fmt: skip

@@ -63,7 +63,7 @@ def job(tmp_path: Path) -> Iterator[dict[str, Any]]:
     started: list[subprocess.Popen[bytes]] = []
 
     def run(*train_args: str) -> subprocess.Popen[bytes]:
-        cmd = [sys.executable, "-m", "dsmon.cli", "run", "--dir", str(folder), "--no-dashboard",
+        cmd = [sys.executable, "-m", "cli.main", "run", "--dir", str(folder), "--no-dashboard",
                "--store", str(store), "--nvml-interval", "0", "--poll-interval", "0.2", "--",
                "deepspeed", "--num_gpus", "2", "--master_port", str(free_port()), str(TRAIN),
                "--deepspeed_config", "ds_config.json", *train_args]  # fmt: skip

@@ -54,7 +54,7 @@ def start(tmp: Path, args: list[str], browser: Path | None) -> tuple[subprocess.
     out = tmp / "out.txt"
     with out.open("wb") as f:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "dsmon.cli", *args],
+            [sys.executable, "-m", "cli.main", *args],
             cwd=tmp,
             env=fresh_env(home, browser),
             stdin=subprocess.DEVNULL,

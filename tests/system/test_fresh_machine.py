@@ -174,7 +174,7 @@ def test_readme_second_command_is_well_formed(clone: Path) -> None:
     steps = [shlex.split(part) for part in test_cmd.split(" && ")]
     assert steps == [
         ["python3.11", "-m", "venv", ".venv"],
-        [".venv/bin/pip", "install", "-e", ".[test]"],
+        [".venv/bin/pip", "install", "-e", ".[all,test]"],
         [".venv/bin/pytest"],
     ]
     # What it installs and runs is in the clone: the test extra and the suite's config.

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dsmon.commands import CommandError
+from cli.errors import CommandError
 from dsmon.model import wire
 from dsmon.model.records import Record, Source, TimerRecord
 from dsmon.store.sqlite import open_store
@@ -49,7 +49,7 @@ def start(store: Path, token_file: Path) -> tuple[subprocess.Popen[str], int]:
         [
             sys.executable,
             "-m",
-            "dsmon.cli",
+            "cli.main",
             "serve",
             "--store",
             str(store),
@@ -86,7 +86,7 @@ def test_serve_without_a_token_refuses_to_start(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "dsmon.cli",
+            "cli.main",
             "serve",
             "--store",
             str(tmp_path / "s.sqlite"),
@@ -173,8 +173,8 @@ def test_new_token_file_keeps_an_existing_token_across_restarts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A restarted server must not lock out the collectors that hold the token it wrote."""
-    from dsmon.cli import build_parser
-    from dsmon.commands.serve import _token
+    from cli.main import build_parser
+    from cli.serve import _token
 
     path = tmp_path / "state" / "token"
     args = build_parser().parse_args(["serve", "--new-token-file", str(path)])

@@ -16,9 +16,9 @@ import pytest
 from dashboard_support import app_at, read_records
 from fragment_timers import Timers
 
+from dsmon.health import live as live_state
 from dsmon.model.records import Record
 from dsmon.store.sqlite import open_store
-from dsmon.view import run_state
 from ui.page import LOOK_S
 
 #: The refresh period picked for these tests (``$DSMON_REFRESH_S``): unlike LOOK_S, so the two
@@ -101,7 +101,7 @@ def test_a_live_run_that_stops_is_finished_in_the_sidebar_too(
     assert timers.full_runs == 0 and status(at).startswith("live · ")
 
     # Nothing more is received: once the live window has passed, the run has stopped.
-    monkeypatch.setattr(run_state, "LIVE_WINDOW_S", 0.5)
+    monkeypatch.setattr(live_state, "LIVE_WINDOW_S", 0.5)
     time.sleep(0.6)
     timers.fire(at, REFRESH_S)
     assert timers.full_runs == 1 and not at.exception

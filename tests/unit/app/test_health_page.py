@@ -113,8 +113,8 @@ def test_a_live_launched_run_is_not_reported_killed(tmp_path: Path) -> None:
 def test_every_rule_that_reads_the_clock_is_evaluated_live() -> None:
     import inspect
 
+    from dsmon.health.live import CLOCK_RULES
     from dsmon.health.registry import all_rules
-    from dsmon.view.health_panel import CLOCK_RULES
 
     reads_now = {r.id for r in all_rules() if "inputs.now" in inspect.getsource(r.func)}
     helpers = {"run.errors"}  # reads it in a helper it calls (_clean_end)

@@ -9,13 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 from conftest import DATA, Z2
 
-from dsmon import cli
-from dsmon.commands import demo
+from cli import demo
+from cli import main as cli
 from dsmon.model import wire
 from dsmon.model.records import Record
 from dsmon.store.sqlite import open_store
@@ -192,25 +191,16 @@ def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert "usage: dsmon" in capsys.readouterr().err
 
 
-def test_plugin_commands_from_entry_points(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    def register(sub: Any) -> None:
-        p = sub.add_parser("hello")
-        p.set_defaults(func=lambda args: 7)
+def test_every_command_module_is_registered() -> None:
+    """One module of cli/ per command, each in the parser: a new one cannot be forgotten."""
+    import argparse
 
-    def broken() -> None:
-        raise ImportError("no module named nvml")
-
-    eps = [
-        SimpleNamespace(name="hello", load=lambda: register),
-        SimpleNamespace(name="bad", load=broken),
-    ]
-    monkeypatch.setattr(cli, "entry_points", lambda group: eps if group == "dsmon.commands" else [])
-    assert run_cli("hello") == 7
-    assert (
-        capsys.readouterr().err == "dsmon: command plugin bad: cannot load: no module named nvml\n"
-    )
+    helpers = {"__init__", "main", "errors", "extras", "supervise", "alerting", "ui_server"}
+    modules = {p.stem for p in Path(cli.__file__).parent.glob("*.py")} - helpers
+    (sub,) = [a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    runs = {name: parser.get_default("func") for name, parser in sub.choices.items()}
+    assert {func.__module__.rpartition(".")[2] for func in runs.values()} == modules
+    assert all(func.__name__ == "run" for func in runs.values())
 
 
 def test_console_script_runs(tmp_path: Path) -> None:
@@ -228,9 +218,9 @@ def test_building_the_command_line_loads_no_heavy_library() -> None:
     """Every command starts by building the parser: it must not load pandas, the health rules,
     Streamlit or a database driver (a collector on every node would carry them)."""
     code = (
-        "import sys, dsmon.cli as c; c.build_parser(); "
-        "print(sorted(m for m in ('pandas', 'streamlit', 'psycopg', 'dsmon.health')"
-        " if m in sys.modules))"
+        "import sys, cli.main as c; c.build_parser(); "
+        "print(sorted(m for m in ('pandas', 'streamlit', 'plotly', 'pyarrow', 'psycopg', "
+        "'uvicorn', 'starlette', 'tqdm', 'dsmon.health', 'dsmon.store') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout

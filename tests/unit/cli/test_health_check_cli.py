@@ -10,8 +10,8 @@ import pytest
 from health_support import SEEDS, corpus_dir
 from locations import DATA
 
-from dsmon.cli import main
-from dsmon.commands.demo import demo_dir
+from cli.demo import demo_dir
+from cli.main import main
 from dsmon.health import Checklist, HealthInputs, RunFacts, Status, evaluate
 from dsmon.health.report import exit_code
 from dsmon.load.files import import_paths

@@ -21,7 +21,7 @@ LOG = Z2 / "train.log"
 
 
 def run_import(tmp_path: Path, stderr: int) -> subprocess.CompletedProcess[bytes]:
-    cmd = [sys.executable, "-m", "dsmon.cli", "import", str(LOG), "--store", str(tmp_path / "s")]
+    cmd = [sys.executable, "-m", "cli.main", "import", str(LOG), "--store", str(tmp_path / "s")]
     return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=stderr, timeout=120)
 
 

@@ -22,7 +22,7 @@ import pytest
 from locations import ROOT
 from process_support import free_port
 
-from collectors.run_cmd import BOOT_DIR, PROBE_DIR_ENV, _config_in, copy_probe_files, probe_env
+from collectors.job import BOOT_DIR, PROBE_DIR_ENV, config_in, copy_probe, probe_env
 from dsmon.store.sqlite import open_store
 
 FAKE_DS = ROOT / "tests" / "e2e" / "fake_deepspeed"
@@ -35,7 +35,7 @@ def dsmon_run(tmp_path: Path, *job: str) -> subprocess.CompletedProcess[str]:
     args = ["--dir", str(tmp_path / "job1"), "--no-dashboard", "--nvml-interval", "0"]
     args += ["--store", str(tmp_path / "s.sqlite"), "--poll-interval", "0.1"]
     return subprocess.run(
-        [sys.executable, "-m", "dsmon.cli", "run", *args, "--", *job],
+        [sys.executable, "-m", "cli.main", "run", *args, "--", *job],
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
 
@@ -88,11 +88,11 @@ def test_the_jobs_deepspeed_config_is_read_for_the_checklist(tmp_path: Path) -> 
     ],
 )
 def test_the_config_a_trainer_job_is_given_is_found(options: list[str]) -> None:
-    assert _config_in(["deepspeed", "--num_gpus", "2", "train.py", *options]) == "ds.json"
+    assert config_in(["deepspeed", "--num_gpus", "2", "train.py", *options]) == "ds.json"
 
 
 def test_deepspeeds_flag_alone_names_no_config() -> None:
-    assert _config_in(["deepspeed", "train.py", "--deepspeed", "data.txt"]) is None
+    assert config_in(["deepspeed", "train.py", "--deepspeed", "data.txt"]) is None
 
 
 def test_exit_status_is_the_jobs(tmp_path: Path) -> None:
@@ -125,7 +125,7 @@ def test_probe_env_puts_the_boot_folder_first_and_keeps_the_rest(tmp_path: Path)
 def test_probe_copy_runs_without_dsmon_installed(tmp_path: Path) -> None:
     """``dsmon probe DIR`` (a Kubernetes init container): the copy alone turns the probe on."""
     out = subprocess.run(
-        [sys.executable, "-m", "dsmon.cli", "probe", str(tmp_path / "code"), "--probe-dir", str(tmp_path / "p")],
+        [sys.executable, "-m", "cli.main", "probe", str(tmp_path / "code"), "--probe-dir", str(tmp_path / "p")],
         capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     env_lines = dict(line.split("=", 1) for line in out.stdout.splitlines())
@@ -154,13 +154,13 @@ def test_probe_copy_leaves_the_folder_it_is_given_alone(tmp_path: Path) -> None:
     dest = tmp_path / "volume"
     dest.mkdir()
     dest.chmod(0o777)
-    copy_probe_files(dest)
+    assert copy_probe(dest) == dest / "boot"
     assert stat.S_IMODE(dest.stat().st_mode) == 0o777
     assert (dest / "boot" / "sitecustomize.py").read_bytes() == (
         BOOT_DIR / "sitecustomize.py"
     ).read_bytes()
     assert not list(dest.rglob("__pycache__"))
-    copy_probe_files(dest)  # again, over the first copy (a restarted init container)
+    copy_probe(dest)  # again, over the first copy (a restarted init container)
 
 
 @pytest.mark.slow
@@ -173,7 +173,7 @@ def test_dashboard_stays_up_after_the_job_until_ctrl_c(tmp_path: Path) -> None:
     err = tmp_path / "err.txt"
     with err.open("wb") as f:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "dsmon.cli", "run", *args, "--", sys.executable,
+            [sys.executable, "-m", "cli.main", "run", *args, "--", sys.executable,
              str(TRAIN_FAKE), "3", "1", "0"],
             env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=f,
         )  # fmt: skip

@@ -21,11 +21,11 @@ from locations import DATA
 from server_support import stop_later
 
 from collectors.agent import Agent
-from collectors.sender import Sender
-from collectors.spool import Spool
-from collectors.state import StateFile
-from collectors.tailer import Tailer
-from collectors.transport import UrlTransport
+from collectors.send.sender import Sender
+from collectors.send.spool import Spool
+from collectors.send.transport import UrlTransport
+from collectors.tail.state import StateFile
+from collectors.tail.tailer import Tailer
 from dsmon.load.files import read_found
 from dsmon.load.kinds import discover
 from dsmon.model.records import Record

@@ -14,7 +14,9 @@ import pytest
 from fakes import FakeNvml, a100, eight_gpus_two_models, h100
 from locations import DATA
 
-from collectors.gpu_select import (
+from cli.main import main
+from collectors.gpu.nvml import NvmlPoller
+from collectors.gpu.selection import (
     GpuId,
     Selection,
     SelectionError,
@@ -23,8 +25,6 @@ from collectors.gpu_select import (
     match,
     parse_selection,
 )
-from collectors.nvml import NvmlPoller
-from dsmon.cli import main
 
 SMI_LIST = DATA / "nvidia_smi_list_mig" / "nvidia-smi-L.txt"
 # The UUIDs of that listing, read by hand from the file.
@@ -75,7 +75,7 @@ def test_all_selects_every_gpu() -> None:
 def test_unknown_uuid_is_warned_once_and_the_others_are_sampled(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="collectors.nvml")
+    caplog.set_level(logging.WARNING, logger="collectors.gpu.nvml")
     p = NvmlPoller(
         eight_gpus_two_models(),
         run="z2",
@@ -120,7 +120,7 @@ def test_nvidia_smi_listing_gives_its_uuids() -> None:
 def test_file_written_after_start_is_waited_for(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="collectors.nvml")
+    caplog.set_level(logging.WARNING, logger="collectors.gpu.nvml")
     gpus_txt = tmp_path / "gpus.txt"
     select = choose_selection(f"@{gpus_txt}", {})
     assert select == Selection("--gpus", file=str(gpus_txt))

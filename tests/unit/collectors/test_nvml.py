@@ -14,7 +14,7 @@ from fakes import (
     no_driver,
 )
 
-from collectors.nvml import NvmlPoller
+from collectors.gpu.nvml import NvmlPoller
 from dsmon.model.records import GpuSampleRecord, record_key
 from dsmon.model.wire import decode, encode
 
@@ -92,7 +92,7 @@ def test_eight_gpus_of_two_models() -> None:
 def test_unsupported_field_is_null_for_that_field_only_and_logged_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="collectors.nvml")
+    caplog.set_level(logging.WARNING, logger="collectors.gpu.nvml")
     p = poller(field_not_supported())
     samples = [p.poll()[0] for _ in range(3)]
     rtx = samples[-1]
@@ -113,7 +113,7 @@ def test_unsupported_field_is_null_for_that_field_only_and_logged_once(
 
 
 def test_gpu_lost_mid_run_keeps_the_others(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.ERROR, logger="collectors.nvml")
+    caplog.set_level(logging.ERROR, logger="collectors.gpu.nvml")
     p = poller(gpu_lost_mid_run(at_poll=3))
     polls = [p.poll() for _ in range(5)]
     assert [s[1].util_gpu_pct for s in polls] == [87.0, 87.0, None, None, None]
@@ -129,7 +129,7 @@ def test_gpu_lost_mid_run_keeps_the_others(caplog: pytest.LogCaptureFixture) -> 
 
 
 def test_no_driver_is_one_clear_line(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="collectors.nvml")
+    caplog.set_level(logging.INFO, logger="collectors.gpu.nvml")
     p = NvmlPoller(no_driver(), run="z2")
     assert p.start() is False
     assert p.poll() == []

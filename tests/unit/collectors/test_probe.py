@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 from locations import ROOT
 
+from collectors.job import BOOT_DIR, probe_env
 from collectors.probe import patch
 from collectors.probe.clocks import CudaEventClock, MonotonicClock
 from collectors.probe.recorder import MAX_ERROR_CHARS, Recorder, uncaught_error
-from collectors.run_cmd import BOOT_DIR, probe_env
 
 FAKE_DS = ROOT / "tests" / "e2e" / "fake_deepspeed"
 TRAIN_FAKE = ROOT / "tests" / "e2e" / "train_fake.py"

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from server_support import stop_later
 
-from collectors.sender import Sender
-from collectors.spool import Spool
-from collectors.transport import HttpResponse, UrlTransport, ingest_url
+from collectors.send.sender import Sender
+from collectors.send.spool import Spool
+from collectors.send.transport import HttpResponse, UrlTransport, ingest_url
 from dsmon.model.records import Record, record_key
 from dsmon.model.wire import encode
 from dsmon.serve.run import IngestServer, start_ingest_server
@@ -145,7 +145,7 @@ def test_full_spool_holds_batches_and_pauses_reading_until_the_server_is_back(
 ) -> None:
     """Issue: a full spool dropped batches for good. Now it keeps them, in order, and says
     ``blocked`` so the tail loop stops reading; once the server is back all arrive, once."""
-    caplog.set_level(logging.WARNING, logger="collectors.sender")
+    caplog.set_level(logging.WARNING, logger="collectors.send.sender")
     recs = z2_log_records[:60]
     size = sum(len(encode(r).encode()) + 1 for r in recs[:20])
     port = free_port()

@@ -21,11 +21,10 @@ import pytest
 from conftest import read_log, settled
 from locations import DATA
 
-from collectors import follower as follower_mod
-from collectors import generation as generation_mod
-from collectors.profile_file import PROFILE_SETTLE_S
-from collectors.state import Checkpoint, StateFile
-from collectors.tailer import Tailer, Waker
+from collectors.tail import follower as follower_mod
+from collectors.tail.profile_file import PROFILE_SETTLE_S
+from collectors.tail.state import Checkpoint, StateFile
+from collectors.tail.tailer import Tailer, Waker
 from dsmon.model.records import (
     ConfigRecord,
     EventRecord,
@@ -382,7 +381,7 @@ def test_delete_and_recreate_between_polls(tmp_path: Path) -> None:
 
 
 def test_non_utf8_bytes_and_overlong_lines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(generation_mod, "MAX_LINE_BYTES", 64)
+    monkeypatch.setattr(follower_mod, "MAX_LINE_BYTES", 64)
     log = tmp_path / "train.log"
     t = tailer(tmp_path, str(log))
     long_line = b"x" * 200 + b"\n"

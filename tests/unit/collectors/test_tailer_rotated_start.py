@@ -13,8 +13,8 @@ from pathlib import Path
 
 from conftest import DATA
 
-from collectors.state import StateFile
-from collectors.tailer import Tailer
+from collectors.tail.state import StateFile
+from collectors.tail.tailer import Tailer
 from dsmon.load.files import import_paths, read_found
 from dsmon.load.kinds import discover
 from dsmon.model.records import Record, TimerRecord, record_key

@@ -6,7 +6,7 @@ import json
 
 from health_support import check, corpus_inputs
 
-from dsmon.commands.demo import demo_dir
+from cli.demo import demo_dir
 from dsmon.ds_config.effective import ConfigView
 from dsmon.health import HealthInputs, Status
 from dsmon.health.fixes import effective_fix, read_at_stage

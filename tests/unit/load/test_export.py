@@ -18,7 +18,7 @@ from conftest import DATA, Z2
 from dashboard_support import GPUS, gpu_samples
 from server_support import stop_later
 
-from dsmon import cli
+from cli import main as cli
 from dsmon.load.files import import_paths
 from dsmon.load.kinds import RECORDS, classify
 from dsmon.model.records import Record

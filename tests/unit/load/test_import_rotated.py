@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import DATA
 
-from dsmon.cli import main
+from cli.main import main
 from dsmon.load.files import import_paths, read_found
 from dsmon.load.kinds import Found, discover, in_read_order
 from dsmon.load.rotated import rotation

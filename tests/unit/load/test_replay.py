@@ -15,7 +15,7 @@ import threading
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from dsmon.commands.demo import demo_dir
+from cli.demo import demo_dir
 from dsmon.load.files import import_paths, plan, read_found
 from dsmon.load.kinds import InputError
 from dsmon.load.playback import (

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 from dashboard_support import DATA, app_at, gpu_samples, record_uncaught, shared_store
 
-from dsmon.cli import main
+from cli.main import main
 from dsmon.model.frames import records_frame
 from dsmon.model.records import EventRecord, Record, Source, StepRecord
 from dsmon.model.wire import encode

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from dashboard_support import DATA
 
-import collectors.generation
-from collectors.state import StateFile
-from collectors.tailer import Tailer
-from dsmon.cli import main
+import collectors.tail.follower
+from cli.main import main
+from collectors.tail.state import StateFile
+from collectors.tail.tailer import Tailer
 from dsmon.load.files import LONG_LINE, read_log
 from dsmon.model.records import Record, TimerRecord
 from dsmon.parse import linereader
@@ -43,7 +43,7 @@ def test_lines_are_cut_to_the_limit_and_keep_their_size() -> None:
 
 
 def test_the_collectors_cut_lines_at_the_same_length() -> None:
-    assert collectors.generation.MAX_LINE_BYTES is linereader.MAX_LINE_BYTES
+    assert collectors.tail.follower.MAX_LINE_BYTES is linereader.MAX_LINE_BYTES
 
 
 def with_huge_line(tmp_path: Path) -> Path:

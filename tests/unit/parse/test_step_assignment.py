@@ -14,7 +14,7 @@ from datetime import datetime
 import pytest
 from locations import DATA
 
-from collectors.run_cmd import run_start_line
+from collectors.job import run_start_line
 from dsmon.load.files import read_found
 from dsmon.load.kinds import discover
 from dsmon.model.records import (

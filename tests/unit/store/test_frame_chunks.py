@@ -211,7 +211,7 @@ def test_an_import_keeps_the_chunks_of_what_it_imported(
     """``dsmon import`` reads each sealed page once: the first look after it decodes chunks."""
     from dashboard_support import DATA
 
-    from dsmon.commands.import_ import import_and_summarise
+    from cli.import_ import import_and_summarise
 
     store = SQLiteStore(tmp_path / "s.sqlite")
     import_and_summarise(store, [DATA / "z2"], run="imported")

@@ -17,13 +17,13 @@ from dashboard_support import gpu_samples, read_records
 
 from dsmon.analysis import gpus
 from dsmon.ds_config.read import preferred_config
+from dsmon.health.live import is_live
 from dsmon.model.records import ConfigRecord, Record, Source
 from dsmon.store.base import Store
 from dsmon.store.sqlite import open_store
 from dsmon.view.cache import RunFrames
 from dsmon.view.cutoff import OPEN, Cutoff, step_cutoff
 from dsmon.view.hub import FrameHub
-from dsmon.view.run_state import is_live
 
 
 class CountingStore:

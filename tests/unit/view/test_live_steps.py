@@ -12,11 +12,11 @@ from datetime import datetime, timedelta
 
 from locations import DATA
 
+from dsmon.health.live import is_live, run_is_live
 from dsmon.model.records import Record, TimerRecord, record_key
 from dsmon.parse.log import LogParser
 from dsmon.store.base import Store
 from dsmon.view.cache import RunFrames
-from dsmon.view.run_state import is_live, run_is_live
 
 
 def z2_tail() -> tuple[list[str], int]:

@@ -28,7 +28,7 @@ from dashboard_support import read_records
 from prometheus_client.parser import text_string_to_metric_families
 from server_support import call, ndjson, stop_later
 
-from dsmon.cli import main
+from cli.main import main
 from dsmon.health.gather import inputs_from_records
 from dsmon.health.model import Status
 from dsmon.health.registry import evaluate
@@ -224,7 +224,7 @@ def test_dsmon_serve_posts_alerts_from_the_environment(tmp_path: Path, receiver:
     token_file.write_text(TOKEN)
     token_file.chmod(0o600)
     env = {k: v for k, v in os.environ.items() if not k.startswith("DSMON_")}
-    cmd = [sys.executable, "-m", "dsmon.cli", "serve", "--store", str(tmp_path / "s.sqlite")]
+    cmd = [sys.executable, "-m", "cli.main", "serve", "--store", str(tmp_path / "s.sqlite")]
     cmd += ["--port", "0", "--token-file", str(token_file), "--alert-format", "slack"]
     cmd += ["--dashboard-url", DASH, "--health-interval", "0.2"]
     proc = subprocess.Popen(
@@ -284,8 +284,8 @@ def test_no_alerts_asked_loads_no_checklist(tmp_path: Path) -> None:
     not load the checklist's modules (pandas: some 80 MB of a sidecar's memory)."""
     code = (
         "import os, sys\n"
-        "from dsmon.cli import build_parser\n"
-        "from dsmon.commands._alerting import start_watcher\n"
+        "from cli.main import build_parser\n"
+        "from cli.alerting import start_watcher\n"
         "os.environ.pop('DSMON_ALERT_WEBHOOK', None)\n"
         f"args = build_parser().parse_args(['serve', '--store', {str(tmp_path / 's.sqlite')!r}]"
         " + sys.argv[1:])\n"
@@ -302,3 +302,48 @@ def test_no_alerts_asked_loads_no_checklist(tmp_path: Path) -> None:
 
     assert run() == "True False"
     assert run("--health-metrics") == "False True"
+
+
+def test_the_watcher_reads_the_store_and_sees_untimed_timer_lines_arrive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At DeepSpeed's default log level the timer lines carry a start-up line's time
+    (tests/data/z0_default_loglevel): the watcher, as the dashboard, counts when they arrived,
+    so a run going on passes and a run whose steps stop while its GPUs are still sampled
+    fails. The rules that do not read the clock run again only once new records came."""
+    from dsmon.model.records import GpuSampleRecord, Source, TimerRecord
+    from dsmon.watch import health as watch_health
+
+    recs = [r for r in read_records("z0_default_loglevel", "z0") if r.KIND != "event"]
+    globals_at = [
+        i for i, r in enumerate(recs) if isinstance(r, TimerRecord) and r.group == "global"
+    ]
+    cut = globals_at[9] + 1
+    assert {r.ts for r in recs if isinstance(r, TimerRecord)} == {"2026-11-29T14:10:05.577"}
+    clock = [datetime.now()]
+
+    def sampled() -> GpuSampleRecord:
+        ts = clock[0].isoformat(timespec="milliseconds")
+        return GpuSampleRecord(src=Source(run="z0", node="n1"), ts=ts, gpu_index=0, name="H100")
+
+    evaluations: list[int] = []
+    counted = watch_health.evaluate
+    monkeypatch.setattr(watch_health, "evaluate", lambda *a: evaluations.append(1) or counted(*a))
+    path = tmp_path / "s.sqlite"
+    w = HealthWatcher(open_store(path), clock=lambda: clock[0])
+    with open_store(path) as s:
+        s.add([*recs[:cut], sampled()], live=True)
+        w.tick()  # the first look
+        clock[0] += timedelta(seconds=5)
+        s.add([*recs[cut:], sampled()], live=True)
+        w.tick()
+        assert w.states.snapshot()["z0"]["run.stalled"] is Status.PASS
+        assert len(evaluations) == 2
+        w.tick()  # nothing new: the clock rules only
+        assert len(evaluations) == 2
+        clock[0] += timedelta(minutes=10)  # no step since, but the GPUs are still sampled
+        s.add([sampled()], live=True)
+        w.tick()
+    w.stop()
+    assert len(evaluations) == 3
+    assert w.states.snapshot()["z0"]["run.stalled"] is Status.FAIL

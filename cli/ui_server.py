@@ -1,0 +1,236 @@
+"""The dashboard UI as a Streamlit child process: its options, its start, its readiness.
+
+The dashboard (``app.py`` with ``pages/``) is a Streamlit script, so the UI always runs as
+``python -m streamlit run app.py`` with the store in ``$DSMON_STORE`` and the redraw period in
+``$DSMON_REFRESH_S`` (:mod:`dsmon.env`): nothing below the command line imports Streamlit.
+``dsmon dashboard``, ``demo``, ``watch`` and ``run`` start it this way
+(:func:`start_streamlit`), supervised with :mod:`cli.supervise`; ``dsmon dashboard`` alone
+may also become the server (:func:`start`). It listens on loopback unless told otherwise,
+because the dashboard has no login and shows file paths and config of the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import webbrowser
+from pathlib import Path
+
+from cli.errors import CommandError
+from cli.supervise import child_failed, end_child, stop_on_signals, wait_for_signal
+from dsmon.env import REFRESH_ENV, STORE_ENV
+
+DEFAULT_PORT = 8501
+DEFAULT_ADDRESS = "127.0.0.1"
+#: How long the browser tab waits for the dashboard to answer before giving up.
+BROWSER_WAIT_S = 120.0
+
+
+def app_candidates() -> tuple[Path, ...]:
+    """Where ``app.py`` may be: the source checkout, or ``<prefix>/share/dsmon`` of an install."""
+    checkout = Path(__file__).resolve().parents[1] / "app.py"
+    return checkout, Path(sys.prefix) / "share" / "dsmon" / "app.py"
+
+
+def app_path() -> Path | None:
+    """The dashboard's ``app.py`` (a checkout first, so an editable install runs its own)."""
+    return next((p for p in app_candidates() if p.is_file()), None)
+
+
+def add_server_options(p: argparse.ArgumentParser) -> None:
+    """The options ``dashboard``, ``demo`` and ``watch`` share: port, address, refresh, browser."""
+    p.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT})"
+    )
+    p.add_argument(
+        "--address",
+        default=DEFAULT_ADDRESS,
+        help="interface to bind (default 127.0.0.1: this machine only)",
+    )
+    p.add_argument(
+        "--refresh", type=float, default=2.0, help="live redraw period in seconds (default 2)"
+    )
+    p.add_argument("--no-browser", action="store_true", help="do not open a browser tab")
+
+
+def streamlit_command(app: Path, port: int, address: str) -> list[str]:
+    """The ``python -m streamlit run`` command line with the server settings.
+
+    Always headless: a non-headless Streamlit asks for an e-mail address on its first start
+    on a machine (no ``~/.streamlit/credentials.toml``), which waits forever in a terminal
+    and exits 255 without one (nohup, systemd, CI, a container). dsmon opens the browser
+    itself (:func:`open_browser_when_ready`).
+    """
+    return [
+        sys.executable, "-m", "streamlit", "run", str(app),
+        "--server.port", str(port),
+        "--server.address", address,
+        "--server.headless", "true",
+        "--server.fileWatcherType", "none",
+        "--browser.gatherUsageStats", "false",
+    ]  # fmt: skip
+
+
+def browser_available() -> bool:
+    """Whether a browser can be shown here: a desktop session, macOS/Windows, or ``$BROWSER``.
+
+    Without one (SSH, a container, a CI job) Python's ``webbrowser`` could start a text-mode
+    browser on the terminal, which is worse than not opening any: the URL is printed anyway.
+    """
+    if os.environ.get("BROWSER"):
+        return True
+    if sys.platform in ("darwin", "win32"):
+        return True
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def dashboard_url(port: int, address: str) -> str:
+    """The URL a browser on this machine opens (a wildcard address is reached on loopback)."""
+    host = "127.0.0.1" if address in ("0.0.0.0", "::", "") else address
+    return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+
+
+def open_browser_when_ready(
+    url: str, child: subprocess.Popen[bytes], wait_s: float = BROWSER_WAIT_S
+) -> threading.Thread | None:
+    """Open ``url`` in the user's browser once Streamlit answers its health check.
+
+    In a daemon thread, so a browser that never returns cannot hold dsmon up; nothing is
+    opened when no browser can be shown here, or when the server died first.
+    """
+    if not browser_available():
+        return None
+
+    def wait_and_open() -> None:
+        if wait_until_ready(url, child, wait_s):
+            webbrowser.open(url, new=2)
+
+    thread = threading.Thread(target=wait_and_open, name="dsmon-browser", daemon=True)
+    thread.start()
+    return thread
+
+
+def wait_until_ready(
+    url: str,
+    child: subprocess.Popen[bytes],
+    wait_s: float = BROWSER_WAIT_S,
+    stop: threading.Event | None = None,
+) -> bool:
+    """Whether the dashboard at ``url`` answers Streamlit's health check within ``wait_s``.
+
+    False when ``child`` (its server) died first, or ``stop`` was set (Ctrl-C): a caller that
+    tells the user the dashboard is up must not say so before it is.
+    """
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and child.poll() is None:
+        if stop is not None and stop.is_set():
+            return False
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.25)
+    return False
+
+
+def absolute_store(store: str) -> str:
+    """A store path made absolute (the child runs in the checkout); URLs are kept as given."""
+    return store if "://" in store else str(Path(store).resolve())
+
+
+def check_port(port: int, flag: str, command: str = "dashboard") -> None:
+    """Refuse a port number TCP cannot have, naming the flag, before anything starts."""
+    if not 0 < port < 65536:
+        raise CommandError(f"{command}: {flag} {port}: not a TCP port (1-65535)")
+
+
+def _launch(
+    store: str, port: int, address: str, refresh_s: float, command: str
+) -> tuple[list[str], dict[str, str], Path]:
+    """Command line, environment and folder of the Streamlit server, after checking them.
+
+    It runs from the checkout (or share folder) so Streamlit reads the
+    ``.streamlit/config.toml`` next to ``app.py`` (theme, no telemetry).
+    """
+    from dsmon.store.base import redact_url  # the store's modules: loaded once a command runs
+
+    check_port(port, "--port", command)
+    app = app_path()
+    if app is None:
+        where = " or ".join(str(p) for p in app_candidates())
+        raise CommandError(f"{command}: cannot find the dashboard script: no {where}")
+    store = absolute_store(store)
+    env = {**os.environ, STORE_ENV: store, REFRESH_ENV: str(refresh_s)}
+    print(
+        f"dsmon {command}: dashboard on http://{address}:{port} (store {redact_url(store)}); "
+        "Ctrl-C stops it.",
+        flush=True,
+    )
+    return streamlit_command(app, port, address), env, app.parent
+
+
+def start(store: str, port: int, address: str, refresh_s: float, open_browser: bool) -> int:
+    """Run the dashboard server alone until it ends or a signal comes.
+
+    With no browser to open, this process becomes the server (``exec``): signals and the
+    exit status are then Streamlit's own, and no orphan is left behind. Otherwise it stays
+    to open the browser once the server answers, and supervises it.
+
+    Raises:
+        CommandError: the port is out of range, ``app.py`` is not where it should be, or
+            Python cannot be executed.
+    """
+    if open_browser and browser_available():
+        return supervise_alone(store, port, address, refresh_s)
+    cmd, env, cwd = _launch(store, port, address, refresh_s, "dashboard")
+    os.chdir(cwd)
+    try:
+        os.execve(cmd[0], cmd, env)
+    except OSError as exc:
+        raise CommandError(f"dashboard: cannot start {cmd[0]}: {exc.strerror or exc}") from None
+    return 0  # not reached: execve replaced this process
+
+
+def supervise_alone(store: str, port: int, address: str, refresh_s: float) -> int:
+    """The dashboard as a child, with the browser opened on it, until a signal or its end."""
+    stop = stop_on_signals()
+    ui = start_streamlit(store, port, address, refresh_s, True)
+    try:
+        signalled = wait_for_signal(lambda: ui.poll() is not None, stop)
+    finally:
+        end_child(ui)
+    if not signalled:
+        child_failed(ui, "dashboard")
+    return 0
+
+
+def start_streamlit(
+    store: str,
+    port: int,
+    address: str,
+    refresh_s: float,
+    open_browser: bool,
+    *,
+    command: str = "dashboard",
+) -> subprocess.Popen[bytes]:
+    """The dashboard as a child process, for a caller that has other work (ingest, replay).
+
+    Raises:
+        CommandError: the port is out of range, ``app.py`` is missing, or Python cannot run;
+            the message starts with ``command``.
+    """
+    cmd, env, cwd = _launch(store, port, address, refresh_s, command)
+    try:
+        child = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL)
+    except OSError as exc:
+        raise CommandError(f"{command}: cannot start {cmd[0]}: {exc.strerror or exc}") from None
+    if open_browser:
+        open_browser_when_ready(dashboard_url(port, address), child)
+    return child
