@@ -47,11 +47,16 @@ need() {
 
 # rootfs TAR: Debian bookworm with Python 3.11, as a tarball.
 rootfs() {
-  # As Debian's slim images: /usr merged by the hook (no usrmerge, which pulls in Perl), no
-  # documentation, manual pages or translations (dpkg keeps skipping them in the image).
+  # As Debian's images for Docker: /usr merged by the hook (no usrmerge, which pulls in
+  # Perl), and these settings, which mmdebstrap keeps in the image's apt.conf.d and dpkg.cfg.d:
+  # no package caches (without that, a layer's `apt-get install tini` weighs 82 MB), no
+  # translations fetched, lists kept compressed; no documentation, manual pages or
+  # translations installed.
   mmdebstrap --quiet --variant=minbase --format=tar \
     --include=python3.11,python3.11-venv,python-is-python3,ca-certificates,passwd \
     --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr --aptopt='Acquire::Retries "3"' \
+    --aptopt='Dir::Cache::pkgcache ""' --aptopt='Dir::Cache::srcpkgcache ""' \
+    --aptopt='Acquire::Languages "none"' --aptopt='Acquire::GzipIndexes "true"' \
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
     --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*' \
     --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/lintian/*' \
@@ -95,9 +100,15 @@ build_one() {
 }
 
 # The layers of earlier builds that no tag or newer layer uses any more (a changed checkout
-# makes new ones each time), and only those of dsmon's images.
+# makes new ones each time), and only those of dsmon's images; then the bases of an earlier
+# recipe, once nothing is built on them any more.
 prune() {
   podman image prune --force --filter label=org.opencontainers.image.title=dsmon >/dev/null
+  local old
+  for old in $(podman images --format '{{.Repository}}:{{.Tag}}' localhost/dsmon-base); do
+    if [ "$old" != "$BASE_IMAGE" ]; then podman rmi "$old" >/dev/null 2>&1 || true; fi
+  done
+  find "$CACHE" -maxdepth 1 -name 'bookworm-py3.11-*.tar' ! -name "${BASE_IMAGE##*:}.tar" -delete
 }
 
 size() {

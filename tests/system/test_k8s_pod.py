@@ -64,8 +64,9 @@ from dsmon.store.sqlite import open_store
 
 pytestmark = pytest.mark.slow
 
-#: Optimizer steps of the job: past the flops profiler's profile_step, and a few step= lines.
-STEPS = 40
+#: Optimizer steps of the job: past the flops profiler's profile_step, a few step= lines, and
+#: enough for the checks below to run before the job ends (12 s at the least).
+STEPS = 60
 #: Seconds each rank waits after a step, so the sidecar reads while the job runs.
 SLEEP_S = 0.2
 #: The node the Job's pod "landed on" (the downward API's spec.nodeName).
@@ -310,8 +311,8 @@ def test_the_pods_run_beside_a_real_deepspeed_job(
     trainer_name = start(jobrun, pod, trainer, hosts)
     started = time.monotonic()
     everyone = [sidecar, trainer_name, *dash_names.values()]
-    wait_until("half the steps of both ranks stored",
-               lambda: stored().get("rank_step", 0) >= STEPS, everyone)  # fmt: skip
+    wait_until("5 steps of both ranks stored",
+               lambda: stored().get("rank_step", 0) >= 2 * 5, everyone)  # fmt: skip
 
     # While it all runs: users, read-only root filesystems, the image's health checks.
     specs = {c["name"]: c for c in containers(dash.spec) + containers(jobrun.spec)}
@@ -324,6 +325,8 @@ def test_the_pods_run_beside_a_real_deepspeed_job(
         assert process_uid_gid(name) == (sec["runAsUser"], sec["runAsGroup"]) == (10001, 10001)
         assert read_only_root(name) == bool(sec.get("readOnlyRootFilesystem")), name
         assert healthy(name), f"{name}: the image's HEALTHCHECK fails"
+    report.append(f"the image's HEALTHCHECK passes in {', '.join(running)}; the manifests' "
+                  "probes pass before and after the job")  # fmt: skip
     report.append(f"uid:gid 10001:10001 in {', '.join(running)}; read-only root filesystem in "
                   + ", ".join(n for n in running if specs[n].get("securityContext", {})
                               .get("readOnlyRootFilesystem")))  # fmt: skip
@@ -332,6 +335,7 @@ def test_the_pods_run_beside_a_real_deepspeed_job(
     # exits (as one a poll behind, or on a slow link, is). The kubelet's SIGTERM reaches it
     # frozen; thawed, it must deliver everything before it exits, within the grace period.
     podman("pause", sidecar)
+    assert container_state(trainer_name)["Running"], "the job ended too soon: raise STEPS"
     code = int(podman("wait", trainer_name, timeout=DEADLINE_S + STEPS * 5).stdout.strip())
     assert code == 0, f"trainer exited {code}:\n{logs(trainer_name)}"
     trained_s = time.monotonic() - started
