@@ -15,8 +15,9 @@ import streamlit as st
 
 from dsmon.env import REFRESH_ENV, default_store
 from dsmon.health.live import run_is_live
-from dsmon.store.base import RunInfo, redact_url
-from dsmon.store.sqlite import open_store
+from dsmon.store.records.runs import RunInfo
+from dsmon.store.store import open_store
+from dsmon.store.url import redact_url
 from dsmon.view import step_views
 from dsmon.view.cutoff import OPEN, step_cutoff
 from dsmon.view.hub import FrameHub, View

@@ -1,15 +1,15 @@
-"""Benchmark: reading a long run's frames from kept chunks against parsing their JSON.
+"""Benchmark: reading a long run's frames from kept sealed pages against parsing their JSON.
 
 Builds a store of ``--steps`` optimizer steps of what DeepSpeed 0.19 prints on rank 0 with
 ``wall_clock_breakdown`` (the records of ``bench/pages.py``: three timer lines, a step line
 and every tenth step a ThroughputTimer line), then reads the timer and step frames of the
-run with ``Store.frame`` (what the dashboard's first look and ``dsmon check --store`` do)
+run with ``Store.frames.frame`` (what the dashboard's first look and ``dsmon check --store`` do)
 three ways, each on a fresh store object:
 
-- ``json``: no chunk kept (the table emptied first): every page parsed from its JSON, the
+- ``json``: no page kept (the table emptied first): every page parsed from its JSON, the
   full ones then kept;
-- ``chunks``: the same read again: the full pages decoded from their chunks;
-- ``keep``: ``Store.keep_chunks`` on the run with no chunk kept (what ``dsmon import`` and the
+- ``chunks``: the same read again: the full pages decoded from their kept tables;
+- ``keep``: ``Store.frames.keep_sealed`` on the run with no page kept (what ``dsmon import`` and the
   ingest server add to their work).
 
 It checks that the frames read from chunks equal the frames read from JSON, and prints the
@@ -32,17 +32,18 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from dsmon.store.base import Store  # noqa: E402
-from dsmon.store.sqlite import open_store  # noqa: E402
+from dsmon.store.store import Store, open_store  # noqa: E402
+from dsmon.store.url import sqlite_file  # noqa: E402
 from pages import RUN, steps  # noqa: E402  (the records of bench/pages.py)
 
 KINDS = ("timer", "step")
 
 
 def _drop_chunks(url: str) -> None:
-    """Empty the store's frame_chunks table: the next read is its first reader's."""
-    sql = "DELETE FROM frame_chunks"
-    if url.startswith("postgresql://"):
+    """Empty the store's sealed_pages table: the next read is its first reader's."""
+    sql = "DELETE FROM sealed_pages"
+    path = sqlite_file(url)
+    if path is None:
         from psycopg import connect
 
         with connect(url, autocommit=True) as conn:
@@ -50,20 +51,19 @@ def _drop_chunks(url: str) -> None:
         return
     import sqlite3
 
-    with sqlite3.connect(url) as conn:  # SQLite: the table comes with the first chunk
-        if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'frame_chunks'").fetchone():
-            conn.execute(sql)
+    with sqlite3.connect(path) as conn:
+        conn.execute(sql)
 
 
 def _timed(url: str, what: str) -> tuple[float, dict[str, pd.DataFrame]]:
-    """Seconds of one read of the run's frames (or of keep_chunks), on a fresh store object."""
+    """Seconds of one read of the run's frames (or of keep_sealed), on a fresh store object."""
     store: Store = open_store(url)
     start = time.perf_counter()
     frames: dict[str, pd.DataFrame] = {}
     if what == "keep":
-        store.keep_chunks(RUN)
+        store.frames.keep_sealed(RUN)
     else:
-        frames = {kind: store.frame(RUN, kind) for kind in KINDS}
+        frames = {kind: store.frames.frame(RUN, kind) for kind in KINDS}
     seconds = time.perf_counter() - start
     store.close()
     return seconds, frames
@@ -85,7 +85,7 @@ def main() -> None:
         f"{info.kinds.get('step', 0):,} step records) in {time.perf_counter() - start:.0f} s"
     )
     with open_store(url) as store:  # imports and first calls, out of the figures
-        store.frame(RUN, "throughput")
+        store.frames.frame(RUN, "throughput")
     _drop_chunks(url)
     json_s, parsed = _timed(url, "json")
     chunk_s, decoded = _timed(url, "chunks")

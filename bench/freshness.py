@@ -138,7 +138,7 @@ def prefill(path: Path, n: int) -> None:
     any per-batch cost that grows with the stored rows shows up in the figures.
     """
     from dsmon.model.records import Source, TimerRecord
-    from dsmon.store.sqlite import SQLiteStore
+    from dsmon.store.store import open_store
 
     def records() -> Iterator[TimerRecord]:
         for i in range(n):
@@ -148,7 +148,7 @@ def prefill(path: Path, n: int) -> None:
             )  # fmt: skip
 
     start = time.perf_counter()
-    store = SQLiteStore(path)
+    store = open_store(path)
     store.add(records())
     store.close()
     print(f"prefill: {n:,} records of run {RUN} stored in {time.perf_counter() - start:.0f} s")

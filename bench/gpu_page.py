@@ -41,8 +41,8 @@ from dsmon.analysis import gpus
 from dsmon.analysis.downsample import N_OUT
 from dsmon.figures import gpus as fig
 from dsmon.model.records import GpuSampleRecord, Source
-from dsmon.store.base import ROW_COLUMNS, RecordRow, Store, record_row
-from dsmon.store.sqlite import SQLiteStore, open_store
+from dsmon.store.records.rows import ROW_COLUMNS, RecordRow, record_row
+from dsmon.store.store import Store, open_store
 
 RUN = "bench"
 GPUS = 64
@@ -99,10 +99,10 @@ def live_batches(first_s: int, seconds: int, gpm: bool) -> Iterator[list[GpuSamp
 def page(store: Store) -> tuple[float, int]:
     """Seconds and figure JSON bytes of the GPUs page's queries and figures (util metric)."""
     start = time.perf_counter()
-    summary = store.gpu_summary(RUN)
-    fine = store.gpu_buckets(RUN, N_OUT // 2, gpus=[f"node00/gpu{i}" for i in range(8)])
-    grid = store.gpu_buckets(RUN, 300)
-    latest = gpus.latest_of(store.gpu_latest(RUN))
+    summary = store.gpu.summary(RUN)
+    fine = store.gpu.buckets(RUN, N_OUT // 2, gpus=[f"node00/gpu{i}" for i in range(8)])
+    grid = store.gpu.buckets(RUN, 300)
+    latest = gpus.latest_of(store.gpu.latest(RUN))
     selected = [str(g) for g in gpus.inventory(summary)["gpu"][:8]]
     figures = [
         fig.lines_figure(gpus.lines(fine, "util_gpu_pct", selected), "util_gpu_pct"),
@@ -117,7 +117,7 @@ def page(store: Store) -> tuple[float, int]:
 def baseline_page(bodies: list[str]) -> float:
     """The page as it was: every sample decoded from its JSON row, then bucketed in pandas."""
     from dsmon.model.frames import records_frame
-    from dsmon.store.base import row_record
+    from dsmon.store.records.rows import row_record
 
     start = time.perf_counter()
     recs = [row_record(b) for b in bodies]
@@ -145,7 +145,7 @@ class SqliteBench:
     def baseline(self, rows: list[RecordRow]) -> tuple[int, float]:
         """Bytes and first-load seconds of ``rows`` stored with the store's own DDL."""
         path = self.tmp / "records.sqlite"
-        SQLiteStore(path).close()
+        open_store(path).close()
         conn = sqlite3.connect(path, isolation_level=None)
         conn.execute("BEGIN")
         marks = ",".join("?" * len(ROW_COLUMNS))

@@ -34,12 +34,12 @@ import sys
 from pathlib import Path
 from dsmon.analysis.steps import step_breakdown
 from dsmon.load.files import import_paths
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import open_store
 with open_store(sys.argv[2]) as store:
     import_paths(store, [Path(sys.argv[1])], "x")
-    step_breakdown(store.frame("x", "timer"))
-    store.frame("x", "throughput")
-    store.frame("x", "flops_profile")
+    step_breakdown(store.frames.frame("x", "timer"))
+    store.frames.frame("x", "throughput")
+    store.frames.frame("x", "flops_profile")
 """
 
 

@@ -44,8 +44,8 @@ from dsmon.model.records import Record
 from dsmon.model.wire import encode
 from dsmon.parse.log import parse_text
 from dsmon.serve.batch import inflate, parse_batch_rows
-from dsmon.store.base import ROW_COLUMNS, RecordRow, record_row
-from dsmon.store.sqlite import SQLiteStore
+from dsmon.store.records.rows import ROW_COLUMNS, RecordRow, record_row
+from dsmon.store.store import open_store
 
 BATCH = 2000  # the sender's batch_records
 GOAL_RATIO = 0.5
@@ -96,7 +96,7 @@ def timed(fn: Callable[[], object]) -> float:
 
 def direct(path: Path, rows: list[RecordRow]) -> float:
     """Seconds to executemany ``rows`` into a fresh store file, one transaction per batch."""
-    SQLiteStore(path).close()  # the store's schema and WAL mode
+    open_store(path).close()  # the store's schema and WAL mode
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA synchronous = NORMAL")
 
@@ -161,7 +161,7 @@ def stages(path: Path, payloads: list[bytes]) -> dict[str, float]:
     """
     names = ("inflate", "decode+check+row", "store.add")
     out = dict.fromkeys(names, 0.0)
-    store = SQLiteStore(path)
+    store = open_store(path)
     for body in payloads:
         marks = [time.perf_counter()]
         raw = inflate(body, "gzip", 1 << 30)

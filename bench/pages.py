@@ -1,6 +1,6 @@
 """Benchmark: every dashboard page on a big run, real store, real page code (issue 11).
 
-Builds a real SQLite store through ``SQLiteStore.add``: ``--steps`` optimizer steps (default
+Builds a real SQLite store through ``Store.add``: ``--steps`` optimizer steps (default
 100,000) of what DeepSpeed prints with ``wall_clock_breakdown`` on rank 0 (engine timers,
 micro-step timers, ZeRO optimizer timers, the step line with loss and lr, a ThroughputTimer
 line every 10 steps), with each step a ``rank_step`` record and a heartbeat from each of
@@ -10,8 +10,8 @@ per-rank figures take to read from the store's summaries and, as before, from th
 records as frames (``per-rank reads``, each in a process of its own). Then opens each page with Streamlit's own test harness (``AppTest`` on
 ``app.py``: the real scripts, the real frame cache, the real queries) and measures:
 
-- ``ever``: the page's first render with every cache empty and no frame chunk kept in the
-  store (``dsmon.store.frame_chunks``): the first reader of the run ever, which parses the
+- ``ever``: the page's first render with every cache empty and no sealed page kept in the
+  store (``dsmon.store.frames.sealed``): the first reader of the run ever, which parses the
   JSON of every page and keeps the sealed ones;
 - ``first``: the page's first render with every cache empty, in a new process after that one
   (the next browser to open the run, a dashboard restarted, another replica);
@@ -68,7 +68,7 @@ from dsmon.model.records import (  # noqa: E402
     ThroughputRecord,
     TimerRecord,
 )
-from dsmon.store.sqlite import SQLiteStore  # noqa: E402
+from dsmon.store.store import Store, open_store  # noqa: E402
 
 RUN = "bench"
 T0 = datetime(2026, 11, 29, 8, 0, 0)
@@ -150,8 +150,8 @@ def steps(first: int, n: int, n_ranks: int = 0) -> Iterator[Record]:
             yield from rank_records(step, n_ranks)
 
 
-def build(path: Path, n_steps: int, gpu_hours: float, n_ranks: int) -> SQLiteStore:
-    store = SQLiteStore(path)
+def build(path: Path, n_steps: int, gpu_hours: float, n_ranks: int) -> Store:
+    store = open_store(path)
     start = time.perf_counter()
     store.add(steps(1, n_steps, n_ranks))
     probe = f" (and {n_ranks} ranks' probe records)" if n_ranks else ""
@@ -215,16 +215,16 @@ def open_page(page: str) -> tuple[object, float]:
 
 
 def first_ever(path: Path, page: str, step: int) -> float:
-    """The page's first render with no frame chunk kept yet: the first reader of the run.
+    """The page's first render with no sealed page kept yet: the first reader of the run.
 
-    The store's chunks (``dsmon.store.frame_chunks``) are dropped first; this render parses
+    The store's kept pages (``dsmon.store.frames.sealed``) are dropped first; this render parses
     the JSON of every page and keeps the sealed ones for the readers after it.
     """
     os.environ["DSMON_STORE"] = str(path)
     logging.getLogger("streamlit").setLevel(logging.ERROR)
     with sqlite3.connect(path) as conn:
-        conn.execute("DROP TABLE IF EXISTS frame_chunks")
-    SQLiteStore(path).add(list(steps(step, 1, RANKS)), live=True)
+        conn.execute("DELETE FROM sealed_pages")
+    open_store(path).add(list(steps(step, 1, RANKS)), live=True)
     return open_page(page)[1]
 
 
@@ -232,7 +232,7 @@ def measure(path: Path, page: str, step: int, second: int, n_ticks: int = TICKS)
     """One page in this process: first render, ``n_ticks`` live ticks; the result line."""
     os.environ["DSMON_STORE"] = str(path)
     logging.getLogger("streamlit").setLevel(logging.ERROR)
-    store = SQLiteStore(path)
+    store = open_store(path)
     # a step first, so the run is live when the page opens, as for someone watching it.
     # Opened on a finished run (no live fragment), AppTest's next run at times did not run
     # the dashboard frame at all: a 0.02 s "refresh" that read nothing new.
@@ -265,23 +265,23 @@ def probe_reads(path: Path, how: str) -> str:
     run's middle step, a replay position (before, a replay read the records as frames too).
     """
     from dsmon.analysis import ranks
-    from dsmon.store.rank_tables import bucket_width
+    from dsmon.store.ranks.tables import bucket_width
 
-    store = SQLiteStore(path)
+    store = open_store(path)
     start = time.perf_counter()
     if how == "before":
-        table = ranks.rank_step_table(store.frame(RUN, "rank_step"))
-        per_step = ranks.step_stats(store.frame(RUN, "rank_step"))
+        table = ranks.rank_step_table(store.frames.frame(RUN, "rank_step"))
+        per_step = ranks.step_stats(store.frames.frame(RUN, "rank_step"))
         width = bucket_width(int(per_step["step"].max()), 300)
         ranks.busy_buckets(table, width)
-        beats = ranks.last_beats(store.frame(RUN, "heartbeat"))
+        beats = ranks.last_beats(store.frames.frame(RUN, "heartbeat"))
     else:
         last = store.runs()[0].last_step or 0
         upto = last // 2 if how == "replay" else None
-        per_step = store.rank_step_stats(RUN, step_max=upto)
+        per_step = store.ranks.step_stats(RUN, step_max=upto)
         assert per_step is not None
-        store.rank_busy(RUN, bucket_width(int(per_step["step"].max()), 300), upto)
-        beats = store.last_heartbeats(RUN, upto)
+        store.ranks.busy(RUN, bucket_width(int(per_step["step"].max()), 300), upto)
+        beats = store.ranks.last_heartbeats(RUN, upto)
     ranks.stragglers(per_step)
     took = time.perf_counter() - start
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -315,9 +315,9 @@ def main() -> None:
             print(measure(Path(args.store), page, int(step), int(second), n), flush=True)
         return
     path = Path(args.store) if args.store else Path(tempfile.mkdtemp()) / "pages.sqlite"
-    store = SQLiteStore(path) if args.store else build(path, args.steps, args.gpu_hours, RANKS)
+    store = open_store(path) if args.store else build(path, args.steps, args.gpu_hours, RANKS)
     info = store.runs()[0]
-    span = store.gpu_summary(RUN)
+    span = store.gpu.summary(RUN)
     last_s = int((span["last_ts"].max() - pd.Timestamp(T0)).total_seconds()) if len(span) else 0
     store.close()
     print(f"run: {info.n_records:,} records, last step {info.last_step:,}")

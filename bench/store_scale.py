@@ -1,7 +1,7 @@
 """Benchmark: the store's per-refresh and per-batch costs once a big run is stored (issue 11).
 
 Writes ``--samples`` per-rank step records (64 ranks, ``dsmon run``'s probe; default 300,000)
-and 1,000 timer records of one run into a real SQLite store file through ``SQLiteStore.add``,
+and 1,000 timer records of one run into a real SQLite store file through ``Store.add``,
 then measures, in the same run and on the same file, this dsmon against a baseline:
 
 - ``refresh``: the query a dashboard refresh makes for a kind it shows (``after_id`` = one
@@ -32,9 +32,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from dsmon.model.records import RankStepRecord, Record, Source, TimerRecord
-from dsmon.store import sqlite_sql as store_sql
-from dsmon.store.base import RecordFilter
-from dsmon.store.sqlite import SQLiteStore
+from dsmon.store import sqlite as store_sql
+from dsmon.store.records.filter import RecordFilter
+from dsmon.store.store import Store, open_store
 
 RUN = "bench"
 GPUS = 64
@@ -77,24 +77,24 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - t
 
 
-def refresh_s(store: SQLiteStore, rounds: int, last: int) -> float:
+def refresh_s(store: Store, rounds: int, last: int) -> float:
     """Median seconds of the GPU page's refresh query (the newest tick's 64 rows).
 
-    The query alone (``_select``, the rows as stored): decoding 64 rows into a frame costs
+    The query alone (the record log's ``select``, the rows as stored): decoding 64 rows into a frame costs
     the same either way and would hide the difference at small sizes.
     """
     flt = RecordFilter(RUN, "rank_step", after_id=last - GPUS)
-    if len(store._select(flt)) != GPUS:
+    if len(store._log.select(flt)) != GPUS:
         raise SystemExit("bench: the refresh query did not return one tick")
-    return statistics.median(timed(lambda: store._select(flt)) for _ in range(rounds))
+    return statistics.median(timed(lambda: store._log.select(flt)) for _ in range(rounds))
 
 
-def add_batch(store: SQLiteStore, first: int) -> int:
+def add_batch(store: Store, first: int) -> int:
     """One live batch of 2,000 new timer records, as the ingest server stores a request."""
     return store.add(timers(first, 2000, "b.log"), live=True)
 
 
-def batch_s(store: SQLiteStore, rounds: int, first: int, baseline: bool) -> float:
+def batch_s(store: Store, rounds: int, first: int, baseline: bool) -> float:
     """Median seconds of ``store.add`` of 2,000 new timer records (baseline SQL if asked)."""
     kinds, sources = store_sql.UPDATE_KINDS, store_sql.UPDATE_SOURCES
     if baseline:
@@ -114,7 +114,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        store = SQLiteStore(Path(tmp) / "bench.sqlite")
+        store = open_store(Path(tmp) / "bench.sqlite")
         store.add(timers(1, 1000, "train.log"))
         write = timed(lambda: store.add(rank_steps(args.samples)))
         rows = store.runs()[0].n_records
@@ -130,7 +130,7 @@ def main() -> None:
             ),
         }
         for stmt in BEFORE_ISSUE_11:
-            store._conn.execute(stmt)
+            store.backend._conn.execute(stmt)  # type: ignore[attr-defined]
         figures["refresh (ranks, after_id)"] = (
             figures["refresh (ranks, after_id)"][0],
             refresh_s(store, args.rounds, last),

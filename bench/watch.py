@@ -34,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pages  # noqa: E402  (the store of bench/pages.py)
-from dsmon.store.sqlite import open_store  # noqa: E402
+from dsmon.store.store import open_store  # noqa: E402
 from dsmon.watch.health import HealthWatcher  # noqa: E402
 
 

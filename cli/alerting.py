@@ -80,8 +80,8 @@ def start_watcher(
         raise CommandError(f"{command}: --alert-min-gap and --health-interval must be positive")
     if webhook_url(args.alert_webhook) is None and not args.health_metrics:
         return None  # not asked for: the checklist's modules (pandas) stay unloaded
-    from dsmon.store.base import StoreError
-    from dsmon.store.sqlite import open_store
+    from dsmon.store.errors import StoreError
+    from dsmon.store.store import open_store
     from dsmon.watch.alerts import Alerter, shown_url, target_from
     from dsmon.watch.health import HealthWatcher
 

@@ -19,7 +19,6 @@ from cli.errors import CommandError
 from cli.extras import require_full
 from cli.supervise import child_failed, end_child, stop_on_signals, wait_for_signal
 from cli.ui_server import (
-    absolute_store,
     add_server_options,
     check_port,
     dashboard_url,
@@ -119,7 +118,9 @@ def serve_with_ingest(args: argparse.Namespace, store: str) -> int:
 def run(args: argparse.Namespace) -> int:
     """Start the dashboard on ``--store``, with the ingest server unless ``--no-ingest``."""
     require_full("dashboard")
-    store = absolute_store(args.store or default_store())
+    from dsmon.store.url import absolute_url  # the store package: loaded when a command runs
+
+    store = absolute_url(args.store or default_store())
     if args.no_ingest and webhook_url(args.alert_webhook) is not None:
         watcher = start_watcher(args, store, "dashboard", dashboard_url(args.port, args.address))
         try:

@@ -24,7 +24,8 @@ from dsmon.env import default_store
 
 if TYPE_CHECKING:  # loaded when the command runs: building the command line stays light
     from dsmon.model.records import Record
-    from dsmon.store.base import RunInfo, Store
+    from dsmon.store.records.runs import RunInfo
+    from dsmon.store.store import Store
 
 
 def register(subparsers: Any) -> None:
@@ -84,20 +85,18 @@ def _output(name: str) -> Iterator[TextIO]:
 
 def _check_exists(url: str) -> None:
     """Exporting from a store file that is not there is a typo, not an empty store to create."""
-    from dsmon.store.sqlite import sqlite_path
+    from dsmon.store.url import sqlite_file
 
-    if "://" in url and not url.startswith("sqlite://"):
-        return
-    path = sqlite_path(url)
-    if not Path(path).exists():
+    path = sqlite_file(url)
+    if path is not None and not Path(path).exists():
         raise CommandError(f"export: no store at {path}")
 
 
 def run(args: argparse.Namespace) -> int:
     """Write the run's records; one line on stderr says how many."""
     require_full("export")
-    from dsmon.store.base import redact_url
-    from dsmon.store.sqlite import open_store
+    from dsmon.store.store import open_store
+    from dsmon.store.url import redact_url
 
     url = args.store or default_store()
     _check_exists(url)

@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # loaded when the command runs: building the command line sta
     from tqdm import tqdm
 
     from dsmon.load.files import ImportResult, Progress
-    from dsmon.store.base import Store
+    from dsmon.store.store import Store
 
 
 def register(subparsers: Any) -> None:
@@ -83,7 +83,7 @@ def import_and_summarise(store: Store, paths: list[Path], run: str | None = None
     for res in results:
         _warn_bad_records(res)
         for run in res.runs:
-            store.keep_chunks(run, tail=True)  # a first look then decodes chunks, not JSON
+            store.frames.keep_sealed(run, tail=True)  # a first look then decodes them, not JSON
     return [_report(store, r) for r in results if r.files]
 
 
@@ -113,8 +113,8 @@ def _report(store: Store, res: ImportResult) -> str:
 def run(args: argparse.Namespace) -> int:
     """Import, then print each run's summary to stdout."""
     require_full("import")
-    from dsmon.store.base import redact_url
-    from dsmon.store.sqlite import open_store
+    from dsmon.store.store import open_store
+    from dsmon.store.url import redact_url
 
     url = args.store or default_store()
     with open_store(url) as store:

@@ -69,7 +69,7 @@ def _user_error(exc: Exception) -> tuple[str, int] | None:
     """
     try:
         from dsmon.load.kinds import InputError
-        from dsmon.store.base import StoreError
+        from dsmon.store.errors import StoreError
     except ImportError:  # the core's modules do not load here: neither was raised
         return None
     if isinstance(exc, (InputError, StoreError)):

@@ -23,7 +23,6 @@ from cli.errors import CommandError
 from cli.extras import require_full
 from cli.supervise import end_child, exit_status, stop_on_signals, wait_for_signal
 from cli.ui_server import (
-    absolute_store,
     add_server_options,
     check_port,
     dashboard_url,
@@ -100,7 +99,9 @@ def _destination(args: argparse.Namespace) -> tuple[str, str, IngestServer | Non
             raise CommandError("run: --server needs --token-file F or $DSMON_TOKEN")
         return args.server, token, None
     token = generate_token()
-    store = absolute_store(args.store or default_store())
+    from dsmon.store.url import absolute_url  # the store package: loaded when a command runs
+
+    store = absolute_url(args.store or default_store())
     from dsmon.serve.run import ServeError, start_ingest_server  # the server stack, only here
 
     try:
@@ -128,7 +129,9 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:  # only --server can be a URL that is not one
             raise CommandError(f"run: --server: {exc}") from None
         if dashboard:
-            store = absolute_store(args.store or default_store())
+            from dsmon.store.url import absolute_url
+
+            store = absolute_url(args.store or default_store())
             ui = start_streamlit(
                 store, args.port, args.address, args.refresh, not args.no_browser, command="run"
             )

@@ -75,7 +75,7 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 def run(args: argparse.Namespace) -> int:
     """Serve until interrupted."""
     require_full("serve")
-    from dsmon.store.base import redact_url
+    from dsmon.store.url import redact_url
 
     # SIGTERM (docker stop, the end of a pod) ends the server as Ctrl-C does. uvicorn shuts
     # down gracefully on either, then raises the signal again under the handler it found: at

@@ -140,11 +140,6 @@ def wait_until_ready(
     return False
 
 
-def absolute_store(store: str) -> str:
-    """A store path made absolute (the child runs in the checkout); URLs are kept as given."""
-    return store if "://" in store else str(Path(store).resolve())
-
-
 def check_port(port: int, flag: str, command: str = "dashboard") -> None:
     """Refuse a port number TCP cannot have, naming the flag, before anything starts."""
     if not 0 < port < 65536:
@@ -159,14 +154,16 @@ def _launch(
     It runs from the checkout (or share folder) so Streamlit reads the
     ``.streamlit/config.toml`` next to ``app.py`` (theme, no telemetry).
     """
-    from dsmon.store.base import redact_url  # the store's modules: loaded once a command runs
+    from dsmon.store.url import redact_url  # the store's modules: loaded once a command runs
 
     check_port(port, "--port", command)
     app = app_path()
     if app is None:
         where = " or ".join(str(p) for p in app_candidates())
         raise CommandError(f"{command}: cannot find the dashboard script: no {where}")
-    store = absolute_store(store)
+    from dsmon.store.url import absolute_url  # the store package: loaded when a command runs
+
+    store = absolute_url(store)
     env = {**os.environ, STORE_ENV: store, REFRESH_ENV: str(refresh_s)}
     print(
         f"dsmon {command}: dashboard on http://{address}:{port} (store {redact_url(store)}); "

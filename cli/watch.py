@@ -16,7 +16,6 @@ from cli.errors import CommandError
 from cli.extras import require_full
 from cli.supervise import child_failed, end_child, wait_for_signal
 from cli.ui_server import (
-    absolute_store,
     add_server_options,
     check_port,
     dashboard_url,
@@ -62,7 +61,9 @@ def run(args: argparse.Namespace) -> int:
     """``dsmon watch LOG``: ingest server, collector and dashboard until Ctrl-C."""
     require_full("watch")
     log_to_stderr()
-    store = absolute_store(args.store or default_store())
+    from dsmon.store.url import absolute_url  # the store package: loaded when a command runs
+
+    store = absolute_url(args.store or default_store())
     check_port(args.port, "--port", "watch")
     if args.ingest_port:
         check_port(args.ingest_port, "--ingest-port", "watch")

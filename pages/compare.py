@@ -9,7 +9,7 @@ from dsmon.analysis import compare, ranks, training
 from dsmon.analysis.downsample import downsample
 from dsmon.ds_config.read import preferred_config
 from dsmon.figures import compare as fig
-from dsmon.view import rank_views
+from dsmon.view import ranks as rank_views
 from dsmon.view.cache import RunFrames
 from dsmon.view.cutoff import OPEN
 from dsmon.view.hub import FrameHub

@@ -12,8 +12,8 @@ from dsmon.analysis import gpus
 from dsmon.analysis.downsample import N_OUT
 from dsmon.figures import gpus as fig
 from dsmon.figures.common import rounded
-from dsmon.store.base import Store
-from dsmon.view.gpu_folds import GRID, GRID_BUCKETS
+from dsmon.store.store import Store
+from dsmon.view.gpu_buckets import GRID, GRID_BUCKETS
 from ui.charts import chart
 from ui.page import live_body, page_header, page_view
 from ui.text import md_escape
@@ -80,7 +80,7 @@ def body() -> None:
     st.subheader("Clock-event (throttle) reasons")
     chart(fig.throttle_figure(gpus.throttle_share(summary)), "gpus.throttle_figure")
     st.subheader("Latest sample per GPU")
-    latest = query("latest", lambda s, cut: gpus.latest_of(s.gpu_latest(run, cut)))
+    latest = query("latest", lambda s, cut: gpus.latest_of(s.gpu.latest(run, cut)))
     st.dataframe(rounded(latest, 1), hide_index=True, width="stretch")
     st.subheader("Inventory")
     st.dataframe(rounded(inv, 1), hide_index=True, width="stretch")

@@ -12,7 +12,8 @@ from dsmon.figures import steps as fig
 from dsmon.figures import training as training_fig
 from dsmon.figures.common import fmt_ms, rounded
 from dsmon.health import thresholds as th
-from dsmon.view import rank_views, step_views
+from dsmon.view import ranks as rank_views
+from dsmon.view import step_views
 from ui.charts import chart
 from ui.page import live_body, page_header, page_view
 

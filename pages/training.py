@@ -10,7 +10,8 @@ from dsmon.analysis import training
 from dsmon.ds_config.read import preferred_config
 from dsmon.figures import training as fig
 from dsmon.figures.common import rounded
-from dsmon.view import rank_views, step_views
+from dsmon.view import ranks as rank_views
+from dsmon.view import step_views
 from dsmon.view.cache import RunFrames
 from dsmon.view.cutoff import Cutoff
 from ui.charts import chart

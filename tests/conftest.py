@@ -27,8 +27,7 @@ from dsmon.load.files import read_found
 from dsmon.load.kinds import discover
 from dsmon.model.records import Record, record_key
 from dsmon.parse.base import Diagnostics
-from dsmon.store.base import Store
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import Store, open_store
 
 # Property tests explore new random inputs on every developer run (that is how they find
 # bugs); in CI they replay one fixed sequence, so a submission is judged on the same examples

@@ -26,7 +26,7 @@ from dsmon.load.files import import_paths, read_found
 from dsmon.load.kinds import discover
 from dsmon.model.records import GpuSampleRecord, Record, Source
 from dsmon.parse.base import Diagnostics
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from conftest import read_log
 
 from dsmon.model.records import Record
-from dsmon.store.base import Store
+from dsmon.store.store import Store
 from dsmon.view.cache import RunFrames
 
 DATA = Path(__file__).parent / "data"

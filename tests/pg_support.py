@@ -18,7 +18,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from dsmon.store.postgres import PgStore
+from dsmon.store.postgres import PostgresBackend
+from dsmon.store.store import Store
 
 PG_URL_ENV = "DSMON_TEST_PG_URL"
 START_SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "start-postgres.sh"
@@ -80,12 +81,12 @@ def drop_schema(name: str) -> None:
         conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
 
 
-class ThrowawayPgStore(PgStore):
-    """A PgStore in its own schema, which closing the store drops."""
+class ThrowawayPgStore(Store):
+    """A PostgreSQL store in its own schema, which closing the store drops."""
 
     def __init__(self) -> None:
         self.schema, url = create_schema()
-        super().__init__(url)
+        super().__init__(PostgresBackend(url))
 
     def close(self) -> None:
         super().close()

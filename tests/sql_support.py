@@ -1,7 +1,7 @@
-"""SQL run on a store's database directly, as another program (or an older dsmon) would.
+"""SQL run on a store's database directly, as another program would.
 
-Tests that build a store as an older dsmon left it, or look at what a store wrote, go past
-the Store interface; this runs ``?``-placeholder SQL on either backend the same way.
+Tests that look at what a store wrote, or change it behind its back, go past the Store
+interface; this runs ``?``-placeholder SQL on either backend the same way.
 """
 
 from __future__ import annotations
@@ -12,9 +12,7 @@ from pathlib import Path
 
 import psycopg
 
-from dsmon.store.base import Store
-from dsmon.store.postgres import PgStore
-from dsmon.store.sqlite import SQLiteStore
+from dsmon.store.store import Store
 
 Rows = list[tuple[object, ...]]
 
@@ -41,9 +39,7 @@ def pg_sql(url: str, sql: str, rows: Sequence[Sequence[object]] = ()) -> Rows:
         return cur.fetchall() if cur.description else []
 
 
-def sql_rows(store: Store, sql: str, rows: Sequence[Sequence[object]] = ()) -> Rows:
-    """Run SQL on the store's database directly."""
-    if isinstance(store, SQLiteStore):
-        return sqlite_sql(store.path, sql, rows)
-    assert isinstance(store, PgStore)
-    return pg_sql(store.url, sql, rows)
+def store_sql(store: Store, sql: str, rows: Sequence[Sequence[object]] = ()) -> Rows:
+    """:func:`sqlite_sql` or :func:`pg_sql` on the database of ``store``."""
+    run = sqlite_sql if store.backend.dialect.name == "sqlite" else pg_sql
+    return run(store.url, sql, rows)

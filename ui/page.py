@@ -17,7 +17,7 @@ from pathlib import Path
 import streamlit as st
 
 from dsmon.health.live import run_is_live
-from dsmon.store.base import RunInfo
+from dsmon.store.records.runs import RunInfo
 from dsmon.view.hub import View
 from dsmon.view.run_state import reading_line, status_line
 from ui.text import md_escape

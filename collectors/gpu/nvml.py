@@ -299,7 +299,7 @@ class NvmlPoller:
         nvml.nvmlGpmMetricsGet(request)
         ok = getattr(nvml, "NVML_SUCCESS", 0)
         # to a hundredth of a percent: finer than 1 s of counters tells, and what the store
-        # packs three to an integer (dsmon.store.gpu_rows.pack_gpm)
+        # packs three to an integer (dsmon.store.gpu.rows.pack_gpm)
         return {
             name: round(float(request.metrics[i].value), 2)
             if request.metrics[i].nvmlReturn == ok

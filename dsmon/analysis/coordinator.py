@@ -62,7 +62,7 @@ def coordinator_steps(timers: pd.DataFrame) -> pd.DataFrame:
     """One row per step (and rank) of the coordinator timers, with the three parts and shares.
 
     Args:
-        timers: the store's timer frame (``Store.frame(run, "timer")``).
+        timers: the store's timer frame (``Store.frames.frame(run, "timer")``).
 
     Returns:
         Columns :data:`COLUMNS`, sorted by step: every timer in ms (NaN when the line lacks it,

@@ -1,9 +1,9 @@
 """GPU telemetry views: per-GPU traces, GPUs x time grids, imbalance and throttling.
 
 A day of 1 Hz samples on 64 GPUs is 5.5 million rows, so nothing here reads samples one by
-one: inputs are what the store folds for a page (``Store.gpu_summary``: one row per GPU;
-``Store.gpu_buckets``: mean, min and max per GPU and time bucket; ``dsmon.store.gpu_fold``), and
-only :func:`prepare`/:func:`latest` see samples, the newest one of each GPU.
+one: inputs are what the store sums up for a page (``Store.gpu.summary``: one row per GPU;
+``Store.gpu.buckets``: mean, min and max per GPU and time bucket;
+``dsmon.store.gpu.buckets``), and only :func:`prepare`/:func:`latest` see samples, the newest one of each GPU.
 
 NVML's ``utilization.gpu`` is the share of the sample period in which *any* kernel ran
 (kernel-active time), not how busy the SMs were: one tiny kernel reads 100 %. The labels in
@@ -20,7 +20,7 @@ import pandas as pd
 
 from dsmon.model.frames import records_frame
 from dsmon.model.records import GpuSampleRecord
-from dsmon.store.gpu_rows import GIB, THROTTLE_REASONS, gpu_label
+from dsmon.store.gpu.rows import GIB, THROTTLE_REASONS, gpu_label
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +101,7 @@ def _col(frame: pd.DataFrame, col: str) -> pd.Series:
 def inventory(summary: pd.DataFrame) -> pd.DataFrame:
     """One row per GPU: model, memory and power limit, sample count and last sample time.
 
-    ``summary`` is the store's per-GPU summary (``Store.gpu_summary``).
+    ``summary`` is the store's per-GPU summary (``Store.gpu.summary``).
     """
     cols = ["gpu", "node", "gpu_index", "name", "mem_total_gib", "power_limit_w", "samples",
             "last_ts"]  # fmt: skip

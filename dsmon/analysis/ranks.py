@@ -22,8 +22,8 @@ import numpy as np
 import pandas as pd
 
 from dsmon.model.records import ENDED_PHASES
-from dsmon.store.rank_sql import STAT_COLUMNS
-from dsmon.store.rank_tables import BUSY_COLUMNS
+from dsmon.store.ranks.sql import STAT_COLUMNS
+from dsmon.store.ranks.tables import BUSY_COLUMNS
 
 RANK_STEP_COLUMNS = ("step", "rank", "fwd_ms", "bwd_ms", "step_ms", "comm_ms", "total_ms")
 #: What the probe adds to a step besides its times (probes before 2026-12-05 wrote neither).
@@ -72,7 +72,7 @@ def step_stats(frame: pd.DataFrame) -> pd.DataFrame:
     equals; ``wall_ms`` is the slowest rank's step time (the step's wall time, see
     :func:`step_wall_ms`); ``waited`` counts the ranks seen blocked in a collective;
     ``skipped_steps`` and ``loss_scale`` are the engine's (the same on every rank). The store
-    keeps this table as records arrive (``Store.rank_step_stats``); this is the same from a
+    keeps this table as records arrive (``Store.ranks.step_stats``); this is the same from a
     frame, for logs read into memory and for replay positions.
     """
     table = rank_step_table(frame)
@@ -116,7 +116,7 @@ def busy_buckets(table: pd.DataFrame, width: int) -> pd.DataFrame:
 def last_beats(heartbeats: pd.DataFrame) -> pd.DataFrame:
     """Each rank's newest heartbeat (by time, then line): what the checklist and page read.
 
-    The store keeps their ids as heartbeats arrive (``Store.last_heartbeats``).
+    The store keeps their ids as heartbeats arrive (``Store.ranks.last_heartbeats``).
     """
     if heartbeats.empty or "rank" not in heartbeats.columns:
         return heartbeats

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from dsmon.analysis import comm, steps
-from dsmon.analysis.ranked import Ranked
+from dsmon.analysis.percentiles import Percentiles
 
 #: Per step (slowest rank): exposed communication as a fraction of the step's total.
 COMM_SHARE = "comm_share"
@@ -75,7 +75,7 @@ STEP_STATS: dict[str, ValuesFn] = {
 ALL_ROWS = "all."
 
 #: How a caller that keeps the figures answers for one (None: compute it from the rows).
-StatSource = Callable[[str], Ranked | None]
+StatSource = Callable[[str], Percentiles | None]
 
 
 def values_fn(name: str) -> ValuesFn:
@@ -97,17 +97,17 @@ def _column(column: str, rows: pd.DataFrame) -> np.ndarray:
     return rows[column].to_numpy(dtype=np.float64, na_value=np.nan)
 
 
-def ranked(rows: pd.DataFrame, name: str) -> Ranked:
+def ranked(rows: pd.DataFrame, name: str) -> Percentiles:
     """The values of figure ``name`` over a breakdown's rows, to take medians of.
 
     ``rows``: the steady rows (``dsmon.analysis.steps.steady``) when :func:`after_warmup`.
     """
     if rows.empty:
-        return Ranked.of(np.empty(0))
-    return Ranked.of(values_fn(name)(rows))
+        return Percentiles.of(np.empty(0))
+    return Percentiles.of(values_fn(name)(rows))
 
 
-def timer_table(breakdown: pd.DataFrame, values: Callable[[str], Ranked]) -> pd.DataFrame:
+def timer_table(breakdown: pd.DataFrame, values: Callable[[str], Percentiles]) -> pd.DataFrame:
     """:func:`dsmon.analysis.steps.step_stats` (p50 / p90 / max per timer) from ``values``.
 
     The same table, to the last digit, from figures ``all.<column>`` a live page keeps sorted.
@@ -124,7 +124,7 @@ def timer_table(breakdown: pd.DataFrame, values: Callable[[str], Ranked]) -> pd.
     return out.astype({"n": "int64"})
 
 
-def share_stats(values: Ranked, scale: float = 1.0) -> comm.ShareStats | None:
+def share_stats(values: Percentiles, scale: float = 1.0) -> comm.ShareStats | None:
     """Median and p90 (each divided by ``scale``) and the count; None without values.
 
     The p90 is taken at ``0.9 * 100``, as pandas asks numpy for ``quantile(0.9)``.
@@ -136,7 +136,7 @@ def share_stats(values: Ranked, scale: float = 1.0) -> comm.ShareStats | None:
     )
 
 
-def phase_lines(breakdown: pd.DataFrame, values: Callable[[str], Ranked]) -> list[str]:
+def phase_lines(breakdown: pd.DataFrame, values: Callable[[str], Percentiles]) -> list[str]:
     """``optimizer_allgather = 11.76 ms (35 % of fwd)``: each timer's median, its phase share.
 
     Both are medians over the steady steps (``values`` gives each figure), the share as the

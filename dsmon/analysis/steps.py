@@ -95,7 +95,7 @@ def step_breakdown(timers: pd.DataFrame) -> pd.DataFrame:
     """One row per optimizer step and rank from the ``global`` timer lines.
 
     Args:
-        timers: the store's timer frame (``Store.frame(run, "timer")``).
+        timers: the store's timer frame (``Store.frames.frame(run, "timer")``).
 
     Returns:
         Columns :data:`BREAKDOWN_COLUMNS` (``total_ms`` = fwd + bwd + step), plus

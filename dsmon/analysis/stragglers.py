@@ -5,8 +5,8 @@ reported (:func:`dsmon.analysis.ranks.stragglers`), names the rank that was slow
 often, and ``ranks.hang`` scales its limit with the median step time. Taken afresh from the
 per-step figures, each is a pass over every step: at a million steps, tens of milliseconds
 on every live refresh. A :class:`StragglerSummary` holds them as sorted values
-(:class:`dsmon.analysis.ranked.Ranked`) and counts, so the dashboard can keep one up to date
-with the steps that finished since (``dsmon.view.rank_summary``); :func:`straggler_summary`
+(:class:`dsmon.analysis.percentiles.Percentiles`) and counts, so the dashboard can keep one up to date
+with the steps that finished since (``dsmon.view.ranks``); :func:`straggler_summary`
 computes the same from the per-step figures, bit for bit.
 """
 
@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from dsmon.analysis import ranks, steps
-from dsmon.analysis.ranked import Ranked
+from dsmon.analysis.percentiles import Percentiles
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,12 +35,12 @@ class StragglerSummary:
     steps: int
     first_step: int | None
     last_step: int | None
-    score: Ranked
-    slowest_ms: Ranked
-    median_ms: Ranked
+    score: Percentiles
+    slowest_ms: Percentiles
+    median_ms: Percentiles
     counts: dict[int, int]
     waited: bool
-    step_ms: Ranked
+    step_ms: Percentiles
 
     def step_range(self) -> tuple[int, int] | None:
         """The first and last step the figures are over (None: no such step)."""
@@ -62,12 +62,12 @@ def straggler_summary(stats: pd.DataFrame, warmup: int = steps.WARMUP_STEPS) -> 
         steps=len(strag),
         first_step=int(strag["step"].iloc[0]) if len(strag) else None,
         last_step=int(strag["step"].iloc[-1]) if len(strag) else None,
-        score=Ranked.of(strag["score"].to_numpy()),
-        slowest_ms=Ranked.of(strag["slowest_ms"].to_numpy()),
-        median_ms=Ranked.of(strag["median_ms"].to_numpy()),
+        score=Percentiles.of(strag["score"].to_numpy()),
+        slowest_ms=Percentiles.of(strag["slowest_ms"].to_numpy()),
+        median_ms=Percentiles.of(strag["median_ms"].to_numpy()),
         counts=_counts(strag["slowest_rank"].to_numpy()),
         waited=waited,
-        step_ms=Ranked.of(steady["median_total_ms"].to_numpy(dtype=np.float64)),
+        step_ms=Percentiles.of(steady["median_total_ms"].to_numpy(dtype=np.float64)),
     )
 
 

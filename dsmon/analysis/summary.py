@@ -27,7 +27,8 @@ from dsmon.model.records import (
     EventRecord,
     HeartbeatRecord,
 )
-from dsmon.store.base import RunInfo, Store
+from dsmon.store.records.runs import RunInfo
+from dsmon.store.store import Store
 
 #: Event names that make a launch count as failed.
 _PROBLEMS = ("traceback", "oom", "nccl_error")
@@ -203,12 +204,11 @@ def _probe_ended(store: Store, run: str) -> tuple[int, tuple[str, ...]]:
 
     ``torchrun`` prints no launcher lines, so without ``dsmon run``'s probe nothing says that
     its workers exited. The newest beat of each rank (by time, then line) is the store's
-    (``Store.last_heartbeats``), or, in an older store, found in one streaming pass. A
-    ``failed`` beat names the uncaught exception its rank died on.
+    (``Store.ranks.last_heartbeats``). A ``failed`` beat names the uncaught exception its rank
+    died on.
     """
-    kept = store.last_heartbeats(run)
     newest: dict[int, tuple[tuple[str, int], HeartbeatRecord]] = {}
-    for rec in kept if kept is not None else store.scan(run, "heartbeat"):
+    for rec in store.ranks.last_heartbeats(run):
         rank, ts = rec.src.rank, rec.ts
         if rank is None or ts is None or not isinstance(rec, HeartbeatRecord):
             continue

@@ -1,7 +1,7 @@
 """The run summary's inputs, read in one streaming pass with memory bounded by what it keeps.
 
 A 500 MB log holds millions of timer records; building a Python object per record and a
-frame of every column (``Store.frame``) took gigabytes for a summary that needs a few
+frame of every column (``Store.frames.frame``) took gigabytes for a summary that needs a few
 numbers per optimizer step. Here the store is read in chunks of ids (``Store.scan``), each
 record is reduced to the numbers the summary uses (step, rank and the phase timers of each
 line of the groups the step breakdown reads, one float per throughput line or flops
@@ -21,7 +21,7 @@ import pandas as pd
 
 from dsmon.analysis.steps import OPTIMIZER_TIMERS, PHASES, group_breakdown
 from dsmon.model.check import loads
-from dsmon.store.base import Store
+from dsmon.store.store import Store
 
 #: Timer groups the step breakdown reads, and the timers it takes from each.
 _KEPT = {"global": PHASES, "zero_optimizer": OPTIMIZER_TIMERS}
@@ -56,7 +56,7 @@ class _GroupColumns:
             self.cols[f"{name}_ms"].append(_num(value))
 
     def frame(self) -> pd.DataFrame:
-        """The columns ``Store.frame`` would give these lines; a timer never seen has none."""
+        """The columns ``Store.frames.frame`` would give these lines; a timer never seen has none."""
         out = pd.DataFrame(
             {
                 "step": pd.array(self.cols.pop("step"), dtype="float64").astype("Int64"),
@@ -71,7 +71,7 @@ class _GroupColumns:
 
 
 def step_breakdown_of(store: Store, run: str) -> pd.DataFrame:
-    """``step_breakdown(store.frame(run, "timer"))``, computed in one pass over the timers.
+    """``step_breakdown(store.frames.frame(run, "timer"))``, computed in one pass over the timers.
 
     It reads the stored JSON of each timer record, not a record built from it: building
     them took two thirds of the pass, which was a fifth of ``dsmon import``.

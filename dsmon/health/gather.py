@@ -2,7 +2,7 @@
 
 The checklist runs in three places (``dsmon check`` on files, ``dsmon check --store``, the
 dashboard), each holding its data differently. All three end in :func:`build_inputs`, so a
-rule sees the same frames (``dsmon.model.frames.records_frame`` shape, as ``Store.frame`` returns)
+rule sees the same frames (``dsmon.model.frames.records_frame`` shape, as ``Store.frames.frame`` returns)
 and the same facts wherever it runs. Facts (version, device, world size, nodes, GPU models)
 are read from the run's own events, config dump, flops profile and NVML samples, and each
 remembers where it was learnt so the evidence can say so.
@@ -18,7 +18,6 @@ from typing import Any
 
 import pandas as pd
 
-from dsmon.analysis import ranks
 from dsmon.analysis.step_stats import StatSource
 from dsmon.analysis.stragglers import StragglerSummary
 from dsmon.ds_config.effective import ConfigView, auto_paths, ds_config_from_effective
@@ -34,9 +33,8 @@ from dsmon.health.inputs import (
 )
 from dsmon.model.frames import records_frame
 from dsmon.model.records import ENGINE_INFO, ConfigRecord, Record
-from dsmon.store import gpu_fold
-from dsmon.store.base import Store
-from dsmon.store.gpu_reads import fold_samples
+from dsmon.store.gpu import buckets
+from dsmon.store.store import Store
 
 #: Record kinds the rules read as frames (configs are read as records).
 FRAME_KINDS = (
@@ -56,7 +54,7 @@ FRAME_KINDS = (
 )
 #: Kinds the rules read through :data:`RANK_STATS` and :data:`LAST_BEATS` only.
 _PROBE_KINDS = frozenset({"rank_step", "heartbeat"})
-#: The frame key of the per-GPU summary (``Store.gpu_summary``) the GPU rules read.
+#: The frame key of the per-GPU summary (``Store.gpu.summary``) the GPU rules read.
 GPU_SUMMARY = "gpu_summary"
 #: Comm backends that only run on accelerators.
 _GPU_BACKENDS = frozenset({"nccl", "hccl", "rccl", "xccl"})
@@ -75,8 +73,8 @@ def inputs_from_records(
         by_kind.setdefault(rec.KIND, []).append(rec)
     frames = {k: records_frame(k, by_kind[k]) for k in FRAME_KINDS if k in by_kind}
     if "gpu" in by_kind:
-        fold = fold_samples(records_frame("gpu", by_kind["gpu"]), None)
-        frames[GPU_SUMMARY] = gpu_fold.summary(fold.fold, fold.series)
+        grid = buckets.grid_of_samples(records_frame("gpu", by_kind["gpu"]), None)
+        frames[GPU_SUMMARY] = buckets.summary(grid.stats, grid.series)
     nodes = {r.src.node for recs in by_kind.values() for r in recs if r.src.node}
     return build_inputs(
         frames, by_kind.get("config", []), run=run, config=config, now=now, node_names=nodes
@@ -102,10 +100,10 @@ def inputs_from_store(
     :data:`dsmon.health.inputs.NEWEST_TS`, which knows when rows arrived).
     """
     loaders: dict[str, Callable[[], pd.DataFrame]] = {
-        k: functools.partial(store.frame, run, k) for k in FRAME_KINDS
+        k: functools.partial(store.frames.frame, run, k) for k in FRAME_KINDS
     }
-    loaders[GPU_SUMMARY] = functools.partial(store.gpu_summary, run)
-    loaders[RANK_STATS] = functools.partial(store_rank_stats, store, run)
+    loaders[GPU_SUMMARY] = functools.partial(store.gpu.summary, run)
+    loaders[RANK_STATS] = functools.partial(store.ranks.step_stats, run)
     loaders[LAST_BEATS] = functools.partial(store_last_beats, store, run)
     loaders.update(views or {})
     info = next((r for r in store.runs() if r.name == run), None)
@@ -120,18 +118,9 @@ def inputs_from_store(
     )
 
 
-def store_rank_stats(store: Store, run: str) -> pd.DataFrame:
-    """The probe's per-step figures: the store's, or computed from its records (older store)."""
-    got = store.rank_step_stats(run)
-    return got if got is not None else ranks.step_stats(store.frame(run, "rank_step"))
-
-
 def store_last_beats(store: Store, run: str) -> pd.DataFrame:
-    """Each rank's newest heartbeat: the store's, or found among its records (older store)."""
-    got = store.last_heartbeats(run)
-    if got is None:
-        return ranks.last_beats(store.frame(run, "heartbeat"))
-    return records_frame("heartbeat", got)
+    """Each rank's newest heartbeat, as the store keeps them."""
+    return records_frame("heartbeat", store.ranks.last_heartbeats(run))
 
 
 def inputs_from_frames(

@@ -112,7 +112,7 @@ class HealthInputs:
     """The data one evaluation of the checklist sees.
 
     ``frames`` maps a record kind (``timer``, ``step``, ``gpu``...) to the DataFrame
-    ``Store.frame`` returns for it. ``now`` is the evaluation time for live rules (the stall
+    ``Store.frames.frame`` returns for it. ``now`` is the evaluation time for live rules (the stall
     rule); None when replaying a finished run. ``effective`` is the config DeepSpeed printed
     at start-up (every value resolved), when the run's output has one: rules judge the
     user's ``config``, but a fix is only offered when it changes ``effective``. ``derived``
@@ -131,7 +131,7 @@ class HealthInputs:
     #: asks here first and computes a figure from the breakdown when the answer is None.
     stats: StatSource | None = field(default=None, compare=False, repr=False)
     #: The probe's whole-run straggler figures, from a caller that keeps them up to date
-    #: (``dsmon.view.rank_summary``); else computed from the per-step figures.
+    #: (``dsmon.view.ranks``); else computed from the per-step figures.
     stragglers: Callable[[], StragglerSummary] | None = field(
         default=None, compare=False, repr=False
     )

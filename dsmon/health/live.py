@@ -17,7 +17,7 @@ import pandas as pd
 
 from dsmon.health.model import CheckResult
 from dsmon.health.registry import all_rules
-from dsmon.store.base import RunInfo
+from dsmon.store.records.runs import RunInfo
 
 #: A run whose newest record is younger than this is shown as live (and auto-refreshed).
 LIVE_WINDOW_S = 120.0

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from dsmon.analysis import comm, ranks, step_stats, steps
-from dsmon.analysis.ranked import Ranked
+from dsmon.analysis.percentiles import Percentiles
 from dsmon.health import thresholds as th
 from dsmon.health.inputs import BREAKDOWN, HealthInputs, step_view
 from dsmon.health.probe_measures import rank_stats
@@ -72,7 +72,7 @@ def breakdown(inputs: HealthInputs) -> pd.DataFrame:
     return bd
 
 
-def stat(inputs: HealthInputs, name: str) -> Ranked:
+def stat(inputs: HealthInputs, name: str) -> Percentiles:
     """Whole-run figure ``name`` (``dsmon.analysis.step_stats``) over the steady steps.
 
     From :attr:`HealthInputs.stats` when the caller keeps it (a live dashboard, whose sorted

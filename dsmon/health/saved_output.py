@@ -22,8 +22,8 @@ from dsmon.load.rotated import Carries
 from dsmon.model.records import ConfigRecord, Record, Source
 from dsmon.parse.base import Diagnostics
 from dsmon.parse.run_files import run_name
-from dsmon.store.base import StoreError
-from dsmon.store.sqlite import open_store
+from dsmon.store.errors import StoreError
+from dsmon.store.store import open_store
 
 #: How much of a file is sniffed to tell text from binary.
 _SNIFF_BYTES = 8192

@@ -8,7 +8,7 @@ measurements) or, where no source gives one, the reasoning behind dsmon's choice
 from __future__ import annotations
 
 from dsmon.analysis import steps
-from dsmon.store import gpu_rows
+from dsmon.store.gpu import rows as gpu_rows
 
 # --- communication buckets (elements, not bytes) ----------------------------------------------
 #: DeepSpeed's default is 5e8 (runtime/zero/config.py), the value its config-json docs and

@@ -36,6 +36,7 @@ from dsmon.load.kinds import (
 from dsmon.load.records_file import read_records_file
 from dsmon.load.rotated import COMPRESSED, Carries, Unpacked, open_log
 from dsmon.model.records import Record
+from dsmon.model.wire import EncodedRecord
 from dsmon.parse import side_files
 from dsmon.parse.base import Diagnostics, LineParser
 from dsmon.parse.linereader import MAX_LINE_BYTES, capped_lines
@@ -43,7 +44,7 @@ from dsmon.parse.log import LogParser
 from dsmon.parse.probe import ProbeParser
 from dsmon.parse.run_files import run_name, starts_with_its_worker, with_rank
 from dsmon.parse.side_files import parse_profile_file
-from dsmon.store.base import EncodedRecord, Store
+from dsmon.store.store import Store
 
 #: Progress is reported every this many bytes, not every line (the hot loop stays cheap).
 _PROGRESS_EVERY = 1 << 20

@@ -28,15 +28,14 @@ from dsmon.load.rotated import Carries
 from dsmon.model.records import Record
 from dsmon.model.units import parse_ts
 from dsmon.parse.base import Diagnostics
-from dsmon.store.base import Store
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import Store, open_store
 
 #: Optimizer steps written per second unless told otherwise.
 DEFAULT_SPEED = 1.0
 
 
 @dataclass(slots=True)
-class ReplayResult:
+class PlaybackResult:
     """What a replay wrote: counts for the report, and whether it was cut short."""
 
     run: str
@@ -121,16 +120,16 @@ class Pace:
 
 
 #: Told after each committed batch: the result so far (counts, step ordinal).
-OnBatch = Callable[[ReplayResult], object]
+OnBatch = Callable[[PlaybackResult], object]
 
 
-def replay_records(
+def play_records(
     records: Iterable[Record],
     store: Store,
-    result: ReplayResult,
+    result: PlaybackResult,
     pace: Pace,
     on_batch: OnBatch | None = None,
-) -> ReplayResult:
+) -> PlaybackResult:
     """Write ``records`` into ``store`` one step at a time at ``pace``; fills ``result``.
 
     Each batch is committed as it is written (``Store.add``), so a reader sees the run grow;
@@ -152,26 +151,26 @@ def replay_records(
     return result
 
 
-def replay_paths(
+def play_paths(
     store: Store, paths: list[Path], run: str, pace: Pace, on_batch: OnBatch | None = None
-) -> ReplayResult:
+) -> PlaybackResult:
     """Replay files and run folders (as ``dsmon import`` finds them) under the name ``run``.
 
     Raises:
         dsmon.load.files.InputError: a path does not exist or cannot be read.
     """
     inputs = [f for found in plan(paths, run).values() for f in found]
-    result = ReplayResult(run, files=len(inputs))
+    result = PlaybackResult(run, files=len(inputs))
 
     def records() -> Iterator[Record]:
         carries: Carries = {}
         for found in inputs:
             yield from read_found(found, run, result.diag, carries=carries)
 
-    return replay_records(records(), store, result, pace, on_batch)
+    return play_records(records(), store, result, pace, on_batch)
 
 
-class ReplayThread:
+class PlaybackThread:
     """A replay running in a daemon thread with its own store connection.
 
     ``first`` is set once the first batch is committed (or the replay ended), so a caller
@@ -183,14 +182,14 @@ class ReplayThread:
         self.store_url = store_url
         self.paths = paths
         self.run = run
-        self.result: ReplayResult | None = None
+        self.result: PlaybackResult | None = None
         self.error: BaseException | None = None
         self.first = threading.Event()
         self._stop = threading.Event()
         self._pace = Pace(speed=speed, wait=self._stop.wait)
         self._thread = threading.Thread(target=self._main, name="dsmon-replay", daemon=True)
 
-    def start(self) -> ReplayThread:
+    def start(self) -> PlaybackThread:
         """Start replaying; returns self."""
         self._thread.start()
         return self
@@ -209,7 +208,7 @@ class ReplayThread:
     def _main(self) -> None:
         try:
             with open_store(self.store_url) as store:
-                self.result = replay_paths(
+                self.result = play_paths(
                     store, self.paths, self.run, self._pace, lambda _: self.first.set()
                 )
         except Exception as exc:  # noqa: BLE001 - handed to the caller, which reports it

@@ -25,10 +25,9 @@ from typing import Any, BinaryIO
 
 from dsmon.model.check import encoded_record, parse_line
 from dsmon.model.records import KINDS, Record
-from dsmon.model.wire import WireError
+from dsmon.model.wire import EncodedRecord, WireError
 from dsmon.parse.base import Diagnostics
 from dsmon.parse.linereader import capped_lines
-from dsmon.store.base import EncodedRecord
 
 #: The longest line read whole: a record larger than a whole ingest batch is refused.
 MAX_RECORD_BYTES = 16 * 1024 * 1024

@@ -29,7 +29,7 @@ def json_value(value: Any) -> Any:
     """A field's value as the record's JSON holds it: JSON has no inf/nan, they become null.
 
     Stores that keep a record's numbers in columns of their own use it too
-    (``dsmon.store.gpu_rows``), so a record reads back as its JSON form has it.
+    (``dsmon.store.gpu.rows``), so a record reads back as its JSON form has it.
 
     Dispatches on the exact class first: encoding runs once per record of a 500 MB log, and
     most values are plain strings, ints and finite floats.

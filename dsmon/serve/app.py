@@ -46,11 +46,8 @@ from dsmon.serve.metrics import StoreCollector
 from dsmon.serve.query import QueryError, records_filter
 from dsmon.serve.seal import PageSealer
 from dsmon.serve.tokens import check_token, token_matches
-from dsmon.store.base import (
-    Store,
-    StoreDataError,
-    StoreError,
-)
+from dsmon.store.errors import StoreDataError, StoreError
+from dsmon.store.store import Store
 
 if TYPE_CHECKING:  # the health watcher loads pandas: only when alerts are asked for
     from dsmon.watch.health import RuleStates
@@ -249,7 +246,7 @@ class IngestApi:
         return JSONResponse({"records": records, "next": last, "more": len(pairs) == flt.limit})
 
     async def get_runs(self, request: Request) -> Response:
-        """Every run the store holds, as ``dsmon.store.sqlite.RunInfo`` objects."""
+        """Every run the store holds, as ``dsmon.store.records.runs.RunInfo`` objects."""
         if not self._authorised(request):
             return self._denied()
         infos = await run_in_threadpool(self.store.runs)

@@ -21,10 +21,10 @@ from dsmon.model.check import (
     parse_line,
 )
 from dsmon.model.records import Record
-from dsmon.model.wire import WireError
+from dsmon.model.wire import EncodedRecord, WireError
 from dsmon.serve.body import MAX_GZIP_MEMBERS, BatchError, check_length, inflate
 from dsmon.serve.rows import checked_row
-from dsmon.store.base import EncodedRecord, RecordRow
+from dsmon.store.records.rows import RecordRow
 
 __all__ = [
     "MAX_GZIP_MEMBERS",

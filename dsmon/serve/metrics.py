@@ -32,7 +32,9 @@ from dsmon.model.records import (
     ThroughputRecord,
     TimerRecord,
 )
-from dsmon.store.base import RecordFilter, RunInfo, Store
+from dsmon.store.records.filter import RecordFilter
+from dsmon.store.records.runs import RunInfo
+from dsmon.store.store import Store
 
 #: How far back (in store ids, shared by all runs) a first scrape looks for the latest values.
 WINDOW_IDS = 100_000

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from dsmon.model.records import KINDS
-from dsmon.store.filters import RecordFilter
+from dsmon.store.records.filter import RecordFilter
 
 #: Records one ``GET /v1/records`` returns at most (and by default).
 MAX_PAGE = 10_000

@@ -22,11 +22,11 @@ from dsmon.model.check import MAX_JSON_DEPTH, MAX_NAME_BYTES
 from dsmon.model.records import KINDS, GpuSampleRecord, source_position
 from dsmon.model.units import parse_ts
 from dsmon.model.wire_types import decoder, line_structs, nests_freely
-from dsmon.store.base import RecordRow
-from dsmon.store.keys import identity_digest
+from dsmon.store.records.keys import identity_digest
+from dsmon.store.records.rows import RecordRow
 
 #: Kinds whose lines become rows here. A GPU sample is stored in the typed GPU tables, made
-#: from its record (``dsmon.store.gpu_rows``), so its line takes the record path.
+#: from its record (``dsmon.store.gpu.rows``), so its line takes the record path.
 ROW_KINDS = tuple(cls for cls in KINDS.values() if cls is not GpuSampleRecord)
 #: Names of at most this many characters fit :data:`MAX_NAME_BYTES` whatever they hold.
 _SAFE_NAME_CHARS = MAX_NAME_BYTES // 4

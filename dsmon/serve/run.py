@@ -27,8 +27,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from dsmon.serve import DEFAULT_PORT
 from dsmon.serve.app import MAX_BODY_BYTES, Limits, create_app
 from dsmon.serve.seal import PageSealer
-from dsmon.store.base import Store
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import Store, open_store
 
 if TYPE_CHECKING:  # the health watcher loads pandas: only when alerts are asked for
     from dsmon.watch.health import RuleStates
@@ -205,12 +204,11 @@ def start_ingest_server(
 
     Raises:
         ServeError: the port is taken or the server did not come up.
-        dsmon.store.base.StoreError: the store cannot be opened.
+        dsmon.store.errors.StoreError: the store cannot be opened.
         dsmon.serve.tokens.TokenError: the token is too short.
     """
     store = open_store(store_url)
     try:
-        store.prepare_writes()
         server, sealer = _server(store, token, host, port, _limits(limits, max_body_bytes), health)
         sock = bind_socket(host, port)
     except BaseException:
@@ -250,10 +248,9 @@ def serve_forever(
 
     Raises:
         ServeError: the port is taken.
-        dsmon.store.base.StoreError: the store cannot be opened.
+        dsmon.store.errors.StoreError: the store cannot be opened.
     """
     with open_store(store_url) as store:
-        store.prepare_writes()  # an older store's upgrade, before a collector waits on it
         server, sealer = _server(store, token, host, port, _limits(limits, max_body_bytes), health)
         sock = bind_socket(host, port)
         if on_ready is not None:

@@ -1,12 +1,12 @@
 """The ingest server keeps the sealed pages of the runs it writes, in the background.
 
 A dashboard opening a run decodes the pages kept as typed columns
-(:mod:`dsmon.store.frame_chunks`) and parses only the rest of its JSON. A page is kept by the
+(:mod:`dsmon.store.frames.sealed`) and parses only the rest of its JSON. A page is kept by the
 first reader of the whole page; but a dashboard following a live run reads a few new rows at
 a time, never a whole page, so a run sent live for a day had no page kept: its first look
 after a dashboard restart, or a post-mortem the next morning, parsed all of its JSON. The
 server that writes the run keeps its pages as they fill instead: every :data:`SEAL_EVERY_S`,
-for each run that grew, :meth:`dsmon.store.base.Store.keep_chunks` parses only the pages
+for each run that grew, :meth:`dsmon.store.frames.pages.Frames.keep_sealed` parses only the pages
 sealed since the last pass. A run that grew and then stopped for a pass (ended, or quiet
 for :data:`SEAL_EVERY_S`) gets the last page of each kind kept as well, not full: a sparse
 kind (a throughput line every ten steps) may have no full page at all, and its rows lie all
@@ -21,7 +21,8 @@ from __future__ import annotations
 import logging
 import threading
 
-from dsmon.store.base import Store, StoreError
+from dsmon.store.errors import StoreError
+from dsmon.store.store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -86,11 +87,11 @@ class PageSealer:
                 if self._stop.is_set():
                     break
                 if info.last_id > self._seen.get(info.name, 0):
-                    kept += self.store.keep_chunks(info.name)
+                    kept += self.store.frames.keep_sealed(info.name)
                     self._seen[info.name] = info.last_id
                     self._grew.add(info.name)
                 elif info.name in self._grew:
-                    kept += self.store.keep_chunks(info.name, tail=True)
+                    kept += self.store.frames.keep_sealed(info.name, tail=True)
                     self._grew.discard(info.name)
         except StoreError as exc:
             logger.warning("dsmon ingest: keeping sealed pages failed, next pass retries: %s", exc)

@@ -23,14 +23,15 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
-from dsmon.analysis.ranked import Ranked
+from dsmon.analysis.percentiles import Percentiles
 from dsmon.model.records import Record, record_key
-from dsmon.store import frame_reads
-from dsmon.store.base import RunInfo, Store
+from dsmon.store.frames import pages as frame_pages
+from dsmon.store.records.runs import RunInfo
+from dsmon.store.store import Store
 from dsmon.view.chunks import Chunks
 from dsmon.view.cutoff import OPEN, Cutoff, existed_at
 from dsmon.view.fold import FinishedRows, StepFn, StepFold
-from dsmon.view.gpu_folds import LiveGpuFolds
+from dsmon.view.gpu_buckets import LiveGpuBuckets
 from dsmon.view.group_positions import GroupPositions
 from dsmon.view.memo import Memo
 from dsmon.view.quantiles import StepQuantiles, ValuesFn
@@ -38,7 +39,7 @@ from dsmon.view.read_ahead import read_ahead
 
 T = TypeVar("T")
 
-#: The kind kept out of frames: the store folds GPU samples for each query.
+#: The kind kept out of frames: the store buckets GPU samples for each query.
 GPU = "gpu"
 #: Kinds read through the store's summaries, never loaded as frames live (GPU samples, the
 #: probe's per-rank records): their version is how many the store holds.
@@ -105,7 +106,7 @@ class RunFrames:
         self.last_id = 0
         self._restamps = store.restamps(run)
         self._counted: dict[str, int] | None = None  # stored per kind, when last counted
-        self._gpu_folds = LiveGpuFolds()
+        self._gpu_buckets = LiveGpuBuckets()
 
     def refresh(self) -> bool:
         """Fetch what was added since the last refresh for every kind already loaded.
@@ -214,7 +215,7 @@ class RunFrames:
 
     def quantiles(
         self, name: str, kind: str, fn: StepFn, stat: str, values: ValuesFn
-    ) -> Ranked | None:
+    ) -> Percentiles | None:
         """``values`` of the live fold ``name``'s rows, kept sorted (``dsmon.view.quantiles``).
 
         None when the fold is not incremental: the caller takes them from its result.
@@ -298,7 +299,7 @@ class RunFrames:
         """``fn(store, ts_max)``: a GPU query, asked again only when samples were added.
 
         GPU samples are never loaded here: the store answers summaries and buckets from its
-        roll-ups (``dsmon.store.gpu_reads``), so a day of 64 GPUs costs a query, not 5.5M rows.
+        roll-ups (``dsmon.store.gpu.reads``), so a day of 64 GPUs costs a query, not 5.5M rows.
         """
         key = (GPU, name, cutoff, self.stored(GPU))
         return self._memo.get(key, lambda: fn(self.store, cutoff.ts))
@@ -306,16 +307,20 @@ class RunFrames:
     def gpu_buckets(
         self, name: str, cutoff: Cutoff, n_buckets: int, gpus: Sequence[str] | None = None
     ) -> pd.DataFrame:
-        """``Store.gpu_buckets`` via :meth:`gpu`; live, only what new samples changed is read."""
+        """``Store.gpu.buckets`` via :meth:`gpu`; live, only what new samples changed is read."""
         return self.gpu(
             f"buckets.{name}",
             cutoff,
-            lambda store, cut: self._gpu_folds.buckets(store, self.run, name, n_buckets, cut, gpus),
+            lambda store, cut: self._gpu_buckets.buckets(
+                store, self.run, name, n_buckets, cut, gpus
+            ),
         )
 
     def gpu_summary(self, cutoff: Cutoff = OPEN) -> pd.DataFrame:
-        """One row per GPU (``Store.gpu_summary``): what the GPUs, FLOPS and Health pages read."""
-        return self.gpu("summary", cutoff, lambda s, cut: self._gpu_folds.summary(s, self.run, cut))
+        """One row per GPU (``Store.gpu.summary``): what the GPUs, FLOPS and Health pages read."""
+        return self.gpu(
+            "summary", cutoff, lambda s, cut: self._gpu_buckets.summary(s, self.run, cut)
+        )
 
     def _reload(self) -> None:
         """Forget every loaded row; the next read fetches all again (versions keep growing)."""
@@ -341,14 +346,14 @@ class RunFrames:
     def _extend_frame(self, kind: str, hi: int) -> None:
         """Append rows with ``seen < id <= hi`` (rows above ``hi`` wait for the next refresh).
 
-        Read a page at a time (``Store.frame_pages``), each page its own chunk: a million
+        Read a page at a time (``Store.frames.pages``), each page its own chunk: a million
         steps' stored JSON is never in memory at once.
         """
         grew = False
         for rows in self._store_pages(kind, self._seen[kind], hi):
             grew = self._append(kind, rows) or grew
             chunks = self._frames[kind]
-            if chunks.rows - chunks.spilled_rows >= frame_reads.FRAME_PAGE_ROWS:
+            if chunks.rows - chunks.spilled_rows >= frame_pages.FRAME_PAGE_ROWS:
                 self._feed(kind)  # a page's worth held: a long run being read, or grown live
         self._seen[kind] = hi
         if grew:
@@ -384,8 +389,8 @@ class RunFrames:
 
     def _store_pages(self, kind: str, after_id: int | None, hi: int) -> Iterator[pd.DataFrame]:
         """Rows of ``kind`` with ``after_id < id <= hi`` by page, transformed: new or reread."""
-        read = self.store.frame_pages(self.run, kind, after_id=after_id)
-        with closing(read_ahead(read, frame_reads.FRAME_PAGE_ROWS)) as pages:
+        read = self.store.frames.pages(self.run, kind, after_id=after_id)
+        with closing(read_ahead(read, frame_pages.FRAME_PAGE_ROWS)) as pages:
             for page in pages:
                 if page.empty:
                     return

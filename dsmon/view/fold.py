@@ -117,7 +117,7 @@ class StepFold:
     def _restart(self, chunks: Chunks) -> pd.DataFrame:
         """Everything computed again, part by part as the rows arrived, never joined whole.
 
-        A run's rows are loaded in pages (``Store.frame_pages``): folding them page by page
+        A run's rows are loaded in pages (``Store.frames.pages``): folding them page by page
         keeps a million steps' timer rows from being copied into one frame.
         """
         self._generation, self._seen = chunks.generation, chunks.rows

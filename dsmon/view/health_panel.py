@@ -31,7 +31,8 @@ from dsmon.health.live import CLOCK_RULES, merged
 from dsmon.health.model import Checklist, CheckResult, Status
 from dsmon.health.registry import all_rules, evaluate, run_rule
 from dsmon.health.report import facts_line
-from dsmon.view import rank_views, step_views
+from dsmon.view import ranks as rank_views
+from dsmon.view import step_views
 from dsmon.view.cache import GPU, STORED_KINDS, RunFrames
 from dsmon.view.cutoff import OPEN, Cutoff
 

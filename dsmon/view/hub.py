@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from dsmon.store.base import Store
+from dsmon.store.store import Store
 from dsmon.view.cache import RunFrames
 from dsmon.view.cutoff import OPEN, Cutoff
 from dsmon.view.fold import StepFn

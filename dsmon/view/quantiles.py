@@ -6,7 +6,7 @@ at a million steps a few milliseconds per figure, about a dozen figures per refr
 refresh of those pages grew with the run. A :class:`StepQuantiles` keeps the values of the
 fold's finished steps (``StepFold.stable``: rows no later update changes) in sorted arrays,
 adds each newly finished step's values, and answers from them and the open steps' values by
-binary search (:class:`dsmon.analysis.ranked.Ranked`): the same numbers, bit for bit.
+binary search (:class:`dsmon.analysis.percentiles.Percentiles`): the same numbers, bit for bit.
 
 New values go to a small sorted array first and are merged into the big one when it holds
 :data:`MERGE_VALUES`, so a refresh copies a few thousand values, not a million.
@@ -19,7 +19,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from dsmon.analysis.ranked import Ranked
+from dsmon.analysis.percentiles import Percentiles
 from dsmon.view.fold import FinishedRows
 
 #: Values the small sorted array holds before it is merged into the big one.
@@ -48,13 +48,13 @@ class SortedValues:
         self._big = np.sort(np.concatenate([self._big, small]), kind="stable")
         self._small = np.empty(0, dtype=np.float64)
 
-    def ranked(self, more: np.ndarray) -> Ranked:
+    def ranked(self, more: np.ndarray) -> Percentiles:
         """These values and ``more`` (a few, NaN dropped), read as one."""
         more = more[~np.isnan(more)]
-        return Ranked.merged(self._big, np.sort(np.concatenate([self._small, more])))
+        return Percentiles.merged(self._big, np.sort(np.concatenate([self._small, more])))
 
 
-class StepQuantiles(FinishedRows[Ranked]):
+class StepQuantiles(FinishedRows[Percentiles]):
     """The values ``values`` gives for a fold's rows, over the whole result, kept sorted.
 
     Args:
@@ -73,5 +73,5 @@ class StepQuantiles(FinishedRows[Ranked]):
     def _take(self, rows: pd.DataFrame, offset: int) -> None:
         self._sorted.add(self.values(rows))
 
-    def _answer(self, rows: pd.DataFrame, offset: int) -> Ranked:
+    def _answer(self, rows: pd.DataFrame, offset: int) -> Percentiles:
         return self._sorted.ranked(self.values(rows))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from dsmon.health.live import run_is_live
-from dsmon.store.base import RunInfo
+from dsmon.store.records.runs import RunInfo
 
 
 def status_line(info: RunInfo | None, now: datetime) -> str:

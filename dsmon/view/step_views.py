@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from dsmon.analysis import coordinator, step_stats, steps, training
-from dsmon.analysis.ranked import Ranked
+from dsmon.analysis.percentiles import Percentiles
 from dsmon.analysis.step_stats import StatSource
 from dsmon.view.cache import RunFrames
 from dsmon.view.cutoff import OPEN, Cutoff
@@ -57,7 +57,7 @@ def breakdown(frames: RunFrames, cutoff: Cutoff) -> pd.DataFrame:
     return _fold(frames, "timer", "steps.breakdown", cutoff)
 
 
-def stat(frames: RunFrames, cutoff: Cutoff, name: str) -> Ranked:
+def stat(frames: RunFrames, cutoff: Cutoff, name: str) -> Percentiles:
     """Whole-run figure ``name`` (``dsmon.analysis.step_stats``) of the run's breakdown.
 
     Over the steady steps, or every row for ``all.`` figures. Live, on a long run, from

@@ -38,7 +38,8 @@ from dsmon.health.inputs import NEWEST_TS, HealthInputs
 from dsmon.health.live import CLOCK_RULES, merged, run_is_live
 from dsmon.health.model import CheckResult, Status
 from dsmon.health.registry import all_rules, evaluate, run_rule
-from dsmon.store.base import RunInfo, Store
+from dsmon.store.records.runs import RunInfo
+from dsmon.store.store import Store
 from dsmon.watch.alert_defaults import INTERVAL_S
 from dsmon.watch.alerts import Alerter
 

@@ -335,18 +335,6 @@ def test_probes_hit_the_health_endpoints() -> None:
         assert by_name["ui"][probe]["httpGet"] == {"path": "/_stcore/health", "port": "ui"}
 
 
-def test_ingest_liveness_waits_for_an_older_store_to_be_rekeyed() -> None:
-    """The server re-keys an older store before it listens (about 25 s per million records).
-
-    Liveness alone would kill it halfway through a big store's upgrade, and the restart would
-    begin it again: a startup probe gives it 30 minutes (a store of about 70 million records).
-    """
-    ingest = dashboard_containers()["ingest"]
-    startup = ingest["startupProbe"]
-    assert startup["httpGet"] == {"path": "/healthz", "port": "ingest"}
-    assert startup["periodSeconds"] * startup["failureThreshold"] >= 30 * 60
-
-
 def test_dashboard_store_is_on_the_claim() -> None:
     spec = pod_spec(one("Deployment"))
     claim = one("PersistentVolumeClaim")["metadata"]["name"]

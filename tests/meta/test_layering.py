@@ -1,4 +1,4 @@
-"""The import direction of the layers (DEVELOPERS.md, "How the code should look").
+"""The import direction of the layers (CONTRIBUTING.md, "The layers").
 
 dsmon/ is the core and imports neither collectors/, ui/, pages/, Streamlit, NVML nor
 watchdog; collectors/ (the node side) never imports Streamlit, pandas, the server stack, a
@@ -9,8 +9,10 @@ Streamlit, never collectors/, pages/ or the store's drivers; pages/ and app.py i
 ui/, never collectors/, NVML, watchdog, a database driver or each other.
 
 Inside dsmon/, each subpackage imports only those below it (:data:`DSMON_ALLOWED`, the graph
-README's "Architecture" section draws), no module imports itself back through others, and
-the node collector loads neither the server stack nor the dashboard nor pandas.
+README's "Architecture" section draws), no module of dsmon/, collectors/, cli/ or ui/ imports
+itself back through others (function-local and ``TYPE_CHECKING`` imports count: a circle hidden
+in a function is still a circle), and the node collector loads neither the server stack nor the
+dashboard nor pandas.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ FORBIDDEN = {
     "pages": {"cli", "collectors", "pynvml", "watchdog", "pages", "app", "sqlite3", "psycopg"},
     "app.py": {"cli", "collectors", "pynvml", "watchdog", "pages", "sqlite3", "psycopg"},
 }  # fmt: skip
+
+
+#: The packages whose modules may not import each other in a circle.
+CIRCLE_FREE = ("dsmon", "collectors", "cli", "ui")
 
 
 def imported_roots(path: Path) -> set[str]:
@@ -88,37 +94,24 @@ DSMON_ALLOWED = {
 COLLECTOR_NEVER = ("uvicorn", "starlette", "streamlit", "psycopg", "pandas", "dsmon.health")
 
 
-def dsmon_imports(path: Path, top_level_only: bool = False) -> set[str]:
-    """Modules of dsmon a file imports (``from dsmon.x import y`` counts ``dsmon.x.y`` too).
-
-    ``top_level_only``: only imports run when the module loads (not inside functions or
-    ``if TYPE_CHECKING:``), the ones that can form an import cycle.
-    """
+def project_imports(path: Path, roots: tuple[str, ...] = CIRCLE_FREE) -> set[str]:
+    """Modules of ``roots`` a file imports anywhere in it: at module level, inside functions
+    and under ``if TYPE_CHECKING:`` (``from dsmon.x import y`` counts ``dsmon.x.y`` too)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    nodes = _module_level(tree) if top_level_only else list(ast.walk(tree))
     out: set[str] = set()
-    for node in nodes:
+    for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module.split(".")[0] == "dsmon":
+            if node.module.split(".")[0] in roots:
                 out.add(node.module)
                 out.update(f"{node.module}.{a.name}" for a in node.names)
         elif isinstance(node, ast.Import):
-            out.update(a.name for a in node.names if a.name.split(".")[0] == "dsmon")
+            out.update(a.name for a in node.names if a.name.split(".")[0] in roots)
     return out
 
 
-def _module_level(tree: ast.Module) -> list[ast.stmt]:
-    """Statements run at import: the module body, and try/if blocks but ``if TYPE_CHECKING``."""
-    out: list[ast.stmt] = []
-    todo = list(tree.body)
-    while todo:
-        stmt = todo.pop()
-        out.append(stmt)
-        if isinstance(stmt, ast.If) and "TYPE_CHECKING" not in ast.unparse(stmt.test):
-            todo += stmt.body + stmt.orelse
-        elif isinstance(stmt, ast.Try):
-            todo += stmt.body + stmt.orelse + stmt.finalbody
-    return out
+def dsmon_imports(path: Path) -> set[str]:
+    """Modules of dsmon a file imports, wherever the import stands."""
+    return project_imports(path, ("dsmon",))
 
 
 def module_name(path: Path) -> str:
@@ -162,11 +155,12 @@ def test_every_dsmon_subpackage_has_a_rule() -> None:
 
 
 def import_graph() -> dict[str, set[str]]:
-    """dsmon module -> dsmon modules it imports when it loads."""
+    """Module -> the modules of :data:`CIRCLE_FREE` it imports, wherever the import stands."""
     graph: dict[str, set[str]] = {}
-    for path in (ROOT / "dsmon").rglob("*.py"):
-        targets = {existing(n) for n in dsmon_imports(path, top_level_only=True)}
-        graph[module_name(path)] = {t for t in targets if t and t != module_name(path)}
+    for package in CIRCLE_FREE:
+        for path in (ROOT / package).rglob("*.py"):
+            targets = {existing(n) for n in project_imports(path)}
+            graph[module_name(path)] = {t for t in targets if t and t != module_name(path)}
     return graph
 
 
@@ -190,7 +184,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_no_import_cycle_in_dsmon() -> None:
+def test_no_import_cycle() -> None:
     graph = import_graph()
     # a package's __init__ importing its own modules is how packages work, not a cycle
     graph = {k: {t for t in v if not k.startswith(t + ".")} for k, v in graph.items()}

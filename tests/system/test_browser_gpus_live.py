@@ -24,7 +24,7 @@ from dashboard_support import GIB, GPUS
 
 from dsmon.analysis import gpus
 from dsmon.model.records import GpuSampleRecord, Source
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import open_store
 
 pytestmark = pytest.mark.slow
 
@@ -93,7 +93,7 @@ def test_the_gpus_grid_drawn_live_is_the_whole_folds(tmp_path: Path) -> None:
             for batch in [*live[:5], late, *live[5:]]:
                 s.add(batch, live=True)
                 time.sleep(0.5)
-            want = gpus.heatmap(s.gpu_buckets(RUN, GRID_BUCKETS), METRIC).to_numpy()
+            want = gpus.heatmap(s.gpu.buckets(RUN, GRID_BUCKETS), METRIC).to_numpy()
         assert want.shape == (4, 121) and want[:, 60].max() > first[:, 60].max()  # the late one
         got = wait_for(lambda: _if_equal(drawn_grid(page), want), page)
     np.testing.assert_allclose(got, want, equal_nan=True)

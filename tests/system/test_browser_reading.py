@@ -16,7 +16,7 @@ import pytest
 from browser_support import chromium, dashboard_server, page_text, wait_idle
 
 from dsmon.model.records import Record
-from dsmon.store.sqlite import SQLiteStore
+from dsmon.store.store import open_store
 
 pytestmark = pytest.mark.slow
 RUN = "long"
@@ -42,7 +42,7 @@ def _long_run(records: list[Record]) -> Iterator[Record]:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, z2_log_records: list[Record]) -> Iterator[str]:
     tmp = tmp_path_factory.mktemp("reading")
-    with SQLiteStore(tmp / "store.sqlite") as store:
+    with open_store(tmp / "store.sqlite") as store:
         store.add(_long_run(z2_log_records))
     with dashboard_server(str(tmp / "store.sqlite"), tmp / "dashboard.log") as url:
         yield url

@@ -20,9 +20,9 @@ import pytest
 from browser_support import chart_bars, chromium, dashboard_server, wait_idle
 from dashboard_support import read_records
 
-import dsmon.store.sqlite as sqlite_store
+import dsmon.store.records.log as record_log
 from dsmon.model.records import Record
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import open_store
 
 pytestmark = pytest.mark.slow
 
@@ -90,9 +90,7 @@ def test_an_open_tab_follows_its_run_going_on_and_stopping(
     tab: Tab, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ago = datetime.now() - timedelta(seconds=RECEIVED_AGO_S)
-    monkeypatch.setattr(
-        sqlite_store, "received_now", lambda: ago.isoformat(timespec="milliseconds")
-    )
+    monkeypatch.setattr(record_log, "received_now", lambda: ago.isoformat(timespec="milliseconds"))
     tab.resume()
     # the picker, the toggle and the status line arrive as separate updates: each must
     # come round, not all at the instant the first one does

@@ -19,7 +19,7 @@ from PIL import Image, ImageColor
 
 from dsmon.figures.common import COLORS
 from dsmon.load.files import import_paths
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import open_store
 
 pytestmark = pytest.mark.slow
 

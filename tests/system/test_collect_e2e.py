@@ -42,7 +42,7 @@ from collectors.tail.tailer import Tailer
 from dsmon.model.wire import decode, encode
 from dsmon.serve.run import start_ingest_server
 from dsmon.serve.tokens import write_token_file
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import open_store
 
 pytestmark = pytest.mark.slow
 

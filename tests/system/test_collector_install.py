@@ -32,7 +32,7 @@ from dsmon.model.records import Record
 from dsmon.model.wire import encode
 from dsmon.parse.log import LogParser
 from dsmon.serve.tokens import write_token_file
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import open_store
 
 pytestmark = pytest.mark.slow
 

@@ -24,8 +24,8 @@ from cli.demo import DEFAULT_DEMO_STORE, DEMO_RUN, demo_dir, live_target, load_d
 from cli.main import main
 from dsmon.health.live import is_live
 from dsmon.load.files import import_paths
-from dsmon.store.base import RunInfo
-from dsmon.store.sqlite import open_store
+from dsmon.store.records.runs import RunInfo
+from dsmon.store.store import open_store
 
 pytestmark = pytest.mark.slow
 
@@ -112,9 +112,9 @@ def test_live_demo_into_a_named_store_adds_a_new_growing_run(
     assert old.n_records == ALL_RECORDS and not is_live(old.last_ts, datetime.now())
 
     demo.wait_for("the summary", lambda: "Steps       30" in demo.text)
-    assert f"Replaying   the bundled run as '{info.name}', 10 step(s)/s\n" in demo.text
+    assert f"Playing     the bundled run as '{info.name}', 10 step(s)/s\n" in demo.text
     assert re.search(
-        r"^Replayed    119 records \(119 new\) from 2 file\(s\) in \d+\.\d s$",
+        r"^Played back 119 records \(119 new\) from 2 file\(s\) in \d+\.\d s$",
         demo.text,
         re.MULTILINE,
     )

@@ -36,7 +36,7 @@ from dsmon.health import evaluate
 from dsmon.health.gather import inputs_from_store
 from dsmon.health.model import CheckResult
 from dsmon.health.registry import all_rules
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import open_store
 
 pytestmark = pytest.mark.slow
 
@@ -90,7 +90,7 @@ def hang_verdict(store_path: Path) -> CheckResult:
 def frame(store_path: Path, kind: str) -> pd.DataFrame:
     store = open_store(store_path)
     try:
-        return store.frame("job1", kind) if store.runs() else pd.DataFrame()
+        return store.frames.frame("job1", kind) if store.runs() else pd.DataFrame()
     finally:
         store.close()
 
@@ -103,7 +103,7 @@ def test_a_slow_rank_is_named(job: dict[str, Any], monkeypatch: pytest.MonkeyPat
     assert len(table) == 24
     stored = open_store(job["store"])
     try:  # the store's per-step figures, kept as the records arrived, agree with the records
-        per_step = stored.rank_step_stats("job1")
+        per_step = stored.ranks.step_stats("job1")
     finally:
         stored.close()
     assert per_step is not None

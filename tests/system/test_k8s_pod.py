@@ -60,7 +60,7 @@ from pod_support import (
     process_uid_gid,
 )
 
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import open_store
 
 pytestmark = pytest.mark.slow
 
@@ -389,11 +389,11 @@ def in_store(path: Path, run: str) -> tuple[Counter[tuple[str, int]], dict[str, 
     try:
         got: Counter[tuple[str, int]] = Counter()
         for kind in ("rank_step", "heartbeat"):
-            for rank, n in store.frame(run, kind).groupby("rank").size().items():
+            for rank, n in store.frames.frame(run, kind).groupby("rank").size().items():
                 got[(kind, int(rank))] = int(n)
-        got[("step", -1)] = len(store.frame(run, "step"))
+        got[("step", -1)] = len(store.frames.frame(run, "step"))
         (info,) = [r for r in store.runs() if r.name == run]
-        nodes = set(store.frame(run, "rank_step")["node"])
+        nodes = set(store.frames.frame(run, "rank_step")["node"])
     finally:
         store.close()
     assert nodes == {NODE}, nodes

@@ -19,7 +19,7 @@ import pytest
 from cli.errors import CommandError
 from dsmon.model import wire
 from dsmon.model.records import Record, Source, TimerRecord
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import open_store
 
 TOKEN = "serve-test-token-0123456789"
 

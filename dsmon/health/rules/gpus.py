@@ -16,11 +16,11 @@ from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Evidence, Finding, Status, percent
 from dsmon.health.registry import rule
 from dsmon.health.verdicts import not_applicable
-from dsmon.store.gpu_rows import SW_POWER_CAP, SW_THERMAL, THROTTLE_BITS
+from dsmon.store.gpu.rows import SW_POWER_CAP, SW_THERMAL, THROTTLE_BITS
 
 
 def samples(inputs: HealthInputs) -> pd.DataFrame:
-    """The run's per-GPU summary (``dsmon.store.gpu_fold.summary``: one row per GPU)."""
+    """The run's per-GPU summary (``dsmon.store.gpu.buckets.summary``: one row per GPU)."""
     return inputs.frame(GPU_SUMMARY)
 
 

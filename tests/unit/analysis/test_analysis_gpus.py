@@ -20,9 +20,8 @@ from dashboard_support import gpu_samples
 
 from dsmon.analysis import gpus
 from dsmon.model.frames import records_frame
-from dsmon.store import gpu_fold
-from dsmon.store.gpu_reads import fold_samples
-from dsmon.store.sqlite import SQLiteStore
+from dsmon.store.gpu import buckets
+from dsmon.store.store import open_store
 
 
 @pytest.fixture(scope="module")
@@ -45,18 +44,18 @@ def source(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         frame = records_frame("gpu", recs)
 
         def fold_summary() -> pd.DataFrame:
-            got = fold_samples(frame, None)
-            return gpu_fold.summary(got.fold, got.series)
+            got = buckets.grid_of_samples(frame, None)
+            return buckets.summary(got.stats, got.series)
 
         def fold_buckets(n: int) -> pd.DataFrame:
-            got = fold_samples(frame, n)
-            return gpu_fold.buckets(got.fold, got.series, got.t0_ms, got.width_ms or 1)
+            got = buckets.grid_of_samples(frame, n)
+            return got.per_bucket()
 
         return Source(fold_summary, fold_buckets)
-    store = SQLiteStore(tmp_path_factory.mktemp("gpus") / "s.sqlite")
+    store = open_store(tmp_path_factory.mktemp("gpus") / "s.sqlite")
     store.add(recs)
     run = recs[0].src.run
-    return Source(lambda: store.gpu_summary(run), lambda n: store.gpu_buckets(run, n))
+    return Source(lambda: store.gpu.summary(run), lambda n: store.gpu.buckets(run, n))
 
 
 def test_prepare_derives_units(samples: pd.DataFrame) -> None:
@@ -125,10 +124,10 @@ def test_latest_sample_per_gpu(samples: pd.DataFrame) -> None:
 
 
 def test_empty_inputs() -> None:
-    empty = fold_samples(records_frame("gpu", []), 5)
-    summary = gpu_fold.summary(empty.fold, empty.series)
+    empty = buckets.grid_of_samples(records_frame("gpu", []), 5)
+    summary = buckets.summary(empty.stats, empty.series)
     assert gpus.inventory(summary).empty
-    bucketed = gpu_fold.buckets(empty.fold, empty.series, 0, 1)
+    bucketed = buckets.per_bucket(empty.stats, empty.series, 0, 1)
     assert bucketed.empty
     assert gpus.imbalance(bucketed, "util_gpu_pct").empty
     assert gpus.lines(bucketed, "util_gpu_pct").empty

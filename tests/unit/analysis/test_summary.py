@@ -18,8 +18,7 @@ from conftest import DATA, Z2
 from dsmon.analysis.summary import config_highlights, render_summary, run_summary
 from dsmon.load.files import import_paths
 from dsmon.model.records import HeartbeatRecord
-from dsmon.store.base import Store
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import Store, open_store
 
 
 @pytest.fixture

@@ -22,8 +22,7 @@ from dsmon.analysis.steps import step_breakdown
 from dsmon.analysis.summary_scan import median_of, step_breakdown_of
 from dsmon.load.files import import_paths
 from dsmon.model import wire
-from dsmon.store.base import Store
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import Store, open_store
 
 _STEP = re.compile(r"(step=|global_step=|micro_step=|global_steps )(\d+)")
 #: Log size and the growth allowed. Loading every timer record cost ~15 MB per MB of log.
@@ -32,7 +31,7 @@ MAX_GROWTH_MIB = 40
 
 _CHILD = """
 import json, resource, sys
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import open_store
 from dsmon.analysis.summary import summary_text
 def peak(): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 with open_store(sys.argv[1]) as store:
@@ -87,11 +86,11 @@ def test_streamed_inputs_match_the_stores_frames(store: Store, tmp_path: Path, r
     if run == "big":
         long_log(path, 200_000)
     import_paths(store, [path], run=run)
-    expected = step_breakdown(store.frame(run, "timer"))
+    expected = step_breakdown(store.frames.frame(run, "timer"))
     streamed = step_breakdown_of(store, run)
     assert not expected.empty and expected["total_ms"].notna().all()
     pd.testing.assert_frame_equal(streamed, expected)
-    throughput = store.frame(run, "throughput")["samples_per_s"].median()
+    throughput = store.frames.frame(run, "throughput")["samples_per_s"].median()
     assert median_of(store, run, "throughput", "samples_per_s") == pytest.approx(throughput)
     assert [r.step for r in store.scan(run, "step", chunk=7)] == [
         r.step for r in store.records(run, "step")

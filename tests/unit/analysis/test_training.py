@@ -27,7 +27,7 @@ from dsmon.analysis.training import latest, train_batch_size, training_series
 from dsmon.load.files import import_paths
 from dsmon.model.frames import records_frame
 from dsmon.model.records import ConfigRecord, Record
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import open_store
 
 KINDS = ("step", "iteration", "monitor", "loss_scale", "memory", "throughput")
 

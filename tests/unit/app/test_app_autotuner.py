@@ -27,7 +27,7 @@ from dsmon.ds_config.read import preferred_config
 from dsmon.health.gather import inputs_from_store
 from dsmon.load.files import import_paths
 from dsmon.model.records import ConfigRecord
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import open_store
 
 
 def tuned_run(root: Path) -> Path:

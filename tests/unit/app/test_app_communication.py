@@ -80,7 +80,7 @@ def test_no_timers_no_share(store_url: str) -> None:
 def test_one_figure_for_one_idea_on_every_page(store_url: str) -> None:
     """The communication page, the health checklist and the run summary agree to the digit."""
     from dsmon.analysis.summary import run_summary
-    from dsmon.store.sqlite import open_store
+    from dsmon.store.store import open_store
 
     comm_page = app_at(store_url, "z2", "communication")
     shown = {m.label: m.value for m in comm_page.metric}["Exposed comm, p50 share of step"]

@@ -17,7 +17,7 @@ from dashboard_support import app_at, figures, shared_store, texts, trace_names,
 from locations import DATA
 
 from dsmon.load.files import import_paths
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import open_store
 
 TITLE = "Runs compared, per optimizer step"
 

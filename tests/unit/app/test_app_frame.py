@@ -11,7 +11,7 @@ from locations import ROOT
 from streamlit.testing.v1 import AppTest
 
 from dsmon.model.records import Source, StepRecord
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import open_store
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import pytest
 from dashboard_support import app_at, read_records
 from locations import ROOT
 
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import open_store
 
 PAGES = ["steps", "training", "autotuner", "compare", "communication", "gpus", "flops"]
 

@@ -13,7 +13,7 @@ import pytest
 from dashboard_support import DATA, app_at, figures, shared_store, texts, trace_names, values
 
 from dsmon.load.files import import_paths
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import open_store
 
 
 @pytest.fixture(scope="module")

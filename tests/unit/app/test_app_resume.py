@@ -18,7 +18,7 @@ from fragment_timers import Timers
 
 from dsmon.health import live as live_state
 from dsmon.model.records import Record
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import open_store
 from ui.page import LOOK_S
 
 #: The refresh period picked for these tests (``$DSMON_REFRESH_S``): unlike LOOK_S, so the two

@@ -14,7 +14,7 @@ from conftest import DATA
 from dashboard_support import app_at
 
 from dsmon.load.files import import_paths
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import open_store
 from ui.text import md_escape
 
 NASTY = "run ![x](http://127.0.0.1:9/x.png) [here](http://127.0.0.1:9/) *b* `c` <img src=y>"

@@ -11,7 +11,7 @@ from health_support import corpus_dir
 from streamlit.testing.v1 import AppTest
 
 from dsmon.load.files import import_paths
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import open_store
 
 
 @pytest.fixture(scope="module")

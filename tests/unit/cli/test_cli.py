@@ -17,7 +17,7 @@ from cli import demo
 from cli import main as cli
 from dsmon.model import wire
 from dsmon.model.records import Record
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import open_store
 
 
 def run_cli(*argv: str) -> int:

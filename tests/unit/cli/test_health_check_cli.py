@@ -15,7 +15,7 @@ from cli.main import main
 from dsmon.health import Checklist, HealthInputs, RunFacts, Status, evaluate
 from dsmon.health.report import exit_code
 from dsmon.load.files import import_paths
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import open_store
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

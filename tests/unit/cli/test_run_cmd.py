@@ -23,7 +23,7 @@ from locations import ROOT
 from process_support import free_port
 
 from collectors.job import BOOT_DIR, PROBE_DIR_ENV, config_in, copy_probe, probe_env
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import open_store
 
 FAKE_DS = ROOT / "tests" / "e2e" / "fake_deepspeed"
 TRAIN_FAKE = ROOT / "tests" / "e2e" / "train_fake.py"
@@ -56,10 +56,10 @@ def test_job_is_probed_and_collected(tmp_path: Path) -> None:
     try:
         (info,) = store.runs()
         assert info.name == "job1"
-        steps = store.frame("job1", "rank_step")
+        steps = store.frames.frame("job1", "rank_step")
         assert sorted(steps["step"]) == [1, 2, 3, 4, 5, 6]
         assert set(steps["rank"]) == {0} and set(steps["file"]) == {"rank-0.jsonl"}
-        beats = store.frame("job1", "heartbeat")
+        beats = store.frames.frame("job1", "heartbeat")
         assert beats.sort_values("line")["phase"].iloc[-1] == "exited"
     finally:
         store.close()

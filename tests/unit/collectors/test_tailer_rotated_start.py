@@ -19,7 +19,7 @@ from dsmon.load.files import import_paths, read_found
 from dsmon.load.kinds import discover
 from dsmon.model.records import Record, TimerRecord, record_key
 from dsmon.parse.base import Diagnostics
-from dsmon.store.base import Store
+from dsmon.store.store import Store
 
 ROTATED = DATA / "rotated_copytruncate"
 Z2 = (DATA / "z2" / "train.log").read_bytes()

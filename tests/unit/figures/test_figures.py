@@ -21,8 +21,7 @@ from dsmon.figures import steps as steps_fig
 from dsmon.figures.common import WEBGL_MIN_POINTS, empty, rank_label, scatter
 from dsmon.model.frames import records_frame
 from dsmon.model.records import Record
-from dsmon.store import gpu_fold
-from dsmon.store.gpu_reads import fold_samples
+from dsmon.store.gpu import buckets
 
 
 @pytest.fixture(scope="module")
@@ -108,8 +107,7 @@ def test_bandwidth_against_the_link() -> None:
 
 
 def test_gpu_figures() -> None:
-    got = fold_samples(records_frame("gpu", gpu_samples()), 5)
-    b = gpu_fold.buckets(got.fold, got.series, got.t0_ms, got.width_ms or 1)
+    b = buckets.grid_of_samples(records_frame("gpu", gpu_samples()), 5).per_bucket()
     heat = gpus_fig.heatmap_figure(gpus.heatmap(b, "util_gpu_pct"), "util_gpu_pct")
     assert heat.data[0].zmax == 100 and list(heat.data[0].y) == [
         "n0/gpu0",
@@ -127,8 +125,7 @@ def test_gpu_figures() -> None:
 
 
 def test_gpu_lines_legend_moves_under_the_axis_when_it_would_reach_the_title() -> None:
-    got = fold_samples(records_frame("gpu", gpu_samples()), 5)
-    b = gpu_fold.buckets(got.fold, got.series, got.t0_ms, got.width_ms or 1)
+    b = buckets.grid_of_samples(records_frame("gpu", gpu_samples()), 5).per_bucket()
     four = gpus.lines(b, "power_w")
     eight = pd.concat([four, four.assign(gpu=four["gpu"] + "x")], ignore_index=True)
     assert four["gpu"].nunique() == 4 and eight["gpu"].nunique() == 8

@@ -11,7 +11,7 @@ from health_support import check, evidence
 from dsmon.health import HealthInputs, RunFacts, Status
 from dsmon.health.gather import inputs_from_records, inputs_from_store
 from dsmon.model.records import GpuSampleRecord, Source
-from dsmon.store.sqlite import SQLiteStore
+from dsmon.store.store import open_store
 
 GIB = 1024**3
 A100 = "NVIDIA A100-SXM4-80GB"
@@ -148,7 +148,7 @@ def test_ecc_and_xid() -> None:
 
 def test_store_summary_gives_the_verdicts_of_records_in_memory(tmp_path: Path) -> None:
     recs = run_of([60.0, 95.0])
-    store = SQLiteStore(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
     store.add(recs)
     stored = inputs_from_store(store, recs[0].src.run)
     for rule_id in ("gpu.utilization", "gpu.balance", "gpu.memory", "gpu.throttling", "gpu.errors"):

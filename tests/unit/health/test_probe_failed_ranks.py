@@ -20,7 +20,7 @@ from dsmon.load.files import import_paths, read_found
 from dsmon.load.kinds import discover
 from dsmon.model.records import HeartbeatRecord, Record
 from dsmon.parse.base import Diagnostics
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import open_store
 
 RUN = DATA / "probe_crash_torchrun"
 CRASH = "RuntimeError: [train.py] deliberate crash at step 8 (rank 1)"

@@ -16,7 +16,7 @@ from dashboard_support import app_at
 from dsmon.health import Status, evaluate
 from dsmon.health.gather import inputs_from_store
 from dsmon.load.files import import_paths
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import open_store
 from dsmon.view.cache import RunFrames
 from dsmon.view.cutoff import OPEN
 from dsmon.view.health_panel import panel

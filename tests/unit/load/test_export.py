@@ -23,8 +23,7 @@ from dsmon.load.files import import_paths
 from dsmon.load.kinds import RECORDS, classify
 from dsmon.model.records import Record
 from dsmon.serve.run import start_ingest_server
-from dsmon.store.base import Store
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import Store, open_store
 
 RUNS = ("z2", "flops_detailed_stdout", "csv_tensorboard")
 TOKEN = "test-token-0123456789abcdef"

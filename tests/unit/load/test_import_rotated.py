@@ -22,7 +22,7 @@ from dsmon.load.kinds import Found, discover, in_read_order
 from dsmon.load.rotated import rotation
 from dsmon.model.records import TimerRecord
 from dsmon.parse.base import Diagnostics
-from dsmon.store.base import Store
+from dsmon.store.store import Store
 
 FOLDER = DATA / "rotated_copytruncate"
 

@@ -20,15 +20,15 @@ from dsmon.load.files import import_paths, plan, read_found
 from dsmon.load.kinds import InputError
 from dsmon.load.playback import (
     Pace,
-    ReplayResult,
-    ReplayThread,
+    PlaybackResult,
+    PlaybackThread,
     TimeShifter,
-    replay_paths,
+    play_paths,
     step_batches,
 )
 from dsmon.model.records import Record, record_key
 from dsmon.parse.base import Diagnostics
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import open_store
 
 BASE = datetime(2030, 1, 1)
 
@@ -121,7 +121,7 @@ def test_pace_is_one_batch_per_step_at_the_speed_asked(tmp_path: Path) -> None:
     fake = FakeTime()
     seen: list[tuple[float, int]] = []
     with open_store(tmp_path / "s.sqlite") as store:
-        res = replay_paths(
+        res = play_paths(
             store, [demo_dir()], "demo", fake.pace(2.0), lambda r: seen.append((fake.t, r.records))
         )
         stamps = [datetime.fromisoformat(r.ts) for r in store.records("demo") if r.ts]
@@ -136,7 +136,7 @@ def test_pace_is_one_batch_per_step_at_the_speed_asked(tmp_path: Path) -> None:
 def test_finished_replay_stores_what_an_instant_import_stores(tmp_path: Path) -> None:
     with open_store(tmp_path / "instant.sqlite") as a, open_store(tmp_path / "live.sqlite") as b:
         import_paths(a, [demo_dir()], "demo")
-        res = replay_paths(b, [demo_dir()], "demo", FakeTime().pace(math.inf))
+        res = play_paths(b, [demo_dir()], "demo", FakeTime().pace(math.inf))
         instant, live = a.records("demo"), b.records("demo")
         assert b.add(demo_records()) == 0  # the same identities: nothing new
     assert res.inserted == len(instant) == 119
@@ -151,13 +151,13 @@ def test_real_time_replay_grows_in_file_order_and_ends_now(tmp_path: Path) -> No
     reader = open_store(path)
     visible: list[int] = []
 
-    def check(res: ReplayResult) -> None:  # another connection sees each batch committed
+    def check(res: PlaybackResult) -> None:  # another connection sees each batch committed
         got = without_ts(reader.records("demo"))
         assert got == expected[: res.records]
         visible.append(len(got))
 
     with open_store(path) as store:
-        res = replay_paths(store, [demo_dir()], "demo", Pace(speed=50.0), check)
+        res = play_paths(store, [demo_dir()], "demo", Pace(speed=50.0), check)
         newest = max(datetime.fromisoformat(r.ts) for r in store.records("demo") if r.ts)
     reader.close()
     assert visible[0] == 14 and visible[-1] == 119 and len(visible) == 31
@@ -167,7 +167,7 @@ def test_real_time_replay_grows_in_file_order_and_ends_now(tmp_path: Path) -> No
 
 
 def test_thread_can_be_stopped_between_steps(tmp_path: Path) -> None:
-    replay = ReplayThread(str(tmp_path / "s.sqlite"), [demo_dir()], "demo", 1.0).start()
+    replay = PlaybackThread(str(tmp_path / "s.sqlite"), [demo_dir()], "demo", 1.0).start()
     assert replay.first.wait(30)
     replay.stop()
     assert replay.done and replay.error is None and replay.result is not None
@@ -177,7 +177,7 @@ def test_thread_can_be_stopped_between_steps(tmp_path: Path) -> None:
 
 
 def test_thread_reports_a_failure_instead_of_raising(tmp_path: Path) -> None:
-    replay = ReplayThread(str(tmp_path / "s.sqlite"), [tmp_path / "nope"], "demo", 1.0).start()
+    replay = PlaybackThread(str(tmp_path / "s.sqlite"), [tmp_path / "nope"], "demo", 1.0).start()
     assert replay.first.wait(30)
     replay.stop()
     assert isinstance(replay.error, InputError)

@@ -21,8 +21,8 @@ from cli.main import main
 from dsmon.model.frames import records_frame
 from dsmon.model.records import EventRecord, Record, Source, StepRecord
 from dsmon.model.wire import encode
-from dsmon.store.keys import key_digest
-from dsmon.store.sqlite import open_store
+from dsmon.store.records.keys import key_digest
+from dsmon.store.store import open_store
 
 BAD_TS = "2026-19-39T25:61:00.000"  # month 19, day 39: no such moment
 PAGES = ("health", "steps", "training", "autotuner", "compare", "gpus", "communication", "flops")

@@ -146,14 +146,14 @@ def test_frames_from_stored_bodies_equal_frames_from_records(
 
     from dsmon.model import arrow_frames
     from dsmon.model.arrow_frames import arrow_frame
-    from dsmon.store import frame_reads
+    from dsmon.store.frames import pages
 
     monkeypatch.setattr(arrow_frames, "BLOCK_BYTES", block_bytes)
-    monkeypatch.setattr(frame_reads, "FRAME_PAGE_ROWS", page_rows)
-    monkeypatch.setattr(frame_reads, "ARROW_MIN_ROWS", arrow_min)
+    monkeypatch.setattr(pages, "FRAME_PAGE_ROWS", page_rows)
+    monkeypatch.setattr(pages, "ARROW_MIN_ROWS", arrow_min)
     from dsmon.model.records import KINDS
-    from dsmon.store.base import RecordFilter
-    from dsmon.store.sqlite import open_store
+    from dsmon.store.records.filter import RecordFilter
+    from dsmon.store.store import open_store
 
     store = open_store(shared_store())
     compared, by_arrow = 0, set()
@@ -161,8 +161,8 @@ def test_frames_from_stored_bodies_equal_frames_from_records(
         for kind in KINDS:
             pairs = store.id_records(RecordFilter(run, kind))
             slow = records_frame(kind, [r for _, r in pairs], [i for i, _ in pairs])
-            pd.testing.assert_frame_equal(store.frame(run, kind), slow)
-            rows = store._select(RecordFilter(run, kind))  # GPU samples have tables of their own
+            pd.testing.assert_frame_equal(store.frames.frame(run, kind), slow)
+            rows = store._log.select_bodies(RecordFilter(run, kind))  # not GPU samples'
             fast = arrow_frame(kind, [i for i, _ in rows], [b for _, b in rows])
             if fast is not None:  # Arrow's reader, used for big frames: the same frame too
                 pd.testing.assert_frame_equal(fast, slow)

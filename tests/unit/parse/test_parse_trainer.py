@@ -24,7 +24,7 @@ from dsmon.model.frames import records_frame
 from dsmon.model.records import IterationRecord, Record
 from dsmon.parse.base import Diagnostics
 from dsmon.parse.log import LogParser
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import open_store
 
 STEPS_PER_EPOCH = 500
 _DICT = re.compile(r"\{'(loss|eval_loss|train_runtime)'.*'epoch': '([\d.]+)'\}")

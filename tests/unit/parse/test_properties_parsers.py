@@ -32,7 +32,7 @@ from dsmon.parse.families.flops_profiler import FACTOR_OFFSET
 from dsmon.parse.log import LogParser, default_parsers
 from dsmon.parse.side_files import parse_profile_file
 from dsmon.serve.batch import BatchError, parse_batch_encoded, parse_batch_rows
-from dsmon.store.base import RecordRow, as_row
+from dsmon.store.records.rows import RecordRow, as_row
 
 #: Hypothesis explores every parser for a while: the slow lane runs it, CI replays one sequence.
 pytestmark = [needs_field_corpus, pytest.mark.slow]

@@ -37,7 +37,7 @@ from dsmon.model.records import (
 )
 from dsmon.parse.log import LogParser
 from dsmon.parse.run_files import run_name
-from dsmon.store.base import Store
+from dsmon.store.store import Store
 
 
 def kinds(folder: Path) -> list[tuple[str, str, int | None]]:

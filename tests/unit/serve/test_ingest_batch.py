@@ -17,6 +17,7 @@ from dsmon.model.records import (
     StepRecord,
     TimerRecord,
 )
+from dsmon.model.wire import EncodedRecord
 from dsmon.serve.batch import (
     MAX_GZIP_MEMBERS,
     BatchError,
@@ -26,7 +27,7 @@ from dsmon.serve.batch import (
     parse_batch_encoded,
     parse_batch_rows,
 )
-from dsmon.store.base import EncodedRecord, RecordRow, as_row, record_row
+from dsmon.store.records.rows import RecordRow, as_row, record_row
 
 #: The batch decoders a bad line must be refused by alike: the records' and the server's.
 DECODERS = pytest.mark.parametrize("decode", [parse_batch, parse_batch_rows])

@@ -17,8 +17,7 @@ from dsmon.model.records import (
     TimerRecord,
 )
 from dsmon.serve.metrics import StoreCollector
-from dsmon.store.base import Store
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import Store, open_store
 
 # Figures below are read by hand from tests/data/z2/train.log (DeepSpeed 0.19.8, rank 0);
 # the comment on each record names its line.

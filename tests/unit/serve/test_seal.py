@@ -21,25 +21,24 @@ from dsmon.model.records import Record
 from dsmon.serve import seal
 from dsmon.serve.run import start_ingest_server
 from dsmon.serve.seal import PageSealer
-from dsmon.store import base, frame_reads
-from dsmon.store.base import StoreError
-from dsmon.store.sqlite import SQLiteStore
+from dsmon.store.errors import StoreError
+from dsmon.store.frames import pages as frame_pages
+from dsmon.store.records.runs import RunInfo
+from dsmon.store.sqlite import SQLiteBackend
+from dsmon.store.store import Store, open_store
 
 
 @pytest.fixture(autouse=True)
 def small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
     """Pages of 7 rows read by Arrow, and a pass every 0.1 s."""
-    monkeypatch.setattr(frame_reads, "FRAME_PAGE_ROWS", 7)
-    monkeypatch.setattr(frame_reads, "ARROW_MIN_ROWS", 1)
+    monkeypatch.setattr(frame_pages, "FRAME_PAGE_ROWS", 7)
+    monkeypatch.setattr(frame_pages, "ARROW_MIN_ROWS", 1)
     monkeypatch.setattr(seal, "SEAL_EVERY_S", 0.1)
 
 
-def _kept_now(store: SQLiteStore) -> int:
-    """Pages kept so far (0 before the table exists)."""
-    try:
-        return len(kept_chunks(store))
-    except sqlite3.OperationalError:
-        return 0
+def _kept_now(store: Store) -> int:
+    """Pages kept so far."""
+    return len(kept_chunks(store))
 
 
 def _until(check: object, timeout_s: float = 15.0) -> None:
@@ -55,7 +54,7 @@ def test_the_server_keeps_the_pages_of_a_run_sent_live(
     half = len(z2_log_records) // 2
     with start_ingest_server(str(path), TOKEN, port=0) as srv:
         assert post(srv, z2_log_records[:half])[0] == 200
-        reader = SQLiteStore(path)
+        reader = open_store(path)
         _until(lambda: _kept_now(reader) > 0)
         first = _kept_now(reader)
         assert post(srv, z2_log_records[half:])[0] == 200
@@ -67,7 +66,7 @@ def test_the_server_keeps_the_pages_of_a_run_sent_live(
     reads = fetched_pages(reader, monkeypatch)
     for kind in ("timer", "step"):
         pd.testing.assert_frame_equal(
-            reader.frame("z2", kind), frame_from_records(reader, "z2", kind)
+            reader.frames.frame("z2", kind), frame_from_records(reader, "z2", kind)
         )
     assert sorted(reads) == [("step", 0), ("timer", 0)]  # a dashboard's first look: no JSON
     reader.close()
@@ -76,7 +75,7 @@ def test_the_server_keeps_the_pages_of_a_run_sent_live(
 def test_a_run_that_stops_growing_gets_its_last_pages_kept_once(
     tmp_path: Path, z2_log_records: list[Record]
 ) -> None:
-    store = SQLiteStore(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
     sealer = PageSealer(store)
     store.add(z2_log_records)
     assert sealer.seal() > 0 and not kept_tails(store)  # it grew: full pages only
@@ -87,7 +86,7 @@ def test_a_run_that_stops_growing_gets_its_last_pages_kept_once(
 
 
 def test_no_pass_without_a_write_and_none_after_stop(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
     sealer = PageSealer(store, every_s=0.05)
     sealer.stop()
     sealer.wrote()  # after stop: no thread starts
@@ -95,15 +94,15 @@ def test_no_pass_without_a_write_and_none_after_stop(tmp_path: Path) -> None:
     store.close()
 
 
-class _Down(SQLiteStore):
-    def runs(self) -> list[base.RunInfo]:
+class _Down(Store):
+    def runs(self) -> list[RunInfo]:
         raise StoreError("store x: connection refused")
 
 
 def test_a_store_error_ends_the_pass_and_is_logged(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store = _Down(tmp_path / "s.sqlite")
+    store = _Down(SQLiteBackend(tmp_path / "s.sqlite"))
     with caplog.at_level(logging.WARNING):
         assert PageSealer(store).seal() == 0
     expected = "keeping sealed pages failed, next pass retries: store x: connection refused"
@@ -111,12 +110,12 @@ def test_a_store_error_ends_the_pass_and_is_logged(
     store.close()
 
 
-class _ClosedUnder(SQLiteStore):
+class _ClosedUnder(Store):
     """A store closed while a pass works on it (the server stopping during a long pass)."""
 
     sealer: PageSealer
 
-    def runs(self) -> list[base.RunInfo]:
+    def runs(self) -> list[RunInfo]:
         self.sealer._stop.set()
         raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
 
@@ -124,7 +123,7 @@ class _ClosedUnder(SQLiteStore):
 def test_a_pass_cut_short_by_shutdown_ends_quietly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = _ClosedUnder(tmp_path / "s.sqlite")
+    store = _ClosedUnder(SQLiteBackend(tmp_path / "s.sqlite"))
     sealer = store.sealer = PageSealer(store, every_s=0.01)
     errors: list[BaseException | None] = []
     monkeypatch.setattr(threading, "excepthook", lambda args: errors.append(args.exc_value))

@@ -17,8 +17,8 @@ from dsmon.model import wire
 from dsmon.model.records import Record, Source, StepRecord
 from dsmon.serve.run import IngestServer, ServeError, bind_socket, start_ingest_server
 from dsmon.serve.seal import PageSealer
-from dsmon.store.base import Store, StoreError
-from dsmon.store.sqlite import open_store
+from dsmon.store.errors import StoreError
+from dsmon.store.store import Store, open_store
 
 
 def stored(srv: IngestServer, run: str = "z2") -> list[Record]:

@@ -23,7 +23,7 @@ from server_support import TOKEN, auth, call, ndjson, post, small_batch, stop_la
 from dsmon.model.records import Source, TimerRecord
 from dsmon.serve.app import Limits
 from dsmon.serve.run import IngestServer, start_ingest_server
-from dsmon.store.base import StoreDataError
+from dsmon.store.errors import StoreDataError
 
 QUICK = Limits(batches_in_hand=1, slot_wait_s=1.0, body_timeout_s=1.0, headers_timeout_s=0.5)
 
@@ -224,9 +224,9 @@ def test_a_huge_since_is_400(srv: IngestServer) -> None:
 
 def sql(srv: IngestServer, statement: str) -> None:
     """Run a statement on the server's own SQLite connection, between its requests."""
-    store: Any = srv.store
-    with store._lock:
-        store._conn.execute(statement)
+    backend: Any = srv.store.backend
+    with backend._lock:
+        backend._conn.execute(statement)
 
 
 def test_healthz_fails_on_a_store_that_refuses_writes(srv: IngestServer) -> None:
@@ -236,14 +236,14 @@ def test_healthz_fails_on_a_store_that_refuses_writes(srv: IngestServer) -> None
     assert json.loads(data) == {
         "status": "error",
         "error": "store does not take writes: store "
-        + str(srv.store.path)  # type: ignore[attr-defined]
+        + srv.store.url
         + ": attempt to write a readonly database",
     }
 
 
 def test_healthz_fails_after_a_write_failed_until_one_succeeds(srv: IngestServer) -> None:
     assert call(srv, "GET", "/healthz")[0] == 200
-    pages = srv.store._conn.execute("PRAGMA page_count").fetchone()[0]  # type: ignore[attr-defined]
+    pages = srv.store.backend._conn.execute("PRAGMA page_count").fetchone()[0]  # type: ignore[attr-defined]
     sql(srv, f"PRAGMA max_page_count = {pages}")  # the disk is full
     status, data = post(srv, small_batch(200))
     assert status == 503 and data["error"].endswith("database or disk is full")

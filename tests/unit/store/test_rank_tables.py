@@ -2,38 +2,30 @@
 
 Every test stores the records ``dsmon run``'s probe wrote in a real job (tests/data/probe_*,
 DeepSpeed 0.19.8, 2 ranks; each folder's README says how it was made) and compares what the
-store keeps as they arrive (``Store.rank_step_stats``, ``rank_busy``, ``last_heartbeats``)
+store keeps as they arrive (``Store.ranks``: ``step_stats``, ``busy``, ``last_heartbeats``)
 with the same figures computed from the records in pandas (``dsmon.analysis.ranks``), on
-both backends: in whatever order and batches the records come, once more after a step was
-stored twice, and in a store an older dsmon wrote.
+both backends: in whatever order and batches the records come, and once more after a step
+was stored twice.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import datetime
-from pathlib import Path
-from typing import NamedTuple
 
 import pandas as pd
 import pytest
 from locations import DATA
-from pg_support import ThrowawayPgStore
-from sql_support import pg_sql, sqlite_sql
 
 from dsmon.analysis import ranks
 from dsmon.analysis.stragglers import StragglerSummary, straggler_summary
-from dsmon.health.gather import inputs_from_store
-from dsmon.health.registry import all_rules, evaluate
 from dsmon.load.files import import_paths
 from dsmon.model.frames import records_frame
-from dsmon.model.records import EventRecord, RankStepRecord, Record, Source
-from dsmon.store.base import Store
-from dsmon.store.filters import RecordFilter
-from dsmon.store.postgres import PgStore
-from dsmon.store.sqlite import SQLiteStore
-from dsmon.view import rank_views
+from dsmon.model.records import RankStepRecord, Record
+from dsmon.store.records.filter import RecordFilter
+from dsmon.store.store import Store, open_store
+from dsmon.view import ranks as rank_views
 from dsmon.view.cache import RunFrames
 from dsmon.view.cutoff import OPEN, Cutoff
 from dsmon.view.health_panel import panel
@@ -44,12 +36,11 @@ FOLDERS = ("probe_straggler", "probe_torchrun", "probe_crash_torchrun", "probe_f
            "probe_hang")  # fmt: skip
 #: Bucket widths read from the steps (1, 2), from each roll-up level, and across levels.
 WIDTHS = (1, 2, 8, 16, 64, 128, 512, 4096, 32768)
-RANK_TABLES = ("rank_steps", "rank_step_stats", "rank_busy", "rank_beats", "rank_beat_steps")
 
 
 def probe_records(folder: str) -> list[Record]:
     """The records of a real run folder, read as ``dsmon import`` reads them."""
-    tmp = SQLiteStore(":memory:")
+    tmp = open_store(":memory:")
     import_paths(tmp, [DATA / folder], run=RUN)
     recs = [r for _, r in tmp.id_records(RecordFilter(RUN))]
     tmp.close()
@@ -61,20 +52,17 @@ def assert_tables_match(store: Store, recs: Sequence[Record]) -> None:
     steps = records_frame("rank_step", [r for r in recs if r.KIND == "rank_step"])
     beats = records_frame("heartbeat", [r for r in recs if r.KIND == "heartbeat"])
     want = ranks.step_stats(steps)
-    got = store.rank_step_stats(RUN)
-    assert got is not None
+    got = store.ranks.step_stats(RUN)
     pd.testing.assert_frame_equal(got[list(want.columns)], want, check_dtype=False)
     table = ranks.rank_step_table(steps)
     for width in WIDTHS:
         want_busy = ranks.busy_buckets(table, width)
-        got_busy = store.rank_busy(RUN, width)
-        assert got_busy is not None
+        got_busy = store.ranks.busy(RUN, width)
         pd.testing.assert_frame_equal(
             got_busy.reset_index(drop=True), want_busy.reset_index(drop=True), check_dtype=False
         )
     last = ranks.last_beats(beats)
-    kept = store.last_heartbeats(RUN)
-    assert kept is not None
+    kept = store.ranks.last_heartbeats(RUN)
     assert [(b.src.rank, b.src.file, b.src.line) for b in kept] == list(
         zip(last["rank"], last["file"], last["line"], strict=True)
     )
@@ -85,8 +73,8 @@ def test_the_tables_equal_the_records_figures(store: Store, folder: str) -> None
     recs = probe_records(folder)
     store.add(recs)
     assert_tables_match(store, recs)
-    stats = store.rank_step_stats(RUN)
-    assert stats is not None and len(stats) == len({r.step for r in recs if r.KIND == "rank_step"})
+    stats = store.ranks.step_stats(RUN)
+    assert len(stats) == len({r.step for r in recs if r.KIND == "rank_step"})
 
 
 def test_records_arriving_rank_by_rank_in_small_batches_fold_the_same(store: Store) -> None:
@@ -96,8 +84,8 @@ def test_records_arriving_rank_by_rank_in_small_batches_fold_the_same(store: Sto
     others = [r for r in recs if r.src.rank not in (0, 1)]
     store.add(others)
     store.add(by_rank[0][:12])
-    got = store.rank_step_stats(RUN)
-    assert got is not None and set(got["ranks"]) == {1.0}  # rank 0 alone so far
+    got = store.ranks.step_stats(RUN)
+    assert set(got["ranks"]) == {1.0}  # rank 0 alone so far
     assert ranks.stragglers(got).empty  # a step one rank reported names no straggler
     sent = 12
     for start in range(0, len(by_rank[1]), 5):
@@ -106,7 +94,7 @@ def test_records_arriving_rank_by_rank_in_small_batches_fold_the_same(store: Sto
         sent += 3
     store.add(by_rank[0][sent:])
     assert_tables_match(store, recs)
-    strag = ranks.stragglers(store.rank_step_stats(RUN))  # type: ignore[arg-type]
+    strag = ranks.stragglers(store.ranks.step_stats(RUN))
     assert set(strag["slowest_rank"]) == {1}  # the run's straggler, as its README says
 
 
@@ -125,17 +113,16 @@ def test_a_step_stored_again_counts_once_with_its_last_times(store: Store) -> No
     ]
     store.add(redone)
     assert_tables_match(store, [*recs, *redone])
-    got = store.rank_step_stats(RUN)
-    assert got is not None and set(got["ranks"]) == {2.0}  # still two ranks a step
+    got = store.ranks.step_stats(RUN)
+    assert set(got["ranks"]) == {2.0}  # still two ranks a step
 
 
 def test_a_live_reader_is_given_only_the_steps_changed_since(store: Store) -> None:
     recs = probe_records("probe_straggler")
     store.add(recs)
-    first = store.rank_step_stats(RUN)
-    assert first is not None
+    first = store.ranks.step_stats(RUN)
     after = int(first["id"].max())
-    assert store.rank_step_stats(RUN, after).empty  # nothing new
+    assert store.ranks.step_stats(RUN, after).empty  # nothing new
     late = [
         dataclasses.replace(r, src=dataclasses.replace(r.src, line=(r.src.line or 0) + 1000,
                                                        offset=(r.src.offset or 0) + 10**6),
@@ -144,59 +131,8 @@ def test_a_live_reader_is_given_only_the_steps_changed_since(store: Store) -> No
         if isinstance(r, RankStepRecord) and r.step == 20 and r.src.rank == 0
     ]  # fmt: skip
     store.add(late)
-    new = store.rank_step_stats(RUN, after)
-    assert new is not None and list(new["step"]) == [40.0] and list(new["ranks"]) == [1.0]
-
-
-class OlderStore(NamedTuple):
-    """A store holding the probe records, as a dsmon without the per-rank tables left it."""
-
-    path_or_url: str
-    open: type[Store]
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def older_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OlderStore]:
-    """Real probe records stored, then the per-rank tables taken away (or their mark, in PG)."""
-    if request.param == "sqlite":
-        path = str(tmp_path / "old.sqlite")
-        with SQLiteStore(path) as s:
-            s.add(probe_records("probe_straggler"))
-        for table in RANK_TABLES:
-            sqlite_sql(path, f"DROP TABLE {table}")
-        yield OlderStore(path, SQLiteStore)
-        return
-    pg = ThrowawayPgStore()
-    pg.add(probe_records("probe_straggler"))
-    pg_sql(pg.url, f"DROP TABLE {', '.join(RANK_TABLES)}")
-    pg_sql(pg.url, "DELETE FROM dsmon_meta WHERE name = 'rank_tables'")
-    yield OlderStore(pg.url, PgStore)
-    pg.close()
-
-
-def _straggler(store: Store) -> str:
-    inputs = inputs_from_store(store, RUN)
-    (res,) = evaluate(inputs, [r for r in all_rules() if r.id == "ranks.straggler"]).results
-    return f"{res.status.value}: {res.summary}"
-
-
-def test_an_older_store_is_read_from_its_records_until_a_writer_builds_the_tables(
-    older_store: OlderStore,
-) -> None:
-    recs = probe_records("probe_straggler")
-    reader = older_store.open(older_store.path_or_url)  # type: ignore[call-arg]
-    assert reader.rank_step_stats(RUN) is None and reader.last_heartbeats(RUN) is None
-    before = _straggler(reader)
-    assert before.startswith("fail: rank 1 is the slowest")  # computed from the records
-    writer = older_store.open(older_store.path_or_url)  # type: ignore[call-arg]
-    writer.add([EventRecord(src=Source(run=RUN, file="other.log", line=1), name="tick")])
-    assert_tables_match(writer, recs)
-    assert _straggler(writer) == before
-    assert reader.rank_step_stats(RUN) is not None  # the reader sees them once built
-    writer.add(recs)  # nothing new: nothing folded twice
-    assert_tables_match(writer, recs)
-    reader.close()
-    writer.close()
+    new = store.ranks.step_stats(RUN, after)
+    assert list(new["step"]) == [40.0] and list(new["ranks"]) == [1.0]
 
 
 def test_the_dashboard_reads_the_summaries_not_the_probe_records(store: Store) -> None:
@@ -233,8 +169,7 @@ def test_a_replay_position_is_read_from_the_tables_up_to_its_step(
         pd.testing.assert_frame_equal(got[list(want.columns)], want, check_dtype=False)
         table = ranks.rank_step_table(at.apply(steps))
         for width in (1, 2, 8, 16, 64, 128):
-            got_busy = store.rank_busy(RUN, width, upto)
-            assert got_busy is not None
+            got_busy = store.ranks.busy(RUN, width, upto)
             pd.testing.assert_frame_equal(
                 got_busy, ranks.busy_buckets(table, width).reset_index(drop=True), check_dtype=False
             )
@@ -269,7 +204,6 @@ def test_the_live_straggler_summary_equals_the_whole_runs_at_every_refresh(store
         store.add(batch)
         frames.refresh()
         live = rank_views.stragglers(frames)
-        table = store.rank_step_stats(RUN)
-        assert table is not None
+        table = store.ranks.step_stats(RUN)
         assert _summary_figures(live) == _summary_figures(straggler_summary(table))
     assert live.steps == 18 and live.counts == {1: 18}  # steps 3-20, rank 1 the slowest

@@ -21,15 +21,13 @@ from dsmon.model.records import (
     record_key,
 )
 from dsmon.serve.batch import parse_batch_rows
-from dsmon.store.base import (
-    RecordFilter,
-    RecordRow,
-    RunInfo,
-    Store,
-    StoreError,
-)
-from dsmon.store.keys import KEY_BYTES, key_digest
-from dsmon.store.sqlite import SQLiteStore, open_store, sqlite_path
+from dsmon.store.errors import StoreError
+from dsmon.store.records.filter import RecordFilter
+from dsmon.store.records.keys import KEY_BYTES, key_digest
+from dsmon.store.records.rows import RecordRow
+from dsmon.store.records.runs import RunInfo
+from dsmon.store.store import Store, open_store
+from dsmon.store.url import absolute_url, redact_url, sqlite_file
 
 
 def timer(
@@ -152,7 +150,7 @@ def test_last_id(store: Store) -> None:
 
 def test_frame_widens_timers(store: Store) -> None:
     store.add(sample_run())
-    f = store.frame("r1", "timer", step_min=4)
+    f = store.frames.frame("r1", "timer", step_min=4)
     assert list(f.columns[:7]) == ["id", "step", "ts", "node", "rank", "file", "line"]
     assert f["id"].tolist() == [4, 5]
     assert f["fwd_ms"].tolist() == [14.0, 15.0]
@@ -165,7 +163,7 @@ def test_frame_widens_timers(store: Store) -> None:
 
 def test_frame_of_absent_kind_is_empty_with_columns(store: Store) -> None:
     store.add(sample_run())
-    f = store.frame("r1", "throughput")
+    f = store.frames.frame("r1", "throughput")
     assert f.empty
     assert "samples_per_s" in f.columns
     assert str(f["samples_per_s"].dtype) == "float64"
@@ -235,8 +233,8 @@ def test_sqlite_uses_wal_and_a_busy_timeout(tmp_path: Path) -> None:
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     conn.close()
-    store = SQLiteStore(path)
-    assert store._conn.execute("PRAGMA busy_timeout").fetchone()[0] == 30000
+    store = open_store(path)
+    assert store.backend._conn.execute("PRAGMA busy_timeout").fetchone()[0] == 30000
     store.close()
 
 
@@ -283,26 +281,34 @@ def test_sqlite_plan_uses_an_index(tmp_path: Path) -> None:
     ]
 
 
-def test_store_of_another_schema_version_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "s.sqlite"
-    conn = sqlite3.connect(path)
-    conn.execute("PRAGMA user_version = 99")
-    conn.close()
-    with pytest.raises(StoreError, match="schema version 99"):
-        open_store(path)
-
-
 def test_open_store_urls(tmp_path: Path) -> None:
-    assert sqlite_path("sqlite:///rel/x.db") == "rel/x.db"
-    assert sqlite_path("sqlite:////abs/x.db") == "/abs/x.db"
-    assert sqlite_path("x.db") == "x.db"
+    assert sqlite_file("sqlite:///rel/x.db") == "rel/x.db"
+    assert sqlite_file("sqlite:////abs/x.db") == "/abs/x.db"
+    assert sqlite_file("x.db") == "x.db"
+    assert sqlite_file("postgresql://u@h/db") is None
     with open_store(f"sqlite:///{tmp_path}/u.sqlite") as s:
         assert s.add(sample_run()) == 7
     assert (tmp_path / "u.sqlite").exists()
     with pytest.raises(StoreError, match="unknown URL scheme"):
         open_store("mysql://host/db")
+    with pytest.raises(StoreError, match="three slashes"):
+        open_store("sqlite://x.db")
     with pytest.raises(StoreError, match="cannot open store"):
         open_store(tmp_path / "missing-dir" / "x.sqlite")
+
+
+def test_a_url_for_another_folder_names_the_same_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dashboard runs in the checkout: the store it is handed must not move with it."""
+    monkeypatch.chdir(tmp_path)
+    assert absolute_url("s.sqlite") == str(tmp_path / "s.sqlite")
+    assert absolute_url("sqlite:///d/s.sqlite") == f"sqlite:///{tmp_path}/d/s.sqlite"
+    assert sqlite_file(absolute_url("sqlite:///d/s.sqlite")) == str(tmp_path / "d" / "s.sqlite")
+    url = "postgresql://dsmon:pw@db:5432/x"
+    assert absolute_url(url) == url
+    assert redact_url(url) == "postgresql://dsmon:***@db:5432/x"
+    assert redact_url("postgresql://dsmon@db/x") == "postgresql://dsmon@db/x"
 
 
 def test_not_a_database_is_a_store_error(tmp_path: Path) -> None:
@@ -328,8 +334,8 @@ def test_check_writable_commits_nothing_visible(store: Store) -> None:
 
 
 def test_check_writable_fails_on_a_store_that_refuses_writes(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "ro.sqlite")
-    store._conn.execute("PRAGMA query_only = 1")  # as a read-only file or mount would
+    store = open_store(tmp_path / "ro.sqlite")
+    store.backend._conn.execute("PRAGMA query_only = 1")  # as a read-only file or mount would
     with pytest.raises(StoreError, match="attempt to write a readonly database"):
         store.check_writable()
     assert store.last_id() == 0  # reads still answer: why /healthz must write
@@ -348,13 +354,14 @@ def _plans(conn: sqlite3.Connection, statements: list[str]) -> list[str]:
 def test_sqlite_after_id_read_walks_only_newer_rows(
     tmp_path: Path, z2_log_records: list[Record]
 ) -> None:
-    store = SQLiteStore(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
+    conn = store.backend._conn
     store.add(z2_log_records)
     seen: list[str] = []
-    store._conn.set_trace_callback(seen.append)
-    store.frame("z2", "timer", after_id=store.last_id("z2") - 3)
-    store._conn.set_trace_callback(None)
-    plans = _plans(store._conn, seen)
+    conn.set_trace_callback(seen.append)
+    store.frames.frame("z2", "timer", after_id=store.last_id("z2") - 3)
+    conn.set_trace_callback(None)
+    plans = _plans(conn, seen)
     store.close()
     assert plans, seen
     assert all("records_run_kind_id (run=? AND kind=? AND id>?)" in p for p in plans), plans
@@ -363,36 +370,14 @@ def test_sqlite_after_id_read_walks_only_newer_rows(
 def test_sqlite_bookkeeping_reads_only_the_batch(
     tmp_path: Path, z2_log_records: list[Record]
 ) -> None:
-    store = SQLiteStore(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
+    conn = store.backend._conn
     store.add(z2_log_records[: len(z2_log_records) // 2])
     seen: list[str] = []
-    store._conn.set_trace_callback(seen.append)
+    conn.set_trace_callback(seen.append)
     store.add(z2_log_records)  # half stored already: inserts, bookkeeping and restamps
-    store._conn.set_trace_callback(None)
-    plans = _plans(store._conn, seen)
+    conn.set_trace_callback(None)
+    plans = _plans(conn, seen)
     store.close()
     assert any("rowid>?" in p for p in plans), plans
     assert not [p for p in plans if p.startswith("SCAN records")], plans
-
-
-def test_sqlite_older_store_gets_the_after_id_index_on_first_write(tmp_path: Path) -> None:
-    path = tmp_path / "s.sqlite"
-    SQLiteStore(path).close()
-    conn = sqlite3.connect(path)
-    conn.execute("DROP INDEX records_run_kind_id")  # as a store written before it existed
-    conn.commit()
-
-    def indexes() -> set[str]:
-        rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'").fetchall()
-        return {r[0] for r in rows}
-
-    reader = SQLiteStore(path)
-    assert [r.step for r in reader.records("r1")] == []
-    assert "records_run_kind_id" not in indexes()  # a reader never takes the write lock
-    writer = SQLiteStore(path)
-    writer.add(sample_run())
-    assert "records_run_kind_id" in indexes()
-    assert [r.step for r in reader.records("r1", "timer", after_id=2)] == [3, 4, 5]
-    reader.close()
-    writer.close()
-    conn.close()

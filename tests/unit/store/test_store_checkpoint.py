@@ -1,4 +1,4 @@
-"""Live writers' WAL checkpoints run in a thread of their own (``dsmon.store.sqlite_checkpoint``).
+"""Live writers' WAL checkpoints run in a thread of their own (``dsmon.store.sqlite``).
 
 The ingest server's writes (``Store.add(..., live=True)``) leave the copying of the WAL into
 the database file to a background thread; the writer's own automatic checkpoint stays only
@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from dsmon.model.records import Record
-from dsmon.store import sqlite_checkpoint
-from dsmon.store.sqlite import SQLiteStore
-from dsmon.store.sqlite_checkpoint import BACKSTOP_PAGES
+from dsmon.store import sqlite
+from dsmon.store.sqlite import BACKSTOP_PAGES, SQLiteBackend
+from dsmon.store.store import Store, open_store
 
 
 def _copies(records: list[Record], n: int) -> list[Record]:
@@ -33,8 +33,13 @@ def _copies(records: list[Record], n: int) -> list[Record]:
     ]
 
 
-def _autocheckpoint(store: SQLiteStore) -> int:
-    return int(store._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
+def _backend(store: Store) -> SQLiteBackend:
+    assert isinstance(store.backend, SQLiteBackend)
+    return store.backend
+
+
+def _autocheckpoint(store: Store) -> int:
+    return int(_backend(store)._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
 
 
 def _until(check: object, timeout_s: float = 10.0) -> bool:
@@ -47,15 +52,15 @@ def _until(check: object, timeout_s: float = 10.0) -> bool:
 def test_live_writes_are_checkpointed_by_the_thread_not_the_writer(
     tmp_path: Path, z2_log_records: list[Record], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sqlite_checkpoint, "EVERY_S", 0.05)
+    monkeypatch.setattr(sqlite, "CHECKPOINT_EVERY_S", 0.05)
     path = tmp_path / "s.sqlite"
-    store = SQLiteStore(path)
+    store = open_store(path)
     empty = os.path.getsize(path)
     records = _copies(z2_log_records, 20)
     assert store.add(records, live=True) == len(records)
     assert _autocheckpoint(store) == BACKSTOP_PAGES  # far above what this wrote
     # the records reach the database file itself, copied by the thread
-    keeper = store._checkpoints
+    keeper = _backend(store)._checkpoints
     assert keeper is not None and keeper.every_s == 0.05
     assert _until(lambda: keeper.passes >= 1 and os.path.getsize(path) > empty + 500_000)
     store.close()
@@ -66,17 +71,19 @@ def test_live_writes_are_checkpointed_by_the_thread_not_the_writer(
 def test_other_writes_keep_sqlites_own_checkpoints(
     tmp_path: Path, z2_log_records: list[Record]
 ) -> None:
-    store = SQLiteStore(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
     store.add(z2_log_records)  # an import, say: no thread
-    assert store._checkpoints is not None and store._checkpoints._thread is None
+    keeper = _backend(store)._checkpoints
+    assert keeper is not None and keeper._thread is None
     assert _autocheckpoint(store) == 1000
     store.close()
 
 
 def test_close_ends_the_thread(tmp_path: Path, z2_log_records: list[Record]) -> None:
-    store = SQLiteStore(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
     store.add(z2_log_records, live=True)
-    thread = store._checkpoints._thread if store._checkpoints else None
+    keeper = _backend(store)._checkpoints
+    thread = keeper._thread if keeper else None
     assert thread is not None and thread.is_alive()
     store.close()
     assert not thread.is_alive()
@@ -91,8 +98,8 @@ def test_a_thread_that_cannot_open_the_store_leaves_the_writer_working(
     def refused(*args: object, **kwargs: object) -> sqlite3.Connection:
         raise sqlite3.OperationalError("unable to open database file")
 
-    store = SQLiteStore(tmp_path / "s.sqlite")
-    monkeypatch.setattr(sqlite_checkpoint.sqlite3, "connect", refused)  # (the thread's only)
+    store = open_store(tmp_path / "s.sqlite")
+    monkeypatch.setattr(sqlite.sqlite3, "connect", refused)  # (the thread's only)
     half = len(z2_log_records) // 2
     with caplog.at_level(logging.WARNING):
         assert store.add(z2_log_records[:half], live=True) == half

@@ -1,8 +1,8 @@
-"""GPU samples in the store: stored in typed tables, read back equal, folded equal everywhere.
+"""GPU samples in the store: stored in typed tables, read back equal, bucketed equal everywhere.
 
 The same checks run on every backend (``store`` fixture): SQLite and PostgreSQL keep samples
 in the same typed tables with roll-ups and answer in SQL. Both must give back what was
-stored and the same summaries and buckets as a fold of the samples in memory.
+stored and the same summaries and buckets as the samples in memory give.
 """
 
 from __future__ import annotations
@@ -10,26 +10,22 @@ from __future__ import annotations
 import dataclasses
 import math
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
-from typing import NamedTuple
 
 import pandas as pd
 import pytest
 from conftest import STORE_BACKENDS
 from gpu_support import RUN, day, odd_ones, sample
-from pg_support import ThrowawayPgStore
-from sql_support import pg_sql, sqlite_sql
 
 from dsmon.model import wire
 from dsmon.model.frames import records_frame
 from dsmon.model.records import EventRecord, GpuSampleRecord, Record, Source
-from dsmon.store import gpu_fold, gpu_sql_read, gpu_store
-from dsmon.store.base import RecordFilter, Store, record_row
-from dsmon.store.gpu_reads import GpuFold, fold_samples
-from dsmon.store.gpu_tables import GpuTables
-from dsmon.store.postgres import PgStore
-from dsmon.store.sqlite import SQLiteStore
+from dsmon.store.gpu import buckets, reads
+from dsmon.store.gpu.buckets import BucketGrid
+from dsmon.store.gpu.samples import GpuSamples
+from dsmon.store.records.filter import RecordFilter
+from dsmon.store.store import Store, open_store
 
 
 def test_samples_come_back_equal_and_once(store: Store) -> None:
@@ -84,7 +80,7 @@ def test_paging_by_id_sees_every_record_once_in_order(store: Store) -> None:
 
 def _another(store: Store) -> Store:
     """A second store object (another connection) on the same data."""
-    return SQLiteStore(store.path) if isinstance(store, SQLiteStore) else PgStore(store.url)  # type: ignore[attr-defined]
+    return open_store(store.url)
 
 
 def test_paging_reads_records_and_samples_in_one_snapshot(
@@ -98,16 +94,16 @@ def test_paging_reads_records_and_samples_in_one_snapshot(
     store.add([EventRecord(src=Source(run=RUN, file="a.log", line=1), name="first")])
     other = _another(store)
     late = [EventRecord(src=Source(run=RUN, file="a.log", line=2), name="late"), *day(3)]
-    real_select = GpuTables.select
+    real_select = GpuSamples.select
 
-    def select_after_other_writes(self: GpuTables, *args: object) -> object:
+    def select_after_other_writes(*args: object) -> object:
         if late:
             other.add(late[:1])  # a batch of records...
             other.add(late[1:])  # ...then one of samples, with higher ids
             late.clear()
-        return real_select(self, *args)  # type: ignore[arg-type]
+        return real_select(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(GpuTables, "select", select_after_other_writes)
+    monkeypatch.setattr(GpuSamples, "select", staticmethod(select_after_other_writes))
     seen = store.id_records(RecordFilter(RUN, after_id=0))
     monkeypatch.undo()
     seen += store.id_records(RecordFilter(RUN, after_id=seen[-1][0]))
@@ -148,24 +144,24 @@ def hour_store(
 
 
 @pytest.mark.parametrize("n_buckets", [None, 7, 60])
-def test_store_folds_like_memory(
+def test_store_buckets_like_memory(
     hour_store: Store, hour: tuple[list[GpuSampleRecord], pd.DataFrame], n_buckets: int | None
 ) -> None:
     store, frame = hour_store, hour[1]
     if n_buckets is None:
-        got = fold_samples(frame, None)
-        _close(store.gpu_summary(RUN), gpu_fold.summary(got.fold, got.series))
+        got = buckets.grid_of_samples(frame, None)
+        _close(store.gpu.summary(RUN), buckets.summary(got.stats, got.series))
         return
-    mine = store.gpu_buckets(RUN, n_buckets)
+    mine = store.gpu.buckets(RUN, n_buckets)
     assert len(mine) >= n_buckets // 4 * 4  # a roll-up may give fewer, wider buckets
     # Every sample is counted once, extremes are kept...
     assert mine.groupby("gpu")["n"].sum().tolist() == [3600] * 4
     assert mine["util_gpu_pct_max"].max() == 100.0
-    # ...and on the store's grid, a fold of the samples in memory gives the same buckets.
-    grid = store._gpu_fold(RUN, n_buckets, None, None)
-    theirs = gpu_fold.buckets(
-        gpu_fold.fold_frame(frame, grid.t0_ms, grid.width_ms),
-        gpu_fold.series_frame(frame)[0],
+    # ...and on the store's grid, the samples in memory give the same buckets.
+    grid = store.gpu.grid(RUN, n_buckets)
+    theirs = buckets.per_bucket(
+        buckets.stats_of_samples(frame, grid.t0_ms, grid.width_ms),
+        buckets.series_frame(frame)[0],
         grid.t0_ms,
         grid.width_ms or 1,
     )
@@ -176,55 +172,55 @@ def test_replay_cutoff_reads_only_samples_before_it(store: Store) -> None:
     recs = day(600)
     store.add(recs)
     cut = "2026-11-29T10:05:00.000"
-    summary = store.gpu_summary(RUN, ts_max=cut).set_index("gpu")
+    summary = store.gpu.summary(RUN, ts_max=cut).set_index("gpu")
     # seconds 0..299 of every GPU, and second 300 of gpu0 (its ts is 10:05:00.000)
     assert summary["samples"].tolist() == [301, 300, 301, 300]
     assert str(summary["last_ts"].max()) == "2026-11-29 10:05:00"
-    latest = {(r.src.node, r.gpu_index): r.ts for r in store.gpu_latest(RUN, ts_max=cut)}
+    latest = {(r.src.node, r.gpu_index): r.ts for r in store.gpu.latest(RUN, ts_max=cut)}
     assert latest[("n0", 0)] == cut and latest[("n1", 1)] == "2026-11-29T10:04:59.001"
 
 
 def test_traces_of_chosen_gpus_only(store: Store) -> None:
     store.add(day(300))
-    got = store.gpu_buckets(RUN, 30, gpus=["n1/gpu0"])
+    got = store.gpu.buckets(RUN, 30, gpus=["n1/gpu0"])
     assert set(got["gpu"]) == {"n1/gpu0"} and got["n"].sum() == 300
 
 
 N2, G2 = ("n0", "n1"), (0, 1)
 
 
-def _in_order(fold: pd.DataFrame) -> pd.DataFrame:
-    return fold.sort_values(["series", "b"]).reset_index(drop=True)
+def _in_order(stats: pd.DataFrame) -> pd.DataFrame:
+    return stats.sort_values(["series", "b"]).reset_index(drop=True)
 
 
-def _buckets(got: GpuFold) -> pd.DataFrame:
-    return got.buckets()
+def _buckets(got: BucketGrid) -> pd.DataFrame:
+    return got.per_bucket()
 
 
 @pytest.fixture
 def starts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The first bucket of each SQL fold made while the test runs (0: the whole fold)."""
+    """The first bucket of each SQL read of bucket statistics while the test runs (0: all)."""
     found: list[int] = []
-    real = gpu_sql_read.fold
+    real = reads.stats
 
-    def fold(*args: object, **kwargs: object) -> pd.DataFrame:
+    def stats(*args: object, **kwargs: object) -> pd.DataFrame:
         found.append(int(kwargs.get("from_bucket", 0)))  # type: ignore[call-overload]
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(gpu_sql_read, "fold", fold)
+    monkeypatch.setattr(reads, "stats", stats)
     return found
 
 
-def test_a_fold_handed_back_is_read_again_from_its_first_changed_bucket(
+def test_a_grid_handed_back_is_read_again_from_its_first_changed_bucket(
     store: Store, starts: list[int]
 ) -> None:
-    """``gpu_fold(since=...)``: the same buckets as a whole fold, reading only what changed.
+    """``gpu.grid(since=...)``: the same buckets as a whole grid, reading only what changed.
 
     Seconds appended (a live run), a sample late by minutes (a collector back from an
     outage), another run's, nothing new, a grid grown wider, a replay position.
     """
     store.add(day(600))  # ten one-minute buckets of 4 GPUs
-    got = store.gpu_fold(RUN, 30)
+    got = store.gpu.grid(RUN, 30)
     late = dataclasses.replace(sample(100, 0), ts="2026-11-29T10:01:40.500", power_w=999.0)
     other = dataclasses.replace(sample(130, 1), src=Source(run="other", node="n9"))
     steps: list[tuple[list[Record], int]] = [
@@ -241,26 +237,26 @@ def test_a_fold_handed_back_is_read_again_from_its_first_changed_bucket(
     for recs, first in steps:
         store.add(recs)
         starts.clear()
-        again = store.gpu_fold(RUN, 30, since=got)
+        again = store.gpu.grid(RUN, 30, since=got)
         assert starts == [first]
-        whole = store.gpu_fold(RUN, 30)
+        whole = store.gpu.grid(RUN, 30)
         assert (again.t0_ms, again.width_ms) == (whole.t0_ms, whole.width_ms)
         pd.testing.assert_frame_equal(_buckets(again), _buckets(whole))
-        pd.testing.assert_frame_equal(_in_order(again.fold), _in_order(whole.fold))
+        pd.testing.assert_frame_equal(_in_order(again.stats), _in_order(whole.stats))
         got = again
     # the late sample is in (no other sample draws more than 700 W)
     assert _buckets(got).query("gpu == 'n0/gpu0'")["power_w_max"].max() == 999.0
     starts.clear()
     cut = "2026-11-29T10:09:00.000"  # a replay position reads whole, whatever it is handed
     pd.testing.assert_frame_equal(
-        _buckets(store.gpu_fold(RUN, 30, cut, since=got)), store.gpu_buckets(RUN, 30, cut)
+        _buckets(store.gpu.grid(RUN, 30, cut, since=got)), store.gpu.buckets(RUN, 30, cut)
     )
     assert starts == [0, 0]
 
 
 def test_sqlite_layout_is_compact(tmp_path: Path) -> None:
     """About 60 bytes per sample for the samples table (the JSON rows took ~600)."""
-    store = SQLiteStore(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
     store.add(day(2500))
     store.close()
     conn = sqlite3.connect(tmp_path / "s.sqlite")
@@ -284,87 +280,19 @@ def _has_dbstat(conn: sqlite3.Connection) -> bool:
     return True
 
 
-class OlderStore(NamedTuple):
-    """A store of some backend as an older dsmon left it, and SQL run on it directly."""
-
-    open: Callable[[], Store]
-    sql: Callable[[str, Sequence[Sequence[object]]], list[tuple[object, ...]]]
-
-
-def _older_sqlite(tmp_path: Path) -> Iterator[OlderStore]:
-    path = tmp_path / "old.sqlite"
-    SQLiteStore(path).close()
-
-    def run(sql: str, rows: Sequence[Sequence[object]]) -> list[tuple[object, ...]]:
-        return sqlite_sql(path, sql, rows)
-
-    run("DROP TABLE gpu_rollup", [])
-    for table in ("gpu_batches", "gpu_samples", "gpu_series"):
-        run(f"DROP TABLE {table}", [])
-    yield OlderStore(lambda: SQLiteStore(path), run)
-
-
-def _older_pg(tmp_path: Path) -> Iterator[OlderStore]:
-    del tmp_path
-    first = ThrowawayPgStore()
-
-    def run(sql: str, rows: Sequence[Sequence[object]]) -> list[tuple[object, ...]]:
-        return pg_sql(first.url, sql, rows)
-
-    run("DROP TABLE gpu_rollup, gpu_batches, gpu_samples, gpu_series", [])
-    run("DELETE FROM dsmon_meta WHERE name = 'gpu_layout'", [])
-    yield OlderStore(lambda: PgStore(first.url), run)
-    first.close()
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def older_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OlderStore]:
-    """A store where an older dsmon kept GPU samples as records rows."""
-    make = {"sqlite": _older_sqlite, "postgresql": _older_pg}[request.param]
-    yield from make(tmp_path)
-
-
-def test_older_store_has_its_samples_moved_on_first_write(
-    older_store: OlderStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(gpu_store, "MOVE_CHUNK", 70)  # 480 rows: moved in 7 steps
-    old = day(120)
-    cols = "key, run, kind, step, ts, node, rank, file, line, body"
-    older_store.sql(f"INSERT INTO records ({cols}) VALUES ({','.join('?' * 10)})",
-                    [record_row(r) for r in old])  # fmt: skip
-    older_store.sql(
-        "INSERT INTO run_kinds VALUES (?, 'gpu', ?, ?, ?, NULL, ?)",
-        [(RUN, len(old), old[0].ts, old[-1].ts, len(old))],
-    )
-    reader = older_store.open()
-    assert len(reader.records(RUN, "gpu")) == len(old)  # read before any writer came
-    writer = older_store.open()
-    writer.add([EventRecord(src=Source(run=RUN, file="a.log", line=1), name="tick")])
-    assert sorted(map(repr, writer.records(RUN, "gpu"))) == sorted(map(repr, old))
-    assert writer.runs()[0].kinds == {"event": 1, "gpu": len(old)}
-    assert writer.gpu_summary(RUN)["samples"].tolist() == [120] * 4
-    assert older_store.sql("SELECT COUNT(*) FROM records WHERE kind = 'gpu'", []) == [(0,)]
-    # Moved once: a second writer finds nothing to move and stores no sample twice.
-    again = older_store.open()
-    again.add(old[:10])
-    assert again.gpu_summary(RUN)["samples"].tolist() == [120] * 4
-    for s in (reader, writer, again):
-        s.close()
-
-
-def test_a_live_summary_handed_back_folds_again_only_from_its_split(
+def test_a_live_summary_handed_back_is_read_again_only_from_its_split(
     store: Store, starts: list[int]
 ) -> None:
-    """``gpu_fold(None, since=...)``: a summary equal to a whole one, split at the newest
+    """``gpu.grid(None, since=...)``: a summary equal to a whole one, split at the newest
     ten-minute roll-up; only the part from the split is read again while it can be.
 
     Seconds appended, nothing new, a sample late by minutes and another run's sample before
     the split, a run grown an hour past it, a GPU first seen, a replay position.
     """
     store.add(day(900))  # 10:00-10:15 of 4 GPUs: the split at 10:10
-    got = store.gpu_fold(RUN, None)
+    got = store.gpu.grid(RUN, None)
     ten_past = int(pd.Timestamp("2026-11-29T10:10:00").value // 10**6)
-    assert got.split_ms == ten_past and set(got.fold["b"]) == {0, 1}
+    assert got.split_ms == ten_past and set(got.stats["b"]) == {0, 1}
     late = dataclasses.replace(sample(100, 0), ts="2026-11-29T10:01:40.500", power_w=999.0)
     other = dataclasses.replace(sample(130, 1), src=Source(run="other", node="n9"))
     hour_on = dataclasses.replace(sample(0, 1), ts="2026-11-29T11:20:00.000")
@@ -379,16 +307,16 @@ def test_a_live_summary_handed_back_folds_again_only_from_its_split(
     for recs, first, split in steps:
         store.add(recs)
         starts.clear()
-        again = store.gpu_fold(RUN, None, since=got)
+        again = store.gpu.grid(RUN, None, since=got)
         assert starts == [first]
         assert again.split_ms == int(pd.Timestamp(f"2026-11-29T{split}").value // 10**6)
-        _close(gpu_fold.summary(again.fold, again.series), store.gpu_summary(RUN))
+        _close(buckets.summary(again.stats, again.series), store.gpu.summary(RUN))
         got = again
-    summary = gpu_fold.summary(got.fold, got.series).set_index("gpu")
+    summary = buckets.summary(got.stats, got.series).set_index("gpu")
     assert summary.loc["n0/gpu0", "power_w_max"] == 999.0  # the late sample is in
     assert summary.loc["n2/gpu0", "samples"] == 10 and summary["samples"].sum() == 3732
     starts.clear()
     cut = "2026-11-29T10:09:00.000"  # a replay position reads whole, whatever it is handed
-    replayed = store.gpu_fold(RUN, None, cut, since=got)
+    replayed = store.gpu.grid(RUN, None, cut, since=got)
     assert starts == [0] and replayed.split_ms is None
-    _close(gpu_fold.summary(replayed.fold, replayed.series), store.gpu_summary(RUN, cut))
+    _close(buckets.summary(replayed.stats, replayed.series), store.gpu.summary(RUN, cut))

@@ -1,33 +1,26 @@
 """GPU samples stored in id order, found by time through the blocks of ``gpu_batches``.
 
 Samples have no (GPU, time) index: every read by time goes through the blocks
-(:mod:`dsmon.store.gpu_blocks`). These tests write as a live run does (each node posts its
+(:mod:`dsmon.store.gpu.blocks`). These tests write as a live run does (each node posts its
 own second of samples), late and again, and check that every read by time still finds every
-sample once, on both backends; and that a store an older dsmon keyed by GPU and time is
-read the same before its first writer stores it in id order, and after.
+sample once, on both backends.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NamedTuple
 
 import pytest
-from conftest import STORE_BACKENDS
 from gpu_support import RUN, day, odd_ones, sample
-from pg_support import ThrowawayPgStore
-from sql_support import pg_sql, sqlite_sql
+from sql_support import store_sql
 
 from dsmon.model.records import GpuSampleRecord
-from dsmon.store import gpu_blocks
-from dsmon.store.base import Store
-from dsmon.store.gpu_rows import GPM_FIELDS, KEYED_SAMPLE_COLUMNS, SAMPLE_COLUMNS, unpack_gpm
-from dsmon.store.gpu_sql import POSTGRES, SQLITE, Dialect, _col_type
-from dsmon.store.postgres import PgStore
-from dsmon.store.sqlite import SQLiteStore
+from dsmon.store.gpu import blocks as gpu_blocks
+from dsmon.store.gpu.rows import unpack_gpm
+from dsmon.store.store import Store, open_store
 
 NODES = ("n0", "n1")
 
@@ -41,21 +34,19 @@ def live(seconds: range) -> Iterator[list[GpuSampleRecord]]:
 
 def _direct(store: Store) -> Callable[[str], list[tuple[object, ...]]]:
     """SQL on the store's database, past the Store interface."""
-    if isinstance(store, SQLiteStore):
-        return lambda q: sqlite_sql(store.path, q)
-    return lambda q: pg_sql(store.url, q)  # type: ignore[attr-defined]
+    return lambda q: store_sql(store, q)
 
 
 def _reads(store: Store) -> tuple[object, ...]:
     """Every read by time a page or client makes, as text that compares exactly (NaN too)."""
     cut = "2026-11-29T10:01:30.000"
-    latest = store.gpu_latest(RUN)
+    latest = store.gpu.latest(RUN)
     return (
         sorted(map(repr, store.records(RUN, "gpu"))),
-        store.gpu_buckets(RUN, 50, ts_max=cut).to_csv(index=False),
-        store.gpu_buckets(RUN, 2000).to_csv(index=False),  # finer than a roll-up: samples
+        store.gpu.buckets(RUN, 50, ts_max=cut).to_csv(index=False),
+        store.gpu.buckets(RUN, 2000).to_csv(index=False),  # finer than a roll-up: samples
         sorted(map(repr, latest)),
-        sorted(map(repr, store.gpu_latest(RUN, ts_max=cut))),
+        sorted(map(repr, store.gpu.latest(RUN, ts_max=cut))),
     )
 
 
@@ -67,11 +58,11 @@ def test_a_live_run_is_read_by_time_through_few_blocks(store: Store) -> None:
     assert len(blocks) == 12 and {n for n, _ in blocks} == {40}
     spans = [int(str(span)) for _, span in blocks]
     assert max(spans) <= gpu_blocks.BLOCK_SPAN_MS
-    newest = store.gpu_latest(RUN)
+    newest = store.gpu.latest(RUN)
     assert sorted((r.src.node, r.gpu_index, r.ts) for r in newest) == sorted(
         (node, g, sample(119, g, node).ts) for node in NODES for g in (0, 1)
     )
-    cut = store.gpu_latest(RUN, ts_max="2026-11-29T10:01:00.000")
+    cut = store.gpu.latest(RUN, ts_max="2026-11-29T10:01:00.000")
     # gpu0's sample of second 60 is at the cut-off, gpu1's a millisecond after it
     assert sorted(r.ts for r in cut) == sorted([sample(60, 0).ts, sample(59, 1).ts] * 2)
 
@@ -88,9 +79,9 @@ def test_late_and_resent_samples_are_found_and_stored_once(store: Store, tmp_pat
     store.add([*late[650:], *odd_ones()])  # partly again
     want = sorted(map(repr, [r for r in [*recs, *odd_ones()] if isinstance(r, GpuSampleRecord)]))
     assert sorted(map(repr, store.records(RUN, "gpu"))) == want
-    assert store.gpu_summary(RUN)["samples"].tolist()[:4] == [300] * 4
+    assert store.gpu.summary(RUN)["samples"].tolist()[:4] == [300] * 4
     (tmp_path / "fresh").mkdir()
-    fresh = SQLiteStore(tmp_path / "fresh" / "s.sqlite")  # the same, stored in one go
+    fresh = open_store(tmp_path / "fresh" / "s.sqlite")  # the same, stored in one go
     fresh.add([*recs, *odd_ones()])
     assert _reads(store) == _reads(fresh)
     fresh.close()
@@ -114,7 +105,7 @@ def test_gpm_metrics_are_packed_into_one_column_and_come_back_equal(store: Store
     recs = gpm_ones()
     store.add(recs)
     assert sorted(map(repr, store.records(RUN, "gpu"))) == sorted(map(repr, recs))
-    assert repr(store.gpu_latest(RUN)[0]) == repr(recs[-1])
+    assert repr(store.gpu.latest(RUN)[0]) == repr(recs[-1])
     rows = _direct(store)("SELECT gpm, extra FROM gpu_samples ORDER BY id")
     packed = [unpack_gpm(gpm) for gpm, _ in rows]
     assert packed[0] == {"gpm_sm_active_pct": 71.5, "gpm_tensor_active_pct": 43.25,
@@ -140,113 +131,9 @@ def test_merged_ranges_join_close_ones_and_keep_at_most_the_limit() -> None:
     assert gpu_blocks.clipped([(1, 5)], 6, None) == []
 
 
-class KeyedStore(NamedTuple):
-    """A store as an older dsmon left it, GPU samples keyed by series and time."""
-
-    open: Callable[[], Store]
-    sql: Callable[[str], list[tuple[object, ...]]]
-
-
-def _keyed_ddl(d: Dialect) -> str:
-    """The samples table of an older dsmon: keyed by series and time, GPM metrics as floats."""
-    cols = ", ".join(
-        f"{c} {d.real if c in GPM_FIELDS else _col_type(d, c)}" for c in KEYED_SAMPLE_COLUMNS
-    )
-    i = d.integer
-    return f"""CREATE TABLE gpu_samples (
-        series {i} NOT NULL, t_ms {i} NOT NULL, id {i} NOT NULL, {cols},
-        PRIMARY KEY (series, t_ms)
-    ){d.keyed}"""
-
-
-def _as_keyed(row: Sequence[object]) -> tuple[object, ...]:
-    """A stored row (series, t_ms, id, SAMPLE_COLUMNS) as an older dsmon stored it."""
-    named = dict(zip(SAMPLE_COLUMNS, row[3:], strict=True))
-    gpm: dict[str, object] = dict(unpack_gpm(named.pop("gpm")))
-    extra = json.loads(str(named["extra"])) if named["extra"] else {}
-    for f in GPM_FIELDS:  # it kept every GPM value in its column
-        if f in extra:
-            gpm[f] = extra.pop(f)
-    named["extra"] = json.dumps(extra, separators=(",", ":")) if extra else None
-    named.update(gpm)
-    return (*row[:3], *(named[c] for c in KEYED_SAMPLE_COLUMNS))
-
-
-def _rekeyed(run: Callable[..., list[tuple[object, ...]]], d: Dialect) -> None:
-    """The store's samples table replaced by an older dsmon's, holding the same samples."""
-    cols = ", ".join(("series", "t_ms", "id", *SAMPLE_COLUMNS))
-    rows = run(f"SELECT {cols} FROM gpu_samples")
-    run("DROP TABLE gpu_samples")
-    run(_keyed_ddl(d))
-    old = ("series", "t_ms", "id", *KEYED_SAMPLE_COLUMNS)
-    marks = ", ".join("?" for _ in old)
-    run(
-        f"INSERT INTO gpu_samples ({', '.join(old)}) VALUES ({marks})", [_as_keyed(r) for r in rows]
-    )
-    run(f"DROP INDEX {gpu_blocks.BATCHES_INDEX}")
-
-
-def _keyed_sqlite(tmp_path: Path, recs: Sequence[object]) -> KeyedStore:
-    path = tmp_path / "keyed.sqlite"
-    first = SQLiteStore(path)
-    first.add(recs)  # type: ignore[arg-type]
-    first.close()
-    _rekeyed(lambda q, rows=(): sqlite_sql(path, q, rows), SQLITE)
-    return KeyedStore(lambda: SQLiteStore(path), lambda q: sqlite_sql(path, q))
-
-
-def _keyed_pg(recs: Sequence[object]) -> Iterator[KeyedStore]:
-    first = ThrowawayPgStore()
-    first.add(recs)  # type: ignore[arg-type]
-    url = first.url
-    _rekeyed(lambda q, rows=(): pg_sql(url, q, rows), POSTGRES)
-    yield KeyedStore(lambda: PgStore(url), lambda q: pg_sql(url, q))
-    first.close()
-
-
-@pytest.fixture(params=list(STORE_BACKENDS))
-def keyed(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[KeyedStore]:
-    """Two minutes of samples in a store as an older dsmon keyed them, some with GPM metrics."""
-    recs = [*day(120), *odd_ones(), *gpm_ones()]
-    if request.param == "sqlite":
-        yield _keyed_sqlite(tmp_path, recs)
-    else:
-        yield from _keyed_pg(recs)
-
-
-def _is_keyed(store: KeyedStore) -> bool:
-    s = store.open()
-    try:
-        return bool(s._on_gpu(lambda t: t.keyed_by_series()))  # type: ignore[attr-defined]
-    finally:
-        s.close()
-
-
-def test_an_older_stores_keyed_samples_read_the_same_and_are_put_in_id_order(
-    keyed: KeyedStore,
-) -> None:
-    assert _is_keyed(keyed)
-    reader = keyed.open()
-    before = _reads(reader)
-    stored = [r for r in (*day(120), *odd_ones(), *gpm_ones()) if isinstance(r, GpuSampleRecord)]
-    assert before[0] == sorted(map(repr, stored))  # GPM metrics read from their old columns
-    writer = keyed.open()
-    writer.add(day(121)[-8:])  # one more second, half of it a second time
-    assert not _is_keyed(keyed)
-    after = _reads(writer)
-    assert after[0] == sorted([*before[0], *map(repr, day(121)[-4:])])  # type: ignore[misc]
-    assert after[1] == before[1]  # the replay cut-off is before the new second
-    assert _reads(reader) == after  # a reader opened before sees the new layout the same
-    ids = [int(str(i)) for (i,) in keyed.sql("SELECT id FROM gpu_samples ORDER BY id")]
-    # the sample with no time is a record
-    assert len(ids) == len(set(ids)) == len(stored) - 1 + 4
-    reader.close()
-    writer.close()
-
-
 def test_sqlite_pages_of_a_live_run_are_full(tmp_path: Path) -> None:
     """Written as a live run writes them, the samples table's pages are not left part empty."""
-    store = SQLiteStore(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
     for batch in live(range(0, 1200)):
         store.add(batch)
     store.close()

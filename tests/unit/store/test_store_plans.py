@@ -10,7 +10,6 @@ and sorts priced out, so a plan still holding one means no index can serve it.
 from __future__ import annotations
 
 import sqlite3
-from contextlib import closing
 from pathlib import Path
 
 import psycopg
@@ -18,11 +17,10 @@ from pg_support import ThrowawayPgStore
 from store_support import restamped
 
 from dsmon.model.records import Record
-from dsmon.store import postgres_sql as pg_sql
-from dsmon.store.base import RecordFilter, Store
-from dsmon.store.gpu_store import MOVE_GPU_ROWS
-from dsmon.store.postgres import PgStore
-from dsmon.store.sqlite import SQLiteStore
+from dsmon.store import postgres as pg_sql
+from dsmon.store.records import sql as records_sql
+from dsmon.store.records.filter import RecordFilter
+from dsmon.store.store import Store, open_store
 
 #: The filters the product reads with: a kind's frame (whole, then page by page), a kind's new
 #: rows, and the ingest API's ``GET /v1/records`` without a kind.
@@ -39,13 +37,6 @@ API_FILTERS = (
     RecordFilter("z2", "timer", ts_min="2023-01-01T00:00:00", ts_max="2030-01-01T00:00:00"),
     RecordFilter("z2", None, ts_min="2023-01-01T00:00:00"),
 )
-#: Indexes this dsmon no longer creates, as older stores have them: no statement needs them.
-OBSOLETE = {
-    "records_run_kind_step": "run, kind, step",
-    "records_run_kind_ts": "run, kind, ts",
-    "records_run_ts": "run, ts",
-}
-OLD_INDEX_DDL = [f"CREATE INDEX {name} ON records ({cols})" for name, cols in OBSOLETE.items()]
 
 
 def session(store: Store, records: list[Record]) -> None:
@@ -59,7 +50,7 @@ def session(store: Store, records: list[Record]) -> None:
     store.last_id()
     for flt in (*PRODUCT_FILTERS, *API_FILTERS):
         store.id_records(flt)
-        store.frame(flt.run, flt.kind or "timer", after_id=flt.after_id, limit=flt.limit)
+        store.frames.frame(flt.run, flt.kind or "timer", after_id=flt.after_id, limit=flt.limit)
     list(store.scan("z2", "event", chunk=5))
     store.records("z2", "gpu")
 
@@ -85,12 +76,13 @@ def whole_run_work(plan: list[str]) -> list[str]:
 def test_sqlite_no_statement_scans_or_sorts_the_records_table(
     tmp_path: Path, z2_log_records: list[Record]
 ) -> None:
-    store = SQLiteStore(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
+    conn = store.backend._conn
     seen: list[str] = []
-    store._conn.set_trace_callback(seen.append)
+    conn.set_trace_callback(seen.append)
     session(store, z2_log_records)
-    store._conn.set_trace_callback(None)
-    plans = sqlite_plans(store._conn, seen)
+    conn.set_trace_callback(None)
+    plans = sqlite_plans(conn, seen)
     store.close()
     bad = {sql: whole_run_work(plan) for sql, plan in plans.items() if whole_run_work(plan)}
     assert not bad, bad
@@ -102,47 +94,6 @@ def test_sqlite_no_statement_scans_or_sorts_the_records_table(
     assert "SEARCH records USING INTEGER PRIMARY KEY (rowid>?)" in lines  # bookkeeping
 
 
-def _old_layout(path: Path) -> None:
-    """A store as dsmon wrote it before this index set: three more indexes, no (run) one."""
-    SQLiteStore(path).close()
-    conn = sqlite3.connect(path)
-    conn.execute("DROP INDEX records_run_id")
-    for stmt in OLD_INDEX_DDL:
-        conn.execute(stmt)
-    conn.commit()
-    conn.close()
-
-
-def _indexes(path: Path) -> set[str]:
-    with closing(sqlite3.connect(path)) as conn:
-        rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'").fetchall()
-    return {r[0] for r in rows if not r[0].startswith("sqlite_autoindex")}
-
-
-def test_sqlite_older_index_set_is_replaced_by_the_first_writer(
-    tmp_path: Path, z2_log_records: list[Record]
-) -> None:
-    path = tmp_path / "old.sqlite"
-    _old_layout(path)
-    reader = SQLiteStore(path)
-    assert reader.records("z2") == []
-    assert set(OBSOLETE) <= _indexes(path)  # a reader never takes the write lock
-    writer = SQLiteStore(path)
-    writer.add(z2_log_records[:60])
-    assert "records_run_id" in _indexes(path)
-    assert not set(OBSOLETE) & _indexes(path)
-    writer.add(z2_log_records)
-    # the reader opened on the old index set reads under the new one
-    assert reader.records("z2") == z2_log_records
-    assert reader.records("z2", after_id=60) == z2_log_records[60:]
-    timers = [r for r in z2_log_records if r.KIND == "timer"]
-    assert reader.records("z2", "timer", step_min=3, step_max=4) == [
-        r for r in timers if r.step is not None and 3 <= r.step <= 4
-    ]
-    reader.close()
-    writer.close()
-
-
 def pg_statements() -> list[tuple[str, tuple[object, ...]]]:
     """The records-table statements of the PostgreSQL store, with parameters to plan them."""
     reads = [flt.select("%s") for flt in (*PRODUCT_FILTERS, *API_FILTERS)]
@@ -150,8 +101,7 @@ def pg_statements() -> list[tuple[str, tuple[object, ...]]]:
         *((sql, tuple(params)) for sql, params in reads),
         (pg_sql.MOVE, ()),
         (pg_sql.RESTAMP, ()),
-        (pg_sql.LAST_ID, ()),
-        (MOVE_GPU_ROWS.replace("?", "%s"), (0, 100)),
+        (records_sql.MAX_ID, ()),
     ]
 
 
@@ -188,24 +138,3 @@ def test_pg_no_statement_scans_or_sorts_the_records_table(z2_log_records: list[R
         "records_run_id"
         in plans["SELECT id, body FROM records WHERE run = %s AND id > %s ORDER BY id LIMIT %s"]
     )
-
-
-def test_pg_older_index_set_is_dropped_on_open(z2_log_records: list[Record]) -> None:
-    store = ThrowawayPgStore()
-    try:
-        store.add(z2_log_records[:60])
-        with psycopg.connect(store.url, autocommit=True) as conn:
-            for stmt in OLD_INDEX_DDL:
-                conn.execute(stmt)
-        with PgStore(store.url) as other:  # as a dsmon of this version opens an older store
-            other.add(z2_log_records)
-            assert store.records("z2", after_id=60) == z2_log_records[60:]
-        with psycopg.connect(store.url, autocommit=True) as conn:
-            rows = conn.execute(
-                "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()"
-            ).fetchall()
-        names = {r[0] for r in rows}
-        assert {"records_run_id", "records_run_kind_id"} <= names, names
-        assert not set(OBSOLETE) & names, names
-    finally:
-        store.close()

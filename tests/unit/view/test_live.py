@@ -19,11 +19,27 @@ from dsmon.analysis import gpus
 from dsmon.ds_config.read import preferred_config
 from dsmon.health.live import is_live
 from dsmon.model.records import ConfigRecord, Record, Source
-from dsmon.store.base import Store
-from dsmon.store.sqlite import open_store
+from dsmon.store.frames.pages import Frames
+from dsmon.store.store import Store, open_store
 from dsmon.view.cache import RunFrames
 from dsmon.view.cutoff import OPEN, Cutoff, step_cutoff
 from dsmon.view.hub import FrameHub
+
+
+class CountingFrames:
+    """A store's frames that record the ``after_id`` of every frame or pages query."""
+
+    def __init__(self, inner: Frames, after: list[tuple[str, int | None]]) -> None:
+        self.inner = inner
+        self.after = after
+
+    def frame(self, run: str, kind: str, **kw: Any) -> pd.DataFrame:
+        self.after.append((kind, kw.get("after_id")))
+        return self.inner.frame(run, kind, **kw)
+
+    def pages(self, run: str, kind: str, **kw: Any) -> Iterator[pd.DataFrame]:
+        self.after.append((kind, kw.get("after_id")))
+        return self.inner.pages(run, kind, **kw)
 
 
 class CountingStore:
@@ -32,14 +48,7 @@ class CountingStore:
     def __init__(self, inner: Store) -> None:
         self.inner = inner
         self.after: list[tuple[str, int | None]] = []
-
-    def frame(self, run: str, kind: str, **kw: Any) -> pd.DataFrame:
-        self.after.append((kind, kw.get("after_id")))
-        return self.inner.frame(run, kind, **kw)
-
-    def frame_pages(self, run: str, kind: str, **kw: Any) -> Iterator[pd.DataFrame]:
-        self.after.append((kind, kw.get("after_id")))
-        return self.inner.frame_pages(run, kind, **kw)
+        self.frames = CountingFrames(inner.frames, self.after)
 
     def records(self, run: str, kind: str | None = None, **kw: Any) -> list[Record]:
         self.after.append((f"rec:{kind}", kw.get("after_id")))
@@ -74,7 +83,7 @@ def test_refresh_fetches_only_new_records(halves: tuple[Store, list[Record], lis
     assert frames.refresh() is True
     assert counting.after[-1] == ("timer", seen)
     after = frames.frame("timer")
-    full = store.frame("z2", "timer")
+    full = store.frames.frame("z2", "timer")
     assert after["id"].tolist() == full["id"].tolist()
     assert after["step"].max() == 30
 

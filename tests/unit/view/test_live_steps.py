@@ -15,7 +15,7 @@ from locations import DATA
 from dsmon.health.live import is_live, run_is_live
 from dsmon.model.records import Record, TimerRecord, record_key
 from dsmon.parse.log import LogParser
-from dsmon.store.base import Store
+from dsmon.store.store import Store
 from dsmon.view.cache import RunFrames
 
 
@@ -78,7 +78,7 @@ def test_store_fills_a_missing_step_and_readers_reload(store: Store) -> None:
     assert store.runs()[0].last_step == 30
     # a copy without a step never erases a step already stored
     store.add(early)
-    assert store.frame("r", "timer")["step"].notna().all()
+    assert store.frames.frame("r", "timer")["step"].notna().all()
 
 
 def test_a_run_received_now_is_live_though_its_lines_are_old(store: Store) -> None:

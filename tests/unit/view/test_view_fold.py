@@ -24,9 +24,8 @@ from dsmon.health.gather import inputs_from_store
 from dsmon.health.registry import evaluate
 from dsmon.model.joined import concat
 from dsmon.model.records import Record
-from dsmon.store import frame_reads
-from dsmon.store.base import Store
-from dsmon.store.sqlite import SQLiteStore
+from dsmon.store.frames import pages
+from dsmon.store.store import Store, open_store
 from dsmon.view import chunks as chunks_module
 from dsmon.view import fold, step_views
 from dsmon.view.cache import RunFrames
@@ -157,7 +156,7 @@ def test_a_live_runs_small_parts_are_joined_and_read_the_same(
     since a count and the whole frame read the same as from the parts as they came."""
     monkeypatch.setattr(fold, "LATE_STEPS", 2)
     recs = records_of(name)
-    stores = [SQLiteStore(tmp_path / "a.sqlite"), SQLiteStore(tmp_path / "b.sqlite")]
+    stores = [open_store(tmp_path / "a.sqlite"), open_store(tmp_path / "b.sqlite")]
     try:
         _read_the_same(
             tiny_refreshes(stores[0], name, recs, join=4),
@@ -242,14 +241,14 @@ def test_a_run_loaded_in_pages_folds_page_by_page_to_the_whole_answer(
 ) -> None:
     """A stored run opened at once is read in pages; the folds never join its timer rows."""
     monkeypatch.setattr(fold, "LATE_STEPS", 2)
-    monkeypatch.setattr(frame_reads, "FRAME_PAGE_ROWS", 7)
+    monkeypatch.setattr(pages, "FRAME_PAGE_ROWS", 7)
     store.add(records_of(name))
     frames = RunFrames(store, name)
     parts = len(frames._chunks("timer").parts)
     got = {n: frames.fold(n, "timer", OPEN, fn) for n, fn in FNS.items()}
     assert parts > 3 and len(frames._frames["timer"].parts) == parts  # never joined
     whole = frames.frame("timer")
-    assert len(whole) == len(store.frame(name, "timer"))
+    assert len(whole) == len(store.frames.frame(name, "timer"))
     for n, fn in FNS.items():
         pd.testing.assert_frame_equal(
             got[n].reset_index(drop=True), fn(whole).reset_index(drop=True)

@@ -16,7 +16,7 @@ import pytest
 from live_feed_support import feed, records_of
 
 from dsmon.analysis import groups, training
-from dsmon.store.base import Store
+from dsmon.store.store import Store
 from dsmon.view import fold, step_views
 from dsmon.view.cache import RunFrames
 from dsmon.view.cutoff import OPEN, Cutoff

@@ -8,7 +8,7 @@ from pathlib import Path
 from conftest import read_log
 from locations import DATA
 
-from dsmon.store.sqlite import SQLiteStore
+from dsmon.store.store import open_store
 from dsmon.view.cache import RunFrames
 from dsmon.view.cutoff import OPEN, Cutoff
 from dsmon.view.health_panel import panel
@@ -37,7 +37,7 @@ def test_a_live_health_page_keeps_one_checklist_per_position(tmp_path: Path) -> 
     """Each refresh of a growing real run is a new version of the checklist; a live page kept
     32 of them before (each with the run's per-step series). A replay position is its own."""
     recs = read_log(DATA / "z2" / "train.log", "z2")
-    store = SQLiteStore(tmp_path / "s.sqlite")
+    store = open_store(tmp_path / "s.sqlite")
     frames = RunFrames(store, "z2")
     step = len(recs) // 12
     for start in range(0, len(recs), step):

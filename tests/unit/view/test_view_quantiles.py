@@ -18,13 +18,13 @@ import pytest
 from live_feed_support import feed, records_of
 
 from dsmon.analysis import step_stats, steps
-from dsmon.analysis.ranked import Ranked
+from dsmon.analysis.percentiles import Percentiles
 from dsmon.health import measures
 from dsmon.health.gather import inputs_from_store
 from dsmon.health.registry import evaluate
 from dsmon.health.rules import communication as runtime_rules
 from dsmon.model.frames import records_frame
-from dsmon.store.base import Store
+from dsmon.store.store import Store
 from dsmon.view import fold, quantiles, step_views
 from dsmon.view.cache import RunFrames
 from dsmon.view.cutoff import OPEN
@@ -41,7 +41,7 @@ def keep_sorted_from_the_first_step(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fold, "LATE_STEPS", 2)
 
 
-def figures(values: Ranked) -> tuple[float, float, float, int]:
+def figures(values: Percentiles) -> tuple[float, float, float, int]:
     return values.median(), values.percentile(0.9 * 100.0), values.percentile(10.0), values.n
 
 
@@ -99,12 +99,12 @@ def test_ranked_answers_what_numpy_answers(seed: int) -> None:
         want = (np.median(values), np.percentile(values, 90.0), np.percentile(values, 10.0), n)
         split = int(rng.integers(0, n + 1))
         for got in (
-            Ranked.of(values.copy()),
-            Ranked.merged(np.sort(values[:split]), np.sort(values[split:])),
+            Percentiles.of(values.copy()),
+            Percentiles.merged(np.sort(values[:split]), np.sort(values[split:])),
         ):
             assert figures(got) == want
-    assert np.isnan(Ranked.of(np.array([np.nan])).median())
-    assert Ranked.of(np.array([1.0, np.nan, 3.0])).median() == 2.0
+    assert np.isnan(Percentiles.of(np.array([np.nan])).median())
+    assert Percentiles.of(np.array([1.0, np.nan, 3.0])).median() == 2.0
 
 
 def test_values_added_in_parts_read_as_one_sorted_set(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,8 +16,8 @@ from locations import DATA
 
 from dsmon.analysis import steps
 from dsmon.model.records import Record
-from dsmon.store import frame_reads
-from dsmon.store.base import Store
+from dsmon.store.frames import pages
+from dsmon.store.store import Store
 from dsmon.view import cache, fold
 from dsmon.view.cache import RunFrames
 from dsmon.view.cutoff import OPEN, Cutoff
@@ -38,7 +38,7 @@ def assert_same(got: pd.DataFrame, expect: pd.DataFrame) -> None:
 def assert_folds_of_the_store(frames: RunFrames, store: Store, run: str) -> None:
     """Every fold of :data:`STEP_FOLDS` equals its function over the store's whole frame."""
     for kind, fns in STEP_FOLDS.items():
-        whole = store.frame(run, kind)
+        whole = store.frames.frame(run, kind)
         for name, fn in fns.items():
             assert_same(frames.fold(name, kind, OPEN, fn), fn(whole))
 
@@ -46,7 +46,7 @@ def assert_folds_of_the_store(frames: RunFrames, store: Store, run: str) -> None
 @pytest.fixture
 def small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fold, "LATE_STEPS", 2)
-    monkeypatch.setattr(frame_reads, "FRAME_PAGE_ROWS", 7)
+    monkeypatch.setattr(pages, "FRAME_PAGE_ROWS", 7)
     monkeypatch.setattr(cache, "SPILL_MIN_ROWS", 7)
 
 
@@ -66,7 +66,7 @@ def test_a_long_run_is_folded_page_by_page_and_its_raw_rows_let_go(name: str, st
         store.add(recs[start : start + 13])
         frames.refresh()
         assert_folds_of_the_store(frames, store, name)
-    assert timer.rows == len(store.frame(name, "timer")) >= timer.spilled_rows > half // 4
+    assert timer.rows == len(store.frames.frame(name, "timer")) >= timer.spilled_rows > half // 4
     assert sum(len(p) for p in timer.parts) < 7
 
 
@@ -78,7 +78,7 @@ def test_rows_let_go_are_read_again_for_whoever_needs_them(name: str, store: Sto
     frames.fold("steps.breakdown", "timer", OPEN, steps.step_breakdown)
     timer = frames._frames["timer"]
     assert timer.spilled_rows > 0
-    whole = store.frame(name, "timer")
+    whole = store.frames.frame(name, "timer")
     # a fold no page asked for while the run was read: from the store again, page by page
     assert_same(
         frames.fold("later", "timer", OPEN, steps.micro_breakdown), steps.micro_breakdown(whole)
@@ -107,7 +107,7 @@ def test_a_fold_a_page_made_later_holds_the_rows_it_has_not_taken_in(store: Stor
         for name, fn in STEP_FOLDS["timer"].items():  # all but "late" are kept up to date
             frames.fold(name, "timer", OPEN, fn)
         assert timer.spilled_rows <= frames._folds["late"].consumed(timer)
-    whole = store.frame("grad_accum", "timer")
+    whole = store.frames.frame("grad_accum", "timer")
     assert len(late) < len(steps.micro_breakdown(whole))
     assert_same(
         frames.fold("late", "timer", OPEN, steps.micro_breakdown), steps.micro_breakdown(whole)
@@ -121,7 +121,7 @@ def test_a_kind_first_read_whole_is_held_as_read(store: Store) -> None:
     store.add(records_of("z2"))
     frames = RunFrames(store, "z2", folds=STEP_FOLDS)
     cut = Cutoff(step=4)
-    whole = store.frame("z2", "timer")
+    whole = store.frames.frame("z2", "timer")
     assert_same(frames.frame("timer", cut), cut.apply(whole))
     timer = frames._frames["timer"]
     assert timer.spilled_rows == 0 and frames._folds["steps.breakdown"]._result is None
@@ -170,5 +170,5 @@ def test_a_live_page_reading_a_long_run_whole_is_warned_of(store: Store) -> None
     assert frames._frames["timer"].spilled_rows > 0
     with pytest.warns(cache.WholeFrameRead, match="whole timer frame of run z2"):
         whole = frames.frame("timer")
-    assert_same(whole, store.frame("z2", "timer"))
+    assert_same(whole, store.frames.frame("z2", "timer"))
     assert frames.frame("timer", Cutoff(step=3)).shape[0] > 0  # replay: held already, no warning

@@ -34,7 +34,7 @@ from dsmon.health.model import Status
 from dsmon.health.registry import evaluate
 from dsmon.model.records import EventRecord, Record
 from dsmon.serve.run import start_ingest_server
-from dsmon.store.sqlite import open_store
+from dsmon.store.store import open_store
 from dsmon.watch.alerts import Alerter, AlertTarget
 from dsmon.watch.health import HealthWatcher
 

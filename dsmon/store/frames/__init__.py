@@ -1,0 +1,1 @@
+"""Frames of a run's kinds, read in pages; sealed pages kept as Arrow tables."""

@@ -1,0 +1,1 @@
+"""Per-rank tables of `dsmon run`'s probe records, kept as they arrive."""

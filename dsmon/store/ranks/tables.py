@@ -1,0 +1,155 @@
+"""Per-rank summaries kept as records arrive, so no page reads a run's every ``rank_step``.
+
+``dsmon run``'s probe writes a ``rank_step`` record per rank and optimizer step and about a
+heartbeat per rank and second: 6.4 million of the first at 100k steps of 64 ranks, 5.5 million
+of the second in a day. The Steps page, the ``ranks.*`` rules and Compare read those kinds as
+per-step figures (the straggler score, the step's wall time), each rank's busy time in step
+buckets, and each rank's newest heartbeat; reading the records to compute them took 15 s and
+gigabytes on a first look. So every write brings what it stored into the tables of
+:mod:`dsmon.store.ranks.sql`, in its own transaction, and a reader asks for those tables:
+about one row per step, a few thousand roll-up rows, one row per rank.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING, Any
+
+from dsmon.model.records import HeartbeatRecord
+from dsmon.store.backend import Backend, Db
+from dsmon.store.dialect import Dialect
+from dsmon.store.ranks import sql
+from dsmon.store.ranks.sql import BUSY_LEVELS, STAT_COLUMNS
+from dsmon.store.records.rows import row_record
+
+if TYPE_CHECKING:  # pandas loads with the first read: the stores' writers never need it
+    import pandas as pd
+
+#: The kinds kept here.
+RANK_KINDS = frozenset({"rank_step", "heartbeat"})
+#: Steps read per query by a first :meth:`RankTables.step_stats`.
+STATS_PAGE_ROWS = 50_000
+#: A step no run reaches: "every step".
+LAST_STEP = 2**62
+#: Columns of :meth:`RankTables.busy`.
+BUSY_COLUMNS = ("rank", "step", "n", "busy_ms", "min_ms", "max_ms")
+
+
+@functools.cache
+def _update_sql(d: Dialect, kind: str) -> tuple[str, ...]:
+    if kind == "heartbeat":
+        return (sql.upsert_beats(d), sql.upsert_beats(d, "rank_beat_steps"))
+    return (
+        sql.upsert_steps(d),
+        sql.update_stats(d),
+        *(sql.update_busy(d, w) for w in BUSY_LEVELS),
+    )
+
+
+def source_level(width: int) -> int | None:
+    """The coarsest roll-up whose buckets tile buckets of ``width`` steps (None: the steps)."""
+    fits = [w for w in BUSY_LEVELS if w <= width and width % w == 0]
+    return fits[-1] if fits else None
+
+
+def bucket_width(last_step: int, n_buckets: int) -> int:
+    """The power of two that cuts steps 0..``last_step`` into at most ``n_buckets`` buckets."""
+    width = 1
+    while (last_step // width) + 1 > n_buckets:
+        width *= 2
+    return width
+
+
+class RankTables:
+    """The per-rank tables of a store: a write's share, and what pages and rules read."""
+
+    def __init__(self, backend: Backend) -> None:
+        self._backend = backend
+
+    @staticmethod
+    def update(db: Db, after_id: int, kinds: Collection[str]) -> None:
+        """Bring the records stored after ``after_id`` (this transaction's) into the tables.
+
+        ``kinds``: the kinds the write stored; a batch without probe records costs nothing.
+        """
+        for kind in sorted(RANK_KINDS.intersection(kinds)):
+            for stmt in _update_sql(db.dialect, kind):
+                db.execute(stmt, (after_id,))
+
+    def step_stats(self, run: str, after_id: int = 0, step_max: int | None = None) -> pd.DataFrame:
+        """One row per step of ``rank_step_stats`` changed after ``after_id``, in step order.
+
+        Columns :data:`dsmon.store.ranks.sql.STAT_COLUMNS` (``id``: the newest record taken
+        in, what a live reader passes as ``after_id`` next). Without ``after_id``,
+        ``step_max`` keeps the steps up to it (a replay position).
+        """
+        if after_id:
+            rows = self._backend.snapshot(lambda db: db.rows(sql.STATS_SINCE, (run, after_id)))
+            return _frame(rows, STAT_COLUMNS).sort_values("step").reset_index(drop=True)
+        upto = LAST_STEP if step_max is None else step_max
+        return self._backend.snapshot(lambda db: _all_stats(db, run, upto))
+
+    def busy(self, run: str, width: int, step_max: int | None = None) -> pd.DataFrame:
+        """Each rank's busy time per bucket of ``width`` steps: :data:`BUSY_COLUMNS`.
+
+        ``step`` is the bucket's first step, ``busy_ms`` the mean over its steps, ``n`` how
+        many steps of the rank it holds; ``step_max``: the steps up to it.
+        """
+        level = source_level(width)
+        rows = self._backend.snapshot(
+            lambda db: db.rows(*_busy_query(db, run, level, width, step_max))
+        )
+        out = _frame(rows, ("rank", "step", "n", "sum_ms", "min_ms", "max_ms"))
+        out["step"] = out["step"] * width
+        out["busy_ms"] = out["sum_ms"] / out["n"].where(out["n"] > 0)
+        return out[list(BUSY_COLUMNS)]
+
+    def last_heartbeats(self, run: str, step_max: int | None = None) -> list[HeartbeatRecord]:
+        """Each rank's newest heartbeat (by time, then line), in rank order.
+
+        ``step_max`` (a replay position): of the heartbeats that name a step up to it, those
+        of the newest step each rank was in.
+        """
+        params: tuple[object, ...] = (run,) if step_max is None else (step_max, run)
+        query = sql.BEAT_BODIES if step_max is None else sql.BEAT_BODIES_UPTO
+        rows = self._backend.snapshot(lambda db: db.rows(query, params))
+        beats = [row_record(body) for _, body in rows]
+        return [b for b in beats if isinstance(b, HeartbeatRecord)]
+
+
+def _busy_query(
+    db: Db, run: str, level: int | None, width: int, step_max: int | None
+) -> tuple[str, tuple[str, ...]]:
+    """:func:`dsmon.store.ranks.sql.busy_read` and its parameters."""
+    query, n_params = sql.busy_read(db.dialect, level, width, step_max)
+    return query, (run,) * n_params
+
+
+def _all_stats(db: Db, run: str, step_max: int) -> pd.DataFrame:
+    """Every step's row, read a page at a time in one snapshot.
+
+    A million steps fetched at once as tuples take gigabytes; a page of them, megabytes.
+    """
+    import pandas as pd
+
+    parts, after = [], -1
+    while True:
+        rows = db.rows(sql.STATS_PAGE, (run, after, step_max, STATS_PAGE_ROWS))
+        parts.append(_frame(rows, STAT_COLUMNS))
+        if len(rows) < STATS_PAGE_ROWS:
+            return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+        after = int(rows[-1][0])
+
+
+def _frame(rows: Sequence[Sequence[Any]], columns: Sequence[str]) -> pd.DataFrame:
+    """Rows as a frame of float columns (integers with gaps would become floats anyway)."""
+    import pandas as pd
+
+    frame = pd.DataFrame([tuple(r) for r in rows], columns=list(columns))
+    for col in columns:
+        if col == "ts":
+            frame[col] = pd.to_datetime(frame[col], errors="coerce", format="ISO8601")
+        else:
+            frame[col] = pd.to_numeric(frame[col], errors="coerce").astype("float64")
+    return frame

@@ -1,0 +1,59 @@
+"""The row a record is stored as: its JSON line beside the columns reads filter on, and its key.
+
+A record is stored as its JSON-lines form (:mod:`dsmon.model.wire`) next to a few columns
+(run, kind, step, ts, node, rank, file, line) and a key of its identity
+(:mod:`dsmon.store.records.keys`) under a UNIQUE constraint, so writing the same record twice
+stores it once. The ingest server makes these rows of the lines it checked, without building
+records (``dsmon.serve.rows``).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from dsmon.model import wire
+from dsmon.model.records import Record
+from dsmon.model.wire import EncodedRecord
+from dsmon.store.records.keys import key_digest
+
+
+class RecordRow(NamedTuple):
+    """The columns one record is stored as (order = the INSERT column order)."""
+
+    key: bytes
+    run: str
+    kind: str
+    step: int | None
+    ts: str | None
+    node: str | None
+    rank: int | None
+    file: str | None
+    line: int | None
+    body: str
+
+
+ROW_COLUMNS = RecordRow._fields
+
+
+def record_row(rec: Record, body: str | None = None) -> RecordRow:
+    """The row under which ``rec`` is stored (``body``: its JSON line, if already encoded)."""
+    s = rec.src
+    if body is None:
+        body = wire.encode(rec)
+    return RecordRow(
+        key_digest(rec), s.run, rec.KIND, rec.step, rec.ts, s.node, s.rank, s.file, s.line, body
+    )
+
+
+def as_row(item: Record | EncodedRecord | RecordRow) -> RecordRow:
+    """The row of a record, of a record with its line, or a row made already (as it is)."""
+    if isinstance(item, RecordRow):
+        return item
+    if isinstance(item, EncodedRecord):
+        return record_row(*item)
+    return record_row(item)
+
+
+def row_record(body: str) -> Record:
+    """Rebuild a record from its stored body."""
+    return wire.decode(body)

@@ -1,0 +1,252 @@
+"""The store: where records live, one object made of a backend and the parts that keep them.
+
+A :class:`Store` holds a backend (a SQLite file or a PostgreSQL database: what differs
+between the engines, :mod:`dsmon.store.backend`) and these parts, each with its tables:
+
+- the record log (:mod:`dsmon.store.records`): every record in id order, with per-run
+  bookkeeping. The store's own methods (:meth:`Store.add`, :meth:`~Store.runs`,
+  :meth:`~Store.records`, ...) are the record log's;
+- ``store.gpu`` (:mod:`dsmon.store.gpu`): GPU samples in typed tables with roll-ups, and the
+  questions pages and rules ask of them (summary, buckets, newest samples);
+- ``store.ranks`` (:mod:`dsmon.store.ranks`): per-step and per-rank tables of the probe's
+  records, kept as they arrive;
+- ``store.frames`` (:mod:`dsmon.store.frames`): a run's kinds as frames, read in pages, with
+  sealed pages kept as Arrow tables.
+
+A write is where the parts meet: a batch is split between the GPU tables and ``records``,
+and the per-rank tables take what it added, all in one transaction. Writes are idempotent
+(a record's identity is :func:`dsmon.model.records.record_key`).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+
+from dsmon.model.records import GpuSampleRecord, Record
+from dsmon.model.wire import EncodedRecord
+from dsmon.store.backend import Backend, Db
+from dsmon.store.dialect import Dialect
+from dsmon.store.errors import StoreError
+from dsmon.store.frames import sealed
+from dsmon.store.frames.pages import Frames
+from dsmon.store.gpu import sql as gpu_sql
+from dsmon.store.gpu.rows import SampleRow, sample_row
+from dsmon.store.gpu.samples import GpuSamples
+from dsmon.store.ranks import sql as ranks_sql
+from dsmon.store.ranks.tables import RANK_KINDS, RankTables
+from dsmon.store.records import sql as records_sql
+from dsmon.store.records.filter import RecordFilter
+from dsmon.store.records.log import SCAN_BODY_ROWS, SCAN_ROWS, RecordLog
+from dsmon.store.records.rows import RecordRow, as_row
+from dsmon.store.records.runs import RunInfo
+from dsmon.store.sqlite import SQLiteBackend
+from dsmon.store.url import redact_url, sqlite_file
+
+#: Records written per transaction: large enough to amortise the commit, small enough
+#: that a reader never waits long and memory stays flat on a 500 MB import.
+BATCH_ROWS = 5000
+
+
+def schema(d: Dialect) -> tuple[str, ...]:
+    """Every table of a store, each part's (see docs/store.md)."""
+    return (*records_sql.ddl(d), *gpu_sql.ddl(d), *ranks_sql.ddl(d), *sealed.ddl(d))
+
+
+class Store:
+    """A store of records on one backend; see the module docstring for its parts.
+
+    Args:
+        backend: the database; a new one gets the tables, an existing one's schema version
+            is checked.
+
+    Raises:
+        StoreError: the store cannot be opened, or is of another schema version.
+    """
+
+    def __init__(self, backend: Backend) -> None:
+        backend.prepare(schema(backend.dialect))
+        self.backend = backend
+        self.gpu = GpuSamples(backend)
+        self.ranks = RankTables(backend)
+        self._log = RecordLog(backend, self.gpu)
+        self.frames = Frames(backend, self._log)
+
+    @property
+    def url(self) -> str:
+        """The store as it was named (a path, or a URL with its password)."""
+        return self.backend.url
+
+    # --- writes -----------------------------------------------------------------------------
+
+    def add(
+        self, records: Iterable[Record | EncodedRecord | RecordRow], *, live: bool = False
+    ) -> int:
+        """Store the records not stored yet, committing every few thousand; returns how many.
+
+        A :class:`RecordRow` is stored as it is: the ingest server makes them of the lines
+        it checked, without building records (``dsmon.serve.rows``).
+
+        ``live``: they come from a live sender, so the run's ``received_at`` is set to now.
+        """
+        inserted = 0
+        for rows, samples in split(records):
+            write = functools.partial(self._write, rows=rows, samples=samples, live=live)
+            inserted += self.backend.write(write, undo=self.gpu.forget)
+        if live and inserted:
+            self.backend.wrote_live()
+        return inserted
+
+    def _write(self, db: Db, rows: list[RecordRow], samples: list[SampleRow], live: bool) -> int:
+        """One batch, in the write transaction: GPU samples, records, per-rank tables."""
+        if live:
+            self._log.note_received(db, {r.run for r in rows} | {s.key.run for s in samples})
+        new = self.gpu.add(db, samples)
+        if rows:
+            kinds = {r.kind for r in rows}
+            before = self._log.max_id(db) if kinds & RANK_KINDS else 0
+            added = db.insert_records(rows)
+            if added:
+                self.ranks.update(db, before, kinds)
+            new += added
+        return new
+
+    def check_writable(self) -> None:
+        """Commit a write that changes nothing, or raise :class:`StoreError` saying why not.
+
+        Reading proves little: a store on a full disk, a read-only mount or a corrupt file
+        still answers reads while every write fails. The ingest server's ``/healthz`` asks.
+        """
+        self.backend.check_writable()
+
+    # --- the record log ---------------------------------------------------------------------
+
+    def runs(self) -> list[RunInfo]:
+        """Every run in the store, by name."""
+        return self._log.runs()
+
+    def last_id(self, run: str | None = None) -> int:
+        """Id of the newest record (of ``run``, or of any run); 0 when there is none."""
+        return self._log.last_id(run)
+
+    def restamps(self, run: str) -> int:
+        """How many stored records of ``run`` have had their step filled in after the fact.
+
+        See :meth:`dsmon.store.records.log.RecordLog.restamps`: readers that keep rows in
+        memory compare it to know when to read them again.
+        """
+        return self._log.restamps(run)
+
+    def records(
+        self,
+        run: str,
+        kind: str | None = None,
+        *,
+        step_min: int | None = None,
+        step_max: int | None = None,
+        ts_min: str | datetime | None = None,
+        ts_max: str | datetime | None = None,
+        after_id: int | None = None,
+        limit: int | None = None,
+    ) -> list[Record]:
+        """Records of a run in insertion order, filtered as :class:`RecordFilter` describes."""
+        return self._log.records(
+            run, kind, step_min=step_min, step_max=step_max, ts_min=ts_min, ts_max=ts_max,
+            after_id=after_id, limit=limit,
+        )  # fmt: skip
+
+    def id_records(self, flt: RecordFilter) -> list[tuple[int, Record]]:
+        """``(id, record)`` pairs: what a client paging with ``after_id`` must be told."""
+        return self._log.select_records(flt)
+
+    def scan(self, run: str, kind: str, chunk: int = SCAN_ROWS) -> Iterator[Record]:
+        """Every record of one kind of a run in id order, read ``chunk`` rows per query."""
+        return self._log.scan(run, kind, chunk)
+
+    def scan_bodies(self, run: str, kind: str, chunk: int = SCAN_BODY_ROWS) -> Iterator[bytes]:
+        """The stored JSON (UTF-8) of every record of one kind of a run (all but GPU samples)."""
+        return self._log.scan_bodies(run, kind, chunk)
+
+    # --- lifetime ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release the connection."""
+        self.backend.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def open_store(url: str | Path) -> Store:
+    """Open the store a URL names: a path or ``sqlite:///path`` (SQLite), ``postgresql://...``.
+
+    PostgreSQL's driver loads only for a PostgreSQL URL.
+
+    Raises:
+        StoreError: the URL names an unknown or unavailable backend, or the store cannot be
+            opened or is of another schema version.
+    """
+    path = sqlite_file(url)
+    backend: Backend
+    if path is not None:
+        backend = SQLiteBackend(path)
+    else:
+        try:
+            postgres = importlib.import_module("dsmon.store.postgres")
+        except ImportError as exc:
+            raise StoreError(
+                f"cannot open store {redact_url(url)}: PostgreSQL backend: {exc}"
+            ) from None
+        backend = postgres.PostgresBackend(str(url))
+    try:
+        return Store(backend)
+    except BaseException:
+        backend.close()
+        raise
+
+
+def split(
+    records: Iterable[Record | EncodedRecord | RecordRow],
+) -> Iterator[tuple[list[RecordRow], list[SampleRow]]]:
+    """Records in batches: rows for the records table, GPU samples for their own tables.
+
+    A :class:`RecordRow` (the ingest server makes them of checked lines) goes as it is; a
+    list of nothing else (a batch of the ingest server without GPU samples) is cut in
+    slices, not looked at one record at a time (a microsecond a record, 5 % of ingest).
+    """
+    if isinstance(records, list) and all(type(r) is RecordRow for r in records):
+        for start in range(0, len(records), BATCH_ROWS):
+            yield records[start : start + BATCH_ROWS], []
+        return
+    rows: list[RecordRow] = []
+    samples: list[SampleRow] = []
+    for item in records:
+        made = item if isinstance(item, RecordRow) else _stored_as(item)  # rows: no call
+        if isinstance(made, RecordRow):
+            rows.append(made)
+        else:
+            samples.append(made)
+        if len(rows) + len(samples) >= BATCH_ROWS:
+            yield rows, samples
+            rows, samples = [], []
+    if rows or samples:
+        yield rows, samples
+
+
+def _stored_as(item: Record | EncodedRecord) -> RecordRow | SampleRow:
+    """What one record is stored as: a GPU sample with a time as a sample row, else a row."""
+    rec = item.record if isinstance(item, EncodedRecord) else item
+    sample = sample_row(rec) if isinstance(rec, GpuSampleRecord) else None
+    return as_row(item) if sample is None else sample

@@ -1,0 +1,294 @@
+"""The probe's per-rank figures as the dashboard reads them: the store's summaries, kept live.
+
+A 64-rank job of 100k steps stores 6.4 million ``rank_step`` records; loading them as a frame
+took 15 s and gigabytes. Live, the Steps page, the checklist and Compare read instead what the
+store keeps as records arrive (``dsmon.store.ranks.tables``): one row per step, each rank's
+busy time per step bucket, each rank's newest heartbeat. The per-step table is read once, then
+only its rows changed since (by record id). A replay position is read from them too, up to
+its step; a position in time is computed from the records (``dsmon.analysis.ranks``),
+memoised.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import Counter
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from dsmon.analysis import ranks, steps
+from dsmon.analysis.stragglers import StragglerSummary, straggler_summary
+from dsmon.model.frames import records_frame
+from dsmon.store.ranks.tables import bucket_width
+from dsmon.view.cache import RunFrames
+from dsmon.view.cutoff import OPEN, Cutoff
+from dsmon.view.quantiles import SortedValues
+
+# ------------------------------------------------------------------------------------------
+# The straggler summary of a live run, kept up to date with the steps that changed.
+#
+# ``ranks.straggler`` and the Steps page quote medians and counts over every steady step every
+# rank reported (:class:`dsmon.analysis.stragglers.StragglerSummary`). Computed afresh, that
+# is several passes over every step on each refresh: tens of milliseconds at a million steps,
+# and growing with the run. A :class:`LiveStragglers` takes in the per-step rows the store
+# changed since the last refresh (``dsmon.view.ranks``): a step every rank reported is
+# final, and its figures go into sorted values (:class:`dsmon.view.quantiles.SortedValues`)
+# and counts once; a step still waiting for a rank is kept aside until it is complete. What
+# would change a final step (a step stored again, a rank that was not there before) takes
+# everything in again. The answers equal :func:`dsmon.analysis.stragglers.straggler_summary`
+# of the same rows (``tests/unit/store/test_rank_tables.py``).
+
+
+class LiveStragglers:
+    """A :class:`StragglerSummary` of a growing per-step table (``ranks.step_stats`` rows)."""
+
+    def __init__(self, warmup: int = steps.WARMUP_STEPS) -> None:
+        self.warmup = warmup
+        self._reset()
+
+    def _reset(self) -> None:
+        self._whole: StragglerSummary | None = None  # before any steady step: computed whole
+        self._ranks = 0  # every rank: the most ranks a steady step was reported by
+        self._score, self._slowest, self._median, self._step_ms = (SortedValues() for _ in "1234")
+        self._counts: Counter[int] = Counter()
+        self._final = 0  # steady steps taken in for good (every rank reported them)
+        self._n, self._first, self._last, self._waited = 0, -1, -1, False
+        self._open: dict[int, tuple[float, bool]] = {}  # step -> (median step time, waited)
+
+    def update(self, before: pd.DataFrame | None, new: pd.DataFrame, after: pd.DataFrame) -> None:
+        """Take in ``new`` rows; ``before``/``after``: the whole table without and with them."""
+        if before is None or self._whole is not None or self._changes_final(before, new):
+            self._rebuild(after)
+        else:
+            self._take(new[new["step"] > self.warmup])
+
+    def summary(self) -> StragglerSummary:
+        """The figures now."""
+        if self._whole is not None:
+            return self._whole
+        pending = np.array([ms for ms, _ in self._open.values()], dtype=np.float64)
+        empty = np.empty(0, dtype=np.float64)
+        return StragglerSummary(
+            steps=self._n,
+            first_step=self._first if self._n else None,
+            last_step=self._last if self._n else None,
+            score=self._score.ranked(empty),
+            slowest_ms=self._slowest.ranked(empty),
+            median_ms=self._median.ranked(empty),
+            counts=dict(self._counts),
+            waited=self._waited or any(w for _, w in self._open.values()),
+            step_ms=self._step_ms.ranked(pending),
+        )
+
+    def _changes_final(self, before: pd.DataFrame, new: pd.DataFrame) -> bool:
+        """Whether ``new`` changes a step already taken in, or the count of ranks."""
+        steady = new[new["step"] > self.warmup]
+        if steady.empty:
+            return False
+        if (steady["ranks"] > self._ranks).any() and self._final:
+            return True  # the steps every rank reported so far lack the new rank
+        held = before["step"].to_numpy()
+        at = np.searchsorted(held, steady["step"].to_numpy())
+        found = at < len(held)
+        found[found] = held[at[found]] == steady["step"].to_numpy()[found]
+        old = before["ranks"].to_numpy()[at[found]]
+        return bool((old == self._ranks).any())
+
+    def _rebuild(self, table: pd.DataFrame) -> None:
+        """Take in the whole table again."""
+        self._reset()
+        steady = table[table["step"] > self.warmup]
+        if steady.empty:  # no step after the warm-up yet: the figures are over every step
+            self._whole = straggler_summary(table, self.warmup)
+            return
+        self._ranks = int(steady["ranks"].max())
+        self._take(steady)
+
+    def _take(self, rows: pd.DataFrame) -> None:
+        """Take in steady rows: the complete ones for good, the others aside until complete."""
+        if rows.empty:
+            return
+        self._ranks = max(self._ranks, int(rows["ranks"].max()))
+        final = (rows["ranks"] == self._ranks).to_numpy()
+        for step, total, waited in zip(
+            rows["step"].to_numpy()[~final].astype(np.int64),
+            rows["median_total_ms"].to_numpy()[~final],
+            (rows["waited"].to_numpy() > 0)[~final],
+            strict=True,
+        ):
+            self._open[int(step)] = (float(total), bool(waited))
+        done = rows[final]
+        if done.empty:
+            return
+        for step in done["step"].to_numpy().astype(np.int64):
+            self._open.pop(int(step), None)
+        self._final += len(done)
+        self._step_ms.add(done["median_total_ms"].to_numpy(dtype=np.float64))
+        self._waited = self._waited or bool((done["waited"] > 0).any())
+        if self._ranks >= 2:  # a straggler needs two ranks
+            self._take_scores(done)
+
+    def _take_scores(self, done: pd.DataFrame) -> None:
+        """The straggler figures of steps every rank reported."""
+        slowest = done["slowest_ms"].to_numpy(dtype=np.float64)
+        median = done["median_ms"].to_numpy(dtype=np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            self._score.add(np.where(median > 0, slowest / median, np.nan))
+        self._slowest.add(slowest)
+        self._median.add(median)
+        self._counts.update(done["slowest_rank"].to_numpy().astype(np.int64).tolist())
+        first, last = int(done["step"].min()), int(done["step"].max())
+        self._first = first if self._n == 0 else min(self._first, first)
+        self._last = max(self._last, last)
+        self._n += len(done)
+
+
+#: Buckets of steps the busy-time figure draws at most (per rank) ...
+BUSY_BUCKETS = 300
+#: ... and cells at most when it is a heatmap of many ranks: 64 ranks x 300 buckets would
+#: send the browser 150 kB on every refresh.
+BUSY_CELLS = 8000
+
+
+class _LiveStats:
+    """A run's per-step table, extended with the rows the store changed since the last read."""
+
+    def __init__(self) -> None:
+        self.frame: pd.DataFrame | None = None
+        self.after_id = 0
+        self.counted = -1  # the run's rank_step records when last read
+        self.stragglers = LiveStragglers()
+        self.lock = threading.Lock()
+
+    def update(self, frames: RunFrames) -> pd.DataFrame:
+        """The table now."""
+        with self.lock:
+            counted = frames.stored("rank_step")
+            if self.frame is not None and counted == self.counted:
+                return self.frame  # no new probe record since the last read
+            self.counted = counted
+            new = frames.store.ranks.step_stats(frames.run, self.after_id)
+            before = self.frame
+            if before is None or before.empty:
+                merged = new
+            else:
+                merged = _merged(before, new) if not new.empty else before
+            if before is None or not new.empty:
+                self.stragglers.update(before, new, merged)
+            self.frame = merged
+            if not new.empty:
+                self.after_id = int(new["id"].max())
+            return self.frame
+
+
+def _merged(held: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
+    """``held`` with the steps of ``new`` replaced or added, in step order."""
+    first = new["step"].min()
+    if held["step"].iloc[-1] < first:  # only new steps: no search of the held ones
+        return pd.concat([held, new], ignore_index=True)
+    kept = held[~held["step"].isin(new["step"])]
+    merged = pd.concat([kept, new], ignore_index=True)
+    return merged.sort_values("step", kind="stable").reset_index(drop=True)
+
+
+_LIVE: weakref.WeakKeyDictionary[RunFrames, _LiveStats] = weakref.WeakKeyDictionary()
+_LIVE_LOCK = threading.Lock()
+
+
+def _live(frames: RunFrames) -> _LiveStats:
+    with _LIVE_LOCK:
+        if frames not in _LIVE:
+            _LIVE[frames] = _LiveStats()
+        return _LIVE[frames]
+
+
+def stats(frames: RunFrames, cutoff: Cutoff = OPEN) -> pd.DataFrame:
+    """One row per step (``dsmon.analysis.ranks.STEP_STAT_COLUMNS``) as of ``cutoff``."""
+    if cutoff == OPEN:
+        return _live(frames).update(frames)
+    if cutoff.step is not None:
+        upto = cutoff.step
+        return frames.memo(
+            "ranks.stats.store",
+            ["rank_step"],
+            cutoff,
+            lambda: frames.store.ranks.step_stats(frames.run, step_max=upto),
+        )
+    return _from_records(frames, "ranks.stats", "rank_step", cutoff, ranks.step_stats)
+
+
+def stragglers(frames: RunFrames, cutoff: Cutoff = OPEN) -> StragglerSummary:
+    """The whole-run straggler figures as of ``cutoff``; live, kept up to date step by step."""
+    if cutoff == OPEN:
+        live = _live(frames)
+        live.update(frames)
+        with live.lock:
+            return live.stragglers.summary()
+    return frames.memo(
+        "ranks.stragglers", ["rank_step"], cutoff, lambda: straggler_summary(stats(frames, cutoff))
+    )
+
+
+def busy(frames: RunFrames, cutoff: Cutoff = OPEN) -> pd.DataFrame:
+    """Each rank's mean busy time per bucket of steps: as many buckets as the figure can use."""
+    per_step = stats(frames, cutoff)
+    n_ranks = int(per_step["ranks"].max()) if per_step["ranks"].notna().any() else 1
+    many = n_ranks > ranks.LINE_RANKS
+    n_buckets = max(BUSY_CELLS // n_ranks, 16) if many else BUSY_BUCKETS
+    steps = per_step["step"]
+    width = bucket_width(int(steps.max()) if steps.notna().any() else 0, n_buckets)
+    if _served(cutoff):
+        return frames.memo(
+            f"ranks.busy.store.{width}",
+            ["rank_step"],
+            cutoff,
+            lambda: frames.store.ranks.busy(frames.run, width, cutoff.step),
+        )
+    return _from_records(
+        frames,
+        f"ranks.busy.frame.{width}",
+        "rank_step",
+        cutoff,
+        lambda rows: ranks.busy_buckets(ranks.rank_step_table(rows), width),
+    )
+
+
+def beats(frames: RunFrames, cutoff: Cutoff = OPEN) -> pd.DataFrame:
+    """Each rank's newest heartbeat as of ``cutoff``, in rank order."""
+    if _served(cutoff):
+        return frames.memo(
+            "ranks.beats", ["heartbeat"], cutoff, lambda: _stored_beats(frames, cutoff.step)
+        )
+    return _from_records(frames, "ranks.beats.frame", "heartbeat", cutoff, ranks.last_beats)
+
+
+def _from_records(
+    frames: RunFrames,
+    name: str,
+    kind: str,
+    cutoff: Cutoff,
+    fn: Callable[[pd.DataFrame], pd.DataFrame],
+) -> pd.DataFrame:
+    """``fn`` of the run's ``kind`` records as of ``cutoff`` (a position in time)."""
+    return frames.memo(name, [kind], cutoff, lambda: fn(frames.frame(kind, cutoff)))
+
+
+def _served(cutoff: Cutoff) -> bool:
+    """Whether the store's tables answer as of ``cutoff``: live, or at a replay step."""
+    return cutoff == OPEN or cutoff.step is not None
+
+
+def _stored_beats(frames: RunFrames, step_max: int | None) -> pd.DataFrame:
+    return records_frame("heartbeat", frames.store.ranks.last_heartbeats(frames.run, step_max))
+
+
+def newest_ts(frames: RunFrames) -> dict[str, pd.Timestamp]:
+    """The newest time of the probe's kinds, live (for the checklist's stall rule)."""
+    out = {}
+    for kind, frame in (("rank_step", stats(frames)), ("heartbeat", beats(frames))):
+        if not frame.empty and frame["ts"].notna().any():
+            out[kind] = pd.Timestamp(frame["ts"].max())
+    return out
