@@ -139,9 +139,12 @@ def judged_as(version: Version | None) -> Version:
 def section(path: str, version: Version | None) -> Section | None:
     """A section as the release reads it; None when the release reads no such section.
 
-    ``bfloat16`` (the old spelling) is read as ``bf16``.
+    ``bfloat16`` (the old spelling) is read as ``bf16`` where the release has ``bf16``.
     """
-    return _section(path if path != "bfloat16" else "bf16", knowledge().at(version))
+    index = knowledge().at(version)
+    if path == "bfloat16" and knowledge().exists("bf16", knowledge().releases[index]):
+        path = "bf16"
+    return _section(path, index)
 
 
 @cache

@@ -134,10 +134,10 @@ def _walk(holder: Mapping[str, Any], section_path: str, version: Any) -> Iterato
             yield problem
             if problem.status is Status.FAIL or key not in known:
                 continue
-        sub = "bf16" if path == "bfloat16" else path
-        opaque = sub in schema.OPAQUE or path in schema.OPAQUE
-        if isinstance(value, Mapping) and not opaque and schema.section(sub, version):
-            yield from _walk(value, sub, version)
+        spec = schema.section(path, version)  # bfloat16 is read as bf16 where it exists
+        opaque = path in schema.OPAQUE or (spec is not None and spec.path in schema.OPAQUE)
+        if isinstance(value, Mapping) and not opaque and spec is not None:
+            yield from _walk(value, spec.path, version)
 
 
 @rule(
