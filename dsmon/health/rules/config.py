@@ -51,8 +51,8 @@ def check_overlap_comm(cfg: ConfigView, inputs: HealthInputs) -> Finding:
 @rule(
     "zero.contiguous_gradients",
     "Gradients are copied into a contiguous buffer",
-    "zero_optimization.contiguous_gradients (default true from DeepSpeed 0.7.0, false before) avoids memory fragmentation "
-    "during backward on ZeRO stages 2 and 3.",
+    "zero_optimization.contiguous_gradients (default true from DeepSpeed 0.7.0, false before) "
+    "avoids memory fragmentation during backward on ZeRO stages 2 and 3.",
     "config",
 )
 @needs_config
