@@ -26,7 +26,7 @@ from dsmon.store.store import open_store
 
 pytestmark = pytest.mark.slow
 
-POISONED = (DATA / "megatron_poison_line" / "train.log").read_bytes().splitlines(True)
+POISONED = (DATA / "megatron_poison_line" / "megatron.log").read_bytes().splitlines(True)
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ def dsmon(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_import_and_parse_read_the_whole_poisoned_log(tmp_path: Path) -> None:
-    log = DATA / "megatron_poison_line" / "train.log"
+    log = DATA / "megatron_poison_line" / "megatron.log"
     parsed = dsmon("parse", str(log), "--run", "z2")
     assert parsed.returncode == 0, parsed.stderr
     assert "unparsed value out of range: 4" in parsed.stderr

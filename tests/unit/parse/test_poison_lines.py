@@ -29,7 +29,7 @@ from dsmon.parse.log import LogParser, default_parsers
 from dsmon.store.store import open_store
 
 POISON = DATA / "megatron_poison_line"
-LOG = POISON / "train.log"
+LOG = POISON / "megatron.log"
 MIB = 1 << 20
 
 
@@ -54,7 +54,7 @@ def test_nan_inf_and_overflow_are_left_out_and_the_rest_kept() -> None:
     assert second.losses == {}  # a map holds no NaN on the wire
     assert second.nan_iterations is None and second.consumed_samples == 2048
     assert diag.unparsed == {OUT_OF_RANGE: 4}
-    assert diag.examples[OUT_OF_RANGE][0] == "train.log:12: field 'allocated_bytes': nan"
+    assert diag.examples[OUT_OF_RANGE][0] == "megatron.log:12: field 'allocated_bytes': nan"
 
 
 class RaisesOn:
@@ -79,14 +79,14 @@ class RaisesOn:
 def test_a_parser_that_raises_costs_its_line_only() -> None:
     lines = LOG.read_text(encoding="utf-8").splitlines()
     faulty = RaisesOn("(after 1 iterations)")
-    parser = LogParser("r", "train.log", parsers=[faulty, *default_parsers()])
+    parser = LogParser("r", "megatron.log", parsers=[faulty, *default_parsers()])
     recs = list(parser.feed_lines(lines))
     assert faulty.calls == 20
     assert not [r for r in recs if isinstance(r, MemoryRecord)]  # the lines it raised on
     assert [r.iteration for r in recs if isinstance(r, IterationRecord)] == [1, 2, 3]
     assert parser.diag.unparsed[PARSER_ERROR] == 20 + 1  # each line, and finish()
     assert parser.diag.examples[PARSER_ERROR][0].startswith(
-        "train.log:10: RaisesOn raised ZeroDivisionError: a fault of the parser | (after 1 "
+        "megatron.log:10: RaisesOn raised ZeroDivisionError: a fault of the parser | (after 1 "
     )
 
 
