@@ -51,8 +51,9 @@ def app_path() -> Path | None:
 
 #: The packages the dashboard's scripts import (``app.py``, ``pages/``): copied with them.
 DASHBOARD_PACKAGES = ("dsmon", "ui")
-#: What the copy leaves out: compiled files, and the demo's data (read by ``dsmon demo`` only).
-_NOT_COPIED = shutil.ignore_patterns("__pycache__", "*.pyc", "data")
+#: What the copy leaves out: compiled files (the package's data, such as what each DeepSpeed
+#: release reads, is read by the health rules: it is copied).
+_NOT_COPIED = shutil.ignore_patterns("__pycache__", "*.pyc")
 
 
 def private_copy(app: Path) -> Path:

@@ -91,3 +91,4 @@ def test_a_dashboard_outlives_the_files_it_was_started_from(
             open_page(browser, f"{url}/{slug}?run=z2", f"{title} · z2")
     (copy,) = (cache / "dsmon" / "dashboard").iterdir()  # the dashboard's own copy
     assert (copy / "app.py").is_file() and (copy / "dsmon" / "parse" / "log.py").is_file()
+    assert (copy / "dsmon" / "data" / "ds_config" / "releases.json").is_file()  # rules read it
