@@ -77,8 +77,9 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("healthy", "nothing wrong", BASE, ("--steps", "40", "--sleep", "0.05")),
         Scenario(
             "slow_rank",
-            "rank 1 sleeps 60 ms in every forward; rank 0 waits for it in the all-reduce",
-            BASE,
+            "rank 1 sleeps 60 ms in every forward; rank 0 waits for it in the all-reduce "
+            "(engine timers on: rank 0's bwd_allreduce holds the wait)",
+            _with(wall_clock_breakdown=True),
             ("--steps", "40", "--slow-rank", "1", "--slow-s", "0.06"),
         ),
         Scenario(

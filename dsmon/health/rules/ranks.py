@@ -16,7 +16,7 @@ from dsmon.health import measures as m
 from dsmon.health import probe_measures as pm
 from dsmon.health import thresholds as th
 from dsmon.health.inputs import HealthInputs
-from dsmon.health.model import Evidence, Finding, Status
+from dsmon.health.model import Evidence, Finding, Status, Tier
 from dsmon.health.registry import rule
 from dsmon.health.verdicts import not_applicable
 from dsmon.model.records import ENDED_PHASES
@@ -114,6 +114,8 @@ def _culprit_text(hang: ranks.Hang) -> str:
     f"phase and where the others wait, long before NCCL's {th.NCCL_TIMEOUT_S:g} s timeout.",
     "runtime",
     page="steps",
+    tier=Tier.STATE,
+    follows=("run.errors",),
 )
 def check_hang(inputs: HealthInputs) -> Finding:
     """Fail naming the rank that holds the job up, its phase, and what the others wait in."""

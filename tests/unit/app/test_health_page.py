@@ -41,20 +41,22 @@ def test_checklist_of_fp16_run(store: str) -> None:
     metrics = {m.label: m.value for m in at.metric}
     # 21 rules do not apply (ZeRO-3 keys on stage 2, GPU rules on a CPU run...): not passes.
     assert metrics == {"Fail": "1", "Warn": "3", "Unknown": "2", "Pass": "19", "N/A": "21"}
-    assert (
-        labels(at)[0]
-        == ":orange-badge[WARN] **Communication overlaps computation** `zero.overlap_comm`"
-    )
     skipped = (
         ":red-badge[FAIL] **Few optimizer steps are skipped for overflow** `loss_scale.skipped`"
     )
-    assert skipped in labels(at)
+    # what the run did comes first, its worst problem on top; config advice after it
+    assert labels(at)[0] == skipped
+    head = at.error[0].value
+    assert head.startswith(
+        "**What is wrong with this run:** :red-badge[FAIL] `loss_scale.skipped` 4 of 25 steps"
+    )
+    assert "- skipped steps = 4 (step line at step 25)" in head
     text = "\n".join(str(m.value) for m in at.markdown)
     assert "4 of 25 steps skipped (16.0%): look for inf/nan sources" in text
     assert "- skipped steps = 4 (step line at step 25)" in text
     codes = [c.value for c in at.code]
     assert '{"zero_optimization": {"overlap_comm": true}}' in codes
-    assert [s.value for s in at.subheader] == ["Configuration", "Run", "GPUs"]
+    assert [s.value for s in at.subheader] == ["Run", "GPUs", "Configuration"]
     # configuration: 25 rules = 2 warnings + 13 passes + 10 that do not apply
     assert ":green-badge[PASS] 13 rules pass" in labels(at)
     assert ":blue-badge[N/A] 10 rules do not apply to this run" in labels(at)
