@@ -85,7 +85,7 @@ def timers_section(bd: pd.DataFrame) -> None:
     )
     ratios = comm.timer_ratios(bd)
     chart(
-        fig.ratio_figure(downsample(ratios, "step", ["allreduce_pct_of_bwd_inner"], by="rank")),
+        fig.ratio_figure(downsample(ratios, "step", ["allreduce_of_bwd"], by="rank")),
         "communication.ratio_figure",
     )
 

@@ -26,8 +26,21 @@ COMM_SHARE = "comm_share"
 #: Per breakdown row with a share: the exposed communication, and the step total (ms).
 EXPOSED_COMM_MS = "rows.exposed_comm_ms"
 STEP_TOTAL_MS = "rows.total_ms"
-#: Per step: ``bwd_allreduce`` as a fraction of ``bwd``.
-ALLREDUCE_OF_BWD = "bwd_allreduce_of_bwd"
+#: Per step: ``bwd_allreduce`` as a fraction of ``bwd``, and ZeRO-1/2's ``optimizer_allgather``
+#: as a fraction of the step (:data:`dsmon.analysis.comm.PHASE_SHARES`).
+ALLREDUCE_OF_BWD = "share.allreduce_of_bwd"
+ALLGATHER_OF_STEP = "share.allgather_of_step"
+#: The engine timers whose median per step (slowest rank, after warm-up) every page quotes as
+#: ``<timer> p50``: ``ms.<column>``.
+TIMER_COLUMNS = (
+    "fwd_ms",
+    "bwd_ms",
+    "bwd_inner_ms",
+    "bwd_allreduce_ms",
+    "step_ms",
+    "total_ms",
+    "optimizer_allgather_ms",
+)
 
 ValuesFn = Callable[[pd.DataFrame], np.ndarray]
 
@@ -48,8 +61,8 @@ def _with_share(column: str) -> ValuesFn:
     return values
 
 
-def _ratio_pct(column: str) -> ValuesFn:
-    """A :func:`comm.timer_ratios` column (a percentage), per step."""
+def _ratio(column: str) -> ValuesFn:
+    """A :func:`comm.timer_ratios` column (a fraction), per step."""
     return lambda rows: _per_step(comm.timer_ratios(rows), column)
 
 
@@ -63,11 +76,8 @@ STEP_STATS: dict[str, ValuesFn] = {
     COMM_SHARE: lambda rows: _per_step(comm.comm_share(rows), "comm_share"),
     EXPOSED_COMM_MS: _with_share("exposed_comm_ms"),
     STEP_TOTAL_MS: _with_share("total_ms"),
-    ALLREDUCE_OF_BWD: lambda rows: _per_step(
-        comm.ratio_per_row(rows, "bwd_allreduce_ms", "bwd_ms"), "ratio"
-    ),
-    **{f"pct.{ratio}": _ratio_pct(ratio) for _, _, ratio, _ in comm.PHASE_SHARES},
-    **{f"ms.{col}": _timer_ms(col) for _, col, _, _ in comm.PHASE_SHARES},
+    **{f"share.{ratio}": _ratio(ratio) for _, _, ratio, _, _ in comm.PHASE_SHARES},
+    **{f"ms.{col}": _timer_ms(col) for col in TIMER_COLUMNS},
 }
 
 #: Figures over every breakdown row of one timer, warm-up included: ``all.fwd_ms`` (the
@@ -137,18 +147,18 @@ def share_stats(values: Percentiles, scale: float = 1.0) -> comm.ShareStats | No
 
 
 def phase_lines(breakdown: pd.DataFrame, values: Callable[[str], Percentiles]) -> list[str]:
-    """``optimizer_allgather = 11.76 ms (35 % of fwd)``: each timer's median, its phase share.
+    """``bwd_allreduce = 7.52 ms (52 % of bwd)``: each timer's median and its share.
 
-    Both are medians over the steady steps (``values`` gives each figure), the share as the
-    checklist reports it.
+    Both are medians over the steady steps (``values`` gives each figure), as the checklist
+    and the Steps page quote them; each share is named for what it divides.
     """
     lines = []
-    for label, col, ratio, phase in comm.PHASE_SHARES:
+    for label, col, ratio, phase, _ in comm.PHASE_SHARES:
         if col not in breakdown.columns or breakdown[col].isna().all():
             lines.append(f"{label}: not in this log")
             continue
         ms = values(f"ms.{col}").median()
-        share = share_stats(values(f"pct.{ratio}"), 100.0)
+        share = share_stats(values(f"share.{ratio}"))
         pct = f" ({100 * share.p50:.0f} % of {phase}, median over steps)" if share else ""
         lines.append(f"{label} = {ms:.2f} ms{pct}")
     return lines

@@ -7,7 +7,8 @@ that rank looks like on rank 0's timers. So every surface (``dsmon check`` as te
 the dashboard's Health page) takes its order, its cause links and its one headline from here:
 
 - problems (warn, fail) are ordered by status, then by :class:`~dsmon.health.model.Tier`
-  (the run's state, then what was measured, then config advice), then by rule order;
+  (the run's state, then what was measured, then config advice), then the rules other rules
+  name as a cause (a straggler before a communication share), then by rule order;
 - a problem whose rule ``follows`` another rule that is itself a problem is a *symptom*: it is
   shown under that cause (the root of a chain: slow steps under a stall under a hang), never
   beside it;
@@ -27,9 +28,11 @@ from dsmon.health.model import Checklist, CheckResult, Status
 HEADLINE_EVIDENCE = 4
 
 
-def severity_key(result: CheckResult, order: int = 0) -> tuple[int, int, int]:
-    """Sort key, worst first: status, then tier, then the rule's place in the checklist."""
-    return (-result.status.severity, int(result.tier), order)
+def severity_key(
+    result: CheckResult, order: int = 0, cause: bool = False
+) -> tuple[int, int, int, int]:
+    """Sort key, worst first: status, tier, whether other rules name it as a cause, order."""
+    return (-result.status.severity, int(result.tier), 0 if cause else 1, order)
 
 
 def causes(checklist: Checklist) -> dict[str, str]:
@@ -131,10 +134,11 @@ class Headline:
 def triage(checklist: Checklist) -> Triage:
     """Lay a checklist out: problems worst first with their symptoms, then the rest."""
     order = {r.rule_id: i for i, r in enumerate(checklist.results)}
+    named = {c for r in checklist.results for c in r.follows}
     caused = causes(checklist)
 
-    def key(r: CheckResult) -> tuple[int, int, int]:
-        return severity_key(r, order[r.rule_id])
+    def key(r: CheckResult) -> tuple[int, int, int, int]:
+        return severity_key(r, order[r.rule_id], r.rule_id in named)
 
     problems = sorted((r for r in checklist.results if r.problem), key=key)
     symptoms: dict[str, list[CheckResult]] = {}

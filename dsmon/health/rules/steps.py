@@ -30,6 +30,7 @@ _NO_STEPS = (
     f"{percent(th.REGRESSION_FAIL - 1)} fails.",
     "runtime",
     page="steps",
+    follows=("run.errors", "ranks.hang", "run.stalled", "ranks.straggler", "gpu.throttling"),
 )
 def check_regression(inputs: HealthInputs) -> Finding:
     """Compare the recent window's median step time with the run's."""
@@ -83,6 +84,7 @@ def check_regression(inputs: HealthInputs) -> Finding:
     "data stalls or a straggling rank.",
     "runtime",
     page="steps",
+    follows=("run.errors", "ranks.hang", "run.stalled"),
 )
 def check_spikes(inputs: HealthInputs) -> Finding:
     """List the steps slower than SPIKE_FACTOR x the median."""
@@ -148,6 +150,7 @@ def _achieved_tflops(inputs: HealthInputs) -> tuple[float, str] | None:
     "the GPU model and training dtype; well-tuned large runs reach 40-55 % on A100.",
     "runtime",
     page="flops",
+    follows=("ranks.straggler", "comm.share", "gpu.utilization", "gpu.throttling"),
 )
 def check_mfu(inputs: HealthInputs) -> Finding:
     """MFU against MFU_WARN; UNKNOWN without a FLOPS figure or a known GPU peak."""

@@ -73,10 +73,16 @@ def test_comm_share_unknown_without_timers() -> None:
 
 
 def test_phase_share_from_timers() -> None:
+    # ZeRO-2's all-gather runs after the optimizer step: divided by fwd it read 27 % and
+    # warned; against the step it holds it is shown, not judged (comm.share counts it)
     r = check(corpus_inputs("fp16_zero2"), "comm.phase_share")
-    assert (r.status, r.summary) == (Status.WARN, "optimizer_allgather vs fwd 27.1% (> 25 %)")
-    assert (
-        evidence(r)["bwd_allreduce share of bwd"] == "17.8% (timers, median over steps, steps 3-25)"
+    assert (r.status, r.summary) == (Status.PASS, "each phase's communication is within 25 %")
+    ev = evidence(r)
+    assert ev["bwd_allreduce share of bwd"] == (
+        "17.8% (rank 0's timers, median over steps, waiting included, steps 3-25)"
+    )
+    assert ev["optimizer_allgather share of the step"] == (
+        "4.1% (ZeRO-1/2 timers, median over steps (in comm.share), steps 3-25, not judged)"
     )
     assert check(corpus_inputs("fp16_zero0"), "comm.phase_share").status is Status.PASS
 
@@ -379,7 +385,7 @@ _O, _S, _M, _PH = "comm.overlap", "run.stalled", "flops.mfu", "comm.phase_share"
 _FP, _OV = "observe.flops_profiler", "zero.overlap_comm"
 F = Status.FAIL
 RUN_VERDICTS: dict[str, dict[str, Status]] = {
-    "fp16_zero2": {_OV: W, _FP: W, _PH: W, _O: U, "loss_scale.skipped": F, _M: U},
+    "fp16_zero2": {_OV: W, _FP: W, _O: U, "loss_scale.skipped": F, _M: U},
     "fp16_zero0": {"fp16.loss_scaler": W, _FP: W, _O: U, "loss_scale.skipped": W, _M: U},
     "z3_overlap_false": {_OV: W, _FP: W, _O: U, _M: U},
     "z3_overlap_true": {_FP: W, _PH: W, _O: U, _M: U},
