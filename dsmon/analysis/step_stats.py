@@ -12,7 +12,6 @@ whole steps: the values of a run are then the values of its steps taken in any p
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -32,15 +31,7 @@ ALLREDUCE_OF_BWD = "share.allreduce_of_bwd"
 ALLGATHER_OF_STEP = "share.allgather_of_step"
 #: The engine timers whose median per step (slowest rank, after warm-up) every page quotes as
 #: ``<timer> p50``: ``ms.<column>``.
-TIMER_COLUMNS = (
-    "fwd_ms",
-    "bwd_ms",
-    "bwd_inner_ms",
-    "bwd_allreduce_ms",
-    "step_ms",
-    "total_ms",
-    "optimizer_allgather_ms",
-)
+TIMER_COLUMNS = (*steps.PHASE_COLUMNS, "total_ms", *steps.OPTIMIZER_COLUMNS)
 
 ValuesFn = Callable[[pd.DataFrame], np.ndarray]
 
@@ -80,37 +71,19 @@ STEP_STATS: dict[str, ValuesFn] = {
     **{f"ms.{col}": _timer_ms(col) for col in TIMER_COLUMNS},
 }
 
-#: Figures over every breakdown row of one timer, warm-up included: ``all.fwd_ms`` (the
-#: Steps page's p50 / p90 / max table).
-ALL_ROWS = "all."
-
 #: How a caller that keeps the figures answers for one (None: compute it from the rows).
 StatSource = Callable[[str], Percentiles | None]
 
 
 def values_fn(name: str) -> ValuesFn:
     """The function giving figure ``name``'s values (KeyError: no such figure)."""
-    if name.startswith(ALL_ROWS):
-        return functools.partial(_column, name[len(ALL_ROWS) :])
     return STEP_STATS[name]
 
 
-def after_warmup(name: str) -> bool:
-    """Whether figure ``name`` is taken over the steady steps only."""
-    return not name.startswith(ALL_ROWS)
-
-
-def _column(column: str, rows: pd.DataFrame) -> np.ndarray:
-    """One column of the rows as floats (none when the rows have no such column)."""
-    if column not in rows.columns:
-        return np.empty(0)
-    return rows[column].to_numpy(dtype=np.float64, na_value=np.nan)
-
-
 def ranked(rows: pd.DataFrame, name: str) -> Percentiles:
-    """The values of figure ``name`` over a breakdown's rows, to take medians of.
+    """The values of figure ``name`` over a breakdown's steady rows, to take medians of.
 
-    ``rows``: the steady rows (``dsmon.analysis.steps.steady``) when :func:`after_warmup`.
+    ``rows``: the steps after warm-up (``dsmon.analysis.steps.steady``).
     """
     if rows.empty:
         return Percentiles.of(np.empty(0))
@@ -120,11 +93,12 @@ def ranked(rows: pd.DataFrame, name: str) -> Percentiles:
 def timer_table(breakdown: pd.DataFrame, values: Callable[[str], Percentiles]) -> pd.DataFrame:
     """:func:`dsmon.analysis.steps.step_stats` (p50 / p90 / max per timer) from ``values``.
 
-    The same table, to the last digit, from figures ``all.<column>`` a live page keeps sorted.
+    The same table, to the last digit, from figures ``ms.<column>`` a live page keeps sorted:
+    over the steady steps, the slowest rank per step, as every other page quotes a timer.
     """
     rows = {}
     for col in [c for c in breakdown.columns if c.endswith("_ms")]:
-        got = values(ALL_ROWS + col)
+        got = values(f"ms.{col}") if col in TIMER_COLUMNS else Percentiles.of(np.empty(0))
         if got.n == 0:
             rows[col] = (0, float("nan"), float("nan"), float("nan"))
             continue

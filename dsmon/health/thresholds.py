@@ -7,7 +7,7 @@ measurements) or, where no source gives one, the reasoning behind dsmon's choice
 
 from __future__ import annotations
 
-from dsmon.analysis import steps
+from dsmon.analysis import steps, stragglers
 from dsmon.store.gpu import rows as gpu_rows
 
 # --- communication buckets (elements, not bytes) ----------------------------------------------
@@ -178,12 +178,9 @@ STRAGGLER_WARN = 1.2
 STRAGGLER_FAIL = 1.5
 #: the score needs this many steps seen by two or more ranks.
 STRAGGLER_MIN_STEPS = 3
-#: ... and one rank slowest in at least this share of them to be named. Jitter alone makes
-#: each of N ranks the slowest in about 1/N of the steps; on a loaded 2-core host, healthy
-#: 2-rank DeepSpeed jobs had one rank slowest in 60-71 % of the steps (straggler scores
-#: 1.14-1.24), a rank slowed by 60 ms a forward in 74-82 %, by 200 ms in all of them
-#: (dsmon's line: above what jitter gives two ranks).
-STRAGGLER_CONSISTENT_SHARE = 0.8
+#: ... and one rank slowest in at least this share of them to be named: jitter makes the
+#: ranks take turns (the measurements behind the line: dsmon.analysis.stragglers).
+STRAGGLER_CONSISTENT_SHARE = stragglers.CONSISTENT_SHARE
 #: the probe writes a heartbeat at least every 5 s (collectors/probe/recorder.py KEEPALIVE_S):
 #: a rank silent for three of them while others still report has stopped. With the
 #: collector's 0.5 s poll the rule fires within 20 s of the rank's last heartbeat, far inside

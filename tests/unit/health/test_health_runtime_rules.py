@@ -275,7 +275,9 @@ def test_regression_and_spikes() -> None:
     ]
     r = check(inputs_from_records(slow), "steps.regression")
     assert r.status is Status.FAIL and r.steps == (18, 25)
-    assert "(slower than 97% of the earlier steps (one-sided Mann-Whitney p = 0.00017))" in r.summary
+    assert (
+        "(slower than 97% of the earlier steps (one-sided Mann-Whitney p = 0.00017))" in r.summary
+    )
     # a CPU run (gloo) is not told to look at GPU throttling; one where NVML saw a GPU is
     assert "GPU" not in r.summary + (r.fix or "") and "data loading" in r.summary
     on_gpu = check(inputs_from_records([*slow, gpu_sample("2025-01-01T00:00:00")]), r.rule_id)
