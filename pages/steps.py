@@ -102,6 +102,12 @@ def main_chart(data: dict[str, pd.DataFrame], rank: int) -> None:
         ),
         "steps.steps_figure",
     )
+    if data["tp"].empty and tflops.empty:
+        st.caption(
+            "No samples/s or TFLOPS in this run: DeepSpeed prints its throughput line every "
+            'steps_per_print steps at "log_level": "info", and the flops profiler gives TFLOPS.'
+        )
+        return
     st.caption(
         "samples/s: DeepSpeed's ThroughputTimer (global batch, printed every steps_per_print). "
         "TFLOPS: the flops profiler's FLOPs per micro-batch (backward estimated as 2 x forward) "

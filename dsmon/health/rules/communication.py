@@ -153,7 +153,9 @@ def _wire_share(inputs: HealthInputs, split: CommSplit) -> Finding:
                 f"{m.range_text(_shared_steps(m.breakdown(inputs)))}, waiting included",
             )
         )
-        if timers[0] > split.wire_share + th.COMM_SHARE_WARN / 5:
+        gap = timers[0] - split.wire_share
+        # said only where the wait is what lifts rank 0's figure (at least half of the gap)
+        if gap > th.COMM_SHARE_WARN / 5 and split.wait_share >= gap / 2:
             said = (
                 f"; rank 0's timers show {timers[0]:.1%} because ranks wait "
                 f"{split.wait_share:.1%} of a step for the slowest rank (see ranks.straggler)"
