@@ -107,3 +107,15 @@ def split_of(
     if steps == 0 or not wire_share + wait_share >= BLOCKED_MIN_SHARE:
         return None
     return CommSplit(wire_share, wait_share, wire_ms, wait_ms, steps)
+
+
+def held_in_collectives(split: pd.DataFrame) -> bool:
+    """Whether :func:`comm_split`'s rows show ranks held in collectives at all.
+
+    Only then does the split mean something: the median step's wire time plus waiting must
+    be at least :data:`BLOCKED_MIN_SHARE` (:func:`split_of` asks the same of the medians).
+    """
+    if split.empty:
+        return False
+    held = (split["wire_share"] + split["wait_share"]).dropna()
+    return not held.empty and bool(held.median() >= BLOCKED_MIN_SHARE)
