@@ -485,11 +485,12 @@ def check_overlap(inputs: HealthInputs) -> Finding:
     caveat = "the comms logger synchronizes every collective, so this is a lower bound"
     if value >= th.OVERLAP_MIN:
         return Finding(Status.PASS, f"overlap {value:.2f} ({caveat})", ev, steps=rng)
-    fix = fix_json({"zero_optimization": {"overlap_comm": True}})
+    cpu = _on_cpu(inputs)
+    fix = None if cpu else fix_json({"zero_optimization": {"overlap_comm": True}})
     return Finding(
         Status.WARN,
         f"overlap {value:.2f} < {th.OVERLAP_MIN}: steps take about "
-        f"compute + communication ({caveat})",
+        f"compute + communication ({caveat})" + (f"; {CPU_NO_OVERLAP}" if cpu else ""),
         ev,
         fix,
         steps=rng,
