@@ -34,7 +34,7 @@ def test_config_with_warnings_exits_1(capsys: pytest.CaptureFixture[str]) -> Non
     assert "WARN  optimizer.fused  A fused optimizer runs the step" in out
     assert (
         out.rstrip().splitlines()[-1]
-        == "Summary: 0 fail, 2 warn, 16 unknown, 16 pass, 12 n/a -> warn"
+        == "Summary: 0 fail, 1 warn, 16 unknown, 17 pass, 13 n/a -> warn"
     )
 
 
@@ -57,7 +57,7 @@ def test_json_output(capsys: pytest.CaptureFixture[str]) -> None:
     errors = next(r for r in doc["results"] if r["id"] == "run.errors")
     assert errors["status"] == "fail" and errors["page"] == "steps"
     assert errors["evidence"][0]["label"] == "traceback (rank 0)"
-    assert sum(doc["counts"].values()) == len(doc["results"]) == 46
+    assert sum(doc["counts"].values()) == len(doc["results"]) == 47
 
 
 def test_all_pass_exits_0(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -204,11 +204,11 @@ def test_not_applicable_is_not_a_pass(capsys: pytest.CaptureFixture[str]) -> Non
     assert by_status["n/a"] == DEMO_NOT_APPLICABLE
     # steps.regression passes: the last 8 steps are slower than 54 % of the earlier ones
     # (p = 0.39), where the last 6 against the whole run's median once warned at 1.2x
-    assert doc["counts"] == {"pass": 19, "warn": 2, "fail": 0, "unknown": 1, "n/a": 24}
+    assert doc["counts"] == {"pass": 20, "warn": 2, "fail": 0, "unknown": 1, "n/a": 24}
     assert code == doc["exit_code"] == 1
     code, out, _ = run_cli(capsys, str(demo_dir()))
     lines = out.splitlines()
-    assert lines[-1] == "Summary: 0 fail, 2 warn, 1 unknown, 19 pass, 24 n/a -> warn"
+    assert lines[-1] == "Summary: 0 fail, 2 warn, 1 unknown, 20 pass, 24 n/a -> warn"
     assert "N/A   gpu.errors  No ECC or XID errors" in lines
     assert lines[lines.index("N/A   gpu.errors  No ECC or XID errors") + 1] == (
         "      CPU run (no GPUs)"
