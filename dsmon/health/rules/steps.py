@@ -181,6 +181,8 @@ def _achieved_tflops(inputs: HealthInputs) -> tuple[float, str] | None:
 def check_mfu(inputs: HealthInputs) -> Finding:
     """MFU against MFU_WARN; UNKNOWN without a FLOPS figure or a known GPU peak."""
     got = _achieved_tflops(inputs)
+    if got is None and inputs.facts.device == "cpu":
+        return not_applicable("CPU run (no GPU peak to compare with)")
     if got is None:
         return Finding(Status.UNKNOWN, "no achieved FLOPS: enable the flops profiler")
     achieved, src = got

@@ -138,9 +138,8 @@ def test_fp16_overflows_headline_the_skipped_steps(run: str, tmp_path: Path) -> 
         assert head.status is by_id["loss_scale.skipped"].status
         assert head.status in (Status.WARN, Status.FAIL)
         order = [r.rule_id for r in laid.problems]
-        assert order.index("loss_scale.skipped") < min(
-            i for i, r in enumerate(laid.problems) if r.category == "config"
-        )
+        config = [i for i, r in enumerate(laid.problems) if r.category == "config"]
+        assert not config or order.index("loss_scale.skipped") < min(config)
         # must not: ZeRO-2's post-step all-gather read against fwd (it warned at 27 %), a
         # regression from noise, a straggler or a communication problem
         for rid in ("comm.phase_share", "comm.share", "steps.regression"):
