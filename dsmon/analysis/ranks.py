@@ -210,6 +210,10 @@ class RankState:
             what = "code outside the engine (data loading or the script's own)"
         elif self.phase == "start":
             what = "its first engine call"
+        elif self.phase == "init":
+            return "deepspeed.initialize (the engine being built)"
+        elif self.phase == "idle":
+            return "the script's own code before step 1 (the engine is built)"
         else:
             what = f"{self.phase}'s {self.collective}" if self.collective else self.phase
         return f"{what} of step {self.step:,}" if self.step is not None else what

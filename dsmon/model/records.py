@@ -453,7 +453,9 @@ class GpuSampleRecord(Record):
 # --- dsmon's per-rank probe (``dsmon run``) -----------------------------------------------
 
 PROBE_PHASES = (
-    "start",  # the engine was called for the first time; nothing timed yet
+    "init",  # the engine is being built (inside deepspeed.initialize)
+    "idle",  # the engine is built and not yet called: the script loads, compiles, waits
+    "start",  # the engine was called for the first time (a probe installed after it was built)
     "forward",  # inside DeepSpeedEngine.forward
     "backward",  # inside DeepSpeedEngine.backward (the gradient reduction included)
     "step",  # inside DeepSpeedEngine.step
@@ -463,6 +465,8 @@ PROBE_PHASES = (
 )
 #: The phases of a rank's last heartbeat when its process has ended.
 ENDED_PHASES = ("exited", "failed")
+#: The phases of a rank that has not begun its first step.
+STARTING_PHASES = ("init", "idle", "start")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
