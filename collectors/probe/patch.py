@@ -192,6 +192,7 @@ def wrap_engine_init(fn: Callable[..., Any]) -> Callable[..., Any]:
             rec.enter("idle")
             if _rank(engine) == 0:
                 _note_engine(rec, engine)
+        return None
 
     wrapper.__dsmon_probe__ = True  # type: ignore[attr-defined]
     return wrapper

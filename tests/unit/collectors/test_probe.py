@@ -129,7 +129,13 @@ class Engine:
     """A class with the engine's methods, patched in place by the test."""
 
     def __init__(self, gas: int, rank: int = 3, **attrs: Any) -> None:
-        self.global_steps, self.global_rank, self.device, self.gas, self.calls = 0, rank, "cpu", gas, 0
+        self.global_steps, self.global_rank, self.device, self.gas, self.calls = (
+            0,
+            rank,
+            "cpu",
+            gas,
+            0,
+        )
         self.__dict__.update(attrs)
 
     def forward(self, x: float) -> float:

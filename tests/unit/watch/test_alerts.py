@@ -39,6 +39,11 @@ from dsmon.watch.alerts import Alerter, AlertTarget
 from dsmon.watch.health import HealthWatcher
 
 TOKEN = "test-token-0123456789abcdef"
+#: How run.errors names the crash: the first rank to die, then the other.
+FIRST = (
+    "rank 0 died first: RuntimeError: [train.py] deliberate crash at step 17 (rank 0); then "
+    "rank 1 failed (RuntimeError: [train.py] deliberate crash at step 17 (rank 1)); exit status 1"
+)
 DASH = "http://dash.example:8501"
 
 
@@ -115,8 +120,12 @@ def test_rule_turning_to_fail_is_posted_once_with_a_link(
     (alert,) = body["alerts"]
     assert (alert["run"], alert["rule"], alert["status"]) == ("crash", "run.errors", "fail")
     assert alert["url"] == f"{DASH}/steps?run=crash"
-    # two [rankN]: tracebacks, "exits with return code = 1" once; steps_per_print 5
-    assert alert["summary"] == "2 error event(s), 1 failed worker(s); last step line: step 15"
+    # two [rankN]: tracebacks, "exits with return code = 1" once; steps_per_print 5. The
+    # run's state fails with it (crashed): one alert per cause, the cause's rule's
+    assert alert["summary"] == (
+        f"{FIRST}; 2 error event(s), 1 failed worker(s); last step line: step 15"
+    )
+    assert w.states.snapshot()["crash"]["run.state"] is Status.FAIL
 
 
 def test_slack_text(tmp_path: Path, receiver: Receiver) -> None:
@@ -183,7 +192,7 @@ def test_a_finished_run_is_not_news_and_recovery_rearms(tmp_path: Path) -> None:
     assert posted == []
     assert w.states.snapshot()["crash"]["run.errors"] is Status.FAIL
     inputs = inputs_from_records(sum(crash_parts(), []), run="crash")
-    (failed,) = [r for r in evaluate(inputs).results if r.status is Status.FAIL]
+    (failed,) = [r for r in evaluate(inputs).results if r.rule_id == "run.errors"]
     recovered = dataclasses.replace(failed, status=Status.PASS)
     # still failing (known since the baseline), recovers, fails, fails, recovers, fails
     for results in ([failed], [recovered], [failed], [failed], [recovered], [failed]):
@@ -252,8 +261,8 @@ def test_dsmon_serve_posts_alerts_from_the_environment(tmp_path: Path, receiver:
     assert 'dsmon_health_rule{rule="run.errors",run="crash",status="fail"} 1.0' in metrics
     (body,) = receiver.bodies
     assert body["text"].splitlines()[1] == (
-        "• FAIL run.errors (crash): 2 error event(s), 1 failed worker(s); last step line: "
-        f"step 15 <{DASH}/steps?run=crash|open>"
+        f"• FAIL run.errors (crash): {FIRST}; 2 error event(s), 1 failed worker(s); last step "
+        f"line: step 15 <{DASH}/steps?run=crash|open>"
     )
 
 
