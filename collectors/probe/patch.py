@@ -182,7 +182,7 @@ def wrap_engine_init(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(engine, *args, **kwargs)
         _Probe.init_depth += 1
         first = rec.state[1] in BEFORE_TRAINING  # not a second engine built mid-run
-        if first:
+        if first and rec.state[1] != "init":
             rec.enter("init")
         try:
             fn(engine, *args, **kwargs)

@@ -92,15 +92,26 @@ def _judge(inputs: HealthInputs) -> HangVerdict:
     )
     if not live:
         ev = (Evidence("judged as of", "the end of the record", str(_newest(beats))), *ev)
-    if live:
+    gone = live and _all_silent(states)
+    if gone:  # nothing arrives any more: what the last heartbeats showed is all there is
+        states = ranks.rank_states(beats, _newest(beats))
+    if live and not gone:
         hang = ranks.find_hang(states, th.HEARTBEAT_SILENT_S, limit)
     else:
         hang = _hang_at_the_end(states, limit)
     if hang is None:
+        if gone:
+            states = ranks.rank_states(beats, as_of)
         return HangVerdict(_no_hang(inputs, states, ev, live), None, live)
     waited = max(s.in_phase_s for s in hang.waiting or hang.culprits)
-    summary = _culprit_text(hang, live) + _waiting_text(hang.waiting)
-    if live:
+    summary = _culprit_text(hang, live and not gone) + _waiting_text(hang.waiting)
+    if gone:
+        quiet = (as_of - _newest(beats)).total_seconds()
+        summary += (
+            f"; then every rank went silent {quiet:.0f} s ago (the job was killed, or its "
+            "collector stopped)"
+        )
+    elif live:
         summary += f" ({left_text(inputs, waited)})"
     else:
         summary += "; then the record ends"
@@ -118,6 +129,12 @@ def _judge(inputs: HealthInputs) -> HangVerdict:
 def _ended(inputs: HealthInputs) -> bool:
     """Every rank's heartbeat, or the launcher, or ``dsmon run``, says the job has ended."""
     return ending(inputs).ended
+
+
+def _all_silent(states: list[ranks.RankState]) -> bool:
+    """No rank that has not ended sent a heartbeat lately (live: the job or collector is gone)."""
+    active = [s for s in states if s.phase not in ENDED_PHASES]
+    return bool(active) and all(s.silent_s > th.HEARTBEAT_SILENT_S for s in active)
 
 
 def _newest(beats: pd.DataFrame) -> pd.Timestamp:

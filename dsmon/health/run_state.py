@@ -189,8 +189,8 @@ def crash_text(end: Ending, first: Death) -> str:
             parts.append(f"then {names} failed because a peer was gone ({shown[0].how})")
         else:
             parts.append(f"then {names} failed ({shown[0].how})")
-    if end.ended and end.code not in (None, 0):
-        parts.append(f"exit status {end.code}")
+    if end.ended and end.code not in (None, 0) and not first.signal:
+        parts.append(f"exit status {end.code}")  # a signal's death says more than its status
     return "; ".join(parts)
 
 

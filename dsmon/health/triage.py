@@ -59,9 +59,14 @@ def signal_name(code: int) -> str:
         return f"signal {-code}"
 
 
+#: The source location torch's C++ errors start with (``[/__w/pytorch/.../pair.cc:553] ``):
+#: a build machine's path, which would fill a short summary before the error's words.
+_CPP_WHERE = re.compile(r"\[/[^\]\s]*\.(?:cc|cpp|h|hpp|cu):\d+\] ")
+
+
 def short(text: str, limit: int = _SHORT) -> str:
-    """``text`` on one line, cut to ``limit`` characters (marked when cut)."""
-    one = " ".join(str(text).split())
+    """``text`` on one line without a C++ source location, cut to ``limit`` characters."""
+    one = _CPP_WHERE.sub("", " ".join(str(text).split()))
     return one if len(one) <= limit else one[: limit - 3] + "..."
 
 
