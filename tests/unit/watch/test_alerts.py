@@ -32,6 +32,7 @@ from cli.main import main
 from dsmon.health.gather import inputs_from_records
 from dsmon.health.model import Status
 from dsmon.health.registry import evaluate
+from dsmon.health.run_state import State
 from dsmon.model.records import EventRecord, Record
 from dsmon.serve.run import start_ingest_server
 from dsmon.store.store import open_store
@@ -225,6 +226,15 @@ def test_metrics_gauge_per_rule_state(tmp_path: Path) -> None:
     assert samples[("run.errors", "pass")] == 0.0
     assert samples[("zero.overlap_comm", "warn")] == 1.0
     assert sum(samples.values()) == len({rule for rule, _ in samples})  # one status each
+    # and the run's state, the one dsmon check and every page say
+    states = {
+        s.labels["state"]: s.value
+        for fam in text_string_to_metric_families(data.decode())
+        for s in fam.samples
+        if s.name == "dsmon_run_state" and s.labels["run"] == "crash"
+    }
+    assert states["crashed"] == 1.0 and sum(states.values()) == 1.0
+    assert set(states) == {s.value for s in State}
 
 
 def test_dsmon_serve_posts_alerts_from_the_environment(tmp_path: Path, receiver: Receiver) -> None:
