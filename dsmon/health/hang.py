@@ -18,9 +18,9 @@ from dsmon.analysis import ranks
 from dsmon.health import probe_measures as pm
 from dsmon.health import thresholds as th
 from dsmon.health.collective_timeout import left_text
+from dsmon.health.ending import ending
 from dsmon.health.inputs import HealthInputs, evaluated
 from dsmon.health.model import Evidence, Finding, Status
-from dsmon.health.triage import ending
 from dsmon.health.verdicts import not_applicable
 from dsmon.model.records import ENDED_PHASES
 

@@ -7,7 +7,7 @@ clock ran out. Here the state is read from what the run itself says:
 
 - **finished** / **crashed**: something witnessed the end (``dsmon run``'s exit status, the
   launcher's exit lines, every rank's last heartbeat); a crash names the rank that died first
-  and how, apart from the ranks that failed because it did (:mod:`dsmon.health.triage`);
+  and how, apart from the ranks that failed because it did (:mod:`dsmon.health.ending`);
 - **hung**: a rank's heartbeat stopped, or a rank is stuck outside a collective, while others
   wait in one (:mod:`dsmon.health.hang`); **stalled**: no step for longer than the steps'
   pace allows while data still arrives (:mod:`dsmon.health.stall`);
@@ -36,12 +36,12 @@ from dsmon.analysis.ranks import rank_states
 from dsmon.health import measures as m
 from dsmon.health import probe_measures as pm
 from dsmon.health import thresholds as th
+from dsmon.health.ending import Death, Ending, ending, signal_name
 from dsmon.health.gather import inputs_from_store
 from dsmon.health.hang import judge_hang
 from dsmon.health.inputs import HealthInputs, evaluated
 from dsmon.health.model import Evidence, Finding, Status
 from dsmon.health.stall import STEP_TIME_KINDS, judge_stall, last_ts
-from dsmon.health.triage import Death, Ending, ending, signal_name
 from dsmon.model.records import ENDED_PHASES, STARTING_PHASES
 from dsmon.store.store import Store
 

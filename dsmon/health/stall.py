@@ -16,10 +16,10 @@ from dsmon.health import measures as m
 from dsmon.health import probe_measures as pm
 from dsmon.health import thresholds as th
 from dsmon.health.collective_timeout import left_text
+from dsmon.health.ending import ending
 from dsmon.health.gather import GPU_SUMMARY
 from dsmon.health.inputs import NEWEST_TS, HealthInputs, evaluated
 from dsmon.health.model import Evidence, Finding, Status
-from dsmon.health.triage import ending
 
 _STEP_KINDS = ("timer", "step", "throughput", "iteration")
 #: Step data: the probe's per-rank steps (``dsmon run``) too, whose times are their own where

@@ -19,12 +19,12 @@ from dsmon.health import measures as m
 from dsmon.health import probe_measures as pm
 from dsmon.health import thresholds as th
 from dsmon.health.collective_timeout import DESCRIBED
+from dsmon.health.ending import ending, signal_name
 from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Evidence, Finding, Status
 from dsmon.health.registry import rule
 from dsmon.health.run_state import crash_fix, crash_text, has_run, judge
 from dsmon.health.stall import judge_stall
-from dsmon.health.triage import ending, signal_name
 from dsmon.health.verdicts import not_applicable
 from dsmon.model.records import FAILURE_EVENTS, LAUNCH_TEXT
 
@@ -99,12 +99,12 @@ def check_errors(inputs: HealthInputs) -> Finding:
     first = end.first
     if first is None:
         return Finding(Status.FAIL, summary, ev, _failure_fix(bad), "text")
-    triage = tuple(
+    deaths = tuple(
         Evidence(d.who() + (" died first" if i == 0 else ""), d.how, d.source)
         for i, d in enumerate(end.deaths[:3])
     )
     return Finding(
-        Status.FAIL, f"{crash_text(end, first)}; {summary}", triage + ev, crash_fix(first), "text"
+        Status.FAIL, f"{crash_text(end, first)}; {summary}", deaths + ev, crash_fix(first), "text"
     )
 
 
