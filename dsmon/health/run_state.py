@@ -26,6 +26,7 @@ it first); the pages' status line, ``dsmon check``, the watcher's alerts and ``/
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -60,6 +61,9 @@ class State(StrEnum):
     UNKNOWN = "unknown"
 
 
+#: Config rules whose failure makes ``deepspeed.initialize`` refuse the run: a crash before
+#: the first step follows from them.
+START_REFUSALS = ("schema.optimizer", "schema.scheduler", "schema.hard_checks", "batch.arithmetic")
 #: The states in which the run is over.
 OVER = frozenset({State.FINISHED, State.CRASHED, State.ENDED})
 
@@ -81,6 +85,9 @@ class RunState:
     cause: str | None = None
     exit_code: int | None = None
     fix: str | None = None
+    #: The rules whose problem would explain this state (a crash at start-up: a config the
+    #: release refuses), for the checklist's cause links.
+    follows: tuple[str, ...] = ()
 
     def line(self) -> str:
         """``hung: rank 1 sent no heartbeat for 21 s ...``: how every surface says it."""
@@ -89,7 +96,12 @@ class RunState:
     def finding(self) -> Finding:
         """The state as the ``run.state`` rule reports it."""
         return Finding(
-            self.status, self.line(), self.evidence, self.fix, "text" if self.fix else "json"
+            self.status,
+            self.line(),
+            self.evidence,
+            self.fix,
+            "text" if self.fix else "json",
+            follows=self.follows or None,
         )
 
 
@@ -131,7 +143,10 @@ def _judge(inputs: HealthInputs) -> RunState:
     live = inputs.now is not None and not end.ended
     first = end.first
     if first is not None and not first.peer:
-        return _crashed(end, first, live)
+        crashed = _crashed(end, first, live)
+        if _last_step(inputs) is None:  # died starting: a config it refused explains it
+            return dataclasses.replace(crashed, follows=START_REFUSALS)
+        return crashed
     hang = judge_hang(inputs)
     if hang.hang is not None:
         ended = f"; the job then ended ({end.witness})" if end.ended else ""

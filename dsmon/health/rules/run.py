@@ -21,7 +21,7 @@ from dsmon.health import thresholds as th
 from dsmon.health.collective_timeout import DESCRIBED
 from dsmon.health.ending import ending, signal_name
 from dsmon.health.inputs import HealthInputs
-from dsmon.health.model import Evidence, Finding, Status
+from dsmon.health.model import Evidence, Finding, Status, Tier
 from dsmon.health.registry import rule
 from dsmon.health.run_state import crash_fix, crash_text, has_run, judge
 from dsmon.health.stall import judge_stall
@@ -43,6 +43,7 @@ _NO_ERROR = "no crash, OOM or NCCL error in the log"
     "or stall fails.",
     "runtime",
     page="steps",
+    tier=Tier.STATE,
 )
 def check_state(inputs: HealthInputs) -> Finding:
     """The run's state as a finding (:func:`dsmon.health.run_state.judge`)."""
@@ -61,6 +62,8 @@ def check_state(inputs: HealthInputs) -> Finding:
     "run's probe saw die on an uncaught exception fails too when the log shows no traceback.",
     "runtime",
     page="steps",
+    tier=Tier.STATE,
+    follows=("run.state",),  # its details: shown under the state they make
 )
 def check_errors(inputs: HealthInputs) -> Finding:
     """Fail on any crash event; pass when the log shows none."""
@@ -250,6 +253,8 @@ def _rank(value: object) -> str:
     "them without a time) are judged by when they arrive: live, not by one reading of a store.",
     "runtime",
     page="steps",
+    tier=Tier.STATE,
+    follows=("run.state", "run.errors", "ranks.hang"),
 )
 def check_stalled(inputs: HealthInputs) -> Finding:
     """Fail when steps stopped while other data (GPU samples, log lines) keeps arriving."""
