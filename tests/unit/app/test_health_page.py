@@ -79,7 +79,10 @@ def test_checklist_of_fp16_run(store: str) -> None:
 def test_crash_is_shown_with_a_link_to_its_chart(store: str) -> None:
     at = app_at(store, "crash_step17", "health")
     assert not at.exception
-    assert ":red-badge[FAIL] **No worker crashed** `run.errors`" in labels(at)
+    # the run's state leads; the crash's details (run.errors) follow from it, inside it
+    assert labels(at)[0] == ":red-badge[FAIL] **What the run is doing** `run.state`"
+    text = "\n".join(str(m.value) for m in at.markdown)
+    assert "**Follows from it:** :red-badge[FAIL] **No worker crashed** `run.errors`" in text
     links = [(p.label, p.proto.page) for p in at.get("page_link")]  # type: ignore[attr-defined]
     assert ("See the chart: steps", "steps") in links
     assert ("See the chart: communication", "communication") in links
