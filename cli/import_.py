@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import sys
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -102,6 +103,7 @@ def _warn_bad_records(res: ImportResult) -> None:
 def _report(store: Store, res: ImportResult) -> str:
     """What one run's import did, then the summary of each run it stored records of."""
     from dsmon.analysis.summary import summary_text
+    from dsmon.health.run_state import stored_state
     from dsmon.load.records_file import BAD_RECORD
 
     head = f"Imported    {res.records} records ({res.inserted} new) from {len(res.files)} file(s)"
@@ -111,7 +113,9 @@ def _report(store: Store, res: ImportResult) -> str:
         head += f"; {unparsed} lines or blocks not understood (dsmon parse shows them)"
     if bad:
         head += f"; {bad} bad record lines skipped"
-    return "\n".join([head, *(summary_text(store, run) for run in res.runs)])
+    now = datetime.now()
+    summaries = (summary_text(store, run, stored_state(store, run, now).line()) for run in res.runs)
+    return "\n".join([head, *summaries])
 
 
 @contextlib.contextmanager

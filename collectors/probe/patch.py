@@ -4,8 +4,11 @@
 ``deepspeed.runtime.engine.DeepSpeedEngine`` right after that module is executed, or patches
 it at once when it is already imported. Nothing else of the user's program is touched, and a
 failure to patch prints one line and leaves DeepSpeed as it was: the probe must never break a
-run. The per-rank file is opened at the engine's first call (launcher processes import
-DeepSpeed too, but never call an engine, so they write nothing).
+run. The per-rank file is opened as the engine is built (``DeepSpeedEngine.__init__``, inside
+``deepspeed.initialize``): from then on the rank heartbeats, in phase ``init`` and then ``idle``
+until the engine's first call, so a job that loads or compiles for minutes before its first
+step is seen alive. Launcher processes import DeepSpeed too, but never build an engine, so
+they write nothing.
 """
 
 from __future__ import annotations
@@ -21,9 +24,9 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-from .clocks import clock_for
+from .clocks import MonotonicClock, clock_for
 from .engine_info import describe
-from .recorder import Recorder
+from .recorder import BEFORE_TRAINING, Recorder
 
 ENGINE_MODULE = "deepspeed.runtime.engine"
 #: Environment variable naming the folder of the per-rank files; the probe is off without it.
@@ -52,11 +55,12 @@ COLLECTIVES = (
 
 
 class _Probe:
-    """The process's one recorder, made at the engine's first call."""
+    """The process's one recorder, made as the first engine is built (or at its first call)."""
 
     recorder: Recorder | None = None
     depth = 0
     comm_depth = 0
+    init_depth = 0
     failed = False
 
 
@@ -65,21 +69,39 @@ def _warn(what: str, exc: BaseException) -> None:
 
 
 def _rank(engine: Any) -> int:
+    """The engine's global rank; while it is being built, torch.distributed's, or ``RANK``.
+
+    ``deepspeed.initialize`` sets up torch.distributed before it builds the engine; torch is
+    asked only when it is already loaded (the probe itself never imports it).
+    """
     rank = getattr(engine, "global_rank", None)
     if isinstance(rank, int):
         return rank
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except Exception:  # noqa: BLE001 - a half-built process group: the launcher's RANK
+        pass
     return int(os.environ.get("RANK", "0"))
 
 
-def _recorder(engine: Any) -> Recorder | None:
-    """The recorder, opened on first use; None when the probe is off or could not start."""
+def _recorder(engine: Any, phase: str = "start") -> Recorder | None:
+    """The recorder, opened on first use; None when the probe is off or could not start.
+
+    ``phase`` is the first heartbeat's: ``init`` when opened as the engine is built (its
+    facts are noted once it is), ``start`` when opened at an engine's first call (a probe
+    installed after the engine was built: its facts are noted now).
+    """
     if _Probe.recorder is not None or _Probe.failed:
         return _Probe.recorder
     try:
         folder = os.environ[DIR_ENV]
         os.makedirs(folder, exist_ok=True)
         rank = _rank(engine)
-        rec = Recorder(os.path.join(folder, f"rank-{rank}.jsonl"), rank, clock_for(engine))
+        clock = MonotonicClock() if phase == "init" else clock_for(engine)
+        path = os.path.join(folder, f"rank-{rank}.jsonl")
+        rec = Recorder(path, rank, clock, phase=phase)
         rec.start()
         atexit.register(rec.close)
         _Probe.recorder = rec
@@ -87,7 +109,7 @@ def _recorder(engine: Any) -> Recorder | None:
         _Probe.failed = True
         _warn("cannot start", exc)
         return None
-    if rank == 0:
+    if rank == 0 and phase != "init":
         _note_engine(rec, engine)
     return _Probe.recorder
 
@@ -123,6 +145,8 @@ def wrap_engine_method(fn: Callable[..., Any], phase: str) -> Callable[..., Any]
         rec = _recorder(engine)
         if rec is None or _Probe.depth:
             return fn(engine, *args, **kwargs)
+        if rec.state[1] in BEFORE_TRAINING:  # the first call: step 1 starts here
+            rec.begin(clock_for(engine))
         before = getattr(engine, "global_steps", None)
         _Probe.depth += 1
         rec.enter(phase)
@@ -137,6 +161,38 @@ def wrap_engine_method(fn: Callable[..., Any], phase: str) -> Callable[..., Any]
                 rec.boundary(after, *_progress(engine))
             else:
                 rec.enter("outside")
+
+    wrapper.__dsmon_probe__ = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+def wrap_engine_init(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``DeepSpeedEngine.__init__`` opening the recorder: ``init`` while it runs, then ``idle``.
+
+    A subclass's ``__init__`` (the pipeline engine's) calling this one counts once. An
+    ``__init__`` that raises (a config DeepSpeed refuses) leaves the rank in ``init``, and
+    the exception ends the process: its last heartbeat says ``failed`` and names it. Rank 0
+    notes the engine's facts (version, config, backend) once it is built, before any step.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(engine: Any, *args: Any, **kwargs: Any) -> Any:
+        rec = _recorder(engine, "init")
+        if rec is None or _Probe.init_depth:
+            return fn(engine, *args, **kwargs)
+        _Probe.init_depth += 1
+        first = rec.state[1] in BEFORE_TRAINING  # not a second engine built mid-run
+        if first and rec.state[1] != "init":
+            rec.enter("init")
+        try:
+            fn(engine, *args, **kwargs)
+        finally:
+            _Probe.init_depth -= 1
+        if first:
+            rec.enter("idle")
+            if _rank(engine) == 0:
+                _note_engine(rec, engine)
+        return None
 
     wrapper.__dsmon_probe__ = True  # type: ignore[attr-defined]
     return wrapper
@@ -169,6 +225,9 @@ def wrap_collective(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
 def patch_engine(module: ModuleType) -> None:
     """Wrap the engine class of ``deepspeed.runtime.engine`` and ``deepspeed.comm``."""
     cls = module.DeepSpeedEngine
+    init = getattr(cls, "__init__", object.__init__)
+    if init is not object.__init__ and not getattr(init, "__dsmon_probe__", False):
+        cls.__init__ = wrap_engine_init(init)
     for method, phase in ENGINE_PHASES.items():
         fn = getattr(cls, method, None)
         if fn is not None and not getattr(fn, "__dsmon_probe__", False):

@@ -5,7 +5,9 @@ list appends per call); turning them into JSON and writing the file happens in a
 (``dsmon-probe``) that wakes every :data:`INTERVAL_S`. That thread also writes the heartbeat:
 the phase the rank is in now and since when, whenever it changed and at least every
 :data:`KEEPALIVE_S`, so a rank whose heartbeat stops has stopped (SIGSTOP, a hung process),
-while one stuck in a collective keeps saying so.
+while one stuck in a collective keeps saying so. The recorder is opened as the engine is built
+(phase ``init``, inside ``deepspeed.initialize``), then says ``idle`` until the engine's first
+call: a job that loads data or compiles for minutes before its first step is seen alive.
 
 Line formats (one JSON object per line, documented in dsmon's docs/records.md)::
 
@@ -41,6 +43,9 @@ INTERVAL_S = 1.0
 KEEPALIVE_S = 5.0
 #: Timed phases of the engine, in the field names of a ``rank_step`` line.
 TIMED = {"forward": "fwd_ms", "backward": "bwd_ms", "step": "step_ms"}
+#: Phases before the first step: the engine being built (``init``), then built and not yet
+#: called (``idle``), or opened at its first call by a probe installed late (``start``).
+BEFORE_TRAINING = ("init", "idle", "start")
 
 
 def stamp(t: float) -> str:
@@ -66,6 +71,7 @@ class Recorder:
 
     ``state`` is the heartbeat's content, replaced as a whole tuple (one store is atomic, so
     the writer thread never sees half an update): ``(step, phase, collective, since)``.
+    ``phase`` is the first one (``init`` when opened as the engine is built).
     """
 
     def __init__(
@@ -74,13 +80,14 @@ class Recorder:
         rank: int,
         clock: PhaseClock,
         *,
+        phase: str = "start",
         interval_s: float = INTERVAL_S,
         keepalive_s: float = KEEPALIVE_S,
     ) -> None:
         self.path = path
         self.rank = rank
         self.clock = clock
-        self.state: tuple[int, str, str | None, float] = (1, "start", None, time.time())
+        self.state: tuple[int, str, str | None, float] = (1, phase, None, time.time())
         self._interval_s = interval_s
         self._keepalive_s = keepalive_s
         self._window: dict[str, list[Any]] = {p: [] for p in TIMED}
@@ -104,6 +111,17 @@ class Recorder:
     def enter(self, phase: str, collective: str | None = None) -> None:
         """The rank enters a phase (or a collective inside the current one)."""
         self.state = (self.state[0], phase, collective, time.time())
+
+    def begin(self, clock: PhaseClock) -> None:
+        """The engine's first call after it was built: step 1 starts now, timed by ``clock``.
+
+        What happened before (building the engine, its collectives, the script's loading)
+        is no part of step 1's ``total_ms`` or ``comm_ms``; the engine's device, known only
+        once it is built, picks the clock.
+        """
+        self.clock = clock
+        self._comm_ms = None
+        self._last_end = time.perf_counter_ns()
 
     def timed(self, phase: str, pending: Any) -> None:
         """A finished phase's measurement (pending on CUDA until the device passes it)."""

@@ -212,6 +212,10 @@ class RankState:
             what = "code outside the engine (data loading or the script's own)"
         elif self.phase == "start":
             what = "its first engine call"
+        elif self.phase == "init":
+            return "deepspeed.initialize (the engine being built)"
+        elif self.phase == "idle":
+            return "the script's own code before step 1 (the engine is built)"
         else:
             what = f"{self.phase}'s {self.collective}" if self.collective else self.phase
         return f"{what} of step {self.step:,}" if self.step is not None else what
@@ -262,8 +266,10 @@ def find_hang(
     A rank silent for more than ``silent_limit_s`` while another still sends heartbeats is a
     culprit. Without silent ranks, ranks in one phase for more than ``stuck_limit_s`` are
     stuck; of those, the ones *not* inside a collective hold the others up (a rank waiting in
-    an all-reduce is waiting for someone), else the ones at the lowest step. When every rank
-    is silent nothing can be told (the run ended, or the collector stopped): None.
+    an all-reduce is waiting for someone), else the ones at the lowest step. Ranks stuck in
+    their own code while no rank waits in a collective hold nobody up (a silent start, an
+    evaluation between steps): None. When every rank is silent nothing can be told (the run
+    ended, or the collector stopped): None.
     """
     active = [s for s in states if s.phase not in ENDED_PHASES]
     silent = tuple(s for s in active if s.silent_s > silent_limit_s)
@@ -274,6 +280,8 @@ def find_hang(
     if not stuck:
         return None
     culprits = [s for s in stuck if s.collective is None]
+    if culprits and not any(s.collective for s in alive):
+        return None  # nobody waits in a collective: busy (loading, evaluating), not hung
     if not culprits:
         low = min((s.step for s in stuck if s.step is not None), default=None)
         culprits = [s for s in stuck if s.step == low] or stuck

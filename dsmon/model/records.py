@@ -321,6 +321,7 @@ EVENT_NAMES = (
     "zero_stage",  # Creating ... ZeRO stage N optimizer
     "zero_init",  # ZeRO set-up figures: bucket sizes, ZeRO-3 persistent parameters
     "worker_exit",  # launcher: Process N exits successfully / exits with return code = N
+    "job_end",  # dsmon run: the job ended with status N (the launch command's exit status)
     "traceback",  # a worker's exception (last line of a [rankN]: traceback, C++ terminate)
     "oom",  # CUDA out of memory
     "nccl_error",  # NCCL timeout / watchdog / error
@@ -328,6 +329,11 @@ EVENT_NAMES = (
     "allocator_flush",  # ZeRO-3: "N pytorch allocator cache flushes since last step"
     "engine_info",  # dsmon's probe: DeepSpeed version, comm backend, world size, device
 )
+#: The events that report a failure of a worker.
+FAILURE_EVENTS = ("traceback", "oom", "nccl_error")
+#: The ``detail`` key of a failure event printed on a line without a time of its own (a
+#: worker's traceback): its ``ts`` is the last stamped line's, a time it came after.
+UNSTAMPED = "unstamped"
 #: The event of dsmon's probe that stands in for the version and launcher lines a log at
 #: DeepSpeed's default level lacks.
 ENGINE_INFO = "engine_info"
@@ -453,7 +459,9 @@ class GpuSampleRecord(Record):
 # --- dsmon's per-rank probe (``dsmon run``) -----------------------------------------------
 
 PROBE_PHASES = (
-    "start",  # the engine was called for the first time; nothing timed yet
+    "init",  # the engine is being built (inside deepspeed.initialize)
+    "idle",  # the engine is built and not yet called: the script loads, compiles, waits
+    "start",  # the engine was called for the first time (a probe installed after it was built)
     "forward",  # inside DeepSpeedEngine.forward
     "backward",  # inside DeepSpeedEngine.backward (the gradient reduction included)
     "step",  # inside DeepSpeedEngine.step
@@ -463,6 +471,8 @@ PROBE_PHASES = (
 )
 #: The phases of a rank's last heartbeat when its process has ended.
 ENDED_PHASES = ("exited", "failed")
+#: The phases of a rank that has not begun its first step.
+STARTING_PHASES = ("init", "idle", "start")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

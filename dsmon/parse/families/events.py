@@ -13,8 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dsmon.model.records import LAUNCH_TEXT, EventRecord, Record
+from dsmon.model.records import FAILURE_EVENTS, LAUNCH_TEXT, UNSTAMPED, EventRecord, Record
 from dsmon.parse.base import NEED_MORE, ParseContext, contains_any
+from dsmon.parse.launches import RUN_END_TEXT
 from dsmon.parse.lines import LogLine
 
 # ------------------------------------------------------------------------------------------
@@ -160,6 +161,11 @@ LINE_EVENTS: tuple[tuple[str, re.Pattern[str], _Detail], ...] = (
         re.compile(r"^Killing subprocess (\d+)"),
         lambda m: {"pid": int(m[1]), "killed": True},
     ),
+    (
+        "job_end",
+        re.compile(rf"^{RUN_END_TEXT} (-?\d+)"),
+        lambda m: {"return_code": int(m[1])},
+    ),
 )
 
 
@@ -169,6 +175,7 @@ EVENT_WORDS = (
     "DeepSpeed info: ", "Initializing TorchBackend", "WORLD INFO DICT", "nnodes=",
     "dist_world_size=", "Optimizer = ", "ZeRO stage", "exits ", "Killing subprocess",
     "bucket size", "persistent param", "terminate called", "allocator cache flushes",
+    RUN_END_TEXT,
 )  # fmt: skip
 INIT_BACKEND = re.compile(r"Initialize \w+ backend")
 #: C++ ``terminate`` with nothing after it yet: its ``what():`` line follows.
@@ -247,7 +254,14 @@ def event(
     detail: dict[str, Any],
     rank: int | None = None,
 ) -> EventRecord:
-    """The ``k``-th event of a line (``k`` tells several apart in the store, as ``src.sub``)."""
+    """The ``k``-th event of a line (``k`` tells several apart in the store, as ``src.sub``).
+
+    A failure on a line without a time of its own (a worker's traceback) takes the last
+    stamped line's, which says only that it came later: its detail says ``unstamped``, so a
+    replay position does not show a crash printed after it (``dsmon.view.cutoff``).
+    """
+    if line.ts is None and name in FAILURE_EVENTS:
+        detail = {**detail, UNSTAMPED: True}
     return EventRecord(
         src=ctx.src(line, k, rank=rank),
         ts=ctx.ts(line),
