@@ -68,6 +68,8 @@ _FIELDS: dict[str, tuple[str, Callable[[float], Any]]] = {
     "tokens per gpu per second tgs": ("tokens_per_gpu_per_s", float),
     "tgs": ("tokens_per_gpu_per_s", float),
     "actual seqlen": ("actual_seqlen", _int),
+    "num zeros": ("num_zeros", _int),
+    "number of zeros": ("num_zeros", _int),
 }
 _ELAPSED = "elapsed time per iteration"
 _FLOPS = frozenset({"tflops", "throughput per gpu", "tflops per gpu"})
