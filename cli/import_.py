@@ -107,7 +107,13 @@ def _report(store: Store, res: ImportResult) -> str:
         head += f"; {unparsed} lines or blocks not understood (dsmon parse shows them)"
     if bad:
         head += f"; {bad} bad record lines skipped"
-    return "\n".join([head, *(summary_text(store, run) for run in res.runs)])
+    unread = [
+        f"  {label} {kind}: {count}, the first: {res.diag.examples.get(kind, ['-'])[0]}"
+        for label, bucket in (("unparsed", res.diag.unparsed), ("cut", res.diag.cut))
+        for kind, count in sorted(bucket.items())
+        if kind != BAD_RECORD
+    ]  # by kind, so a kind of line dsmon cannot read is seen at once
+    return "\n".join([head, *unread, *(summary_text(store, run) for run in res.runs)])
 
 
 def run(args: argparse.Namespace) -> int:
