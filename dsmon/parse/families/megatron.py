@@ -275,6 +275,8 @@ _MEMORY_FIELDS = {
     "max allocated": "max_allocated_bytes",
     "reserved": "cached_bytes",
     "max reserved": "max_cached_bytes",
+    "cached": "cached_bytes",  # Megatron-LM 2019-2020 (torch.cuda.memory_cached)
+    "max cached": "max_cached_bytes",
 }
 
 
