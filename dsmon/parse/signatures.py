@@ -79,7 +79,9 @@ _WORDS = (
     "Max_MA",
     "'epoch': ",
     "STAGE=",
-    "DeepSpeed",
+    "DeepSpeed info",
+    "ZeRO stage",
+    "Optimizer = ",
 )
 _ANY = re.compile("|".join(f"(?P<k{i}>{rx})" for i, (_, rx) in enumerate(SIGNATURES)))
 _KINDS = {f"k{i}": kind for i, (kind, _) in enumerate(SIGNATURES)}

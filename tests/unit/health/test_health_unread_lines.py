@@ -75,3 +75,13 @@ def test_counts_of_two_files_add_up() -> None:
     assert result.status is Status.WARN
     assert "(Megatron iteration 2)" in result.summary
     assert "the first: rank0.log:" in result.summary
+
+
+def test_nothing_read_is_not_a_pass() -> None:
+    """A config judged alone read no output: the rule does not apply (nothing was checked)."""
+    (result,) = [
+        c
+        for c in evaluate(inputs_from_records([], run="r")).results
+        if c.rule_id == "observe.unread_lines"
+    ]
+    assert result.status is Status.NOT_APPLICABLE
