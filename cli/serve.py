@@ -11,7 +11,9 @@ generated one; ``--new-token-file F`` uses the token in F, writing a fresh one t
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+from types import FrameType
 from typing import Any
 
 from cli.alerting import add_alert_options, start_watcher, stop_watcher
@@ -66,11 +68,20 @@ def _token(args: argparse.Namespace) -> str:
     return found
 
 
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
 def run(args: argparse.Namespace) -> int:
     """Serve until interrupted."""
     require_full("serve")
     from dsmon.store.url import redact_url
 
+    # SIGTERM (docker stop, the end of a pod) ends the server as Ctrl-C does. uvicorn shuts
+    # down gracefully on either, then raises the signal again under the handler it found: at
+    # the default one SIGTERM killed the process there (status 143), before the store was
+    # closed and the alert watcher stopped.
+    signal.signal(signal.SIGTERM, _interrupt)
     store_url = args.store or default_store()
     token = _token(args)
 

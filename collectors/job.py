@@ -41,14 +41,26 @@ _CONFIG_OPTIONS = ("--deepspeed_config", "--deepspeed-config", "--deepspeed")
 def copy_probe(dest: Path) -> Path:
     """Copy the probe into ``dest`` (for a training environment without dsmon).
 
+    Only the files' contents are copied, into folders this process makes; ``dest``'s own mode
+    and times are left alone. It is often a volume's mount point that another user owns: a
+    Kubernetes emptyDir is root's, mode 0777, and the init container runs as dsmon's uid, so
+    copying a tree's metadata onto it (what ``shutil.copytree`` does to every folder) fails.
+
     Returns the folder to put first on the job's ``PYTHONPATH``.
 
     Raises:
         OSError: the folder cannot be written.
     """
-    shutil.copytree(
-        BOOT_DIR.parent, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__")
-    )
+    src = BOOT_DIR.parent
+    dest.mkdir(parents=True, exist_ok=True)
+    for path in sorted(src.rglob("*")):
+        if "__pycache__" in path.relative_to(src).parts:
+            continue
+        target = dest / path.relative_to(src)
+        if path.is_dir():
+            target.mkdir(exist_ok=True)
+        else:
+            shutil.copyfile(path, target)
     return dest.resolve() / BOOT_DIR.name
 
 

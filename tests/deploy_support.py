@@ -1,7 +1,7 @@
 """Helpers for the deployment tests: the Dockerfile's stages and the Kubernetes manifests.
 
-Both are parsed, never run: there is no container engine or cluster in CI. The checks then
-hold the files to the code they launch (ports, subcommands, flags).
+Both are parsed here, and the checks hold the files to the code they launch (ports,
+subcommands, flags); tests/system/test_k8s_pod.py builds the images and runs the pods.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
 K8S = ROOT / "deploy" / "k8s"
-#: The image name the manifests use for dsmon (kustomization.yaml maps it to a registry).
-DSMON_IMAGE = "dsmon"
+#: The image names the manifests use for dsmon (kustomization.yaml maps them to a
+#: registry): the full image, and the Dockerfile's collector target.
+DSMON_IMAGES = {"dsmon", "dsmon-collector"}
 #: The console script of the venv running the tests.
 DSMON_EXE = str(Path(sys.executable).parent / "dsmon")
 
@@ -72,6 +73,53 @@ def parse_dockerfile(path: Path = DOCKERFILE) -> list[Stage]:
         elif stages:
             stages[-1].commands.append(c)
     return stages
+
+
+@dataclass
+class Target:
+    """A build target: its stage and the stages it starts from, outermost first.
+
+    What an image built with ``--target NAME`` holds is the instructions of this chain: the
+    ``ENV``, ``USER`` or ``HEALTHCHECK`` of a stage it starts from count as its own.
+    """
+
+    stages: list[Stage]
+
+    @property
+    def base(self) -> str:
+        """The image the chain starts from (the Dockerfile's base, not one of its stages)."""
+        return self.stages[0].base
+
+    @property
+    def names(self) -> list[str | None]:
+        return [s.name for s in self.stages]
+
+    @property
+    def commands(self) -> list[dockerfile.Command]:
+        return [c for s in self.stages for c in s.commands]
+
+    def all(self, cmd: str) -> list[dockerfile.Command]:
+        return [c for s in self.stages for c in s.all(cmd)]
+
+    def last(self, cmd: str) -> dockerfile.Command:
+        found = self.all(cmd)
+        assert found, f"target {self.stages[-1].name} has no {cmd}"
+        return found[-1]
+
+    def env(self) -> dict[str, str]:
+        return {k: v for s in self.stages for k, v in s.env().items()}
+
+    def run_text(self) -> str:
+        return "\n".join(s.run_text() for s in self.stages if s.all("RUN"))
+
+
+def target(stages: list[Stage], name: str) -> Target:
+    """The chain of stages ``docker build --target name`` builds into the image."""
+    by_name = {s.name: s for s in stages if s.name}
+    chain = [by_name[name]]
+    while chain[0].base in by_name:
+        chain.insert(0, by_name[chain[0].base])
+    return Target(chain)
 
 
 def exec_form(c: dockerfile.Command) -> list[str]:
@@ -134,7 +182,7 @@ def dsmon_argv(container: dict[str, Any]) -> list[str] | None:
             return None
         return words[1:] + args
     image = str(container["image"]).rsplit("/", 1)[-1].split(":")[0]
-    return args if image == DSMON_IMAGE else None
+    return args if image in DSMON_IMAGES else None
 
 
 def flag(argv: list[str], name: str) -> str | None:

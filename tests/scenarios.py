@@ -77,9 +77,10 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("healthy", "nothing wrong", BASE, ("--steps", "40", "--sleep", "0.05")),
         Scenario(
             "slow_rank",
-            "rank 1 sleeps 60 ms in every forward; rank 0 waits for it in the all-reduce",
-            BASE,
-            ("--steps", "40", "--slow-rank", "1", "--slow-s", "0.06"),
+            "rank 1 sleeps 200 ms in every forward; rank 0 waits for it in the all-reduce "
+            "(engine timers on: rank 0's bwd_allreduce holds the wait)",
+            _with(wall_clock_breakdown=True),
+            ("--steps", "40", "--slow-rank", "1", "--slow-s", "0.2"),
         ),
         Scenario(
             "hang_then_kill",
@@ -224,6 +225,7 @@ def record(name: str, dest: Path, limit_s: float = 900.0) -> int:
         print("scenarios: no DeepSpeed: set $DSMON_DEEPSPEED_BIN", file=sys.stderr)
         return 2
     scenario = SCENARIOS[name]
+    shown, dest = dest, dest.resolve()  # the job runs in dest: a relative path would nest
     if scenario.needs_fp16 and not fp16_on_cpu(ds_bin):
         print(f"scenarios: {name} needs fp16, which this CPU lacks", file=sys.stderr)
         return 2
@@ -238,6 +240,7 @@ def record(name: str, dest: Path, limit_s: float = 900.0) -> int:
         store,
         store.with_name(store.name + "-wal"),
         store.with_name(store.name + "-shm"),
+        dest.parent / f"{dest.name}.run.out",  # the job's output, which train.log holds too
     ):
         extra.unlink(missing_ok=True)
     versions = subprocess.run(
@@ -249,7 +252,7 @@ def record(name: str, dest: Path, limit_s: float = 900.0) -> int:
         f"# {dest.name}\n\nA real 2-rank job of `tests/e2e/train_tiny.py` on DeepSpeed's CPU "
         f"accelerator ({versions[-1] if versions else 'DeepSpeed'}), started through "
         f"`dsmon run`: {scenario.what}.\nRecorded with `python tests/scenarios.py record {name} "
-        f"{dest}`; the job exited with status {code} after {took:.0f} s.\n\n"
+        f"{shown}`; the job exited with status {code} after {took:.0f} s.\n\n"
         f"Arguments: `{' '.join(scenario.args)}`; config: `ds_config.json`.\n"
     )
     print(f"{name}: exit {code} after {took:.0f} s -> {dest}")

@@ -69,7 +69,8 @@ def step_stats(frame: pd.DataFrame) -> pd.DataFrame:
     """Per step: ranks timed, the slowest rank and its busy time, medians, wall time.
 
     ``ranks`` counts the ranks with a busy time; ``slowest_rank`` is the lowest-numbered of
-    equals; ``wall_ms`` is the slowest rank's step time (the step's wall time, see
+    equals; ``fastest_ms`` is the least busy rank's busy time (the rank that waited most,
+    :mod:`dsmon.analysis.waiting`); ``wall_ms`` is the slowest rank's step time (the step's wall time, see
     :func:`step_wall_ms`); ``waited`` counts the ranks seen blocked in a collective;
     ``skipped_steps`` and ``loss_scale`` are the engine's (the same on every rank). The store
     keeps this table as records arrive (``Store.ranks.step_stats``); this is the same from a
@@ -88,6 +89,7 @@ def step_stats(frame: pd.DataFrame) -> pd.DataFrame:
             "slowest_rank": slowest,
             "slowest_ms": by["busy_ms"].max(),
             "median_ms": by["busy_ms"].median(),
+            "fastest_ms": by["busy_ms"].min(),
             "wall_ms": by["total_ms"].max(),
             "median_total_ms": by["total_ms"].median(),
             "waited": by["comm_ms"].count().astype("float64"),

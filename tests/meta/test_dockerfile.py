@@ -1,9 +1,11 @@
-"""The Dockerfile, parsed with the ``dockerfile`` package: there is no container engine here.
+"""The Dockerfile, parsed with the ``dockerfile`` package.
 
-Checked: two stages (wheels built, then installed the README's way into a slim base with no
-compiler), a non-root user, a HEALTHCHECK that really tells a live ingest server from a dead
-one, ports equal to the commands' defaults, and that every dsmon command the image or the
-Kubernetes manifests run exists and accepts its flags.
+Checked: the stages (wheels built, then a node's install and the full one on top, the
+README's way, into the base with no compiler), a build behind a TLS-intercepting proxy, a
+non-root user, a HEALTHCHECK that really tells a live ingest server from a dead one, ports
+equal to the commands' defaults, and that every dsmon command the images or the Kubernetes
+manifests run exists and accepts its flags. tests/system/test_k8s_pod.py builds both images
+with Podman (scripts/containers.sh) and runs them as the manifests say.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ from deploy_support import (
     DSMON_EXE,
     ROOT,
     Stage,
+    Target,
     containers,
     dsmon_argv,
     exec_form,
     parse_dockerfile,
     pod_spec,
+    target,
     workloads,
 )
 
@@ -33,10 +37,12 @@ from cli import ui_server
 from dsmon.serve.run import DEFAULT_PORT as INGEST_PORT
 from dsmon.serve.run import start_ingest_server
 
-#: Packages that build native code; none may be installed in the runtime stage.
+#: Packages that build native code; none may be installed in an image.
 BUILD_TOOLS = re.compile(
     r"\b(gcc|g\+\+|clang|cc|make|cmake|build-essential|[\w.+-]+-dev|rustc|cargo|git)\b"
 )
+#: The images: the full one (the default target, the last stage) and the collector's.
+TARGETS = ["runtime", "collector"]
 
 
 @pytest.fixture(scope="module")
@@ -45,11 +51,22 @@ def stages() -> list[Stage]:
 
 
 @pytest.fixture(scope="module")
-def runtime(stages: list[Stage]) -> Stage:
-    return stages[-1]
+def runtime(stages: list[Stage]) -> Target:
+    assert stages[-1].name == "runtime", "the full image is the default (last) target"
+    return target(stages, "runtime")
 
 
-def apt_packages(stage: Stage) -> set[str]:
+@pytest.fixture(scope="module")
+def collector(stages: list[Stage]) -> Target:
+    return target(stages, "collector")
+
+
+@pytest.fixture(scope="module", params=TARGETS)
+def image(request: pytest.FixtureRequest, stages: list[Stage]) -> Target:
+    return target(stages, request.param)
+
+
+def apt_packages(stage: Stage | Target) -> set[str]:
     """The packages ``apt-get install`` adds in a stage."""
     found: set[str] = set()
     for m in re.finditer(r"apt-get install ([^&;]*)", stage.run_text()):
@@ -57,67 +74,97 @@ def apt_packages(stage: Stage) -> set[str]:
     return found
 
 
-def test_two_stages_wheels_built_then_installed(stages: list[Stage]) -> None:
-    build, runtime = stages
-    assert build.name == "build"
-    assert build.base == runtime.base == "python:3.11-slim-bookworm"
-    # The build stage turns the checkout into wheels.
-    assert "pip wheel --no-cache-dir --wheel-dir /wheels '.[all]'" in build.run_text()
+def install_run(t: Target) -> list[str]:
+    """The RUN commands of a target that pip-install dsmon."""
+    return [c.value[0] for c in t.all("RUN") if "pip install" in c.original]
+
+
+def test_wheels_built_then_a_nodes_install_and_the_full_one_on_it(
+    stages: list[Stage], runtime: Target, collector: Target
+) -> None:
+    build = stages[0]
+    assert [s.name for s in stages] == ["build", "system", "collector-venv", "collector", "runtime"]
+    assert build.base == runtime.base == collector.base == "python:3.11-slim-bookworm"
+    assert collector.names == ["system", "collector-venv", "collector"]
+    assert runtime.names == ["system", "collector-venv", "runtime"]
+    # The build stage turns the checkout (the full install) into wheels, with a pip of its
+    # own: Debian's python3.11 has none, the official image's Python has.
+    assert "python -m venv /opt/pip" in build.run_text()
+    assert "/opt/pip/bin/pip wheel --no-cache-dir --wheel-dir /wheels '.[all]'" in build.run_text()
     assert [c.value for c in build.all("COPY")] == [(".", ".")]
-    # The runtime stage installs them as the README does: a venv, then pip install.
-    (install,) = [c for c in runtime.all("RUN") if "pip install" in c.original]
-    assert "--mount=type=bind,from=build,source=/wheels,target=/wheels" in install.flags
-    assert "python -m venv /opt/dsmon" in install.value[0]
-    assert (
-        "/opt/dsmon/bin/pip install --no-cache-dir --no-index --find-links=/wheels 'dsmon[all]'"
-        in (install.value[0])
-    )
+    # A node's install, then the rest of the full one on the same venv: the README's way.
+    (node,) = [c for c in stages[2].all("RUN")]
+    assert "--mount=type=bind,from=build,source=/wheels,target=/wheels" in node.flags
+    assert "python -m venv /opt/dsmon" in node.value[0]
+    pip = "/opt/dsmon/bin/pip install --no-cache-dir --no-index --find-links=/wheels"
+    assert install_run(collector) == [node.value[0]]
+    assert f"{pip} 'dsmon[collector]'" in node.value[0]
+    (full,) = stages[-1].all("RUN")
+    assert "--mount=type=bind,from=build,source=/wheels,target=/wheels" in full.flags
+    assert f"{pip} 'dsmon[all]'" in full.value[0]
     assert runtime.env()["PATH"].startswith("/opt/dsmon/bin:")
 
 
-def test_runtime_stage_has_no_build_tools(stages: list[Stage], runtime: Stage) -> None:
-    # Built from the slim base, not from the build stage (which has the compiler).
-    assert runtime.base not in {s.name for s in stages[:-1]}
-    assert "-slim" in runtime.base
-    assert "build-essential" in apt_packages(stages[0])
-    assert apt_packages(runtime) == {"tini"}
-    assert not BUILD_TOOLS.search(runtime.run_text().replace("build,", "")), runtime.run_text()
-    # Nothing is copied from the build stage: the wheels are only bind-mounted.
-    assert not [c for c in runtime.all("COPY") if any("--from" in f for f in c.flags)]
+def test_pip_builds_behind_a_tls_intercepting_proxy(stages: list[Stage]) -> None:
+    """A CA bundle and pip's settings as build secrets: in no layer, optional."""
+    (wheels,) = [c for c in stages[0].all("RUN") if "pip wheel" in c.original]
+    assert "--mount=type=secret,id=ca-bundle" in wheels.flags
+    assert "--mount=type=secret,id=pip.conf,target=/etc/pip.conf" in wheels.flags
+    assert (
+        "if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle; fi"
+        in " ".join(wheels.value[0].split())
+    )
+    assert "--secret id=ca-bundle,src=" in (ROOT / "Dockerfile").read_text()
 
 
-def test_runs_as_a_non_root_numeric_user(runtime: Stage) -> None:
-    user = runtime.last("USER").value[0]
+def test_images_have_no_build_tools(image: Target) -> None:
+    # Built from the base, never from the build stage (which has the compiler).
+    assert "build" not in image.names and image.base == "python:3.11-slim-bookworm"
+    assert "build-essential" in apt_packages(parse_dockerfile()[0])
+    assert apt_packages(image) == {"tini"}
+    assert not BUILD_TOOLS.search(image.run_text().replace("build,", "")), image.run_text()
+    # Only the wheels' digest list is copied from the build stage; the wheels are mounted.
+    copied = [c.value for c in image.all("COPY") if any("--from" in f for f in c.flags)]
+    assert copied == [("/wheels.sha256", "/usr/share/dsmon/wheels.sha256")]
+
+
+def test_images_run_as_a_non_root_numeric_user(image: Target) -> None:
+    user = image.last("USER").value[0]
     uid, _, gid = user.partition(":")
     assert uid.isdigit() and int(uid) != 0, user
     assert gid.isdigit() and int(gid) != 0, user
-    assert f"--uid {uid}" in runtime.run_text() and f"--gid {gid}" in runtime.run_text()
-    # USER comes before the process starts.
-    order = [c.cmd for c in runtime.commands]
-    assert order.index("USER") < order.index("ENTRYPOINT")
+    assert f"--uid {uid}" in image.run_text() and f"--gid {gid}" in image.run_text()
+    # Everything is installed as root before the user is set: dsmon cannot change its venv.
+    order = [c.cmd for c in image.commands]
+    assert order.index("USER") > max(i for i, cmd in enumerate(order) if cmd == "RUN")
 
 
-def test_ports_are_the_commands_defaults(runtime: Stage) -> None:
+def test_ports_are_the_commands_defaults(runtime: Target, collector: Target) -> None:
     exposed = {int(p.split("/")[0]) for c in runtime.all("EXPOSE") for p in c.value}
     assert exposed == {ui_server.DEFAULT_PORT, INGEST_PORT} == {8501, 8502}
+    assert not collector.all("EXPOSE")  # a collector serves nothing
 
 
-def test_volumes_hold_the_store_and_the_logs(runtime: Stage) -> None:
-    volumes = {v for c in runtime.all("VOLUME") for v in c.value}
+def test_volumes_hold_the_store_and_the_logs(image: Target) -> None:
+    volumes = {v for c in image.all("VOLUME") for v in c.value}
     assert volumes == {"/data", "/logs"}
-    env = runtime.env()
+    env = image.env()
     assert env["DSMON_STORE"] == "/data/dsmon.sqlite"
     assert env["XDG_STATE_HOME"] == "/data/state"
-    assert "install -d -o dsmon -g dsmon /data /logs" in runtime.run_text()
+    assert "install -d -o dsmon -g dsmon /data /logs" in image.run_text()
 
 
-def test_default_command_is_the_dashboard_on_every_interface(runtime: Stage) -> None:
-    assert exec_form(runtime.last("ENTRYPOINT")) == ["tini", "--", "dsmon"]
-    argv = exec_form(runtime.last("CMD"))
-    assert argv == ["dashboard", "--address", "0.0.0.0", "--no-browser"]
+def test_default_commands(runtime: Target, collector: Target) -> None:
+    for t in (runtime, collector):
+        assert exec_form(t.last("ENTRYPOINT")) == ["tini", "--", "dsmon"]
+    assert exec_form(runtime.last("CMD")) == ["dashboard", "--address", "0.0.0.0", "--no-browser"]
+    # The collector image run bare says how to use it.
+    argv = exec_form(collector.last("CMD"))
+    assert argv == ["collect", "--help"]
+    assert subprocess.run([DSMON_EXE, *argv], capture_output=True).returncode == 0
 
 
-def healthcheck_code(runtime: Stage) -> str:
+def healthcheck_code(runtime: Target) -> str:
     (check,) = runtime.all("HEALTHCHECK")
     assert check.json, "HEALTHCHECK CMD must be exec form (no shell in the check)"
     kind, exe, opt, code = check.value
@@ -140,27 +187,30 @@ def closed_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_healthcheck_targets_the_ingest_health_endpoint(runtime: Stage) -> None:
+def test_healthcheck_targets_the_ingest_health_endpoint(runtime: Target, collector: Target) -> None:
     code = healthcheck_code(runtime)
+    assert healthcheck_code(collector) == code
     assert "urllib.request" in code and "DSMON_HEALTH_URL" in code
     assert runtime.env()["DSMON_HEALTH_URL"] == f"http://127.0.0.1:{INGEST_PORT}/healthz"
+    # A collector serves no HTTP: its image turns the check off.
+    assert collector.env()["DSMON_HEALTH_URL"] == ""
 
 
 def test_healthcheck_passes_on_a_live_server_and_fails_on_a_dead_one(
-    runtime: Stage, tmp_path: Path
+    runtime: Target, tmp_path: Path
 ) -> None:
     code = healthcheck_code(runtime)
     with start_ingest_server(str(tmp_path / "s.sqlite"), "t" * 32, "127.0.0.1", 0) as srv:
         assert run_check(code, f"{srv.url}/healthz") == 0
     assert run_check(code, f"http://127.0.0.1:{closed_port()}/healthz") != 0
-    # The collector role sets DSMON_HEALTH_URL= (empty): nothing to check, healthy.
+    # The collector image sets DSMON_HEALTH_URL= (empty): nothing to check, healthy.
     assert run_check(code, "") == 0
 
 
 def dsmon_invocations() -> list[tuple[str, list[str]]]:
     """Every dsmon argv the image and the manifests run, with where it comes from."""
     runtime = parse_dockerfile()[-1]
-    found = [("Dockerfile CMD", exec_form(runtime.last("CMD")))]
+    found = [("Dockerfile CMD", exec_form(runtime.last("CMD")))]  # the collector's: --help
     for obj in workloads():
         for c in containers(pod_spec(obj)):
             argv = dsmon_argv(c)

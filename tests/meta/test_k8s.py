@@ -122,7 +122,7 @@ def test_images_are_mapped_by_kustomize() -> None:
     (base,) = load_manifests(K8S)[K8S / "base" / "kustomization.yaml"]
     mapped = {i["name"] for i in base["images"]}
     used = {c["image"] for w in workloads() for c in containers(pod_spec(w))}
-    assert used == mapped == {"dsmon", "trainer"}
+    assert used == mapped == {"dsmon", "dsmon-collector", "trainer"}
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (kustomize) not installed")
@@ -141,10 +141,19 @@ def test_kustomize_renders(entry: str) -> None:
     assert pod_spec(job)["volumes"][2]["configMap"]["name"] == cm["metadata"]["name"]
     images = {c["image"] for d in docs if "template" in d.get("spec", {}) for c in
               containers(pod_spec(d))}  # fmt: skip
-    assert "dsmon:0.1.0" in images
+    assert {"dsmon:0.1.0", "dsmon-collector:0.1.0"} <= images
 
 
 # --- the training Job and its sidecar ------------------------------------------------------
+
+
+def test_training_pods_run_the_collector_image_and_the_dashboard_the_full_one() -> None:
+    """The sidecar's image is pulled onto every training node: the light one (the Dockerfile's
+    collector target, tests/system/test_k8s_pod.py runs it); the dashboard needs the full one."""
+    dsmon_in_job = [c for c in containers(job_pod()) if dsmon_argv(c) is not None]
+    assert [c["name"] for c in dsmon_in_job] == ["dsmon-probe", "dsmon-collector"]
+    assert {c["image"] for c in dsmon_in_job} == {"dsmon-collector"}
+    assert {c["image"] for c in dashboard_containers().values()} == {"dsmon"}
 
 
 def test_collector_is_a_native_sidecar() -> None:

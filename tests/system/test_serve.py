@@ -106,6 +106,23 @@ def test_serve_without_a_token_refuses_to_start(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_ends_the_server_with_status_0(tmp_path: Path, sig: signal.Signals) -> None:
+    """``docker stop`` or a pod's end (SIGTERM) is a normal end, as Ctrl-C is."""
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    token_file.chmod(0o600)
+    proc, port = start(tmp_path / "s.sqlite", token_file)
+    assert post(port, batch(0, 5)) == 200
+    proc.send_signal(sig)
+    assert proc.wait(timeout=30) == 0, proc.stderr.read() if proc.stderr else ""
+    store = open_store(tmp_path / "s.sqlite")
+    try:
+        assert store.runs()[0].kinds == {"timer": 5}
+    finally:
+        store.close()
+
+
 def test_kill_9_with_a_batch_in_flight_loses_nothing_acknowledged(tmp_path: Path) -> None:
     store_path = tmp_path / "k.sqlite"
     token_file = tmp_path / "token"

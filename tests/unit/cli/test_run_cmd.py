@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -21,7 +22,7 @@ import pytest
 from locations import ROOT
 from process_support import free_port
 
-from collectors.job import BOOT_DIR, PROBE_DIR_ENV, config_in, probe_env
+from collectors.job import BOOT_DIR, PROBE_DIR_ENV, config_in, copy_probe, probe_env
 from dsmon.store.store import open_store
 
 FAKE_DS = ROOT / "tests" / "e2e" / "fake_deepspeed"
@@ -145,6 +146,21 @@ def test_probe_copy_runs_without_dsmon_installed(tmp_path: Path) -> None:
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     assert '"step":3' in (tmp_path / "p" / "rank-0.jsonl").read_text()
+
+
+def test_probe_copy_leaves_the_folder_it_is_given_alone(tmp_path: Path) -> None:
+    """A Kubernetes emptyDir is root's, mode 0777: the init container (uid 10001) may write in
+    it but not change its mode or times, which a tree copy's copystat does (EPERM)."""
+    dest = tmp_path / "volume"
+    dest.mkdir()
+    dest.chmod(0o777)
+    assert copy_probe(dest) == dest / "boot"
+    assert stat.S_IMODE(dest.stat().st_mode) == 0o777
+    assert (dest / "boot" / "sitecustomize.py").read_bytes() == (
+        BOOT_DIR / "sitecustomize.py"
+    ).read_bytes()
+    assert not list(dest.rglob("__pycache__"))
+    copy_probe(dest)  # again, over the first copy (a restarted init container)
 
 
 @pytest.mark.slow
