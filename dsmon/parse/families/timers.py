@@ -143,6 +143,7 @@ SWAP = frozenset(
         "async_swap_in_state",
         "async_swap_gradient_wait",
         "swap_init_write",
+        "unswapped_read_gradients",
     }
 )
 PIPELINE = frozenset(
@@ -158,6 +159,7 @@ ZERO_OPTIMIZER = frozenset(
 ZERO3_OPTIMIZER = frozenset(
     {"optimizer_step", "init_optimizer_state", "optimizer_swap_in_state"}
     | {"optimizer_swap_out_state"}
+    | {"optimizer_fp16_update", "optimizer_fp32_gradient"}  # 0.3.12-0.3.14
 )
 FP16_OPTIMIZER = frozenset(
     {"compute_norm", "overflow_check", "unscale_and_clip", "basic_step", "update_fp16"}
