@@ -64,14 +64,15 @@ def test_a_sqlite_store_of_an_older_schema_is_refused_and_left_as_it_was(tmp_pat
 
 
 def test_a_store_of_another_schema_names_the_dsmon_that_made_it(tmp_path: Path) -> None:
-    """A store a later dsmon made (schema 4) says which dsmon that was."""
+    """A store a later dsmon made (a schema after this one's) says which dsmon that was."""
     path = tmp_path / "newer.sqlite"
     open_store(path).close()
+    later = SCHEMA_VERSION + 1
     sqlite_sql(path, "UPDATE dsmon_meta SET value = '0.9.0' WHERE name = 'dsmon_version'")
-    sqlite_sql(path, "PRAGMA user_version = 4")
+    sqlite_sql(path, f"PRAGMA user_version = {later}")
     with pytest.raises(StoreError) as err:
         open_store(f"sqlite:///{path}")
-    assert str(err.value) == _line(str(path), 4, "dsmon 0.9.0")
+    assert str(err.value) == _line(str(path), later, "dsmon 0.9.0")
 
 
 @pytest.fixture
@@ -88,12 +89,13 @@ def test_a_postgresql_store_of_another_schema_is_refused(pg_store: ThrowawayPgSt
     with pytest.raises(StoreError) as err:
         open_store(url)
     assert str(err.value) == _line(redact_url(url), 2, "an earlier dsmon")
+    later = str(SCHEMA_VERSION + 1)
     pg_sql(url, "INSERT INTO dsmon_meta VALUES ('dsmon_version', '0.9.0')")
-    pg_sql(url, "UPDATE dsmon_meta SET value = '4' WHERE name = 'schema_version'")
+    pg_sql(url, f"UPDATE dsmon_meta SET value = '{later}' WHERE name = 'schema_version'")
     with pytest.raises(StoreError) as err:
         open_store(url)
-    assert str(err.value) == _line(redact_url(url), 4, "dsmon 0.9.0")
-    assert pg_sql(url, "SELECT value FROM dsmon_meta WHERE name = 'schema_version'") == [("4",)]
+    assert str(err.value) == _line(redact_url(url), later, "dsmon 0.9.0")
+    assert pg_sql(url, "SELECT value FROM dsmon_meta WHERE name = 'schema_version'") == [(later,)]
 
 
 def test_commands_print_the_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
