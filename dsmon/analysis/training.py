@@ -153,6 +153,8 @@ def kind_series(
 
 #: The probe's per-step figures (``dsmon.analysis.ranks.step_stats`` columns) as metrics.
 PROBE_METRICS = {
+    "loss": "loss",
+    "grad norm": "grad_norm",
     "iteration time": "wall_ms",
     "loss scale": "loss_scale",
     "skipped steps": "skipped_steps",

@@ -172,6 +172,13 @@ STRAGGLER_WARN = 1.2
 STRAGGLER_FAIL = 1.5
 #: the score needs this many steps seen by two or more ranks.
 STRAGGLER_MIN_STEPS = 3
+#: a rank whose time before its forwards (data loading and host work outside the engine,
+#: dsmon run's probe) is a tenth of its step is bound by its input: PyTorch's DataLoader
+#: documentation has data loaded ahead of the step (worker processes, pinned memory,
+#: prefetching), which leaves a rank no time waiting for it. A third of the step fails: the
+#: same third as a straggler's (dsmon's lines).
+INPUT_BOUND_WARN = 0.10
+INPUT_BOUND_FAIL = 0.33
 #: the probe writes a heartbeat at least every 5 s (collectors/probe/recorder.py KEEPALIVE_S):
 #: a rank silent for three of them while others still report has stopped. With the
 #: collector's 0.5 s poll the rule fires within 20 s of the rank's last heartbeat, far inside
