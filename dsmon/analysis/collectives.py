@@ -218,3 +218,41 @@ def bandwidth(comm: pd.DataFrame) -> pd.DataFrame:
         busbw_gbps=alg * factors,
     )
     return out[list(BANDWIDTH_COLUMNS)].reset_index(drop=True)
+
+
+#: Columns of :func:`run_table`.
+RUN_COLUMNS = (
+    "op", "size", "group_size", "steps", "calls_per_step", "mib_per_step", "wire_ms_per_step",
+    "skew_ms", "algbw_gbps", "busbw_gbps",
+)  # fmt: skip
+
+
+def run_table(buckets: pd.DataFrame) -> pd.DataFrame:
+    """Each op, size bucket and group over the run, most wire time first.
+
+    Per step, its calls, bytes and wire time; the arrival skew per call; its bandwidths
+    (bytes-weighted over the run).
+    From :func:`bucketed` (or the store's ``ranks.comm``) rows of any width.
+    """
+    if buckets.empty:
+        return _empty(RUN_COLUMNS)
+    keys = ["op", "bucket_bytes", "group_size"]
+    sums = buckets.groupby(keys, sort=True)[["steps", "calls", "msg_bytes", "wire_ms", "max_ms"]]
+    whole = sums.sum().reset_index()
+    bw = bandwidth(whole.assign(step=0.0))
+    steps = whole["steps"].where(whole["steps"] > 0)
+    out = pd.DataFrame(
+        {
+            "op": whole["op"],
+            "size": bw["size"],
+            "group_size": whole["group_size"],
+            "steps": whole["steps"],
+            "calls_per_step": whole["calls"] / steps,
+            "mib_per_step": whole["msg_bytes"] / steps / (1 << 20),
+            "wire_ms_per_step": whole["wire_ms"] / steps,
+            "skew_ms": bw["skew_ms"],
+            "algbw_gbps": bw["algbw_gbps"],
+            "busbw_gbps": bw["busbw_gbps"],
+        }
+    )
+    return out.sort_values("wire_ms_per_step", ascending=False).reset_index(drop=True)
