@@ -64,30 +64,9 @@ ARGS: dict[str, Args] = {
 }
 
 
-def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], name: str, pos: int) -> Any:
-    if name in kwargs:
-        return kwargs[name]
-    return args[pos] if len(args) > pos else None
-
-
-def _tensor_bytes(t: Any) -> int:
-    return int(t.numel()) * int(t.element_size())
-
-
 def message_bytes(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
     """The call's message size in bytes as nccl-tests counts it; None when it cannot tell."""
-    spec = ARGS.get(op)
-    if spec is None:
-        return None
-    if spec.name is None:
-        return 0
-    value = _arg(args, kwargs, spec.name, spec.pos)
-    try:
-        if spec.many:
-            return sum(_tensor_bytes(t) for t in value)
-        return _tensor_bytes(value)
-    except Exception:  # noqa: BLE001 - an argument of another shape: size unknown
-        return None
+    return facts_reader(op, GroupSizes(lambda group: 1))(args, kwargs)[0]
 
 
 def size_bucket(nbytes: int) -> int:
@@ -127,6 +106,47 @@ class GroupSizes:
         except Exception:  # noqa: BLE001 - a group torch does not know: size unknown
             return None
         return int(n) if isinstance(n, int) and n > 0 else None
+
+
+#: A call's message size in bytes, its size bucket (None: unknown) and its group's size.
+Facts = tuple[int | None, int | None, int | None]
+
+
+def facts_reader(op: str, sizes: GroupSizes) -> Callable[[tuple[Any, ...], dict[str, Any]], Facts]:
+    """What a call of ``op`` moves and in which group, read from its arguments.
+
+    Made once per wrapped function, so that a call looks nothing up by the op's name: it
+    runs on the training thread at every collective.
+    """
+    spec = ARGS.get(op)
+    if spec is None:
+        return lambda args, kwargs: (None, None, None)
+    name, pos, many, group_pos = spec
+
+    def read(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Facts:
+        nbytes: int | None
+        try:
+            if name is None:
+                nbytes = 0
+            else:
+                value: Any = (
+                    kwargs[name] if name in kwargs else args[pos] if len(args) > pos else None
+                )
+                if many:
+                    nbytes = sum(int(t.numel()) * int(t.element_size()) for t in value)
+                else:
+                    nbytes = int(value.numel()) * int(value.element_size())
+        except Exception:  # noqa: BLE001 - an argument of another shape: size unknown
+            nbytes = None
+        group = (
+            kwargs["group"]
+            if "group" in kwargs
+            else (args[group_pos] if len(args) > group_pos else None)
+        )
+        bucket = None if nbytes is None else size_bucket(nbytes)
+        return nbytes, bucket, sizes.size(group)
+
+    return read
 
 
 #: A step's key of summed calls: op, size bucket (None: size unknown), group size, whether

@@ -23,7 +23,7 @@ from typing import Any
 
 from . import values
 from .clocks import clock_for
-from .collectives import ARGS, GroupSizes, message_bytes, size_bucket
+from .collectives import GroupSizes, facts_reader
 from .engine_info import describe
 from .recorder import Recorder
 
@@ -180,6 +180,7 @@ def wrap_engine_method(fn: Callable[..., Any], phase: str) -> Callable[..., Any]
     (data loading and the script's host work), the loss given to ``backward``, and the
     engine's gradient norm at each optimizer step.
     """
+    reads = phase in ("forward", "backward")
 
     @functools.wraps(fn)
     def wrapper(engine: Any, *args: Any, **kwargs: Any) -> Any:
@@ -187,7 +188,8 @@ def wrap_engine_method(fn: Callable[..., Any], phase: str) -> Callable[..., Any]
         if rec is None or _Probe.depth:
             return fn(engine, *args, **kwargs)
         before = getattr(engine, "global_steps", None)
-        _before_call(rec, phase, args[0] if args else kwargs.get("loss"))
+        if reads:
+            _before_call(rec, phase, args[0] if args else kwargs.get("loss"))
         _Probe.depth += 1
         rec.enter(phase)
         token = rec.clock.start()
@@ -207,23 +209,6 @@ def wrap_engine_method(fn: Callable[..., Any], phase: str) -> Callable[..., Any]
     return wrapper
 
 
-def _call_facts(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
-    """A collective call's message size (bytes, nccl-tests' count), size bucket, group size."""
-    try:
-        nbytes = message_bytes(name, args, kwargs)
-        spec = ARGS.get(name)
-        group = None
-        if spec is not None:
-            group = (
-                kwargs["group"]
-                if "group" in kwargs
-                else (args[spec.group] if len(args) > spec.group else None)
-            )
-        return nbytes, None if nbytes is None else size_bucket(nbytes), _Probe.groups.size(group)
-    except Exception:  # noqa: BLE001 - a call of another shape: measured without its size
-        return None, None, None
-
-
 def wrap_collective(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     """``fn`` reported in the heartbeat while running, and measured (:mod:`.collectives`).
 
@@ -231,6 +216,7 @@ def wrap_collective(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     clock (CUDA events on a GPU), size and group go into the step's ``collectives``. A call
     made with ``async_op=True`` is counted untimed: it returns before its work is done.
     """
+    read_facts = facts_reader(name, _Probe.groups)
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -241,7 +227,10 @@ def wrap_collective(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
         before = rec.state
         rec.enter(before[1], name)
         waits = not kwargs.get("async_op")
-        nbytes, bucket, group = _call_facts(name, args, kwargs)
+        try:
+            nbytes, bucket, group = read_facts(args, kwargs)
+        except Exception:  # noqa: BLE001 - a group torch cannot size: measured without it
+            nbytes, bucket, group = None, None, None
         clock = rec.clock
         token = clock.start() if waits and clock.cuda is not None else None
         _Probe.inner = []
