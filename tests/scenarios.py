@@ -240,7 +240,7 @@ def record(name: str, dest: Path, limit_s: float = 900.0) -> int:
         print("scenarios: no DeepSpeed: set $DSMON_DEEPSPEED_BIN", file=sys.stderr)
         return 2
     scenario = SCENARIOS[name]
-    dest = dest.resolve()  # the job runs in it: a relative path would land inside itself
+    shown, dest = dest, dest.resolve()  # the job runs in dest: a relative path would nest
     if scenario.needs_fp16 and not fp16_on_cpu(ds_bin):
         print(f"scenarios: {name} needs fp16, which this CPU lacks", file=sys.stderr)
         return 2
@@ -266,7 +266,7 @@ def record(name: str, dest: Path, limit_s: float = 900.0) -> int:
         f"# {dest.name}\n\nA real 2-rank job of `tests/e2e/train_tiny.py` on DeepSpeed's CPU "
         f"accelerator ({versions[-1] if versions else 'DeepSpeed'}), started through "
         f"`dsmon run`: {scenario.what}.\nRecorded with `python tests/scenarios.py record {name} "
-        f"{dest}`; the job exited with status {code} after {took:.0f} s.\n\n"
+        f"{shown}`; the job exited with status {code} after {took:.0f} s.\n\n"
         f"Arguments: `{' '.join(scenario.args)}`; config: `ds_config.json`.\n"
     )
     print(f"{name}: exit {code} after {took:.0f} s -> {dest}")

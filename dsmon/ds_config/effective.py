@@ -94,13 +94,13 @@ class ConfigView:
         """Whether the user's config names this path (section or key) at all."""
         section, _, key = path.rpartition(".")
         holder = self.section(section) if section else self.raw
-        return _explicit(holder, section, key) is not _MISSING
+        return _explicit(holder, section, key, self.version) is not _MISSING
 
     def get(self, path: str) -> Setting:
         """The value DeepSpeed uses for ``path``: the user's, or the default of the version."""
         section, _, key = path.rpartition(".")
         holder = self.section(section) if section else self.raw
-        value = _explicit(holder, section, key)
+        value = _explicit(holder, section, key, self.version)
         if value is _MISSING or value == "auto":
             return Setting(path, schema.default_for(path, self.version, self.stage), False)
         return Setting(path, value, True, path in self.filled)
@@ -121,11 +121,8 @@ class ConfigView:
         pydantic way; top-level keys and dict-based sections by truthiness. None when the
         value is one DeepSpeed refuses, or unset without a default.
         """
-        section = path.rpartition(".")[0]
-        spec = schema.SECTIONS.get(section)
-        return ds_bool(
-            self.get(path).value, pydantic=spec is not None and spec.strict_in(self.version)
-        )
+        spec = schema.section(path.rpartition(".")[0], self.version)
+        return ds_bool(self.get(path).value, pydantic=spec is not None and spec.pydantic)
 
     def enabled(self, section: str) -> bool:
         """Whether a section with an ``enabled`` flag (fp16, bf16, flops_profiler...) is on."""
@@ -154,11 +151,11 @@ def auto_paths(config: Mapping[str, Any], prefix: str = "") -> frozenset[str]:
     return frozenset(found)
 
 
-def _explicit(holder: Mapping[str, Any], section: str, key: str) -> Any:
+def _explicit(holder: Mapping[str, Any], section: str, key: str, version: Version | None) -> Any:
     """The user's value for ``key`` in ``holder``, under either spelling; _MISSING if none."""
     if key in holder:
         return holder[key]
-    spec = schema.SECTIONS.get(section)
+    spec = schema.section(section, version) if section else None
     if spec is None:
         return _MISSING
     field_name = spec.aliases.get(key)
@@ -210,7 +207,8 @@ def ds_config_from_effective(effective: Mapping[str, Any]) -> dict[str, Any]:
             "params": effective.get("scheduler_params") or {},
         }
     act = effective.get("activation_checkpointing_config")
-    defaults = schema.SECTIONS["activation_checkpointing"].keys
+    spec = schema.section("activation_checkpointing", None)
+    defaults = spec.keys if spec is not None else {}
     if isinstance(act, Mapping) and any(act.get(k, v) != v for k, v in defaults.items()):
         out["activation_checkpointing"] = dict(act)
     return out
@@ -235,7 +233,7 @@ def config_from_text(text: str, source: str) -> ConfigView:
         where = f"{source}:{exc.line}: " if exc.line is not None else f"{source}: "
         detail = f"line {exc.line}: " if exc.line is not None else ""
         raise ConfigFileError(_position(text) or detail + str(exc).removeprefix(where)) from None
-    names = set(schema.TOP_LEVEL) | set(INVENTED)
+    names = schema.ever_top_level() | set(INVENTED)
     if raw and not names & set(raw):
         keys = ", ".join(list(map(str, raw))[:5])
         raise ConfigFileError(

@@ -2,11 +2,18 @@
 
 Advice that circulates with options DeepSpeed never had costs a user a silent no-op or a
 crash at ``deepspeed.initialize``. The checklist names such keys and types explicitly, with
-what DeepSpeed really does with them (checked with ``git grep``/``git log -S`` on DeepSpeed's
-whole history), instead of guessing a nearest key.
+what DeepSpeed really does with them (checked against every release's source, see
+``tests/unit/ds_config/test_releases.py``, and DeepSpeed's git history), instead of guessing a
+nearest key. Which optimizer and scheduler types a release builds itself comes from the data
+generated from its source (:mod:`dsmon.ds_config.releases`); torch's classes depend on torch,
+not DeepSpeed, and are listed here.
 """
 
 from __future__ import annotations
+
+from dsmon.ds_config.releases import knowledge
+
+Version = tuple[int, int, int]
 
 _NEVER_EXISTED = (
     "no DeepSpeed version has this 'heterogeneous' option, in its source or its git history"
@@ -40,8 +47,12 @@ CONFUSIONS: dict[str, str] = {
     "max_evals": "tuner_num_trials",
 }
 
-#: Scheduler types DeepSpeed builds itself (runtime/lr_schedules.py VALID_LR_SCHEDULES).
-DS_SCHEDULERS = ("LRRangeTest", "OneCycle", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR")
+
+def ds_schedulers(version: Version | None) -> tuple[str, ...]:
+    """Scheduler types a release builds itself (its ``runtime/lr_schedules.py`` classes)."""
+    return knowledge().schedulers(version)
+
+
 #: torch.optim.lr_scheduler classes DeepSpeed falls back to (case-sensitive getattr).
 TORCH_SCHEDULERS = (
     "LambdaLR",
@@ -67,21 +78,47 @@ INVENTED_SCHEDULERS: dict[str, str] = {
         "'AssertionError: DeepSpeed does not recognize LR scheduler compute_aware'"
     ),
 }
-#: Optimizer types DeepSpeed matches case-insensitively (runtime/config.py DEEPSPEED_OPTIMIZERS).
-DS_OPTIMIZERS = (
-    "adam",
-    "adamw",
-    "adagrad",
-    "lamb",
-    "onebitadam",
-    "zerooneadam",
-    "onebitlamb",
-    "muadam",
-    "muadamw",
-    "musgd",
-    "lion",
-    "muon",
-)
+
+
+def ds_optimizers(version: Version | None) -> tuple[str, ...]:
+    """Optimizer types a release builds itself, lower case (``DEEPSPEED_OPTIMIZERS``).
+
+    DeepSpeed lower-cases the configured type before matching it against these.
+    """
+    return knowledge().optimizers(version)
+
+
+def optimizer_releases(kind: str) -> str | None:
+    """The releases that build an optimizer type (any case), as text; None when none does."""
+    spans = knowledge().optimizer_spans(kind.lower())
+    return knowledge().spans_text(spans) if spans else None
+
+
+#: How DeepSpeed's documentation spells the types it matches in lower case.
+OPTIMIZER_SPELLING: dict[str, str] = {
+    "adam": "Adam",
+    "adamw": "AdamW",
+    "adagrad": "Adagrad",
+    "lamb": "Lamb",
+    "lion": "Lion",
+    "muon": "Muon",
+    "muadam": "MuAdam",
+    "muadamw": "MuAdamW",
+    "musgd": "MuSGD",
+    "onebitadam": "OneBitAdam",
+    "zerooneadam": "ZeroOneAdam",
+    "onebitlamb": "OneBitLamb",
+}
+#: The optimizers that compress gradient communication (1-bit Adam, 0/1 Adam, 1-bit LAMB);
+#: the engine refuses them with ZeRO.
+COMPRESSED_OPTIMIZERS = frozenset({"onebitadam", "zerooneadam", "onebitlamb"})
+
+
+def spelled(kind: str) -> str:
+    """An optimizer type as DeepSpeed's documentation writes it."""
+    return OPTIMIZER_SPELLING.get(kind.lower(), kind)
+
+
 #: torch.optim classes (case-sensitive getattr) a config may name instead.
 TORCH_OPTIMIZERS = (
     "SGD",

@@ -1,12 +1,13 @@
-"""DeepSpeed's real ds_config schema: keys per section, strict or lenient, defaults by version.
+"""DeepSpeed's ds_config schema for one version: keys per section, strict or lenient, defaults.
 
 A misspelled key costs a user either a crash at ``deepspeed.initialize`` or, worse, nothing at
 all: DeepSpeed reads the top level and the older sections with ``dict.get`` and never looks at
-leftover keys, while its pydantic sections (``extra="forbid"``) reject them. The checklist can
-only say which of the two happens if it knows the real keys, so they are written down here,
-read from DeepSpeed's source (deepspeedai/DeepSpeed @ edaa722, v0.19.6, and its git history).
-Keys that look like DeepSpeed options but never existed are listed with the reason, so the
-checklist names them instead of guessing a nearest key.
+leftover keys, while its pydantic sections (``extra="forbid"``) reject them. Which of the two
+happens, which keys exist and what they default to all depend on the release, so this module
+answers per version from :mod:`dsmon.ds_config.releases` (the data generated from every
+release's source). What is policy rather than DeepSpeed's source stays here: the sections whose
+inner keys dsmon does not check (:data:`OPAQUE`), ``overlap_comm``'s stage-dependent default, and
+the workers' default log level.
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
+
+from dsmon.ds_config.releases import knowledge
 
 Version = tuple[int, int, int]
 
-#: The newest DeepSpeed whose schema this file was checked against.
-LATEST_KNOWN: Version = (0, 19, 8)
+#: The newest DeepSpeed whose schema dsmon knows (the newest release in the generated data).
+LATEST_KNOWN: Version = knowledge().newest
 
 
 #: DeepSpeed before its first public release (0.1.0, 2020): the builds of early 2020 print
@@ -52,34 +56,27 @@ def version_text(v: Version | None) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Section:
-    """One config section: its keys (with defaults) and how DeepSpeed treats unknown keys.
+    """One config section as one release reads it: its keys with defaults, how it is read.
 
-    ``strict_since`` is the first version whose pydantic model forbids extra keys; before it
-    (or for lenient sections, ``None``) an unknown key is silently ignored. ``aliases`` maps
-    accepted alternative spellings to the field name (``populate_by_name``).
+    ``pydantic``: the release models it with pydantic, so values are coerced the pydantic way;
+    ``strict``: its model forbids extra keys (an unknown key makes ``deepspeed.initialize``
+    fail), else an unknown key is silently ignored. ``aliases`` maps accepted alternative
+    spellings to the field name (``populate_by_name``).
     """
 
     path: str
     keys: Mapping[str, Any]
-    strict_since: Version | None = None
+    pydantic: bool = False
+    strict: bool = False
     aliases: Mapping[str, str] = field(default_factory=dict)
-
-    def strict_in(self, version: Version | None) -> bool:
-        """Whether an unknown key here makes ``deepspeed.initialize`` fail in ``version``."""
-        if self.strict_since is None:
-            return False
-        return (version or LATEST_KNOWN) >= self.strict_since
 
     def known(self) -> set[str]:
         """Every accepted spelling of every key."""
         return set(self.keys) | set(self.aliases)
 
 
-_PYDANTIC_ZERO: Version = (0, 7, 0)  # ZeRO config moved to pydantic, extra="forbid" (#2004)
-_PYDANTIC_PRECISION: Version = (0, 17, 1)  # fp16/bf16 became strict (#6976)
-_PYDANTIC_OTHER: Version = (0, 7, 0)  # comms_logger (0.6.6) and monitor (0.7.0) models
-
-#: Top-level sections DeepSpeed reads (lenient) whose inner keys dsmon does not check.
+#: Top-level sections whose inner keys dsmon does not check: free-form, or read in ways too
+#: varied to list (their existence per release is still checked).
 _FREE_FORM_SECTIONS = (
     "amp",
     "torch_autocast",
@@ -95,231 +92,6 @@ _FREE_FORM_SECTIONS = (
     "quantize_training",
     "nebula",
 )
-
-# fmt: off
-_ZERO_KEYS: dict[str, Any] = {
-    "stage": 0, "contiguous_gradients": True, "reduce_scatter": True,
-    "reduce_bucket_size": 500_000_000, "use_multi_rank_bucket_allreduce": True,
-    "allgather_partitions": True, "allgather_bucket_size": 500_000_000,
-    "overlap_comm": None,  # validator: True for stage 3, False otherwise
-    "load_from_fp32_weights": True, "elastic_checkpoint": False, "offload_param": None,
-    "offload_optimizer": None, "zenflow": None, "sub_group_size": 1_000_000_000,
-    "cpu_offload_param": None, "cpu_offload_use_pin_memory": None, "cpu_offload": None,
-    "prefetch_bucket_size": 50_000_000, "param_persistence_threshold": 100_000,
-    "model_persistence_threshold": 2**63 - 1, "max_live_parameters": 1_000_000_000,
-    "max_reuse_distance": 1_000_000_000, "gather_16bit_weights_on_model_save": False,
-    "module_granularity_threshold": 0, "use_all_reduce_for_fetch_params": False,
-    "allgather_sequential": False, "stage3_gather_fp16_weights_on_model_save": False,
-    "ignore_unused_parameters": True, "legacy_stage1": False, "round_robin_gradients": False,
-    "zero_hpz_partition_size": 1, "zero_quantized_weights": False,
-    "zero_quantized_nontrainable_weights": False, "zero_quantized_gradients": False,
-    "zeropp_loco_param": None, "mics_shard_size": -1, "mics_hierarchical_params_gather": False,
-    "memory_efficient_linear": True, "pipeline_loading_checkpoint": False,
-    "override_module_apply": True, "log_trace_cache_warnings": False,
-    "enable_sanity_checks": False, "save_muon_momentum_buffer_in_memory": False,
-    "leaf_module": None,
-}
-_ZERO_ALIASES = {
-    f"stage3_{k}": k
-    for k in (
-        "prefetch_bucket_size", "param_persistence_threshold", "model_persistence_threshold",
-        "max_live_parameters", "max_reuse_distance", "gather_16bit_weights_on_model_save",
-        "module_granularity_threshold", "use_all_reduce_for_fetch_params", "allgather_sequential",
-    )
-}
-
-_MONITOR_COMMON = {"enabled": False, "output_path": "", "job_name": "DeepSpeedJobName"}
-
-_SECTIONS: tuple[Section, ...] = (
-    Section("zero_optimization", _ZERO_KEYS, _PYDANTIC_ZERO, _ZERO_ALIASES),
-    Section(
-        "zero_optimization.offload_param",
-        {
-            "device": "none", "nvme_path": None, "buffer_count": 5, "buffer_size": 100_000_000,
-            "max_in_cpu": 1_000_000_000, "pin_memory": True,
-        },
-        _PYDANTIC_ZERO,
-    ),
-    Section(
-        "zero_optimization.offload_optimizer",
-        {
-            "device": "none", "nvme_path": None, "buffer_count": 4, "pin_memory": True,
-            "pipeline_read": False, "pipeline_write": False, "fast_init": False, "ratio": 1.0,
-            "super_offload": False, "cpuadam_cores_perc": 0.8,
-        },
-        _PYDANTIC_ZERO,
-    ),
-    Section(
-        "zero_optimization.zenflow",
-        {
-            "topk_ratio": 0.1, "select_strategy": "auto", "select_interval": "auto",
-            "update_interval": "auto", "overlap_step": False, "offload": False,
-            "auto_ratio": 0.99, "full_warm_up_rounds": 0, "pt_reserved_cores_perc": 0.5,
-            "steps_per_epoch": None,
-        },
-        _PYDANTIC_ZERO,
-    ),
-    Section(
-        "zero_optimization.leaf_module",
-        {"classes": None, "names": None, "name_suffixes": None},
-        _PYDANTIC_ZERO,
-    ),
-    Section(
-        "fp16",
-        {
-            "enabled": False, "auto_cast": False, "loss_scale": 0, "initial_scale_power": 16,
-            "loss_scale_window": 1000, "hysteresis": 2, "consecutive_hysteresis": False,
-            "min_loss_scale": 1, "fp16_master_weights_and_grads": False,
-        },
-        _PYDANTIC_PRECISION,
-    ),
-    Section(
-        "bf16",
-        {
-            "enabled": False, "immediate_grad_update": False, "check_grad_overflow": True,
-            "bf16_master_weights_and_grads": False, "bf16_optimizer_states": False,
-        },
-        _PYDANTIC_PRECISION,
-    ),
-    Section(
-        "comms_logger",
-        {"enabled": False, "verbose": False, "prof_all": True, "debug": False, "prof_ops": []},
-        _PYDANTIC_OTHER,
-    ),
-    Section("tensorboard", _MONITOR_COMMON, _PYDANTIC_OTHER),
-    Section("csv_monitor", _MONITOR_COMMON, _PYDANTIC_OTHER),
-    Section(
-        "wandb",
-        {"enabled": False, "group": None, "team": None, "project": "deepspeed"},
-        _PYDANTIC_OTHER,
-    ),
-    Section(
-        "comet",
-        {
-            "enabled": False, "samples_log_interval": 100, "project": None, "workspace": None,
-            "api_key": None, "experiment_name": None, "experiment_key": None, "online": None,
-            "mode": None,
-        },
-        _PYDANTIC_OTHER,
-    ),
-    Section("timers", {"throughput": None}),
-    Section("timers.throughput", {"enabled": True, "synchronized": True}, _PYDANTIC_OTHER),
-    Section(
-        "compile",
-        {
-            "deepcompile": False, "free_activation": False,
-            "free_activation_threshold": 10 << 20, "offload_activation": False,
-            "offload_activation_pin_memory": True, "offload_opt_states": False,
-            "double_buffer": True, "symmetric_memory": False, "debug_log": False,
-            "offload_parameters": False, "sync_before_reduce": False,
-            "sync_after_reduce": False, "sync_before_allgather": False,
-            "sync_after_allgather": False, "keep_int_input_tensors": True,
-            "keep_all_input_tensors": False, "passes": None,
-        },
-        (0, 16, 6),  # DeepCompile (#7154)
-    ),
-    Section(
-        "hybrid_engine",
-        {
-            "enabled": False, "max_out_tokens": 512, "inference_tp_size": 1,
-            "release_inference_cache": False, "pin_parameters": True,
-            "tp_gather_partition_size": 8, "enable_cuda_graph": False,
-        },
-        (0, 9, 0),  # DeepSpeed Chat (#3186)
-    ),
-    Section(
-        "tensor_parallel",
-        {
-            "dtype": "fp16", "autotp_size": 0, "tp_overlap_comm": False,
-            "tensor_parallel": None, "injection_policy_tuple": None, "partition_config": None,
-            "preset_model": None, "keep_module_on_host": False,
-            "replace_with_kernel_inject": False,
-        },
-        _PYDANTIC_OTHER,
-        {"tp": "tensor_parallel", "kernel_inject": "replace_with_kernel_inject"},
-    ),
-    Section(
-        "weight_quantization",
-        {
-            "enabled": True, "num_bits": 8, "q_type": "symmetric", "q_groups": 1,
-            "quantized_initialization": None, "post_init_quant": None,
-        },
-        _PYDANTIC_OTHER,
-    ),
-    # lenient sections: read with dict.get, unknown keys silently ignored
-    Section(
-        "activation_checkpointing",
-        {
-            "partition_activations": False, "contiguous_memory_optimization": False,
-            "cpu_checkpointing": False, "number_checkpoints": None,
-            "synchronize_checkpoint_boundary": False, "profile": False,
-        },
-    ),
-    Section(
-        "flops_profiler",
-        {
-            "enabled": False, "recompute_fwd_factor": 0.0, "profile_step": 1,
-            "module_depth": -1, "top_modules": 1, "detailed": True, "output_file": None,
-        },
-    ),
-    Section(
-        "autotuning",
-        {
-            "enabled": False, "fast": True, "results_dir": "autotuning_results",
-            "exps_dir": "autotuning_exps", "overwrite": True, "start_profile_step": 3,
-            "end_profile_step": 5, "metric_path": None, "metric": "throughput",
-            "tuner_type": "gridsearch", "tuner_early_stopping": 5, "tuner_num_trials": 50,
-            "arg_mappings": None, "model_info_path": None, "model_info": None, "mp_size": 1,
-            "max_train_batch_size": None, "min_train_batch_size": 1,
-            "max_train_micro_batch_size_per_gpu": 1024, "min_train_micro_batch_size_per_gpu": 1,
-            "num_tuning_micro_batch_sizes": 3,
-        },
-    ),
-    Section(
-        "aio",
-        {
-            "block_size": 1048576, "queue_depth": 8, "intra_op_parallelism": 1,
-            "single_submit": False, "overlap_events": True, "use_gds": False,
-        },
-    ),
-    Section(
-        "checkpoint",
-        {
-            "tag_validation": "WARN", "load_universal": False, "use_node_local_storage": False,
-            "parallel_write": None, "writer": None,
-        },
-    ),
-    Section("data_types", {"grad_accum_dtype": None, "param_dtype": None, "buffer_dtype": None}),
-    Section(
-        "pipeline",
-        {
-            "stages": "auto", "partition": "best", "seed_layers": False,
-            "activation_checkpoint_interval": 0, "pipe_partitioned": True,
-            "grad_partitioned": True,
-        },
-    ),
-    Section("optimizer", {"type": None, "params": None, "legacy_fusion": False}),
-    Section("scheduler", {"type": None, "params": None}),
-)
-
-#: Top-level keys DeepSpeed reads (runtime/constants.py, runtime/config.py _initialize_params).
-TOP_LEVEL: dict[str, Any] = {
-    "train_batch_size": None, "train_micro_batch_size_per_gpu": None,
-    "gradient_accumulation_steps": None, "managed_gradient_accumulation": True,
-    "steps_per_print": None, "wall_clock_breakdown": False, "memory_breakdown": False,
-    "dump_state": False, "gradient_clipping": 1.0, "prescale_gradients": False,
-    "gradient_predivide_factor": 1.0, "gradient_allreduce_op": "mean",
-    "communication_data_type": None, "seq_parallel_communication_data_type": "fp32",
-    "sparse_gradients": False, "disable_allgather": False,
-    "zero_allow_untested_optimizer": False, "zero_force_ds_cpu_optimizer": True,
-    "log_level": None, "dataloader_drop_last": False, "vocabulary_size": None,
-    "use_data_before_expert_parallelism": False, "graph_harvesting": False,
-    "sequence_parallel_size": None,
-    "bfloat16": None,  # legacy spelling of bf16
-    **{s.path: None for s in _SECTIONS if "." not in s.path},
-    **dict.fromkeys(_FREE_FORM_SECTIONS),
-}
-# fmt: on
 
 #: Sections whose inner keys dsmon does not check (their schemas are large or free-form).
 OPAQUE = frozenset(
@@ -341,22 +113,12 @@ OPAQUE = frozenset(
     }
 )
 
-#: Defaults that changed between versions: path -> ((first version, value), ...), oldest first.
-VERSIONED_DEFAULTS: dict[str, tuple[tuple[Version, Any], ...]] = {
-    "steps_per_print": (((0, 0, 0), 10), ((0, 15, 2), None)),  # f74ea69 (#6602)
-    "gradient_clipping": (((0, 0, 0), 0.0), ((0, 19, 3), 1.0)),  # 4421665 (#8068)
-    "bf16.check_grad_overflow": (((0, 0, 0), False), ((0, 19, 3), True)),  # f0253c8 (#8035)
-}
-#: The workers' logger level by default: INFO up to 0.17.5, WARNING from 0.17.6 (#7526).
+#: The workers' logger level by default: INFO up to 0.17.5, WARNING from 0.17.6 (#7526). Not a
+#: config key (``utils/logging.py``), so not in the generated data.
 LOGGER_DEFAULT_LEVEL: tuple[tuple[Version, str], ...] = (
     ((0, 0, 0), "info"),
     ((0, 17, 6), "warning"),
 )
-#: First version that reads a key (older ones ignore it as an unknown top-level key).
-KEY_SINCE: dict[str, Version] = {"log_level": (0, 19, 3), "compile": (0, 16, 6)}
-
-SECTIONS: dict[str, Section] = {s.path: s for s in _SECTIONS}
-SECTIONS["bfloat16"] = SECTIONS["bf16"]
 
 
 def by_version(table: tuple[tuple[Version, Any], ...], version: Version | None) -> Any:
@@ -369,22 +131,70 @@ def by_version(table: tuple[tuple[Version, Any], ...], version: Version | None) 
     return value
 
 
+def judged_as(version: Version | None) -> Version:
+    """The known release a version is judged as (None: the newest known)."""
+    return knowledge().judged_as(version)
+
+
+def section(path: str, version: Version | None) -> Section | None:
+    """A section as the release reads it; None when the release reads no such section.
+
+    ``bfloat16`` (the old spelling) is read as ``bf16`` where the release has ``bf16``.
+    """
+    index = knowledge().at(version)
+    if path == "bfloat16" and knowledge().exists("bf16", knowledge().releases[index]):
+        path = "bf16"
+    return _section(path, index)
+
+
+@cache
+def _section(path: str, index: int) -> Section | None:
+    k = knowledge()
+    version = k.releases[index]
+    children = k.children(path, version)
+    if not children and not k.exists(path, version):
+        return None
+    keys: dict[str, Any] = {}
+    aliases: dict[str, str] = {}
+    prefix = f"{path}."
+    for key in children:
+        target = k.alias_of(f"{prefix}{key}", version)
+        if target is not None and target.startswith(prefix):
+            aliases[key] = target[len(prefix) :]
+        else:
+            keys[key] = k.default(f"{prefix}{key}", version)
+    return Section(path, keys, k.pydantic(path, version), k.strict(path, version), aliases)
+
+
+def top_level(version: Version | None) -> set[str]:
+    """The top-level keys the release reads (``bfloat16`` included where it does)."""
+    return set(knowledge().children("", version))
+
+
+def ever_top_level() -> set[str]:
+    """The top-level keys any known release reads: what makes a JSON file a ds_config."""
+    return knowledge().ever_children("")
+
+
 def default_for(path: str, version: Version | None = None, stage: int | None = None) -> Any:
     """DeepSpeed's default for a dotted config path in ``version``; None when it has none.
 
-    ``zero_optimization.overlap_comm`` depends on the stage (True for stage 3 only).
+    ``zero_optimization.overlap_comm`` depends on the stage (a validator: True for stage 3
+    only, from 0.7.0; False before). A key the release does not read takes the default of the
+    nearest release that does.
     """
-    if path in VERSIONED_DEFAULTS:
-        return by_version(VERSIONED_DEFAULTS[path], version)
-    if path == "zero_optimization.overlap_comm":
+    if path == "zero_optimization.overlap_comm" and judged_as(version) >= (0, 7, 0):
         return stage == 3
     section_path, _, key = path.rpartition(".")
-    if not section_path:
-        return TOP_LEVEL.get(key)
-    section = SECTIONS.get(section_path)
-    if section is None:
-        return None
-    return section.keys.get(section.aliases.get(key, key))
+    if section_path == "bfloat16":
+        path = f"bf16.{key}"
+    return knowledge().default(path, version)
+
+
+def first_release(path: str) -> Version | None:
+    """The first release that reads a dotted key; None when none does."""
+    found = knowledge().first_last(path)
+    return found[0] if found else None
 
 
 def nearest_key(key: str, known: set[str] | frozenset[str]) -> str | None:

@@ -10,6 +10,10 @@ is already in effect is dropped, and so is each ZeRO key the configured stage ne
 "In effect" is the effective config DeepSpeed prints at start-up when the run has one (it
 holds the resolved values: defaults of that version, ``"auto"`` filled in), else the user's
 ds_config with that version's defaults.
+
+A fix is also cut to what the DeepSpeed that ran reads (:mod:`dsmon.ds_config.releases`): a key
+that release does not have, or an optimizer or scheduler type it does not build, would be
+ignored or fail at ``deepspeed.initialize``, so it is never proposed.
 """
 
 from __future__ import annotations
@@ -18,14 +22,19 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from dsmon.ds_config import schema
+from dsmon.ds_config import names, schema
 from dsmon.ds_config.effective import ConfigView
 from dsmon.ds_config.read import as_float
+from dsmon.ds_config.releases import knowledge
+from dsmon.ds_config.schema import Version
 from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Finding
 from dsmon.health.verdicts import fix_json
 
 _ZERO = "zero_optimization"
+_ZERO_SECTION = schema.section(_ZERO, None)
+#: ZeRO-3's ``stage3_*`` keys and the fields they spell (read by stage 3 only, either way).
+_ZERO3_ALIASES: dict[str, str] = dict(_ZERO_SECTION.aliases) if _ZERO_SECTION else {}
 #: ZeRO keys only the listed stages read (stage 0 builds no ZeRO optimizer at all); setting
 #: one on another stage changes nothing about the run. Keys not listed apply to every stage.
 STAGE_ONLY: dict[str, frozenset[int]] = {
@@ -37,7 +46,7 @@ STAGE_ONLY: dict[str, frozenset[int]] = {
     "contiguous_gradients": frozenset({2, 3}),
     "sub_group_size": frozenset({3}),
     "zero_hpz_partition_size": frozenset({3}),
-    **{name: frozenset({3}) for name in schema.SECTIONS[_ZERO].aliases.values()},
+    **{name: frozenset({3}) for alias, field in _ZERO3_ALIASES.items() for name in (alias, field)},
 }
 #: Keys kept beside a changed sibling even when unchanged: they say what the siblings belong to.
 _IDENTITY_KEYS = frozenset({"type"})
@@ -48,7 +57,7 @@ def read_at_stage(path: str, stage: int) -> bool:
     section, _, key = path.rpartition(".")
     if section != _ZERO:
         return True
-    stages = STAGE_ONLY.get(schema.SECTIONS[_ZERO].aliases.get(key, key))
+    stages = STAGE_ONLY.get(key)
     return stages is None or stage in stages
 
 
@@ -69,13 +78,46 @@ def effective_fix(finding: Finding, inputs: HealthInputs) -> Finding:
     if not isinstance(fragment, Mapping):
         return finding
     stage = _stage(fragment, config)
-    kept = _changes(fragment, "", config, stage)
+    version = config.version or inputs.facts.ds_version
+    kept = _changes(_in_release(fragment, "", version), "", config, stage)
     fix = fix_json(kept) if kept else None
     if fix == finding.fix:
         return finding
     return Finding(
         finding.status, finding.summary, finding.evidence, fix, finding.fix_lang, finding.steps
     )
+
+
+def _in_release(node: Mapping[str, Any], prefix: str, version: Version | None) -> dict[str, Any]:
+    """The part of a fix fragment the release reads: keys it has, types it builds.
+
+    Below a section whose keys dsmon does not check (``optimizer.params``) everything is kept.
+    """
+    out: dict[str, Any] = {}
+    k = knowledge()
+    for key, value in node.items():
+        path = f"{prefix}{key}"
+        if prefix.rstrip(".") in schema.OPAQUE:
+            out[key] = value
+        elif not k.exists(path, version):
+            continue
+        elif path in ("optimizer.type", "scheduler.type") and not _builds(path, value, version):
+            return {}  # a section whose type the release lacks: none of it applies
+        elif isinstance(value, Mapping) and path not in schema.OPAQUE:
+            inner = _in_release(value, f"{path}.", version)
+            if inner:
+                out[key] = inner
+        else:
+            out[key] = value
+    return out
+
+
+def _builds(path: str, kind: Any, version: Version | None) -> bool:
+    """Whether the release builds this optimizer or scheduler type."""
+    if path == "optimizer.type":
+        ours = names.ds_optimizers(version)
+        return str(kind).lower() in ours or kind in names.TORCH_OPTIMIZERS
+    return kind in names.ds_schedulers(version) or kind in names.TORCH_SCHEDULERS
 
 
 def _stage(fragment: Mapping[str, Any], config: ConfigView) -> int:

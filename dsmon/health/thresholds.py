@@ -95,9 +95,6 @@ LOW_INTERNODE_GBPS = 25.0
 #: above this (InfiniBand EDR / 100 GbE and faster, dsmon's choice) compressing the gradients
 #: costs compute and convergence care for little saved time.
 FAST_INTERNODE_GBPS = 100.0
-#: optimizer types (as DeepSpeed lower-cases them, runtime/config.py) that compress gradient
-#: communication; the engine asserts that ZeRO is off for all three.
-COMPRESSED_OPTIMIZERS = frozenset({"onebitadam", "zerooneadam", "onebitlamb"})
 
 # --- memory fragmentation (ZeRO-3) --------------------------------------------------------------
 #: see_memory_usage's CA (reserved by the caching allocator) at twice MA (held by tensors) or

@@ -21,8 +21,9 @@ TEXT_SUFFIXES = {".py", ".md", ".toml", ".yaml", ".yml", ".json", ".txt", ".html
 #: "seed" as a word: not inside a longer word, but ``_`` counts as a separator.
 SEED = re.compile(r"(?<![a-z0-9])seeds?(?![a-z0-9])", re.IGNORECASE)
 TUNING_GUIDE = re.compile(r"tuning[\s_-]*guides?", re.IGNORECASE)
-#: DeepSpeed's own names containing the word (the pipeline section's seed_layers key).
-ALLOWED = ("seed_layers",)
+#: DeepSpeed's own names containing the word (the pipeline section's seed_layers key, the
+#: data efficiency library's seed, as dsmon/data/ds_config/releases.json lists them).
+ALLOWED = ("seed_layers", "data_efficiency.seed")
 
 
 def product_files() -> list[Path]:

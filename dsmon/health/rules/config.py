@@ -7,8 +7,12 @@ that does not apply to the configured ZeRO stage says so instead of passing sile
 
 from __future__ import annotations
 
+import math
+
+from dsmon.ds_config import schema
 from dsmon.ds_config.effective import ConfigView
 from dsmon.ds_config.read import as_float, ds_bool
+from dsmon.ds_config.releases import knowledge
 from dsmon.ds_config.schema import default_for
 from dsmon.health import measures as m
 from dsmon.health import thresholds as th
@@ -47,8 +51,8 @@ def check_overlap_comm(cfg: ConfigView, inputs: HealthInputs) -> Finding:
 @rule(
     "zero.contiguous_gradients",
     "Gradients are copied into a contiguous buffer",
-    "zero_optimization.contiguous_gradients (default true) avoids memory fragmentation "
-    "during backward on ZeRO stages 2 and 3.",
+    "zero_optimization.contiguous_gradients (default true from DeepSpeed 0.7.0, false before) "
+    "avoids memory fragmentation during backward on ZeRO stages 2 and 3.",
     "config",
 )
 @needs_config
@@ -69,31 +73,63 @@ def check_contiguous_gradients(cfg: ConfigView, inputs: HealthInputs) -> Finding
     "zero.bucket_sizes",
     f"Communication buckets are {format_value(th.BUCKET_MIN)}-{format_value(th.BUCKET_MAX)} "
     "elements",
-    "reduce_bucket_size and (stages 1-2) allgather_bucket_size: smaller buckets mean many "
-    "small collectives and launch overhead, larger ones hold more memory.",
+    "reduce_bucket_size, and on stages 1-2 allgather_bucket_size where the DeepSpeed that ran "
+    "still uses it (from 0.12.4 the updated partitions are gathered with one "
+    "all_gather_into_tensor per group whatever its value): smaller buckets mean many small "
+    "collectives and launch overhead, larger reduce buckets hold more gradient memory.",
     "config",
 )
 @needs_config
 def check_bucket_sizes(cfg: ConfigView, inputs: HealthInputs) -> Finding:
-    """Judge each bucket size the stage uses against the BUCKET_MIN-BUCKET_MAX range."""
+    """Judge each bucket size the release uses at this stage against BUCKET_MIN-BUCKET_MAX."""
     if cfg.stage == 0:
         return not_applicable("ZeRO is off (stage 0)", Evidence.of(cfg.get(f"{_Z}.stage")))
-    keys = ["reduce_bucket_size"] + (["allgather_bucket_size"] if cfg.stage < 3 else [])
+    reduce = cfg.get(f"{_Z}.reduce_bucket_size")
     findings = [
         range_finding(
-            cfg.get(f"{_Z}.{k}"),
+            reduce,
             th.BUCKET_MIN,
             th.BUCKET_MAX,
             "many small collectives, launch overhead dominates",
             "buckets hold that many extra gradient elements in memory",
-            th.BUCKET_MIN if (cfg.number(f"{_Z}.{k}") or 0) < th.BUCKET_MIN else th.BUCKET_MAX,
+            th.BUCKET_MIN if (as_float(reduce.value) or 0) < th.BUCKET_MIN else th.BUCKET_MAX,
         )
-        for k in keys
     ]
+    notes: list[Evidence] = []
+    if cfg.stage < 3:
+        gather = cfg.get(f"{_Z}.allgather_bucket_size")
+        ignored = knowledge().ignored(gather.path, cfg.version)
+        if ignored is not None:
+            notes.append(
+                Evidence(
+                    gather.path,
+                    format_value(gather.value),
+                    f"{gather.origin}; not used by DeepSpeed {schema.version_text(cfg.version)}",
+                )
+            )
+        else:  # the shards are gathered in place: a large bucket costs no memory
+            findings.append(
+                range_finding(
+                    gather,
+                    th.BUCKET_MIN,
+                    math.inf,
+                    "the updated partitions are gathered in many small shards",
+                    "",
+                    th.BUCKET_MIN,
+                )
+            )
     status = worst(f.status for f in findings)
     bad = [f for f in findings if f.status is not Status.PASS]
     summary = "; ".join(f.summary for f in (bad or findings))
-    evidence = tuple(e for f in findings for e in f.evidence[:1]) + findings[0].evidence[1:]
+    if notes:
+        summary += (
+            "; allgather_bucket_size is not used: ZeRO-1/2 gather the updated partitions "
+            "with all_gather_into_tensor"
+        )
+    evidence = tuple(e for f in findings for e in f.evidence[:1]) + tuple(notes)
+    evidence += (
+        Evidence("sane range", f"{format_value(th.BUCKET_MIN)}-{format_value(th.BUCKET_MAX)}"),
+    )
     fix = "\n".join(f.fix for f in bad if f.fix) or None
     return Finding(status, summary, evidence, fix)
 
@@ -361,9 +397,17 @@ def _model_parallel(tbs: float, product: float, world: int) -> int | None:
 )
 @needs_config
 def check_clipping_with_accumulation(cfg: ConfigView, inputs: HealthInputs) -> Finding:
-    """Warn when GAS > GAS_CLIP_LIMIT and clipping is off (set to 0, or unset on DeepSpeed < 0.19.3)."""
+    """Warn when GAS > GAS_CLIP_LIMIT and clipping is off (set to 0, or unset on DeepSpeed < 0.19.3).
+
+    What the engine resolved (its effective config: the accumulation steps it derived, the
+    clipping default of its release) wins over what the file leaves open.
+    """
     tbs, micro, gas = _batch_numbers(cfg)
     dp = inputs.facts.dp_size
+    eff = inputs.effective if inputs.effective is not cfg else None
+    resolved = eff is not None and eff.get("gradient_accumulation_steps").explicit
+    if gas is None and resolved and eff is not None:
+        gas = eff.number("gradient_accumulation_steps")
     if gas is None and tbs and micro and dp:
         gas = tbs // (micro * dp)
     if gas is None and tbs and micro and tbs / micro <= th.GAS_CLIP_LIMIT:
@@ -372,9 +416,13 @@ def check_clipping_with_accumulation(cfg: ConfigView, inputs: HealthInputs) -> F
     if gas is None:
         return Finding(Status.UNKNOWN, "accumulation steps unknown (not set, world size unknown)")
     clip = cfg.get("gradient_clipping")
+    clip_ev = Evidence.of(clip)
+    if not clip.explicit and eff is not None and eff.get("gradient_clipping").explicit:
+        clip = eff.get("gradient_clipping")
+        clip_ev = Evidence("gradient_clipping", clip.value, "in effect: the engine's config")
     ev = (
-        Evidence("gradient_accumulation_steps", gas),
-        Evidence.of(clip),
+        Evidence("gradient_accumulation_steps", gas, "the engine's config" if resolved else ""),
+        clip_ev,
         Evidence("DeepSpeed version", inputs.facts.version_label),
     )
     if gas <= th.GAS_CLIP_LIMIT:
@@ -382,7 +430,10 @@ def check_clipping_with_accumulation(cfg: ConfigView, inputs: HealthInputs) -> F
     if not clip.explicit and cfg.version is None:
         why = "gradient_clipping unset: 1.0 on DeepSpeed >= 0.19.3 but 0 (off) before"
     elif (as_float(clip.value) or 0.0) > 0:
-        return Finding(Status.PASS, f"{int(gas)} accumulation steps, clipping at {clip.value}", ev)
+        how = "" if clip.explicit else f" (DeepSpeed {schema.version_text(cfg.version)}'s default)"
+        return Finding(
+            Status.PASS, f"{int(gas)} accumulation steps, clipping at {clip.value}{how}", ev
+        )
     else:
         why = "gradient clipping is off"
     summary = f"{int(gas)} accumulation steps (> {th.GAS_CLIP_LIMIT}) and {why}"

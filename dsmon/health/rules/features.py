@@ -8,7 +8,9 @@ that moves every checkpoint across PCIe. These rules catch each of those traps.
 
 from __future__ import annotations
 
+from dsmon.ds_config import schema
 from dsmon.ds_config.effective import ConfigView
+from dsmon.ds_config.releases import knowledge
 from dsmon.health import thresholds as th
 from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Evidence, Finding, Status
@@ -54,7 +56,8 @@ def check_hpz_nodes(cfg: ConfigView, inputs: HealthInputs) -> Finding:
     "compile.zero3_act_ckpt",
     "torch.compile is not mixed with ZeRO-3 and activation checkpointing",
     "torch.compile together with ZeRO-3 and activation checkpointing has known bugs. DeepSpeed "
-    "has no torch_compile key: compile is engine.compile(); the compile section is DeepCompile.",
+    "has no torch_compile key: compile is engine.compile() (0.14.4+); the compile section is "
+    "DeepCompile (0.16.6+).",
     "config",
 )
 @needs_config
@@ -71,23 +74,30 @@ def check_compile_combo(cfg: ConfigView, inputs: HealthInputs) -> Finding:
     )
     if not (invented or deepcompile):
         return not_applicable("no compile in the config (dsmon cannot see engine.compile())", *ev)
-    note = " ('torch_compile' itself does nothing: call engine.compile())" if invented else ""
+    k = knowledge()
+    has_compile = k.feature("engine.compile", cfg.version)
+    has_deepcompile = k.exists("compile.deepcompile", cfg.version)
+    call = 'engine.compile(backend="inductor")' if has_compile else None
+    here = schema.version_text(cfg.version)
+    how = "call engine.compile()" if has_compile else f"DeepSpeed {here} has no engine.compile()"
+    note = f" ('torch_compile' itself does nothing: {how})" if invented else ""
     if cfg.stage == 3 and act:
-        fix = (
-            'engine.compile(backend="inductor")  # after deepspeed.initialize\n'
-            "# and either drop activation checkpointing or let DeepCompile own ZeRO-3:\n"
-            '# "compile": {"deepcompile": true}'
-        )
+        lines = [f"{call}  # after deepspeed.initialize"] if call else []
+        if has_deepcompile:
+            lines += [
+                "# and either drop activation checkpointing or let DeepCompile own ZeRO-3:",
+                '# "compile": {"deepcompile": true}',
+            ]
         return Finding(
             Status.WARN,
             "compile with ZeRO-3 and activation checkpointing: known "
             f"bugs, test on a short run first{note}",
             ev,
-            fix,
+            "\n".join(lines) or None,
             "python",
         )
     status = Status.WARN if invented else Status.PASS
-    fix2 = 'engine.compile(backend="inductor")' if invented else None
+    fix2 = call if invented else None
     return Finding(
         status, f"compile without the ZeRO-3 + checkpointing combination{note}", ev, fix2, "python"
     )

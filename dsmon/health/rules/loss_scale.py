@@ -61,12 +61,12 @@ def check_skipped(inputs: HealthInputs) -> Finding:
             Status.PASS, f"{skipped} of {n} steps skipped ({share:.1%})", ev, steps=(1, n)
         )
     status = Status.FAIL if share > th.SKIPPED_FAIL else Status.WARN
-    fp32 = inputs.config is not None and not inputs.config.enabled("fp16")
-    fix = None if fp32 else fix_json({"fp16": {"enabled": False}, "bf16": {"enabled": True}})
+    fp16 = inputs.config is None or inputs.config.enabled("fp16")
+    fix = fix_json({"fp16": {"enabled": False}, "bf16": {"enabled": True}}) if fp16 else None
     return Finding(
         status,
         f"{skipped} of {n} steps skipped ({share:.1%}): look for inf/nan "
-        "sources (learning rate, data), or use bf16",
+        "sources (learning rate, data)" + (", or use bf16" if fp16 else ""),
         ev,
         fix,
         steps=(1, n),

@@ -6,14 +6,20 @@ and says which part of fetching parameters dominates, in the order the causes ar
 waiting for transfers (bandwidth, topology), then the all-gathers, then submission overhead.
 The compression rule reads the comms logger's bus bandwidth on multi-node runs: 1-bit / 0/1
 Adam and ZeRO++'s quantized collectives pay on a slow inter-node network and cost more than
-they save on a fast one.
+they save on a fast one. It proposes only what the DeepSpeed that ran ships: the 1-bit
+optimizers exist up to 0.19.6 (0/1 Adam from 0.6.1), ZeRO++ from 0.10.0
+(:mod:`dsmon.ds_config.releases`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from dsmon.analysis import coordinator, network
+from dsmon.ds_config import names, schema
+from dsmon.ds_config.releases import knowledge
+from dsmon.ds_config.schema import Version
 from dsmon.health import measures as m
 from dsmon.health import thresholds as th
 from dsmon.health.fixes import in_effect
@@ -155,7 +161,7 @@ def _compression_in_use(inputs: HealthInputs) -> list[str]:
         return []
     used = []
     kind = str(config.section("optimizer").get("type") or "")
-    if kind.lower() in th.COMPRESSED_OPTIMIZERS:
+    if kind.lower() in names.COMPRESSED_OPTIMIZERS:
         used.append(f"optimizer {kind}")
     if config.stage == 3:
         for key in ("zero_quantized_weights", "zero_quantized_gradients"):
@@ -164,19 +170,60 @@ def _compression_in_use(inputs: HealthInputs) -> list[str]:
     return used
 
 
-def _compress_fix(inputs: HealthInputs) -> str:
-    """Compressed communication that fits the configured ZeRO stage.
+def _version(inputs: HealthInputs) -> Version | None:
+    """The DeepSpeed release the advice must hold for (None: the newest known)."""
+    config = in_effect(inputs)
+    return config.version if config is not None and config.version else inputs.facts.ds_version
 
-    The 1-bit optimizers refuse ZeRO (the engine asserts it is off); ZeRO++ needs stage 3.
+
+@dataclass(frozen=True, slots=True)
+class _Compression:
+    """What compressed communication the release offers: 1-bit optimizers, ZeRO++."""
+
+    one_bit: tuple[str, ...]
+    zeropp: bool
+    hpz: bool
+
+    @property
+    def words(self) -> str:
+        """The offer as the advice words it (only what this release has)."""
+        parts = []
+        if self.one_bit:
+            spelled = " or ".join(names.spelled(n) for n in self.one_bit)
+            parts.append(f"{spelled} without ZeRO, their convergence verified with fp16")
+        if self.zeropp:
+            parts.append("ZeRO++ qwZ/qgZ with ZeRO-3")
+        return "; ".join(parts)
+
+
+def _offer(version: Version | None) -> _Compression:
+    """The compression this release ships (0/1 Adam preferred to 1-bit Adam)."""
+    ours = names.ds_optimizers(version)
+    one_bit = tuple(n for n in ("zerooneadam", "onebitadam") if n in ours)
+    k = knowledge()
+    return _Compression(
+        one_bit,
+        k.exists(f"{_Z}.zero_quantized_weights", version),
+        k.exists(f"{_Z}.zero_hpz_partition_size", version),
+    )
+
+
+def _compress_fix(inputs: HealthInputs, offer: _Compression) -> str | None:
+    """Compressed communication that fits the configured ZeRO stage and the release.
+
+    The 1-bit optimizers refuse ZeRO (the engine asserts it is off) and are gone from 0.19.7;
+    ZeRO++ needs stage 3 (0.10.0+). None when the release has nothing that fits.
     """
     config = in_effect(inputs)
     stage = config.stage if config is not None else 0
-    if stage == 0:
-        return fix_json({"optimizer": {"type": "ZeroOneAdam"}})
+    if stage == 0 and offer.one_bit:
+        return fix_json({"optimizer": {"type": names.spelled(offer.one_bit[0])}})
+    if not offer.zeropp:
+        return None
     zero: dict[str, Any] = {"stage": 3, "zero_quantized_weights": True}
     zero["zero_quantized_gradients"] = True
     per_node = _gpus_per_node(inputs)
-    if per_node is not None:
+    if per_node is not None and offer.hpz:
         zero["zero_hpz_partition_size"] = per_node
     return fix_json({_Z: zero})
 
@@ -196,8 +243,9 @@ def _decompress_fix(used: list[str]) -> str:
     "network.compression",
     "Compressed communication matches the measured inter-node bandwidth",
     "Multi-node runs: the comms logger's busbw of the largest collective messages. At about "
-    f"{th.LOW_INTERNODE_GBPS:g} Gbps and under, 1-bit / 0/1 Adam or ZeRO++ qwZ/qgZ pay; on a fast network they cost "
-    "more than they save.",
+    f"{th.LOW_INTERNODE_GBPS:g} Gbps and under, 1-bit / 0/1 Adam (DeepSpeed <= 0.19.6) or "
+    "ZeRO++ qwZ/qgZ (0.10.0+) pay, as far as the DeepSpeed that ran ships them; on a fast "
+    "network they cost more than they save.",
     "runtime",
     page="communication",
 )
@@ -242,13 +290,24 @@ def check_compression(inputs: HealthInputs) -> Finding:
             ev,
         )
     if bw.busbw_gbps <= th.LOW_INTERNODE_GBPS and not used:
+        version = _version(inputs)
+        offer = _offer(version)
+        slow = f"the network carries {bw.busbw_gbps:.1f} Gbps (<= {th.LOW_INTERNODE_GBPS:g})"
+        shipped = Evidence(
+            "DeepSpeed", schema.version_text(version), offer.words or "no compression"
+        )
+        if not offer.words:
+            return Finding(
+                Status.WARN,
+                f"{slow}: compressed communication would pay, but DeepSpeed "
+                f"{schema.version_text(version)} ships neither the 1-bit optimizers nor ZeRO++",
+                (*ev, shipped),
+            )
         return Finding(
             Status.WARN,
-            f"the network carries {bw.busbw_gbps:.1f} Gbps (<= {th.LOW_INTERNODE_GBPS:g}): "
-            "compressed communication pays here (0/1 or 1-bit Adam without ZeRO, their "
-            "convergence verified with fp16; ZeRO++ qwZ/qgZ with ZeRO-3)",
-            ev,
-            _compress_fix(inputs),
+            f"{slow}: compressed communication pays here ({offer.words})",
+            (*ev, shipped),
+            _compress_fix(inputs, offer),
         )
     state = "in use" if used else "not needed"
     return Finding(Status.PASS, f"{bw.busbw_gbps:.1f} Gbps between nodes: compression {state}", ev)

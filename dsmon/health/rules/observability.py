@@ -14,6 +14,7 @@ import math
 from dsmon.ds_config import schema
 from dsmon.ds_config.effective import ConfigView
 from dsmon.ds_config.read import as_float
+from dsmon.ds_config.releases import knowledge
 from dsmon.health import measures as m
 from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Evidence, Finding, Status
@@ -112,7 +113,7 @@ def check_log_level(cfg: ConfigView, inputs: HealthInputs) -> Finding:
     seen = _worker_info_line(inputs)
     if seen is not None:  # what the log shows beats what the version implies
         return Finding(Status.PASS, f"the workers' INFO lines are in the log: {seen}", ev)
-    supported = version is None or version >= schema.KEY_SINCE["log_level"]
+    supported = knowledge().exists("log_level", version)
     if supported and str(level.value).lower() in _VERBOSE_LEVELS:
         return Finding(Status.PASS, f"log_level {level.value}", ev)
     if default == "info" and not (supported and level.explicit):
@@ -163,29 +164,51 @@ def _worker_info_line(inputs: HealthInputs) -> str | None:
     "observe.flops_profiler",
     "The flops profiler measures one step",
     "flops_profiler.enabled profiles a single step (profile_step): the achieved FLOPS that "
-    "MFU is computed from.",
+    "MFU is computed from. Off is a choice, not a fault: the rule says what it would add, and "
+    "warns only when a profile was asked for and the run went past its step without one.",
     "config",
 )
 @needs_config
 def check_flops_profiler(cfg: ConfigView, inputs: HealthInputs) -> Finding:
-    """Warn when no flops profile will be taken (no MFU)."""
+    """Pass when a profile is (or will be) taken; n/a when off; warn when one went missing."""
     on = cfg.get("flops_profiler.enabled")
     step = cfg.get("flops_profiler.profile_step")
     ev = (Evidence.of(on), Evidence.of(step))
-    if cfg.enabled("flops_profiler"):
-        return Finding(Status.PASS, f"flops profiler at step {step.value}", ev)
-    fix = fix_json(
-        {
-            "flops_profiler": {
-                "enabled": True,
-                "profile_step": 10,
-                "module_depth": -1,
-                "top_modules": 3,
-                "detailed": False,
-            }
-        }
-    )
-    return Finding(Status.WARN, "no flops profile: dsmon cannot compute MFU", ev, fix)
+    if not cfg.enabled("flops_profiler"):
+        if inputs.facts.device == "cpu":
+            return not_applicable(
+                "off, and a CPU run has no GPU peak to turn a profile into MFU", *ev
+            )
+        return not_applicable(
+            'off: no MFU. To measure it once, a short run with "flops_profiler": '
+            '{"enabled": true, "profile_step": 10} profiles one step',
+            *ev,
+        )
+    if inputs.has_rows("flops_profile"):
+        return Finding(Status.PASS, f"flops profile taken at step {step.value}", ev)
+    at = as_float(step.value)
+    last = _last_step(inputs)
+    if at is not None and last is not None and last > at:
+        output = cfg.section("flops_profiler").get("output_file")
+        where = (
+            f"it writes to {output}: follow that file (dsmon collect --profile-file)"
+            if output
+            else "the log shows none (rank 0 prints it at INFO)"
+        )
+        return Finding(
+            Status.WARN,
+            f"the run reached step {last} but no flops profile of step {step.value} arrived: "
+            f"{where}",
+            (*ev, Evidence("latest step", last)),
+        )
+    return Finding(Status.PASS, f"flops profiler at step {step.value}", ev)
+
+
+def _last_step(inputs: HealthInputs) -> int | None:
+    """The newest optimizer step the run timed (engine timers, iterations, the probe...)."""
+    series = m.step_times(inputs)
+    covered = series.steps if series is not None else None
+    return covered[1] if covered else None
 
 
 @rule(

@@ -39,8 +39,8 @@ def test_checklist_of_fp16_run(store: str) -> None:
     assert not at.exception
     assert at.header[0].value == "Health · fp16_zero2"
     metrics = {m.label: m.value for m in at.metric}
-    # 21 rules do not apply (ZeRO-3 keys on stage 2, GPU rules on a CPU run...): not passes.
-    assert metrics == {"Fail": "1", "Warn": "3", "Unknown": "2", "Pass": "19", "N/A": "21"}
+    # 22 rules do not apply (ZeRO-3 keys on stage 2, GPU rules on a CPU run...): not passes.
+    assert metrics == {"Fail": "1", "Warn": "2", "Unknown": "2", "Pass": "20", "N/A": "22"}
     assert (
         labels(at)[0]
         == ":orange-badge[WARN] **Communication overlaps computation** `zero.overlap_comm`"
@@ -55,9 +55,9 @@ def test_checklist_of_fp16_run(store: str) -> None:
     codes = [c.value for c in at.code]
     assert '{"zero_optimization": {"overlap_comm": true}}' in codes
     assert [s.value for s in at.subheader] == ["Configuration", "Run", "GPUs"]
-    # configuration: 25 rules = 2 warnings + 13 passes + 10 that do not apply
-    assert ":green-badge[PASS] 13 rules pass" in labels(at)
-    assert ":blue-badge[N/A] 10 rules do not apply to this run" in labels(at)
+    # configuration: 26 rules = 1 warning + 14 passes + 11 that do not apply
+    assert ":green-badge[PASS] 14 rules pass" in labels(at)
+    assert ":blue-badge[N/A] 11 rules do not apply to this run" in labels(at)
     assert ":blue-badge[N/A] 5 rules do not apply to this run" in labels(at)  # GPUs, CPU run
     assert "- **No ECC or XID errors** `gpu.errors`: CPU run (no GPUs)" in text
     assert "- **ZeRO-3 persists only small parameters** `zero3.param_persistence_threshold`" in (

@@ -34,7 +34,7 @@ def test_config_with_warnings_exits_1(capsys: pytest.CaptureFixture[str]) -> Non
     assert "WARN  optimizer.fused  A fused optimizer runs the step" in out
     assert (
         out.rstrip().splitlines()[-1]
-        == "Summary: 0 fail, 2 warn, 16 unknown, 16 pass, 13 n/a -> warn"
+        == "Summary: 0 fail, 1 warn, 16 unknown, 17 pass, 14 n/a -> warn"
     )
 
 
@@ -57,7 +57,7 @@ def test_json_output(capsys: pytest.CaptureFixture[str]) -> None:
     errors = next(r for r in doc["results"] if r["id"] == "run.errors")
     assert errors["status"] == "fail" and errors["page"] == "steps"
     assert errors["evidence"][0]["label"] == "traceback (rank 0)"
-    assert sum(doc["counts"].values()) == len(doc["results"]) == 47
+    assert sum(doc["counts"].values()) == len(doc["results"]) == 48
 
 
 def test_all_pass_exits_0(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -203,11 +203,11 @@ def test_not_applicable_is_not_a_pass(capsys: pytest.CaptureFixture[str]) -> Non
     for r in doc["results"]:
         by_status.setdefault(r["status"], set()).add(r["id"])
     assert by_status["n/a"] == DEMO_NOT_APPLICABLE
-    assert doc["counts"] == {"pass": 18, "warn": 3, "fail": 0, "unknown": 1, "n/a": 25}
+    assert doc["counts"] == {"pass": 19, "warn": 3, "fail": 0, "unknown": 1, "n/a": 25}
     assert code == doc["exit_code"] == 1
     code, out, _ = run_cli(capsys, str(demo_dir()))
     lines = out.splitlines()
-    assert lines[-1] == "Summary: 0 fail, 3 warn, 1 unknown, 18 pass, 25 n/a -> warn"
+    assert lines[-1] == "Summary: 0 fail, 3 warn, 1 unknown, 19 pass, 25 n/a -> warn"
     assert "N/A   gpu.errors  No ECC or XID errors" in lines
     assert lines[lines.index("N/A   gpu.errors  No ECC or XID errors") + 1] == (
         "      CPU run (no GPUs)"

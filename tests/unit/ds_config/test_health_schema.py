@@ -119,7 +119,8 @@ def test_log_level_is_ignored_before_0_19_3() -> None:
     raw = {"train_batch_size": 8, "log_level": "info"}
     r = check(config_inputs(ConfigView(raw, version=(0, 18, 0))), "schema.keys")
     assert r.status is Status.WARN
-    assert evidence(r)["log_level"].startswith("only read from DeepSpeed 0.19.3")
+    assert evidence(r)["log_level"].startswith("not read by DeepSpeed 0.18.0 (read by 0.19.3-")
+    assert r.fix == "upgrade DeepSpeed to >= 0.19.3 or delete log_level"
 
 
 def test_every_corpus_config_has_only_real_keys() -> None:

@@ -32,51 +32,50 @@ from dsmon.parse.base import Diagnostics
 #   device is unknown, so dsmon warns (on GPUs this means torch.optim instead of FusedAdam).
 #   z2_offload_optimizer has no torch_adam: DeepSpeedCPUAdam, a pass.
 # - precision.bf16: fp16/fp32 with the GPU model unknown -> unknown; bf16_zero0 uses bf16.
-# - observe.flops_profiler / observe.wall_clock_breakdown: warned where the config lacks them.
+# - observe.wall_clock_breakdown: warned where the config lacks it (observe.flops_profiler off is
+#   not a fault: it does not apply).
 # - observe.log_level: only z0_default_loglevel leaves it unset (0.19 hides INFO lines).
 # - fp16.loss_scaler: fp16_zero0 starts at 2^32 with a window of 5 (its log shows the churn).
-_P, _F, _B = "observe.flops_profiler", "optimizer.fused", "precision.bf16"
+_F, _B = "optimizer.fused", "precision.bf16"
 W, U = Status.WARN, Status.UNKNOWN
 CORPUS_VERDICTS: dict[str, dict[str, Status]] = {
-    "act_ckpt": {"zero.overlap_comm": W, _F: W, _B: U, _P: W},
-    "bf16_zero0": {_F: W, _P: W},
+    "act_ckpt": {"zero.overlap_comm": W, _F: W, _B: U},
+    "bf16_zero0": {_F: W},
     "comms_logger": {
         "zero.overlap_comm": W,
         _F: W,
         _B: U,
         "observe.wall_clock_breakdown": W,
-        _P: W,
     },
     "comms_logger_verbose": {
         "zero.overlap_comm": W,
         _F: W,
         _B: U,
         "observe.wall_clock_breakdown": W,
-        _P: W,
     },
-    "crash_rank1_step17": {"zero.overlap_comm": W, _F: W, _B: U, _P: W},
-    "crash_step17": {"zero.overlap_comm": W, _F: W, _B: U, _P: W},
-    "csv_tensorboard": {"zero.overlap_comm": W, _F: W, _B: U, _P: W},
+    "crash_rank1_step17": {"zero.overlap_comm": W, _F: W, _B: U},
+    "crash_step17": {"zero.overlap_comm": W, _F: W, _B: U},
+    "csv_tensorboard": {"zero.overlap_comm": W, _F: W, _B: U},
     "flops_detailed_file": {"zero.overlap_comm": W, _F: W, _B: U},
     "flops_detailed_stdout": {_F: W, _B: U},
-    "fp16_zero0": {_F: W, "fp16.loss_scaler": W, _B: U, _P: W},
-    "fp16_zero2": {"zero.overlap_comm": W, _F: W, _B: U, _P: W},
-    "fp16_zero3": {_F: W, _B: U, _P: W},
+    "fp16_zero0": {_F: W, "fp16.loss_scaler": W, _B: U},
+    "fp16_zero2": {"zero.overlap_comm": W, _F: W, _B: U},
+    "fp16_zero3": {_F: W, _B: U},
     "grad_accum": {"zero.overlap_comm": W, _F: W, _B: U},
-    "jit_fresh_cache": {_F: W, _B: U, "observe.wall_clock_breakdown": W, _P: W},
-    "memory_breakdown": {"zero.overlap_comm": W, _F: W, _B: U, _P: W},
-    "pipeline_wallclock_crash": {_F: W, _B: U, _P: W},
-    "sigkill_all": {"zero.overlap_comm": W, _F: W, _B: U, _P: W},
+    "jit_fresh_cache": {_F: W, _B: U, "observe.wall_clock_breakdown": W},
+    "memory_breakdown": {"zero.overlap_comm": W, _F: W, _B: U},
+    "pipeline_wallclock_crash": {_F: W, _B: U},
+    "sigkill_all": {"zero.overlap_comm": W, _F: W, _B: U},
     "torchrun": {"zero.overlap_comm": W, _F: W, _B: U},
-    "warmup_lr": {"zero.overlap_comm": W, _F: W, _B: U, "observe.wall_clock_breakdown": W, _P: W},
+    "warmup_lr": {"zero.overlap_comm": W, _F: W, _B: U, "observe.wall_clock_breakdown": W},
     "z0": {_F: W, _B: U},
     "z0_default_loglevel": {_F: W, _B: U, "observe.log_level": W},
     "z1": {"zero.overlap_comm": W, _F: W, _B: U},
     "z2": {"zero.overlap_comm": W, _F: W, _B: U},
-    "z2_offload_optimizer": {"zero.overlap_comm": W, _B: U, _P: W},
+    "z2_offload_optimizer": {"zero.overlap_comm": W, _B: U},
     "z3": {_F: W, _B: U},
-    "z3_overlap_false": {"zero.overlap_comm": W, _F: W, _B: U, _P: W},
-    "z3_overlap_true": {_F: W, _B: U, _P: W},
+    "z3_overlap_false": {"zero.overlap_comm": W, _F: W, _B: U},
+    "z3_overlap_true": {_F: W, _B: U},
 }
 
 
@@ -132,8 +131,20 @@ def test_bucket_sizes_seed_175b_passes_and_small_bucket_warns() -> None:
     assert r.status is Status.WARN
     assert r.summary.startswith("zero_optimization.reduce_bucket_size = 5e7 is small")
     assert r.fix == '{"zero_optimization": {"reduce_bucket_size": 200000000}}'
-    big = ConfigView({"zero_optimization": {"stage": 1, "allgather_bucket_size": 2e9}})
-    assert "is large" in check(config_inputs(big), "zero.bucket_sizes").summary
+    # the updated partitions are gathered in place: a large all-gather bucket costs no memory,
+    # and from 0.12.4 ZeRO-1/2 do not use it at all (one all_gather_into_tensor per group)
+    raw = {"zero_optimization": {"stage": 1, "allgather_bucket_size": 2e9}}
+    big = check(config_inputs(ConfigView(raw, version=(0, 12, 3))), "zero.bucket_sizes")
+    assert big.status is Status.PASS and "memory" not in big.summary
+    small_ag = {"zero_optimization": {"stage": 2, "allgather_bucket_size": 1e7}}
+    old = check(config_inputs(ConfigView(small_ag, version=(0, 12, 3))), "zero.bucket_sizes")
+    assert old.status is Status.WARN and "gathered in many small shards" in old.summary
+    new = check(config_inputs(ConfigView(small_ag, version=(0, 19, 8))), "zero.bucket_sizes")
+    assert new.status is Status.PASS
+    assert "allgather_bucket_size is not used" in new.summary
+    assert evidence(new)["zero_optimization.allgather_bucket_size"] == (
+        "1e7 (set; not used by DeepSpeed 0.19.8)"
+    )
 
 
 def test_zero3_ranges_on_corpus_and_seeds() -> None:

@@ -153,10 +153,15 @@ def _summary_rows(busbw: float, sizes: Sequence[int] = (64 << 20, 256 << 20)) ->
 
 
 def test_slow_network_gets_compression_that_fits_the_stage() -> None:
-    no_zero = ConfigView({"zero_optimization": {"stage": 0}}, source="ds_config.json")
+    raw = {"zero_optimization": {"stage": 0}}
+    no_zero = ConfigView(raw, source="ds_config.json", version=(0, 19, 6))
     r = check(_with_nodes(inputs_from_records(_summary_rows(12.0), config=no_zero), 4, 32), NET)
     assert r.status is Status.WARN and "12.0 Gbps (<= 25)" in r.summary
     assert json.loads(r.fix or "") == {"optimizer": {"type": "ZeroOneAdam"}}
+    before_zero_one = ConfigView(raw, source="ds_config.json", version=(0, 5, 10))
+    r = check(_with_nodes(inputs_from_records(_summary_rows(12.0), config=before_zero_one), 4), NET)
+    assert json.loads(r.fix or "") == {"optimizer": {"type": "OneBitAdam"}}
+    assert "ZeRO++" not in r.summary  # 0.5.10 has no ZeRO++ either
     r3 = check(_with_nodes(inputs_from_records(_summary_rows(25.0), config=_zero3()), 4, 32), NET)
     assert r3.status is Status.WARN
     assert json.loads(r3.fix or "") == {
@@ -166,6 +171,27 @@ def test_slow_network_gets_compression_that_fits_the_stage() -> None:
             "zero_hpz_partition_size": 8,
         }
     }
+
+
+def test_no_one_bit_advice_where_deepspeed_dropped_them() -> None:
+    """0.19.7 removed OneBitAdam, ZeroOneAdam and OneBitLamb: ZeRO++ is what is left."""
+    for version in ((0, 19, 8), None):
+        cfg = ConfigView({"zero_optimization": {"stage": 0}}, version=version)
+        r = check(_with_nodes(inputs_from_records(_summary_rows(12.0), config=cfg), 4, 32), NET)
+        assert r.status is Status.WARN
+        assert "Adam" not in r.summary and "Adam" not in (r.fix or "")
+        assert json.loads(r.fix or "") == {
+            "zero_optimization": {
+                "stage": 3,
+                "zero_quantized_weights": True,
+                "zero_quantized_gradients": True,
+                "zero_hpz_partition_size": 8,
+            }
+        }
+    old = ConfigView({"zero_optimization": {"stage": 1}}, version=(0, 3, 16))
+    r = check(_with_nodes(inputs_from_records(_summary_rows(12.0), config=old), 2), NET)
+    assert r.status is Status.WARN and r.fix is None  # ZeRO on, and no ZeRO++ yet (0.10.0)
+    assert r.summary.endswith("(OneBitAdam without ZeRO, their convergence verified with fp16)")
 
 
 def test_one_bit_adam_on_a_fast_network_is_a_cost() -> None:

@@ -376,17 +376,17 @@ def test_dicts_without_times_do_not_say_a_run_stalled() -> None:
 # accelerator reports longer than the whole run. flops.mfu does not apply where a profile exists
 # (CPU run: not listed) and is unknown without one.
 _O, _S, _M, _PH = "comm.overlap", "run.stalled", "flops.mfu", "comm.phase_share"
-_FP, _OV = "observe.flops_profiler", "zero.overlap_comm"
+_OV = "zero.overlap_comm"
 F = Status.FAIL
 RUN_VERDICTS: dict[str, dict[str, Status]] = {
-    "fp16_zero2": {_OV: W, _FP: W, _PH: W, _O: U, "loss_scale.skipped": F, _M: U},
-    "fp16_zero0": {"fp16.loss_scaler": W, _FP: W, _O: U, "loss_scale.skipped": W, _M: U},
-    "z3_overlap_false": {_OV: W, _FP: W, _O: U, _M: U},
-    "z3_overlap_true": {_FP: W, _PH: W, _O: U, _M: U},
-    "crash_step17": {_OV: W, _FP: W, _PH: W, _O: U, "run.errors": F, _M: U},
+    "fp16_zero2": {_OV: W, _PH: W, _O: U, "loss_scale.skipped": F, _M: U},
+    "fp16_zero0": {"fp16.loss_scaler": W, _O: U, "loss_scale.skipped": W, _M: U},
+    "z3_overlap_false": {_OV: W, _O: U, _M: U},
+    "z3_overlap_true": {_PH: W, _O: U, _M: U},
+    "crash_step17": {_OV: W, _PH: W, _O: U, "run.errors": F, _M: U},
     "grad_accum": {_OV: W, "comm.share": W, _PH: W, _O: U},
     "z0": {_PH: W, _O: U, "steps.spikes": W},
-    "sigkill_all": {_OV: W, _FP: W, _PH: W, _O: U, "run.errors": W, _M: U, _S: U},
+    "sigkill_all": {_OV: W, _PH: W, _O: U, "run.errors": W, _M: U, _S: U},
 }
 
 
