@@ -67,7 +67,8 @@ def collector_options(p: argparse.ArgumentParser, log_flag: bool | None = True) 
         default=[],
         metavar="F",
         help="the run's DeepSpeed config file, for the health checklist (repeatable; default "
-        "for watch: ds_config.json beside the log, when there is one)",
+        "for watch: the file the log's launch command names, else a JSON file beside the log "
+        "that reads as a DeepSpeed config; watch says which)",
     )
     p.add_argument(
         "--probe-dir",

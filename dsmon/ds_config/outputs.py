@@ -1,8 +1,8 @@
 """Where a DeepSpeed config makes the run write files besides its log: csv_monitor's series.
 
-DeepSpeed prints no loss; with ``csv_monitor`` enabled its engine writes the loss, learning
-rate and loss scale (and the timers, with ``wall_clock_breakdown``) every step to one CSV file
-per series, in ``<output_path>/<job_name>/`` (defaults ``""`` and ``DeepSpeedJobName``),
+With ``csv_monitor`` enabled DeepSpeed's engine writes the learning rate, the loss scale (fp16)
+and, with ``wall_clock_breakdown``, its timers every step (the loss too before 0.18.3, and the
+pipeline engine's still) to one CSV file per series, in ``<output_path>/<job_name>/`` (defaults ``""`` and ``DeepSpeedJobName``),
 relative to the job's working folder. ``dsmon run`` and ``dsmon watch`` follow those files
 as they grow. The TensorBoard and Weights & Biases monitors write formats dsmon does not
 read.
