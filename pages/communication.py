@@ -227,7 +227,8 @@ def probe_section() -> None:
     st.caption(
         "Bus bandwidth as nccl-tests defines it: message bytes (an all-gather's whole output) "
         "over the wire time, times 2(n-1)/n for an all-reduce and (n-1)/n for an all-gather "
-        "or reduce-scatter. Wire time is the least time any rank spent in the calls (the last "
+        "or reduce-scatter; messages under 1 KiB measure latency, not bandwidth, and are in the "
+        "table only. Wire time is the least time any rank spent in the calls (the last "
         "rank to arrive waits for no one); the skew is how long the first rank waited for the "
         "last, per call. DeepSpeed's comms logger prints the same bus bandwidth; its algbw of "
         "an all-reduce is twice nccl-tests'."

@@ -7,6 +7,10 @@ import plotly.graph_objects as go
 
 from dsmon.figures.common import empty, layout, scatter
 
+#: Messages smaller than this measure a collective's latency, not a link's bandwidth: a
+#: gradient norm's 4-byte all-reduce would draw at a millionth of the link.
+MIN_BANDWIDTH_BYTES = 1024
+
 
 def bandwidth_over_time(
     bw: pd.DataFrame,
@@ -16,12 +20,14 @@ def bandwidth_over_time(
 ) -> go.Figure:
     """One line per op and size bucket: its bus bandwidth per bucket of steps.
 
-    The link's expected figure is a dashed line. ``bw``: :func:`dsmon.analysis.collectives.bandwidth` of the bucketed collectives; a
+    The link's expected figure is a dashed line; size buckets under
+    :data:`MIN_BANDWIDTH_BYTES` are left out. ``bw``: :func:`dsmon.analysis.collectives.bandwidth` of the bucketed collectives; a
     bucket without bandwidth (a barrier, no bytes) draws nothing.
     """
     shown = bw.dropna(subset=["busbw_gbps"]) if not bw.empty else bw
+    shown = shown[shown["bucket_bytes"] >= MIN_BANDWIDTH_BYTES] if not shown.empty else shown
     if shown.empty:
-        return empty("No timed collective with a message size yet.", title)
+        return empty("No timed collective of 1 KiB or more yet.", title)
     fig = go.Figure()
     for (op, size), part in shown.groupby(["op", "size"], sort=True):
         label = f"{op} {size}"
