@@ -50,6 +50,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from collectors.probe import patch  # noqa: E402 - the repository root is put on sys.path first
+from collectors.probe.clocks import MonotonicClock  # noqa: E402
+from collectors.probe.recorder import Recorder  # noqa: E402
 
 GOAL = 0.01
 #: ZeRO-1's collectives at a step's boundary in the small model of tests/e2e/train_tiny.py:
@@ -204,21 +206,41 @@ def alternate(rounds: int, measure: Callable[[bool], float]) -> tuple[list[float
 
 
 def hot_path_us(steps: int, gas: int, rounds: int, t: dict[str, Any]) -> tuple[float, float, float]:
-    """(plain, probed, their difference): medians over the rounds, us per optimizer step."""
+    """(plain, probed, their difference): medians over the rounds, us per optimizer step.
+
+    The recorder's writer thread is held off while the rounds run (its interval is an hour):
+    at tens of thousands of steps a second, far from any real run, turning their lines into
+    JSON would take the GIL from the loop being timed. Its cost per step is measured apart,
+    at the step time asked for (:func:`writer_cpu_s`).
+    """
+    new_recorder()
+    folder = os.environ[patch.DIR_ENV]
+    held = Recorder(os.path.join(folder, "rank-0.jsonl"), 0, MonotonicClock(), interval_s=3600)
+    held.start()
+    patch._Probe.recorder = held
 
     def measure(with_probe: bool) -> float:
         engine = probed(gas, t) if with_probe else plain(gas, t)
         return run_steps(engine, steps) / steps * 1e6
 
-    base, probe = alternate(rounds, measure)
+    try:
+        base, probe = alternate(rounds, measure)
+    finally:
+        new_recorder()
     diffs = [p - b for b, p in zip(base, probe, strict=True)]
     return statistics.median(base), statistics.median(probe), statistics.median(diffs)
 
 
 def new_recorder() -> None:
-    """Close the process's recorder, so the next engine call opens a fresh one."""
-    if patch._Probe.recorder is not None:
-        patch._Probe.recorder.close()
+    """Close the process's recorder, so the next engine call opens a fresh one.
+
+    Its writer thread is let finish what it is writing first: a backlog written past the
+    close's wait would leave two writer threads running.
+    """
+    rec = patch._Probe.recorder
+    if rec is not None:
+        rec.close()
+        rec._thread.join()
     patch._Probe.recorder = None
 
 
