@@ -13,8 +13,9 @@ the probe, in alternating rounds (plain, probed, plain, ...), reported as median
   norm (``item()``), each collective's message size (``numel()``, ``element_size()``) and
   group. The loss and the collectives' tensors are stand-ins with those methods, or with
   ``--torch`` real CPU tensors (run with a Python that has torch: DeepSpeed's virtualenv).
-  Per round: the time per optimizer step; the cost is the median of the per-round
-  differences.
+  Per round: the training thread's CPU time per optimizer step (on a machine shared with
+  other work, wall time also holds the waits for a free core); the cost is the median of
+  the per-round differences.
 - **writer thread**: the ``dsmon-probe`` thread turns the step lines (with their collectives)
   and heartbeats into JSON and writes them once a second. The engine runs for ``--seconds``
   with each step lasting ``--step-ms`` (a sleep, which releases the GIL as torch's kernels and
@@ -168,15 +169,15 @@ def fresh_classes() -> tuple[type[Engine], Any]:
     return type("DeepSpeedEngine", (Engine,), {}), comm
 
 
-def run_steps(engine: Engine, steps: int) -> float:
-    """Seconds for ``steps`` optimizer steps."""
+def run_steps(engine: Engine, steps: int, clock: Callable[[], float] = time.perf_counter) -> float:
+    """Seconds for ``steps`` optimizer steps on ``clock`` (wall time by default)."""
     loss = engine.t["loss"]
-    t0 = time.perf_counter()
+    t0 = clock()
     for _ in range(steps * engine.gas):
         engine.forward(1.0)
         engine.backward(loss)
         engine.step()
-    return time.perf_counter() - t0
+    return clock() - t0
 
 
 def probed(gas: int, t: dict[str, Any], step_s: float = 0.0) -> Engine:
@@ -208,6 +209,9 @@ def alternate(rounds: int, measure: Callable[[bool], float]) -> tuple[list[float
 def hot_path_us(steps: int, gas: int, rounds: int, t: dict[str, Any]) -> tuple[float, float, float]:
     """(plain, probed, their difference): medians over the rounds, us per optimizer step.
 
+    Times are the training thread's CPU time: on a machine shared with other work, wall time
+    also holds the waits for a free core, which the probe does not cause.
+
     The recorder's writer thread is held off while the rounds run (its interval is an hour):
     at tens of thousands of steps a second, far from any real run, turning their lines into
     JSON would take the GIL from the loop being timed. Its cost per step is measured apart,
@@ -221,7 +225,7 @@ def hot_path_us(steps: int, gas: int, rounds: int, t: dict[str, Any]) -> tuple[f
 
     def measure(with_probe: bool) -> float:
         engine = probed(gas, t) if with_probe else plain(gas, t)
-        return run_steps(engine, steps) / steps * 1e6
+        return run_steps(engine, steps, time.thread_time) / steps * 1e6
 
     try:
         base, probe = alternate(rounds, measure)
@@ -293,7 +297,7 @@ def main() -> None:
         hot = max(hot, 0.0)
         print(
             f"probe hot path: {args.steps} optimizer steps of {args.gas} micro-batch(es), 3 "
-            f"collectives each, {kind}, median of {args.rounds} alternating rounds: plain "
+            f"collectives each, {kind}, thread CPU time, median of {args.rounds} alternating rounds: plain "
             f"{base:.2f} us/step, probed {with_probe:.2f} us/step -> {hot:.2f} us per "
             "optimizer step"
         )

@@ -86,6 +86,9 @@ class _Probe:
     groups = GroupSizes()
     #: The backend's own times of the ``deepspeed.comm`` call in progress (:func:`wrap_backend`).
     inner: list[Any] | None = None
+    #: ``deepspeed.comm``'s comms logger: only while it is on does a call do more than the
+    #: backend's (so only then is the backend's time taken apart).
+    comms_logger: Any = None
 
 
 def _warn(what: str, exc: BaseException) -> None:
@@ -184,7 +187,7 @@ def wrap_engine_method(fn: Callable[..., Any], phase: str) -> Callable[..., Any]
 
     @functools.wraps(fn)
     def wrapper(engine: Any, *args: Any, **kwargs: Any) -> Any:
-        rec = _recorder(engine)
+        rec = _Probe.recorder or _recorder(engine)
         if rec is None or _Probe.depth:
             return fn(engine, *args, **kwargs)
         before = getattr(engine, "global_steps", None)
@@ -233,7 +236,8 @@ def wrap_collective(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
             nbytes, bucket, group = None, None, None
         clock = rec.clock
         token = clock.start() if waits and clock.cuda is not None else None
-        _Probe.inner = []
+        logger = _Probe.comms_logger
+        _Probe.inner = [] if logger is not None and logger.enabled else None
         t0 = time.perf_counter_ns()
         try:
             return fn(*args, **kwargs)
@@ -259,7 +263,8 @@ def wrap_backend(fn: Callable[..., Any]) -> Callable[..., Any]:
     sizes; with the comms logger on, each call there also inspects its arguments,
     synchronises and prints its line. The backend's method is the torch.distributed call
     alone: its time, when the backend is DeepSpeed's torch one, is the time a
-    ``deepspeed.comm`` call's measurement keeps.
+    ``deepspeed.comm`` call's measurement keeps while the comms logger is on (off, the two
+    differ by a function call, and the backend is not timed apart).
     """
 
     @functools.wraps(fn)
@@ -301,6 +306,7 @@ def patch_engine(module: ModuleType) -> None:
         comm = sys.modules.get(name)
         if comm is not None:
             patch_collectives(comm)
+            _Probe.comms_logger = getattr(comm, "comms_logger", _Probe.comms_logger)
     backend = getattr(sys.modules.get(BACKEND_MODULE), "TorchBackend", None)
     if isinstance(backend, type):
         patch_backend(backend)

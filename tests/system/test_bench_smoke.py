@@ -92,7 +92,8 @@ def test_probe_overhead_prints_the_cost_per_step() -> None:
     assert_lines(
         out,
         rf"^probe hot path: 200 optimizer steps of 1 micro-batch\(es\), 3 collectives each, "
-        rf"stand-in tensors, median of 2 alternating rounds: plain {NUMBER} us/step, probed "
+        rf"stand-in tensors, thread CPU time, median of 2 alternating rounds: plain {NUMBER} "
+        rf"us/step, probed "
         rf"{NUMBER} us/step -> {NUMBER} us per optimizer step$",
         rf"^probe writer thread: {NUMBER} CPU-s in 1.5 s for \d+ steps of 50 ms = ",
         rf"^side by side: 5 steps of 50 ms, median of 2 alternating rounds: plain {NUMBER} "

@@ -201,8 +201,12 @@ def test_a_step_line_waits_for_its_loss_on_the_device(tmp_path: Path) -> None:
     rec.close()
 
 
-def test_a_call_is_timed_at_the_backend_without_what_deepspeed_comm_adds(probe_dir: Path) -> None:
+def test_a_call_is_timed_at_the_backend_without_what_deepspeed_comm_adds(
+    probe_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With the comms logger on, ``deepspeed.comm`` synchronises and prints around each call."""
+    logger = type("CommsLogger", (), {"enabled": True})()
+    monkeypatch.setattr(patch._Probe, "comms_logger", logger)
 
     class Backend:
         def all_reduce(self, tensor: Any, op: Any = None, group: Any = None) -> Any:
@@ -225,8 +229,12 @@ def test_a_call_is_timed_at_the_backend_without_what_deepspeed_comm_adds(probe_d
     comm.all_reduce(Tensor(256))
     backend.all_reduce(Tensor(256))  # called outside deepspeed.comm: not a measured call
     rec.boundary(1)
+    logger.enabled = False  # off: deepspeed.comm adds nothing, its call's time is kept
+    comm.all_reduce(Tensor(256))
+    rec.boundary(2)
     rec.close()
-    (step,) = [r for r in lines(probe_dir / "rank-1.jsonl") if r["kind"] == "rank_step"]
-    (call,) = step["collectives"]
+    first, second = [r for r in lines(probe_dir / "rank-1.jsonl") if r["kind"] == "rank_step"]
+    (call,) = first["collectives"]
     assert call["calls"] == 1 and 5 <= call["time_ms"] < 50  # the backend's time only
-    assert step["comm_ms"] >= 55  # the host time blocked in deepspeed.comm holds it all
+    assert first["comm_ms"] >= 55  # the host time blocked in deepspeed.comm holds it all
+    assert second["collectives"][0]["time_ms"] >= 55
