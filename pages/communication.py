@@ -64,6 +64,33 @@ def caveats() -> None:
         st.info(ZERO3)
 
 
+WAITING = (
+    "Rank 0's timers time a collective from its call to its end: when another rank arrives "
+    "late, rank 0 waits for it inside the collective, and the share above holds that wait. "
+    "{how}"
+)
+SPLIT_HOW = (
+    "dsmon run's probe on every rank tells the two apart: the wire time is the slowest rank's "
+    "time in collectives (it waits for no one), the waiting is what the rank that waited most "
+    "spent beyond it; medians over the steps after warm-up, as the checklist judges them."
+)
+NO_SPLIT_HOW = (
+    "Start the job with `dsmon run` to tell the wire time from the waiting (on a GPU, NCCL "
+    "waits on the device, where the probe cannot see it)."
+)
+
+
+def split_section() -> bool:
+    """Wire time apart from waiting for the slowest rank, where the probe tells them; shown?"""
+    split = rank_views.stragglers(view.frames, view.cutoff).split()
+    if split is None:
+        return False
+    cols = st.columns(2)
+    cols[0].metric("Wire time, p50 share of step", fmt_pct(split.wire_share))
+    cols[1].metric("Waiting for the slowest rank, p50 share of step", fmt_pct(split.wait_share))
+    return True
+
+
 def timers_section(bd: pd.DataFrame) -> None:
     """Exposed communication from the engine timers."""
     f, cut = view.frames, view.cutoff
@@ -76,10 +103,11 @@ def timers_section(bd: pd.DataFrame) -> None:
     cols[2].metric("Steps timed", f"{steps.timed_steps(bd)}")
     lines = step_stats.phase_lines(bd, lambda name: step_views.stat(f, cut, name))
     st.markdown("\n".join(f"- {line}" for line in lines))
+    split = split_section()
     st.caption(
         "Exposed comm = bwd_allreduce (+ ZeRO-1/2 optimizer_allgather), as a share of "
         "fwd + bwd + step; per step the slowest rank, then the median over the steps after "
-        "warm-up."
+        "warm-up. " + WAITING.format(how=SPLIT_HOW if split else NO_SPLIT_HOW)
     )
     chart(
         fig.share_figure(downsample(share, "step", ["exposed_comm_ms", "comm_share"], by="rank")),
@@ -87,7 +115,7 @@ def timers_section(bd: pd.DataFrame) -> None:
     )
     ratios = comm.timer_ratios(bd)
     chart(
-        fig.ratio_figure(downsample(ratios, "step", ["allreduce_pct_of_bwd_inner"], by="rank")),
+        fig.ratio_figure(downsample(ratios, "step", ["allreduce_of_bwd"], by="rank")),
         "communication.ratio_figure",
     )
 
@@ -246,6 +274,8 @@ def body() -> None:
         st.info(
             'No engine timer lines: turn on "wall_clock_breakdown": true to see the comm share.'
         )
+        if split_section():
+            st.caption(SPLIT_HOW)
     else:
         timers_section(bd)
     coordinator_section(bd)

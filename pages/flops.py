@@ -85,6 +85,9 @@ def mfu_section(profile: FlopsProfileRecord, per_step: pd.DataFrame) -> None:
     if achieved is None and profile.flops_per_s_per_gpu is not None:
         achieved = profile.flops_per_s_per_gpu / flops.TERA
     st.dataframe(flops.mfu_rows(achieved, peak, dtype), hide_index=True, width="stretch")
+    missing = flops.mfu_missing(achieved, peak, dtype)
+    if missing:
+        st.caption(missing)
     if profile.flops_per_s_per_gpu is not None:
         st.caption(
             f"At the profiled step the profiler itself reports {profile.flops_per_s_per_gpu / flops.TERA:.4g} "
@@ -122,10 +125,15 @@ def modules_section(profile: FlopsProfileRecord) -> None:
     agg = flops.aggregated(profile)
     right.dataframe(agg[agg["metric"] == metric], hide_index=True, width="stretch")
     tree = flops.module_tree(profile)
+    if not fig.tree_has_data(tree, metric):
+        st.caption(
+            'No module tree: the flops profiler prints one with "detailed": true (per-module '
+            "params, MACs and latency)."
+        )
+        return
     chart(fig.tree_figure(tree, metric), "flops.tree_figure")
-    if not tree.empty:
-        with st.expander("Module tree as a table"):
-            st.dataframe(tree, hide_index=True, width="stretch")
+    with st.expander("Module tree as a table"):
+        st.dataframe(tree, hide_index=True, width="stretch")
 
 
 def body() -> None:

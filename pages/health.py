@@ -42,20 +42,53 @@ def link(result: CheckResult) -> None:
         st.caption(f"Chart: the {result.page} page")
 
 
-def item(result: CheckResult) -> None:
-    """One rule: badge and title as the expander label; summary, evidence, fix inside."""
+#: The headline's box per status: what is wrong shows in the colour of its verdict.
+HEADLINE_BOX = {Status.FAIL: st.error, Status.WARN: st.warning, Status.PASS: st.success}
+
+
+def headline(p: Panel) -> None:
+    """What is wrong with this run: the worst finding no other explains, with its evidence."""
+    head = p.laid.headline()
+    rule = f" `{head.rule_id}`" if head.rule_id else ""
+    lines = [f"**What is wrong with this run:** {badge(head.status)}{rule} {md_escape(head.text)}"]
+    lines += [f"- {md_escape(text)}" for text in head.evidence_lines()]
+    if head.symptoms:
+        lines.append(
+            "\n**It also explains:** "
+            + "; ".join(f"`{s.rule_id}` ({md_escape(s.summary)})" for s in head.symptoms)
+        )
+    HEADLINE_BOX.get(head.status, st.info)("\n".join(lines))
+
+
+def details(result: CheckResult) -> None:
+    """Summary, what the rule checks, evidence, fix and chart link of one result."""
+    st.markdown(md_escape(result.summary))
+    st.caption(result.checks)
+    if result.evidence:
+        st.markdown("\n".join(f"- {md_escape(e.text())}" for e in result.evidence))
+    if result.fix and result.status is not Status.PASS:
+        st.code(result.fix, language=result.fix_lang if result.fix_lang != "text" else None)
+    if result.status is not Status.PASS:
+        link(result)
+
+
+def item(result: CheckResult, symptoms: tuple[CheckResult, ...] = ()) -> None:
+    """One rule: badge and title as the expander label; inside, its details and symptoms.
+
+    The problems that follow from this one are shown inside it, under its own details: a
+    straggler's inflated communication share is not a second problem beside it.
+    """
     opened = result.status in (Status.FAIL, Status.WARN)
     with st.expander(
         f"{badge(result.status)} **{result.title}** `{result.rule_id}`", expanded=opened
     ):
-        st.markdown(md_escape(result.summary))
-        st.caption(result.checks)
-        if result.evidence:
-            st.markdown("\n".join(f"- {md_escape(e.text())}" for e in result.evidence))
-        if result.fix and result.status is not Status.PASS:
-            st.code(result.fix, language=result.fix_lang if result.fix_lang != "text" else None)
-        if result.status is not Status.PASS:
-            link(result)
+        details(result)
+        for symptom in symptoms:
+            st.markdown(
+                f"**Follows from it:** {badge(symptom.status)} **{symptom.title}** "
+                f"`{symptom.rule_id}`"
+            )
+            details(symptom)
 
 
 def collapsed(status: Status, heading: str, results: list[CheckResult]) -> None:
@@ -70,14 +103,15 @@ def render() -> None:
     """The whole checklist for the selected run: problems first, then what passes."""
     p = panel(view.frames, view.run, view.cutoff, datetime.now() if view.live else None)
     st.caption(md_escape(f"Run {view.run}: {p.subject}"))
+    headline(p)
     counts(p)
     for category, heading in SECTIONS:
-        section = by_category(p.checklist, category)
+        section = by_category(p.laid, category)
         if not any(section):
             continue
         st.subheader(heading)
         for result in section.problems:
-            item(result)
+            item(result, p.laid.symptoms_of(result))
         if section.passing:
             collapsed(Status.PASS, "rules pass", section.passing)
         if section.not_applicable:

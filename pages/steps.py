@@ -57,10 +57,13 @@ def headline(bd: pd.DataFrame, stats: pd.DataFrame) -> None:
     )
     for col, label, (row, stat) in zip(cols, labels, keys, strict=True):
         col.metric(label, fmt_ms(stats.loc[row, stat]) if row in stats.index else "—")
+    steady = int(stats["n"].get("total_ms", 0))
     st.caption(
         f"{steps.timed_steps(bd)} timed steps · ranks {', '.join(map(str, steps.ranks_of(bd)))} · "
-        "engine timers (wall_clock_breakdown); each global value sums the gradient-accumulation window. "
-        "total = fwd + bwd + step (bwd already holds bwd_inner and bwd_allreduce)."
+        f"p50 / p90 over the {steady} steps after warm-up, the slowest rank per step, as every "
+        "page quotes them · engine timers (wall_clock_breakdown); each global value sums the "
+        "gradient-accumulation window. total = fwd + bwd + step (bwd already holds bwd_inner "
+        "and bwd_allreduce)."
     )
 
 
@@ -99,6 +102,12 @@ def main_chart(data: dict[str, pd.DataFrame], rank: int) -> None:
         ),
         "steps.steps_figure",
     )
+    if data["tp"].empty and tflops.empty:
+        st.caption(
+            "No samples/s or TFLOPS in this run: DeepSpeed prints its throughput line every "
+            'steps_per_print steps at "log_level": "info", and the flops profiler gives TFLOPS.'
+        )
+        return
     st.caption(
         "samples/s: DeepSpeed's ThroughputTimer (global batch, printed every steps_per_print). "
         "TFLOPS: the flops profiler's FLOPs per micro-batch (backward estimated as 2 x forward) "
@@ -181,15 +190,20 @@ def every_rank() -> None:
         return
     strag = f.memo("steps.stragglers", ["rank_step"], cut, lambda: ranks.stragglers(per_step))
     summary = rank_views.stragglers(f, cut)  # over the steady steps, kept live
-    counts = summary.slowest_counts()
     busy = rank_views.busy(f, cut)
     left, mid, right = st.columns(3)
     left.metric("ranks", str(busy["rank"].nunique()))
     mid.metric("straggler score p50", f"{summary.score.median():.2f}" if summary.steps else "—")
-    if not counts.empty:
-        top = counts.iloc[0]
-        right.metric(
-            "slowest rank (share of steps)", f"rank {int(top['rank'])} · {top['share']:.0%}"
+    named = summary.named()  # a rank is named only when it is the slowest in most steps
+    if named is not None:
+        right.metric("slowest rank (share of steps)", f"rank {named[0]} · {named[1]:.0%}")
+    elif summary.steps:
+        right.metric("slowest rank", "none: they take turns")
+    split = summary.split()
+    if split is not None:
+        st.caption(
+            f"Time in collectives: {split.text()} (medians over steps; the Communication "
+            "page splits it)."
         )
     phases = rank_views.phases(f, cut)
     if not phases.empty and (phases["input_ms"] > 0).any():

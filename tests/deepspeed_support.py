@@ -21,6 +21,19 @@ import pytest
 DEADLINE_S = 240.0
 
 
+#: Where DeepSpeed keeps the CPU comm op it builds at a job's start (minutes on two cores): one
+#: build for every job of the suite, whatever HOME a test gives the job.
+TORCH_EXTENSIONS = Path.home() / ".cache" / "torch_extensions"
+
+
+def job_env(ds_bin: Path, home: Path) -> dict[str, str]:
+    """The environment of a training job: no DSMON_ variables, its own HOME, one ops build."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DSMON_")}
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(TORCH_EXTENSIONS))
+    env.update(HOME=str(home), PATH=f"{ds_bin}{os.pathsep}{env.get('PATH', '')}")
+    return env
+
+
 def deepspeed_bin() -> Path:
     found = os.environ.get("DSMON_DEEPSPEED_BIN")
     launcher = Path(found) / "deepspeed" if found else shutil.which("deepspeed")

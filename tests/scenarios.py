@@ -77,9 +77,10 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("healthy", "nothing wrong", BASE, ("--steps", "40", "--sleep", "0.05")),
         Scenario(
             "slow_rank",
-            "rank 1 sleeps 60 ms in every forward; rank 0 waits for it in the all-reduce",
-            BASE,
-            ("--steps", "40", "--slow-rank", "1", "--slow-s", "0.06"),
+            "rank 1 sleeps 200 ms in every forward; rank 0 waits for it in the all-reduce "
+            "(engine timers on: rank 0's bwd_allreduce holds the wait)",
+            _with(wall_clock_breakdown=True),
+            ("--steps", "40", "--slow-rank", "1", "--slow-s", "0.2"),
         ),
         Scenario(
             "slow_data",
@@ -255,6 +256,7 @@ def record(name: str, dest: Path, limit_s: float = 900.0) -> int:
         store,
         store.with_name(store.name + "-wal"),
         store.with_name(store.name + "-shm"),
+        dest.parent / f"{dest.name}.run.out",  # the job's output, which train.log holds too
     ):
         extra.unlink(missing_ok=True)
     versions = subprocess.run(

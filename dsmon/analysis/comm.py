@@ -12,7 +12,7 @@ network does and an upper bound on what it costs. The comms logger (``comm_op`` 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -173,10 +173,14 @@ def steady_share_stats(shares: pd.DataFrame) -> ShareStats | None:
     return share_stats(steady(shares), "comm_share")
 
 
-#: The timers read as a share of their phase: (timer, its column, timer_ratios column, phase).
+#: The timers read as a share of what holds them: (timer, its column, :func:`timer_ratios`
+#: column, the timer that holds it, its column). ``bwd`` holds ``bwd_allreduce`` (bwd =
+#: bwd_inner + bwd_allreduce); ZeRO-1/2's ``optimizer_allgather`` runs after the optimizer
+#: step, inside ``step``, so it is read against the whole step (fwd + bwd + step), never
+#: against ``fwd``, which it has nothing to do with. Every page, rule and summary quotes these.
 PHASE_SHARES = (
-    ("optimizer_allgather", "optimizer_allgather_ms", "allgather_pct_of_fwd", "fwd"),
-    ("bwd_allreduce", "bwd_allreduce_ms", "allreduce_pct_of_bwd_inner", "bwd_inner"),
+    ("bwd_allreduce", "bwd_allreduce_ms", "allreduce_of_bwd", "bwd", "bwd_ms"),
+    ("optimizer_allgather", "optimizer_allgather_ms", "allgather_of_step", "the step", "total_ms"),
 )
 
 
@@ -341,41 +345,25 @@ def run_ms(breakdown: pd.DataFrame, stamped: Sequence[pd.DataFrame]) -> float | 
 
 
 def timer_ratios(breakdown: pd.DataFrame) -> pd.DataFrame:
-    """Per step: ``bwd_allreduce`` as % of ``bwd_inner``, ``optimizer_allgather`` as % of ``fwd``.
+    """Per row: each :data:`PHASE_SHARES` timer as a fraction of the timer that holds it.
 
-    A breakdown is commonly read as "allgather = 60 ms (24 % of fwd)"; these are those
-    percentages for every step (NaN where a timer is missing or its base is 0).
+    ``allreduce_of_bwd`` = bwd_allreduce / bwd, ``allgather_of_step`` = optimizer_allgather /
+    (fwd + bwd + step); NaN where a timer is missing or its base is not positive.
     """
-    cols = ["step", "rank", "allreduce_pct_of_bwd_inner", "allgather_pct_of_fwd"]
+    cols = ["step", "rank", *(ratio for _, _, ratio, _, _ in PHASE_SHARES)]
     if breakdown.empty:
         return pd.DataFrame(columns=cols)
-
-    return pd.DataFrame(
-        {
-            "step": breakdown["step"].array,
-            "rank": breakdown["rank"].array,
-            "allreduce_pct_of_bwd_inner": _pct(breakdown, "bwd_allreduce_ms", "bwd_inner_ms"),
-            "allgather_pct_of_fwd": _pct(breakdown, "optimizer_allgather_ms", "fwd_ms"),
-        },
-        copy=False,
-    )
+    out: dict[str, Any] = {"step": breakdown["step"].array, "rank": breakdown["rank"].array}
+    for _, num, ratio, _, den in PHASE_SHARES:
+        out[ratio] = _share(breakdown, num, den)
+    return pd.DataFrame(out, copy=False)
 
 
-def ratio_per_row(breakdown: pd.DataFrame, num: str, den: str) -> pd.DataFrame:
-    """``step, ratio``: ``num / den`` per row of a breakdown (NaN where ``den`` is not positive).
-
-    Two columns, not the breakdown with one more: a copy of every column of a million steps
-    on each refresh was most of what the checklist's phase-share rule cost.
-    """
-    ratio = _divided(_floats(breakdown[num]), _floats(breakdown[den]))
-    return pd.DataFrame({"step": breakdown["step"].array, "ratio": ratio}, copy=False)
-
-
-def _pct(breakdown: pd.DataFrame, num: str, den: str) -> np.ndarray:
-    """``100 * num / den`` per row, NaN where either is missing or ``den`` is not positive."""
+def _share(breakdown: pd.DataFrame, num: str, den: str) -> np.ndarray:
+    """``num / den`` per row, NaN where either is missing or ``den`` is not positive."""
     if num not in breakdown.columns or den not in breakdown.columns:
         return np.full(len(breakdown), np.nan)
-    return _divided(100.0 * _floats(breakdown[num]), _floats(breakdown[den]))
+    return _divided(_floats(breakdown[num]), _floats(breakdown[den]))
 
 
 def step_overlap(breakdown: pd.DataFrame, comm_op_frame: pd.DataFrame) -> pd.DataFrame:

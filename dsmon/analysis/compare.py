@@ -3,8 +3,10 @@
 A change to the config (ZeRO stage, bucket sizes, precision) is judged by running again and
 comparing. The comparison reads every run exactly as its own pages do: the step time is the
 engine's ``fwd + bwd + step`` of the slowest rank (:func:`dsmon.analysis.comm.per_step`), the
-exposed communication share is :func:`dsmon.analysis.comm.comm_share`, throughput and loss
-come from :func:`dsmon.analysis.training.training_series`. The config of each run is its
+exposed communication share is :func:`dsmon.analysis.comm.comm_share` (rank 0's timers, any
+wait for a slower rank included) and, with ``dsmon run``'s probe, the wire time is
+:func:`dsmon.analysis.waiting.comm_split`'s, throughput and loss come from
+:func:`dsmon.analysis.training.training_series`. The config of each run is its
 preferred config (:func:`dsmon.ds_config.read.preferred_config`: the user's keys first),
 flattened to dotted keys so a table can list only the keys whose values differ.
 """
@@ -21,6 +23,7 @@ from dsmon.analysis.comm import comm_share, per_step
 from dsmon.analysis.ranks import STATS_KEY, step_wall_ms
 from dsmon.analysis.steps import step_breakdown
 from dsmon.analysis.training import training_series
+from dsmon.analysis.waiting import comm_split, held_in_collectives
 from dsmon.ds_config.read import section
 
 ZERO = "zero_optimization"
@@ -29,7 +32,8 @@ ZERO = "zero_optimization"
 METRICS = {
     "step time": "step time (ms)",
     "samples/s": "samples/s",
-    "exposed comm": "exposed comm (% of step)",
+    "exposed comm": "exposed comm, rank 0's timers (% of step)",
+    "wire time": "wire time, every rank (% of step)",
     "loss": "loss",
 }
 COLUMNS = ("run", "metric", "step", "value")
@@ -69,13 +73,17 @@ def run_series(
     """
     breakdown = step_breakdown(frames.get("timer", pd.DataFrame()))
     training = training_series(frames, train_batch_size)
+    stats = frames.get(STATS_KEY, pd.DataFrame())
     step_time = per_step(breakdown, "total_ms")
     if step_time.empty:
-        step_time = step_wall_ms(frames.get(STATS_KEY, pd.DataFrame()))
+        step_time = step_wall_ms(stats)
+    split = comm_split(stats)
+    wire = split.set_index("step")["wire_share"] * 100.0 if held_in_collectives(split) else None
     parts = [
         _rows(step_time, "step time"),
         _rows(_one_source(training, "samples/s"), "samples/s"),
         _rows(per_step(comm_share(breakdown), "comm_share") * 100.0, "exposed comm"),
+        _rows(wire if wire is not None else pd.Series(dtype="float64"), "wire time"),
         _rows(_one_source(training, "loss"), "loss"),
     ]
     parts = [p for p in parts if not p.empty]

@@ -177,24 +177,41 @@ def step_tflops(
 
 
 def mfu_rows(achieved_tflops: float | None, peak: GpuPeak | None, dtype: str) -> pd.DataFrame:
-    """One table row per figure: achieved, the dtype's dense peak, MFU, with the peak's source."""
+    """One table row per known figure: achieved, the dtype's dense peak, MFU, with sources.
+
+    A figure the run does not give is left out rather than shown as an empty cell:
+    :func:`mfu_missing` says in words what would fill it.
+    """
     peak_value = None if peak is None else peak.tflops.get(dtype)
     share = mfu(achieved_tflops, peak_value)
-    return pd.DataFrame(
-        [
-            {"quantity": "achieved TFLOPS per GPU", "value": achieved_tflops, "source": "this run"},
-            {
-                "quantity": f"dense {dtype} peak TFLOPS ({peak.model if peak else 'unknown GPU'})",
-                "value": peak_value,
-                "source": peak.source if peak else "",
-            },
-            {
-                "quantity": "MFU %",
-                "value": None if share is None else 100.0 * share,
-                "source": "achieved / peak",
-            },
-        ]
-    )
+    rows = [
+        {"quantity": "achieved TFLOPS per GPU", "value": achieved_tflops, "source": "this run"},
+        {
+            "quantity": f"dense {dtype} peak TFLOPS ({peak.model if peak else 'unknown GPU'})",
+            "value": peak_value,
+            "source": peak.source if peak else "",
+        },
+        {
+            "quantity": "MFU %",
+            "value": None if share is None else 100.0 * share,
+            "source": "achieved / peak",
+        },
+    ]
+    known = [r for r in rows if r["value"] is not None]
+    return pd.DataFrame(known, columns=["quantity", "value", "source"])
+
+
+def mfu_missing(achieved_tflops: float | None, peak: GpuPeak | None, dtype: str) -> str | None:
+    """What the MFU figure lacks, in one line (None when it is complete)."""
+    if achieved_tflops is None:
+        return (
+            "MFU needs the achieved TFLOPS: engine timers (wall_clock_breakdown) with the profile"
+        )
+    if peak is None:
+        return "MFU needs the GPU's peak: pick the GPU model above"
+    if peak.tflops.get(dtype) is None:
+        return f"MFU needs a dense {dtype} peak, which the table has not for {peak.model}"
+    return None
 
 
 def micro_batches_per_step(micro: pd.DataFrame) -> int:

@@ -92,7 +92,8 @@ def step_stats(frame: pd.DataFrame) -> pd.DataFrame:
     """Per step: ranks timed, the slowest rank and its busy time, medians, wall time.
 
     ``ranks`` counts the ranks with a busy time; ``slowest_rank`` is the lowest-numbered of
-    equals; ``wall_ms`` is the slowest rank's step time (the step's wall time, see
+    equals; ``fastest_ms`` is the least busy rank's busy time (the rank that waited most,
+    :mod:`dsmon.analysis.waiting`); ``wall_ms`` is the slowest rank's step time (the step's wall time, see
     :func:`step_wall_ms`); ``waited`` counts the ranks seen blocked in a collective;
     ``skipped_steps`` and ``loss_scale`` are the engine's (the same on every rank), ``loss``
     the lowest rank's, ``grad_norm`` the engine's; ``coll_wire_ms`` is the step's wire time in
@@ -117,6 +118,7 @@ def step_stats(frame: pd.DataFrame) -> pd.DataFrame:
             "slowest_rank": slowest,
             "slowest_ms": by["busy_ms"].max(),
             "median_ms": by["busy_ms"].median(),
+            "fastest_ms": by["busy_ms"].min(),
             "wall_ms": by["total_ms"].max(),
             "median_total_ms": by["total_ms"].median(),
             "waited": by["comm_ms"].count().astype("float64"),

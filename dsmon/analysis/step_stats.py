@@ -12,7 +12,6 @@ whole steps: the values of a run are then the values of its steps taken in any p
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -26,8 +25,13 @@ COMM_SHARE = "comm_share"
 #: Per breakdown row with a share: the exposed communication, and the step total (ms).
 EXPOSED_COMM_MS = "rows.exposed_comm_ms"
 STEP_TOTAL_MS = "rows.total_ms"
-#: Per step: ``bwd_allreduce`` as a fraction of ``bwd``.
-ALLREDUCE_OF_BWD = "bwd_allreduce_of_bwd"
+#: Per step: ``bwd_allreduce`` as a fraction of ``bwd``, and ZeRO-1/2's ``optimizer_allgather``
+#: as a fraction of the step (:data:`dsmon.analysis.comm.PHASE_SHARES`).
+ALLREDUCE_OF_BWD = "share.allreduce_of_bwd"
+ALLGATHER_OF_STEP = "share.allgather_of_step"
+#: The engine timers whose median per step (slowest rank, after warm-up) every page quotes as
+#: ``<timer> p50``: ``ms.<column>``.
+TIMER_COLUMNS = (*steps.PHASE_COLUMNS, "total_ms", *steps.OPTIMIZER_COLUMNS)
 
 ValuesFn = Callable[[pd.DataFrame], np.ndarray]
 
@@ -48,8 +52,8 @@ def _with_share(column: str) -> ValuesFn:
     return values
 
 
-def _ratio_pct(column: str) -> ValuesFn:
-    """A :func:`comm.timer_ratios` column (a percentage), per step."""
+def _ratio(column: str) -> ValuesFn:
+    """A :func:`comm.timer_ratios` column (a fraction), per step."""
     return lambda rows: _per_step(comm.timer_ratios(rows), column)
 
 
@@ -63,16 +67,9 @@ STEP_STATS: dict[str, ValuesFn] = {
     COMM_SHARE: lambda rows: _per_step(comm.comm_share(rows), "comm_share"),
     EXPOSED_COMM_MS: _with_share("exposed_comm_ms"),
     STEP_TOTAL_MS: _with_share("total_ms"),
-    ALLREDUCE_OF_BWD: lambda rows: _per_step(
-        comm.ratio_per_row(rows, "bwd_allreduce_ms", "bwd_ms"), "ratio"
-    ),
-    **{f"pct.{ratio}": _ratio_pct(ratio) for _, _, ratio, _ in comm.PHASE_SHARES},
-    **{f"ms.{col}": _timer_ms(col) for _, col, _, _ in comm.PHASE_SHARES},
+    **{f"share.{ratio}": _ratio(ratio) for _, _, ratio, _, _ in comm.PHASE_SHARES},
+    **{f"ms.{col}": _timer_ms(col) for col in TIMER_COLUMNS},
 }
-
-#: Figures over every breakdown row of one timer, warm-up included: ``all.fwd_ms`` (the
-#: Steps page's p50 / p90 / max table).
-ALL_ROWS = "all."
 
 #: How a caller that keeps the figures answers for one (None: compute it from the rows).
 StatSource = Callable[[str], Percentiles | None]
@@ -80,27 +77,13 @@ StatSource = Callable[[str], Percentiles | None]
 
 def values_fn(name: str) -> ValuesFn:
     """The function giving figure ``name``'s values (KeyError: no such figure)."""
-    if name.startswith(ALL_ROWS):
-        return functools.partial(_column, name[len(ALL_ROWS) :])
     return STEP_STATS[name]
 
 
-def after_warmup(name: str) -> bool:
-    """Whether figure ``name`` is taken over the steady steps only."""
-    return not name.startswith(ALL_ROWS)
-
-
-def _column(column: str, rows: pd.DataFrame) -> np.ndarray:
-    """One column of the rows as floats (none when the rows have no such column)."""
-    if column not in rows.columns:
-        return np.empty(0)
-    return rows[column].to_numpy(dtype=np.float64, na_value=np.nan)
-
-
 def ranked(rows: pd.DataFrame, name: str) -> Percentiles:
-    """The values of figure ``name`` over a breakdown's rows, to take medians of.
+    """The values of figure ``name`` over a breakdown's steady rows, to take medians of.
 
-    ``rows``: the steady rows (``dsmon.analysis.steps.steady``) when :func:`after_warmup`.
+    ``rows``: the steps after warm-up (``dsmon.analysis.steps.steady``).
     """
     if rows.empty:
         return Percentiles.of(np.empty(0))
@@ -110,11 +93,12 @@ def ranked(rows: pd.DataFrame, name: str) -> Percentiles:
 def timer_table(breakdown: pd.DataFrame, values: Callable[[str], Percentiles]) -> pd.DataFrame:
     """:func:`dsmon.analysis.steps.step_stats` (p50 / p90 / max per timer) from ``values``.
 
-    The same table, to the last digit, from figures ``all.<column>`` a live page keeps sorted.
+    The same table, to the last digit, from figures ``ms.<column>`` a live page keeps sorted:
+    over the steady steps, the slowest rank per step, as every other page quotes a timer.
     """
     rows = {}
     for col in [c for c in breakdown.columns if c.endswith("_ms")]:
-        got = values(ALL_ROWS + col)
+        got = values(f"ms.{col}") if col in TIMER_COLUMNS else Percentiles.of(np.empty(0))
         if got.n == 0:
             rows[col] = (0, float("nan"), float("nan"), float("nan"))
             continue
@@ -137,18 +121,18 @@ def share_stats(values: Percentiles, scale: float = 1.0) -> comm.ShareStats | No
 
 
 def phase_lines(breakdown: pd.DataFrame, values: Callable[[str], Percentiles]) -> list[str]:
-    """``optimizer_allgather = 11.76 ms (35 % of fwd)``: each timer's median, its phase share.
+    """``bwd_allreduce = 7.52 ms (52 % of bwd)``: each timer's median and its share.
 
-    Both are medians over the steady steps (``values`` gives each figure), the share as the
-    checklist reports it.
+    Both are medians over the steady steps (``values`` gives each figure), as the checklist
+    and the Steps page quote them; each share is named for what it divides.
     """
     lines = []
-    for label, col, ratio, phase in comm.PHASE_SHARES:
+    for label, col, ratio, phase, _ in comm.PHASE_SHARES:
         if col not in breakdown.columns or breakdown[col].isna().all():
             lines.append(f"{label}: not in this log")
             continue
         ms = values(f"ms.{col}").median()
-        share = share_stats(values(f"pct.{ratio}"), 100.0)
+        share = share_stats(values(f"share.{ratio}"))
         pct = f" ({100 * share.p50:.0f} % of {phase}, median over steps)" if share else ""
         lines.append(f"{label} = {ms:.2f} ms{pct}")
     return lines

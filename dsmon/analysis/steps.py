@@ -161,18 +161,23 @@ def micro_breakdown(timers: pd.DataFrame) -> pd.DataFrame:
 
 
 def step_stats(breakdown: pd.DataFrame) -> pd.DataFrame:
-    """p50/p90/max (and count) of every ``*_ms`` column of a breakdown.
+    """p50/p90/max (and count) of every ``*_ms`` column of a breakdown: the timers' figures.
 
-    Medians, not means: the first steps (allocation, JIT warm-up) are many times slower
-    than the rest and would drag a mean far from what the run normally does.
+    Over the steps after warm-up (:func:`steady`), one value per step, the slowest rank's
+    (the step waits for it): the same definition as every page, the checklist and the
+    import summary quote (``ms.<column>`` of :mod:`dsmon.analysis.step_stats`), so a timer's
+    median is one number everywhere. Medians, not means: a checkpoint step or an
+    evaluation would drag a mean far from what the run normally does.
 
     Returns:
         One row per timer column (index = column name), columns :data:`STAT_COLUMNS`.
     """
     cols = [c for c in breakdown.columns if c.endswith("_ms")]
+    rows_of = steady(breakdown)
     rows = {}
     for col in cols:
-        values = breakdown[col].dropna().to_numpy(dtype="float64")
+        known = rows_of[["step", col]].dropna()
+        values = known.groupby("step")[col].max().to_numpy(dtype="float64")
         if values.size == 0:
             rows[col] = (0, float("nan"), float("nan"), float("nan"))
         else:

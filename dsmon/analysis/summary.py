@@ -18,7 +18,9 @@ import pandas as pd
 
 from dsmon.analysis.comm import exposed_comm_share
 from dsmon.analysis.steps import slowest_steps, step_stats
+from dsmon.analysis.stragglers import straggler_summary
 from dsmon.analysis.summary_scan import median_of, step_breakdown_of
+from dsmon.analysis.waiting import CommSplit
 from dsmon.ds_config.read import preferred_config, section, section_enabled, zero_stage
 from dsmon.model.records import (
     ENDED_PHASES,
@@ -44,7 +46,13 @@ class RunSummary:
     p90_total_ms: float | None = None
     slowest: tuple[tuple[int, float], ...] = ()
     samples_per_s: float | None = None
+    #: rank 0's exposed communication share (engine timers): any wait for a slower rank in it
     comm_share: float | None = None
+    #: wire time and waiting for the slowest rank, from dsmon run's probe on every rank
+    comm_split: CommSplit | None = None
+    #: the rank slowest in most steps and that share, and the median straggler score
+    slowest_rank: tuple[int, float] | None = None
+    straggler_score: float | None = None
     flops_per_s_per_gpu: float | None = None
     config: Mapping[str, str] = field(default_factory=dict)
     ds_version: str | None = None
@@ -225,6 +233,21 @@ def _probe_ended(store: Store, run: str) -> tuple[int, tuple[str, ...]]:
     return (len(beats) if beats and ended else 0), failed
 
 
+def _ranks(store: Store, run: str) -> dict[str, Any]:
+    """The probe's view of every rank: the wire/waiting split and the slowest rank, if any.
+
+    From the store's per-step figures (``Store.ranks.step_stats``), as the checklist reads them.
+    """
+    summary = straggler_summary(store.ranks.step_stats(run))
+    if not summary.steps:
+        return {}
+    return {
+        "comm_split": summary.split(),
+        "slowest_rank": summary.named(),
+        "straggler_score": summary.score.median(),
+    }
+
+
 def run_summary(store: Store, run: str) -> RunSummary:
     """Compute the summary of one run from the store.
 
@@ -240,6 +263,7 @@ def run_summary(store: Store, run: str) -> RunSummary:
     share = exposed_comm_share(breakdown) if not breakdown.empty else None
     return RunSummary(
         info=info,
+        **(_ranks(store, run) if "rank_step" in info.kinds else {}),
         samples_per_s=median_of(store, run, "throughput", "samples_per_s"),
         comm_share=share.p50 if share is not None else None,
         flops_per_s_per_gpu=median_of(store, run, "flops_profile", "flops_per_s_per_gpu"),
@@ -292,7 +316,9 @@ def _step_lines(s: RunSummary) -> list[str]:
         phases = " | ".join(
             f"{name} {_ms(m.get(f'{name}_ms'))}" for name in ("fwd", "bwd", "step", "total")
         )
-        lines.append(f"Step time   median {phases} (p90 total {_ms(s.p90_total_ms)})")
+        lines.append(
+            f"Step time   median {phases} (p90 total {_ms(s.p90_total_ms)}, steps after warm-up)"
+        )
     if s.slowest:
         slow = ", ".join(f"step {step} {_ms(ms)}" for step, ms in s.slowest)
         lines.append(f"Slowest     {slow}")
@@ -327,6 +353,38 @@ def _deepspeed(s: RunSummary) -> str:
     return version if s.world_size is None else f"{version}, world size {s.world_size}"
 
 
+def _comm_lines(s: RunSummary) -> list[str]:
+    """Communication as the checklist judges it, and which rank the others wait for.
+
+    With the probe's split the wire time comes first and rank 0's timer figure, which holds
+    the wait, after it; without it the timer figure says that it may hold waiting.
+    """
+    lines = []
+    timers = (
+        f"exposed communication {s.comm_share:.1%} of step time on rank 0's timers"
+        if s.comm_share is not None
+        else None
+    )
+    if s.comm_split is not None:
+        also = f"; {timers}, waiting included" if timers else ""
+        lines.append(f"Comm        {s.comm_split.text()} (median over steps, every rank){also}")
+    elif timers is not None:
+        lines.append(
+            f"Comm        {timers} (median over steps, warm-up left out; any wait for a slower "
+            "rank included)"
+        )
+    if s.straggler_score is not None:
+        score = f"straggler score {s.straggler_score:.2f}, median"
+        if s.slowest_rank is not None:
+            rank, share = s.slowest_rank
+            lines.append(
+                f"Ranks       rank {rank} was the slowest in {share:.0%} of steps ({score})"
+            )
+        else:
+            lines.append(f"Ranks       no rank was the slowest in most steps ({score})")
+    return lines
+
+
 def render_summary(s: RunSummary) -> str:
     """The summary as plain text, one figure per line, fitting one terminal screen."""
     info = s.info
@@ -340,10 +398,7 @@ def render_summary(s: RunSummary) -> str:
         f"Records     {info.n_records} ({kinds})",
         *_step_lines(s),
     ]
-    if s.comm_share is not None:
-        lines.append(
-            f"Comm        exposed communication {s.comm_share:.1%} of step time (median over steps, warm-up left out)"
-        )
+    lines += _comm_lines(s)
     if s.samples_per_s is not None:
         lines.append(f"Throughput  {s.samples_per_s:.1f} samples/s (median)")
     if s.flops_per_s_per_gpu is not None:

@@ -6,6 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from dsmon.analysis import comm
 from dsmon.figures.common import COLORS, empty, layout, rank_label, scatter
 
 
@@ -123,18 +124,17 @@ def latency_figure(
 
 
 def ratio_figure(
-    ratios: pd.DataFrame, title: str = "Communication timers against the compute they sit in (%)"
+    ratios: pd.DataFrame, title: str = "Communication timers against the timer that holds them (%)"
 ) -> go.Figure:
-    """bwd_allreduce as % of bwd_inner and optimizer_allgather as % of fwd, per step."""
-    cols = [
-        c for c in ("allreduce_pct_of_bwd_inner", "allgather_pct_of_fwd") if c in ratios.columns
-    ]
+    """bwd_allreduce as % of bwd and optimizer_allgather as % of the step, per step.
+
+    The shares of :data:`dsmon.analysis.comm.PHASE_SHARES`, named for what they divide, as
+    the checklist and the phase lines above the chart quote them.
+    """
+    names = {ratio: f"{label} / {phase}" for label, _, ratio, phase, _ in comm.PHASE_SHARES}
+    cols = [c for c in names if c in ratios.columns and ratios[c].notna().any()]
     if ratios.empty or not cols:
         return empty("No engine timer lines.", title)
-    names = {
-        "allreduce_pct_of_bwd_inner": "bwd_allreduce / bwd_inner",
-        "allgather_pct_of_fwd": "optimizer_allgather / fwd",
-    }
     fig = go.Figure()
     for rank, by_rank in ratios.groupby("rank", sort=True, dropna=False):
         suffix = rank_label(rank, " (rank {})")
@@ -145,7 +145,7 @@ def ratio_figure(
                     scatter(
                         len(rows),
                         x=rows["step"],
-                        y=rows[col],
+                        y=100.0 * rows[col],
                         name=names[col] + suffix,
                         mode="lines+markers",
                     )

@@ -25,11 +25,21 @@ def top_modules_figure(top: pd.DataFrame, metric: str) -> go.Figure:
     return layout(fig, title, height=max(240, 28 * len(rows) + 100), showlegend=False)
 
 
+#: The module tree's column per metric.
+TREE_COLUMNS = {"params": "params", "macs": "macs", "fwd_latency": "fwd_latency_ms"}
+
+
+def tree_has_data(tree: pd.DataFrame, metric: str) -> bool:
+    """Whether the tree can be drawn sized by ``metric`` (a page draws no empty panel)."""
+    col = TREE_COLUMNS[metric]
+    return not tree.empty and col in tree.columns and bool(tree[col].fillna(0).sum() > 0)
+
+
 def tree_figure(tree: pd.DataFrame, metric: str) -> go.Figure:
     """The module tree as an icicle sized by one metric (``module_tree`` output)."""
-    col = {"params": "params", "macs": "macs", "fwd_latency": "fwd_latency_ms"}[metric]
+    col = TREE_COLUMNS[metric]
     title = f"Module tree, sized by {METRIC_LABELS[metric]}"
-    if tree.empty or tree[col].fillna(0).sum() <= 0:
+    if not tree_has_data(tree, metric):
         return empty(
             'No detailed per-module profile (flops_profiler "detailed": true prints it).', title
         )

@@ -64,10 +64,12 @@ def steps_figure(
 ) -> go.Figure:
     """Stacked breakdown, throughput/TFLOPS and loss-scale events on one step axis.
 
-    TFLOPS takes the middle row's right-hand axis only beside throughput: an overlaying axis
-    over a row with no trace of its own is laid over the whole figure by the plotly.js that
-    Streamlit bundles, hiding the bars (DeepSpeed's default log level prints no throughput
-    line, while the flops profiler's figures still give TFLOPS).
+    The throughput/TFLOPS row is drawn only when the run has one of them: a run without
+    throughput lines and flops profile would keep a tall empty panel (the page says in one
+    line what would fill it). TFLOPS takes that row's right-hand axis only beside throughput:
+    an overlaying axis over a row with no trace of its own is laid over the whole figure by
+    the plotly.js that Streamlit bundles, hiding the bars (DeepSpeed's default log level
+    prints no throughput line, while the flops profiler's figures still give TFLOPS).
 
     Args:
         breakdown: one rank's rows of ``step_breakdown`` (already downsampled).
@@ -78,16 +80,18 @@ def steps_figure(
     """
     if breakdown.empty:
         return empty("No engine timer lines (wall_clock_breakdown) in this run.", title)
+    has_throughput = throughput is not None and not throughput.empty
+    has_tflops = tflops is not None and not tflops.empty
+    speed = has_throughput or has_tflops
     fig = make_subplots(
-        rows=3,
+        rows=3 if speed else 2,
         cols=1,
         shared_xaxes=True,
-        row_heights=[0.6, 0.25, 0.15],
+        row_heights=[0.6, 0.25, 0.15] if speed else [0.82, 0.18],
         vertical_spacing=0.04,
-        specs=[[{}], [{"secondary_y": True}], [{}]],
+        specs=[[{}], [{"secondary_y": True}], [{}]] if speed else [[{}], [{}]],
     )
     _stack(fig, breakdown)
-    has_throughput = throughput is not None and not throughput.empty
     if throughput is not None and has_throughput:
         fig.add_trace(
             scatter(
@@ -101,7 +105,7 @@ def steps_figure(
             row=2,
             col=1,
         )
-    if tflops is not None and not tflops.empty:
+    if tflops is not None and has_tflops:
         fig.add_trace(
             scatter(
                 len(tflops),
@@ -115,19 +119,24 @@ def steps_figure(
             col=1,
             secondary_y=has_throughput,
         )
-    _loss_row(fig, loss_events)
+    # the loss row's axes: x3/y4 below the speed row (its secondary axis is y3), else x2/y2
+    loss_row, axes = (3, ("x3", "y4")) if speed else (2, ("x2", "y2"))
+    _loss_row(fig, loss_events, loss_row, axes)
     clip_outliers(fig, breakdown, "step", "total_ms", row=1, col=1)
     fig.update_layout(barmode="stack", bargap=0.05)
     fig.update_yaxes(title_text="ms", row=1, col=1)
-    fig.update_yaxes(title_text="samples/s" if has_throughput else "TFLOPS", row=2, col=1)
-    fig.update_yaxes(title_text="TFLOPS", row=2, col=1, secondary_y=True)
-    fig.update_yaxes(visible=False, row=3, col=1)
-    fig.update_xaxes(title_text="optimizer step", row=3, col=1)
-    return layout(fig, title, height=560)
+    if speed:
+        fig.update_yaxes(title_text="samples/s" if has_throughput else "TFLOPS", row=2, col=1)
+        fig.update_yaxes(title_text="TFLOPS", row=2, col=1, secondary_y=True)
+    fig.update_yaxes(visible=False, row=loss_row, col=1)
+    fig.update_xaxes(title_text="optimizer step", row=loss_row, col=1)
+    return layout(fig, title, height=560 if speed else 440)
 
 
-def _loss_row(fig: go.Figure, loss_events: pd.DataFrame | None) -> None:
-    """Loss-scale events as labelled markers in the bottom row.
+def _loss_row(
+    fig: go.Figure, loss_events: pd.DataFrame | None, row: int, axes: tuple[str, str]
+) -> None:
+    """Loss-scale events as labelled markers in the bottom row (``axes``: its x and y).
 
     The trace is added even without events: plotly draws no axis for a row without a
     trace, and the bottom row's x axis is the one that carries the step labels.
@@ -140,8 +149,8 @@ def _loss_row(fig: go.Figure, loss_events: pd.DataFrame | None) -> None:
             showarrow=False,
             x=0.5,
             y=0.5,
-            xref="x3 domain",
-            yref="y4 domain",
+            xref=f"{axes[0]} domain",
+            yref=f"{axes[1]} domain",
         )
     text = [
         f"{e}" + (f" → {s:g}" if pd.notna(s) else "")
@@ -158,7 +167,7 @@ def _loss_row(fig: go.Figure, loss_events: pd.DataFrame | None) -> None:
             hovertemplate="step %{x}: %{text}<extra></extra>",
             showlegend=not events.empty,
         ),
-        row=3,
+        row=row,
         col=1,
     )
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
+from enum import IntEnum, StrEnum
 from typing import Any
 
 from dsmon.ds_config.effective import Setting
@@ -54,6 +54,23 @@ _SEVERITY = {
 def worst(statuses: Iterable[Status]) -> Status:
     """The most severe status, PASS for none: used to fold per-item verdicts into one."""
     return max(statuses, key=lambda s: s.severity, default=Status.PASS)
+
+
+class Tier(IntEnum):
+    """Which of two findings of one status is worse for the run: the lower tier.
+
+    A hung or crashed run makes every other verdict moot until it runs again, and a measured
+    problem costs time now, where config advice only may: the headline and every list put a
+    hang and a crash before a slow step, and a slow step before a config key.
+    """
+
+    STATE = 0  #: the run stopped, crashed or hangs
+    MEASURED = 1  #: measured on the run: step time, communication, ranks, GPUs
+    ADVICE = 2  #: read from the config: what a key would change
+
+
+#: The tier of a rule of each category, unless the rule names its own.
+CATEGORY_TIERS = {"config": Tier.ADVICE, "runtime": Tier.MEASURED, "gpu": Tier.MEASURED}
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +120,10 @@ class Finding:
     """What a rule function returns: its verdict on the data it was given.
 
     ``fix`` is a snippet to copy (a ds_config fragment, or a line of Python or shell);
-    ``fix_lang`` tells a renderer how to highlight it.
+    ``fix_lang`` tells a renderer how to highlight it. ``follows`` names the rules whose
+    problem would explain this one (:mod:`dsmon.health.triage` shows it under the first of
+    them that is a problem): None keeps the ones the rule was registered with, ``()`` says
+    that this verdict stands on its own (the rule measured around the usual cause).
     """
 
     status: Status
@@ -112,6 +132,7 @@ class Finding:
     fix: str | None = None
     fix_lang: str = "json"
     steps: tuple[int, int] | None = None
+    follows: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +140,10 @@ class Rule:
     """A registered rule: its identity, what it checks, and the function that checks it.
 
     ``page`` names the dashboard page whose chart shows the data (``steps``, ``comms``,
-    ``gpus``, ``flops``), so the checklist can link there.
+    ``gpus``, ``flops``), so the checklist can link there. ``tier`` orders its problems
+    against other rules' of the same status; ``follows`` names the rules whose problem
+    would explain one of this rule's (a communication share inflated by a straggler, slow
+    steps during a hang).
     """
 
     id: str
@@ -128,6 +152,8 @@ class Rule:
     category: str
     func: Any = field(repr=False, compare=False)
     page: str | None = None
+    tier: Tier = Tier.MEASURED
+    follows: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +171,13 @@ class CheckResult:
     fix_lang: str = "json"
     page: str | None = None
     steps: tuple[int, int] | None = None
+    tier: Tier = Tier.MEASURED
+    follows: tuple[str, ...] = ()
+
+    @property
+    def problem(self) -> bool:
+        """Whether the verdict asks for action (warn or fail): what a headline can be."""
+        return self.status in (Status.WARN, Status.FAIL)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form of ``dsmon check --json`` and ``GET`` consumers."""
@@ -163,6 +196,7 @@ class CheckResult:
             "fix_lang": self.fix_lang,
             "page": self.page,
             "steps": list(self.steps) if self.steps else None,
+            "tier": self.tier.name.lower(),
         }
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 
 from dsmon.health.fixes import effective_fix
 from dsmon.health.inputs import HealthInputs
-from dsmon.health.model import Checklist, CheckResult, Finding, Rule, Status
+from dsmon.health.model import CATEGORY_TIERS, Checklist, CheckResult, Finding, Rule, Status, Tier
 
 RuleFunc = Callable[[HealthInputs], Finding]
 
@@ -38,7 +38,14 @@ _RULES: dict[str, Rule] = {}
 
 
 def rule(
-    rule_id: str, title: str, checks: str, category: str, page: str | None = None
+    rule_id: str,
+    title: str,
+    checks: str,
+    category: str,
+    page: str | None = None,
+    *,
+    tier: Tier | None = None,
+    follows: tuple[str, ...] = (),
 ) -> Callable[[RuleFunc], RuleFunc]:
     """Register a rule function under a unique id.
 
@@ -48,6 +55,11 @@ def rule(
         checks: one sentence on what the rule looks at and why it matters.
         category: ``config``, ``runtime`` or ``gpu``.
         page: the dashboard page with the chart behind a runtime rule.
+        tier: how its problems rank against others of the same status (default: from the
+            category, :data:`dsmon.health.model.CATEGORY_TIERS`); the run's state is
+            :attr:`Tier.STATE`.
+        follows: the rules whose problem would explain one of this rule's, most direct
+            first (:mod:`dsmon.health.triage` shows it under that cause).
 
     Raises:
         ValueError: the id is taken or the category unknown (a programming error).
@@ -58,7 +70,16 @@ def rule(
     def register(func: RuleFunc) -> RuleFunc:
         if rule_id in _RULES and _RULES[rule_id].func is not func:
             raise ValueError(f"rule id {rule_id!r} registered twice")
-        _RULES[rule_id] = Rule(rule_id, title, checks, category, func, page)
+        _RULES[rule_id] = Rule(
+            rule_id,
+            title,
+            checks,
+            category,
+            func,
+            page,
+            CATEGORY_TIERS[category] if tier is None else tier,
+            follows,
+        )
         return func
 
     return register
@@ -102,6 +123,8 @@ def run_rule(r: Rule, inputs: HealthInputs) -> CheckResult:
         fix_lang=f.fix_lang,
         page=r.page,
         steps=f.steps,
+        tier=r.tier,
+        follows=r.follows if f.follows is None else f.follows,
     )
 
 

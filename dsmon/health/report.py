@@ -1,9 +1,12 @@
 """The checklist as terminal text and as the JSON document CI reads.
 
 Both forms carry the same facts as the dashboard panel: per rule its status, title, summary,
-evidence and the fix to copy. The text form is meant to be read top to bottom in a terminal:
-problems first (fail, warn, unknown), then the passes, short, then the rules that do not apply
-to this run (listed apart: nothing was checked), then one summary line.
+evidence and the fix to copy, and the one headline that says what is wrong with the run
+(:mod:`dsmon.health.triage`). The text form is meant to be read top to bottom in a terminal:
+the headline, then the problems worst first (the run's state before measured problems before
+config advice), each with the problems it explains indented under it, then the rules that
+could not tell, the passes, short, and the rules that do not apply to this run (listed apart:
+nothing was checked), then one summary line.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
+from dsmon.health import triage
 from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Checklist, CheckResult, Status
 
@@ -59,11 +63,17 @@ def facts_line(inputs: HealthInputs) -> str:
     return ", ".join(parts)
 
 
-def format_result(r: CheckResult, verbose: bool = False) -> list[str]:
-    """The lines of one result: header, summary, and for problems evidence and fix."""
-    head = f"{_LABEL[r.status]}  {r.rule_id}  {r.title}"
+def format_result(r: CheckResult, verbose: bool = False, depth: int = 0) -> list[str]:
+    """The lines of one result: header, summary, and for problems evidence and fix.
+
+    ``depth`` 1 is a symptom printed under its cause: indented, and saying so.
+    """
+    pad = "    " * depth
+    head = f"{pad}{_LABEL[r.status]}  {r.rule_id}  {r.title}"
     lines = [head]
-    indent = " " * 6
+    indent = pad + " " * 6
+    if depth:
+        lines.append(f"{indent}(follows from the finding above)")
     lines += textwrap.wrap(r.summary, _WIDTH, initial_indent=indent, subsequent_indent=indent)
     if r.status in _SHORT and not verbose:
         return lines
@@ -79,12 +89,33 @@ def format_result(r: CheckResult, verbose: bool = False) -> list[str]:
     return lines
 
 
+def headline_lines(checklist: Checklist) -> list[str]:
+    """``What is wrong: FAIL ranks.hang: ...`` with the finding's evidence and what it explains."""
+    head = triage.triage(checklist).headline()
+    label = _LABEL[head.status].strip()
+    rule = f"{head.rule_id}: " if head.rule_id else ""
+    lines = textwrap.wrap(
+        f"What is wrong: {label} {rule}{head.text}", _WIDTH, subsequent_indent=" " * 6
+    )
+    for text in head.evidence_lines():
+        lines += textwrap.wrap(
+            text, _WIDTH, initial_indent=" " * 6 + "- ", subsequent_indent=" " * 8
+        )
+    if head.symptoms:
+        lines.append(" " * 6 + "explains: " + ", ".join(s.rule_id for s in head.symptoms))
+    return lines
+
+
 def format_text(checklist: Checklist, header: str, verbose: bool = False) -> str:
-    """The whole report: header, results worst first (rule order within a status), totals."""
-    lines = [header, ""]
-    for status in _ORDER:
-        for r in checklist.by_status(status):
-            lines += format_result(r, verbose)
+    """The whole report: header, headline, problems worst first with their symptoms, totals."""
+    laid = triage.triage(checklist)
+    lines = [header, "", *headline_lines(checklist), ""]
+    for r in laid.problems:
+        lines += format_result(r, verbose)
+        for s in laid.symptoms_of(r):
+            lines += format_result(s, verbose, depth=1)
+    for r in laid.rest:
+        lines += format_result(r, verbose)
     counts = checklist.counts()
     lines += [
         "",
@@ -98,7 +129,7 @@ def format_text(checklist: Checklist, header: str, verbose: bool = False) -> str
 def to_json(checklist: Checklist, inputs: HealthInputs, subject: str) -> dict[str, Any]:
     """The ``--format json`` document: the checklist plus what was checked."""
     facts = inputs.facts
-    doc = checklist.to_dict()
+    doc = triage.to_dict(checklist)
     doc["subject"] = subject
     doc["exit_code"] = exit_code(checklist)
     doc["facts"] = {

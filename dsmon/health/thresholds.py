@@ -7,7 +7,7 @@ measurements) or, where no source gives one, the reasoning behind dsmon's choice
 
 from __future__ import annotations
 
-from dsmon.analysis import steps
+from dsmon.analysis import steps, stragglers
 from dsmon.store.gpu import rows as gpu_rows
 
 # --- communication buckets (elements, not bytes) ----------------------------------------------
@@ -138,12 +138,18 @@ SCALE_COLLAPSE_HALVINGS = 4
 # --- step time (runtime) ----------------------------------------------------------------------
 #: steps left out as warm-up (the ThroughputTimer itself skips the first 2).
 WARMUP_STEPS = steps.WARMUP_STEPS
-#: recent window for regression: the last 20 % of steps, at least 3.
+#: recent window for regression: the last 20 % of steps, at least 8, against at least as
+#: many earlier ones. Fewer samples a side cannot tell a slowdown from a bimodal run's noise:
+#: three throughput samples once "failed at 1.71x" with the newest among the fastest. Eight
+#: against eight lets a rank test reach p = 0.0001 when every recent step is slower.
 RECENT_SHARE = 0.2
-RECENT_MIN_STEPS = 3
-#: recent median step time over the run's median (or inverse throughput ratio).
+RECENT_MIN_STEPS = 8
+#: recent median step time over the earlier steps' median (or inverse throughput ratio).
 REGRESSION_WARN = 1.2
 REGRESSION_FAIL = 1.5
+#: ... and the recent steps generally slower: a one-sided Mann-Whitney p-value below this
+#: (dsmon's line: one false alarm in a hundred runs whose speed did not change).
+REGRESSION_P = 0.01
 #: a step slower than this many run medians is a spike.
 SPIKE_FACTOR = 3.0
 
@@ -169,6 +175,9 @@ STRAGGLER_WARN = 1.2
 STRAGGLER_FAIL = 1.5
 #: the score needs this many steps seen by two or more ranks.
 STRAGGLER_MIN_STEPS = 3
+#: ... and one rank slowest in at least this share of them to be named: jitter makes the
+#: ranks take turns (the measurements behind the line: dsmon.analysis.stragglers).
+STRAGGLER_CONSISTENT_SHARE = stragglers.CONSISTENT_SHARE
 #: a rank whose time before its forwards (data loading and host work outside the engine,
 #: dsmon run's probe) is a tenth of its step is bound by its input: PyTorch's DataLoader
 #: documentation has data loaded ahead of the step (worker processes, pinned memory,

@@ -32,6 +32,7 @@ from dsmon.health.live import CLOCK_RULES, merged
 from dsmon.health.model import Checklist, CheckResult, Status
 from dsmon.health.registry import all_rules, evaluate, run_rule
 from dsmon.health.report import facts_line
+from dsmon.health.triage import Triage, triage
 from dsmon.view import ranks as rank_views
 from dsmon.view import step_views
 from dsmon.view.cache import GPU, STORED_KINDS, RunFrames
@@ -55,15 +56,17 @@ BADGE_COLORS = {
 }
 #: The counts row, worst first; rules that do not apply come last, apart from the passes.
 COUNT_ORDER = (Status.FAIL, Status.WARN, Status.UNKNOWN, Status.PASS, Status.NOT_APPLICABLE)
-#: Categories in display order, with their headings.
-SECTIONS = (("config", "Configuration"), ("runtime", "Run"), ("gpu", "GPUs"))
+#: Categories in display order, with their headings: what the run did before what its
+#: config might change.
+SECTIONS = (("runtime", "Run"), ("gpu", "GPUs"), ("config", "Configuration"))
 
 
 class Panel(NamedTuple):
-    """What the health page shows: the checklist and one line of facts about the run."""
+    """What the health page shows: the checklist, laid out worst first, and the run's facts."""
 
     checklist: Checklist
     subject: str
+    laid: Triage
 
 
 def _static(frames: RunFrames, cutoff: Cutoff, run: str) -> tuple[HealthInputs, Checklist]:
@@ -126,8 +129,8 @@ def panel(frames: RunFrames, run: str, cutoff: Cutoff, now: datetime | None) -> 
     )
     live = dataclasses.replace(inputs, now=now)
     clock = {r.id: run_rule(r, live) for r in all_rules() if r.id in CLOCK_RULES}
-    results = merged(static.results, clock)
-    return Panel(Checklist(results), facts_line(inputs))
+    checklist = Checklist(merged(static.results, clock))
+    return Panel(checklist, facts_line(inputs), triage(checklist))
 
 
 def badge(status: Status) -> str:
@@ -143,18 +146,19 @@ class Section(NamedTuple):
     not_applicable: list[CheckResult]
 
 
-def by_category(checklist: Checklist, category: str) -> Section:
+def by_category(laid: Triage, category: str) -> Section:
     """One category's results: problems worst first, the passes, the rules that do not apply.
 
-    Problems are shown one by one; passes are listed together, and the rules that do not apply
-    in a list of their own, so the page leads with what needs attention and never presents an
-    unchecked rule as a pass.
+    Problems (and the rules that could not tell, after them) are shown one by one, the
+    problems in :mod:`dsmon.health.triage`'s order; a problem that follows from another is
+    not among them but under its cause (:meth:`Triage.symptoms_of`). Passes are listed
+    together, and the rules that do not apply in a list of their own, so the page leads with
+    what needs attention and never presents an unchecked rule as a pass.
     """
-    order = {Status.FAIL: 0, Status.WARN: 1, Status.UNKNOWN: 2}
-    rows = [r for r in checklist.results if r.category == category]
-    problems = sorted((r for r in rows if r.status in order), key=lambda r: order[r.status])
+    rows = [r for r in laid.rest if r.category == category]
     return Section(
-        problems,
+        [r for r in laid.problems if r.category == category]
+        + [r for r in rows if r.status is Status.UNKNOWN],
         [r for r in rows if r.status is Status.PASS],
         [r for r in rows if r.status is Status.NOT_APPLICABLE],
     )

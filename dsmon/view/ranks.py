@@ -21,6 +21,7 @@ import pandas as pd
 
 from dsmon.analysis import collectives, ranks, steps
 from dsmon.analysis.stragglers import StragglerSummary, straggler_summary
+from dsmon.analysis.waiting import split_ms
 from dsmon.model.frames import records_frame
 from dsmon.store.ranks.tables import bucket_width
 from dsmon.view.cache import RunFrames
@@ -53,6 +54,10 @@ class LiveStragglers:
         self._whole: StragglerSummary | None = None  # before any steady step: computed whole
         self._ranks = 0  # every rank: the most ranks a steady step was reported by
         self._score, self._slowest, self._median, self._step_ms = (SortedValues() for _ in "1234")
+        # dsmon.analysis.waiting.comm_split of the final steps seen in a collective
+        self._wire_share, self._wait_share, self._wire_ms, self._wait_ms = (
+            SortedValues() for _ in "1234"
+        )
         self._counts: Counter[int] = Counter()
         self._final = 0  # steady steps taken in for good (every rank reported them)
         self._n, self._first, self._last, self._waited = 0, -1, -1, False
@@ -81,6 +86,10 @@ class LiveStragglers:
             counts=dict(self._counts),
             waited=self._waited or any(w for _, w in self._open.values()),
             step_ms=self._step_ms.ranked(pending),
+            wire_share=self._wire_share.ranked(empty),
+            wait_share=self._wait_share.ranked(empty),
+            wire_ms=self._wire_ms.ranked(empty),
+            wait_ms=self._wait_ms.ranked(empty),
         )
 
     def _changes_final(self, before: pd.DataFrame, new: pd.DataFrame) -> bool:
@@ -140,6 +149,20 @@ class LiveStragglers:
         self._slowest.add(slowest)
         self._median.add(median)
         self._counts.update(done["slowest_rank"].to_numpy().astype(np.int64).tolist())
+        blocked = done[done["waited"] > 0]
+        wall = blocked["wall_ms"].to_numpy(dtype=np.float64)
+        wire, wait = split_ms(
+            wall,
+            blocked["slowest_ms"].to_numpy(dtype=np.float64),
+            blocked["fastest_ms"].to_numpy(dtype=np.float64),
+            blocked["coll_wire_ms"].to_numpy(dtype=np.float64),
+            blocked["coll_max_ms"].to_numpy(dtype=np.float64),
+        )
+        with np.errstate(divide="ignore", invalid="ignore"):
+            self._wire_share.add(np.where(wall > 0, wire / wall, np.nan))
+            self._wait_share.add(np.where(wall > 0, wait / wall, np.nan))
+        self._wire_ms.add(wire)
+        self._wait_ms.add(wait)
         first, last = int(done["step"].min()), int(done["step"].max())
         self._first = first if self._n == 0 else min(self._first, first)
         self._last = max(self._last, last)

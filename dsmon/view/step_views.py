@@ -60,19 +60,18 @@ def breakdown(frames: RunFrames, cutoff: Cutoff) -> pd.DataFrame:
 def stat(frames: RunFrames, cutoff: Cutoff, name: str) -> Percentiles:
     """Whole-run figure ``name`` (``dsmon.analysis.step_stats``) of the run's breakdown.
 
-    Over the steady steps, or every row for ``all.`` figures. Live, on a long run, from
-    values kept sorted as steps finish (``dsmon.view.quantiles``); otherwise from the
-    breakdown, as the checklist computes it on a log file.
+    Over the steady steps. Live, on a long run, from values kept sorted as steps finish
+    (``dsmon.view.quantiles``); otherwise from the breakdown, as the checklist computes it on
+    a log file.
     """
     bd = breakdown(frames, cutoff)
-    steady = step_stats.after_warmup(name)
     live = cutoff == OPEN and not bd.empty and len(bd) >= KEEP_SORTED_ROWS
-    if live and (not steady or _past_warmup(bd["step"].iloc[-1])):
-        values = _steady_values(name) if steady else step_stats.values_fn(name)
+    if live and _past_warmup(bd["step"].iloc[-1]):
+        values = _steady_values(name)
         kept = frames.quantiles("steps.breakdown", "timer", steps.step_breakdown, name, values)
         if kept is not None:
             return kept
-    return step_stats.ranked(steps.steady(bd) if steady else bd, name)
+    return step_stats.ranked(steps.steady(bd), name)
 
 
 def _past_warmup(last_step: Any) -> bool:

@@ -32,7 +32,15 @@ from typing import Any
 
 import pytest
 from browser_support import chart_bars, chromium, page_text
-from deepspeed_support import DEADLINE_S, deepspeed_bin, end, rank_pid, start, wait_for
+from deepspeed_support import (
+    DEADLINE_S,
+    TORCH_EXTENSIONS,
+    deepspeed_bin,
+    end,
+    rank_pid,
+    start,
+    wait_for,
+)
 from locations import TESTS
 from process_support import free_port, ui_healthy
 
@@ -68,6 +76,7 @@ def job(tmp_path: Path) -> Iterator[dict[str, Any]]:
         tmp_path, env, tmp_path / "watch.out",
     )  # fmt: skip
     train_env = {**env, "PATH": f"{ds_bin}{os.pathsep}{env.get('PATH', '')}"}
+    train_env.setdefault("TORCH_EXTENSIONS_DIR", str(TORCH_EXTENSIONS))  # one build for the suite
     started: list[subprocess.Popen[bytes]] = []
 
     def train() -> subprocess.Popen[bytes]:

@@ -27,7 +27,7 @@ from typing import Any
 import pandas as pd
 import pytest
 from dashboard_support import app_at
-from deepspeed_support import DEADLINE_S, deepspeed_bin, end, start, wait_for
+from deepspeed_support import DEADLINE_S, deepspeed_bin, end, job_env, start, wait_for
 from locations import TESTS
 from process_support import free_port
 
@@ -57,8 +57,7 @@ def job(tmp_path: Path) -> Iterator[dict[str, Any]]:
     folder = tmp_path / "job1"
     folder.mkdir()
     (folder / "ds_config.json").write_text(json.dumps(CONFIG))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DSMON_")}
-    env.update(HOME=str(tmp_path), PATH=f"{ds_bin}{os.pathsep}{env.get('PATH', '')}")
+    env = job_env(ds_bin, tmp_path)
     store = tmp_path / "store.sqlite"
     started: list[subprocess.Popen[bytes]] = []
 

@@ -2,17 +2,23 @@
 
 Each rule states what its numbers can and cannot see. The engine timers only measure the
 communication a step waits for (with overlap_comm on, ``bwd_allreduce`` is the exposed tail;
-ZeRO-3 all-gathers hide inside fwd/bwd), and the comms logger synchronizes after every
-collective, so it distorts the overlap it is asked to measure. The summaries say so next to
-the figures, as the dashboard's communication page does.
+ZeRO-3 all-gathers hide inside fwd/bwd), and they are rank 0's: when another rank is slower,
+rank 0 waits for it inside the collective and the timer holds the wait. With ``dsmon run``'s
+probe on every rank the wait is told apart from the wire time (:mod:`dsmon.analysis.waiting`)
+and the rules judge the wire time only; without it they say their figure includes waiting,
+and a straggler or a hang, when found, is shown as their cause (:mod:`dsmon.health.triage`).
+The comms logger synchronizes after every collective, so it distorts the overlap it is asked
+to measure. The summaries say so next to the figures, as the Communication page does.
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from dsmon.analysis import comm, step_stats
+from dsmon.analysis import comm, step_stats, waiting
+from dsmon.analysis.waiting import CommSplit
 from dsmon.health import measures as m
+from dsmon.health import probe_measures as pm
 from dsmon.health import thresholds as th
 from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Evidence, Finding, Status, percent
@@ -27,6 +33,24 @@ _EXPOSED = (
     "timers measure exposed communication only (bwd_allreduce, + optimizer_allgather on "
     "ZeRO-1/2): what overlap_comm hides and ZeRO-3's all-gathers inside fwd/bwd are not counted"
 )
+#: What a figure from rank 0's timers alone holds, said next to it.
+INCLUDES_WAITING = (
+    "rank 0's timers: the figure includes any wait for a slower rank; start the job with "
+    "'dsmon run' to tell the wire time from the waiting"
+)
+#: Why a run with the probe still cannot split (NCCL on a GPU waits on the device).
+NOT_BLOCKED = (
+    "rank 0's timers: the figure includes any wait for a slower rank (the per-rank probe saw no "
+    "rank held in a collective: NCCL waits on the device, so the wait cannot be told apart)"
+)
+#: The CPU accelerator has no streams: nothing overlaps, whatever overlap_comm says.
+CPU_NO_OVERLAP = (
+    "on DeepSpeed's CPU accelerator collectives run in line with compute (it has no streams), "
+    "so overlap_comm cannot hide them"
+)
+#: Rules whose problem makes communication figures from rank 0's timers high: the run's state,
+#: then a straggler (rank 0 waits for it inside the collective).
+_WAIT_CAUSES = ("run.errors", "ranks.hang", "run.stalled", "ranks.straggler")
 
 
 def _overlap_setting(inputs: HealthInputs) -> Evidence:
@@ -36,41 +60,28 @@ def _overlap_setting(inputs: HealthInputs) -> Evidence:
     return Evidence.of(inputs.config.get("zero_optimization.overlap_comm"))
 
 
-@rule(
-    "comm.share",
-    f"Communication takes at most {percent(th.COMM_SHARE_WARN)} of a step",
-    "Exposed communication (bwd_allreduce, + optimizer_allgather on ZeRO-1/2) as a share of "
-    "fwd + bwd + step, per step, median over the run after warm-up (target: under "
-    f"{percent(th.COMM_SHARE_WARN)}).",
-    "runtime",
-    page="communication",
-)
-def check_comm_share(inputs: HealthInputs) -> Finding:
-    """Median exposed-communication share against COMM_SHARE_WARN and COMM_SHARE_FAIL."""
-    bd = m.breakdown(inputs)
-    if bd.empty:
-        return Finding(Status.UNKNOWN, _NO_TIMERS)
-    stats = step_stats.share_stats(m.stat(inputs, step_stats.COMM_SHARE))
-    if stats is None:
-        return Finding(Status.UNKNOWN, "the timer lines carry no bwd_allreduce figure")
-    rng = _shared_steps(bd)
-    med, p90 = stats.p50, stats.p90
-    where = f"{m.range_text(rng)}, slowest rank"
-    exposed = m.stat(inputs, step_stats.EXPOSED_COMM_MS).median()
-    total = m.stat(inputs, step_stats.STEP_TOTAL_MS).median()
-    ev = (
-        Evidence("exposed comm share p50", f"{med:.1%}", where),
-        Evidence("exposed comm share p90", f"{p90:.1%}", where),
-        Evidence("exposed comm p50", f"{exposed:.2f} ms", where),
-        Evidence("step total p50", f"{total:.2f} ms", where),
-        _overlap_setting(inputs),
-    )
-    if med <= th.COMM_SHARE_WARN:
-        return Finding(
-            Status.PASS, f"communication is {med:.1%} of a step; {_EXPOSED}", ev, steps=rng
-        )
-    status = Status.FAIL if med > th.COMM_SHARE_FAIL else Status.WARN
-    fix = fix_json(
+def comm_split(inputs: HealthInputs) -> CommSplit | None:
+    """Wire time and waiting for the slowest rank over the steady steps (None: unknown)."""
+    if pm.rank_stats(inputs).empty:
+        return None
+    return pm.stragglers(inputs).split()
+
+
+def _waiting_note(inputs: HealthInputs) -> str:
+    """Why a timer figure was not split: no probe, or a probe that saw no rank blocked."""
+    return NOT_BLOCKED if not pm.rank_stats(inputs).empty else INCLUDES_WAITING
+
+
+def _on_cpu(inputs: HealthInputs) -> bool:
+    """Whether the run is on DeepSpeed's CPU accelerator (no streams to overlap on)."""
+    return inputs.facts.device == "cpu"
+
+
+def _comm_fix(inputs: HealthInputs) -> str | None:
+    """overlap_comm and full buckets, where overlapping can help (never on the CPU)."""
+    if _on_cpu(inputs):
+        return None
+    return fix_json(
         {
             "zero_optimization": {
                 "overlap_comm": True,
@@ -79,11 +90,123 @@ def check_comm_share(inputs: HealthInputs) -> Finding:
             }
         }
     )
+
+
+def _judged(share: float) -> Status:
+    """A communication share against COMM_SHARE_WARN and COMM_SHARE_FAIL."""
+    if share <= th.COMM_SHARE_WARN:
+        return Status.PASS
+    return Status.FAIL if share > th.COMM_SHARE_FAIL else Status.WARN
+
+
+@rule(
+    "comm.share",
+    f"Communication takes at most {percent(th.COMM_SHARE_WARN)} of a step",
+    "Time in collectives as a share of the step, median over the steps after warm-up "
+    f"(target: under {percent(th.COMM_SHARE_WARN)}). With dsmon run's probe on every rank, the "
+    "wire time (the slowest rank's time in collectives: it waits for no one) apart from the "
+    "waiting for the slowest rank, which is a straggler's cost, not the network's; else rank "
+    "0's exposed communication (bwd_allreduce, + optimizer_allgather on ZeRO-1/2) as a share of "
+    "fwd + bwd + step, waiting included.",
+    "runtime",
+    page="communication",
+    follows=_WAIT_CAUSES,
+)
+def check_comm_share(inputs: HealthInputs) -> Finding:
+    """The wire share when the ranks tell it, else rank 0's exposed share, against the lines."""
+    split = comm_split(inputs)
+    if split is not None:
+        return _wire_share(inputs, split)
+    return _timer_share(inputs)
+
+
+def _timer_figures(inputs: HealthInputs) -> tuple[float, float, float, float] | None:
+    """Rank 0's exposed share p50 and p90, exposed ms p50 and step total p50 (None: no timers)."""
+    if m.breakdown(inputs).empty:
+        return None
+    stats = step_stats.share_stats(m.stat(inputs, step_stats.COMM_SHARE))
+    if stats is None:
+        return None
+    exposed = m.stat(inputs, step_stats.EXPOSED_COMM_MS).median()
+    total = m.stat(inputs, step_stats.STEP_TOTAL_MS).median()
+    return stats.p50, stats.p90, exposed, total
+
+
+def _wire_share(inputs: HealthInputs, split: CommSplit) -> Finding:
+    """comm.share judged on the wire time; rank 0's timer figure as evidence beside it."""
+    summary = pm.stragglers(inputs)
+    rng = summary.step_range()
+    where = f"{m.range_text(rng)}, dsmon run's probe, every rank"
+    ev = [
+        Evidence("wire time share p50", f"{split.wire_share:.1%}", where),
+        Evidence("waiting for the slowest rank p50", f"{split.wait_share:.1%}", where),
+        Evidence("wire time p50", f"{split.wire_ms:.2f} ms", where),
+        Evidence("waiting p50", f"{split.wait_ms:.2f} ms", "the rank that waited most"),
+    ]
+    timers = _timer_figures(inputs)
+    said = ""
+    if timers is not None:
+        ev.append(
+            Evidence(
+                "rank 0's exposed comm share p50 (timers)",
+                f"{timers[0]:.1%}",
+                f"{m.range_text(_shared_steps(m.breakdown(inputs)))}, waiting included",
+            )
+        )
+        gap = timers[0] - split.wire_share
+        # said only where the wait is what lifts rank 0's figure (at least half of the gap)
+        if gap > th.COMM_SHARE_WARN / 5 and split.wait_share >= gap / 2:
+            said = (
+                f"; rank 0's timers show {timers[0]:.1%} because ranks wait "
+                f"{split.wait_share:.1%} of a step for the slowest rank (see ranks.straggler)"
+            )
+    ev.append(_overlap_setting(inputs))
+    status = _judged(split.wire_share)
+    cpu = f"; {CPU_NO_OVERLAP}" if _on_cpu(inputs) and status is not Status.PASS else ""
+    text = f"the wire time of collectives is {split.wire_share:.1%} of a step"
+    if status is not Status.PASS:
+        text += f" (> {th.COMM_SHARE_WARN:.0%})"
     return Finding(
         status,
-        f"communication is {med:.1%} of a step (> {th.COMM_SHARE_WARN:.0%}); {_EXPOSED}",
+        text + said + cpu,
+        tuple(ev),
+        None if status is Status.PASS else _comm_fix(inputs),
+        steps=rng,
+        follows=(),  # the wire time stands on its own: the waiting is left out
+    )
+
+
+def _timer_share(inputs: HealthInputs) -> Finding:
+    """comm.share from rank 0's timers alone: waiting included, and said so."""
+    bd = m.breakdown(inputs)
+    if bd.empty:
+        return Finding(Status.UNKNOWN, _NO_TIMERS)
+    got = _timer_figures(inputs)
+    if got is None:
+        return Finding(Status.UNKNOWN, "the timer lines carry no bwd_allreduce figure")
+    med, p90, exposed, total = got
+    rng = _shared_steps(bd)
+    where = f"{m.range_text(rng)}, slowest rank"
+    ev = (
+        Evidence("exposed comm share p50", f"{med:.1%}", where),
+        Evidence("exposed comm share p90", f"{p90:.1%}", where),
+        Evidence("exposed comm p50", f"{exposed:.2f} ms", where),
+        Evidence("step total p50", f"{total:.2f} ms", where),
+        _overlap_setting(inputs),
+    )
+    note = _waiting_note(inputs)
+    status = _judged(med)
+    if status is Status.PASS:
+        return Finding(
+            status, f"communication is {med:.1%} of a step; {_EXPOSED}; {note}", ev, steps=rng
+        )
+    cpu = f"; {CPU_NO_OVERLAP}" if _on_cpu(inputs) else ""
+    return Finding(
+        status,
+        f"communication is {med:.1%} of a step (> {th.COMM_SHARE_WARN:.0%}); {_EXPOSED}; "
+        f"{note}{cpu}",
         ev,
-        fix,
+        _comm_fix(inputs),
         steps=rng,
     )
 
@@ -115,11 +238,17 @@ def _known_share(rows: pd.DataFrame) -> pd.DataFrame:
     return shares[shares["comm_share"].notna()]
 
 
-def _phase_shares(
-    inputs: HealthInputs, bd: pd.DataFrame, notes: list[Evidence]
-) -> list[tuple[str, float, str]]:
-    """(label, share, source) for all-gather vs fwd and reduction vs bwd."""
-    out: list[tuple[str, float, str]] = []
+#: (label, share, where it comes from, whether it is judged against the line)
+_Share = tuple[str, float, str, bool]
+
+
+def _phase_shares(inputs: HealthInputs, bd: pd.DataFrame, notes: list[Evidence]) -> list[_Share]:
+    """The reduction against bwd, and the all-gather against the phase it runs in.
+
+    Only ZeRO-3 all-gathers parameters in the forward; ZeRO-1/2's all-gather follows the
+    optimizer step (``optimizer_allgather``), so it is set against the whole step and not
+    judged here (comm.share counts it).
+    """
     bd_all = m.all_steps(inputs)
     ops, distrust = m.trusted_comm_ops(inputs, bd_all)
     if distrust:
@@ -127,77 +256,161 @@ def _phase_shares(
     gather = m.op_latency_ms(ops, ("all_gather",))
     reduce = m.op_latency_ms(ops, ("reduce_scatter", "all_reduce"))
     if gather is None and reduce is None:  # no logger: the timers alone (no sums over the run)
-        return _timer_phase_shares(inputs)
+        return _timer_phase_shares(inputs, bd, notes)
+    out: list[_Share] = []
     fwd, bwd = m.per_step(bd_all, "fwd_ms").sum(), m.per_step(bd_all, "bwd_ms").sum()
+    total = m.per_step(bd_all, "total_ms").sum()
     src = "comms logger total latency / summed timers"
-    if gather is not None and fwd > 0:
-        out.append(("all-gather share of fwd", gather / fwd, src))
+    if gather is not None and _zero3(inputs) and fwd > 0:
+        out.append(("all-gather share of fwd", gather / fwd, src, True))
+    elif gather is not None and total > 0:
+        out.append(
+            ("all-gather share of the step (after the optimizer step)", gather / total, src, False)
+        )
     if reduce is not None and bwd > 0:
-        out.append(("reduce-scatter/all-reduce share of bwd", reduce / bwd, src))
-    return out or _timer_phase_shares(inputs)
+        out.append(("reduce-scatter/all-reduce share of bwd", reduce / bwd, src, True))
+    return out if any(judged for *_, judged in out) else _timer_phase_shares(inputs, bd, notes)
 
 
-def _timer_phase_shares(inputs: HealthInputs) -> list[tuple[str, float, str]]:
-    """Phase shares from the timers alone (exposed communication only)."""
-    out: list[tuple[str, float, str]] = []
+def _zero3(inputs: HealthInputs) -> bool:
+    """Whether the run is ZeRO-3 (the only stage whose all-gathers run inside fwd and bwd)."""
+    return inputs.config is not None and inputs.config.stage == 3
+
+
+def _timer_phase_shares(
+    inputs: HealthInputs, bd: pd.DataFrame, notes: list[Evidence]
+) -> list[_Share]:
+    """Phase shares from the timers alone: exposed communication, rank 0's.
+
+    With the per-rank split, the wait for the slowest rank is taken out of each step's
+    ``bwd_allreduce`` (and of ``bwd``, which holds it): the gradient reduction is the first
+    collective after the forward, where a rank that is late arrives last.
+    """
+    out: list[_Share] = []
+    wire = _reduction_wire_share(inputs, bd)
     bwd_share = step_stats.share_stats(m.stat(inputs, step_stats.ALLREDUCE_OF_BWD))
-    if bwd_share is not None:
-        out.append(("bwd_allreduce share of bwd", bwd_share.p50, "timers, median over steps"))
-    gather = step_stats.share_stats(m.stat(inputs, "pct.allgather_pct_of_fwd"), 100.0)
+    if wire is not None:
+        out.append(("bwd_allreduce less waiting, share of bwd less waiting", wire, _WIRE_SRC, True))
+        if bwd_share is not None:
+            notes.append(
+                Evidence(
+                    "bwd_allreduce share of bwd, waiting included",
+                    f"{bwd_share.p50:.1%}",
+                    "rank 0's timers",
+                )
+            )
+    elif bwd_share is not None:
+        out.append(
+            (
+                "bwd_allreduce share of bwd",
+                bwd_share.p50,
+                "rank 0's timers, median over steps, waiting included",
+                True,
+            )
+        )
+    gather = step_stats.share_stats(m.stat(inputs, step_stats.ALLGATHER_OF_STEP))
     if gather is not None:
-        out.append(("optimizer_allgather vs fwd", gather.p50, "ZeRO-1/2 timers, median over steps"))
+        out.append(
+            (
+                "optimizer_allgather share of the step",
+                gather.p50,
+                "ZeRO-1/2 timers, median over steps (in comm.share)",
+                False,
+            )
+        )
     return out
+
+
+_WIRE_SRC = "timers less the wait for the slowest rank (dsmon run's probe), median over steps"
+
+
+def _reduction_wire_share(inputs: HealthInputs, bd: pd.DataFrame) -> float | None:
+    """Median over steps of (bwd_allreduce - wait) / (bwd - wait); None without the split."""
+    if comm_split(inputs) is None or "bwd_allreduce_ms" not in bd.columns:
+        return None
+    per = waiting.comm_split(m.steady(pm.rank_stats(inputs)))
+    rows = bd[["step", "bwd_allreduce_ms", "bwd_ms"]].dropna()
+    if per.empty or rows.empty:
+        return None
+    timers = rows.groupby("step")[["bwd_allreduce_ms", "bwd_ms"]].max()
+    joined = timers.join(per.set_index("step")["wait_ms"], how="inner")
+    if joined.empty:
+        return None
+    taken = joined[["bwd_allreduce_ms", "wait_ms"]].min(axis=1)  # no more than the timer holds
+    base = joined["bwd_ms"] - taken
+    share = ((joined["bwd_allreduce_ms"] - taken) / base.where(base > 0)).dropna()
+    return m.median(share) if not share.empty else None
 
 
 @rule(
     "comm.phase_share",
     f"All-gather and reduction stay under {percent(th.PHASE_COMM_SHARE_WARN)} of their phase",
-    "All-gather time against fwd and reduce-scatter/all-reduce time against bwd (read as "
-    "'allgather = 60 ms (24 % of fwd)'), from the comms logger when present, else from the "
-    "timers.",
+    "Reduce-scatter/all-reduce time against bwd, and on ZeRO-3 all-gather time against fwd "
+    "(read as 'allgather = 60 ms (24 % of fwd)'), from the comms logger when present, else from "
+    "the timers, less the wait for the slowest rank when dsmon run's probe tells it. ZeRO-1/2's "
+    "all-gather follows the optimizer step: it is shown against the step, and counted by "
+    "comm.share.",
     "runtime",
     page="communication",
+    follows=_WAIT_CAUSES,
 )
 def check_phase_share(inputs: HealthInputs) -> Finding:
-    """Warn when either collective family exceeds PHASE_COMM_SHARE_WARN of its phase."""
+    """Warn when a judged collective family exceeds PHASE_COMM_SHARE_WARN of its phase."""
     bd = m.breakdown(inputs)
     if bd.empty:
         return Finding(Status.UNKNOWN, _NO_TIMERS)
     notes: list[Evidence] = []
     shares = _phase_shares(inputs, bd, notes)
-    if not shares:
+    if not any(judged for *_, judged in shares):
         return Finding(
             Status.UNKNOWN, "no communication figure per phase in timers or logger", tuple(notes)
         )
     rng = m.step_range(bd)
-    ev = tuple(notes) + tuple(
-        Evidence(label, f"{v:.1%}", f"{src}, {m.range_text(rng)}") for label, v, src in shares
-    )
-    high = [f"{label} {v:.1%}" for label, v, _ in shares if v > th.PHASE_COMM_SHARE_WARN]
-    zero3 = inputs.config is not None and inputs.config.stage == 3
-    bucket = "stage3_prefetch_bucket_size" if zero3 else "allgather_bucket_size"
-    fix = fix_json(
-        {
-            "zero_optimization": {
-                "overlap_comm": True,
-                "reduce_bucket_size": int(th.BUCKET_MAX),
-                bucket: int(th.PREFETCH_BUCKET_DEFAULT if zero3 else th.BUCKET_MAX),
-            }
-        }
-    )
+    ev = tuple(
+        Evidence(
+            label, f"{v:.1%}", f"{src}, {m.range_text(rng)}" + ("" if judged else ", not judged")
+        )
+        for label, v, src, judged in shares
+    ) + tuple(notes)
+    high = [
+        f"{label} {v:.1%}"
+        for label, v, _, judged in shares
+        if judged and v > th.PHASE_COMM_SHARE_WARN
+    ]
+    split = any(src == _WIRE_SRC for _, _, src, _ in shares)
+    follows = () if split else None
     if not high:
         return Finding(
             Status.PASS,
             f"each phase's communication is within {percent(th.PHASE_COMM_SHARE_WARN)}",
             ev,
             steps=rng,
+            follows=follows,
         )
+    zero3 = _zero3(inputs)
+    bucket = "stage3_prefetch_bucket_size" if zero3 else "allgather_bucket_size"
+    fix = (
+        None
+        if _on_cpu(inputs)
+        else fix_json(
+            {
+                "zero_optimization": {
+                    "overlap_comm": True,
+                    "reduce_bucket_size": int(th.BUCKET_MAX),
+                    bucket: int(th.PREFETCH_BUCKET_DEFAULT if zero3 else th.BUCKET_MAX),
+                }
+            }
+        )
+    )
+    why = "" if split else f"; {_waiting_note(inputs)}"
+    cpu = f"; {CPU_NO_OVERLAP}" if _on_cpu(inputs) else ""
     return Finding(
         Status.WARN,
-        "; ".join(high) + f" (> {percent(th.PHASE_COMM_SHARE_WARN)})",
+        "; ".join(high) + f" (> {percent(th.PHASE_COMM_SHARE_WARN)}){why}{cpu}",
         ev,
         fix,
         steps=rng,
+        follows=follows,
     )
 
 
@@ -246,6 +459,7 @@ def _overlap(
     "max(compute, comm), 0 when it takes their sum. Needs the comms logger for T_comm.",
     "runtime",
     page="communication",
+    follows=_WAIT_CAUSES,
 )
 def check_overlap(inputs: HealthInputs) -> Finding:
     """Warn when steps take close to compute + comm instead of their max."""
@@ -271,11 +485,12 @@ def check_overlap(inputs: HealthInputs) -> Finding:
     caveat = "the comms logger synchronizes every collective, so this is a lower bound"
     if value >= th.OVERLAP_MIN:
         return Finding(Status.PASS, f"overlap {value:.2f} ({caveat})", ev, steps=rng)
-    fix = fix_json({"zero_optimization": {"overlap_comm": True}})
+    cpu = _on_cpu(inputs)
+    fix = None if cpu else fix_json({"zero_optimization": {"overlap_comm": True}})
     return Finding(
         Status.WARN,
         f"overlap {value:.2f} < {th.OVERLAP_MIN}: steps take about "
-        f"compute + communication ({caveat})",
+        f"compute + communication ({caveat})" + (f"; {CPU_NO_OVERLAP}" if cpu else ""),
         ev,
         fix,
         steps=rng,

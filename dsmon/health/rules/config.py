@@ -41,6 +41,12 @@ def check_overlap_comm(cfg: ConfigView, inputs: HealthInputs) -> Finding:
     ev = (Evidence.of(stage), Evidence.of(s))
     if cfg.flag(s.path) is True:
         return Finding(Status.PASS, "overlap_comm is on", ev)
+    if inputs.facts.device == "cpu":  # its Stream() is None: overlap_comm has nothing to run on
+        return not_applicable(
+            "on DeepSpeed's CPU accelerator collectives run in line with compute (it has no "
+            "streams), so overlap_comm changes nothing",
+            *ev,
+        )
     how = "set to false" if s.explicit else f"off by default for stage {cfg.stage}"
     summary = f"overlap_comm is {how}: each step pays communication after compute"
     if cfg.stage < 3:

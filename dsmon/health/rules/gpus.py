@@ -52,6 +52,7 @@ def per_gpu_mean(df: pd.DataFrame, col: str) -> pd.Series:
     f"samples: below {th.GPU_UTIL_WARN:g} % the GPU waits on data, communication or the host.",
     "gpu",
     page="gpus",
+    follows=("run.errors", "ranks.hang", "run.stalled", "ranks.straggler"),
 )
 def check_utilization(inputs: HealthInputs) -> Finding:
     """Judge the least busy GPU."""

@@ -16,7 +16,7 @@ from dsmon.health import measures as m
 from dsmon.health import probe_measures as pm
 from dsmon.health import thresholds as th
 from dsmon.health.inputs import HealthInputs
-from dsmon.health.model import Evidence, Finding, Status, percent
+from dsmon.health.model import Evidence, Finding, Status, Tier, percent
 from dsmon.health.registry import rule
 from dsmon.health.verdicts import not_applicable
 from dsmon.model.records import ENDED_PHASES
@@ -29,20 +29,25 @@ _NO_PROBE = "no per-rank data: start the job with 'dsmon run -- <launch command>
     "No rank holds the others up",
     "Per step, the slowest rank's busy time (its step time minus the time it waited in "
     "collectives) over the median rank's, from the per-rank probe: a median above "
-    f"{th.STRAGGLER_WARN:g} warns, above {th.STRAGGLER_FAIL:g} fails.",
+    f"{th.STRAGGLER_WARN:g} warns, above {th.STRAGGLER_FAIL:g} fails, when one rank is the "
+    f"slowest in at least {percent(th.STRAGGLER_CONSISTENT_SHARE)} of the steps (jitter "
+    "makes the ranks take turns).",
     "runtime",
     page="steps",
+    follows=("gpu.throttling",),
 )
 def check_straggler(inputs: HealthInputs) -> Finding:
     """Warn or fail when one rank is persistently slower than the median rank."""
     if pm.rank_stats(inputs).empty:
         return not_applicable(_NO_PROBE)
     summary = pm.stragglers(inputs)
-    if not summary.waited:
+    split = summary.split()
+    if split is None:
         return Finding(
             Status.UNKNOWN,
-            "no rank was ever seen blocked in a collective (on a GPU, NCCL's collectives return "
-            "at once), so waiting cannot be told from work: compare the ranks' fwd_ms and bwd_ms",
+            "no rank was ever seen held in a collective (on a GPU, NCCL's collectives return "
+            "at once and wait on the device), so waiting cannot be told from work: compare the "
+            "ranks' fwd_ms and bwd_ms",
         )
     if summary.steps < th.STRAGGLER_MIN_STEPS:
         return Finding(
@@ -50,25 +55,42 @@ def check_straggler(inputs: HealthInputs) -> Finding:
         )
     score = summary.score.median()
     top = summary.slowest_counts().iloc[0]
+    rank, share = int(top["rank"]), float(top["share"])
+    named = summary.named()
     rng = summary.step_range()
     ev = (
         Evidence("median straggler score", f"{score:.2f}", m.range_text(rng)),
         Evidence(
-            f"slowest rank most often: rank {int(top['rank'])}",
-            f"{int(top['steps'])} of {summary.steps} steps",
+            f"slowest rank most often: rank {rank}",
+            f"{int(top['steps'])} of {summary.steps} steps ({share:.0%})",
         ),
         Evidence("median busy time of the slowest rank", f"{summary.slowest_ms.median():.1f} ms"),
         Evidence("median busy time of the median rank", f"{summary.median_ms.median():.1f} ms"),
+        Evidence(
+            "waiting for the slowest rank p50",
+            f"{split.wait_share:.1%} of a step ({split.wait_ms:.1f} ms)",
+            "the rank that waited most; wire time "
+            f"{split.wire_share:.1%} of a step (comm.share judges it)",
+        ),
     )
     if not score > th.STRAGGLER_WARN:
         return Finding(
             Status.PASS, f"ranks are balanced (straggler score {score:.2f})", ev, steps=rng
         )
+    if named is None:
+        return Finding(
+            Status.PASS,
+            f"no rank holds the others up: the slowest rank changes from step to step (rank "
+            f"{rank} in {share:.0%} of steps, straggler score {score:.2f}): jitter, not one "
+            "slow rank",
+            ev,
+            steps=rng,
+        )
     status = Status.FAIL if score > th.STRAGGLER_FAIL else Status.WARN
     return Finding(
         status,
-        f"rank {int(top['rank'])} is the slowest in {top['share']:.0%} of steps; the others "
-        f"wait for it (straggler score {score:.2f})",
+        f"rank {rank} is the slowest in {share:.0%} of steps; the others wait for it "
+        f"{split.wait_share:.1%} of a step (straggler score {score:.2f})",
         ev,
         "on that rank's node: check GPU clocks and throttling, its input pipeline, and other "
         "processes (nvidia-smi, top)",
@@ -84,9 +106,10 @@ def check_straggler(inputs: HealthInputs) -> Finding:
     "(data loading, the script's host work) as a share of its step, over the run: "
     f"{percent(th.INPUT_BOUND_WARN)} warns, {percent(th.INPUT_BOUND_FAIL)} fails. An "
     "input-bound rank is one kind of straggler: the others wait for it in the next "
-    "collective.",
+    "collective, and the finding is shown under the straggler's.",
     "runtime",
     page="steps",
+    follows=("ranks.straggler",),
 )
 def check_input_bound(inputs: HealthInputs) -> Finding:
     """Name the ranks whose steps wait for their data, with how long and what share."""
@@ -175,6 +198,8 @@ def _culprit_text(hang: ranks.Hang) -> str:
     f"phase and where the others wait, long before NCCL's {th.NCCL_TIMEOUT_S:g} s timeout.",
     "runtime",
     page="steps",
+    tier=Tier.STATE,
+    follows=("run.errors",),
 )
 def check_hang(inputs: HealthInputs) -> Finding:
     """Fail naming the rank that holds the job up, its phase, and what the others wait in."""

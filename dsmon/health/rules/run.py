@@ -18,7 +18,7 @@ from dsmon.health import probe_measures as pm
 from dsmon.health import thresholds as th
 from dsmon.health.gather import GPU_SUMMARY
 from dsmon.health.inputs import NEWEST_TS, HealthInputs
-from dsmon.health.model import Evidence, Finding, Status
+from dsmon.health.model import Evidence, Finding, Status, Tier
 from dsmon.health.registry import rule
 from dsmon.model.records import LAUNCH_TEXT
 
@@ -46,6 +46,7 @@ _UNTIMED = (
     "on an uncaught exception fails too when the log shows no traceback.",
     "runtime",
     page="steps",
+    tier=Tier.STATE,
 )
 def check_errors(inputs: HealthInputs) -> Finding:
     """Fail on any crash event; pass when the log shows none."""
@@ -236,6 +237,8 @@ def _last_ts(inputs: HealthInputs, kinds: tuple[str, ...]) -> pd.Timestamp | Non
     "by one reading of a store.",
     "runtime",
     page="steps",
+    tier=Tier.STATE,
+    follows=("run.errors", "ranks.hang"),
 )
 def check_stalled(inputs: HealthInputs) -> Finding:
     """Fail when steps stopped while other data (GPU samples, log lines) keeps arriving."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pandas as pd
 
 from dsmon.analysis import flops, peaks, steps
+from dsmon.analysis.slowdown import slowdown
 from dsmon.health import measures as m
 from dsmon.health import thresholds as th
 from dsmon.health.inputs import MICRO, HealthInputs
@@ -24,38 +25,64 @@ _NO_STEPS = (
 
 @rule(
     "steps.regression",
-    "Recent steps are as fast as the run's median",
-    f"Median step time of the last {percent(th.RECENT_SHARE)} of steps against the whole "
-    f"run's median (after warm-up): a slowdown of {percent(th.REGRESSION_WARN - 1)} warns, "
-    f"{percent(th.REGRESSION_FAIL - 1)} fails.",
+    "Recent steps are as fast as the earlier ones",
+    f"The last {percent(th.RECENT_SHARE)} of steps (at least {th.RECENT_MIN_STEPS}) against "
+    "the earlier ones after warm-up: a median slowdown of "
+    f"{percent(th.REGRESSION_WARN - 1)} warns, {percent(th.REGRESSION_FAIL - 1)} fails, when "
+    "the recent steps are generally slower (one-sided Mann-Whitney test, p < "
+    f"{th.REGRESSION_P:g}): a few samples or a bimodal run do not make a regression.",
     "runtime",
     page="steps",
+    follows=("run.errors", "ranks.hang", "run.stalled", "ranks.straggler", "gpu.throttling"),
 )
 def check_regression(inputs: HealthInputs) -> Finding:
-    """Compare the recent window's median step time with the run's."""
+    """Compare the recent window's step times with the earlier steps', with a rank test."""
     series = m.step_times(inputs)
     if series is None:
         return Finding(Status.UNKNOWN, _NO_STEPS)
     values = series.frame
     n_recent = max(th.RECENT_MIN_STEPS, int(len(values) * th.RECENT_SHARE))
     if len(values) < 2 * n_recent:
-        return Finding(Status.UNKNOWN, f"only {len(values)} timed steps: too few to compare")
-    recent = values.tail(n_recent)
-    run_med, recent_med = m.median(values["value"]), m.median(recent["value"])
-    ratio = recent_med / run_med if run_med > 0 else float("nan")
-    rng, recent_rng = series.steps, m.step_range(recent)
+        return Finding(
+            Status.UNKNOWN,
+            f"only {len(values)} timed steps ({series.source}): a slowdown needs at least "
+            f"{th.RECENT_MIN_STEPS} recent and {th.RECENT_MIN_STEPS} earlier ones",
+        )
+    earlier, recent = values.iloc[:-n_recent], values.tail(n_recent)
+    got = slowdown(earlier["value"].to_numpy(), recent["value"].to_numpy())
+    rng, recent_rng = m.step_range(earlier), m.step_range(recent)
+    sure = (
+        f"slower than {got.slower_share:.0%} of the earlier steps (one-sided Mann-Whitney "
+        f"p = {got.p_value:.2g})"
+    )
     ev = (
         Evidence(
-            "run median", f"{run_med:.2f} {series.unit}", f"{m.range_text(rng)}, {series.source}"
+            "earlier median",
+            f"{got.earlier_median:.2f} {series.unit}",
+            f"{m.range_text(rng)}, {series.source}",
         ),
-        Evidence("recent median", f"{recent_med:.2f} {series.unit}", m.range_text(recent_rng)),
-        Evidence("recent / run", f"{ratio:.2f}x"),
+        Evidence(
+            "recent median", f"{got.recent_median:.2f} {series.unit}", m.range_text(recent_rng)
+        ),
+        Evidence("recent / earlier", f"{got.ratio:.2f}x"),
+        Evidence("recent steps", sure, f"{got.n_recent} against {got.n_earlier}"),
     )
-    if not ratio > th.REGRESSION_WARN:
+    if not got.ratio > th.REGRESSION_WARN:
         return Finding(
-            Status.PASS, f"recent steps run at {ratio:.2f}x the run's median", ev, steps=rng
+            Status.PASS,
+            f"recent steps run at {got.ratio:.2f}x the earlier steps' median",
+            ev,
+            steps=series.steps,
         )
-    status = Status.FAIL if ratio > th.REGRESSION_FAIL else Status.WARN
+    if not got.p_value < th.REGRESSION_P:
+        return Finding(
+            Status.PASS,
+            f"recent steps' median is {got.ratio:.2f}x the earlier steps', but they are not "
+            f"generally slower ({sure}): noise, not a regression",
+            ev,
+            steps=series.steps,
+        )
+    status = Status.FAIL if got.ratio > th.REGRESSION_FAIL else Status.WARN
     if inputs.facts.device == "cpu":  # no GPU to throttle: the run's own output says so
         causes, fix = (
             "data loading, checkpoints and other processes on the nodes",
@@ -68,7 +95,7 @@ def check_regression(inputs: HealthInputs) -> Finding:
         )
     return Finding(
         status,
-        f"recent steps are {ratio:.2f}x slower than the run's median: check {causes}",
+        f"recent steps are {got.ratio:.2f}x slower than the earlier steps ({sure}): check {causes}",
         ev,
         fix,
         "text",
@@ -83,6 +110,7 @@ def check_regression(inputs: HealthInputs) -> Finding:
     "data stalls or a straggling rank.",
     "runtime",
     page="steps",
+    follows=("run.errors", "ranks.hang", "run.stalled"),
 )
 def check_spikes(inputs: HealthInputs) -> Finding:
     """List the steps slower than SPIKE_FACTOR x the median."""
@@ -148,10 +176,13 @@ def _achieved_tflops(inputs: HealthInputs) -> tuple[float, str] | None:
     "the GPU model and training dtype; well-tuned large runs reach 40-55 % on A100.",
     "runtime",
     page="flops",
+    follows=("ranks.straggler", "comm.share", "gpu.utilization", "gpu.throttling"),
 )
 def check_mfu(inputs: HealthInputs) -> Finding:
     """MFU against MFU_WARN; UNKNOWN without a FLOPS figure or a known GPU peak."""
     got = _achieved_tflops(inputs)
+    if got is None and inputs.facts.device == "cpu":
+        return not_applicable("CPU run (no GPU peak to compare with)")
     if got is None:
         return Finding(Status.UNKNOWN, "no achieved FLOPS: enable the flops profiler")
     achieved, src = got

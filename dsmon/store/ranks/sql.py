@@ -18,9 +18,10 @@ readers); these tables can always be rebuilt from them.
 - ``rank_step_stats``: one row per step, recomputed from its ``rank_steps`` rows whenever a
   rank's record of it arrives: how many ranks reported, the slowest rank and its busy time,
   the median busy time and step time (window functions: neither engine has a median), the
-  step's wall time (the slowest rank's), the lowest rank's loss, the gradient norm, the
-  step's wire time in collectives (``coll_wire_ms``, the sum of its ``rank_comm`` rows'
-  ``wire_ms``) and the most time a rank spent in them (``coll_max_ms``). ``id`` is the newest
+  fastest rank's busy time, the step's wall time (the slowest rank's), the lowest rank's
+  loss, the gradient norm, the step's wire time in collectives (``coll_wire_ms``, the sum of
+  its ``rank_comm`` rows' ``wire_ms``) and the most time a rank spent in them
+  (``coll_max_ms``). ``id`` is the newest
   record taken into the row, so a live reader asks for the rows changed since the id it last
   saw.
 - ``rank_busy``: each rank's busy time per bucket of 8, 64, 512, 4096 and 32768 steps (count,
@@ -49,6 +50,7 @@ STAT_COLUMNS = (
     "slowest_rank",
     "slowest_ms",
     "median_ms",
+    "fastest_ms",
     "wall_ms",
     "median_total_ms",
     "waited",
@@ -102,7 +104,7 @@ def ddl(d: Dialect) -> tuple[str, ...]:
         f"""CREATE TABLE IF NOT EXISTS rank_step_stats (
             run {t} NOT NULL, step {i} NOT NULL, id {i} NOT NULL, ts {t},
             ranks {i} NOT NULL, slowest_rank {i}, slowest_ms {r}, median_ms {r},
-            wall_ms {r}, median_total_ms {r}, waited {i} NOT NULL,
+            fastest_ms {r}, wall_ms {r}, median_total_ms {r}, waited {i} NOT NULL,
             skipped_steps {i}, loss_scale {r}, loss {r}, grad_norm {r},
             coll_wire_ms {r}, coll_max_ms {r},
             PRIMARY KEY (run, step)
@@ -254,10 +256,10 @@ r AS (
     FROM rank_steps s JOIN touched t ON s.run = t.run AND s.step = t.step
 )
 INSERT INTO rank_step_stats (run, step, id, ts, ranks, slowest_rank, slowest_ms, median_ms,
-    wall_ms, median_total_ms, waited, skipped_steps, loss_scale, loss, grad_norm,
+    fastest_ms, wall_ms, median_total_ms, waited, skipped_steps, loss_scale, loss, grad_norm,
     coll_wire_ms, coll_max_ms)
 SELECT run, step, MAX(id), MAX(ts), MAX(bn), MAX(CASE WHEN bi = bn THEN rank END),
-    MAX(busy_ms), {_median("busy_ms", "bi", "bn")}, MAX(total_ms),
+    MAX(busy_ms), {_median("busy_ms", "bi", "bn")}, MIN(busy_ms), MAX(total_ms),
     {_median("total_ms", "ti", "tn")}, {d.sum_count.format("waited")},
     MAX(skipped_steps), MAX(loss_scale), MAX(CASE WHEN li = 1 THEN loss END),
     MAX(grad_norm), {wire}, MAX(coll_ms)
@@ -265,7 +267,7 @@ FROM r WHERE true GROUP BY run, step
 ON CONFLICT (run, step) DO UPDATE SET
     id = excluded.id, ts = excluded.ts, ranks = excluded.ranks,
     slowest_rank = excluded.slowest_rank, slowest_ms = excluded.slowest_ms,
-    median_ms = excluded.median_ms, wall_ms = excluded.wall_ms,
+    median_ms = excluded.median_ms, fastest_ms = excluded.fastest_ms, wall_ms = excluded.wall_ms,
     median_total_ms = excluded.median_total_ms, waited = excluded.waited,
     skipped_steps = excluded.skipped_steps, loss_scale = excluded.loss_scale,
     loss = excluded.loss, grad_norm = excluded.grad_norm,

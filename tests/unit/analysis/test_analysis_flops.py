@@ -86,8 +86,13 @@ def test_mfu_rows() -> None:
     rows = flops.mfu_rows(156.0, find_peak("NVIDIA A100-SXM4-80GB"), "bf16").set_index("quantity")
     assert rows.loc["dense bf16 peak TFLOPS (A100)", "value"] == 312.0
     assert rows.loc["MFU %", "value"] == 50.0
-    unknown = flops.mfu_rows(0.03, None, "fp32").set_index("quantity")
-    assert unknown["value"].isna().tolist() == [False, True, True]
+    # what is not known is left out of the table, and said in one line (never a raw None)
+    unknown = flops.mfu_rows(0.03, None, "fp32")
+    assert unknown["quantity"].tolist() == ["achieved TFLOPS per GPU"]
+    assert flops.mfu_missing(0.03, None, "fp32") == (
+        "MFU needs the GPU's peak: pick the GPU model above"
+    )
+    assert flops.mfu_missing(156.0, find_peak("NVIDIA A100-SXM4-80GB"), "bf16") is None
 
 
 def test_latest_profile_prefers_a_whole_one_to_a_cut_one() -> None:

@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 from locations import DATA
 
-from dsmon.analysis import collectives, ranks, training
+from dsmon.analysis import collectives, ranks, training, waiting
 from dsmon.health import evaluate
 from dsmon.health.gather import inputs_from_records, inputs_from_store
 from dsmon.health.model import CheckResult, Status
@@ -184,3 +184,18 @@ def test_the_csv_monitor_series_reads_as_the_learning_rate() -> None:
     # with fp16) reach csv_monitor, so the loss comes from the probe
     assert {p.tag for p in points} == {"Train/Samples/lr"} and len(points) == 30
     assert all(isinstance(r, RankStepRecord) for r in records(MONITORED) if r.KIND == "rank_step")
+
+
+def test_the_wire_and_waiting_split_reads_the_collectives() -> None:
+    """Where each collective was measured, the split is read from them, not from busy times."""
+    stats = ranks.step_stats(step_frame(SLOW_DATA))
+    per_step = waiting.comm_split(stats)
+    kept = stats.set_index("step").loc[per_step["step"]]
+    assert per_step["wire_ms"].to_numpy() == pytest.approx(kept["coll_wire_ms"].to_numpy())
+    waited = (kept["coll_max_ms"] - kept["coll_wire_ms"]).to_numpy()
+    assert per_step["wait_ms"].to_numpy() == pytest.approx(waited)
+    busy_wire, _ = waiting.split_ms(
+        kept["wall_ms"].to_numpy(), kept["slowest_ms"].to_numpy(), kept["fastest_ms"].to_numpy()
+    )
+    # the busy-time reading counts every other difference between the ranks' steps as wire
+    assert float(pd.Series(busy_wire).median()) > per_step["wire_ms"].median()

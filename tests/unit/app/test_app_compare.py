@@ -46,7 +46,8 @@ def test_overlay_of_two_runs_from_the_url(store_url: str) -> None:
     assert [s.split(":")[0] for s in status] == ["z2", "fp16_zero2"]
     spec = figures(at)[TITLE]
     titles = [a["text"] for a in spec["layout"]["annotations"]]
-    assert titles == ["step time (ms)", "samples/s", "exposed comm (% of step)"]  # no loss lines
+    # no loss lines, no probe (no wire time)
+    assert titles == ["step time (ms)", "samples/s", "exposed comm, rank 0's timers (% of step)"]
     assert trace_names(spec) == ["z2", "fp16_zero2"] * 3
     assert at_step(spec, "y", "z2", 10) == pytest.approx(53.36)
     assert at_step(spec, "y", "fp16_zero2", 10) == pytest.approx(48.31)
@@ -97,7 +98,11 @@ def test_runs_without_timer_lines_compare_the_probes_step_times(
     at = app_at(url, "fp16", "compare", runs="fp16,acc")
     assert not at.exception
     spec = figures(at)[TITLE]
-    assert [a["text"] for a in spec["layout"]["annotations"]] == ["step time (ms)"]
+    # and the wire time of collectives, which the probe on every rank tells from waiting
+    assert [a["text"] for a in spec["layout"]["annotations"]] == [
+        "step time (ms)",
+        "wire time, every rank (% of step)",
+    ]
     for run, folder in (
         ("fp16", data / "probe_fp16_default"),
         ("acc", data / "probe_accelerate" / "default"),

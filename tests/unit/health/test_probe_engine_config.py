@@ -112,8 +112,8 @@ def test_checklist_judges_the_config_that_only_the_probe_saw() -> None:
     assert inputs.config is not None and inputs.config.origin == "engine"
     assert inputs.facts.ds_version == (0, 19, 8) and inputs.facts.world_size == 2
     assert inputs.facts.device == "cpu"
-    overlap = check(inputs, "zero.overlap_comm")
-    assert overlap.status is Status.WARN
+    overlap = check(inputs, "zero.overlap_comm")  # read from the engine's config: a CPU run
+    assert overlap.status is Status.NOT_APPLICABLE and "no streams" in overlap.summary
     assert evidence(overlap)["zero_optimization.overlap_comm"] == "false (set)"
     spp = check(inputs, "observe.steps_per_print")
     assert spp.status is Status.NOT_APPLICABLE and "steps_per_print is inf" in spp.summary
@@ -136,17 +136,18 @@ def test_step_rules_use_the_probes_wall_time_without_timer_lines() -> None:
     assert regression.status is Status.PASS, regression.summary
     spikes = check(inputs, "steps.spikes")
     assert spikes.status is Status.PASS, spikes.summary
-    # the median over steps 3-20 (after warm-up) of the slower rank's total_ms, from the files
+    # the median over steps 3-12 (after warm-up, before the last 8) of the slower rank's
+    # total_ms, from the files
     per_step: dict[int, float] = {}
     for path in (RUNS / "default" / "probe").glob("rank-*.jsonl"):
         for line in path.read_text().splitlines():
             obj = json.loads(line)
-            if obj["kind"] == "rank_step" and obj["step"] >= 3:
+            if obj["kind"] == "rank_step" and 3 <= obj["step"] <= 12:
                 per_step[obj["step"]] = max(per_step.get(obj["step"], 0.0), obj["total_ms"])
-    run_median = evidence(regression)["run median"]
+    earlier = evidence(regression)["earlier median"]
     assert (
-        run_median
-        == f"{statistics.median(per_step.values()):.2f} ms (steps 3-20, {PROBE_STEP_SOURCE})"
+        earlier
+        == f"{statistics.median(per_step.values()):.2f} ms (steps 3-12, {PROBE_STEP_SOURCE})"
     )
 
 

@@ -64,15 +64,14 @@ def test_a_sqlite_store_of_an_older_schema_is_refused_and_left_as_it_was(tmp_pat
 
 
 def test_a_store_of_another_schema_names_the_dsmon_that_made_it(tmp_path: Path) -> None:
-    """A store a later dsmon made (a schema after this one's) says which dsmon that was."""
+    """A store a later dsmon made (a schema after this one) says which dsmon that was."""
     path = tmp_path / "newer.sqlite"
     open_store(path).close()
-    later = SCHEMA_VERSION + 1
     sqlite_sql(path, "UPDATE dsmon_meta SET value = '0.9.0' WHERE name = 'dsmon_version'")
-    sqlite_sql(path, f"PRAGMA user_version = {later}")
+    sqlite_sql(path, f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     with pytest.raises(StoreError) as err:
         open_store(f"sqlite:///{path}")
-    assert str(err.value) == _line(str(path), later, "dsmon 0.9.0")
+    assert str(err.value) == _line(str(path), SCHEMA_VERSION + 1, "dsmon 0.9.0")
 
 
 @pytest.fixture
@@ -89,13 +88,15 @@ def test_a_postgresql_store_of_another_schema_is_refused(pg_store: ThrowawayPgSt
     with pytest.raises(StoreError) as err:
         open_store(url)
     assert str(err.value) == _line(redact_url(url), 2, "an earlier dsmon")
-    later = str(SCHEMA_VERSION + 1)
     pg_sql(url, "INSERT INTO dsmon_meta VALUES ('dsmon_version', '0.9.0')")
+    later = SCHEMA_VERSION + 1
     pg_sql(url, f"UPDATE dsmon_meta SET value = '{later}' WHERE name = 'schema_version'")
     with pytest.raises(StoreError) as err:
         open_store(url)
     assert str(err.value) == _line(redact_url(url), later, "dsmon 0.9.0")
-    assert pg_sql(url, "SELECT value FROM dsmon_meta WHERE name = 'schema_version'") == [(later,)]
+    assert pg_sql(url, "SELECT value FROM dsmon_meta WHERE name = 'schema_version'") == [
+        (str(later),)
+    ]
 
 
 def test_commands_print_the_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
