@@ -77,7 +77,8 @@ def test_the_communication_page_shows_every_collectives_bandwidth(
     at = app_at(store_url, "monitored", "communication")
     assert not at.exception
     shown = {m.label: m.value for m in at.metric}
-    assert shown["Steps measured"] == "30"
+    assert shown["Steps with every collective measured"] == "30"
+    assert shown["Wire time, p50 share of step"].endswith("%")  # the split, from them
     fig = figures(at)["Bus bandwidth of every rank's collectives, by op and message size (Gbit/s)"]
     assert trace_names(fig) == [  # not the norm's 4-byte all-reduce: in the table only
         "all_gather_into_tensor 128 KiB-256 KiB",
