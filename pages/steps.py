@@ -160,7 +160,7 @@ def without_timers() -> None:
     )
     speed = training.only_metrics(series, SPEED)
     info = f.info()
-    if info is not None and not step_output.has_step_output(info.kinds):
+    if info is not None and step_output.lacks_step_output(info.kinds):
         st.warning("\n\n".join(step_output.NO_STEP_OUTPUT))
         return
     st.info(

@@ -13,8 +13,10 @@ from collections.abc import Mapping
 #: Record kinds that place something on the step axis: engine timers, ``step=`` and
 #: throughput lines, a framework's iteration lines, csv_monitor points, the probe's steps.
 STEP_KINDS = ("timer", "step", "throughput", "iteration", "monitor", "rank_step")
-#: Kinds that show the job started (DeepSpeed's launcher and engine lines, the probe).
-STARTED_KINDS = ("event", "config", "heartbeat")
+#: Kinds that show the job started (DeepSpeed's launcher and engine lines).
+STARTED_KINDS = ("event", "config")
+#: The probe's heartbeat: with it, steps come as soon as training does (``dsmon run``).
+PROBE_KIND = "heartbeat"
 
 #: What to say, line by line: the finding, then the two ways.
 NO_STEP_OUTPUT = (
@@ -34,5 +36,9 @@ def has_step_output(kinds: Mapping[str, int]) -> bool:
 
 
 def lacks_step_output(kinds: Mapping[str, int]) -> bool:
-    """Whether the job has started (DeepSpeed's lines are there) and nothing is per step."""
-    return any(kinds.get(k, 0) > 0 for k in STARTED_KINDS) and not has_step_output(kinds)
+    """Whether the job has started (DeepSpeed's lines are there) and nothing is per step.
+
+    A run with the probe's heartbeats is not told: its steps come with its first one.
+    """
+    started = any(kinds.get(k, 0) > 0 for k in STARTED_KINDS)
+    return started and not has_step_output(kinds) and not kinds.get(PROBE_KIND, 0)

@@ -42,3 +42,12 @@ def test_a_run_with_steps_is_left_alone(tmp_path: Path, capsys: pytest.CaptureFi
     for now in (0.0, 100.0, 200.0):
         note.check(now=now)
     assert capsys.readouterr().out == "" and note.said
+
+
+def test_a_probed_run_before_its_first_step_is_not_told() -> None:
+    from dsmon.analysis.step_output import lacks_step_output
+
+    assert lacks_step_output({"event": 12, "config": 1})
+    assert not lacks_step_output({"event": 12, "heartbeat": 40})  # dsmon run: steps will come
+    assert not lacks_step_output({"event": 12, "rank_step": 3})
+    assert not lacks_step_output({})  # nothing started yet
