@@ -15,6 +15,7 @@ import streamlit as st
 
 from dsmon.env import REFRESH_ENV, default_store
 from dsmon.health.live import run_is_live
+from dsmon.model.schema import MAX_STEP
 from dsmon.store.records.runs import RunInfo
 from dsmon.store.store import open_store
 from dsmon.store.url import redact_url
@@ -97,8 +98,13 @@ def live_controls(live_now: bool) -> float | None:
 
 
 def replay_controls(info: RunInfo) -> int | None:
-    """Step slider for a finished run: the dashboard as it stood at that step."""
-    last = info.last_step
+    """Step slider for a finished run: the dashboard as it stood at that step.
+
+    Its bounds are numbers a browser holds exactly: a step past ``MAX_STEP`` in the store (no
+    parser or ingest server lets one in; an older store may hold one) would make Streamlit
+    refuse the slider, and with it every page of the run.
+    """
+    last = info.last_step if info.last_step is None else min(info.last_step, MAX_STEP)
     if last is None or last < 2:
         return None
     kept = st.session_state.get(STEP_KEY)

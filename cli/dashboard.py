@@ -83,10 +83,10 @@ def _token(token_file: str | None) -> tuple[str, bool]:
 
 def serve_with_ingest(args: argparse.Namespace, store: str) -> int:
     """Ingest server in a thread, Streamlit as a child, until a signal or the UI ends."""
-    check_port(args.port, "--port")
-    check_port(args.ingest_port, "--ingest-port")
-    token, generated = _token(args.token_file)
     host = args.ingest_address or args.address
+    check_port(args.port, "--port", "dashboard", args.address)
+    check_port(args.ingest_port, "--ingest-port", "dashboard", host)
+    token, generated = _token(args.token_file)
     stop = stop_on_signals()
     watcher = start_watcher(args, store, "dashboard", dashboard_url(args.port, args.address))
     from dsmon.serve.run import ServeError, start_ingest_server  # the server stack, only here

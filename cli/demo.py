@@ -139,7 +139,7 @@ def run_live(args: argparse.Namespace) -> int:
     speed = DEFAULT_SPEED if args.speed is None else args.speed
     if not speed > 0:
         raise CommandError(f"demo: --speed {args.speed}: must be more than 0 steps per second")
-    ui_server.check_port(args.port, "--port", "demo")
+    ui_server.check_port(args.port, "--port", "demo", args.address)
     stop = supervise.stop_on_signals()
     store_url, run_name = live_target(args.store, datetime.now())
     print(f"Store       {redact_url(store_url)}", flush=True)

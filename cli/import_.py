@@ -9,12 +9,13 @@ read back the same way, which moves a run from one store to another.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cli.errors import CommandError
+from cli.errors import CommandError, nothing_read
 from cli.extras import require_full
 from dsmon.env import default_store
 
@@ -80,6 +81,9 @@ def import_and_summarise(store: Store, paths: list[Path], run: str | None = None
             bar.close()
     if not any(r.files for r in results):
         raise CommandError(f"nothing to import in {', '.join(map(str, paths))}")
+    if not any(r.records for r in results):
+        lines = sum(r.diag.lines for r in results)
+        raise nothing_read("import", [str(p) for p in paths], lines)
     for res in results:
         _warn_bad_records(res)
         for run in res.runs:
@@ -110,6 +114,26 @@ def _report(store: Store, res: ImportResult) -> str:
     return "\n".join([head, *(summary_text(store, run) for run in res.runs)])
 
 
+@contextlib.contextmanager
+def removed_on_failure(url: str) -> Iterator[None]:
+    """A SQLite store file that this command creates is removed again if the command fails.
+
+    ``dsmon import`` of a file that holds no DeepSpeed output, or that cannot be read,
+    must not leave an empty ``./dsmon.sqlite`` behind. A store that was there is kept.
+    """
+    from dsmon.store.url import sqlite_file
+
+    path = sqlite_file(url)
+    created = path is not None and not Path(path).exists()
+    try:
+        yield
+    except BaseException:
+        if created and path is not None:
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                Path(path + suffix).unlink(missing_ok=True)
+        raise
+
+
 def run(args: argparse.Namespace) -> int:
     """Import, then print each run's summary to stdout."""
     require_full("import")
@@ -117,8 +141,12 @@ def run(args: argparse.Namespace) -> int:
     from dsmon.store.url import redact_url
 
     url = args.store or default_store()
-    with open_store(url) as store:
-        reports = import_and_summarise(store, [Path(p) for p in args.paths], args.run)
+    paths = [Path(p) for p in args.paths]
+    for path in paths:  # before the store is opened: a failed command leaves no file behind
+        if not path.exists():
+            raise CommandError(f"cannot read {path}: No such file or directory")
+    with removed_on_failure(url), open_store(url) as store:
+        reports = import_and_summarise(store, paths, args.run)
     print(f"Store       {redact_url(url)}")
     print("\n\n".join(reports))
     return 0

@@ -12,6 +12,7 @@ left out (:mod:`cli.extras`).
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -77,10 +78,38 @@ def _user_error(exc: Exception) -> tuple[str, int] | None:
     return None
 
 
+def _command_parser(parser: argparse.ArgumentParser, name: str | None) -> argparse.ArgumentParser:
+    """The parser of command ``name`` (the top level's when there is none)."""
+    for action in parser._actions:  # argparse keeps its subcommands there, and nowhere public
+        if isinstance(action, argparse._SubParsersAction) and name in action.choices:
+            command: argparse.ArgumentParser = action.choices[name]
+            return command
+    return parser
+
+
+def unknown_arguments(parser: argparse.ArgumentParser, extras: Sequence[str]) -> str:
+    """``unrecognized arguments: --form (did you mean --format?)``, for ``parser``'s error."""
+    options = [o for a in parser._actions for o in a.option_strings]
+    hints = []
+    for arg in extras:
+        if arg.startswith("-"):
+            close = difflib.get_close_matches(arg.split("=", 1)[0], options, n=1, cutoff=0.75)
+            hints += [f"did you mean {close[0]}?"] if close else []
+    text = f"unrecognized arguments: {' '.join(extras)}"
+    return f"{text} ({'; '.join(hints)})" if hints else text
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one ``dsmon`` command; returns the exit status (the console script exits with it)."""
+    """Run one ``dsmon`` command; returns the exit status (the console script exits with it).
+
+    An argument no option takes is reported by the command's own parser, with its usage and
+    the option most like it, not with the top level's usage.
+    """
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        command = _command_parser(parser, args.subcommand)
+        command.error(unknown_arguments(command, extras))  # exits with status 2
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help(sys.stderr)

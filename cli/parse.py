@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from cli.errors import CommandError
+from cli.errors import CommandError, nothing_read
 
 if TYPE_CHECKING:  # loaded when the command runs: building the command line stays light
     from dsmon.load.kinds import Found
@@ -153,7 +153,11 @@ def quiet_stdout() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Parse every FILE; exit 0 once all were read, 1 with one line when one cannot be."""
+    """Parse every FILE; exit 0 once all were read, 1 with one line when one cannot be.
+
+    A run that found no record exits 1 too: with the lines that looked like DeepSpeed's but
+    did not parse (the report says which), or with one line saying nothing was DeepSpeed's.
+    """
     from dsmon.parse.base import Diagnostics
 
     for name in args.files:
@@ -165,5 +169,7 @@ def run(args: argparse.Namespace) -> int:
     except BrokenPipeError:
         quiet_stdout()  # the reader went away (``dsmon parse big.log | head``)
         return 0
+    if n == 0 and not diag.unparsed and not diag.cut:
+        raise nothing_read("parse", list(args.files), diag.lines)
     print(format_diagnostics(diag, len(args.files), n), file=sys.stderr)
-    return 0
+    return 0 if n else 1

@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
         require_full("run")
     dashboard = not (args.no_dashboard or args.server)
     if dashboard:
-        check_port(args.port, "--port", "run")
+        check_port(args.port, "--port", "run", args.address)
     folder = _prepare(args)
     url, token, ingest = _destination(args)
     ui = None

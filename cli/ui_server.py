@@ -5,16 +5,23 @@ The dashboard (``app.py`` with ``pages/``) is a Streamlit script, so the UI alwa
 ``$DSMON_REFRESH_S`` (:mod:`dsmon.env`): nothing below the command line imports Streamlit.
 ``dsmon dashboard``, ``demo``, ``watch`` and ``run`` start it this way
 (:func:`start_streamlit`), supervised with :mod:`cli.supervise`; ``dsmon dashboard`` alone
-may also become the server (:func:`start`). It listens on loopback unless told otherwise,
+may also become the server (:func:`start`). It runs from a private copy of its scripts and
+packages (:func:`private_copy`), so reinstalling dsmon under a running dashboard breaks
+nothing. It listens on loopback unless told otherwise,
 because the dashboard has no login and shows file paths and config of the run.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
+import importlib.util
 import os
+import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -40,6 +47,72 @@ def app_candidates() -> tuple[Path, ...]:
 def app_path() -> Path | None:
     """The dashboard's ``app.py`` (a checkout first, so an editable install runs its own)."""
     return next((p for p in app_candidates() if p.is_file()), None)
+
+
+#: The packages the dashboard's scripts import (``app.py``, ``pages/``): copied with them.
+DASHBOARD_PACKAGES = ("dsmon", "ui")
+#: What the copy leaves out: compiled files (the package's data, such as what each DeepSpeed
+#: release reads, is read by the health rules: it is copied).
+_NOT_COPIED = shutil.ignore_patterns("__pycache__", "*.pyc")
+
+
+def private_copy(app: Path) -> Path:
+    """A copy of the dashboard, for this process alone: its ``app.py`` in the copy.
+
+    Streamlit reads ``app.py`` and ``pages/`` again for every browser session, and imports
+    modules of ``dsmon`` and ``ui`` only when a page first needs them. Run from where pip
+    put them, a dashboard broke as soon as they moved: ``pip install -e .`` in the same
+    virtualenv (the README's second line, tried while the demo of its first still ran)
+    deleted ``share/dsmon`` and the installed packages, and every new session was a grey
+    page and a traceback. So the dashboard runs from a copy of its scripts and of the two
+    packages (Streamlit puts the script's folder first on ``sys.path``), made at each start
+    in the user's cache folder, named after this process: copies whose process is gone are
+    removed at the next start (the process that ``exec``s Streamlit keeps its number).
+    """
+    root = _copies_root()
+    for old in root.iterdir():
+        pid = old.name.partition("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    dest = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=root))
+    shutil.copy2(app, dest / "app.py")
+    for folder in ("pages", ".streamlit"):
+        if (app.parent / folder).is_dir():
+            shutil.copytree(app.parent / folder, dest / folder, ignore=_NOT_COPIED)
+    for name in DASHBOARD_PACKAGES:
+        spec = importlib.util.find_spec(name)  # found, not imported: cli never imports ui
+        if spec is None or not spec.submodule_search_locations:
+            raise OSError(f"package {name} not found")
+        source = Path(next(iter(spec.submodule_search_locations)))
+        shutil.copytree(source, dest / name, ignore=_NOT_COPIED)
+    return dest / "app.py"
+
+
+def _copies_root() -> Path:
+    """Where the dashboard copies live: ``$XDG_CACHE_HOME/dsmon/dashboard``, or the temp dir."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    for root in (
+        Path(base) / "dsmon" / "dashboard",
+        Path(tempfile.gettempdir()) / "dsmon-dashboard",
+    ):
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            if os.access(root, os.W_OK):
+                return root
+        except OSError:
+            continue
+    raise OSError("no writable cache folder for the dashboard's copy")
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process with this number runs (one of another user's counts as running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def add_server_options(p: argparse.ArgumentParser) -> None:
@@ -140,10 +213,46 @@ def wait_until_ready(
     return False
 
 
-def check_port(port: int, flag: str, command: str = "dashboard") -> None:
-    """Refuse a port number TCP cannot have, naming the flag, before anything starts."""
+def check_port(port: int, flag: str, command: str, address: str | None) -> None:
+    """Refuse a port TCP cannot have, or one in use on ``address``, before anything starts.
+
+    The error is then the first and the last thing the command prints: Streamlit finds a
+    port taken only once it starts, after the command said where its dashboard would be
+    (and ``watch`` had started its ingest server and collector). ``address`` None: the
+    number alone is checked (the server that binds it says the rest).
+    """
     if not 0 < port < 65536:
         raise CommandError(f"{command}: {flag} {port}: not a TCP port (1-65535)")
+    if address is None:
+        return
+    problem = _bind_problem(address, port)
+    if problem is not None:
+        raise CommandError(
+            f"{command}: {flag} {port}: cannot listen on {address}:{port} ({problem}); "
+            f"stop what uses it, or give another {flag}"
+        )
+
+
+def _bind_problem(address: str, port: int) -> str | None:
+    """Why a server could not listen on ``address:port`` now, or None when it could.
+
+    As Streamlit's server binds (``SO_REUSEADDR``, so a port a stopped server left in
+    TIME_WAIT counts as free), on every address the name resolves to.
+    """
+    try:
+        infos = socket.getaddrinfo(
+            address or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror as exc:
+        return f"unknown address: {exc.strerror}"
+    for family, kind, proto, _, where in infos:
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(where)
+            except OSError as exc:
+                return "in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
+    return None
 
 
 def _launch(
@@ -151,16 +260,20 @@ def _launch(
 ) -> tuple[list[str], dict[str, str], Path]:
     """Command line, environment and folder of the Streamlit server, after checking them.
 
-    It runs from the checkout (or share folder) so Streamlit reads the
-    ``.streamlit/config.toml`` next to ``app.py`` (theme, no telemetry).
+    It runs from its private copy (:func:`private_copy`), in the copy's folder, so Streamlit
+    reads the ``.streamlit/config.toml`` next to ``app.py`` (theme, no telemetry).
     """
     from dsmon.store.url import redact_url  # the store's modules: loaded once a command runs
 
-    check_port(port, "--port", command)
-    app = app_path()
-    if app is None:
+    check_port(port, "--port", command, address)
+    found = app_path()
+    if found is None:
         where = " or ".join(str(p) for p in app_candidates())
         raise CommandError(f"{command}: cannot find the dashboard script: no {where}")
+    try:
+        app = private_copy(found)
+    except OSError as exc:
+        raise CommandError(f"{command}: cannot copy the dashboard to run it: {exc}") from None
     from dsmon.store.url import absolute_url  # the store package: loaded when a command runs
 
     store = absolute_url(store)

@@ -65,9 +65,9 @@ def run(args: argparse.Namespace) -> int:
     from dsmon.store.url import absolute_url  # the store package: loaded when a command runs
 
     store = absolute_url(args.store or default_store())
-    check_port(args.port, "--port", "watch")
+    check_port(args.port, "--port", "watch", args.address)
     if args.ingest_port:
-        check_port(args.ingest_port, "--ingest-port", "watch")
+        check_port(args.ingest_port, "--ingest-port", "watch", args.ingest_address)
     token, shown = _token(args)
     # Only the commands that serve load the server stack (uvicorn, starlette): a node's
     # ``dsmon collect`` never does.

@@ -36,7 +36,7 @@ def page_view(script: str) -> View:
     page's URL; ``app.py`` then runs first and comes back to the page (``?page=<name>``).
     """
     if VIEW_KEY not in st.session_state:
-        # app.py sits above pages/ (in a checkout, or <prefix>/share/dsmon of an install),
+        # app.py sits above pages/ (in the dashboard's private copy, cli/ui_server.py),
         # not beside this package, which an install puts in site-packages.
         app = Path(script).resolve().parents[1] / "app.py"
         st.switch_page(app, query_params={**st.query_params.to_dict(), "page": Path(script).stem})
@@ -70,7 +70,7 @@ def live_body(view: View, render: Callable[[], None]) -> None:
             st.rerun()  # once: the rerun draws the frame for the run's new state
         st.caption(status_line(info, now))
         # Shown only if drawing takes over half a second (Streamlit's own delay).
-        with st.spinner(reading_line(view.run, info), show_time=True):
+        with st.spinner(md_escape(reading_line(view.run, info)), show_time=True):
             render()
 
     st.fragment(run_every=view.refresh_s if view.live else None)(tick)()

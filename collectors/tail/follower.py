@@ -90,6 +90,11 @@ class GenerationReader:
         self._reset(gen)
 
     @property
+    def base_label(self) -> str:
+        """The ``Source.file`` of the first generation's records (later ones add ``#N``)."""
+        return self._label
+
+    @property
     def label(self) -> str:
         """The ``Source.file`` of the current generation's records."""
         return self._label if self._gen == 0 else f"{self._label}#{self._gen}"
@@ -243,8 +248,22 @@ class GenerationReader:
         self._buf_start += n
 
     def _feed(self, raw: bytes, offset: int, out: list[Record] | None) -> None:
+        """Parse one complete line; a parser that raises on it costs that line, no more.
+
+        The position moves past the line whatever the parser did: a line it raised on, read
+        again at every poll, would stop the file there for ever (and drop the records of
+        the lines read with it). dsmon's parsers count such a line themselves; this catches
+        what they do not.
+        """
         text = raw.decode("utf-8", errors="replace")
-        recs = self._parser.feed(text, offset=offset, line=self._line + 1)
+        try:
+            recs = self._parser.feed(text, offset=offset, line=self._line + 1)
+        except Exception as exc:  # noqa: BLE001 - see above
+            logger.warning(
+                "dsmon: %s:%d: the parser raised %s: %s; line skipped",
+                self.path, self._line + 1, type(exc).__name__, exc,
+            )  # fmt: skip
+            return
         if out is not None:
             self._emit(recs, out)
 

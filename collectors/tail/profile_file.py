@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from collectors.tail.state import ProfileState
+from dsmon.model.check import fit_all
 from dsmon.model.records import FlopsProfileRecord, Record
 
 logger = logging.getLogger(__name__)
@@ -85,7 +86,16 @@ class ProfileWatcher:
             return []
         # Labelled by its bare name, as ``dsmon import`` of the file or its folder names it.
         label = os.path.basename(self.path)
-        parsed = list(self._parse(data.decode("utf-8", errors="replace"), label))
+        try:
+            parsed, problems = fit_all(self._parse(data.decode("utf-8", errors="replace"), label))
+        except Exception as exc:  # noqa: BLE001 - a file dsmon cannot parse is not read again
+            logger.warning(
+                "dsmon: %s: the parser raised %s: %s", self.path, type(exc).__name__, exc
+            )
+            self._sha = sha
+            return []
+        for problem in problems:
+            logger.warning("dsmon: %s: %s; left out", self.path, problem)
         recs = [r for r in parsed if not (isinstance(r, FlopsProfileRecord) and r.partial)]
         if final:  # sent at a stop only if asked (``Tailer.release``): see collectors.agent
             self._partial = [r for r in parsed if r not in recs]

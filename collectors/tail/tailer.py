@@ -202,6 +202,7 @@ class Tailer:
         for path, label in matched.items():
             if path in self._followers or self._already_read(path):
                 continue
+            label = self._unused(path, label)
             carry = self._continued.pop(_identity(path), "")
             before = None if carry else predecessor(path, self._followers)
             if before is not None:
@@ -213,6 +214,20 @@ class Tailer:
             self._followers[path] = follower
             out.extend(follower.poll(final=final))
         return out
+
+    def _unused(self, path: str, label: str) -> str:
+        """``label``, or a longer one when another followed file's records carry it already.
+
+        The label is the records' ``Source.file``, part of each record's key in the store: two
+        files under one label (``--log job/node0/train.log --log job/node1/train.log`` met
+        apart, a rank's log appearing later under a name another glob gave) would have their
+        records taken for one file's, and all but the first file's dropped as copies. The
+        labels of files met together are told apart by :func:`_matches` already.
+        """
+        taken = {f.base_label: p for p, f in self._followers.items() if p != path}
+        if label in taken:
+            label = _distinct(path, taken[label])
+        return label if label not in taken else os.path.abspath(path)
 
     def _wanted(self, path: str) -> bool:
         """A saved path still matches one of the patterns (they may have changed)."""
@@ -332,7 +347,27 @@ def _matches(patterns: Iterable[str]) -> dict[str, str]:
         for path in sorted(glob.glob(pattern, recursive=True)):
             if os.path.isfile(path) and not path.endswith(COMPRESSED):  # rotated, read before
                 out.setdefault(path, os.path.relpath(path, root))
+    by_label: dict[str, list[str]] = {}
+    for path, label in out.items():
+        by_label.setdefault(label, []).append(path)
+    for paths in by_label.values():
+        if len(paths) > 1:  # one name for several files: each named from where they part
+            for path in paths:
+                out[path] = _distinct(path, *(p for p in paths if p != path))
     return out
+
+
+def _distinct(path: str, *others: str) -> str:
+    """``path`` relative to the deepest folder it shares with ``others`` (``node1/train.log``).
+
+    What ``dsmon import`` of that folder names the file, so a live record and a replayed
+    one still carry the same name.
+    """
+    full = os.path.abspath(path)
+    try:
+        return os.path.relpath(full, os.path.commonpath([full, *map(os.path.abspath, others)]))
+    except ValueError:  # different drives
+        return full
 
 
 def _watch_root(pattern: str) -> tuple[str, bool]:

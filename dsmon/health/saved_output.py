@@ -151,7 +151,7 @@ def inputs_from_store_url(
         RunNeededError: ``run`` is None and the store does not hold exactly one run.
     """
     try:
-        store = open_store(url)
+        store = open_store(url, create=False)
     except StoreError as exc:
         raise _unreadable(url, str(exc)) from None
     try:

@@ -15,6 +15,8 @@ back as they are (``dsmon.load.records_file``), keeping the runs they name unles
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,10 +37,11 @@ from dsmon.load.kinds import (
 )
 from dsmon.load.records_file import read_records_file
 from dsmon.load.rotated import COMPRESSED, Carries, Unpacked, open_log
+from dsmon.model.check import fit_all
 from dsmon.model.records import Record
 from dsmon.model.wire import EncodedRecord
 from dsmon.parse import side_files
-from dsmon.parse.base import Diagnostics, LineParser
+from dsmon.parse.base import OUT_OF_RANGE, PARSER_ERROR, Diagnostics, LineParser
 from dsmon.parse.linereader import MAX_LINE_BYTES, capped_lines
 from dsmon.parse.log import LogParser
 from dsmon.parse.probe import ProbeParser
@@ -145,20 +148,35 @@ def read_found(
 
 
 def _parse_file(found: Found, run: str, diag: Diagnostics) -> list[Record]:
-    """Records of a whole non-log file; a file unusable as a whole is counted, not fatal."""
+    """Records of a whole non-log file; a file unusable as a whole is counted, not fatal.
+
+    So is a file its parser raised on (a fault of dsmon's: the other inputs are read on),
+    and a value no record can hold is left out and counted (``dsmon.model.check.fit``).
+    """
     text = found.path.read_text(encoding="utf-8", errors="replace")
     try:
-        if found.kind == DS_CONFIG:
-            return [side_files.parse_ds_config(text, run, found.label)]
-        if found.kind == AUTOTUNE_EXP:
-            return [_autotune_experiment(found, text, run)]
-        parse = _TABLE_PARSERS[found.kind]
+        recs = _parse_text(found, text, run, diag)
     except side_files.FileFormatError as exc:
         diag.note(diag.unparsed, found.kind, found.label, str(exc))
         return []
-    recs, file_diag = parse(text, run, found.label)
+    except Exception as exc:  # noqa: BLE001 - see above
+        diag.note(diag.unparsed, PARSER_ERROR, found.label, f"{type(exc).__name__}: {exc}")
+        return []
+    kept, problems = fit_all(recs)
+    for problem in problems:
+        diag.note(diag.unparsed, OUT_OF_RANGE, found.label, problem)
+    return kept
+
+
+def _parse_text(found: Found, text: str, run: str, diag: Diagnostics) -> Sequence[Record]:
+    """The records of a whole non-log file's text, by its kind."""
+    if found.kind == DS_CONFIG:
+        return [side_files.parse_ds_config(text, run, found.label)]
+    if found.kind == AUTOTUNE_EXP:
+        return [_autotune_experiment(found, text, run)]
+    recs, file_diag = _TABLE_PARSERS[found.kind](text, run, found.label)
     diag.merge(file_diag)
-    return list(recs)
+    return recs
 
 
 _TABLE_PARSERS: dict[str, Callable[[str, str, str], tuple[Sequence[Record], Diagnostics]]] = {
@@ -208,7 +226,30 @@ def plan(paths: Iterable[Path], run: str | None = None) -> dict[str, list[Found]
         if not path.exists():
             raise InputError(f"cannot read {path}: No such file or directory")
         groups.setdefault(run or run_name(path), []).extend(discover(path))
-    return groups
+    return {name: _distinct_labels(inputs) for name, inputs in groups.items()}
+
+
+def _distinct_labels(inputs: list[Found]) -> list[Found]:
+    """The inputs of one run, no two files under one label (a record's ``Source.file``).
+
+    ``dsmon import --run r job/node0/train.log job/node1/train.log`` would otherwise file
+    both under ``train.log``, and the second file's records, keyed alike, would be taken for
+    copies of the first's and dropped. Such files are named from the folder they share
+    (``node0/train.log``), as the collector names them (``collectors.tail.tailer``).
+    """
+    paths: dict[str, set[Path]] = {}
+    for f in inputs:
+        paths.setdefault(f.label, set()).add(f.path.resolve())
+    if all(len(p) == 1 for p in paths.values()):
+        return inputs
+    out = []
+    for f in inputs:
+        same = paths[f.label]
+        if len(same) > 1:
+            common = os.path.commonpath([str(p) for p in same])
+            f = dataclasses.replace(f, label=os.path.relpath(f.path.resolve(), common))
+        out.append(f)
+    return out
 
 
 def import_paths(

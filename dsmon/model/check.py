@@ -9,14 +9,15 @@ type the record model declares, names short enough to index, times that exist.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import msgspec
 
-from dsmon.model.records import KINDS, Record
+from dsmon.model.records import KINDS, Record, Source
 from dsmon.model.schema import INT64_MAX, INT64_MIN, Field, schema
 from dsmon.model.units import parse_ts
 from dsmon.model.wire import EncodedRecord, WireError, encode, from_dict
@@ -207,3 +208,80 @@ def _checker(cls: type) -> Callable[[Any], str | None]:
     exec("\n".join(lines), env)  # noqa: S102 - source built above from field names only
     check = _CHECKERS[cls] = env["check"]
     return check
+
+
+# --- a parser's record made to fit what the store and the ingest server take ----------------
+
+
+def fit(rec: Record) -> tuple[Record | None, list[str]]:
+    """``rec`` as the store and the ingest server take it, and what had to be left out.
+
+    A parser reads what a log prints, and a log may print what no record can hold: a step
+    past :data:`~dsmon.model.schema.MAX_STEP` (``step=9007199254740993``), a timer gone
+    negative or a latency of ``1.8 Gs`` (DeepSpeed printed both), a count past 64 bits. Such a
+    value is left out, a gap where the record allows one (``None``, a mapping without that
+    entry), and named in the list, so the caller counts it; the rest of the record is kept.
+    None when the record cannot be made to fit (a required field at fault). Every record a
+    parser hands on passes through here, so ``dsmon import`` stores what a collector's
+    server would have accepted, and no batch is refused for one value.
+    """
+    if _checker(type(rec))(rec) is None and _checker(Source)(rec.src) is None:
+        return rec, []  # the usual record: one compiled check
+    problems: list[str] = []
+    src = _fitted(rec.src, "src.", problems)
+    fitted = _fitted(rec, "", problems, src) if src is not None else None
+    return fitted, problems
+
+
+def fit_all(records: Iterable[Record]) -> tuple[list[Record], list[str]]:
+    """:func:`fit` for each record: those kept, and every problem of all of them."""
+    kept: list[Record] = []
+    problems: list[str] = []
+    for rec in records:
+        fitted, found = fit(rec)
+        problems += found
+        if fitted is not None:
+            kept.append(fitted)
+    return kept, problems
+
+
+def _fitted(obj: Any, prefix: str, problems: list[str], src: Any = None) -> Any:
+    """A dataclass with each field that does not fit left out (or fitted inside); or None."""
+    changes: dict[str, Any] = {} if src is None or src is obj.src else {"src": src}
+    for f in schema(type(obj)).fields:
+        if f.name == "src" and src is not None:
+            continue
+        value = getattr(obj, f.name)
+        if f.check(value):
+            continue
+        problems.append(f.explain(value, prefix) or f"field {prefix + f.name!r}")
+        value = _fitted_value(value, f, prefix, problems)
+        if value is _UNFIT:
+            if f.required:
+                return None
+            value = _default(type(obj), f.name)
+        changes[f.name] = value
+    return dataclasses.replace(obj, **changes) if changes else obj
+
+
+_UNFIT = object()
+
+
+def _fitted_value(value: Any, f: Field, prefix: str, problems: list[str]) -> Any:
+    """What of a field's value fits: a mapping's good entries, a tuple's fitted rows."""
+    if f.is_mapping and isinstance(value, Mapping):
+        kept = {k: v for k, v in value.items() if f.check({k: v})}
+        return kept if kept or not f.required else _UNFIT
+    if isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
+        rows = [_fitted(row, f"{prefix}{f.name}[{i}].", []) for i, row in enumerate(value)]
+        rows_kept = tuple(r for r in rows if r is not None)
+        return rows_kept if f.check(rows_kept) else _UNFIT
+    return _UNFIT  # a list of numbers is left out whole: its items name places (lr per group)
+
+
+def _default(cls: type, name: str) -> Any:
+    """The value a record field takes when it is not given (``None``, ``()``, ``{}``)."""
+    f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return f.default

@@ -12,6 +12,7 @@ alike.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -24,6 +25,39 @@ Decode = Callable[[Any], Any]
 
 #: Integers the store's BIGINT columns and pandas' Int64 frames can hold.
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+#: The largest step a record may name: the largest integer a browser's JavaScript number (an
+#: IEEE double) holds exactly. A step past it could not be shown: the dashboard's step
+#: slider refuses such bounds (Streamlit's ``StreamlitJSNumberBoundsError``) on every page
+#: of the run. DeepSpeed numbers steps from 1; 0 is its step before the first.
+MAX_STEP = 2**53 - 1
+#: The longest duration a record may hold, in seconds: a week. No step of a training job,
+#: nor any part of one, lasts that long; a value past it (``1e308`` ms) is a broken sender.
+MAX_DURATION_S = 7 * 24 * 3600
+#: Ceilings of duration fields by the unit their name ends with (``values_ms``, ``tuning_duration_s``).
+_DURATION_UNITS = {"_ms": MAX_DURATION_S * 1000, "_s": MAX_DURATION_S}
+
+
+#: The range of a float inside a mapping or a list (``losses``, ``lr``): any finite number.
+#: JSON has no NaN or infinity: the codec writes them as null, which such a place cannot
+#: hold (a single float field can: its null is a gap).
+FINITE = (-sys.float_info.max, sys.float_info.max)
+
+
+def bounds_of(name: str) -> tuple[float, float] | None:
+    """The closed range a numeric field's values must lie in, by the field's name; None: any.
+
+    ``step`` is 0 to :data:`MAX_STEP`; a duration (a name ending in ``_ms`` or ``_s``, but not
+    a rate's ``_per_s``) is 0 to :data:`MAX_DURATION_S` in its unit, and finite. A mapping's
+    values (``values_ms``) are held to the same range.
+    """
+    if name == "step":
+        return 0, MAX_STEP
+    if name.endswith("_per_s"):
+        return None
+    for suffix, ceiling in _DURATION_UNITS.items():
+        if name.endswith(suffix):
+            return 0, ceiling
+    return None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -33,7 +67,8 @@ class Field:
     ``base`` is the annotation without ``| None``; ``inline`` is the type test as a Python
     expression on ``v`` (``type(v) is str``) when the type is a plain class or a union of
     them, for the generated per-class checker; ``decode`` is None when JSON already gives the
-    value as the field holds it.
+    value as the field holds it. ``bounds`` is the closed range of its numbers
+    (:func:`bounds_of`), part of ``check`` and ``inline``.
     """
 
     name: str
@@ -45,10 +80,12 @@ class Field:
     check: Check
     inline: str | None
     decode: Decode | None
+    bounds: tuple[float, float] | None = None
 
     def explain(self, value: Any, prefix: str = "") -> str | None:
         """Why ``value`` does not fit this field (naming the deepest part at fault), or None."""
-        return _mismatch(value, self.annotation, prefix + self.name)
+        name = prefix + self.name
+        return _mismatch(value, self.annotation, name) or _out_of_bounds(value, self.bounds, name)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -104,17 +141,65 @@ def _is_required(f: dataclasses.Field[Any]) -> bool:
 
 def _field(name: str, tp: Any, required: bool) -> Field:
     base = _without_none(tp)
+    is_mapping = typing.get_origin(base) in (Mapping, dict)
+    holds = _numbers_held(base)
+    bounds = bounds_of(name) if holds is not None else None
+    if bounds is None and holds in ("mapping", "tuple") and _item_type(base) is float:
+        bounds = FINITE
+    check, inline = _predicate(tp), _inline(tp)
+    if bounds is not None:
+        check, inline = _bounded(check, bounds, holds), _bounded_inline(base, bounds)
     return Field(
         name=name,
         annotation=tp,
         base=base,
         required=required,
-        is_mapping=typing.get_origin(base) in (Mapping, dict),
+        is_mapping=is_mapping,
         dtype=_dtype(base),
-        check=_predicate(tp),
-        inline=_inline(tp),
+        check=check,
+        inline=inline,
         decode=_decoder(base),
+        bounds=bounds,
     )
+
+
+def _item_type(base: Any) -> Any:
+    """The type of a mapping's values or a ``tuple[X, ...]``'s items; ``base`` otherwise."""
+    origin, args = typing.get_origin(base), typing.get_args(base)
+    if origin in (Mapping, dict):
+        return (args or (Any, Any))[1]
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return args[0]
+    return base
+
+
+def _numbers_held(base: Any) -> str | None:
+    """How a field holds numbers: ``scalar``, ``mapping`` (``values_ms``), ``tuple`` (``lr``).
+
+    None when it holds none.
+    """
+    if _item_type(base) not in (int, float):
+        return None
+    if typing.get_origin(base) in (Mapping, dict):
+        return "mapping"
+    return "tuple" if typing.get_origin(base) is tuple else "scalar"
+
+
+def _bounded(check: Check, bounds: tuple[float, float], holds: str | None) -> Check:
+    """``check``, and every number within ``bounds`` (NaN is not: it compares false)."""
+    low, high = bounds
+    if holds == "mapping":
+        return lambda v: check(v) and (v is None or all(low <= x <= high for x in v.values()))
+    if holds == "tuple":
+        return lambda v: check(v) and (v is None or all(low <= x <= high for x in v))
+    return lambda v: check(v) and (v is None or low <= v <= high)
+
+
+def _bounded_inline(base: Any, bounds: tuple[float, float]) -> str | None:
+    """The inline check of a bounded number field (``step`` is on every record)."""
+    if base not in _INLINE:
+        return None  # a mapping: its predicate checks the values
+    return f"v is None or (({_INLINE[base]}) and {bounds[0]} <= v <= {bounds[1]})"
 
 
 def _without_none(tp: Any) -> Any:
@@ -297,6 +382,27 @@ def _fits_plain(value: Any, tp: Any) -> bool:
     if tp is int:
         return isinstance(value, int) and not isinstance(value, bool)
     return isinstance(value, tp)
+
+
+def _out_of_bounds(value: Any, bounds: tuple[float, float] | None, name: str) -> str | None:
+    """Why a value of the right type is out of its field's range (:func:`bounds_of`), or None."""
+    if bounds is None or value is None:
+        return None
+    if isinstance(value, Mapping):
+        items = [(f"{name}.{key}", number) for key, number in value.items()]
+    elif isinstance(value, tuple | list):
+        items = [(f"{name}[{i}]", number) for i, number in enumerate(value)]
+    else:
+        items = [(name, value)]
+    low, high = bounds
+    for where, number in items:
+        if low <= number <= high:
+            continue
+        if bounds == FINITE:
+            return f"field {where!r}: {number!r} is not a finite number"
+        what = "a step" if name.endswith("step") else "a duration (at most a week)"
+        return f"field {where!r}: {number!r} is out of range: {what} is {low} to {high}"
+    return None
 
 
 def _out_of_range(value: Any, tp: Any, name: str) -> str | None:

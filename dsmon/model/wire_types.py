@@ -94,7 +94,7 @@ def struct_of(cls: type, tag: str | None = None) -> type[msgspec.Struct]:
             default = msgspec.field(default_factory=dc_field.default_factory)
         else:
             default = msgspec.NODEFAULT
-        fields.append((f.name, _type_of(f.annotation), default))
+        fields.append((f.name, _type_of(f.annotation, f.bounds), default))
     options: dict[str, Any] = {"tag_field": "kind", "tag": tag} if tag is not None else {}
     made = msgspec.defstruct(
         f"{cls.__name__}Line",
@@ -109,19 +109,25 @@ def struct_of(cls: type, tag: str | None = None) -> type[msgspec.Struct]:
     return made
 
 
-def _type_of(tp: Any) -> Any:
-    """The msgspec type accepting exactly the JSON values :mod:`dsmon.model.check` accepts."""
+def _type_of(tp: Any, bounds: tuple[float, float] | None = None) -> Any:
+    """The msgspec type accepting exactly the JSON values :mod:`dsmon.model.check` accepts.
+
+    ``bounds``: the closed range of the field's numbers (``dsmon.model.schema.bounds_of``).
+    """
     if tp is Any:
         return Any
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (types.UnionType, typing.Union):
-        return typing.Union[tuple(_type_of(a) for a in args)]  # noqa: UP007 - built at run time
+        members = tuple(_type_of(a, bounds) for a in args)
+        return typing.Union[members]  # noqa: UP007 - built at run time
     if origin in (Mapping, dict):
         key, value = args or (Any, Any)
-        return dict[_type_of(key), _type_of(value)]  # type: ignore[misc]
+        return dict[_type_of(key), _type_of(value, bounds)]  # type: ignore[misc]
+    if bounds is not None and tp in (int, float):
+        return Annotated[tp, msgspec.Meta(ge=bounds[0], le=bounds[1])]
     if origin is tuple:
         if len(args) == 2 and args[1] is Ellipsis:
-            return tuple[_type_of(args[0]), ...]  # type: ignore[misc]
+            return tuple[_type_of(args[0], bounds), ...]  # type: ignore[misc]
         return tuple[tuple(_type_of(a) for a in args)]  # type: ignore[misc]
     if tp is int:
         return _INT64

@@ -15,10 +15,23 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from dsmon.model.records import Record, Source
+from dsmon.model.schema import MAX_STEP
 from dsmon.parse.lines import Bar, LogLine
 
 #: Returned by ``feed`` for a line that is the first part of a terminal-wrapped line.
 NEED_MORE: list[Record] = []
+
+#: ``Diagnostics.unparsed`` kind of a line a parser raised on (a fault of dsmon's): the line
+#: is skipped, the log read on.
+PARSER_ERROR = "parser error"
+#: ``Diagnostics.unparsed`` kind of a value printed that no record can hold (a step past
+#: ``MAX_STEP``, a negative duration): left out of its record (``dsmon.model.check.fit``).
+OUT_OF_RANGE = "value out of range"
+#: Global timer lines a log read from its first byte may count without a line naming its
+#: step before its first line is taken for the job's start (:meth:`StepClock.file_start`).
+#: DeepSpeed's default ``steps_per_print`` is 10: at INFO level a ``step=N`` line comes
+#: before the 11th global line of any stretch of the log.
+WEAK_START_STEPS = 10
 
 #: Kinds whose records belong to an optimizer step that the context assigns.
 STEPPED_KINDS = frozenset(
@@ -96,11 +109,16 @@ class StepClock:
     Until the count is known to advance (``counting``: a global timer line was seen) a stamp
     would be a guess, so none is given: the log parser holds such records. ``blind`` records
     that the count cannot work: two anchors named different steps while ``rel`` stood still,
-    which is a log without wall_clock_breakdown. docs/step-assignment.md has the whole story.
+    which is a log without wall_clock_breakdown. ``weak_start`` records that the log was read
+    from its first byte (:meth:`file_start`). A stamp is a step DeepSpeed can print: 1 to
+    :data:`~dsmon.model.schema.MAX_STEP`; a count that would give another (a count that
+    began before the step an anchor names) gives no step. docs/step-assignment.md has the
+    whole story.
     """
 
     def __init__(self) -> None:
         self.rel = 0
+        self.weak_start = False
         self.micro: int | None = None
         self.base: int | None = None
         self.counting = False
@@ -119,7 +137,8 @@ class StepClock:
         """The step of a record read while ``rel`` global lines had been seen, if knowable."""
         if self.blind or self.base is None or not self.counting:
             return None
-        return self.base + rel
+        step = self.base + rel
+        return step if 1 <= step <= MAX_STEP else None
 
     def current(self) -> int | None:
         """The step now in progress, if knowable."""
@@ -129,6 +148,26 @@ class StepClock:
         """The log shows the run starting (launcher, engine init): step 1 is next."""
         if self.base is None and self.rel == 0:
             self.relaunch()
+
+    def file_start(self) -> None:
+        """The first line read is the first line of its file: perhaps the job's first.
+
+        A job started as ``python train.py`` or ``srun python ...`` prints no launcher line,
+        and at DeepSpeed's default log level no line names a step: only the file's start
+        can say where step 1 is. It may also be a later part of the job's output (a rotated
+        log read on its own), so the start is only taken (:meth:`settle`) once more than
+        :data:`WEAK_START_STEPS` global lines went by with no line naming a step, or at the
+        end of the log: at INFO level a ``step=N`` line comes before that, and numbers the
+        steps as usual.
+        """
+        if self.base is None and self.rel == 0 and not self.counting:
+            self.weak_start = True
+
+    def settle(self) -> None:
+        """Take the file's start for the job's start, if nothing better came (see file_start)."""
+        if self.weak_start and self.base is None and self.counting and not self.blind:
+            self.base = 1
+            self._anchored = (0, 1)
 
     def relaunch(self) -> None:
         """The launcher starts the job again in the same log: step 1 is next again.
@@ -155,6 +194,8 @@ class StepClock:
         """
         if weak and self._strong:
             return
+        if not 0 <= step_in_progress <= MAX_STEP:
+            return  # no step DeepSpeed prints (step=9007199254740993): the count goes on
         self._strong = self._strong or not weak
         if not self.counting and self._anchored is not None:
             last_rel, last_step = self._anchored
@@ -173,6 +214,8 @@ class StepClock:
         self.counting = True
         self.blind = False
         self.at_boundary = True
+        if self.weak_start and self.base is None and self.rel > WEAK_START_STEPS:
+            self.settle()
 
     def next_micro(self) -> int | None:
         """0-based index of the micro-batch whose timer line is being read (None mid-window)."""
@@ -207,7 +250,7 @@ class StepClock:
         return {
             "rel": self.rel, "micro": self.micro, "base": self.base, "counting": self.counting,
             "blind": self.blind, "rebased": self.rebased, "at_boundary": self.at_boundary,
-            "anchored": anchored, "strong": self._strong,
+            "anchored": anchored, "strong": self._strong, "weak_start": self.weak_start,
         }  # fmt: skip
 
     @classmethod
@@ -220,11 +263,12 @@ class StepClock:
             if not (type(value) is int or (optional and value is None)):
                 raise ValueError(f"step clock state: '{name}' is {value!r}")
             setattr(clock, name, value)
-        for name in ("counting", "blind", "at_boundary", "strong"):
+        for name in ("counting", "blind", "at_boundary", "strong", "weak_start"):
             if type(state.get(name)) is not bool:
                 raise ValueError(f"step clock state: '{name}' is {state.get(name)!r}")
         clock.counting, clock.blind = state["counting"], state["blind"]
         clock.at_boundary, clock._strong = state["at_boundary"], state["strong"]
+        clock.weak_start = state["weak_start"]
         anchored = state.get("anchored")
         if anchored is not None:
             if not (isinstance(anchored, list) and [type(v) for v in anchored] == [int, int]):
@@ -284,6 +328,11 @@ class ParseContext:
     def bad_timestamp(self, line: LogLine, printed: str) -> None:
         """A timestamp that names no real moment: dropped from the records, counted here."""
         self.diag.note(self.diag.unparsed, "timestamp", f"{self.where(line)}: field 'ts'", printed)
+
+    def bad_value(self, line: LogLine, name: str, printed: str) -> None:
+        """A value no record field can hold (``nan`` bytes, a count past 64 bits): left out."""
+        where = f"{self.where(line)}: field {name!r}"
+        self.diag.note(self.diag.unparsed, OUT_OF_RANGE, where, printed.strip())
 
     def cut_block(self, kind: str, line: LogLine) -> None:
         """A multi-line block ended early: count it; its partial content is not stored."""

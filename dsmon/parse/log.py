@@ -9,13 +9,17 @@ records that carry none (``base.StepClock``). It does no I/O: the caller feeds l
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from dsmon.model.check import fit
 from dsmon.model.records import Record, with_step
 from dsmon.parse.base import (
     NEED_MORE,
+    OUT_OF_RANGE,
+    PARSER_ERROR,
     STEPPED_KINDS,
     Diagnostics,
     DiagSnapshot,
@@ -36,6 +40,8 @@ from dsmon.parse.families.timers import TimerParser
 from dsmon.parse.families.trainer import TrainerParser
 from dsmon.parse.launches import is_relaunch, is_start
 from dsmon.parse.lines import LineCleaner, LogLine, leading_bar
+
+logger = logging.getLogger(__name__)
 
 #: Records waiting for the step clock to learn its base, at most this many (then released
 #: with ``step`` None, so a log that never anchors is not held back). In live mode, the number
@@ -103,6 +109,7 @@ class LogParser:
         self._held: list[tuple[Record, int | None]] = []  # rel to stamp with, None: keep
         self._sent_unstamped: deque[tuple[Record, int]] = deque(maxlen=MAX_HELD)  # live mode
         self._gave_up = False
+        self._at_start = True  # no line fed yet
 
     @property
     def diag(self) -> Diagnostics:
@@ -118,15 +125,27 @@ class LogParser:
         """Parse one physical line (with or without its newline)."""
         self._lineno = line if line is not None else self._lineno + 1
         self.ctx.diag.lines += 1
+        if self._at_start:
+            self._at_start = False
+            if offset == 0:
+                self.ctx.clock.file_start()
         out: list[Record] = []
         cleaner = self._cleaner
-        logicals = cleaner.clean(raw, self._lineno, offset)
+        try:
+            logicals = cleaner.clean(raw, self._lineno, offset)
+        except Exception as exc:  # noqa: BLE001 - no line may stop a log (see _failed_on)
+            self._failed_on(LogLine(text=raw.rstrip("\r\n"), line=self._lineno), "cleaning", exc)
+            return []
         self.ctx.bar, self.ctx.last_bar = cleaner.bar, cleaner.last_bar
         for logical in logicals:
             if logical.bad_ts is not None:
                 self.ctx.bad_timestamp(logical, logical.bad_ts)
-            self._take(logical, out)
-        return self._assign_steps(out)
+            try:
+                self._take(logical, out)
+            except Exception as exc:  # noqa: BLE001 - a fault in joining: drop the join
+                self._carry, self._chain = None, []
+                self._failed_on(logical, "joining", exc)
+        return self._fitted(self._assign_steps(out))
 
     def feed_lines(self, lines: Iterable[str]) -> Iterator[Record]:
         """Parse a whole stream, then finish it."""
@@ -141,13 +160,19 @@ class LogParser:
             self._end_chain(out)
         rel = self.ctx.clock.rel
         for p in self._parsers:
-            self._stamp(p.finish(self.ctx), rel, out)  # behind held records, like any line's
+            try:
+                recs = p.finish(self.ctx)
+            except Exception as exc:  # noqa: BLE001 - what it held is lost, nothing else
+                self._failed_on(None, type(p).__name__, exc)
+                continue
+            self._stamp(recs, rel, out)  # behind held records, like any line's
+        self.ctx.clock.settle()  # a log read from its start that never named a step
         out = self._assign_steps(out)
         out.extend(rec for rec, _ in self._held)  # never numbered: no anchor, no count
         self.ctx.diag.records += len(self._held)
         self._held.clear()
         self._sent_unstamped.clear()
-        return out
+        return self._fitted(out)
 
     def peek(self, partial: str) -> list[Record]:
         """Live: records held for the line being written, once its start decides them.
@@ -159,9 +184,15 @@ class LogParser:
         out: list[Record] = []
         for p in self._parsers if bar is not None else ():
             release = getattr(p, "release_on_bar", None)
-            if release is not None:
-                self._stamp(release(bar), self.ctx.clock.rel, out)
-        return self._assign_steps(out) if out else out
+            if release is None:
+                continue
+            try:
+                recs = release(bar)
+            except Exception as exc:  # noqa: BLE001 - the line is parsed whole when complete
+                self._failed_on(None, type(p).__name__, exc)
+                continue
+            self._stamp(recs, self.ctx.clock.rel, out)
+        return self._fitted(self._assign_steps(out)) if out else out
 
     def handover(self) -> dict[str, Any]:
         """After :meth:`finish`: the step clock and the last time read, for the next file.
@@ -261,7 +292,11 @@ class LogParser:
         rel = clock.rel
         ctx.final = final
         for p in self._ordered():
-            recs = p.feed(line, ctx)
+            try:
+                recs = p.feed(line, ctx)
+            except Exception as exc:  # noqa: BLE001 - no line may stop a log (see _failed_on)
+                self._failed_on(line, type(p).__name__, exc)
+                recs = []
             if recs is None:
                 continue
             if ctx.pending:
@@ -279,6 +314,47 @@ class LogParser:
         if ctx.pending:
             self._drain(rel, out)
         return False
+
+    def _failed_on(self, line: LogLine | None, who: str, exc: Exception) -> None:
+        """A parser raised on a line: count the line as not understood and go on with the next.
+
+        Whatever a log holds, no line may stop it: a parser's exception that escaped here
+        once made ``dsmon import`` store nothing of the file, and made a collector read the
+        same line again at every poll, for ever, delivering nothing after it. The line is
+        counted (``diag.unparsed``, kind :data:`PARSER_ERROR`) with the exception, and the
+        first few are logged, since each is a fault of dsmon to report.
+        """
+        diag = self.ctx.diag
+        where = self.ctx.where(line) if line is not None else f"{self.ctx.file or '-'}:end"
+        text = f"{who} raised {type(exc).__name__}: {exc}"
+        if line is not None:
+            text += f" | {line.text}"
+        diag.note(diag.unparsed, PARSER_ERROR, where, text)
+        if diag.unparsed[PARSER_ERROR] <= 3:
+            logger.warning("dsmon: %s: %s; the line is skipped", where, text[:300])
+
+    def _fitted(self, out: list[Record]) -> list[Record]:
+        """The records as the store takes them: a value no record can hold is left out, counted.
+
+        See :func:`dsmon.model.check.fit`; almost every record passes one compiled check.
+        """
+        fitted: list[Record] | None = None
+        for i, rec in enumerate(out):
+            new, problems = fit(rec)
+            if not problems:
+                if fitted is not None:
+                    fitted.append(rec)
+                continue
+            if fitted is None:
+                fitted = out[:i]
+            where = f"{self.ctx.file or '-'}:{rec.src.line}"
+            for problem in problems:
+                self.ctx.diag.note(self.ctx.diag.unparsed, OUT_OF_RANGE, where, problem)
+            if new is None:
+                self.ctx.diag.records -= 1
+            else:
+                fitted.append(new)
+        return out if fitted is None else fitted
 
     def _drain(self, rel: int, out: list[Record]) -> None:
         """Records of a block that ended before this line (``ParseContext.pending``)."""

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+from dsmon.model.check import fit
 from dsmon.model.records import (
     ENGINE_INFO,
     PROBE_PHASES,
@@ -30,7 +31,7 @@ from dsmon.model.records import (
     Record,
     Source,
 )
-from dsmon.parse.base import Diagnostics
+from dsmon.parse.base import OUT_OF_RANGE, PARSER_ERROR, Diagnostics
 from dsmon.parse.families.config_dump import printed_attributes
 
 #: The diagnostics bucket of probe lines that do not parse.
@@ -272,8 +273,20 @@ class ProbeParser:
             where = f"{self.file or '-'}:{self._lineno}: {exc}"
             self._diag.note(self._diag.unparsed, KIND, where, raw.strip())
             return []
-        self._diag.records += len(recs)
-        return recs
+        except Exception as exc:  # noqa: BLE001 - no line may stop a file (LogParser's rule)
+            where = f"{self.file or '-'}:{self._lineno}: {type(exc).__name__}: {exc}"
+            self._diag.note(self._diag.unparsed, PARSER_ERROR, where, raw.strip())
+            return []
+        out = []
+        for rec in recs:
+            fitted, problems = fit(rec)  # what the store takes (see dsmon.model.check.fit)
+            for problem in problems:
+                where = f"{self.file or '-'}:{self._lineno}"
+                self._diag.note(self._diag.unparsed, OUT_OF_RANGE, where, problem)
+            if fitted is not None:
+                out.append(fitted)
+        self._diag.records += len(out)
+        return out
 
     def finish(self) -> list[Record]:
         """Nothing is held across lines."""

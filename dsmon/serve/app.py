@@ -72,17 +72,27 @@ class Limits:
 
     A POST is read only after its token checked out and once one of ``batches_in_hand``
     slots is free: a decoded 16 MiB batch takes ~10x its size in memory, so that bounds
-    memory whatever the number of senders. A body must arrive within ``body_timeout_s`` of
-    taking its slot (408 otherwise), a request waits ``slot_wait_s`` at most for a slot (503
-    and ``Retry-After`` after that), and request headers must be complete
-    ``headers_timeout_s`` after their first byte (``dsmon.serve.run`` closes the connection).
+    memory whatever the number of senders. A body must keep arriving once it has its slot:
+    within ``body_grace_s``, plus a second for every ``body_min_rate`` bytes received, and
+    within ``body_timeout_s`` in all (408 otherwise). So a client that trickles its body
+    holds a slot for seconds, not for a minute: four of them once kept every slot for 60 s,
+    and the collectors behind them waited 30 s for a 503. A request waits ``slot_wait_s``
+    at most for a slot (503 and ``Retry-After`` after that), and request headers must be
+    complete ``headers_timeout_s`` after their first byte (``dsmon.serve.run`` closes the
+    connection).
     """
 
     max_body_bytes: int = MAX_BODY_BYTES
     batches_in_hand: int = 4
     body_timeout_s: float = 60.0
+    body_grace_s: float = 5.0
+    body_min_rate: int = 64 * 1024
     slot_wait_s: float = 30.0
     headers_timeout_s: float = 10.0
+
+    def body_deadline_s(self, received: int) -> float:
+        """Seconds after taking its slot by which a body must be in, ``received`` bytes in."""
+        return min(self.body_timeout_s, self.body_grace_s + received / self.body_min_rate)
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -202,22 +212,27 @@ class IngestApi:
     async def _read_body(self, request: Request) -> bytes:
         """The raw body, refused (413) as soon as it passes the limit: chunked uploads too.
 
-        A client that has not sent it all within ``body_timeout_s`` gets 408: a slow or
-        stalled sender must not hold a slot for ever.
+        A client that does not keep sending (:meth:`Limits.body_deadline_s`) gets 408: a slow
+        or stalled sender must not hold a slot, which other senders wait for.
         """
         body = bytearray()
-        limit, timeout_s = self.max_body_bytes, self.limits.body_timeout_s
+        limit, limits = self.max_body_bytes, self.limits
         stream = request.stream()
+        start = asyncio.get_running_loop().time()
+        deadline_s = limits.body_deadline_s(0)
         try:
-            async with asyncio.timeout(timeout_s):
+            async with asyncio.timeout_at(start + deadline_s) as timer:
                 async for chunk in stream:
                     body += chunk
                     if len(body) > limit:
                         break
+                    deadline_s = limits.body_deadline_s(len(body))
+                    timer.reschedule(start + deadline_s)
                 else:
                     return bytes(body)
         except TimeoutError:
-            raise BatchError(408, f"body not received within {timeout_s:g} s", _CLOSE) from None
+            message = f"body not received within {round(deadline_s, 1):g} s"
+            raise BatchError(408, message, _CLOSE) from None
         await _drain(stream)
         raise BatchError(413, f"body exceeds the limit of {limit} bytes", _CLOSE)
 

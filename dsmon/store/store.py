@@ -189,17 +189,21 @@ class Store:
         self.close()
 
 
-def open_store(url: str | Path) -> Store:
+def open_store(url: str | Path, *, create: bool = True) -> Store:
     """Open the store a URL names: a path or ``sqlite:///path`` (SQLite), ``postgresql://...``.
 
-    PostgreSQL's driver loads only for a PostgreSQL URL.
+    PostgreSQL's driver loads only for a PostgreSQL URL. ``create=False``: a SQLite file
+    that is not there is an error, not a new empty store (a command that only reads one
+    must not leave a file behind for a mistyped name).
 
     Raises:
-        StoreError: the URL names an unknown or unavailable backend, or the store cannot be
-            opened or is of another schema version.
+        StoreError: the URL names an unknown or unavailable backend, no file is there
+            (``create=False``), or the store cannot be opened or is of another schema version.
     """
     path = sqlite_file(url)
     backend: Backend
+    if path is not None and not create and not Path(path).exists():
+        raise StoreError(f"no store at {path}")
     if path is not None:
         backend = SQLiteBackend(path)
     else:

@@ -239,8 +239,8 @@ def test_ingest_port_in_use_is_one_line_and_starts_no_ui(
         assert d.proc.wait(timeout=60) == 1
     lines = d.text.splitlines()
     assert lines == [
-        f"dsmon: dashboard: ingest server: cannot listen on 127.0.0.1:{port}: "
-        "[Errno 98] Address already in use"
+        f"dsmon: dashboard: --ingest-port {port}: cannot listen on 127.0.0.1:{port} (in use); "
+        "stop what uses it, or give another --ingest-port"
     ]
     assert not listening(d.ui)
 

@@ -16,11 +16,13 @@ by one ``name ....: (min, max)`` line per timer (a :class:`TimerRecord` of group
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from typing import Any
 
 from dsmon.model.records import IterationRecord, MemoryRecord, Record, TimerRecord
+from dsmon.model.schema import INT64_MAX, INT64_MIN
 from dsmon.parse.base import NEED_MORE, ParseContext
 from dsmon.parse.lines import LogLine, valid_date, valid_time
 
@@ -47,7 +49,14 @@ _FLOP_UNITS = {"t": _TERA, "g": 1e9, "p": 1e15}
 _FLOP_PREFIX = re.compile(r"([tgp])flop")
 
 
-def _int(v: float) -> int:
+def _int(v: float) -> int | None:
+    """A count or a byte figure as an integer; None for ``nan``, ``inf`` or past 64 bits.
+
+    Megatron prints what its tensors hold: a corrupted run's memory line can read ``nan``,
+    and a number that overflows a float (``1e400``) reads as ``inf``. Neither is a count.
+    """
+    if not math.isfinite(v) or not INT64_MIN <= v <= INT64_MAX:
+        return None
     return round(v)
 
 
@@ -122,7 +131,10 @@ def _main_loss(losses: dict[str, float]) -> float | None:
 
 
 def _convert(name: str, unit: str | None, value: float) -> tuple[str, Any] | None:
-    """The record field and value for a name, with its unit applied; None if not known."""
+    """The record field and value for a name, with its unit applied; None if not known.
+
+    The value is None when the field cannot hold what was printed (``nan`` for a count).
+    """
     if name in _FIELDS:
         field, conv = _FIELDS[name]
         return field, conv(value)
@@ -201,7 +213,9 @@ class MegatronParser:
             fmt="megatron",
             iteration=iteration,
             total_iterations=int(m.group(4)),
-            losses=losses,
+            # A diverged run prints ``lm loss: nan``: the main loss keeps it (a gap where it is
+            # drawn), the named losses only the finite ones (JSON has no NaN to put in a map).
+            losses={k: v for k, v in losses.items() if math.isfinite(v)},
             loss=_main_loss(losses),
             **fields,
         )
@@ -226,7 +240,9 @@ class MegatronParser:
                     return None, {}
                 continue
             converted = _convert(name, unit, value)
-            if converted is not None:
+            if converted is not None and converted[1] is None:
+                ctx.bad_value(line, converted[0], raw_value)
+            elif converted is not None:
                 fields[converted[0]] = converted[1]
             elif _is_loss(name):
                 losses[raw_name.strip()] = value
@@ -252,8 +268,13 @@ def _memory_line(m: re.Match[str], line: LogLine, ctx: ParseContext) -> list[Rec
         raw_name, sep, raw_value = part.partition(":")
         field = _MEMORY_FIELDS.get(meaning(raw_name)[0])
         value = _number(raw_value) if sep else None
-        if field is not None and value is not None:
-            figures[field] = round(value * scale)
+        if field is None or value is None:
+            continue
+        size = _int(value * scale)
+        if size is None:
+            ctx.bad_value(line, field, raw_value)  # nan, inf: not a size; the others are kept
+        else:
+            figures[field] = size
     if not figures:
         ctx.unparsed("memory", line)
         return []

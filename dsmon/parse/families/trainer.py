@@ -154,8 +154,11 @@ def _record(
     A NaN or inf loss or grad norm has no point to draw (JSON has no such number): it is
     left out, and ``nan_iterations`` is 1, as Megatron counts the NaN iterations of its log
     interval (the dict's loss is the mean over ``logging_steps`` steps: one NaN makes it NaN).
+    It is 0 when a loss or grad norm was printed and finite, and None when the dict printed
+    neither (a run summary without ``train_loss``): there was nothing to count.
     """
-    bad = [k for k in _WATCHED if (v := figures.get(k)) is not None and not math.isfinite(v)]
+    watched = [v for k in _WATCHED if (v := figures.get(k)) is not None]
+    bad = [v for v in watched if not math.isfinite(v)]
     finite = {k: v for k, v in figures.items() if v is not None and math.isfinite(v)}
     losses = {k: v for k, v in finite.items() if "loss" in k}
     if "train_runtime" in figures:
@@ -174,5 +177,5 @@ def _record(
         losses=losses,
         lr=finite.get("learning_rate"),
         grad_norm=finite.get("grad_norm"),
-        nan_iterations=1 if bad else 0,
+        nan_iterations=(1 if bad else 0) if watched else None,
     )

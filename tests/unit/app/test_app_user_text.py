@@ -15,17 +15,22 @@ from dashboard_support import app_at
 
 from dsmon.load.files import import_paths
 from dsmon.store.store import open_store
-from ui.text import md_escape
+from ui.text import NO_LINK, md_escape
 
 NASTY = "run ![x](http://127.0.0.1:9/x.png) [here](http://127.0.0.1:9/) *b* `c` <img src=y>"
 
 
+#: Bare text GitHub's Markdown makes a link of (and Streamlit with it), escaped or not.
+BARE_LINKS = ["see http://127.0.0.1:9/x", "HTTPS://h/x", "www.example.org", "me@example.org"]
+
+
 def unescape(text: str) -> str:
-    return re.sub(r"\\(.)", r"\1", text)
+    return re.sub(r"\\(.)", r"\1", text).replace(NO_LINK, "")
 
 
 @pytest.mark.parametrize(
-    "text", [NASTY, "plain", "a\\b", "# h", "1. item", "  - x", "x_y_z", "_em_", "$x$", ""]
+    "text",
+    [NASTY, "plain", "a\\b", "# h", "1. item", "  - x", "x_y_z", "_em_", "$x$", "", *BARE_LINKS],
 )
 def test_escaping_keeps_the_text_and_disarms_every_markup_character(text: str) -> None:
     escaped = md_escape(text)
@@ -35,6 +40,7 @@ def test_escaping_keeps_the_text_and_disarms_every_markup_character(text: str) -
     assert not re.match(r"\s*([#+-]|\d+\.)\s", escaped)  # no heading or list item
     assert not re.search(r"(?<![\\\w])_\w", escaped)  # no emphasis opened by _
     assert md_escape("fp16_zero2 2026-11-29 14:11:10.000") == "fp16_zero2 2026-11-29 14:11:10.000"
+    assert not re.search(r"https?://|\bwww\.|@\w", escaped, re.IGNORECASE)  # no autolink
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ import pytest
 from locations import DATA
 
 from dsmon.model.records import FlopsProfileRecord, ModuleAggregate, ModuleProfile, Record
-from dsmon.parse.base import Diagnostics
+from dsmon.parse.base import OUT_OF_RANGE, Diagnostics
 from dsmon.parse.families.flops_profiler import FlopsProfilerParser
 from dsmon.parse.log import LogParser, parse_text
 from dsmon.parse.side_files import parse_profile_file
@@ -136,6 +136,7 @@ def test_detailed_tree_on_stdout() -> None:
     root = rec.modules[0]
     assert (root.path, root.module_class, root.depth) == ("", "TinyGPT", 0)
     assert (root.params, root.macs, root.fwd_flops_per_s) == (932610.0, 234.88e6, 0.26)
+    assert root.fwd_latency_ms is None  # DeepSpeed printed "1.8 Gs" (57 years): left out
     assert module(rec, "blocks") == ModuleProfile(path="blocks", module_class="ModuleList", depth=1)
     gelu = module(rec, "blocks.0.mlp.1")
     assert gelu == ModuleProfile(
@@ -156,7 +157,7 @@ def test_detailed_tree_on_stdout() -> None:
     head = module(rec, "head")
     assert head.depth == 1 and head.extra == "in_features=128, out_features=512, bias=False"
     assert module(rec, "blocks.3.attn.out_proj").depth == 4
-    assert diag.unparsed == {}
+    assert diag.unparsed == {OUT_OF_RANGE: 1}  # the root's "1.8 Gs"
 
 
 def test_output_file_is_parsed_whole() -> None:
@@ -263,16 +264,16 @@ def test_exponent_values_and_a_clipped_tree() -> None:
     assert rec.params_per_gpu == 2.39e9  # "2.39 B"
     assert rec.fwd_macs_per_gpu == 55.48e12
     assert rec.fwd_latency_ms == 9340.0
-    assert rec.bwd_latency_ms == -296010.0  # "-2.9601e+08 us"
+    assert rec.bwd_latency_ms is None  # "-2.9601e+08 us": no duration, left out (counted)
     assert rec.bwd_flops_per_s_per_gpu == -7.49758e11  # "-7.49758e+17 uFLOPS"
     assert rec.fwd_bwd_flops_per_s_per_gpu == -1.16128e12
-    assert rec.iter_latency_ms == -286511.0
+    assert rec.iter_latency_ms is None  # "-2.86511e+08 us"
     assert rec.flops_per_s_per_gpu == -1.16192e12
     assert rec.samples_per_s == -0.5
     assert rec.modules[0].fwd_flops_per_s == 95.06e12
     assert len(rec.modules) == 10  # the author's "# ...clipped..." line is skipped
     assert module(rec, "language_model.output_layer").fwd_latency_ms == 0.0
-    assert diag.unparsed == {} and diag.cut == {}
+    assert diag.unparsed == {OUT_OF_RANGE: 2} and diag.cut == {}  # the two negative latencies
 
 
 def test_v03_forward_pass_summary_and_one_line_aggregates() -> None:

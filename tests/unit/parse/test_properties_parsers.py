@@ -63,8 +63,16 @@ def printed_numbers(text: str) -> list[float]:
 def figures(rec: Record) -> Iterator[tuple[str, float]]:
     """The record's numeric figures (inside mappings and tuples too), by field name."""
     for f in dataclasses.fields(rec):
-        if f.name not in NOT_FIGURES and not (f.name == "micro_step" and rec.KIND == "timer"):
-            yield from _numbers(f.name, getattr(rec, f.name))
+        if f.name in NOT_FIGURES or (f.name == "micro_step" and rec.KIND == "timer"):
+            continue
+        if f.name == "nan_iterations" and is_trainer_flag(rec):
+            continue  # a flag read off the printed loss: checked by assert_from_input
+        yield from _numbers(f.name, getattr(rec, f.name))
+
+
+def is_trainer_flag(rec: Any) -> bool:
+    """A Trainer log dict's ``nan_iterations``: 1 for a NaN/inf loss printed, 0 for a finite one."""
+    return rec.KIND == "iteration" and str(rec.fmt).startswith("trainer")
 
 
 def _numbers(name: str, value: Any) -> Iterator[tuple[str, float]]:
@@ -113,6 +121,10 @@ def assert_from_input(recs: list[Record], lines: list[str]) -> None:
     printed = sorted(set(printed_numbers("\n".join(lines))))
     for rec in recs:
         assert wire.decode(wire.encode(rec)) == rec
+        if is_trainer_flag(rec) and rec.nan_iterations is not None:  # type: ignore[attr-defined]
+            # 0 only beside a finite loss or grad norm read from the dict; 1 for a NaN/inf one
+            read = bool(rec.losses) or rec.grad_norm is not None  # type: ignore[attr-defined]
+            assert rec.nan_iterations == 1 or read, f"{rec} counts NaNs of no loss"  # type: ignore[attr-defined]
         for name, value in figures(rec):
             found = any(came_from(value + k, printed) for k in DERIVED.get(name, (0,)))
             assert found, f"{rec.KIND}.{name} = {value!r} is not in the input"

@@ -26,7 +26,8 @@ from dsmon.model.records import (
     ThroughputRecord,
     TimerRecord,
 )
-from dsmon.parse.base import Diagnostics, StepClock
+from dsmon.model.schema import MAX_STEP
+from dsmon.parse.base import OUT_OF_RANGE, WEAK_START_STEPS, Diagnostics, StepClock
 from dsmon.parse.log import LogParser
 
 TRUTH = re.compile(r"\[train\.py\] step (\d+) .*global_steps (\d+)")
@@ -351,3 +352,123 @@ def test_clock_weak_anchor_yields_to_step_lines() -> None:
     assert clock.current() == 1006
     clock.anchor(1010)
     assert clock.rebased == 1 and clock.current() == 1010
+
+
+# --- issue 41: a log read from its start, and counts that would give no DeepSpeed step ---------
+
+TINY_TRUTH = re.compile(r"^\[train_tiny\] step (\d+) loss")
+
+
+def tiny_truth(lines: list[str]) -> list[tuple[int, int]]:
+    """(1-based line number, step) of each ``[train_tiny] step N`` line (printed after step N)."""
+    return [(i + 1, int(m.group(1))) for i, ln in enumerate(lines) if (m := TINY_TRUTH.match(ln))]
+
+
+def test_python_without_launcher_at_default_level_counts_from_the_file_start() -> None:
+    """``python train.py`` at the default log level: no launcher line, no ``step=`` line. Read
+    as a file from its first byte (``dsmon import``), its steps count from 1; every record
+    read between the truth lines of steps N-1 and N is step N."""
+    folder = DATA / "python_default_loglevel"
+    lines = (folder / "train.log").read_text(encoding="utf-8").splitlines()
+    (found,) = [f for f in discover(folder) if f.kind == "log"]
+    recs = list(read_found(found, "py", Diagnostics()))
+    assert [r.step for r in timers(recs, "global")] == list(range(1, 15))
+    gt = tiny_truth(lines)
+    stepped = [r for r in recs if isinstance(r, TimerRecord)]
+    assert len(stepped) == 3 * 14
+    for rec in stepped:
+        assert rec.step == expected(gt, rec.src.line or 0), rec.src.line
+    # The same lines without their position in a file (a pasted excerpt): nothing says where
+    # the job started, so nothing is numbered.
+    assert {r.step for r in parse(lines)[0] if isinstance(r, TimerRecord)} == {None}
+
+
+def feed_file(parser: LogParser, lines: list[str]) -> list[Record]:
+    """Feed lines with their byte offsets, as the collector and ``dsmon import`` do."""
+    out: list[Record] = []
+    offset = 0
+    for n, ln in enumerate(lines, start=1):
+        out += parser.feed(ln, offset=offset, line=n)
+        offset += len(ln.encode()) + 1
+    return out
+
+
+def test_python_without_launcher_is_numbered_live_as_after_import() -> None:
+    """Live, records are sent at once without a step, then again with it (the store fills
+    the step in) once more than ``WEAK_START_STEPS`` steps went by naming none: in the end the
+    store holds the numbers ``dsmon import`` gives, and the collector's stop settles the rest."""
+    lines = (DATA / "python_default_loglevel" / "train.log").read_text().splitlines()
+    cut = [i for i, ln in enumerate(lines) if "| fwd: " in ln][WEAK_START_STEPS] + 1
+    live = LogParser("py", "train.log", live=True)
+    sent = feed_file(live, lines[:cut])
+    last = {(r.src.line, r.src.sub, r.KIND): r.step for r in sent}
+    assert sorted(s for s in last.values() if s is not None) == [
+        s for s in range(1, WEAK_START_STEPS + 2) for _ in range(3)
+    ]
+    offline = LogParser("py", "train.log")
+    imported = feed_file(offline, lines) + offline.finish()
+    sent += feed_file_from(live, lines, cut) + live.finish()
+    stored = {(r.src.line, r.src.sub, r.KIND): r.step for r in sent}
+    assert stored == {(r.src.line, r.src.sub, r.KIND): r.step for r in imported}
+    assert [r.step for r in timers(imported, "global")] == list(range(1, 15))
+
+
+def feed_file_from(parser: LogParser, lines: list[str], start: int) -> list[Record]:
+    """:func:`feed_file` of ``lines[start:]``, after the first ``start`` lines were fed."""
+    offset = sum(len(ln.encode()) + 1 for ln in lines[:start])
+    out: list[Record] = []
+    for n, ln in enumerate(lines[start:], start=start + 1):
+        out += parser.feed(ln, offset=offset, line=n)
+        offset += len(ln.encode()) + 1
+    return out
+
+
+def test_a_short_log_read_from_its_start_is_numbered_at_its_end() -> None:
+    """Fewer steps than ``WEAK_START_STEPS``: numbered when the log ends (the import's end, a
+    collector's stop), not before, so an anchor coming later would still be heard."""
+    lines = (DATA / "python_default_loglevel" / "train.log").read_text().splitlines()[:30]
+    parser = LogParser("py", "train.log")
+    early = feed_file(parser, lines)
+    assert not [r for r in early if isinstance(r, TimerRecord)]  # held: no number yet
+    assert [r.step for r in timers(parser.finish(), "global")] == list(range(1, 8))
+
+
+def test_frames_before_the_first_anchor_never_get_a_step_below_1() -> None:
+    """Eight steps' timer lines, then ``step=3``: the count says the first six came before
+    step 1, which no DeepSpeed step is. They get no step, never -5 ... 0."""
+    z0 = read("z0_default_loglevel")
+    frames = [ln for ln in z0 if "| fwd: " in ln][:8]
+    anchor = next(ln for ln in read("z2") if "] step=10, skipped=" in ln).replace(
+        "step=10,", "step=3,"
+    )
+    recs, parser = parse([*frames, anchor, *frames[:2]])
+    assert [r.step for r in timers(recs, "global")] == [None] * 6 + [1, 2, 3, 4]
+    assert all(r.step is None or r.step >= 1 for r in recs)
+
+
+@pytest.mark.parametrize("named", [2**53, 9007199254740993, 2**64])
+def test_a_step_past_2_53_is_no_anchor_and_no_record_step(named: int) -> None:
+    """``step=9007199254740993`` names no step a browser can show (issue 41, case 3): the line's
+    step record keeps no step, the count goes on from the launcher lines, and it is counted."""
+    z0 = read("z0_default_loglevel")
+    anchor = next(ln for ln in read("z2") if "] step=10, skipped=" in ln).replace(
+        "step=10,", f"step={named},"
+    )
+    first = next(i for i, ln in enumerate(z0) if "| fwd: " in ln)
+    lines = [*z0[: first + 1], anchor, *z0[first + 1 :]]
+    recs, parser = parse(lines)
+    assert [r.step for r in timers(recs, "global")] == list(range(1, 21))
+    (step,) = [r for r in recs if isinstance(r, StepRecord)]
+    assert step.step is None
+    assert parser.diag.unparsed[OUT_OF_RANGE] == 1
+
+
+def test_the_clock_gives_no_step_outside_1_to_2_53() -> None:
+    clock = StepClock()
+    clock.anchor(MAX_STEP + 1)
+    assert clock.base is None  # ignored
+    clock.anchor(MAX_STEP)
+    clock.end_step()
+    assert clock.stamp(0) == MAX_STEP and clock.stamp(1) is None and clock.current() is None
+    clock.anchor(1)
+    assert clock.stamp(clock.rel - 1) is None and clock.stamp(clock.rel) == 1

@@ -7,6 +7,7 @@ failed (a hang, a 500, a 503 that invites endless retries, or a health check say
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import socket
@@ -152,6 +153,42 @@ def _one_slot(quick: IngestServer) -> None:
     holder.sendall(body[10:])
     assert answer(holder)[:1] == (200,)
     assert gauges(quick)["dsmon_ingest_bodies_in_hand"] == 0
+
+
+def test_slow_uploads_cannot_hold_every_slot(srv: IngestServer) -> None:
+    """Issue 41, case 7: four clients trickling their bodies held all four slots for 60 s, and
+    a collector's POST waited 30 s for a 503. A body must now keep coming (5 s, plus a second
+    per 64 KiB received): the trickles are cut off in seconds and the POST gets its slot."""
+    body = ndjson(small_batch(3))
+    slow = [raw(srv) for _ in range(Limits().batches_in_hand)]
+    for sock in slow:
+        sock.sendall(post_head(len(body)) + body[:1])
+    stop = threading.Event()
+
+    def trickle() -> None:
+        for i in range(1, len(body)):
+            if stop.wait(0.5):
+                return
+            for sock in slow:
+                with contextlib.suppress(OSError):
+                    sock.sendall(body[i : i + 1])
+
+    dripping = threading.Thread(target=trickle)
+    dripping.start()
+    try:
+        time.sleep(0.5)
+        assert gauges(srv)["dsmon_ingest_bodies_in_hand"] == 4  # every slot taken
+        start = time.monotonic()
+        assert post(srv, small_batch(2)) == (200, {"accepted": 2, "inserted": 2})
+        assert time.monotonic() - start < 10
+        for sock in slow:
+            status, _, data = answer(sock)
+            assert status == 408 and data["error"].startswith("body not received within 5")
+    finally:
+        stop.set()
+        dripping.join()
+        for sock in slow:
+            sock.close()
 
 
 def test_many_empty_gzip_members_are_refused_at_once(srv: IngestServer) -> None:
