@@ -33,7 +33,8 @@ _WORKER_INFO_EVENTS = ("optimizer", "zero_stage", "zero_init", "deepspeed_versio
     "observe.wall_clock_breakdown",
     "Step-time breakdown is logged",
     "wall_clock_breakdown (or the flops profiler, which implies it) prints fwd/bwd/step "
-    "timers every step: the data behind the step and communication charts.",
+    "timers every step: the data behind the step and communication charts. dsmon run's "
+    "per-rank probe gives them on every rank without it.",
     "config",
 )
 @needs_config
