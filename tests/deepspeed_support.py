@@ -108,3 +108,32 @@ def release_shm(folder: Path = Path("/dev/shm")) -> list[str]:
     for name in freed:
         found[name].unlink(missing_ok=True)
     return freed
+
+
+def release_stale_build_locks(folder: Path = TORCH_EXTENSIONS) -> list[Path]:
+    """Remove the build locks of torch's JIT builds that no running build holds.
+
+    torch's ``FileBaton`` marks a build with a ``lock`` file and every other job waits, polling,
+    until it is gone. A job killed while building (a test past its deadline on a busy machine:
+    the CPU Adam op takes minutes to compile) leaves the file, and every later job of the suite
+    then waits at ``deepspeed.initialize`` until it too is killed. While a compiler runs, the
+    lock may be a live build's and is kept.
+    """
+    locks = list(folder.glob("**/lock"))
+    if not locks or _compiler_running():
+        return []
+    for lock in locks:
+        lock.unlink(missing_ok=True)
+    return locks
+
+
+def _compiler_running() -> bool:
+    """Whether ninja or a C++ compiler runs on this machine (a JIT build in progress)."""
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        try:
+            name = comm.read_text().strip()
+        except OSError:
+            continue
+        if name in {"ninja", "cc1plus", "c++", "g++", "ld"}:
+            return True
+    return False
