@@ -63,7 +63,8 @@ INSERT = (
 )
 #: Rows one INSERT statement carries (see :func:`insert_rows`): a batch's rows go 200 to a
 #: statement, what is left 50, 10, then 1 at a time, so that a connection prepares four
-#: statements, not one for every size a batch ends with.
+#: statements, not one for every size a batch ends with. A SQLite built with a lower limit
+#: of ``?`` per statement (999 before 3.32) skips the sizes past it.
 ROWS_PER_INSERT = (200, 50, 10, 1)
 # Adds the rows of one transaction (id > ?) to the per-run bookkeeping. SQLite's
 # two-argument min()/max() return NULL when either side is NULL, hence the COALESCE.
@@ -125,7 +126,10 @@ def insert_rows(conn: sqlite3.Connection, rows: Sequence[RecordRow]) -> None:
     stored), and spends its time in SQLite with the GIL released.
     """
     start = 0
+    most = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // len(ROW_COLUMNS)
     for size in ROWS_PER_INSERT:
+        if size > most:
+            continue
         sql = _INSERT_VALUES[size]
         while len(rows) - start >= size:
             conn.execute(sql, list(_chain(rows[start : start + size])))

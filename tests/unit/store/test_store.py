@@ -409,3 +409,16 @@ def test_a_batch_of_any_size_is_stored_once_in_order(store: Store, n: int) -> No
     assert sorted(stored, key=lambda r: r.src.offset or 0) == recs
     later = [r for r in stored if (r.src.offset or 0) % 3]
     assert later == [r for r in recs if (r.src.offset or 0) % 3]  # in the batch's order
+
+
+def test_a_sqlite_with_few_parameters_a_statement_inserts_all(tmp_path: Path) -> None:
+    """SQLite before 3.32 takes 999 ``?`` a statement: 200 rows (2,000) do not fit."""
+    with open_store(tmp_path / "old.sqlite") as store:
+        conn = store.backend._conn  # type: ignore[attr-defined]
+        conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)
+        recs = [
+            dataclasses.replace(timer("r", 1, 1.0), src=Source(run="r", file="f", offset=i))
+            for i in range(457)
+        ]
+        assert store.add(recs) == 457
+        assert store.records("r") == recs
