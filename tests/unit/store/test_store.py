@@ -414,7 +414,7 @@ def test_a_batch_of_any_size_is_stored_once_in_order(store: Store, n: int) -> No
 def test_a_sqlite_with_few_parameters_a_statement_inserts_all(tmp_path: Path) -> None:
     """SQLite before 3.32 takes 999 ``?`` a statement: 200 rows (2,000) do not fit."""
     with open_store(tmp_path / "old.sqlite") as store:
-        conn = store.backend._conn  # type: ignore[attr-defined]
+        conn = store.backend._conn
         conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)
         recs = [
             dataclasses.replace(timer("r", 1, 1.0), src=Source(run="r", file="f", offset=i))
