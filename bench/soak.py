@@ -140,6 +140,21 @@ def browser_pss_mib() -> float:
     return total / 1024
 
 
+def js_heap(page: Any) -> Callable[[], float]:
+    """The tab's live JavaScript heap in MiB, read after a full garbage collection (CDP).
+
+    The browser's PSS rises and falls by hundreds of MiB with V8's collections; what is left
+    after one tells whether the page keeps what it drew.
+    """
+    cdp = page.context.new_cdp_session(page)
+
+    def used() -> float:
+        cdp.send("HeapProfiler.collectGarbage")
+        return float(cdp.send("Runtime.getHeapUsage")["usedSize"]) / 2**20
+
+    return used
+
+
 def line_writer(log: Appender, rate: float, stop: threading.Event) -> threading.Thread:
     """A thread appending the demo run's training section at ``rate`` lines/s until ``stop``."""
     _, section = demo_parts()
@@ -208,7 +223,7 @@ def browser_tab(url: str) -> Iterator[Any]:
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 900})
             page.goto(url, timeout=120_000)
-            page.wait_for_selector('[data-testid="stSidebarNav"]', timeout=120_000)
+            page.wait_for_selector('[data-testid="stSidebarNav"] a', timeout=120_000)
             yield page
         finally:
             browser.close()
@@ -232,7 +247,7 @@ def sample(watched: list[Watched], t_min: float) -> None:
             w.samples.append((t_min, w.rss()))
             if w.cpu is not None:
                 w.cpu_marks.append((t_min, w.cpu()))
-        except (OSError, ValueError):
+        except (OSError, ValueError, PlaywrightError):
             continue
 
 
@@ -325,6 +340,7 @@ def soak(args: argparse.Namespace, tmp: Path) -> bool:
                 ),
                 Watched("dashboard", lambda: rss_mib(ui_pid), lambda: cpu_seconds(ui_pid)),
                 Watched("browser", browser_pss_mib, None, in_goal=False),
+                Watched("tab heap", js_heap(page), None, in_goal=False),
             ]
             switches, missed = run_window(args, page, watched, ui_pid)
             with (tmp / "samples.csv").open("w", newline="") as f:
