@@ -102,6 +102,7 @@ class Watched:
     rss: Callable[[], float]
     cpu: Callable[[], float] | None
     in_goal: bool = True
+    measure: str = "RSS"
     samples: list[tuple[float, float]] = field(default_factory=list)
     cpu_marks: list[tuple[float, float]] = field(default_factory=list)
 
@@ -283,7 +284,7 @@ def report(watched: list[Watched], warmup: float, switches: int, missed: int) ->
         met = abs(growth) <= GOAL_PCT
         verdict = ("-> met" if met else "-> NOT met") if w.in_goal else "(not dsmon's: info)"
         print(
-            f"soak: {w.name:<9} RSS {first:.0f} at start, {after[0][1]:.0f} after warm-up, "
+            f"soak: {w.name:<9} {w.measure} {first:.0f} at start, {after[0][1]:.0f} after warm-up, "
             f"{after[-1][1]:.0f} at end, peak {peak:.0f} MiB; slope {per_min:+.3f} MiB/min, "
             f"{growth:+.1f} % over {span:.1f} min after warm-up{cpu} {verdict}"
         )
@@ -339,8 +340,8 @@ def soak(args: argparse.Namespace, tmp: Path) -> bool:
                     "collect", lambda: rss_mib(collector.pid), lambda: cpu_seconds(collector.pid)
                 ),
                 Watched("dashboard", lambda: rss_mib(ui_pid), lambda: cpu_seconds(ui_pid)),
-                Watched("browser", browser_pss_mib, None, in_goal=False),
-                Watched("tab heap", js_heap(page), None, in_goal=False),
+                Watched("browser", browser_pss_mib, None, in_goal=False, measure="PSS"),
+                Watched("tab heap", js_heap(page), None, in_goal=False, measure="JS heap"),
             ]
             switches, missed = run_window(args, page, watched, ui_pid)
             with (tmp / "samples.csv").open("w", newline="") as f:
@@ -379,7 +380,7 @@ def run_window(
         t_min = (now - start) / 60
         if now >= next_sample:
             sample(watched, t_min)
-            next_sample += args.sample_s
+            next_sample = max(next_sample + args.sample_s, time.monotonic())
         if args.trace is not None and not traced_warm and t_min >= args.warmup:
             os.kill(ui_pid, signal.SIGUSR2)
             traced_warm = True
@@ -393,7 +394,7 @@ def run_window(
                 print(f"soak: switch to {title} failed at {t_min:.1f} min: {exc!s:.200}")
                 missed += 1
             switches += 1
-            next_switch += args.switch_s
+            next_switch = max(next_switch + args.switch_s, time.monotonic())  # no catching up
         if now >= next_print:
             text = ", ".join(f"{w.name} {w.samples[-1][1]:.0f}" for w in watched if w.samples)
             print(f"soak: {t_min:.0f} min: {text} MiB; {switches} switches", flush=True)

@@ -168,15 +168,16 @@ def test_soak_prints_each_process_slope() -> None:
     if not Path(CHROMIUM).exists():
         missing(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
     out = bench("soak.py", "--short")
-    rss = rf"RSS {NUMBER} at start, {NUMBER} after warm-up, {NUMBER} at end, peak {NUMBER} MiB"
+    seen = rf"{NUMBER} at start, {NUMBER} after warm-up, {NUMBER} at end, peak {NUMBER} MiB"
     change = rf"slope [+-]{NUMBER} MiB/min, [+-]{NUMBER} % over {NUMBER} min after warm-up"
     assert_lines(
         out,
         *(
-            rf"^soak: {name} +{rss}; {change}; CPU {NUMBER} s/min {VERDICT}"
+            rf"^soak: {name} +RSS {seen}; {change}; CPU {NUMBER} s/min {VERDICT}"
             for name in ("serve", "collect", "dashboard")
         ),
-        rf"^soak: browser +{rss}; {change} \(not dsmon's: info\)$",
+        rf"^soak: browser +PSS {seen}; {change} \(not dsmon's: info\)$",
+        rf"^soak: tab heap +JS heap {seen}; {change} \(not dsmon's: info\)$",
         r"^soak: \d+ page switches \(0 not found in the menu\)$",
         rf"^goal: each dsmon process within \+-10 % after 0.25 min of warm-up {VERDICT}",
         r"^soak: stored \d+ records of the run: \{.*'gpu': \d+.*'timer': \d+",
