@@ -391,7 +391,8 @@ def run_window(
                     print(f"soak: no {title} in the menu at {t_min:.1f} min", flush=True)
                     missed += 1
             except PlaywrightError as exc:  # a slow page: count it, go on (the tab is still there)
-                print(f"soak: switch to {title} failed at {t_min:.1f} min: {exc!s:.200}")
+                why = " | ".join(str(exc).splitlines()[-3:])  # what blocked the click
+                print(f"soak: switch to {title} failed at {t_min:.1f} min: {why:.400}", flush=True)
                 missed += 1
             switches += 1
             next_switch = max(next_switch + args.switch_s, time.monotonic())  # no catching up
