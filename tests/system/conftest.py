@@ -9,7 +9,8 @@ import pytest
 
 
 @pytest.fixture(autouse=True)
-def deepspeed_shm_released() -> Iterator[None]:
-    """After each test, the shared memory its DeepSpeed jobs left behind is given back."""
+def deepspeed_leftovers_released() -> Iterator[None]:
+    """Before each test, no dead build blocks its jobs; after it, their shared memory is freed."""
+    deepspeed_support.release_stale_build_locks()
     yield
     deepspeed_support.release_shm()
