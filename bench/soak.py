@@ -330,7 +330,8 @@ def soak(args: argparse.Namespace, tmp: Path) -> bool:
         api = ApiClient(server.url)
         log.write(*demo_parts()[0])
         wait_for("start-up records and GPU samples", lambda: "gpu" in api.kinds(RUN), [collector])
-        writer = line_writer(log, args.rate, stop_writing)
+        if args.rate > 0:  # 0: the run grows by its GPU samples alone (data growth apart)
+            writer = line_writer(log, args.rate, stop_writing)
         with dashboard(tmp, store, args.trace) as (url, ui_pid), browser_tab(url) as page:
             watched = [
                 Watched(
@@ -417,7 +418,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, help="minutes left out of the slope (a quarter)")
     ap.add_argument("--switch-s", type=float, default=10.0, help="seconds on each page (10)")
     ap.add_argument("--sample-s", type=float, default=5.0, help="seconds between samples (5)")
-    ap.add_argument("--rate", type=float, default=6.0, help="log lines per second (6)")
+    ap.add_argument("--rate", type=float, default=6.0, help="log lines per second, 0: none (6)")
     ap.add_argument("--nvml-interval", type=float, default=1.0, help="NVML period, 0: off (1 s)")
     ap.add_argument("--csv", type=Path, help="also write the samples to this file")
     ap.add_argument(
