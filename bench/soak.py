@@ -14,7 +14,9 @@ but the run going on. The set-up, on 127.0.0.1, as deployed:
   clicking the next page of the sidebar every ``--switch-s`` seconds, round and round.
 
 Every ``--sample-s`` seconds each process's resident memory is read from ``/proc`` (the
-browser's as the PSS summed over its processes). After ``--warmup`` minutes (each page
+browser's as the PSS summed over its processes, and the tab's JavaScript heap after a forced
+collection, through CDP). ``--rate 0`` writes no lines: the run then grows by its GPU
+samples alone, which tells growth that follows the run's data from growth that does not. After ``--warmup`` minutes (each page
 visited a few times, its modules imported and caches filled), a least-squares line through
 each process's samples gives its slope in MiB per minute, and its growth over the rest of
 the window as a share of its RSS at the end of the warm-up. The goal: each of dsmon's
