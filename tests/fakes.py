@@ -3,13 +3,16 @@
 It has the function and constant names of nvidia-ml-py that the poller calls, and its errors
 carry NVML's codes in ``.value`` like ``pynvml.NVMLError``. Each GPU answers from a table
 keyed by ``(function, *args)`` or ``function``; an answer is a value, an exception instance
-(raised), or a callable of the poll count (for counters that grow). Scenario builders at the
+(a fresh copy of it is raised at each call, as real pynvml builds a new ``NVMLError`` for each
+failed call: re-raising one stored instance would lengthen its traceback at every raise and
+keep every earlier caller's frames alive), or a callable of the poll count (for counters that grow). Scenario builders at the
 bottom give the situations the poller must survive: eight GPUs of two models, a field not
 supported, a GPU lost mid-run, no driver.
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -138,7 +141,7 @@ class FakeNvml:
         if answer is None:
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
         if isinstance(answer, BaseException):
-            raise answer
+            raise copy.copy(answer)  # a new instance: no traceback carried over from the last raise
         return answer(self.polls) if callable(answer) else answer
 
     def nvmlDeviceGetName(self, h: Any) -> str:  # noqa: N802

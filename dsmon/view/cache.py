@@ -46,6 +46,10 @@ GPU = "gpu"
 STORED_KINDS = frozenset({GPU, "rank_step", "heartbeat"})
 #: Memoised derived views kept per run (oldest dropped first).
 MEMO_SIZE = 64
+#: And their estimated bytes per run (``dsmon.view.memo``): replay positions of a long run
+#: are each a query of their own, as big as the run's per-step series (50 MB at 100k steps).
+#: Above a live page's own set at a million steps, so live views never push each other out.
+MEMO_BYTES = 1 << 30
 #: Rows of a kind with folds (``folds`` of :class:`RunFrames`) from which the rows all its
 #: folds took in are let go (``dsmon.view.chunks``). A smaller kind is held whole: letting go
 #: of it would save little.
@@ -102,7 +106,7 @@ class RunFrames:
         self._seen: dict[str, int] = {}
         self._versions: dict[str, int] = {}
         self._keys: dict[str, set[tuple[str, str, str, str, int, str]]] = {}
-        self._memo = Memo(MEMO_SIZE)
+        self._memo = Memo(MEMO_SIZE, MEMO_BYTES)
         self.last_id = 0
         self._restamps = store.restamps(run)
         self._counted: dict[str, int] | None = None  # stored per kind, when last counted

@@ -9,8 +9,10 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from browser_support import CHROMIUM, missing
 from locations import ROOT
 from pg_support import create_schema, drop_schema
 
@@ -160,4 +162,25 @@ def test_frame_chunks_prints_both_reads_and_their_ratio() -> None:
         rf"^the same from kept chunks: {NUMBER} s \(frames equal\)$",
         rf"^keep_chunks with none kept: {NUMBER} s$",
         rf"^ratio json/chunks: {NUMBER}$",
+    )
+
+
+def test_soak_prints_each_process_slope() -> None:
+    """One minute of the live set-up with a Chromium tab; needs Debian's chromium."""
+    if not Path(CHROMIUM).exists():
+        missing(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+    out = bench("soak.py", "--short")
+    seen = rf"{NUMBER} at start, {NUMBER} after warm-up, {NUMBER} at end, peak {NUMBER} MiB"
+    change = rf"slope [+-]{NUMBER} MiB/min, [+-]{NUMBER} % over {NUMBER} min after warm-up"
+    assert_lines(
+        out,
+        *(
+            rf"^soak: {name} +RSS {seen}; {change}; CPU {NUMBER} s/min {VERDICT}"
+            for name in ("serve", "collect", "dashboard")
+        ),
+        rf"^soak: browser +PSS {seen}; {change} \(not dsmon's: info\)$",
+        rf"^soak: tab heap +JS heap {seen}; {change} \(not dsmon's: info\)$",
+        r"^soak: \d+ page switches \(0 not found in the menu\)$",
+        rf"^goal: each dsmon process within \+-10 % after 0.25 min of warm-up {VERDICT}",
+        r"^soak: stored \d+ records of the run: \{.*'gpu': \d+.*'timer': \d+",
     )

@@ -112,6 +112,34 @@ def test_unsupported_field_is_null_for_that_field_only_and_logged_once(
     assert not any("throttle_reasons" in m for m in messages)
 
 
+def _traceback_depth(exc: BaseException) -> int:
+    depth, tb = 0, exc.__traceback__
+    while tb is not None:
+        depth, tb = depth + 1, tb.tb_next
+    return depth
+
+
+def test_a_stored_error_answer_is_raised_fresh_each_time() -> None:
+    """As real pynvml: a new NVMLError per failed call, its traceback only that call's frames.
+
+    Re-raising one stored instance prepends the raising frames to its old traceback at every
+    raise, so a long-lived collector polling an unsupported field grew by a frame a call and
+    kept every earlier poll's frames alive (the soak benchmark measured it as a leak).
+    """
+    nvml = field_not_supported()  # GPU 0's power reading answers NVML_ERROR_NO_PERMISSION
+    handle = nvml.nvmlDeviceGetHandleByIndex(0)
+    raised: list[BaseException] = []
+    for _ in range(10_000):
+        try:
+            nvml.nvmlDeviceGetPowerUsage(handle)
+        except nvml.NVMLError as e:
+            raised = [*raised[:1], e]  # the first and the latest
+    first, last = raised
+    assert _traceback_depth(last) == _traceback_depth(first) <= 3
+    assert last is not first
+    assert isinstance(last, nvml.NVMLError) and last.value == 4 and str(last) == str(first)
+
+
 def test_gpu_lost_mid_run_keeps_the_others(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.ERROR, logger="collectors.gpu.nvml")
     p = poller(gpu_lost_mid_run(at_poll=3))
