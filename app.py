@@ -19,9 +19,12 @@ from dsmon.model.schema import MAX_STEP
 from dsmon.store.records.runs import RunInfo
 from dsmon.store.store import open_store
 from dsmon.store.url import redact_url
+from dsmon.view import ranks as rank_views
 from dsmon.view import step_views
 from dsmon.view.cutoff import OPEN, step_cutoff
+from dsmon.view.health_panel import run_state
 from dsmon.view.hub import FrameHub, View
+from dsmon.view.run_state import shown_live
 from ui import page as ui_page
 from ui.text import md_escape
 
@@ -53,13 +56,17 @@ def default_refresh() -> float:
     return min(REFRESH_CHOICES, key=lambda c: abs(c - wanted))
 
 
-def run_label(info: RunInfo, now: datetime) -> str:
-    """How a run is listed in the picker: name and live/finished."""
-    state = "live" if run_is_live(info, now) else "finished"
+def run_label(info: RunInfo, now: datetime, live: bool | None = None) -> str:
+    """How a run is listed in the picker: name and live/finished.
+
+    ``live`` is the selected run's, from its state (a run whose end was witnessed is not
+    live); the others are live while a collector writes to them.
+    """
+    state = "live" if (run_is_live(info, now) if live is None else live) else "finished"
     return f"{info.name} · {state}"
 
 
-def pick_run(runs: list[RunInfo], now: datetime) -> RunInfo | None:
+def pick_run(runs: list[RunInfo], now: datetime, h: FrameHub) -> RunInfo | None:
     """The sidebar run picker; the choice is written back to the URL.
 
     A ``?run=`` naming no run of the store is said so, with the picker left empty, rather than
@@ -71,11 +78,13 @@ def pick_run(runs: list[RunInfo], now: datetime) -> RunInfo | None:
     unknown = asked is not None and asked not in names
     index = None if unknown else (names.index(wanted) if wanted in names else 0)
     by_name = {r.name: r for r in runs}
+    shown = names[index] if index is not None else None
+    live = {shown: selected_live(h, by_name[shown], now)} if shown is not None else {}
     name = st.sidebar.selectbox(
         "Run",
         names,
         index=index,
-        format_func=lambda n: run_label(by_name[n], now),
+        format_func=lambda n: run_label(by_name[n], now, live.get(n)),
         placeholder="Choose a run",
     )
     if name is None:
@@ -120,6 +129,16 @@ def replay_controls(info: RunInfo) -> int | None:
     return int(step)
 
 
+def selected_live(h: FrameHub, info: RunInfo, now: datetime) -> bool:
+    """Whether the selected run is followed live, read after its newest records.
+
+    Live: a collector writes to it and no end was witnessed (an import never is).
+    """
+    frames = h.run(info.name)
+    frames.refresh()
+    return shown_live(info, run_state(frames, info.name, OPEN, now), now)
+
+
 def build_view(url: str) -> View | None:
     """The sidebar and the page context; None when the store holds no run."""
     h = hub(url)
@@ -131,18 +150,22 @@ def build_view(url: str) -> View | None:
     if not runs:
         return None
     now = datetime.now()
-    info = pick_run(runs, now)
+    info = pick_run(runs, now, h)
     if info is None:
         return None
     frames = h.run(info.name)
-    frames.refresh()
-    live_now = run_is_live(info, now)
+    live_now = selected_live(h, info, now)
     refresh_s = live_controls(live_now)
     cutoff, step = OPEN, None
     if refresh_s is None:
         step = replay_controls(info)
-        if step is not None:  # the run's timers or step lines are read only to replay
-            stepped = frames.frame("timer") if info.kinds.get("timer") else frames.frame("step")
+        if step is not None:  # the run's timers, step lines or probe steps: read only to replay
+            if info.kinds.get("timer"):
+                stepped = frames.frame("timer")
+            elif info.kinds.get("step"):
+                stepped = frames.frame("step")
+            else:  # DeepSpeed's default log level: the probe's steps have the times
+                stepped = rank_views.stats(frames, OPEN)
             cutoff = step_cutoff(stepped, step)
     st.sidebar.caption(f"Store: {md_escape(redact_url(url))}")
     # A finished run is looked at for new records, unless the user chose what to see: live

@@ -81,17 +81,35 @@ def gather(args: argparse.Namespace) -> tuple[HealthInputs, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Evaluate the checklist and print it; the exit status follows the worst verdict."""
+    """Evaluate the checklist and print it; the exit status follows the worst verdict.
+
+    The run's state (:func:`dsmon.health.run_state.judge`) heads the report: a saved run
+    judged as of the end of its record, a stored run a collector delivers against the clock.
+    """
     require_full("check")
     from dsmon.health import evaluate
     from dsmon.health.report import exit_code, format_text, subject_line, to_json
+    from dsmon.health.run_state import has_run, judge
 
     inputs, subject = gather(args)
     checklist = evaluate(inputs)
+    state = judge(inputs) if has_run(inputs) else None
     if args.format == "json":
-        text = json.dumps(to_json(checklist, inputs, subject), indent=2)
+        doc = to_json(checklist, inputs, subject)
+        if state is not None:
+            doc["state"] = {
+                "state": state.state.value,
+                "detail": state.detail,
+                "status": state.status.value,
+                "exit_code": state.exit_code,
+                "cause": state.cause,
+            }
+        text = json.dumps(doc, indent=2)
     else:
-        text = format_text(checklist, subject_line(inputs, subject), args.verbose)
+        header = subject_line(inputs, subject)
+        if state is not None:
+            header += f"\nRun state: {state.line()}"
+        text = format_text(checklist, header, args.verbose)
     try:
         print(text, flush=True)
     except BrokenPipeError:

@@ -113,6 +113,7 @@ def live_target(store: str | None, now: datetime) -> tuple[str, str]:
 def playback_report(store_url: str, result: PlaybackResult) -> str:
     """What the playback wrote, then the run summary, as ``dsmon import`` prints them."""
     from dsmon.analysis.summary import summary_text
+    from dsmon.health.run_state import stored_state
     from dsmon.store.store import open_store
 
     head = (
@@ -120,7 +121,8 @@ def playback_report(store_url: str, result: PlaybackResult) -> str:
         f"{result.files} file(s) in {result.elapsed_s:.1f} s"
     )
     with open_store(store_url) as store:
-        return f"{head}\n{summary_text(store, result.run)}"
+        state = stored_state(store, result.run, datetime.now())
+        return f"{head}\n{summary_text(store, result.run, state.line())}"
 
 
 def _finished(playback: PlaybackThread, store_url: str) -> None:

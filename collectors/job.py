@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import IO
 
 import collectors.probe
-from dsmon.parse.launches import RUN_START_LOGGER
+from dsmon.parse.launches import RUN_END_TEXT, RUN_START_LOGGER
 
 #: The variable the probe reads (``collectors.probe.patch.DIR_ENV``).
 PROBE_DIR_ENV = "DSMON_PROBE_DIR"
@@ -33,9 +33,6 @@ PROBE_DIR_ENV = "DSMON_PROBE_DIR"
 BOOT_DIR = Path(collectors.probe.__file__).resolve().parent / "boot"
 #: Seconds a job is given to end after SIGTERM before it is killed.
 JOB_STOP_S = 30.0
-#: Options that name the job's ds_config: DeepSpeed's, and the Hugging Face Trainer's
-#: ``--deepspeed ds_config.json`` (DeepSpeed's own ``--deepspeed`` is a flag without a value).
-_CONFIG_OPTIONS = ("--deepspeed_config", "--deepspeed-config", "--deepspeed")
 
 
 def copy_probe(dest: Path) -> Path:
@@ -73,21 +70,6 @@ def probe_env(env: Mapping[str, str], probe_dir: Path) -> dict[str, str]:
     return out
 
 
-def config_in(cmd: Sequence[str]) -> str | None:
-    """The ds_config file the job is given (``--deepspeed_config``, Trainer's ``--deepspeed``)."""
-    for i, arg in enumerate(cmd):
-        option, eq, value = arg.partition("=")
-        if option not in _CONFIG_OPTIONS:
-            continue
-        if not eq:
-            value = cmd[i + 1] if i + 1 < len(cmd) else ""
-        if option == "--deepspeed" and not value.endswith(".json"):
-            continue  # DeepSpeed's flag, followed by the next option or a script's argument
-        if value and not value.startswith("-"):
-            return value
-    return None
-
-
 def _tee(src: IO[bytes], log: Path, out: IO[bytes]) -> threading.Thread:
     """Copy the job's output to the terminal and the log, as it comes."""
 
@@ -109,15 +91,18 @@ def _tee(src: IO[bytes], log: Path, out: IO[bytes]) -> threading.Thread:
 
 @dataclass(slots=True)
 class Job:
-    """The running job and the thread copying its output."""
+    """The running job, the thread copying its output, and the log it goes to."""
 
     proc: subprocess.Popen[bytes]
     tee: threading.Thread
+    log: Path | None = None
 
     def stop(self) -> int:
         """SIGTERM (DeepSpeed's launcher passes it to the ranks), SIGKILL after a while.
 
-        Returns the job's return code (negative: killed by that signal).
+        Returns the job's return code (negative: killed by that signal), which it also writes
+        at the end of the log (:func:`run_end_line`): what ends the run for dsmon, under any
+        launcher, where DeepSpeed's launcher lines are missing (torchrun) or cut short.
         """
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -127,7 +112,27 @@ class Job:
                 self.proc.kill()
                 self.proc.wait()
         self.tee.join(timeout=5)
-        return self.proc.returncode if self.proc.returncode is not None else 0
+        code = self.proc.returncode if self.proc.returncode is not None else 0
+        if self.log is not None:
+            try:
+                with self.log.open("a", encoding="utf-8") as f:
+                    f.write(run_end_line(code, datetime.now()) + "\n")
+            except OSError:
+                pass  # the log's folder went away: the status is still returned
+        return code
+
+
+def _stamp(at: datetime) -> str:
+    """DeepSpeed's logger's time: ``2026-12-06 04:34:57,114``."""
+    return f"{at:%Y-%m-%d %H:%M:%S},{at.microsecond // 1000:03d}"
+
+
+def run_end_line(code: int, at: datetime) -> str:
+    """The line ``dsmon run`` writes after the job's output: its exit status, in the logger's format.
+
+    A negative status is the signal that ended the launch command (``-9``: SIGKILL).
+    """
+    return f"[{_stamp(at)}] [INFO] [{RUN_START_LOGGER}:0:run] {RUN_END_TEXT} {code}"
 
 
 def run_start_line(cmd: Sequence[str], at: datetime) -> str:
@@ -138,9 +143,9 @@ def run_start_line(cmd: Sequence[str], at: datetime) -> str:
     so that the timer lines are numbered by step even when nothing else of the job's start
     is printed.
     """
-    stamp = f"{at:%Y-%m-%d %H:%M:%S},{at.microsecond // 1000:03d}"
     return (
-        f"[{stamp}] [INFO] [{RUN_START_LOGGER}:0:run] dsmon run starts the job: {shlex.join(cmd)}"
+        f"[{_stamp(at)}] [INFO] [{RUN_START_LOGGER}:0:run] dsmon run starts the job: "
+        f"{shlex.join(cmd)}"
     )
 
 
@@ -161,4 +166,4 @@ def start_job(cmd: Sequence[str], env: Mapping[str, str], log: Path) -> Job:
         stderr=subprocess.STDOUT,
     )  # fmt: skip
     assert proc.stdout is not None
-    return Job(proc, _tee(proc.stdout, log, sys.stdout.buffer))
+    return Job(proc, _tee(proc.stdout, log, sys.stdout.buffer), log)

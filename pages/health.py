@@ -101,7 +101,7 @@ def collapsed(status: Status, heading: str, results: list[CheckResult]) -> None:
 
 def render() -> None:
     """The whole checklist for the selected run: problems first, then what passes."""
-    p = panel(view.frames, view.run, view.cutoff, datetime.now() if view.live else None)
+    p = panel(view.frames, view.run, view.cutoff, datetime.now())
     st.caption(md_escape(f"Run {view.run}: {p.subject}"))
     headline(p)
     counts(p)

@@ -18,12 +18,17 @@ import streamlit as st
 
 from dsmon.health.live import run_is_live
 from dsmon.store.records.runs import RunInfo
+from dsmon.view.cutoff import OPEN
+from dsmon.view.health_panel import run_state
 from dsmon.view.hub import View
-from dsmon.view.run_state import reading_line, status_line
+from dsmon.view.run_state import reading_line, shown_live, status_line
 from ui.text import md_escape
 
 #: Session key under which ``app.py`` leaves the view of the selected run.
 VIEW_KEY = "dsmon_view"
+#: Session key of the change a page last asked the frame to redraw for (run, live, record id):
+#: asked once, so a rerun that does not reach the frame cannot loop.
+RERUN_KEY = "dsmon_rerun_for"
 #: Seconds between looks for new records of a finished run shown as it stands. Each look is a
 #: Streamlit fragment run (about 60 ms of server CPU, whatever it does) plus one indexed read.
 LOOK_S = 5.0
@@ -66,9 +71,14 @@ def live_body(view: View, render: Callable[[], None]) -> None:
         if view.live:
             view.frames.refresh()
         info, now = view.frames.info(), datetime.now()
-        if view.live and info is not None and run_is_live(info, now) != view.run_live:
-            st.rerun()  # once: the rerun draws the frame for the run's new state
-        st.caption(status_line(info, now))
+        state = run_state(view.frames, view.run, view.cutoff, now) if info is not None else None
+        live = shown_live(info, state, now)
+        if view.live and info is not None and live != view.run_live:
+            asked = (view.run, live, info.last_id)
+            if st.session_state.get(RERUN_KEY) != asked:  # once: the frame draws the new state
+                st.session_state[RERUN_KEY] = asked
+                st.rerun()
+        st.caption(md_escape(status_line(info, state)))  # the state quotes the run's errors
         # Shown only if drawing takes over half a second (Streamlit's own delay).
         with st.spinner(md_escape(reading_line(view.run, info)), show_time=True):
             render()
@@ -105,7 +115,9 @@ def runs_body(view: View, runs: Sequence[str], render: Callable[[], None]) -> No
             frames = hub.run(name)
             if every is not None:
                 frames.refresh()
-            st.caption(f"{md_escape(name)}: {status_line(frames.info(), now)}")
+            info = frames.info()
+            state = run_state(frames, name, OPEN, now) if info is not None else None
+            st.caption(f"{md_escape(name)}: {md_escape(status_line(info, state))}")
         render()
 
     st.fragment(run_every=every)(tick)()

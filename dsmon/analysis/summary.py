@@ -22,18 +22,9 @@ from dsmon.analysis.stragglers import straggler_summary
 from dsmon.analysis.summary_scan import median_of, step_breakdown_of
 from dsmon.analysis.waiting import CommSplit
 from dsmon.ds_config.read import preferred_config, section, section_enabled, zero_stage
-from dsmon.model.records import (
-    ENDED_PHASES,
-    ENGINE_INFO,
-    LAUNCH_TEXT,
-    EventRecord,
-    HeartbeatRecord,
-)
+from dsmon.model.records import ENGINE_INFO, EventRecord
 from dsmon.store.records.runs import RunInfo
 from dsmon.store.store import Store
-
-#: Event names that make a launch count as failed.
-_PROBLEMS = ("traceback", "oom", "nccl_error")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,15 +48,9 @@ class RunSummary:
     config: Mapping[str, str] = field(default_factory=dict)
     ds_version: str | None = None
     world_size: int | None = None
-    exit_codes: tuple[int, ...] = ()
-    problems: tuple[str, ...] = ()
-    #: Failures of launches before the latest (a job started again after a crash).
-    earlier_problems: tuple[str, ...] = ()
-    #: Ranks whose newest probe heartbeat says they ended (``exited``/``failed``), when every
-    #: rank's does (0 otherwise).
-    probe_exited: int = 0
-    #: ``rank R: Type: message`` of each rank the probe saw die on an uncaught exception.
-    probe_failed: tuple[str, ...] = ()
+    #: How the run ended or stands, as its state says (``dsmon.health.run_state``, which the
+    #: caller judges: this layer reads figures, not verdicts); None leaves the line out.
+    outcome: str | None = None
 
 
 def _num(value: Any) -> float | None:
@@ -133,43 +118,13 @@ def _timing(breakdown: pd.DataFrame) -> dict[str, Any]:
     }
 
 
-class _Launches:
-    """Exit codes and failures of the latest launch, and the failures of those before it.
-
-    The launcher prints ``WORLD INFO DICT`` at each launch: one that comes after a failure
-    (by time, as the ``run.errors`` rule compares them) starts a new launch of the job.
-    """
-
-    def __init__(self) -> None:
-        self.codes: list[int] = []
-        self.problems: list[str] = []
-        self.earlier: list[str] = []
-        self._failed_at: str | None = None  # time of the latest failure, ISO text
-
-    def failure(self, rec: EventRecord, text: str | None) -> None:
-        """A failure (an error event, or an exit code when ``text`` is None)."""
-        if text is not None:
-            self.problems.append(text)
-        if rec.ts is not None and (self._failed_at is None or rec.ts > self._failed_at):
-            self._failed_at = rec.ts
-
-    def launch(self, rec: EventRecord) -> None:
-        """A ``WORLD INFO DICT`` line: after a failure, the failures so far were earlier ones."""
-        if self._failed_at is None or rec.ts is None or rec.ts <= self._failed_at:
-            return
-        failed = [f"exit code {c}" for c in self.codes if c != 0]
-        self.earlier += self.problems or failed
-        self.codes, self.problems, self._failed_at = [], [], None
-
-
 def _events(store: Store, run: str) -> dict[str, Any]:
-    """Version, world size, worker exit codes and failures from the run's event records.
+    """Version and world size from the run's event records.
 
     The version and world size the probe read from the engine count where the log's lines
     (hidden at DeepSpeed's default log level) do not give them.
     """
     out: dict[str, Any] = {}
-    launches = _Launches()
     engine: Mapping[str, Any] = {}
     for rec in store.scan(run, "event"):
         if not isinstance(rec, EventRecord):
@@ -179,58 +134,13 @@ def _events(store: Store, run: str) -> dict[str, Any]:
             engine = detail
         elif rec.name == "deepspeed_version" and "version" in detail:
             out["ds_version"] = str(detail["version"])
-        elif rec.name == "world_info":
-            if isinstance(detail.get("dist_world_size"), int):
-                out["world_size"] = detail["dist_world_size"]
-            if rec.message.startswith(LAUNCH_TEXT):
-                launches.launch(rec)
-        elif rec.name == "worker_exit" and isinstance(detail.get("return_code"), int):
-            launches.codes.append(detail["return_code"])
-            if detail["return_code"] != 0:
-                launches.failure(rec, None)
-        elif rec.name in _PROBLEMS:
-            launches.failure(rec, f"{rec.name}: {rec.message}")
-    out["exit_codes"], out["problems"] = tuple(launches.codes), tuple(launches.problems)
-    out["earlier_problems"] = tuple(launches.earlier)
+        elif rec.name == "world_info" and isinstance(detail.get("dist_world_size"), int):
+            out["world_size"] = detail["dist_world_size"]
     if engine.get("version") is not None:
         out.setdefault("ds_version", str(engine["version"]))
     if isinstance(engine.get("world_size"), int):
         out.setdefault("world_size", engine["world_size"])
     return out
-
-
-def _probe_fields(store: Store, run: str, info: RunInfo) -> dict[str, Any]:
-    """The probe's account of how the ranks ended; nothing for a run without heartbeats."""
-    if "heartbeat" not in info.kinds:
-        return {}
-    exited, failed = _probe_ended(store, run)
-    return {"probe_exited": exited, "probe_failed": failed}
-
-
-def _probe_ended(store: Store, run: str) -> tuple[int, tuple[str, ...]]:
-    """How many ranks ended, when the newest heartbeat of every rank says so, and who failed.
-
-    ``torchrun`` prints no launcher lines, so without ``dsmon run``'s probe nothing says that
-    its workers exited. The newest beat of each rank (by time, then line) is the store's
-    (``Store.ranks.last_heartbeats``). A ``failed`` beat names the uncaught exception its rank
-    died on.
-    """
-    newest: dict[int, tuple[tuple[str, int], HeartbeatRecord]] = {}
-    for rec in store.ranks.last_heartbeats(run):
-        rank, ts = rec.src.rank, rec.ts
-        if rank is None or ts is None or not isinstance(rec, HeartbeatRecord):
-            continue
-        at = (ts, rec.src.line or 0)
-        if rank not in newest or at >= newest[rank][0]:
-            newest[rank] = (at, rec)
-    beats = {rank: beat for rank, (_, beat) in sorted(newest.items(), key=lambda kv: kv[1][0])}
-    failed = tuple(  # in the order the ranks died: the first is most often the cause
-        f"rank {rank}: {beat.error or 'uncaught exception'}"
-        for rank, beat in beats.items()
-        if beat.phase == "failed"
-    )
-    ended = all(beat.phase in ENDED_PHASES for beat in beats.values())
-    return (len(beats) if beats and ended else 0), failed
 
 
 def _ranks(store: Store, run: str) -> dict[str, Any]:
@@ -248,8 +158,8 @@ def _ranks(store: Store, run: str) -> dict[str, Any]:
     }
 
 
-def run_summary(store: Store, run: str) -> RunSummary:
-    """Compute the summary of one run from the store.
+def run_summary(store: Store, run: str, outcome: str | None = None) -> RunSummary:
+    """Compute the summary of one run from the store; ``outcome`` is its state's line.
 
     Raises:
         KeyError: the store has no run of that name.
@@ -270,7 +180,7 @@ def run_summary(store: Store, run: str) -> RunSummary:
         config=_config(store, run) if "config" in info.kinds else {},
         **_timing(breakdown),
         **(_events(store, run) if "event" in info.kinds else {}),
-        **_probe_fields(store, run, info),
+        outcome=outcome,
     )
 
 
@@ -325,29 +235,6 @@ def _step_lines(s: RunSummary) -> list[str]:
     return lines
 
 
-def _outcome(s: RunSummary) -> str:
-    """How the run ended, as far as its output tells."""
-    failed = [c for c in s.exit_codes if c != 0]
-    if s.problems:
-        more = f" (+{len(s.problems) - 1} more)" if len(s.problems) > 1 else ""
-        head = f"failed: {s.problems[0]}{more}"
-        return head + (f"; exit codes {', '.join(map(str, failed))}" if failed else "")
-    if failed:
-        return f"failed: exit codes {', '.join(map(str, failed))}"
-    if s.probe_failed:  # the log shows no error, but a rank died on an uncaught exception
-        more = f" (+{len(s.probe_failed) - 1} more)" if len(s.probe_failed) > 1 else ""
-        return f"failed: {s.probe_failed[0]}{more} (dsmon run's probe)"
-    if s.exit_codes:
-        ended = f"{len(s.exit_codes)} worker(s) exited successfully"
-    elif s.probe_exited:
-        ended = f"all {s.probe_exited} rank(s) exited normally (dsmon run's probe)"
-    else:
-        ended = "no exit seen: still running, or killed with its job"
-    if s.earlier_problems:
-        ended += f"; an earlier launch failed: {s.earlier_problems[0]}"
-    return ended
-
-
 def _deepspeed(s: RunSummary) -> str:
     version = s.ds_version or "version unknown"
     return version if s.world_size is None else f"{version}, world size {s.world_size}"
@@ -394,7 +281,7 @@ def render_summary(s: RunSummary) -> str:
         f"Time        {_span(info)}",
         f"Sources     {_where(info)}",
         f"DeepSpeed   {_deepspeed(s)}",
-        f"Outcome     {_outcome(s)}",
+        *([f"Outcome     {s.outcome}"] if s.outcome is not None else []),
         f"Records     {info.n_records} ({kinds})",
         *_step_lines(s),
     ]
@@ -408,9 +295,13 @@ def render_summary(s: RunSummary) -> str:
     return "\n".join(lines)
 
 
-def summary_text(store: Store, run: str) -> str:
-    """The run's one-screen summary, or one line saying the run holds no records."""
+def summary_text(store: Store, run: str, outcome: str | None = None) -> str:
+    """The run's one-screen summary, or one line saying the run holds no records.
+
+    ``outcome`` is the run's state as ``dsmon check`` says it (the caller judges it:
+    ``dsmon.health.run_state.stored_state``), so the import summary and the checklist agree.
+    """
     try:
-        return render_summary(run_summary(store, run))
+        return render_summary(run_summary(store, run, outcome))
     except KeyError:
         return f"Run         {run}: no records"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import pandas as pd
 
@@ -34,9 +34,14 @@ SKIPPED = "step:skipped"
 #: arrive: the rules read these, never a 64-rank run's millions of probe records.
 RANK_STATS = ranks.STATS_KEY
 LAST_BEATS = "heartbeat:last"
+#: Each rank's mean phase times over the whole run (``ranks.phase_buckets`` of
+#: ``ranks.WHOLE_RUN``), which a store keeps as roll-ups.
+RANK_PHASES = ranks.PHASES_KEY
 #: Key of a frame indexed by kind whose ``ts`` is that kind's newest timestamp: the stall
 #: rule asks on every live refresh, and a maximum over every row would cost a scan each time.
 NEWEST_TS = "newest_ts"
+
+T = TypeVar("T")
 
 
 class LazyFrames(Mapping[str, pd.DataFrame]):
@@ -146,6 +151,22 @@ class HealthInputs:
         if isinstance(self.frames, LazyFrames):
             return self.frames.has_rows(kind)
         return not self.frame(kind).empty
+
+
+def evaluated(inputs: HealthInputs, key: str, fn: Callable[[], T]) -> T:
+    """``fn()``, computed once per evaluation: for these frames, at this ``now``.
+
+    Several rules ask the same question (how the job ended, is a rank hung): the first asks,
+    the others take the answer. ``dataclasses.replace`` shares ``derived`` between inputs
+    that differ in ``now`` or their frames, so the answer is kept with both.
+    """
+    held = inputs.derived.get(key)
+    if held is not None and held[0] is inputs.frames and held[1] == inputs.now:
+        found: T = held[2]
+        return found
+    value = fn()
+    inputs.derived[key] = (inputs.frames, inputs.now, value)
+    return value
 
 
 def step_view(

@@ -1,7 +1,8 @@
 """A run judged live: when it counts as live, and which rules read the clock.
 
-A live run is judged against the wall clock (a stall is the absence of new records, a job
-without exit lines is still running) and a finished one is not. The dashboard (its frame,
+A run a collector delivers is judged against the wall clock (a stall is the absence of new
+records, a job without exit lines is still running); a complete record (an import, a replay
+position) as of its end. The dashboard (its frame,
 its pages' live fragments, its health panel) and the server's health watcher
 (``dsmon.watch.health``) all ask here, so they agree on what live means, and both evaluate
 the rules that do not read the clock only when the run got new records, the clock rules on
@@ -24,7 +25,7 @@ LIVE_WINDOW_S = 120.0
 #: The rules whose verdict depends on the wall clock (they read ``HealthInputs.now``: a live run
 #: is not "killed" for lacking exit lines, a stall is measured against now), re-evaluated on
 #: every refresh instead of memoised. tests/unit/app/test_health_page.py checks that no other rule reads it.
-CLOCK_RULES = frozenset({"run.errors", "run.stalled", "ranks.hang"})
+CLOCK_RULES = frozenset({"run.state", "run.errors", "run.stalled", "ranks.hang"})
 
 
 def is_live(last_ts: str | None, now: datetime, window_s: float | None = None) -> bool:
@@ -46,11 +47,16 @@ def is_live(last_ts: str | None, now: datetime, window_s: float | None = None) -
 
 
 def run_is_live(info: RunInfo, now: datetime, window_s: float | None = None) -> bool:
-    """Whether a run is being written to: records received lately, or lately stamped.
+    """Whether a run is being written to by a live sender: records received lately.
 
-    Receive time comes first: lines printed without a timestamp (timer lines; every line at
-    DeepSpeed's default log level) leave ``last_ts`` at the run's start while it goes on.
+    A run no live sender ever wrote to (``dsmon import``) is never live, however recent its
+    lines' times. Receive time comes first: lines printed without a timestamp (timer lines;
+    every line at DeepSpeed's default log level) leave ``last_ts`` at the run's start while it
+    goes on. Whether the run has ended is its state's to say
+    (:func:`dsmon.health.run_state.judge`): a run whose end was witnessed is not live either.
     """
+    if info.received_at is None:
+        return False
     return is_live(info.received_at, now, window_s) or is_live(info.last_ts, now, window_s)
 
 

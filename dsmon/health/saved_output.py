@@ -144,7 +144,10 @@ def _pick_run(runs: list[str], wanted: str | None, store: str) -> str:
 def inputs_from_store_url(
     url: str, run: str | None, config: ConfigView | None
 ) -> tuple[HealthInputs, str]:
-    """Inputs for one run of the store at ``url``, judged live (the stall rule needs the clock).
+    """Inputs for one run of the store at ``url``.
+
+    A run a collector delivered is judged against the clock (it may still be going: a stall
+    is the absence of new records); an imported one as of the end of its record.
 
     Raises:
         UnreadableError: the store cannot be opened, or has no run ``run``.
@@ -155,7 +158,9 @@ def inputs_from_store_url(
     except StoreError as exc:
         raise _unreadable(url, str(exc)) from None
     try:
-        name = _pick_run([r.name for r in store.runs()], run, url)
-        return inputs_from_store(store, name, config=config, now=datetime.now()), f"run {name}"
+        infos = {r.name: r for r in store.runs()}
+        name = _pick_run(list(infos), run, url)
+        now = datetime.now() if infos[name].received_at is not None else None
+        return inputs_from_store(store, name, config=config, now=now), f"run {name}"
     finally:
         store.close()

@@ -162,10 +162,19 @@ MFU_WARN = 0.30
 
 # --- stalled run ------------------------------------------------------------------------------
 #: no new step for max(STALL_MIN_S, STALL_FACTOR x median step time) while the collector is
-#: alive: well before NCCL's default 600 s collective timeout kills the job.
+#: alive: well before the collective timeout (below) kills the job.
 STALL_MIN_S = 30.0
 STALL_FACTOR = 5.0
-NCCL_TIMEOUT_S = 600.0
+#: DeepSpeed's collective timeout, ``deepspeed.constants.default_pg_timeout``, which
+#: ``deepspeed.init_distributed`` gives the process group whatever its backend (NCCL's
+#: watchdog and gloo alike): 30 minutes from 0.3.11 to 0.19.5, 10 minutes from 0.19.6, or
+#: ``$DEEPSPEED_TIMEOUT`` minutes when set (read from each release's constants.py).
+COLLECTIVE_TIMEOUT_S = 600.0
+COLLECTIVE_TIMEOUT_BEFORE_S = 1800.0
+COLLECTIVE_TIMEOUT_SINCE = (0, 19, 6)
+#: silence (no step, no log line) for this long is shown as such: a run loading, compiling
+#: or evaluating between steps, whose heartbeats tell whether its ranks are alive.
+SILENT_AFTER_S = STALL_MIN_S
 
 # --- every rank (dsmon run's probe) -----------------------------------------------------------
 #: straggler score = slowest rank's busy time / the median rank's, per step (1.0 = balanced).
@@ -178,10 +187,18 @@ STRAGGLER_MIN_STEPS = 3
 #: ... and one rank slowest in at least this share of them to be named: jitter makes the
 #: ranks take turns (the measurements behind the line: dsmon.analysis.stragglers).
 STRAGGLER_CONSISTENT_SHARE = stragglers.CONSISTENT_SHARE
+#: a rank whose time before its forwards (data loading and host work outside the engine,
+#: dsmon run's probe) is a tenth of its step is bound by its input: PyTorch's DataLoader
+#: documentation has data loaded ahead of the step (worker processes, pinned memory,
+#: prefetching), which leaves a rank no time waiting for it. A third of the step fails: the
+#: same third as a straggler's (dsmon's lines).
+INPUT_BOUND_WARN = 0.10
+INPUT_BOUND_FAIL = 0.33
 #: the probe writes a heartbeat at least every 5 s (collectors/probe/recorder.py KEEPALIVE_S):
-#: a rank silent for three of them while others still report has stopped. With the
-#: collector's 0.5 s poll the rule fires within 20 s of the rank's last heartbeat, far inside
-#: NCCL's 600 s timeout.
+#: a rank silent for three of them while others still report has stopped. A stopped rank's
+#: last second of heartbeats is never written (the probe's writer stops with it), and the
+#: collector polls every 0.5 s: the rule can fire about 16 s after the rank stopped, well
+#: inside the collective timeout.
 HEARTBEAT_SILENT_S = 15.0
 #: a live rank in one phase longer than max(HANG_MIN_S, HANG_STEP_FACTOR x the median step)
 #: is stuck (the same lines as the stall rule).

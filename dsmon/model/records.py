@@ -139,7 +139,8 @@ class IterationRecord(Record):
     ``fmt`` is ``megatron`` or ``pipeline``. ``losses`` holds every named loss the line printed
     (``lm loss``, ``loss``, ...); ``loss`` is the main one. ``tokens_per_gpu_per_s`` is
     Megatron-DeepSpeed's ``tokens per gpu per second (tgs)``, ``actual_seqlen`` the sequence
-    length it reports for the iteration.
+    length it reports for the iteration, ``num_zeros`` Megatron's count of gradient elements
+    that are zero (``--log-num-zeros-in-grad``).
     """
 
     KIND: ClassVar[str] = "iteration"
@@ -161,6 +162,7 @@ class IterationRecord(Record):
     flops_per_s_per_gpu: float | None = None
     tokens_per_gpu_per_s: float | None = None
     actual_seqlen: int | None = None
+    num_zeros: int | None = None
 
 
 # --- comms logger -------------------------------------------------------------------------
@@ -321,13 +323,21 @@ EVENT_NAMES = (
     "zero_stage",  # Creating ... ZeRO stage N optimizer
     "zero_init",  # ZeRO set-up figures: bucket sizes, ZeRO-3 persistent parameters
     "worker_exit",  # launcher: Process N exits successfully / exits with return code = N
+    "job_end",  # dsmon run: the job ended with status N (the launch command's exit status)
     "traceback",  # a worker's exception (last line of a [rankN]: traceback, C++ terminate)
     "oom",  # CUDA out of memory
     "nccl_error",  # NCCL timeout / watchdog / error
     "autotuning",  # autotuner progress: start, resources, profile run, optimal exp, end
     "allocator_flush",  # ZeRO-3: "N pytorch allocator cache flushes since last step"
+    "unparsed",  # dsmon: N lines of a known kind not read, with the first (parse/unparsed.py)
+    "pipeline_stage",  # PipelineEngine: RANK=r STAGE=s LAYERS=n [a, b) STAGE_PARAMS=... TOTAL_PARAMS=...
     "engine_info",  # dsmon's probe: DeepSpeed version, comm backend, world size, device
 )
+#: The events that report a failure of a worker.
+FAILURE_EVENTS = ("traceback", "oom", "nccl_error")
+#: The ``detail`` key of a failure event printed on a line without a time of its own (a
+#: worker's traceback): its ``ts`` is the last stamped line's, a time it came after.
+UNSTAMPED = "unstamped"
 #: The event of dsmon's probe that stands in for the version and launcher lines a log at
 #: DeepSpeed's default level lacks.
 ENGINE_INFO = "engine_info"
@@ -453,7 +463,9 @@ class GpuSampleRecord(Record):
 # --- dsmon's per-rank probe (``dsmon run``) -----------------------------------------------
 
 PROBE_PHASES = (
-    "start",  # the engine was called for the first time; nothing timed yet
+    "init",  # the engine is being built (inside deepspeed.initialize)
+    "idle",  # the engine is built and not yet called: the script loads, compiles, waits
+    "start",  # the engine was called for the first time (a probe installed after it was built)
     "forward",  # inside DeepSpeedEngine.forward
     "backward",  # inside DeepSpeedEngine.backward (the gradient reduction included)
     "step",  # inside DeepSpeedEngine.step
@@ -463,6 +475,28 @@ PROBE_PHASES = (
 )
 #: The phases of a rank's last heartbeat when its process has ended.
 ENDED_PHASES = ("exited", "failed")
+#: The phases of a rank that has not begun its first step.
+STARTING_PHASES = ("init", "idle", "start")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CollectiveStat:
+    """One rank's collectives of one op, size bucket and group size in one optimizer step.
+
+    ``bucket_bytes`` is the power of two at or below each call's message size (None: the
+    probe could not size the call); ``msg_bytes`` sums the calls' message sizes as
+    nccl-tests counts them (an all-gather's whole output, a reduce-scatter's whole input);
+    ``time_ms`` sums their time on the rank's clock (``cpu``: host time; ``cuda``: CUDA
+    events on the calling stream), waiting for the other ranks included; None for calls
+    made with ``async_op=True``, which return before their work is done.
+    """
+
+    op: str
+    bucket_bytes: int | None = None
+    group_size: int | None = None
+    calls: int = 0
+    msg_bytes: int | None = None
+    time_ms: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -478,6 +512,13 @@ class RankStepRecord(Record):
     itself needed. ``skipped_steps`` (the engine's count of steps skipped on overflow so far)
     and ``loss_scale`` (the optimizer's, after the step) are what the log's ``step=`` and
     loss-scale lines report at INFO; probes before 2026-12-05 did not write them.
+    ``input_ms`` is the host time outside the engine before the window's forwards, since the
+    rank's previous engine call ended (data loading and the script's host work; None on a
+    rank's first step). ``loss`` is the mean of the losses the window passed to
+    ``engine.backward`` (this rank's), ``grad_norm`` the engine's global gradient norm after
+    the step (None when not finite: an overflow), and ``collectives`` the step's collective
+    calls summed per op, size bucket and group (:class:`CollectiveStat`); probes before
+    2026-12-06 wrote none of these.
     """
 
     KIND: ClassVar[str] = "rank_step"
@@ -490,6 +531,10 @@ class RankStepRecord(Record):
     clock: str | None = None
     skipped_steps: int | None = None
     loss_scale: float | None = None
+    input_ms: float | None = None
+    loss: float | None = None
+    grad_norm: float | None = None
+    collectives: tuple[CollectiveStat, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,6 +13,9 @@ from dsmon.parse.lines import LogLine
 #: The logger of the line ``dsmon run`` writes at the head of a job's output
 #: (``collectors.job.run_start_line``): the job's output begins there.
 RUN_START_LOGGER = "dsmon"
+#: How the line ``dsmon run`` writes after the job's output begins (``collectors.job.run_end_line``):
+#: the job ended, with its exit status. It starts nothing.
+RUN_END_TEXT = "dsmon run: the job ended with status"
 _START_LOGGERS = frozenset({"runner.py", "launch.py", RUN_START_LOGGER})
 _START_TEXTS = ("DeepSpeed info:", "Initializing TorchBackend", "DeepSpeedEngine configuration")
 #: torchrun's warning as it starts the workers (``W1204 ... torch/distributed/run.py:874]
@@ -32,7 +35,11 @@ def is_start(line: LogLine) -> bool:
     """
     text = line.text
     if line.logger in _START_LOGGERS:
-        return not text.startswith(_END_TEXTS) and "exits with return code" not in text
+        return (
+            not text.startswith(_END_TEXTS)
+            and "exits with return code" not in text
+            and not text.startswith(RUN_END_TEXT)
+        )
     return text.startswith(_START_TEXTS) or (_TORCHRUN_START in text and _TORCHRUN_LOGGER in text)
 
 
@@ -47,7 +54,7 @@ def is_relaunch(line: LogLine) -> bool:
     logger = line.logger
     if logger is not None:
         if logger == RUN_START_LOGGER:
-            return True
+            return not line.text.startswith(RUN_END_TEXT)
         return logger in _START_LOGGERS and line.text.startswith(_LAUNCH_TEXTS)
     text = line.text
     return text.startswith("W") and _TORCHRUN_START in text and _TORCHRUN_LOGGER in text

@@ -4,8 +4,10 @@ The page redraws every 1-2 s. Re-running forty rules over a long run's frames ea
 waste the refresh, and none of them can change unless new records arrived, except the stall
 rule, whose verdict depends on the clock. So the checklist is memoised on the run's frame
 versions (``dsmon.view.cache.RunFrames.memo``) and only the clock rules
-(:data:`dsmon.health.live.CLOCK_RULES`) are evaluated on every refresh. Pages import this
-module and render what it returns; they compute nothing.
+(:data:`dsmon.health.live.CLOCK_RULES`) are evaluated on every refresh, against the clock
+:func:`judge_now` picks. The run's state (:func:`run_state`, every page's status line) is read
+from the same inputs. Pages import this module and render what it returns; they compute
+nothing.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dsmon.health.inputs import (
     LAST_BEATS,
     MICRO,
     NEWEST_TS,
+    RANK_PHASES,
     RANK_STATS,
     SKIPPED,
     HealthInputs,
@@ -31,7 +34,9 @@ from dsmon.health.live import CLOCK_RULES, merged
 from dsmon.health.model import Checklist, CheckResult, Status
 from dsmon.health.registry import all_rules, evaluate, run_rule
 from dsmon.health.report import facts_line
+from dsmon.health.run_state import RunState, judge
 from dsmon.health.triage import Triage, triage
+from dsmon.store.records.runs import RunInfo
 from dsmon.view import ranks as rank_views
 from dsmon.view import step_views
 from dsmon.view.cache import GPU, STORED_KINDS, RunFrames
@@ -68,8 +73,12 @@ class Panel(NamedTuple):
     laid: Triage
 
 
-def _static(frames: RunFrames, cutoff: Cutoff, run: str) -> tuple[HealthInputs, Checklist]:
-    """Inputs and the verdicts of every rule that does not read the clock."""
+#: What the checklist's inputs are read from: a change to any of them makes new inputs.
+_KINDS = (*FRAME_KINDS, GPU, "rec:config")
+
+
+def _inputs(frames: RunFrames, cutoff: Cutoff, run: str) -> HealthInputs:
+    """The run's inputs as of ``cutoff``, read lazily from the dashboard's frames."""
     configs = frames.records("config", cutoff)
     summary = frames.gpu_summary(cutoff)
     views = {
@@ -79,6 +88,7 @@ def _static(frames: RunFrames, cutoff: Cutoff, run: str) -> tuple[HealthInputs, 
         SKIPPED: lambda: step_views.skipped(frames, cutoff),
         RANK_STATS: lambda: rank_views.stats(frames, cutoff),
         LAST_BEATS: lambda: rank_views.beats(frames, cutoff),
+        RANK_PHASES: lambda: rank_views.phases(frames, cutoff),
     }
     if cutoff == OPEN:
         views[NEWEST_TS] = lambda: _newest_ts(frames)
@@ -94,6 +104,17 @@ def _static(frames: RunFrames, cutoff: Cutoff, run: str) -> tuple[HealthInputs, 
         stats=step_views.stat_source(frames, cutoff),
         stragglers=lambda: rank_views.stragglers(frames, cutoff),
     )
+    return inputs
+
+
+def inputs_of(frames: RunFrames, run: str, cutoff: Cutoff) -> HealthInputs:
+    """The run's inputs as of ``cutoff``, made again only when its records changed."""
+    return frames.memo("health.inputs", _KINDS, cutoff, lambda: _inputs(frames, cutoff, run))
+
+
+def _static(frames: RunFrames, cutoff: Cutoff, run: str) -> tuple[HealthInputs, Checklist]:
+    """Inputs and the verdicts of every rule that does not read the clock."""
+    inputs = inputs_of(frames, run, cutoff)
     rules = [r for r in all_rules() if r.id not in CLOCK_RULES]
     return inputs, evaluate(inputs, rules)
 
@@ -119,13 +140,34 @@ def _present(frames: RunFrames, kind: str, cutoff: Cutoff) -> bool:
     return frames.has_rows(kind, cutoff)
 
 
-def panel(frames: RunFrames, run: str, cutoff: Cutoff, now: datetime | None) -> Panel:
-    """The checklist of a run as it stood at ``cutoff``; ``now`` is None when not live."""
-    kinds = [*FRAME_KINDS, GPU, "rec:config"]
+def judge_now(info: RunInfo | None, cutoff: Cutoff, now: datetime) -> datetime | None:
+    """The clock a run is judged against: ``now``, a replay position's time, or None.
+
+    A run a collector delivered live, shown as it stands, may still be going, however long
+    it has been silent: it is judged against the wall clock (a silent job is silent, not
+    killed). A replay position is judged as a live look at that moment would have judged
+    it, against the time of its step. An imported run's record is complete: None judges it
+    as of the end of what it holds.
+    """
+    if cutoff != OPEN:
+        return None if cutoff.ts is None else cutoff.ts.to_pydatetime()
+    if info is None or info.received_at is None:
+        return None
+    return now
+
+
+def run_state(frames: RunFrames, run: str, cutoff: Cutoff, now: datetime) -> RunState:
+    """What the run is doing as of ``cutoff`` (the status line of every page)."""
+    inputs = inputs_of(frames, run, cutoff)
+    return judge(dataclasses.replace(inputs, now=judge_now(frames.info(), cutoff, now)))
+
+
+def panel(frames: RunFrames, run: str, cutoff: Cutoff, now: datetime) -> Panel:
+    """The checklist of a run as it stood at ``cutoff``, its clock rules judged at ``now``."""
     inputs, static = frames.memo(
-        "health.checklist", kinds, cutoff, lambda: _static(frames, cutoff, run)
+        "health.checklist", _KINDS, cutoff, lambda: _static(frames, cutoff, run)
     )
-    live = dataclasses.replace(inputs, now=now)
+    live = dataclasses.replace(inputs, now=judge_now(frames.info(), cutoff, now))
     clock = {r.id: run_rule(r, live) for r in all_rules() if r.id in CLOCK_RULES}
     checklist = Checklist(merged(static.results, clock))
     return Panel(checklist, facts_line(inputs), triage(checklist))

@@ -1,7 +1,8 @@
-"""The lines each page shows on where its run stands (live or finished, how far it got).
+"""The line each page shows on where its run stands: its state, how far it got, what it holds.
 
-Whether a run is live is :func:`dsmon.health.live.run_is_live`'s to say, the same for the
-pages, the dashboard frame and the server's health watcher.
+The state is :func:`dsmon.health.run_state.judge`'s, read through the health panel's inputs
+(:func:`dsmon.view.health_panel.run_state`): the same on every page, in ``dsmon check``, in the
+watcher's alerts and in ``/metrics``.
 """
 
 from __future__ import annotations
@@ -9,10 +10,22 @@ from __future__ import annotations
 from datetime import datetime
 
 from dsmon.health.live import run_is_live
+from dsmon.health.run_state import OVER, RunState
 from dsmon.store.records.runs import RunInfo
 
 
-def status_line(info: RunInfo | None, now: datetime) -> str:
+def shown_live(info: RunInfo | None, state: RunState | None, now: datetime) -> bool:
+    """Whether a page follows the run live: a live sender writes to it and no end was seen.
+
+    An imported run is never live; a run whose launcher (or ``dsmon run``, or every rank's
+    last heartbeat) reported its end is not either, though its last records came a moment ago.
+    """
+    if info is None or not run_is_live(info, now):
+        return False
+    return state is None or state.state not in OVER
+
+
+def status_line(info: RunInfo | None, state: RunState | None) -> str:
     """One line on where the run stands, drawn with every refresh of a page.
 
     It is part of the page's live fragment, not of the sidebar (which is drawn only on a full
@@ -20,12 +33,12 @@ def status_line(info: RunInfo | None, now: datetime) -> str:
     """
     if info is None:
         return "This run is no longer in the store."
-    state = "live" if run_is_live(info, now) else "finished"
+    head = state.line() if state is not None else "unknown"
     last = info.last_ts.replace("T", " ") if info.last_ts else "no timestamp"
     step = "-" if info.last_step is None else f"{info.last_step:,}"
     nodes = f"{len(info.nodes)} node(s)" if info.nodes else "node unknown"
     return (
-        f"{state} · last step {step} · {nodes} · {len(info.ranks)} rank(s) sent records · "
+        f"{head} · last step {step} · {nodes} · {len(info.ranks)} rank(s) sent records · "
         f"{info.n_records:,} records · last stamped line {last}"
     )
 

@@ -5,7 +5,9 @@ thread. Every ``interval_s`` seconds it evaluates the checklist of each run writ
 last :data:`RECENT_S` seconds, and:
 
 - keeps each rule's status in :class:`RuleStates`, which ``/metrics`` exports as
-  ``dsmon_health_rule{run=, rule=, status=}`` (1 for the current status, 0 for the others);
+  ``dsmon_health_rule{run=, rule=, status=}`` (1 for the current status, 0 for the others),
+  and the run's state (:func:`dsmon.health.run_state.judge`) as
+  ``dsmon_run_state{run=, state=}``;
 - hands the verdicts to an :class:`dsmon.watch.alerts.Alerter` when a webhook is configured.
 
 The checklist is read from the store through ``dsmon.health`` (its gather-from-store path, as
@@ -13,7 +15,9 @@ The checklist is read from the store through ``dsmon.health`` (its gather-from-s
 rounds but the verdicts and a few times per run: an ingest server holds no copy of the runs'
 frames. The rules that do not read the clock are evaluated again only when the run got new
 records; the clock rules (:data:`dsmon.health.live.CLOCK_RULES`: a stall is the absence of
-new records) run on every round. As the dashboard does, the watcher notes when each kind of
+new records) run on every round, against the wall clock for a run a collector delivers
+(however long it has been silent: silence is no end) and as of the end of its record for an
+imported one. As the dashboard does, the watcher notes when each kind of
 record last arrived (:data:`dsmon.health.inputs.NEWEST_TS`): timer lines printed without a
 time of their own (DeepSpeed's default log level) show a run going on, or stalled, by their
 arrival. A finished run met for the first time (the store was opened on old runs) is recorded
@@ -35,9 +39,10 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from dsmon.health import probe_measures
 from dsmon.health.gather import FRAME_KINDS, inputs_from_store
 from dsmon.health.inputs import NEWEST_TS, HealthInputs
-from dsmon.health.live import CLOCK_RULES, merged, run_is_live
+from dsmon.health.live import CLOCK_RULES, is_live, merged, run_is_live
 from dsmon.health.model import CheckResult, Status
 from dsmon.health.registry import all_rules, evaluate, run_rule
+from dsmon.health.run_state import State, judge
 from dsmon.store.records.runs import RunInfo
 from dsmon.store.store import Store
 from dsmon.watch.alert_defaults import INTERVAL_S
@@ -59,21 +64,32 @@ class RuleStates:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._states: dict[str, dict[str, Status]] = {}
+        self._run_states: dict[str, State] = {}
 
-    def set_run(self, run: str, results: tuple[CheckResult, ...]) -> None:
-        """Replace one run's statuses."""
+    def set_run(
+        self, run: str, results: tuple[CheckResult, ...], state: State | None = None
+    ) -> None:
+        """Replace one run's statuses, and its state when given."""
         with self._lock:
             self._states[run] = {r.rule_id: r.status for r in results}
+            if state is not None:
+                self._run_states[run] = state
 
     def keep_only(self, runs: set[str]) -> None:
         """Forget runs no longer watched."""
         with self._lock:
             self._states = {k: v for k, v in self._states.items() if k in runs}
+            self._run_states = {k: v for k, v in self._run_states.items() if k in runs}
 
     def snapshot(self) -> dict[str, dict[str, Status]]:
         """A copy: run -> rule id -> status."""
         with self._lock:
             return {run: dict(rules) for run, rules in self._states.items()}
+
+    def run_states(self) -> dict[str, State]:
+        """A copy: run -> its state."""
+        with self._lock:
+            return dict(self._run_states)
 
 
 class HealthCollector:
@@ -99,6 +115,16 @@ class HealthCollector:
                 for status in Status:
                     fam.add_metric([run, rule_id, status.value], float(status is current))
         yield fam
+        runs = GaugeMetricFamily(
+            "dsmon_run_state",
+            "What the run is doing, from its evidence: 1 for its current state (starting, "
+            "training, silent, stalled, hung, finished, crashed, ended, unknown), 0 for the others",
+            labels=["run", "state"],
+        )
+        for run, now in sorted(self.states.run_states().items()):
+            for state in State:
+                runs.add_metric([run, state.value], float(state is now))
+        yield runs
 
 
 @dataclass(slots=True)
@@ -160,22 +186,23 @@ class HealthWatcher:
         recent = [i for i in self.store.runs() if _recent(i, now)]
         for info in recent:
             first = info.name not in self._seen
-            results = self._evaluate(info, now)
-            self.states.set_run(info.name, results)
+            results, state = self._evaluate(info, now)
+            self.states.set_run(info.name, results, state)
             if self.alerter is not None:
                 announce = not first or run_is_live(info, now)
-                self.alerter.observe(info.name, results, announce=announce)
+                self.alerter.observe(info.name, _alerted(results), announce=announce)
         names = {i.name for i in recent}
         self.states.keep_only(names)
         self._seen = {k: v for k, v in self._seen.items() if k in names}
         if self.alerter is not None:
             self.alerter.flush()
 
-    def _evaluate(self, info: RunInfo, now: datetime) -> tuple[CheckResult, ...]:
-        """The run's checklist as its Health page shows it, read from the store.
+    def _evaluate(self, info: RunInfo, now: datetime) -> tuple[tuple[CheckResult, ...], State]:
+        """The run's checklist as its Health page shows it, read from the store, and its state.
 
         The rules that do not read the clock run again only when the run got new records;
-        the clock rules run on every round, reading only the frames they need.
+        the clock rules run on every round, reading only the frames they need: against the
+        wall clock for a run a collector delivers, as of its record's end for an import.
         """
         seen = self._seen.get(info.name)
         if seen is None:
@@ -194,9 +221,9 @@ class HealthWatcher:
             seen.static = evaluate(inputs, rules).results
             seen.stamped = _stamped(inputs)
             seen.version = version
-        live = dataclasses.replace(inputs, now=now if run_is_live(info, now) else None)
+        live = dataclasses.replace(inputs, now=now if info.received_at is not None else None)
         clock = {r.id: run_rule(r, live) for r in all_rules() if r.id in CLOCK_RULES}
-        return merged(seen.static, clock)
+        return merged(seen.static, clock), judge(live).state
 
     def _loop(self) -> None:
         """Rounds until stopped; a round that fails is logged, and the next one tries again."""
@@ -221,6 +248,23 @@ class HealthWatcher:
         self.store.close()
 
 
+#: The rule that states the run's state; its failure names its cause's rule (``ranks.hang``...).
+_STATE_RULE = "run.state"
+
+
+def _alerted(results: tuple[CheckResult, ...]) -> tuple[CheckResult, ...]:
+    """The results alerts are made of: one alert per cause, not the state and its cause both.
+
+    A crash fails ``run.state`` and ``run.errors`` alike, a hang ``run.state`` and
+    ``ranks.hang``: the cause's rule, which says the same with its evidence, is posted. The
+    state's own failure is posted when no other rule fails with it.
+    """
+    failing = {r.rule_id for r in results if r.status is Status.FAIL}
+    if _STATE_RULE in failing and len(failing) > 1:
+        return tuple(r for r in results if r.rule_id != _STATE_RULE)
+    return results
+
+
 def _stamped(inputs: HealthInputs) -> dict[str, pd.Timestamp]:
     """Each kind's newest own time: the frames' ``ts``, the probe's from the store's summaries."""
     out = {}
@@ -233,5 +277,8 @@ def _stamped(inputs: HealthInputs) -> dict[str, pd.Timestamp]:
 
 
 def _recent(info: RunInfo, now: datetime) -> bool:
-    """Whether a run got records (or was stamped) within :data:`RECENT_S` of ``now``."""
-    return run_is_live(info, now, RECENT_S)
+    """Whether a run got records (or was stamped) within :data:`RECENT_S` of ``now``.
+
+    An imported run counts by its lines' times: it is watched too, judged as of its end.
+    """
+    return is_live(info.received_at, now, RECENT_S) or is_live(info.last_ts, now, RECENT_S)

@@ -1,25 +1,24 @@
-"""Runtime rules on every rank (the probe of ``dsmon run``): a straggler, and a hang.
+"""Runtime rules on every rank (the probe of ``dsmon run``): a straggler, input, a hang.
 
 DeepSpeed's own output shows rank 0 only, so neither can be judged from a log: both rules
 need the probe's ``rank_step`` and ``heartbeat`` records and are not applicable without them.
 The straggler rule compares what each rank needed by itself per step (busy time, see
-:mod:`dsmon.analysis.ranks`); the hang rule, live only, names the rank that stopped and where,
-and where the others wait, long before NCCL's watchdog kills the job.
+:mod:`dsmon.analysis.ranks`); the hang rule (:mod:`dsmon.health.hang`) names the rank that
+stopped and where, and where the others wait, long before the collective times out.
 """
 
 from __future__ import annotations
-
-import pandas as pd
 
 from dsmon.analysis import ranks
 from dsmon.health import measures as m
 from dsmon.health import probe_measures as pm
 from dsmon.health import thresholds as th
+from dsmon.health.collective_timeout import DESCRIBED
+from dsmon.health.hang import judge_hang
 from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Evidence, Finding, Status, Tier, percent
 from dsmon.health.registry import rule
 from dsmon.health.verdicts import not_applicable
-from dsmon.model.records import ENDED_PHASES
 
 _NO_PROBE = "no per-rank data: start the job with 'dsmon run -- <launch command>'"
 
@@ -99,95 +98,81 @@ def check_straggler(inputs: HealthInputs) -> Finding:
     )
 
 
-def _stuck_limit(inputs: HealthInputs) -> float:
-    """max(HANG_MIN_S, HANG_STEP_FACTOR x the median step's median rank step time)."""
-    med_ms = pm.stragglers(inputs).step_ms.median() if not pm.rank_stats(inputs).empty else 0.0
-    med_s = med_ms / 1000.0 if med_ms == med_ms else 0.0
-    return max(th.HANG_MIN_S, th.HANG_STEP_FACTOR * med_s)
-
-
-def _waiting_text(waiting: tuple[ranks.RankState, ...]) -> str:
-    if not waiting:
-        return ""
-    shown = waiting[:3]
-    parts = [f"rank {s.rank} in {s.where()} for {s.in_phase_s:.0f} s" for s in shown]
-    more = f" and {len(waiting) - 3} more" if len(waiting) > 3 else ""
-    return "; waiting: " + ", ".join(parts) + more
-
-
-def _culprit_text(hang: ranks.Hang) -> str:
-    c = hang.culprits[0]
-    names = ", ".join(str(s.rank) for s in hang.culprits)
-    who = f"rank {names}" if len(hang.culprits) == 1 else f"ranks {names}"
-    if hang.silent:
-        return (
-            f"{who} sent no heartbeat for {c.silent_s:.0f} s (stopped or hung), last seen in "
-            f"{c.where()}"
+@rule(
+    "ranks.input_bound",
+    "No rank waits for its input",
+    "Per rank, from the per-rank probe: the time outside the engine before its forwards "
+    "(data loading, the script's host work) as a share of its step, over the run: "
+    f"{percent(th.INPUT_BOUND_WARN)} warns, {percent(th.INPUT_BOUND_FAIL)} fails. An "
+    "input-bound rank is one kind of straggler: the others wait for it in the next "
+    "collective, and the finding is shown under the straggler's.",
+    "runtime",
+    page="steps",
+    follows=("ranks.straggler",),
+)
+def check_input_bound(inputs: HealthInputs) -> Finding:
+    """Name the ranks whose steps wait for their data, with how long and what share."""
+    if pm.rank_stats(inputs).empty:
+        return not_applicable(_NO_PROBE)
+    shares = ranks.input_shares(pm.rank_phases(inputs))
+    timed = shares[shares["share"].notna() & (shares["steps"] >= th.STRAGGLER_MIN_STEPS)]
+    if timed.empty or not (pm.rank_stats(inputs)["step"] > 1).any():
+        return Finding(Status.UNKNOWN, "too few steps timed, or a probe too old to time input")
+    bound = timed[timed["share"] >= th.INPUT_BOUND_WARN]
+    worst = timed.iloc[0]
+    ev = tuple(
+        Evidence(
+            f"rank {int(r['rank'])}: before its forwards",
+            f"{r['input_ms']:.1f} ms per step, {r['share']:.0%} of its step",
+            f"mean of {int(r['steps'])} steps",
         )
-    return f"{who} has been in {c.where()} for {c.in_phase_s:.0f} s"
+        for _, r in timed.head(4).iterrows()
+    )
+    if bound.empty:
+        return Finding(
+            Status.PASS,
+            f"no rank waits for its input: at most {worst['share']:.0%} of a step "
+            f"(rank {int(worst['rank'])}, {worst['input_ms']:.1f} ms)",
+            ev,
+        )
+    status = Status.FAIL if worst["share"] >= th.INPUT_BOUND_FAIL else Status.WARN
+    if len(bound) == len(timed) and len(timed) > 1:
+        what = (
+            f"every rank waits for its input: {worst['input_ms']:.0f} ms per step at most "
+            f"(rank {int(worst['rank'])}: {worst['share']:.0%} of its step)"
+        )
+    else:
+        said = [
+            f"rank {int(r['rank'])} waits {r['input_ms']:.0f} ms per step for data: "
+            f"{r['share']:.0%} of its step"
+            for _, r in bound.head(3).iterrows()
+        ]
+        more = f" (and {len(bound) - 3} more ranks)" if len(bound) > 3 else ""
+        what = "; ".join(said) + more
+    return Finding(
+        status,
+        what,
+        ev,
+        "# the rank's DataLoader: load ahead of the step\n"
+        "DataLoader(dataset, batch_size=..., num_workers=4, pin_memory=True, "
+        "persistent_workers=True, prefetch_factor=2)",
+        "python",
+    )
 
 
 @rule(
     "ranks.hang",
     "No rank is hung",
-    "Live, from the per-rank probe's heartbeats: a rank silent for "
-    f"{th.HEARTBEAT_SILENT_S:g} s while others report, or stuck in one phase for "
-    f"max({th.HANG_MIN_S:g} s, {th.HANG_STEP_FACTOR:g} x the median step), is named with its "
-    f"phase and where the others wait, long before NCCL's {th.NCCL_TIMEOUT_S:g} s timeout.",
+    "From the per-rank probe's heartbeats, live and as of the end of a saved run's record: a "
+    f"rank silent for {th.HEARTBEAT_SILENT_S:g} s while others report, or stuck outside a "
+    f"collective for max({th.HANG_MIN_S:g} s, {th.HANG_STEP_FACTOR:g} x the median step) "
+    "while others wait in one, is named with its phase and where the others wait, long "
+    f"before {DESCRIBED} fires.",
     "runtime",
     page="steps",
     tier=Tier.STATE,
-    follows=("run.errors",),
+    follows=("run.state", "run.errors"),
 )
 def check_hang(inputs: HealthInputs) -> Finding:
     """Fail naming the rank that holds the job up, its phase, and what the others wait in."""
-    beats = pm.last_beats(inputs)
-    if beats.empty:
-        return not_applicable(_NO_PROBE)
-    # How a run ended needs no clock: a replay of a finished run says so, as `dsmon check` does
-    if ended := pm.ended_ranks(inputs):
-        return Finding(Status.PASS, pm.ended_text(ended))
-    if m.job_finished(inputs):
-        return Finding(Status.PASS, "the launcher reported the workers' exit: the job ended")
-    if inputs.now is None:
-        return Finding(Status.UNKNOWN, "only judged live (replaying a finished run)")
-    states = ranks.rank_states(beats, pd.Timestamp(inputs.now))
-    limit = _stuck_limit(inputs)
-    ev = tuple(
-        Evidence(f"rank {s.rank}", s.where(), f"heartbeat {s.silent_s:.0f} s ago")
-        for s in states[:8]
-    )
-    ev += (
-        Evidence("silent limit", f"{th.HEARTBEAT_SILENT_S:.0f} s"),
-        Evidence(
-            "stuck limit",
-            f"{limit:.0f} s",
-            f"max({th.HANG_MIN_S:g} s, {th.HANG_STEP_FACTOR:g} x median step)",
-        ),
-    )
-    hang = ranks.find_hang(states, th.HEARTBEAT_SILENT_S, limit)
-    if hang is None:
-        if all(s.silent_s > th.HEARTBEAT_SILENT_S for s in states if s.phase not in ENDED_PHASES):
-            return Finding(
-                Status.UNKNOWN,
-                "no heartbeat from any rank lately: the job ended or its collector is down",
-                ev,
-            )
-        return Finding(Status.PASS, f"all {len(states)} ranks report and move on", ev)
-    left = th.NCCL_TIMEOUT_S - max(s.in_phase_s for s in hang.waiting or hang.culprits)
-    return Finding(
-        Status.FAIL,
-        _culprit_text(hang)
-        + _waiting_text(hang.waiting)
-        + f" (NCCL's default timeout fires in about {max(left, 0):.0f} s)",
-        ev,
-        f"py-spy dump --pid {_pid(beats, hang.culprits[0].rank)}  # on rank "
-        f"{hang.culprits[0].rank}'s node: where it is stuck",
-        "text",
-    )
-
-
-def _pid(beats: pd.DataFrame, rank: int) -> str:
-    """The process id of a rank from its newest heartbeat (``<pid>`` when unknown)."""
-    pids = beats.loc[beats["rank"] == rank, "pid"].dropna()
-    return str(int(pids.iloc[-1])) if not pids.empty else "<pid>"
+    return judge_hang(inputs).finding

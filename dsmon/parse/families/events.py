@@ -13,8 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dsmon.model.records import LAUNCH_TEXT, EventRecord, Record
+from dsmon.model.records import FAILURE_EVENTS, LAUNCH_TEXT, UNSTAMPED, EventRecord, Record
 from dsmon.parse.base import NEED_MORE, ParseContext, contains_any
+from dsmon.parse.launches import RUN_END_TEXT
 from dsmon.parse.lines import LogLine
 
 # ------------------------------------------------------------------------------------------
@@ -141,6 +142,23 @@ LINE_EVENTS: tuple[tuple[str, re.Pattern[str], _Detail], ...] = (
         lambda m: {"dtype": m[1], "stage": int(m[2])} | _mics(m[3], m[4]),
     ),
     (
+        "pipeline_stage",
+        re.compile(
+            r"^RANK=(\d+) STAGE=(\d+) LAYERS=(\d+) \[(\d+), (\d+)\) STAGE_PARAMS=(\d+) \([^)]*\) "
+            r"TOTAL_PARAMS=(\d+) \([^)]*\) UNIQUE_PARAMS=(\d+) \([^)]*\)\s*$"
+        ),
+        lambda m: {
+            "rank": int(m[1]),
+            "stage": int(m[2]),
+            "layers": int(m[3]),
+            "first_layer": int(m[4]),
+            "end_layer": int(m[5]),
+            "stage_params": int(m[6]),
+            "total_params": int(m[7]),
+            "unique_params": int(m[8]),
+        },  # fmt: skip
+    ),
+    (
         "allocator_flush",
         re.compile(r"^(\d+) pytorch allocator cache flushes since last step"),
         lambda m: {"flushes": int(m[1])},
@@ -160,6 +178,11 @@ LINE_EVENTS: tuple[tuple[str, re.Pattern[str], _Detail], ...] = (
         re.compile(r"^Killing subprocess (\d+)"),
         lambda m: {"pid": int(m[1]), "killed": True},
     ),
+    (
+        "job_end",
+        re.compile(rf"^{RUN_END_TEXT} (-?\d+)"),
+        lambda m: {"return_code": int(m[1])},
+    ),
 )
 
 
@@ -169,6 +192,7 @@ EVENT_WORDS = (
     "DeepSpeed info: ", "Initializing TorchBackend", "WORLD INFO DICT", "nnodes=",
     "dist_world_size=", "Optimizer = ", "ZeRO stage", "exits ", "Killing subprocess",
     "bucket size", "persistent param", "terminate called", "allocator cache flushes",
+    RUN_END_TEXT, "STAGE_PARAMS=",
 )  # fmt: skip
 INIT_BACKEND = re.compile(r"Initialize \w+ backend")
 #: C++ ``terminate`` with nothing after it yet: its ``what():`` line follows.
@@ -247,7 +271,14 @@ def event(
     detail: dict[str, Any],
     rank: int | None = None,
 ) -> EventRecord:
-    """The ``k``-th event of a line (``k`` tells several apart in the store, as ``src.sub``)."""
+    """The ``k``-th event of a line (``k`` tells several apart in the store, as ``src.sub``).
+
+    A failure on a line without a time of its own (a worker's traceback) takes the last
+    stamped line's, which says only that it came later: its detail says ``unstamped``, so a
+    replay position does not show a crash printed after it (``dsmon.view.cutoff``).
+    """
+    if line.ts is None and name in FAILURE_EVENTS:
+        detail = {**detail, UNSTAMPED: True}
     return EventRecord(
         src=ctx.src(line, k, rank=rank),
         ts=ctx.ts(line),

@@ -16,6 +16,7 @@ import pytest
 from conftest import DATA, Z2
 
 from dsmon.analysis.summary import config_highlights, render_summary, run_summary
+from dsmon.health.run_state import stored_state
 from dsmon.load.files import import_paths
 from dsmon.model.records import HeartbeatRecord
 from dsmon.store.store import Store, open_store
@@ -52,7 +53,7 @@ def test_summary_figures(z2_store: Store) -> None:
 
 
 def test_rendered_summary(z2_store: Store) -> None:
-    text = render_summary(run_summary(z2_store, "z2"))
+    text = render_summary(run_summary(z2_store, "z2", stored_state(z2_store, "z2").line()))
     lines = text.splitlines()
     assert lines[:5] == [
         "Run         z2",
@@ -61,7 +62,8 @@ def test_rendered_summary(z2_store: Store) -> None:
         "Sources     ranks 0",
         # "DeepSpeed info: version=0.19.8, ...", "dist_world_size=2"
         "DeepSpeed   0.19.8, world size 2",
-        "Outcome     2 worker(s) exited successfully",
+        # the run's state, as dsmon check says it
+        "Outcome     finished: exit status 0 (the launcher: 2 worker(s) exited successfully)",
     ]
     assert lines[5].startswith("Records     ")
     for part in ("flops_profile 1", "throughput 6", "timer 90"):
@@ -114,10 +116,11 @@ def test_config_highlights_of_other_setups() -> None:
 def test_outcome_of_a_crash(store: Store) -> None:
     """tests/data/events_crash_step17: both ranks raise at step 17, the launcher reports code 1."""
     (res,) = import_paths(store, [DATA / "events_crash_step17"])
-    text = render_summary(run_summary(store, res.run))
+    text = render_summary(run_summary(store, res.run, stored_state(store, res.run).line()))
     assert (
-        "Outcome     failed: traceback: RuntimeError: [train.py] deliberate crash at step 17 "
-        "(rank 0) (+1 more); exit codes 1"
+        "Outcome     crashed: rank 0 died first: RuntimeError: [train.py] deliberate crash at "
+        "step 17 (rank 0); then rank 1 failed (RuntimeError: [train.py] deliberate crash at step "
+        "17 (rank 1)); exit status 1"
     ) in text.splitlines()
     # the last global timer line is step 16's; step 17 died before engine.step()
     assert "Steps       16 (with timer breakdown: 16)" in text.splitlines()
@@ -125,9 +128,15 @@ def test_outcome_of_a_crash(store: Store) -> None:
 
 def test_outcome_of_a_killed_job(store: Store) -> None:
     """tests/data/events_sigkill_all: the whole job was SIGKILLed; the log just stops."""
-    (res,) = import_paths(store, [DATA / "events_sigkill_all"])
-    text = render_summary(run_summary(store, res.run))
-    assert "Outcome     no exit seen: still running, or killed with its job" in text.splitlines()
+    assert outcome(store, "events_sigkill_all") == (
+        "Outcome     ended: the record ends without an exit status: the job was killed (SIGKILL, "
+        "time limit, node loss) or the record is incomplete; last step 13"
+    )
+
+
+def test_a_summary_without_an_outcome_leaves_the_line_out(z2_store: Store) -> None:
+    lines = render_summary(run_summary(z2_store, "z2")).splitlines()
+    assert not [x for x in lines if x.startswith("Outcome")]
 
 
 def outcome(store: Store, folder: str) -> str:
@@ -137,14 +146,15 @@ def outcome(store: Store, folder: str) -> str:
 
 
 def test_outcome_of_a_job_launched_again(store: Store) -> None:
-    """Two real launches in one log: the outcome is the latest launch's, the earlier noted."""
+    """Two real launches in one log: the outcome is the latest launch's."""
     assert outcome(store, "events_relaunch_after_crash") == (
-        "Outcome     2 worker(s) exited successfully; an earlier launch failed: traceback: "
-        "RuntimeError: [train.py] deliberate crash at step 7 (rank 1)"
+        "Outcome     finished: exit status 0 (the launcher: 2 worker(s) exited successfully)"
     )
     assert outcome(store, "events_crash_after_relaunch") == (
-        "Outcome     failed: traceback: RuntimeError: [train.py] deliberate crash at step 4 "
-        "(rank 0) (+1 more); exit codes 1"
+        "Outcome     crashed: rank 0 died first: RuntimeError: [train.py] deliberate crash at "
+        "step 4 (rank 0); then rank 1 failed because a peer was gone (RuntimeError: "
+        "Connection closed by peer [127.0.0.1]:17811. This is typically caused by a remote "
+        "worker crashing. Chec...); exit status 1"
     )
 
 
@@ -152,7 +162,7 @@ def test_outcome_of_a_torchrun_job_from_the_probe(store: Store) -> None:
     """tests/data/probe_torchrun: torchrun prints no exit lines; both probe files end on an
     ``exited`` heartbeat (it said "no exit seen" where ``dsmon check`` said the run finished)."""
     assert outcome(store, "probe_torchrun") == (
-        "Outcome     all 2 rank(s) exited normally (dsmon run's probe)"
+        "Outcome     finished: exit status 0 (every rank's last heartbeat (2 ranks))"
     )
 
 
@@ -166,7 +176,8 @@ def test_outcome_while_a_rank_has_not_exited(store: Store, tmp_path: Path) -> No
         for kind in res_kinds(store, res.run):
             cut.add([r for r in store.scan(res.run, kind) if r != last_of_1])
         assert outcome_of(cut, res.run) == (
-            "Outcome     no exit seen: still running, or killed with its job"
+            "Outcome     ended: the record ends without an exit status: the job was killed "
+            "(SIGKILL, time limit, node loss) or the record is incomplete; last step 80"
         )
 
 
@@ -176,6 +187,6 @@ def res_kinds(store: Store, run: str) -> list[str]:
 
 
 def outcome_of(store: Store, run: str) -> str:
-    """The Outcome line of a stored run's summary."""
-    lines = render_summary(run_summary(store, run)).splitlines()
-    return next(line for line in lines if line.startswith("Outcome     "))
+    """The Outcome line of a stored run's summary: its state, as ``dsmon import`` prints it."""
+    text = render_summary(run_summary(store, run, stored_state(store, run).line()))
+    return next(line for line in text.splitlines() if line.startswith("Outcome     "))

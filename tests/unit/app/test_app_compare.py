@@ -42,7 +42,7 @@ def test_overlay_of_two_runs_from_the_url(store_url: str) -> None:
     assert at.multiselect[0].value == ["z2", "fp16_zero2"]
     # the page is about the runs picked, not the sidebar's: each says where it stands
     assert at.header[0].value == "Compare"
-    status = [c.value for c in at.caption if ": finished · last step " in c.value]
+    status = [c.value for c in at.caption if ": finished: exit status 0 " in c.value]
     assert [s.split(":")[0] for s in status] == ["z2", "fp16_zero2"]
     spec = figures(at)[TITLE]
     titles = [a["text"] for a in spec["layout"]["annotations"]]
@@ -56,7 +56,7 @@ def test_overlay_of_two_runs_from_the_url(store_url: str) -> None:
     assert at_step(spec, "y3", "fp16_zero2", 10) == pytest.approx(100 * 8.49 / 48.31)
     at.multiselect[0].select("grad_accum").run()  # the pick goes into the address
     assert at.query_params["runs"] == "z2,fp16_zero2,grad_accum"
-    assert sum(c.value.startswith("grad_accum: finished · ") for c in at.caption) == 1
+    assert sum(c.value.startswith("grad_accum: finished: ") for c in at.caption) == 1
     assert trace_names(figures(at)[TITLE])[:3] == ["z2", "fp16_zero2", "grad_accum"]
 
 

@@ -31,7 +31,9 @@ def test_run_picker_follows_the_url(store_url: str) -> None:
     assert at.header[0].value == "Health · comms_logger"  # the checklist is the front page
     # the run's status is drawn with the page (its live fragment), not in the sidebar
     status = next(c.value for c in at.caption if "rank(s) sent records" in c.value)
-    assert status.startswith("finished · last step 20 · ")
+    # its state, from its evidence: the launcher reported both workers' exit
+    assert status.startswith("finished: exit status 0 (the launcher: ")
+    assert " · last step 20 · " in status
     assert "1 rank(s)" in status
     assert "Store: " in at.sidebar.caption[0].value
     # Picking another run in the browser is covered by tests/system/test_browser.py: AppTest drops
@@ -69,11 +71,13 @@ def test_a_live_run_refreshes_and_has_no_replay(
 ) -> None:
     url = str(tmp_path / "live.sqlite")
     now = datetime.now().isoformat(timespec="milliseconds")
-    with open_store(url) as store:
-        store.add([StepRecord(src=Source(run="now", file="f", line=1), ts=now, step=1)])
+    with open_store(url) as store:  # a collector sends the run's first step line
+        store.add([StepRecord(src=Source(run="now", file="f", line=1), ts=now, step=1)], live=True)
+        # the same line imported (dsmon import): a saved record, never live however recent
+        store.add([StepRecord(src=Source(run="saved", file="f", line=1), ts=now, step=1)])
     monkeypatch.setenv("DSMON_STORE", url)
     front = app_at(url, "now")  # AppTest keeps the sidebar on the first page only
-    assert front.sidebar.selectbox[0].options == ["now · live"]
+    assert sorted(front.sidebar.selectbox[0].options) == ["now · live", "saved · finished"]
     assert front.sidebar.toggle[0].value is True
     assert not front.sidebar.slider
     at = app_at(url, "now", "steps")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import pytest
 from dashboard_support import app_at, read_records
 from locations import ROOT
 
+from dsmon.load.playback import TimeShifter
 from dsmon.store.store import open_store
 
 PAGES = ["steps", "training", "autotuner", "compare", "communication", "gpus", "flops"]
@@ -78,19 +80,20 @@ def test_a_compared_run_being_written_is_redrawn_whatever_the_sidebar_shows(
     recs = read_records("z2", "z2")
     cut = next(i for i, r in enumerate(recs) if r.KIND == "timer" and r.step == 15)
     path = tmp_path / "s.sqlite"
+    shifter = TimeShifter()  # z2 is written now: its times moved to now, as the demo moves them
     with open_store(path) as store:
         store.add(read_records("fp16_zero2", "fp16_zero2"))  # finished: stamped in 2026-11
-        store.add(recs[:cut], live=True)
+        store.add(shifter.shift(recs[:cut], datetime.now()), live=True)
     monkeypatch.setenv("DSMON_STORE", str(path))
     at = app_at(str(path), "fp16_zero2", "compare", runs="z2,fp16_zero2")
     assert not at.exception
     assert [c.value.split(" · ")[0] for c in at.caption if " · last step " in c.value] == [
-        "z2: live",
-        "fp16_zero2: finished",
+        "z2: training: step 14",
+        "fp16_zero2: finished: exit status 0 (the launcher: 2 worker(s) exited successfully)",
     ]
     before = max(map(steps_shown, charts(at).values()))
     with open_store(path) as store:
-        store.add(recs[cut:], live=True)
+        store.add(shifter.shift(recs[cut:], datetime.now()), live=True)
     at.run()
     assert max(map(steps_shown, charts(at).values())) > before
 

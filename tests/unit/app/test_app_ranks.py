@@ -57,7 +57,8 @@ def test_the_status_line_names_the_last_step_run(
     """20 steps ran: the ranks' last heartbeats name step 21, which never began."""
     monkeypatch.setenv("DSMON_STORE", store_url)
     at = app_at(store_url, "strag", "steps")
-    assert "finished · last step 20 · " in texts(at)
+    assert " · last step 20 · " in texts(at)
+    assert "finished: exit status 0 (the launcher: 2 worker(s) exited successfully)" in texts(at)
 
 
 def test_the_finished_run_checklist_says_how_the_ranks_ended(

@@ -9,6 +9,7 @@ as a browser fires them (tests/fragment_timers.py).
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +18,17 @@ from dashboard_support import app_at, read_records
 from fragment_timers import Timers
 
 from dsmon.health import live as live_state
-from dsmon.model.records import Record
+from dsmon.health import thresholds
+from dsmon.load.playback import TimeShifter
+from dsmon.model.records import EventRecord, Record
 from dsmon.store.store import open_store
 from ui.page import LOOK_S
 
 #: The refresh period picked for these tests (``$DSMON_REFRESH_S``): unlike LOOK_S, so the two
 #: timers are told apart.
 REFRESH_S = 1.0
+#: How an imported record that stops with no exit status is stated.
+ENDED = "ended: the record ends without an exit status"
 
 
 @pytest.fixture
@@ -44,9 +49,10 @@ def z2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, list[Recor
 
 
 def add(path: str, recs: list[Record], *, live: bool) -> None:
-    """Store records: ``live`` as a collector sends them, else as ``dsmon import`` does."""
+    """Store records: ``live`` as a collector sends them, as they are written (their times
+    moved to now, as the demo's playback moves them), else as ``dsmon import`` does."""
     with open_store(path) as store:
-        store.add(recs, live=live)
+        store.add(TimeShifter().shift(recs, datetime.now()) if live else recs, live=live)
 
 
 def opened(path: str, recs: list[Record], *, live: bool, **query: str) -> Any:
@@ -73,7 +79,8 @@ def test_a_finished_run_that_goes_on_comes_back_live_by_itself(
     path, before, after = z2
     at = opened(path, before, live=False)  # read from the log after the fact: finished
     assert sidebar(at) == (["z2 · finished"], False)
-    assert status(at).startswith("finished · last step 14 · ")
+    # its record stops at step 14 with no exit status: so the state says, as of its end
+    assert status(at).startswith(ENDED) and "· last step 14 · " in status(at)
     assert list(timers.every.values()) == [LOOK_S]  # only the look for new records
     look = next(iter(timers.every))
 
@@ -81,12 +88,21 @@ def test_a_finished_run_that_goes_on_comes_back_live_by_itself(
     assert timers.full_runs == 0 and not at.exception
     assert timers.every == {look: LOOK_S}
 
-    add(path, after, live=True)  # DeepSpeed resumed from its checkpoint; the collector sends
+    going = [r for r in after if not (isinstance(r, EventRecord) and r.name == "worker_exit")]
+    ends = [r for r in after if r not in going]
+    add(path, going, live=True)  # DeepSpeed resumed from its checkpoint; the collector sends
     timers.fire(at, LOOK_S)
     assert timers.full_runs == 1 and not at.exception
     assert sidebar(at) == (["z2 · live"], True)
-    assert status(at).startswith("live · last step 30 · ")
+    assert status(at).startswith("training: step 30 · last step 30 · ")
     assert list(timers.every.values()) == [REFRESH_S]  # the live redraw, no more looks
+
+    add(path, ends, live=True)  # the launcher's exit lines: the run has ended, live no more
+    timers.fire(at, REFRESH_S)
+    assert timers.full_runs == 1 and not at.exception
+    assert sidebar(at) == (["z2 · finished"], False)  # written to a moment ago, but over
+    assert status(at).startswith("finished: exit status 0 (the launcher: ")
+    assert list(timers.every.values()) == [LOOK_S]
 
 
 def test_a_live_run_that_stops_is_finished_in_the_sidebar_too(
@@ -98,15 +114,18 @@ def test_a_live_run_that_stops_is_finished_in_the_sidebar_too(
     assert list(timers.every.values()) == [REFRESH_S]
 
     timers.fire(at, REFRESH_S)  # still live: the body redraws, the frame stays
-    assert timers.full_runs == 0 and status(at).startswith("live · ")
+    assert timers.full_runs == 0 and status(at).startswith("training: step 14")
 
-    # Nothing more is received: once the live window has passed, the run has stopped.
+    # Nothing more is received: once the live window has passed, the page stops following
+    # it; its state says it went silent (no end was witnessed: it is not called finished).
     monkeypatch.setattr(live_state, "LIVE_WINDOW_S", 0.5)
+    monkeypatch.setattr(thresholds, "SILENT_AFTER_S", 0.5)
     time.sleep(0.6)
     timers.fire(at, REFRESH_S)
     assert timers.full_runs == 1 and not at.exception
     assert sidebar(at) == (["z2 · finished"], False)
-    assert status(at).startswith("finished · last step 14 · ")
+    # no end was witnessed: a run delivered live is silent, never called killed by a clock
+    assert status(at).startswith("silent: no step for ")
     assert list(timers.every.values()) == [LOOK_S]  # it now looks for the run going on
 
     timers.fire(at, LOOK_S)  # and, with nothing new, redraws nothing: no rerun loop
@@ -136,7 +155,7 @@ def test_the_users_live_refresh_switch_is_kept(
     assert list(timers.every.values()) == periods
     if periods:  # the run is as it was: the redraw leaves the frame, and the switch, alone
         timers.fire(at, REFRESH_S)
-        assert timers.full_runs == 0 and status(at).startswith("finished · ")
+        assert timers.full_runs == 0 and status(at).startswith(ENDED)
 
 
 def test_a_replayed_step_is_not_left_for_new_records(

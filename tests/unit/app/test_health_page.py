@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -39,10 +40,12 @@ def test_checklist_of_fp16_run(store: str) -> None:
     assert not at.exception
     assert at.header[0].value == "Health · fp16_zero2"
     metrics = {m.label: m.value for m in at.metric}
-    # 24 rules do not apply (ZeRO-3 keys on stage 2, GPU rules, MFU and overlap_comm on a CPU
+    # 25 rules do not apply (ZeRO-3 keys on stage 2, GPU rules, MFU and overlap_comm on a CPU
     # run...): not passes.
-    # comm.phase_share passes: ZeRO-2's all-gather is no longer divided by fwd (it read 27 %)
-    assert metrics == {"Fail": "1", "Warn": "0", "Unknown": "1", "Pass": "21", "N/A": "24"}
+    # comm.phase_share passes: ZeRO-2's all-gather is no longer divided by fwd (it read 27 %);
+    # run.state passes: the run finished
+    # observe.unread_lines passes: every line of a kind dsmon reads was read
+    assert metrics == {"Fail": "1", "Warn": "0", "Unknown": "1", "Pass": "23", "N/A": "25"}
     skipped = (
         ":red-badge[FAIL] **Few optimizer steps are skipped for overflow** `loss_scale.skipped`"
     )
@@ -77,7 +80,10 @@ def test_checklist_of_fp16_run(store: str) -> None:
 def test_crash_is_shown_with_a_link_to_its_chart(store: str) -> None:
     at = app_at(store, "crash_step17", "health")
     assert not at.exception
-    assert ":red-badge[FAIL] **No worker crashed** `run.errors`" in labels(at)
+    # the run's state leads; the crash's details (run.errors) follow from it, inside it
+    assert labels(at)[0] == ":red-badge[FAIL] **What the run is doing** `run.state`"
+    text = "\n".join(str(m.value) for m in at.markdown)
+    assert "**Follows from it:** :red-badge[FAIL] **No worker crashed** `run.errors`" in text
     links = [(p.label, p.proto.page) for p in at.get("page_link")]  # type: ignore[attr-defined]
     assert ("See the chart: steps", "steps") in links
     assert ("See the chart: communication", "communication") in links
@@ -89,7 +95,8 @@ def test_replay_position_changes_the_verdicts(store: str) -> None:
     assert not at.exception
     text = "\n".join(str(m.value) for m in at.markdown)
     assert "0 of 5 steps skipped (0.0%)" in text
-    assert at.caption[0].value.startswith("finished · last step 25 · ")  # the run status
+    # the run's state as of step 5, as a live look then would have said it: still training
+    assert at.caption[0].value.startswith("training: step 5 · last step 25 · ")
     assert Path(str(at.caption[1].value)).name  # subject line rendered
 
 
@@ -106,12 +113,19 @@ def test_a_live_launched_run_is_not_reported_killed(tmp_path: Path) -> None:
     log.parent.mkdir()
     log.write_text("".join(ln for ln in lines if "exits successfully" not in ln))
     with open_store(tmp_path / "s.sqlite") as s:
-        import_paths(s, [log], run="run")
-        frames = RunFrames(s, "run")
-        replayed = {r.rule_id: r for r in panel(frames, "run", OPEN, None).checklist.results}
-        live = {r.rule_id: r for r in panel(frames, "run", OPEN, datetime.now()).checklist.results}
+        import_paths(s, [log], run="saved")  # imported: a complete record, judged as of its end
+        records = list(s.scan("saved", "event")) + list(s.scan("saved", "timer"))
+        s.add([dataclasses.replace(r, src=dataclasses.replace(r.src, run="run")) for r in records],
+              live=True)  # fmt: skip
+        saved = panel(RunFrames(s, "saved"), "saved", OPEN, datetime.now()).checklist.results
+        live = panel(RunFrames(s, "run"), "run", OPEN, datetime.now()).checklist.results
+    replayed = {r.rule_id: r for r in saved}
+    going = {r.rule_id: r for r in live}
     assert "killed" in replayed["run.errors"].summary  # a finished log without exit lines
-    assert live["run.errors"].status.value == "pass", live["run.errors"].summary
+    assert replayed["run.state"].summary.startswith("ended: the record ends without an exit")
+    # the same records delivered live by a collector: the job may still be running
+    assert going["run.errors"].status.value == "pass", going["run.errors"].summary
+    assert going["run.state"].summary.startswith(("training: ", "silent: "))
 
 
 def test_every_rule_that_reads_the_clock_is_evaluated_live() -> None:
@@ -121,8 +135,10 @@ def test_every_rule_that_reads_the_clock_is_evaluated_live() -> None:
     from dsmon.health.registry import all_rules
 
     reads_now = {r.id for r in all_rules() if "inputs.now" in inspect.getsource(r.func)}
-    helpers = {"run.errors"}  # reads it in a helper it calls (_clean_end)
-    assert reads_now | helpers == set(CLOCK_RULES)
+    # or in the judges they call: the state, the stall and hang judges, _clean_end
+    judges = ("judge(", "judge_hang(", "judge_stall(", "_clean_end(")
+    calls = {r.id for r in all_rules() if any(j in inspect.getsource(r.func) for j in judges)}
+    assert reads_now | calls == set(CLOCK_RULES)
 
 
 def test_timer_lines_without_a_time_show_a_live_run_going_on(tmp_path: Path) -> None:

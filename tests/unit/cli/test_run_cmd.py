@@ -22,7 +22,8 @@ import pytest
 from locations import ROOT
 from process_support import free_port
 
-from collectors.job import BOOT_DIR, PROBE_DIR_ENV, config_in, copy_probe, probe_env
+from collectors.job import BOOT_DIR, PROBE_DIR_ENV, copy_probe, probe_env
+from dsmon.ds_config.find import config_in
 from dsmon.store.store import open_store
 
 FAKE_DS = ROOT / "tests" / "e2e" / "fake_deepspeed"
@@ -52,10 +53,14 @@ def test_job_is_probed_and_collected(tmp_path: Path) -> None:
         rf"starts the job: {re.escape(sys.executable)} \S+train_fake\.py 6 1 0\.002",
         log[0],
     )
+    # and its last: the job's exit status, which ends the run under any launcher
+    assert log[-1].endswith("[INFO] [dsmon:0:run] dsmon run: the job ended with status 0")
     store = open_store(tmp_path / "s.sqlite")
     try:
         (info,) = store.runs()
         assert info.name == "job1"
+        (end,) = [e for e in store.records("job1", "event") if e.name == "job_end"]  # type: ignore[attr-defined]
+        assert end.detail == {"return_code": 0}  # type: ignore[attr-defined]
         steps = store.frames.frame("job1", "rank_step")
         assert sorted(steps["step"]) == [1, 2, 3, 4, 5, 6]
         assert set(steps["rank"]) == {0} and set(steps["file"]) == {"rank-0.jsonl"}

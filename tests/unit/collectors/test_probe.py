@@ -117,6 +117,7 @@ def test_heartbeat_is_kept_alive_while_nothing_changes(tmp_path: Path) -> None:
 @pytest.fixture
 def fresh_probe(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
     monkeypatch.setenv(patch.DIR_ENV, str(tmp_path / "probe"))
+    monkeypatch.setenv("RANK", "3")  # as DeepSpeed's launcher sets it: the engine's rank later
     monkeypatch.setattr(patch._Probe, "recorder", None)
     monkeypatch.setattr(patch._Probe, "failed", False)
     yield tmp_path / "probe"
@@ -127,8 +128,15 @@ def fresh_probe(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Pat
 class Engine:
     """A class with the engine's methods, patched in place by the test."""
 
-    def __init__(self, gas: int) -> None:
-        self.global_steps, self.global_rank, self.device, self.gas, self.calls = 0, 3, "cpu", gas, 0
+    def __init__(self, gas: int, rank: int = 3, **attrs: Any) -> None:
+        self.global_steps, self.global_rank, self.device, self.gas, self.calls = (
+            0,
+            rank,
+            "cpu",
+            gas,
+            0,
+        )
+        self.__dict__.update(attrs)
 
     def forward(self, x: float) -> float:
         time.sleep(0.002)
@@ -163,6 +171,53 @@ def test_wrapped_engine_times_each_optimizer_step(fresh_probe: Path) -> None:
     assert not [r for r in recs if r["kind"] == "engine"]  # rank 3: only rank 0 writes it
 
 
+def test_a_rank_heartbeats_from_initialize_on(fresh_probe: Path) -> None:
+    """Building the engine is ``init``, then ``idle`` until its first call: a silent start is seen.
+
+    Neither the build nor the wait after it (data loading, compiling) counts in step 1.
+    """
+    module = type(sys)("fake_engine")
+
+    class Building(Engine):
+        def __init__(self, gas: int) -> None:
+            rec = patch._Probe.recorder
+            assert rec is not None and rec.state[1] == "init"  # heartbeating already
+            rec.comm(500.0)  # a collective while the engine is built (broadcasting parameters)
+            super().__init__(gas)
+
+    module.DeepSpeedEngine = Building  # type: ignore[attr-defined]
+    patch.patch_engine(module)
+    engine = module.DeepSpeedEngine(gas=1)  # type: ignore[attr-defined]
+    rec = patch._Probe.recorder
+    assert rec is not None and rec.state[1] == "idle"
+    rec._flush()
+    time.sleep(0.3)  # the script's own loading before its first step
+    engine.forward(1.0)
+    engine.backward(1.0)
+    engine.step()
+    rec.close()
+    recs = lines(fresh_probe / "rank-3.jsonl")
+    phases = [r["phase"] for r in recs if r["kind"] == "heartbeat"]
+    assert phases[:2] == ["init", "idle"] and phases[-1] == "exited"
+    (step,) = [r for r in recs if r["kind"] == "rank_step"]
+    assert step["total_ms"] < 250 and step["comm_ms"] is None
+
+
+def test_an_engine_that_cannot_be_built_leaves_its_rank_in_init(fresh_probe: Path) -> None:
+    module = type(sys)("fake_engine")
+
+    class Refused(Engine):
+        def __init__(self, gas: int) -> None:
+            raise ValueError("optimizer OneBitAdam is not supported")
+
+    module.DeepSpeedEngine = Refused  # type: ignore[attr-defined]
+    patch.patch_engine(module)
+    with pytest.raises(ValueError, match="OneBitAdam"):
+        module.DeepSpeedEngine(gas=1)  # type: ignore[attr-defined]
+    rec = patch._Probe.recorder
+    assert rec is not None and rec.state[1] == "init"
+
+
 class Unprintable:
     def __str__(self) -> str:
         raise RuntimeError("no str")
@@ -177,12 +232,16 @@ class EngineConfig:
         self.broken = Unprintable()
 
 
-def test_rank_0_writes_the_engines_config_once(fresh_probe: Path) -> None:
+def test_rank_0_writes_the_engines_config_once(
+    fresh_probe: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RANK", "0")
     module = type(sys)("fake_engine")
     module.DeepSpeedEngine = type("DeepSpeedEngine", (Engine,), {})  # type: ignore[attr-defined]
     patch.patch_engine(module)
-    engine = module.DeepSpeedEngine(gas=1)  # type: ignore[attr-defined]
-    engine.global_rank, engine._config, engine.world_size = 0, EngineConfig(), 2
+    engine = module.DeepSpeedEngine(  # type: ignore[attr-defined]
+        gas=1, rank=0, _config=EngineConfig(), world_size=2
+    )
     for _ in range(3):
         engine.forward(1.0)
         engine.backward(1.0)

@@ -180,7 +180,11 @@ def test_scale_collapse() -> None:
 def test_crash_is_a_failure() -> None:
     r = check(corpus_inputs("crash_step17"), "run.errors")
     assert r.status is Status.FAIL
-    assert r.summary == "2 error event(s), 1 failed worker(s); last step line: step 15"
+    assert r.summary == (
+        "rank 0 died first: RuntimeError: [train.py] deliberate crash at step 17 (rank 0); then "
+        "rank 1 failed (RuntimeError: [train.py] deliberate crash at step 17 (rank 1)); exit "
+        "status 1; 2 error event(s), 1 failed worker(s); last step line: step 15"
+    )
     ev = evidence(r)
     assert ev["traceback (rank 0)"].startswith(
         "RuntimeError: [train.py] deliberate crash at step 17"
@@ -383,7 +387,12 @@ def test_stall_detection_live() -> None:
     assert evidence(stalled)["stall limit"] == "30 s (max(30 s, 5 x median step))"
     done = check(inputs_from_records(list(corpus_records("fp16_zero2")), now=last), "run.stalled")
     assert done.summary == "the launcher reported the workers' exit: run finished"
-    assert check(corpus_inputs("sigkill_all"), "run.stalled").status is Status.UNKNOWN  # replay
+    # replayed, the log is judged as of its end: steps went on until the job was killed
+    replay = check(corpus_inputs("sigkill_all"), "run.stalled")
+    assert (replay.status, replay.summary) == (
+        Status.PASS,
+        "steps went on until the record ends (limit 30 s)",
+    )
 
 
 def test_step_lines_every_steps_per_print_are_no_stall() -> None:
@@ -421,7 +430,8 @@ def test_dicts_without_times_do_not_say_a_run_stalled() -> None:
 
 # The full checklist of every corpus run judged on its log (health_support.LOGGED_RUNS), judged as
 # ``dsmon check RUN_FOLDER`` judges it; rules not listed pass. run.stalled passes where the
-# launcher's exit lines say the run finished, and is unknown in the replay of a killed job.
+# launcher's exit lines say the run finished, and where steps went on until the record ends.
+# run.state fails on a crash and warns on a record that ends without an exit status.
 # comm.overlap is unknown everywhere: no comms logger, or (z3_overlap_*) latencies the CPU
 # accelerator reports longer than the whole run. flops.mfu and zero.overlap_comm do not apply:
 # these are CPU runs (no GPU peak; the CPU accelerator has no streams to overlap on).
@@ -433,10 +443,10 @@ RUN_VERDICTS: dict[str, dict[str, Status]] = {
     "fp16_zero0": {"fp16.loss_scaler": W, _O: U, "loss_scale.skipped": W},
     "z3_overlap_false": {_O: U},
     "z3_overlap_true": {_PH: W, _O: U},
-    "crash_step17": {_PH: W, _O: U, "run.errors": F, _R: U},
+    "crash_step17": {_PH: W, _O: U, "run.errors": F, "run.state": F, _R: U},
     "grad_accum": {"comm.share": W, _PH: W, _O: U, _R: U},
     "z0": {_PH: W, _O: U, "steps.spikes": W},
-    "sigkill_all": {_PH: W, _O: U, "run.errors": W, _S: U, _R: U},
+    "sigkill_all": {_PH: W, _O: U, "run.errors": W, "run.state": W, _R: U},
 }
 
 

@@ -16,6 +16,7 @@ from health_support import check, evidence
 from dsmon.analysis.summary import summary_text
 from dsmon.health.gather import inputs_from_records
 from dsmon.health.model import Status
+from dsmon.health.run_state import stored_state
 from dsmon.load.files import import_paths, read_found
 from dsmon.load.kinds import discover
 from dsmon.model.records import HeartbeatRecord, Record
@@ -45,7 +46,13 @@ def test_ended_ranks_are_not_called_normal_and_the_first_to_die_is_named() -> No
         assert "exited normally" not in found.summary
         assert "2 on an uncaught exception, first rank 1 (RuntimeError: [train.py]" in found.summary
     errors = check(inputs, "run.errors")  # the log's tracebacks say more than the probe
-    assert errors.status is Status.FAIL and errors.summary.startswith("3 error event(s)")
+    assert errors.status is Status.FAIL
+    # the first to die (the probe's time) is named apart from rank 0, which failed because of it;
+    # torchrun's own ChildFailedError report is no worker's death
+    assert errors.summary.startswith(
+        f"rank 1 died first: {CRASH} (after step 7); then rank 0 failed because a peer was gone"
+    )
+    assert errors.summary.endswith("exit status 1; 3 error event(s), 0 failed worker(s)")
 
 
 def test_without_the_log_the_probe_alone_fails_the_run(tmp_path: Path) -> None:
@@ -58,5 +65,11 @@ def test_without_the_log_the_probe_alone_fails_the_run(tmp_path: Path) -> None:
     assert evidence(errors)["rank 1"].startswith(f"failed after step 7 on {CRASH}")
     with open_store(tmp_path / "s.sqlite") as store:
         import_paths(store, [tmp_path], run="crash")
-        outcome = [x for x in summary_text(store, "crash").splitlines() if "Outcome" in x]
-    assert outcome == [f"Outcome     failed: rank 1: {CRASH} (+1 more) (dsmon run's probe)"]
+        text = summary_text(store, "crash", stored_state(store, "crash").line())
+        outcome = [x for x in text.splitlines() if "Outcome" in x]
+    # dsmon import says what dsmon check says: rank 1 first, rank 0 its victim
+    assert outcome == [
+        f"Outcome     crashed: rank 1 died first: {CRASH} (after step 7); then rank 0 failed "
+        "because a peer was gone (RuntimeError: Connection closed by peer [127.0.0.1]:4012. This "
+        "is typically caused by a remote worker crashing. Check...)"
+    ]

@@ -22,6 +22,7 @@ from dsmon.ds_config.releases import knowledge
 from dsmon.health import HealthInputs, evaluate
 from dsmon.health.gather import inputs_from_records
 from dsmon.health.model import Checklist, CheckResult, Status
+from dsmon.health.triage import triage
 from dsmon.load.files import read_found
 from dsmon.load.kinds import discover
 from dsmon.parse.base import Diagnostics
@@ -130,10 +131,12 @@ def test_missing_optimizer_names_what_0198_builds() -> None:
         "OneBitAdam is not a supported DeepSpeed Optimizer (train.log:30)"
     )
     assert json.loads(opt.fix or "") == {"optimizer": {"type": "AdamW"}}  # lr 0.001 stays
-    assert problems(checklist)[:2] == [
+    assert problems(checklist)[:3] == [
         ("schema.optimizer", Status.FAIL),
+        ("run.state", Status.FAIL),  # crashed at start-up: shown under schema.optimizer
         ("run.errors", Status.FAIL),
     ]
+    assert triage(checklist).headline().rule_id == "schema.optimizer"
     assert_fixes_hold_for_0198(checklist)
     net = result("missing_optimizer", "network.compression")
     assert net.status is Status.NOT_APPLICABLE  # one node

@@ -114,7 +114,12 @@ def test_dsmon_check_leads_with_the_headline(
 ) -> None:
     assert main(["check", str(SLOW_RANK)]) == 1  # warnings, no failure
     lines = capsys.readouterr().out.splitlines()
-    assert lines[2].startswith("What is wrong: WARN ranks.straggler: rank 1 is the slowest in 100%")
+    # under the subject: the run's state, then the headline
+    assert (
+        lines[1]
+        == "Run state: finished: exit status 0 (the launcher: 2 worker(s) exited successfully)"
+    )
+    assert lines[3].startswith("What is wrong: WARN ranks.straggler: rank 1 is the slowest in 100%")
     first = next(i for i, ln in enumerate(lines) if ln.startswith(("WARN  ", "FAIL  ")))
     assert lines[first].startswith("WARN  ranks.straggler")
     store = tmp_path / "s.sqlite"

@@ -65,6 +65,7 @@ def test_44_cuda_oom_in_the_zero2_reduce_bucket() -> None:
         "total_capacity_bytes": round(79.21 * GIB),
         "free_bytes": round(844.62 * MIB),
         "gpu": 7,
+        "unstamped": True,
     }
 
 

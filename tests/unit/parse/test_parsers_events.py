@@ -75,6 +75,7 @@ def test_crash_on_both_ranks() -> None:
         "function": "main",
         "chained": False,
         "first_line": 244,
+        "unstamped": True,  # a worker's traceback has no time of its own
     }
     exits = [e for e in evs if e.name == "worker_exit"]
     assert [e.detail.get("pid") for e in exits[:2]] == [26007, 26008]
@@ -153,6 +154,7 @@ def test_oom_at_the_end_of_a_rank_traceback() -> None:
         "total_capacity_bytes": round(23.65 * 2**30),
         "free_bytes": round(208.06 * 2**20),
         "gpu": 5,
+        "unstamped": True,
     }
 
 
@@ -176,6 +178,7 @@ def test_older_oom_message_formats() -> None:
         "total_capacity_bytes": round(79.35 * 2**30),
         "free_bytes": round(12.19 * 2**20),
         "gpu": 0,
+        "unstamped": True,
     }
     (oom,), _ = events("events_failures/deepmatcher_74_oom.log")
     assert oom.detail == {
@@ -183,6 +186,7 @@ def test_older_oom_message_formats() -> None:
         "total_capacity_bytes": round(1.96 * 2**30),
         "free_bytes": round(15.62 * 2**20),
         "gpu": 0,
+        "unstamped": True,
     }
 
 
@@ -201,6 +205,7 @@ def test_nccl_watchdog_timeouts_per_rank() -> None:
         "numel_in": 9801523,
         "numel_out": 9801523,
         "timeout_ms": 600000,
+        "unstamped": True,
     }
 
 
@@ -228,6 +233,7 @@ def test_terminal_wrapped_watchdog_line_is_joined() -> None:
         "numel_in": 298960,
         "numel_out": 4783360,
         "timeout_ms": 600000,
+        "unstamped": True,
     }
 
 
@@ -244,6 +250,7 @@ def test_watchdog_line_cut_at_the_end_of_input_still_counts() -> None:
         "numel_in": 298960,
         "numel_out": 4783360,
         "timeout_ms": None,
+        "unstamped": True,
     }
 
 
@@ -263,6 +270,7 @@ def test_nccl_error_ending_a_traceback() -> None:
         "where": "/home/pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:2028",
         "reason": "unhandled system error (run with NCCL_DEBUG=INFO for details)",
         "version": "2.20.5",
+        "unstamped": True,
     }
 
 
@@ -282,11 +290,25 @@ def test_unprefixed_traceback_in_megatron_log() -> None:
 
 def test_deepspeed_095_engine_events() -> None:
     evs, _ = events("megatron_ds095_llama/train.log")
-    assert [(e.name, e.detail) for e in evs] == [
+    assert [(e.name, e.detail) for e in evs if e.name != "pipeline_stage"] == [
         ("deepspeed_version", {"version": "0.9.5", "git_hash": "unknown", "git_branch": "unknown"}),
         ("optimizer", {"which": "basic", "optimizer": "FusedAdam"}),
         ("optimizer", {"which": "final", "optimizer": "FusedAdam"}),
-    ]
+    ]  # and the pipeline engine's four stage lines (next test)
+
+
+def test_pipeline_engine_stage_lines() -> None:
+    """``RANK=0 STAGE=0 LAYERS=14 [0, 14) STAGE_PARAMS=... TOTAL_PARAMS=... UNIQUE_PARAMS=...``:
+    how the pipeline engine split the model, one line per rank (DeepSpeed 0.9.5)."""
+    text = (DATA / "megatron_ds095_llama/train.log").read_text(encoding="utf-8")
+    recs, diag = parse_text(text, run="r", file="train.log")
+    evs = [r for r in recs if isinstance(r, EventRecord) and r.name == "pipeline_stage"]
+    assert len(evs) == 4 and not diag.unparsed
+    assert evs[2].src.line == 152
+    assert evs[2].detail == {
+        "rank": 4, "stage": 1, "layers": 15, "first_layer": 14, "end_layer": 29,
+        "stage_params": 336381952, "total_params": 1345523712, "unique_params": 1345523712,
+    }  # fmt: skip
 
 
 def test_events_survive_the_wire() -> None:

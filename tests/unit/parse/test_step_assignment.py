@@ -14,10 +14,11 @@ from datetime import datetime
 import pytest
 from locations import DATA
 
-from collectors.job import run_start_line
+from collectors.job import run_end_line, run_start_line
 from dsmon.load.files import read_found
 from dsmon.load.kinds import discover
 from dsmon.model.records import (
+    EventRecord,
     FlopsProfileRecord,
     LossScaleRecord,
     MemoryRecord,
@@ -259,6 +260,23 @@ def test_dsmon_run_start_line_marks_the_start() -> None:
     gt = truth(lines)
     for rec in recs:
         assert rec.step == expected(gt, (rec.src.line or 0) - 1)  # one line more in front
+    assert not parser.diag.unparsed
+
+
+def test_dsmon_run_end_line_is_an_event_and_starts_nothing() -> None:
+    """The status ``dsmon run`` writes after the job's output ends the run (``job_end``); it
+    is neither a start nor a relaunch, so the steps before it keep their numbers."""
+    lines = read("probe_torchrun")
+    at = datetime(2026, 12, 4, 19, 58, 1, 250000)
+    tail = run_end_line(-9, at)
+    assert tail == (
+        "[2026-12-04 19:58:01,250] [INFO] [dsmon:0:run] dsmon run: the job ended with status -9"
+    )
+    before, _ = parse(lines)
+    recs, parser = parse([*lines, tail])
+    assert [r.step for r in timers(recs, "global")] == [r.step for r in timers(before, "global")]
+    (end,) = [r for r in recs if isinstance(r, EventRecord) and r.name == "job_end"]
+    assert end.detail == {"return_code": -9} and end.ts == "2026-12-04T19:58:01.250"
     assert not parser.diag.unparsed
 
 

@@ -192,11 +192,11 @@ def test_live_checklist_from_folds_equals_the_checklist_of_the_store(
     monkeypatch.setattr(fold, "LATE_STEPS", 2)
     recs = records_of(name)
     half = len(recs) // 2
-    store.add(recs[:half])
+    store.add(recs[:half], live=True)  # a collector sends it: judged against the clock
     frames = RunFrames(store, name)
     now = datetime.now()
     panel(frames, name, OPEN, now)
-    store.add(recs[half:])
+    store.add(recs[half:], live=True)
     frames.refresh()
     live = panel(frames, name, OPEN, now)
     assert len(frames._frames["timer"].parts) == 2  # grown, never joined whole
@@ -209,6 +209,9 @@ def test_live_checklist_from_folds_equals_the_checklist_of_the_store(
         (i,) = [i for i, r in enumerate(shown) if r[0] == "run.stalled"]
         assert shown.pop(i) == ("run.stalled", Status.PASS, "last step 0 s ago (limit 30 s)")
         assert stored.pop(i)[1] is Status.UNKNOWN
+        (i,) = [i for i, r in enumerate(shown) if r[0] == "run.state"]  # and so its state
+        assert shown.pop(i) == ("run.state", Status.PASS, "training: step 8")
+        assert stored.pop(i)[2].startswith("silent: no step for ")
     assert shown == stored
 
 

@@ -32,6 +32,7 @@ from cli.main import main
 from dsmon.health.gather import inputs_from_records
 from dsmon.health.model import Status
 from dsmon.health.registry import evaluate
+from dsmon.health.run_state import State
 from dsmon.model.records import EventRecord, Record
 from dsmon.serve.run import start_ingest_server
 from dsmon.store.store import open_store
@@ -39,6 +40,11 @@ from dsmon.watch.alerts import Alerter, AlertTarget
 from dsmon.watch.health import HealthWatcher
 
 TOKEN = "test-token-0123456789abcdef"
+#: How run.errors names the crash: the first rank to die, then the other.
+FIRST = (
+    "rank 0 died first: RuntimeError: [train.py] deliberate crash at step 17 (rank 0); then "
+    "rank 1 failed (RuntimeError: [train.py] deliberate crash at step 17 (rank 1)); exit status 1"
+)
 DASH = "http://dash.example:8501"
 
 
@@ -115,8 +121,12 @@ def test_rule_turning_to_fail_is_posted_once_with_a_link(
     (alert,) = body["alerts"]
     assert (alert["run"], alert["rule"], alert["status"]) == ("crash", "run.errors", "fail")
     assert alert["url"] == f"{DASH}/steps?run=crash"
-    # two [rankN]: tracebacks, "exits with return code = 1" once; steps_per_print 5
-    assert alert["summary"] == "2 error event(s), 1 failed worker(s); last step line: step 15"
+    # two [rankN]: tracebacks, "exits with return code = 1" once; steps_per_print 5. The
+    # run's state fails with it (crashed): one alert per cause, the cause's rule's
+    assert alert["summary"] == (
+        f"{FIRST}; 2 error event(s), 1 failed worker(s); last step line: step 15"
+    )
+    assert w.states.snapshot()["crash"]["run.state"] is Status.FAIL
 
 
 def test_slack_text(tmp_path: Path, receiver: Receiver) -> None:
@@ -183,7 +193,7 @@ def test_a_finished_run_is_not_news_and_recovery_rearms(tmp_path: Path) -> None:
     assert posted == []
     assert w.states.snapshot()["crash"]["run.errors"] is Status.FAIL
     inputs = inputs_from_records(sum(crash_parts(), []), run="crash")
-    (failed,) = [r for r in evaluate(inputs).results if r.status is Status.FAIL]
+    (failed,) = [r for r in evaluate(inputs).results if r.rule_id == "run.errors"]
     recovered = dataclasses.replace(failed, status=Status.PASS)
     # still failing (known since the baseline), recovers, fails, fails, recovers, fails
     for results in ([failed], [recovered], [failed], [failed], [recovered], [failed]):
@@ -216,6 +226,15 @@ def test_metrics_gauge_per_rule_state(tmp_path: Path) -> None:
     assert samples[("run.errors", "pass")] == 0.0
     assert samples[("zero.overlap_comm", "n/a")] == 1.0  # a CPU run: no streams to overlap on
     assert sum(samples.values()) == len({rule for rule, _ in samples})  # one status each
+    # and the run's state, the one dsmon check and every page say
+    states = {
+        s.labels["state"]: s.value
+        for fam in text_string_to_metric_families(data.decode())
+        for s in fam.samples
+        if s.name == "dsmon_run_state" and s.labels["run"] == "crash"
+    }
+    assert states["crashed"] == 1.0 and sum(states.values()) == 1.0
+    assert set(states) == {s.value for s in State}
 
 
 def test_dsmon_serve_posts_alerts_from_the_environment(tmp_path: Path, receiver: Receiver) -> None:
@@ -252,8 +271,8 @@ def test_dsmon_serve_posts_alerts_from_the_environment(tmp_path: Path, receiver:
     assert 'dsmon_health_rule{rule="run.errors",run="crash",status="fail"} 1.0' in metrics
     (body,) = receiver.bodies
     assert body["text"].splitlines()[1] == (
-        "• FAIL run.errors (crash): 2 error event(s), 1 failed worker(s); last step line: "
-        f"step 15 <{DASH}/steps?run=crash|open>"
+        f"• FAIL run.errors (crash): {FIRST}; 2 error event(s), 1 failed worker(s); last step "
+        f"line: step 15 <{DASH}/steps?run=crash|open>"
     )
 
 

@@ -1,0 +1,382 @@
+"""What the run is doing, from evidence: the one answer every surface shows.
+
+A run's state was once a clock: no record for 120 s meant "finished", and a finished log
+without the launcher's exit lines meant "killed". A job loading data silently for minutes was
+then called killed while its ranks were alive, and a job that had ended was "live" until the
+clock ran out. Here the state is read from what the run itself says:
+
+- **finished** / **crashed**: something witnessed the end (``dsmon run``'s exit status, the
+  launcher's exit lines, every rank's last heartbeat); a crash names the rank that died first
+  and how, apart from the ranks that failed because it did (:mod:`dsmon.health.ending`);
+- **hung**: a rank's heartbeat stopped, or a rank is stuck outside a collective, while others
+  wait in one (:mod:`dsmon.health.hang`); **stalled**: no step for longer than the steps'
+  pace allows while data still arrives (:mod:`dsmon.health.stall`);
+- **starting** (no step yet), **training** (steps coming), **silent** (neither steps nor log
+  lines for a while: what is known is said, above all whether the ranks' heartbeats are
+  alive: a silent job with live heartbeats is never called killed);
+- **ended**: a complete record (saved output, an import) that stops without any exit status:
+  killed from outside, or cut; **unknown**: nothing tells.
+
+``HealthInputs.now`` is the wall clock for a run delivered live, None for a complete record,
+which is judged as of its end: what a live look at that moment would have shown. The rule
+``run.state`` states it in the checklist (FAIL for a crash, hang or stall, so the headline puts
+it first); the pages' status line, ``dsmon check``, the watcher's alerts and ``/metrics`` read
+:func:`judge`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+import pandas as pd
+
+from dsmon.analysis.ranks import rank_states
+from dsmon.health import measures as m
+from dsmon.health import probe_measures as pm
+from dsmon.health import thresholds as th
+from dsmon.health.ending import Death, Ending, ending, signal_name
+from dsmon.health.gather import inputs_from_store
+from dsmon.health.hang import judge_hang
+from dsmon.health.inputs import HealthInputs, evaluated
+from dsmon.health.model import Evidence, Finding, Status
+from dsmon.health.stall import STEP_TIME_KINDS, judge_stall, last_ts
+from dsmon.model.records import ENDED_PHASES, STARTING_PHASES
+from dsmon.store.store import Store
+
+
+class State(StrEnum):
+    """The states a user can act on."""
+
+    STARTING = "starting"
+    TRAINING = "training"
+    SILENT = "silent"
+    STALLED = "stalled"
+    HUNG = "hung"
+    FINISHED = "finished"
+    CRASHED = "crashed"
+    ENDED = "ended"
+    UNKNOWN = "unknown"
+
+
+#: Config rules whose failure makes ``deepspeed.initialize`` refuse the run: a crash before
+#: the first step follows from them.
+START_REFUSALS = ("schema.optimizer", "schema.scheduler", "schema.hard_checks", "batch.arithmetic")
+#: The states in which the run is over.
+OVER = frozenset({State.FINISHED, State.CRASHED, State.ENDED})
+
+
+@dataclass(frozen=True, slots=True)
+class RunState:
+    """The run's state with what is known: its line, its verdict, its evidence.
+
+    ``live``: the run may still be going (delivered live, no end witnessed), so it is judged
+    against the clock; ``cause`` names the rule whose finding holds the details (``ranks.hang``,
+    ``run.errors``, ``run.stalled``); ``exit_code`` is the job's status when it ended with one.
+    """
+
+    state: State
+    detail: str
+    status: Status
+    live: bool
+    evidence: tuple[Evidence, ...] = ()
+    cause: str | None = None
+    exit_code: int | None = None
+    fix: str | None = None
+    #: The rules whose problem would explain this state (a crash at start-up: a config the
+    #: release refuses), for the checklist's cause links.
+    follows: tuple[str, ...] = ()
+
+    def line(self) -> str:
+        """``hung: rank 1 sent no heartbeat for 21 s ...``: how every surface says it."""
+        return f"{self.state.value}: {self.detail}"
+
+    def finding(self) -> Finding:
+        """The state as the ``run.state`` rule reports it."""
+        return Finding(
+            self.status,
+            self.line(),
+            self.evidence,
+            self.fix,
+            "text" if self.fix else "json",
+            follows=self.follows or None,
+        )
+
+
+def judge(inputs: HealthInputs) -> RunState:
+    """The run's state from the evidence in ``inputs``, once per evaluation.
+
+    Malformed data (the errors a rule meets as UNKNOWN, ``dsmon.health.registry.run_rule``)
+    gives the state ``unknown`` saying why, never an exception on a page or in the watcher.
+    """
+    try:
+        return evaluated(inputs, "state", lambda: _judge(inputs))
+    except (TypeError, ValueError, KeyError, ZeroDivisionError, OverflowError) as exc:
+        why = f"could not be judged: {type(exc).__name__}: {exc}"
+        return RunState(State.UNKNOWN, why, Status.UNKNOWN, inputs.now is not None)
+
+
+#: Record kinds whose presence means there is a run to state (not a config checked alone).
+_RUN_KINDS = ("event", "timer", "step", "throughput", "iteration", "heartbeat", "rank_step")
+
+
+def has_run(inputs: HealthInputs) -> bool:
+    """Whether the inputs hold a run's output (a config checked alone has no state)."""
+    return any(inputs.has_rows(kind) for kind in _RUN_KINDS)
+
+
+def stored_state(store: Store, run: str, now: datetime | None = None) -> RunState:
+    """The state of a stored run: against ``now`` if a collector delivered it, else as of its end.
+
+    What ``dsmon import`` and ``dsmon demo`` print as the run's outcome, as ``dsmon check
+    --store`` says it.
+    """
+    info = next((r for r in store.runs() if r.name == run), None)
+    live = now if info is not None and info.received_at is not None else None
+    return judge(inputs_from_store(store, run, now=live))
+
+
+def _judge(inputs: HealthInputs) -> RunState:
+    end = ending(inputs)
+    live = inputs.now is not None and not end.ended
+    first = end.first
+    if first is not None and not first.peer:
+        crashed = _crashed(end, first, live)
+        if _last_step(inputs) is None:  # died starting: a config it refused explains it
+            return dataclasses.replace(crashed, follows=START_REFUSALS)
+        return crashed
+    hang = judge_hang(inputs)
+    if hang.hang is not None:
+        ended = f"; the job then ended ({end.witness})" if end.ended else ""
+        return RunState(
+            State.HUNG,
+            hang.finding.summary + ended,
+            Status.FAIL,
+            live,
+            hang.finding.evidence,
+            "ranks.hang",
+            end.code,
+            hang.finding.fix,
+        )
+    stall = judge_stall(inputs)
+    if stall.status is Status.FAIL:
+        return RunState(
+            State.STALLED, stall.summary, Status.FAIL, live, stall.evidence, "run.stalled",
+            end.code, stall.fix,
+        )  # fmt: skip
+    if first is not None:
+        return _crashed(end, first, live)
+    if end.ended:
+        return _ended(end)
+    if not live:
+        return _record_over(inputs)
+    return _going(inputs)
+
+
+def _death_text(d: Death) -> str:
+    """``killed by signal 9 (SIGKILL), no traceback, last heard in step 8``, or the error."""
+    if d.signal:
+        heard = f", last heard in step {d.step + 1:,}" if d.step is not None else ""
+        return f"killed by {d.how}, no traceback{heard}"
+    after = f" (after step {d.step:,})" if d.step else ""
+    return f"{d.how}{after}"
+
+
+def crash_text(end: Ending, first: Death) -> str:
+    """The first death and how, then the ranks that failed after it, then the exit status."""
+    victims = end.victims()
+    if first.peer:  # every error says a peer went away: the rank that stopped said nothing
+        names = ", ".join(d.who() for d in end.deaths[:3])
+        more = f" and {len(end.deaths) - 3} more" if len(end.deaths) > 3 else ""
+        parts = [f"{names}{more} failed waiting for a peer ({first.how}); no rank's own failure "
+                 "is in the record"]  # fmt: skip
+        if end.ended and end.code not in (None, 0):
+            parts.append(f"exit status {end.code}")
+        return "; ".join(parts)
+    lead = f"{first.who()} died first" if victims else f"{first.who()} died"
+    parts = [f"{lead}: {_death_text(first)}"]
+    if victims:
+        shown = victims[:3]
+        names = ", ".join(v.who() for v in shown)
+        if all(v.peer for v in victims):
+            parts.append(f"then {names} failed because a peer was gone ({shown[0].how})")
+        else:
+            parts.append(f"then {names} failed ({shown[0].how})")
+    if end.ended and end.code not in (None, 0) and not first.signal:
+        parts.append(f"exit status {end.code}")  # a signal's death says more than its status
+    return "; ".join(parts)
+
+
+def _crashed(end: Ending, first: Death, live: bool) -> RunState:
+    """A rank died: the first one and how, then the ranks that failed because of it."""
+    ev = tuple(
+        Evidence(d.who() + (" (first)" if i == 0 else ""), d.how, d.source)
+        for i, d in enumerate(end.deaths[:4])
+    )
+    if end.witness:
+        ev += (Evidence("end", end.witness),)
+    return RunState(
+        State.CRASHED, crash_text(end, first), Status.FAIL, live and not end.ended, ev,
+        "run.errors", end.code, crash_fix(first),
+    )  # fmt: skip
+
+
+def crash_fix(first: Death) -> str:
+    """Where to look for the cause of the first death."""
+    node = f"{first.who()}'s node" if first.rank is not None else "each node"
+    if first.signal and "SIGKILL" in first.how:
+        return (
+            f"SIGKILL with no traceback is most often the host's out-of-memory killer "
+            f"(dmesg -T | grep -i -e oom -e killed  # on {node}) or the scheduler's time or "
+            "memory limit; the other ranks' errors only follow from it"
+        )
+    if first.signal:
+        return (
+            f"{first.how}: the line before the launcher's names the cause (SIGABRT: a C++ "
+            f"abort; SIGSEGV: a crash in native code); look at {node}'s kernel log"
+        )
+    if first.peer:
+        return (
+            "every error says a peer went away: the rank that died first printed nothing "
+            "(killed by a signal, or its output is elsewhere); look at each node's kernel log"
+        )
+    return (
+        f"read {first.who()}'s traceback ({first.source}): it failed first; the other ranks' "
+        "errors follow from it"
+    )
+
+
+def _ended(end: Ending) -> RunState:
+    """The end was witnessed and no rank died."""
+    ev = (Evidence("end", end.witness),)
+    if end.code == 0:
+        return RunState(State.FINISHED, f"exit status 0 ({end.witness})", Status.PASS, False, ev,
+                        exit_code=0)  # fmt: skip
+    if end.code is not None and end.code < 0:
+        how = f"the launch command was killed by {signal_name(end.code)}"
+        return RunState(State.ENDED, f"{how} ({end.witness})", Status.WARN, False, ev, "run.errors",
+                        end.code)  # fmt: skip
+    if end.code is not None:
+        return RunState(State.ENDED, f"exit status {end.code} with no worker error seen "
+                        f"({end.witness})", Status.WARN, False, ev, "run.errors", end.code)  # fmt: skip
+    return RunState(
+        State.ENDED,
+        f"the launcher killed its workers with no failure seen: it was stopped from outside "
+        f"(Ctrl-C, the scheduler) ({end.witness})",
+        Status.WARN,
+        False,
+        ev,
+        "run.errors",
+    )
+
+
+def _last_step(inputs: HealthInputs) -> int | None:
+    """The highest step the run's step data name.
+
+    Timers are read from the per-step breakdown, which a live dashboard keeps folded: its
+    raw timer rows are never joined for this.
+    """
+    found = []
+    for kind in ("timer", "step", "throughput", "iteration"):
+        if inputs.has_rows(kind):
+            f = m.all_steps(inputs) if kind == "timer" else inputs.frame(kind)
+            if "step" in f.columns and f["step"].notna().any():
+                found.append(int(f["step"].max()))
+    stats = pm.rank_stats(inputs)
+    if not stats.empty:
+        found.append(int(stats["step"].max()))
+    return max(found) if found else None
+
+
+def _record_over(inputs: HealthInputs) -> RunState:
+    """A complete record that stops with no end witnessed."""
+    step = _last_step(inputs)
+    events = inputs.frame("event")
+    launched = not events.empty and bool(events["name"].isin(("world_info", "job_end")).any())
+    beats = pm.last_beats(inputs)
+    if launched or not beats.empty or step is not None:
+        last = f"; last step {step:,}" if step is not None else "; no step was made"
+        return RunState(
+            State.ENDED,
+            "the record ends without an exit status: the job was killed (SIGKILL, time limit, "
+            f"node loss) or the record is incomplete{last}",
+            Status.WARN,
+            False,
+            (Evidence("exit status", "none", "launcher, dsmon run, the probe's heartbeats"),),
+            "run.errors",
+        )
+    return RunState(State.UNKNOWN, "nothing in the record says how the run went", Status.UNKNOWN,
+                    False)  # fmt: skip
+
+
+def _ranks_text(inputs: HealthInputs, now: pd.Timestamp) -> tuple[str, bool]:
+    """What the heartbeats say of the ranks now, and whether any rank's is alive."""
+    beats = pm.last_beats(inputs)
+    if beats.empty:
+        return "no per-rank heartbeats to tell whether the ranks are alive", False
+    states = [s for s in rank_states(beats, now) if s.phase not in ENDED_PHASES]
+    alive = [s for s in states if s.silent_s <= th.HEARTBEAT_SILENT_S]
+    if not alive:
+        newest = min((s.silent_s for s in states), default=0.0)
+        return f"no heartbeat from any rank for {newest:.0f} s", False
+    every = "every rank's" if len(alive) == len(states) else f"{len(alive)} of {len(states)} ranks'"
+    phases = sorted({s.where() for s in alive})
+    since = max(s.in_phase_s for s in alive)
+    where = phases[0] if len(phases) == 1 else "; ".join(phases[:2])
+    newest = min(s.silent_s for s in alive)
+    return (
+        f"{every} heartbeats alive (newest {newest:.0f} s ago), in {where} for {since:.0f} s",
+        True,
+    )
+
+
+def _going(inputs: HealthInputs) -> RunState:
+    """A run that may still be going: starting, training or silent, and what is known."""
+    now = pd.Timestamp(inputs.now if inputs.now is not None else pd.Timestamp.now())
+    step = _last_step(inputs)
+    last_step = last_ts(inputs, STEP_TIME_KINDS) if step is not None else None
+    quiet_kinds = (*STEP_TIME_KINDS, "event", "loss_scale", "comm_op", "memory")
+    newest = last_ts(inputs, quiet_kinds)
+    quiet_s = (now - newest).total_seconds() if newest is not None else None
+    ranks, alive = _ranks_text(inputs, now)
+    beats = pm.last_beats(inputs)
+    starting = not beats.empty and bool(beats["phase"].isin(STARTING_PHASES).all())
+    if step is None or starting:
+        if quiet_s is not None and quiet_s <= th.SILENT_AFTER_S and not starting:
+            return RunState(State.STARTING, f"no step yet; {ranks}", Status.PASS, True)
+        silent = _silence(beats, now, quiet_s)
+        if silent <= th.SILENT_AFTER_S:
+            return RunState(State.STARTING, f"no step yet; {ranks}", Status.PASS, True)
+        return RunState(
+            State.SILENT,
+            f"no step yet, nothing printed for {silent:.0f} s; {ranks}",
+            Status.PASS if alive else Status.UNKNOWN,
+            True,
+        )
+    age = (now - last_step).total_seconds() if last_step is not None else None
+    if (
+        age is not None
+        and age > th.SILENT_AFTER_S
+        and quiet_s is not None
+        and (quiet_s > th.SILENT_AFTER_S)
+    ):
+        return RunState(
+            State.SILENT,
+            f"no step for {age:.0f} s after step {step:,}; {ranks}",
+            Status.PASS if alive else Status.UNKNOWN,
+            True,
+        )
+    return RunState(State.TRAINING, f"step {step:,}" + (f"; {ranks}" if alive else ""),
+                    Status.PASS, True)  # fmt: skip
+
+
+def _silence(beats: pd.DataFrame, now: pd.Timestamp, quiet_s: float | None) -> float:
+    """Seconds without a step or a printed line: since the ranks began their start-up phase."""
+    if not beats.empty and "phase_since" in beats.columns:
+        since = pd.to_datetime(beats["phase_since"]).max()
+        if pd.notna(since):
+            span = (now - since).total_seconds()
+            return min(span, quiet_s) if quiet_s is not None else span
+    return quiet_s if quiet_s is not None else 0.0
