@@ -162,7 +162,7 @@ TITLES = {"landing": "Health", "steps": "Steps", "training": "Training",
 
 @dataclass
 class Load:
-    """One opening of a page: milliseconds from navigation start, bytes received."""
+    """One opening of a page: milliseconds from its start, bytes received, CPU seconds spent."""
 
     title: float | None
     ready: float | None
@@ -170,6 +170,61 @@ class Load:
     kb_ready: float
     kb_idle: float
     charted: bool
+    cpu_server: float = float("nan")
+    cpu_browser: float = float("nan")
+
+
+class Meter:
+    """CPU seconds of the dashboard's processes and of Chromium's, between two looks.
+
+    On a shared machine wall times move with the load; the CPU each side spends on a page
+    moves much less, and says where the time goes: the server's script, or the browser.
+    """
+
+    def __init__(self) -> None:
+        self.server_pid: int | None = None
+        self.cdp: Any = None
+
+    def look(self) -> tuple[float, dict[int, float]]:
+        """The dashboard's CPU seconds so far, and each Chromium process's."""
+        server = _tree_cpu(self.server_pid) if self.server_pid else float("nan")
+        browser: dict[int, float] = {}
+        if self.cdp is not None:
+            for proc in self.cdp.send("SystemInfo.getProcessInfo")["processInfo"]:
+                browser[int(proc["id"])] = float(proc["cpuTime"])
+        return server, browser
+
+    @staticmethod
+    def spent(
+        before: tuple[float, dict[int, float]], after: tuple[float, dict[int, float]]
+    ) -> tuple[float, float]:
+        """Server and browser CPU seconds between two looks (a new process counts whole)."""
+        b = sum(t - before[1].get(pid, 0.0) for pid, t in after[1].items())
+        return after[0] - before[0], b
+
+
+METER = Meter()
+
+
+def _tree_cpu(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and every process below it (from /proc)."""
+    stats: dict[int, tuple[int, float]] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = raw[raw.rindex(")") + 2 :].split()
+        stats[int(entry.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+    total, todo = 0.0, [pid]
+    while todo:
+        cur = todo.pop()
+        total += stats.get(cur, (0, 0.0))[1]
+        todo += [child for child, (parent, _) in stats.items() if parent == cur]
+    return total
 
 
 @dataclass
@@ -208,6 +263,7 @@ def dashboard(store: Path, log: Path) -> Iterator[str]:
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
+    METER.server_pid = proc.pid
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -239,6 +295,7 @@ def browser() -> Iterator[Any]:
     with sync_playwright() as pw:
         b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
+            METER.cdp = b.new_browser_cdp_session()
             ctx = b.new_context(viewport={"width": 1400, "height": 1000})
             ctx.add_init_script(PROBE)
             yield ctx
@@ -246,8 +303,13 @@ def browser() -> Iterator[Any]:
             b.close()
 
 
-def _measure(page: Any, wire: Wire, origin: float, timeout_s: float) -> Load:
-    """Wait until the page is done (:data:`DONE`); its times and bytes from ``origin`` (ms)."""
+def _measure(
+    page: Any, wire: Wire, origin: float, timeout_s: float, cpu: tuple[float, dict[int, float]]
+) -> Load:
+    """Wait until the page is done (:data:`DONE`); its times and bytes from ``origin`` (ms).
+
+    ``cpu``: :meth:`Meter.look` at the start.
+    """
     deadline = time.monotonic() + timeout_s
     got: dict[str, Any] = {}
     while time.monotonic() < deadline:
@@ -264,8 +326,9 @@ def _measure(page: Any, wire: Wire, origin: float, timeout_s: float) -> Load:
         at = (origin + ms) / 1000 + 0.05
         return sum(len(d) for t, d in wire.frames if origin / 1000 <= t <= at) / 1024
 
+    server, browser = METER.spent(cpu, METER.look())
     return Load(got.get("title"), ready, got.get("idle"), kb_until(ready),
-                kb_until(got.get("idle")), charted)  # fmt: skip
+                kb_until(got.get("idle")), charted, server, browser)  # fmt: skip
 
 
 def open_page(ctx: Any, url: str, name: str, timeout_s: float = 120) -> Load:
@@ -276,13 +339,18 @@ def open_page(ctx: Any, url: str, name: str, timeout_s: float = 120) -> Load:
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     try:
+        cpu = METER.look()
         page.goto(f"{url}/{PAGES[name]}?run={store_bench.RUN}", wait_until="commit")
         page.evaluate(f"window.__bench.want = {TITLES[name]!r}")
-        return _measure(page, wire, float(page.evaluate("performance.timeOrigin")), timeout_s)
+        origin = float(page.evaluate("performance.timeOrigin"))
+        return _measure(page, wire, origin, timeout_s, cpu)
     finally:
         if errors:
             print(f"  page errors on {name}: {errors[:2]}", flush=True)
         page.close()
+
+#: A page's label in the menu, where it is not its header's start.
+LINKS: dict[str, str] = {}
 
 
 class Tab:
@@ -294,15 +362,17 @@ class Tab:
         self.wire.attach(self.page)
         self.page.goto(f"{url}/{PAGES[first]}?run={store_bench.RUN}")
         self.page.evaluate(f"window.__bench.want = {TITLES[first]!r}")
-        _measure(self.page, self.wire, 0.0, 120)
+        _measure(self.page, self.wire, 0.0, 120, METER.look())
 
     def switch(self, name: str, timeout_s: float = 120) -> Load:
         """Click page ``name`` in the sidebar's menu: its first chart and the script's end."""
-        link = self.page.locator('[data-testid="stSidebarNav"] a').filter(has_text=TITLES[name])
+        label = LINKS.get(name, TITLES[name])
+        link = self.page.locator('[data-testid="stSidebarNav"] a').filter(has_text=label)
         self.page.evaluate(f"window.__benchReset({TITLES[name]!r})")
         origin = float(self.page.evaluate("performance.timeOrigin + window.__bench.start"))
+        cpu = METER.look()
         link.first.click()
-        return _measure(self.page, self.wire, origin, timeout_s)
+        return _measure(self.page, self.wire, origin, timeout_s, cpu)
 
     def close(self) -> None:
         self.page.close()
@@ -357,7 +427,8 @@ def _table(
           f"of its script run), medians of {rounds} rounds, baseline {baseline} in turns; goal "
           f"<= {goal_ms:.0f} ms and <= {GOAL_RATIO}x baseline")  # fmt: skip
     print(f"{'page':<14}{'cold':>7}{'title':>7}{'chart':>8}{'idle':>7}{'KB chart':>9}"
-          f"{'KB idle':>9}{'base':>7}{'ratio':>7}  verdict")  # fmt: skip
+          f"{'KB idle':>9}{'base':>7}{'ratio':>7}{'srv cpu':>8}{'brw cpu':>8}{'base brw':>9}"
+          "  verdict")  # fmt: skip
     met = True
     for name, (bs, ls) in table.items():
         ready, b_ready = _med([x.ready for x in ls]), _med([x.ready for x in bs])
@@ -369,7 +440,9 @@ def _table(
         print(f"{name:<14}{first:>7}{_fmt(_med([x.title for x in ls])):>7}"
               f"{_fmt(ready) + star:>8}{_fmt(_med([x.idle for x in ls])):>7}"
               f"{_med([x.kb_ready for x in ls]):>9.0f}{_med([x.kb_idle for x in ls]):>9.0f}"
-              f"{_fmt(b_ready):>7}{ratio:>7.2f}  {'-> met' if ok else '-> NOT met'}", flush=True)  # fmt: skip
+              f"{_fmt(b_ready):>7}{ratio:>7.2f}{_med([x.cpu_server for x in ls]):>8.2f}"
+              f"{_med([x.cpu_browser for x in ls]):>8.2f}{_med([x.cpu_browser for x in bs]):>9.2f}"
+              f"  {'-> met' if ok else '-> NOT met'}", flush=True)  # fmt: skip
         print(f"{'':<14}rounds: {' '.join(_fmt(x.ready) for x in ls)} | "
               f"baseline: {' '.join(_fmt(x.ready) for x in bs)}", flush=True)  # fmt: skip
     return met
