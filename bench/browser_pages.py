@@ -349,6 +349,7 @@ def open_page(ctx: Any, url: str, name: str, timeout_s: float = 120) -> Load:
             print(f"  page errors on {name}: {errors[:2]}", flush=True)
         page.close()
 
+
 #: A page's label in the menu, where it is not its header's start.
 LINKS: dict[str, str] = {}
 
