@@ -15,7 +15,7 @@ from dsmon.figures.common import rounded
 from dsmon.store.store import Store
 from dsmon.view.gpu_buckets import GRID, GRID_BUCKETS
 from ui.charts import chart
-from ui.page import live_body, page_header, page_view
+from ui.page import live_body, live_store_part, page_header, page_view
 from ui.text import md_escape
 
 view = page_view(__file__)
@@ -106,5 +106,5 @@ def tiles() -> None:
 
 
 page_header("GPUs", view)
-st.fragment(run_every=TILES_S if view.live else None)(tiles)()
+live_store_part(view, TILES_S, tiles)
 live_body(view, body)
