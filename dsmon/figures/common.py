@@ -13,6 +13,8 @@ WEBGL_MIN_POINTS = 1000
 #: WebGL bars), and four stacked traces of a thousand bars cost the browser seconds
 #: (``bench/browser_pages.py``). 300 bars fill a chart's width at a few pixels each.
 BARS_MAX = 300
+#: Points of a line past which it is drawn without markers (:func:`scatter`).
+MARKERS_MAX = 100
 HEIGHT = 360
 COLORS = {
     "fwd": "#4C78A8",
@@ -28,7 +30,13 @@ COLORS = {
 
 
 def scatter(n_points: int, **kwargs: Any) -> go.Scatter | go.Scattergl:
-    """A line/marker trace: SVG for small traces, WebGL past :data:`WEBGL_MIN_POINTS`."""
+    """A line/marker trace: SVG for small traces, WebGL past :data:`WEBGL_MIN_POINTS`.
+
+    Markers are drawn only up to :data:`MARKERS_MAX` points: each is an SVG path the browser
+    styles one by one, and a line of a thousand markers shows no more than the line.
+    """
+    if n_points > MARKERS_MAX and kwargs.get("mode") == "lines+markers":
+        kwargs["mode"] = "lines"
     if n_points > WEBGL_MIN_POINTS:
         return go.Scattergl(**kwargs)
     return go.Scatter(**kwargs)

@@ -19,7 +19,15 @@ from dsmon.figures import comm as comm_fig
 from dsmon.figures import flops as flops_fig
 from dsmon.figures import gpus as gpus_fig
 from dsmon.figures import steps as steps_fig
-from dsmon.figures.common import BARS_MAX, CAPPED, WEBGL_MIN_POINTS, empty, rank_label, scatter
+from dsmon.figures.common import (
+    BARS_MAX,
+    CAPPED,
+    MARKERS_MAX,
+    WEBGL_MIN_POINTS,
+    empty,
+    rank_label,
+    scatter,
+)
 from dsmon.model.frames import records_frame
 from dsmon.model.records import Record
 from dsmon.store.gpu import buckets
@@ -43,6 +51,12 @@ def trace_points(fig: go.Figure) -> int:
 def test_webgl_only_past_a_thousand_points() -> None:
     assert isinstance(scatter(WEBGL_MIN_POINTS, x=[1], y=[1]), go.Scatter)
     assert isinstance(scatter(WEBGL_MIN_POINTS + 1, x=[1], y=[1]), go.Scattergl)
+
+
+def test_markers_only_while_they_are_few() -> None:
+    assert scatter(MARKERS_MAX, x=[1], y=[1], mode="lines+markers").mode == "lines+markers"
+    assert scatter(MARKERS_MAX + 1, x=[1], y=[1], mode="lines+markers").mode == "lines"
+    assert scatter(MARKERS_MAX + 1, x=[1], y=[1], mode="markers").mode == "markers"
 
 
 def test_empty_figure_says_why() -> None:
