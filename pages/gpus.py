@@ -15,11 +15,14 @@ from dsmon.figures.common import rounded
 from dsmon.store.store import Store
 from dsmon.view.gpu_buckets import GRID, GRID_BUCKETS
 from ui.charts import chart
-from ui.page import live_body, page_header, page_view
+from ui.page import live_body, live_store_part, page_header, page_view
 from ui.text import md_escape
 
 view = page_view(__file__)
 MAX_LINES = 8
+#: Seconds between two redraws of the live tiles: a sample is on screen within a second of
+#: reaching the store, however long the page's charts take to redraw (every ``refresh_s``).
+TILES_S = 1.0
 UTIL_NOTE = (
     "NVML's utilization.gpu is **kernel-active time**: the share of each sample period in which "
     "any kernel ran, however few SMs it used. 100 % means busy, not efficient; SM occupancy needs "
@@ -86,5 +89,22 @@ def body() -> None:
     st.dataframe(rounded(inv, 1), hide_index=True, width="stretch")
 
 
+def tiles() -> None:
+    """The newest sample of each GPU, summed up; read from the store at every redraw.
+
+    One indexed read of the newest samples, not the page's frames: cheap enough for every
+    second, and it shows the sample as soon as it is stored.
+    """
+    rows = gpus.latest_of(view.frames.store.gpu.latest(view.run, view.cutoff.ts))
+    shown = gpus.live_tiles(rows)
+    if shown is None:
+        return
+    for col, (label, value) in zip(st.columns(5), shown.values(), strict=True):
+        col.metric(label, value)
+    every = " · redrawn every second" if view.live else ""
+    st.caption(f"Newest GPU sample {shown.newest:%Y-%m-%d %H:%M:%S}{every}")
+
+
 page_header("GPUs", view)
+live_store_part(view, TILES_S, tiles)
 live_body(view, body)

@@ -10,7 +10,7 @@ from dsmon.analysis.downsample import downsample
 from dsmon.figures import ranks as ranks_fig
 from dsmon.figures import steps as fig
 from dsmon.figures import training as training_fig
-from dsmon.figures.common import fmt_ms, rounded
+from dsmon.figures.common import BARS_MAX, fmt_ms, rounded
 from dsmon.health import thresholds as th
 from dsmon.view import ranks as rank_views
 from dsmon.view import step_views
@@ -74,7 +74,7 @@ def rank_section(bd: pd.DataFrame, ranks: list[int]) -> int:
         return ranks[0] if ranks else 0
     shown = st.multiselect("Ranks side by side", ranks, default=ranks[:4], max_selections=4)
     chart(
-        fig.ranks_figure(downsample(bd, "step", ["total_ms"], by="rank"), shown),
+        fig.ranks_figure(downsample(bd, "step", ["total_ms"], BARS_MAX, by="rank"), shown),
         "steps.ranks_figure",
     )
     chart(
@@ -94,11 +94,12 @@ def main_chart(data: dict[str, pd.DataFrame], rank: int) -> None:
         tflops = flops.step_tflops(one, flops.latest_profile(profiles), per_step)  # type: ignore[arg-type]
     chart(
         fig.steps_figure(
-            downsample(one, "step", ["total_ms"]),
+            downsample(one, "step", ["total_ms"], BARS_MAX),
             downsample(data["tp"], "step", ["samples_per_s"]),
             downsample(tflops, "step", ["tflops"]) if not tflops.empty else None,
             data["loss"],
             title=f"Per optimizer step, rank {rank} (ms)",
+            total=len(one),
         ),
         "steps.steps_figure",
     )
@@ -282,7 +283,10 @@ def body() -> None:
     main_chart(data, rank)
     st.subheader("Micro-steps")
     chart(
-        fig.micro_figure(downsample(data["micro"], "step", ["total_ms"], by="rank")),
+        fig.micro_figure(
+            downsample(data["micro"], "step", ["total_ms"], BARS_MAX, by="rank"),
+            total=len(data["micro"]),
+        ),
         "steps.micro_figure",
     )
     st.subheader("Step-time distribution")

@@ -88,6 +88,17 @@ def live_body(view: View, render: Callable[[], None]) -> None:
         look_for_records(view, view.look_s)
 
 
+def live_store_part(view: View, every_s: float, render: Callable[[], None]) -> None:
+    """Run ``render`` in a fragment of its own, redrawn every ``every_s`` seconds while live.
+
+    For a small part that reads the store itself at every redraw (the GPUs page's tiles of the
+    newest samples): it needs no refresh of the run's frames, and shows what was stored
+    within ``every_s`` while the page's body (:func:`live_body`) redraws at its own pace.
+    A finished run or a replay draws it once.
+    """
+    st.fragment(run_every=every_s if view.live else None)(render)()
+
+
 def runs_refresh_s(view: View, infos: Sequence[RunInfo | None]) -> float | None:
     """How often a page of several runs redraws: while the sidebar's is live, or one of its own.
 

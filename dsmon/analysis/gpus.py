@@ -221,3 +221,63 @@ def latest(gpus: pd.DataFrame) -> pd.DataFrame:
 def latest_of(samples: Sequence[GpuSampleRecord]) -> pd.DataFrame:
     """:func:`latest` of sample records (the store's newest of each GPU)."""
     return latest(prepare(records_frame("gpu", list(samples))))
+
+
+#: How far behind the newest sample a GPU's own newest may be and still count as reporting.
+REPORTING_S = 10.0
+
+
+@dataclass(frozen=True)
+class LiveTiles:
+    """The GPUs page's live tiles: the newest sample, and the GPUs at that moment.
+
+    Redrawn every second apart from the rest of the page, so that a sample is on screen
+    within the collector's poll and a second, not the page's whole redraw.
+    """
+
+    newest: pd.Timestamp
+    gpus: int
+    reporting: int
+    util_mean_pct: float
+    power_kw: float
+    hottest_c: float
+
+    def values(self) -> list[tuple[str, str]]:
+        """(label, value) of each tile, as the page shows them."""
+
+        def num(value: float, fmt: str) -> str:
+            return "—" if value != value else format(value, fmt)
+
+        return [
+            ("newest sample", self.newest.strftime("%H:%M:%S")),
+            ("GPUs reporting", f"{self.reporting} / {self.gpus}"),
+            ("kernel-active, mean", f"{num(self.util_mean_pct, '.0f')} %"),
+            ("power, all GPUs", f"{num(self.power_kw, '.1f')} kW"),
+            ("hottest GPU", f"{num(self.hottest_c, '.0f')} °C"),
+        ]
+
+
+def live_tiles(latest_rows: pd.DataFrame) -> LiveTiles | None:
+    """The tiles from :func:`latest` rows (one per GPU); None without a timed sample."""
+    if latest_rows.empty or "ts" not in latest_rows.columns:
+        return None
+    ts = pd.to_datetime(latest_rows["ts"], errors="coerce")
+    if ts.isna().all():
+        return None
+    newest = ts.max()
+    fresh = latest_rows[ts >= newest - pd.Timedelta(seconds=REPORTING_S)]
+
+    def col(name: str) -> pd.Series:
+        if name not in fresh.columns:
+            return pd.Series(dtype="float64")
+        return pd.to_numeric(fresh[name], errors="coerce").dropna()
+
+    util, power, temp = col("util_gpu_pct"), col("power_w"), col("temperature_c")
+    return LiveTiles(
+        newest=newest,
+        gpus=len(latest_rows),
+        reporting=len(fresh),
+        util_mean_pct=float(util.mean()) if len(util) else float("nan"),
+        power_kw=float(power.sum()) / 1000 if len(power) else float("nan"),
+        hottest_c=float(temp.max()) if len(temp) else float("nan"),
+    )

@@ -9,6 +9,12 @@ import plotly.graph_objects as go
 
 #: Past this many points a trace is drawn with WebGL (plotly.py switches at the same size).
 WEBGL_MIN_POINTS = 1000
+#: Bars per trace a chart draws at most: every bar is an SVG path of its own (plotly has no
+#: WebGL bars), and four stacked traces of a thousand bars cost the browser seconds
+#: (``bench/browser_pages.py``). 300 bars fill a chart's width at a few pixels each.
+BARS_MAX = 300
+#: Points of a line past which it is drawn without markers (:func:`scatter`).
+MARKERS_MAX = 100
 HEIGHT = 360
 COLORS = {
     "fwd": "#4C78A8",
@@ -24,7 +30,13 @@ COLORS = {
 
 
 def scatter(n_points: int, **kwargs: Any) -> go.Scatter | go.Scattergl:
-    """A line/marker trace: SVG for small traces, WebGL past :data:`WEBGL_MIN_POINTS`."""
+    """A line/marker trace: SVG for small traces, WebGL past :data:`WEBGL_MIN_POINTS`.
+
+    Markers are drawn only up to :data:`MARKERS_MAX` points: each is an SVG path the browser
+    styles one by one, and a line of a thousand markers shows no more than the line.
+    """
+    if n_points > MARKERS_MAX and kwargs.get("mode") == "lines+markers":
+        kwargs["mode"] = "lines"
     if n_points > WEBGL_MIN_POINTS:
         return go.Scattergl(**kwargs)
     return go.Scatter(**kwargs)
@@ -40,6 +52,33 @@ def step_line(part: pd.DataFrame, name: str, **kwargs: Any) -> go.Scatter | go.S
         name=name,
         **kwargs,
     )
+
+
+def capped_note(fig: go.Figure, drawn: int, total: int | None, unit: str = "steps") -> None:
+    """Say on the chart that it draws ``drawn`` of ``total`` points, when it draws fewer.
+
+    The dashboard draws about a screen's width of points per trace
+    (:func:`dsmon.analysis.downsample.downsample` keeps each bucket's extremes, so spikes
+    stay); a chart that hides it would pass for the whole run.
+    """
+    if total is None or drawn >= total:
+        return
+    fig.add_annotation(
+        text=f"{drawn:,} of {total:,} {unit} drawn (each stretch's extremes kept)",
+        showarrow=False,
+        x=0,
+        y=1,
+        xref="paper",
+        yref="paper",
+        xanchor="left",
+        yanchor="bottom",
+        font={"size": 11, "color": "#666"},
+        name=CAPPED,
+    )
+
+
+#: The name of :func:`capped_note`'s annotation (tests and pages find it by it).
+CAPPED = "capped"
 
 
 def layout(fig: go.Figure, title: str, height: int = HEIGHT, **kwargs: Any) -> go.Figure:

@@ -14,7 +14,15 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from dsmon.analysis.downsample import histogram
-from dsmon.figures.common import COLORS, OFF_SCALE, clip_outliers, empty, layout, scatter
+from dsmon.figures.common import (
+    COLORS,
+    OFF_SCALE,
+    capped_note,
+    clip_outliers,
+    empty,
+    layout,
+    scatter,
+)
 
 #: Stack order of the breakdown: bwd split into inner/allreduce when both were printed.
 SPLIT_PARTS = (
@@ -61,6 +69,7 @@ def steps_figure(
     tflops: pd.DataFrame | None = None,
     loss_events: pd.DataFrame | None = None,
     title: str = "Per optimizer step (ms)",
+    total: int | None = None,
 ) -> go.Figure:
     """Stacked breakdown, throughput/TFLOPS and loss-scale events on one step axis.
 
@@ -77,6 +86,7 @@ def steps_figure(
         tflops: ``step``, ``tflops`` (achieved TFLOPS per GPU), optional.
         loss_events: ``step``, ``event``, ``new_scale``, optional.
         title: the figure title (names the rank shown).
+        total: the rank's steps before downsampling; the chart says when it draws fewer.
     """
     if breakdown.empty:
         return empty("No engine timer lines (wall_clock_breakdown) in this run.", title)
@@ -130,6 +140,7 @@ def steps_figure(
         fig.update_yaxes(title_text="TFLOPS", row=2, col=1, secondary_y=True)
     fig.update_yaxes(visible=False, row=loss_row, col=1)
     fig.update_xaxes(title_text="optimizer step", row=loss_row, col=1)
+    capped_note(fig, len(breakdown), total)
     return layout(fig, title, height=560 if speed else 440)
 
 
@@ -206,8 +217,13 @@ def rank_totals_figure(
     return layout(fig, title)
 
 
-def micro_figure(micro: pd.DataFrame, title: str = "Micro-steps (ms per micro-batch)") -> go.Figure:
-    """Stacked micro-step timers, one bar per micro-batch, x = step + micro index."""
+def micro_figure(
+    micro: pd.DataFrame, title: str = "Micro-steps (ms per micro-batch)", total: int | None = None
+) -> go.Figure:
+    """Stacked micro-step timers, one bar per micro-batch, x = step + micro index.
+
+    ``total``: the micro-batches before downsampling; the chart says when it draws fewer.
+    """
     if micro.empty:
         return empty("No *_microstep timer lines in this run.", title)
     n = micro.groupby("step")["micro_step"].transform("max").fillna(0) + 1
@@ -228,6 +244,7 @@ def micro_figure(micro: pd.DataFrame, title: str = "Micro-steps (ms per micro-ba
     clip_outliers(fig, micro, "step", "total_ms")
     fig.update_layout(barmode="stack", bargap=0.05)
     fig.update_xaxes(title_text="optimizer step (micro-batches spread within it)")
+    capped_note(fig, len(micro), total, "micro-batches")
     return layout(fig, title)
 
 

@@ -151,6 +151,27 @@ def test_pages_prints_every_page_it_was_asked_for() -> None:
     )
 
 
+def test_browser_pages_prints_each_page_both_ways_and_the_live_sample() -> None:
+    """A chart page and the live GPU sample in Chromium (skipped without it)."""
+    if not Path(CHROMIUM).exists():
+        missing(f"no Chromium at {CHROMIUM}")
+    args = ["--steps", "200", "--gpu-hours", "0.01", "--ranks", "2", "--rounds", "1"]
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "browser_pages.py"), *args, "--pages", "gpus",
+         "--live", "2"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    row = rf"^gpus +(?:{NUMBER}|-) +{NUMBER} +{NUMBER}\*? +{NUMBER} .* {VERDICT}"
+    assert len(re.findall(row, res.stdout, re.MULTILINE)) == 2, res.stdout  # new tab, menu
+    assert_lines(
+        res.stdout,
+        r"^run bench: [\d,]+ records, last step 200;",
+        rf"^live GPU sample, commit to its time in the page's text: p50 {NUMBER} s, p99 "
+        rf"{NUMBER} s, max {NUMBER} s \(2/2 seen; goal p99 <= 2.0 s\) {VERDICT}",
+    )
+
+
 def test_frame_chunks_prints_both_reads_and_their_ratio() -> None:
     """20,000 steps: 60,000 timer rows, so one page of 50,000 is sealed and kept."""
     out = bench("frame_chunks.py", "--steps", "20000")

@@ -133,3 +133,17 @@ def test_empty_inputs() -> None:
     assert gpus.lines(bucketed, "util_gpu_pct").empty
     assert gpus.models(summary) == {}
     assert gpus.throttle_share(summary).empty
+
+
+def test_live_tiles_count_only_the_gpus_that_report_now(samples: pd.DataFrame) -> None:
+    newest = gpus.latest(samples)
+    tiles = gpus.live_tiles(newest)
+    assert tiles is not None and (tiles.gpus, tiles.reporting) == (4, 4)
+    assert tiles.util_mean_pct == pytest.approx((95 * 3 + 55) / 4)
+    # a GPU whose newest sample is a minute old is listed, not counted as reporting
+    stale = newest.copy()
+    stale.loc[0, "ts"] = stale["ts"].max() - pd.Timedelta(minutes=1)
+    tiles = gpus.live_tiles(stale)
+    assert tiles is not None and (tiles.gpus, tiles.reporting) == (4, 3)
+    assert dict(tiles.values())["GPUs reporting"] == "3 / 4"
+    assert gpus.live_tiles(gpus.latest(samples.iloc[0:0])) is None

@@ -21,7 +21,20 @@ def store_url(monkeypatch: pytest.MonkeyPatch) -> str:
 def test_counts_models_and_honest_utilisation_label(store_url: str) -> None:
     at = app_at(store_url, "z2", "gpus")
     assert not at.exception
-    assert {m.label: m.value for m in at.metric} == {"GPUs": "4", "GPU models": "2", "Nodes": "2"}
+    shown = {m.label: m.value for m in at.metric}
+    assert {k: shown.pop(k) for k in ("GPUs", "GPU models", "Nodes")} == {
+        "GPUs": "4",
+        "GPU models": "2",
+        "Nodes": "2",
+    }
+    # the live tiles, over the newest sample of each GPU
+    assert shown == {
+        "newest sample": "14:11:10",
+        "GPUs reporting": "4 / 4",
+        "kernel-active, mean": "85 %",
+        "power, all GPUs": "1.3 kW",
+        "hottest GPU": "61 °C",
+    }
     assert at.warning[0].value.startswith(
         "Mixed GPU models in this run: 3 x NVIDIA A100-SXM4-80GB, 1 x NVIDIA H100 80GB HBM3."
     )

@@ -13,12 +13,21 @@ import pytest
 from dashboard_support import gpu_samples, read_records
 
 from dsmon.analysis import comm, flops, gpus, steps
+from dsmon.analysis.downsample import downsample
 from dsmon.analysis.peaks import A100_REFERENCE
 from dsmon.figures import comm as comm_fig
 from dsmon.figures import flops as flops_fig
 from dsmon.figures import gpus as gpus_fig
 from dsmon.figures import steps as steps_fig
-from dsmon.figures.common import WEBGL_MIN_POINTS, empty, rank_label, scatter
+from dsmon.figures.common import (
+    BARS_MAX,
+    CAPPED,
+    MARKERS_MAX,
+    WEBGL_MIN_POINTS,
+    empty,
+    rank_label,
+    scatter,
+)
 from dsmon.model.frames import records_frame
 from dsmon.model.records import Record
 from dsmon.store.gpu import buckets
@@ -44,6 +53,12 @@ def test_webgl_only_past_a_thousand_points() -> None:
     assert isinstance(scatter(WEBGL_MIN_POINTS + 1, x=[1], y=[1]), go.Scattergl)
 
 
+def test_markers_only_while_they_are_few() -> None:
+    assert scatter(MARKERS_MAX, x=[1], y=[1], mode="lines+markers").mode == "lines+markers"
+    assert scatter(MARKERS_MAX + 1, x=[1], y=[1], mode="lines+markers").mode == "lines"
+    assert scatter(MARKERS_MAX + 1, x=[1], y=[1], mode="markers").mode == "markers"
+
+
 def test_empty_figure_says_why() -> None:
     fig = empty("No GPU samples in this run.", "GPUs")
     assert fig.layout.annotations[0].text == "No GPU samples in this run."
@@ -60,6 +75,26 @@ def test_steps_figure_stacks_split_bwd(breakdown: pd.DataFrame) -> None:
     # step 1 (1295.15 ms) is more than 3 x p90 (82.17 ms): the axis stops at 3 x p90.
     assert fig.layout.yaxis.range[1] == pytest.approx(3 * 82.173 * 1.05, rel=1e-3)
     assert trace_points(fig) == 4 * 30
+
+
+def test_a_capped_chart_says_it_is_capped(breakdown: pd.DataFrame) -> None:
+    # 3,000 steps drawn as at most BARS_MAX bars a part: the chart says how many of how many
+    long = pd.concat(
+        [breakdown.assign(step=breakdown["step"] + i * len(breakdown)) for i in range(100)],
+        ignore_index=True,
+    )
+    shown = downsample(long, "step", ["total_ms"], BARS_MAX)
+    fig = steps_fig.steps_figure(shown, total=len(long))
+    assert len(fig.data[0].x) == len(shown) <= 2 * BARS_MAX < len(long)
+    notes = [a.text for a in fig.layout.annotations if a.name == CAPPED]
+    assert notes == [f"{len(shown):,} of {len(long):,} steps drawn (each stretch's extremes kept)"]
+    # drawn whole, it says nothing of the kind
+    whole = steps_fig.steps_figure(breakdown, total=len(breakdown))
+    assert not [a for a in whole.layout.annotations if a.name == CAPPED]
+    micro = steps_fig.micro_figure(shown.assign(micro_step=0), total=len(long))
+    assert [a.text for a in micro.layout.annotations if a.name == CAPPED] == [
+        f"{len(shown):,} of {len(long):,} micro-batches drawn (each stretch's extremes kept)"
+    ]
 
 
 def test_plain_bwd_when_the_split_is_missing(breakdown: pd.DataFrame) -> None:
