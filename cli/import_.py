@@ -113,9 +113,15 @@ def _report(store: Store, res: ImportResult) -> str:
         head += f"; {unparsed} lines or blocks not understood (dsmon parse shows them)"
     if bad:
         head += f"; {bad} bad record lines skipped"
+    unread = [
+        f"  {label} {kind}: {count}, the first: {res.diag.examples.get(kind, ['-'])[0]}"
+        for label, bucket in (("unparsed", res.diag.unparsed), ("cut", res.diag.cut))
+        for kind, count in sorted(bucket.items())
+        if kind != BAD_RECORD
+    ]  # by kind, so a kind of line dsmon cannot read is seen at once
     now = datetime.now()
     summaries = (summary_text(store, run, stored_state(store, run, now).line()) for run in res.runs)
-    return "\n".join([head, *summaries])
+    return "\n".join([head, *unread, *summaries])
 
 
 @contextlib.contextmanager

@@ -139,7 +139,8 @@ class IterationRecord(Record):
     ``fmt`` is ``megatron`` or ``pipeline``. ``losses`` holds every named loss the line printed
     (``lm loss``, ``loss``, ...); ``loss`` is the main one. ``tokens_per_gpu_per_s`` is
     Megatron-DeepSpeed's ``tokens per gpu per second (tgs)``, ``actual_seqlen`` the sequence
-    length it reports for the iteration.
+    length it reports for the iteration, ``num_zeros`` Megatron's count of gradient elements
+    that are zero (``--log-num-zeros-in-grad``).
     """
 
     KIND: ClassVar[str] = "iteration"
@@ -161,6 +162,7 @@ class IterationRecord(Record):
     flops_per_s_per_gpu: float | None = None
     tokens_per_gpu_per_s: float | None = None
     actual_seqlen: int | None = None
+    num_zeros: int | None = None
 
 
 # --- comms logger -------------------------------------------------------------------------
@@ -327,6 +329,8 @@ EVENT_NAMES = (
     "nccl_error",  # NCCL timeout / watchdog / error
     "autotuning",  # autotuner progress: start, resources, profile run, optimal exp, end
     "allocator_flush",  # ZeRO-3: "N pytorch allocator cache flushes since last step"
+    "unparsed",  # dsmon: N lines of a known kind not read, with the first (parse/unparsed.py)
+    "pipeline_stage",  # PipelineEngine: RANK=r STAGE=s LAYERS=n [a, b) STAGE_PARAMS=... TOTAL_PARAMS=...
     "engine_info",  # dsmon's probe: DeepSpeed version, comm backend, world size, device
 )
 #: The events that report a failure of a worker.

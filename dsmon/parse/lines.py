@@ -40,10 +40,11 @@ _MPI_TAG = re.compile(r"\[\d+,(\d+)\]<std(?:out|err)>: ?")
 _KUBE_PREFIX = re.compile(r"\[pod/([^/\]]+)/[^\]]*\] ")
 _HOST = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.\-]{0,62}): ")
 # A job runner's stamp and host: ``2021-05-29 21:06:36 run6231: `` (the host is kept), or
-# ``kubectl logs --timestamps``: ``2024-01-02T03:04:05.123456789Z `` (nothing to keep).
+# ``kubectl logs --timestamps``: ``2024-01-02T03:04:05.123456789Z `` (nothing to keep). A host
+# has a digit, a dot or a dash, so a message's first word (``steps: 110 loss: ...``) is none.
 _STAMPED_HOST = re.compile(
     r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?Z? "
-    r"(?:(?!(?:INFO|WARN|WARNING|ERROR|DEBUG|CRITICAL|FATAL):)([A-Za-z0-9][\w.\-]{0,62}): )?"
+    r"(?:(?=[\w.\-]*[\d.\-])([A-Za-z0-9][\w.\-]{0,62}): )?"
 )
 # torch.distributed.run --tee: [default3]:text (local rank, no space after the colon)
 _TEE = re.compile(r"\[default(\d+)\]: ?")

@@ -16,6 +16,7 @@ from typing import Any
 
 from dsmon.model.check import fit
 from dsmon.model.records import Record, with_step
+from dsmon.parse import signatures
 from dsmon.parse.base import (
     NEED_MORE,
     OUT_OF_RANGE,
@@ -40,6 +41,7 @@ from dsmon.parse.families.timers import TimerParser
 from dsmon.parse.families.trainer import TrainerParser
 from dsmon.parse.launches import is_relaunch, is_start
 from dsmon.parse.lines import LineCleaner, LogLine, leading_bar
+from dsmon.parse.unparsed import UnparsedReport
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +76,9 @@ class LogParser:
         run: the run name every record is filed under.
         file: the file name recorded in each record's Source.
         node: the node (host) name, when the caller knows it.
-        parsers: sub-parsers to use; :func:`default_parsers` when omitted.
+        parsers: sub-parsers to use; :func:`default_parsers` when omitted. Only the whole
+            set looks for known lines behind unknown prefixes and counts those none reads
+            (a side file read by one parser holds nothing of the other kinds).
         live: never hold a record back waiting for its step number. A live view must show
             what the log says within a second, and a log may go on for hours before it
             names a step (DeepSpeed's default log level prints no ``step=`` lines). Records
@@ -101,6 +105,7 @@ class LogParser:
             self.ctx.clock.mark_start()
         self.live = live
         self._parsers = list(parsers) if parsers is not None else default_parsers()
+        self._signatures = parsers is None
         self._cleaner = LineCleaner()
         self._lineno = 0
         self._carry: LogLine | None = None
@@ -110,6 +115,8 @@ class LogParser:
         self._sent_unstamped: deque[tuple[Record, int]] = deque(maxlen=MAX_HELD)  # live mode
         self._gave_up = False
         self._at_start = True  # no line fed yet
+        self._unparsed = UnparsedReport()
+        self._last: LogLine | None = None  # the last line read: where an unparsed count is told
 
     @property
     def diag(self) -> Diagnostics:
@@ -145,6 +152,9 @@ class LogParser:
             except Exception as exc:  # noqa: BLE001 - a fault in joining: drop the join
                 self._carry, self._chain = None, []
                 self._failed_on(logical, "joining", exc)
+        self._last = logicals[-1]
+        if self.ctx.diag.unparsed and self._carry is None:  # a join on trial may be undone
+            self._stamp(self._unparsed.events(self.ctx, self._last), self.ctx.clock.rel, out)
         return self._fitted(self._assign_steps(out))
 
     def feed_lines(self, lines: Iterable[str]) -> Iterator[Record]:
@@ -167,6 +177,8 @@ class LogParser:
                 continue
             self._stamp(recs, rel, out)  # behind held records, like any line's
         self.ctx.clock.settle()  # a log read from its start that never named a step
+        if self._last is not None:
+            self._stamp(self._unparsed.events(self.ctx, self._last, final=True), rel, out)
         out = self._assign_steps(out)
         out.extend(rec for rec, _ in self._held)  # never numbered: no anchor, no count
         self.ctx.diag.records += len(self._held)
@@ -232,7 +244,7 @@ class LogParser:
         joined = dataclasses.replace(self._carry, text=self._carry.text + logical.text)
         self._carry = None
         mark = self._mark(out)
-        taken = self._dispatch(joined, out)
+        taken = self._dispatch(joined, out, whole=False)
         if self._carry is not None:
             self._chain.append(logical)  # still cut: wait for the next piece
         elif self._failed(taken, mark, out):
@@ -246,7 +258,7 @@ class LogParser:
         assert carry is not None
         mark = self._mark(out)
         self.ctx.joined = len(self._chain) > 1
-        taken = self._dispatch(carry, out, final=True)
+        taken = self._dispatch(carry, out, final=True, whole=not self.ctx.joined)
         self.ctx.joined = False
         if len(self._chain) > 1 and self._failed(taken, mark, out):
             self._undo_chain(out, [])  # may leave a new wrapped line (and its chain) pending
@@ -275,8 +287,38 @@ class LogParser:
         for piece in chain[1:] + more:
             self._take(piece, out)
 
-    def _dispatch(self, line: LogLine, out: list[Record], final: bool = False) -> bool:
-        """Offer a logical line to the parser inside a block first, then to all in order.
+    def _dispatch(
+        self, line: LogLine, out: list[Record], final: bool = False, whole: bool = True
+    ) -> bool:
+        """Offer a logical line to the parsers; behind an unknown prefix, offer its message.
+
+        Returns whether a parser took the line. A line no parser takes that carries a known
+        kind's signature (:mod:`dsmon.parse.signatures`) is offered again from where the
+        signature starts; if still no parser takes it, it is counted as unparsed under that
+        kind: a DeepSpeed line is never dropped without a word. Not so for lines joined on
+        trial (``whole`` False): a join no parser takes is undone, and its lines are offered
+        (and counted) one by one.
+        """
+        ctx = self.ctx
+        ctx.final = final
+        if self._offer(line, out):
+            return True
+        found = signatures.find(line.text) if self._signatures and whole else None
+        if found is None:
+            return False
+        kind, at = found
+        if at > 0:
+            inner = signatures.behind(line, at)
+            if inner.bad_ts is not None and line.bad_ts is None:
+                ctx.bad_timestamp(inner, inner.bad_ts)
+            if self._offer(inner, out):
+                return True
+        if signatures.counted(kind):
+            ctx.unparsed(kind, line)
+        return False
+
+    def _offer(self, line: LogLine, out: list[Record]) -> bool:
+        """Offer a line to the parser inside a block first, then to all in order.
 
         Returns whether a parser took the line.
         """
@@ -290,7 +332,6 @@ class LogParser:
         elif clock.base is None and clock.rel == 0 and is_start(line):
             clock.mark_start()
         rel = clock.rel
-        ctx.final = final
         for p in self._ordered():
             try:
                 recs = p.feed(line, ctx)
@@ -302,7 +343,7 @@ class LogParser:
             if ctx.pending:
                 self._drain(rel, out)
             if recs is NEED_MORE:
-                if not final:
+                if not ctx.final:
                     self._carry = line
                     return True
                 recs = []

@@ -10,6 +10,7 @@ so these rules name the switch that makes each signal appear.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from dsmon.ds_config import schema
 from dsmon.ds_config.effective import ConfigView
@@ -20,6 +21,7 @@ from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Evidence, Finding, Status
 from dsmon.health.registry import rule
 from dsmon.health.verdicts import fix_json, needs_config, not_applicable
+from dsmon.parse.unparsed import UNPARSED
 
 _VERBOSE_LEVELS = {"info", "debug"}
 #: Events parsed from lines the engine logs at INFO in each worker (not the launcher), the
@@ -246,3 +248,79 @@ def check_comms_logger(cfg: ConfigView, inputs: HealthInputs) -> Finding:
         f"on: it synchronizes every collective, so overlap looks worse than it is{note}",
         ev,
     )
+
+
+# --- What dsmon could not read of the run's output -------------------------------------------
+# (kept apart from the config rules above: it judges the log, not the config)
+
+#: Kinds of unread line as the checklist names them.
+_UNREAD_NAMES = {
+    "megatron_iteration": "Megatron iteration",
+    "iteration": "pipeline-engine progress",
+    "timer": "timer",
+    "step": "step=",
+    "throughput": "throughput",
+    "loss_scale": "loss-scale",
+    "flops_profile": "flops-profiler",
+    "comm_op": "comms-logger",
+    "comm_summary": "comms-summary",
+    "memory": "memory",
+    "trainer": "Trainer log",
+    "pipeline_stage": "pipeline-stage",
+}
+
+
+#: Record kinds only a log (or the probe) gives: without any, no output was read.
+_LOG_KINDS = ("event", "timer", "step", "throughput", "iteration", "loss_scale", "memory",
+              "comm_op", "flops_profile", "heartbeat")  # fmt: skip
+
+
+@rule(
+    "observe.unread_lines",
+    "Every DeepSpeed line of the run was read",
+    "A line that carries the tokens of a kind dsmon reads (an iteration, timer, step, "
+    "throughput, loss-scale, comms or flops-profiler line) but that it could not read is "
+    "counted: its figures are missing from every chart and check, and the first such line "
+    "is shown so the format can be reported.",
+    "runtime",
+)
+def check_unread_lines(inputs: HealthInputs) -> Finding:
+    """Warn with the count per kind and the first line when lines of a known kind went unread."""
+    counts, first = unread_lines(inputs)
+    if not counts and not any(inputs.has_rows(kind) for kind in _LOG_KINDS):
+        return not_applicable("no DeepSpeed output was read (a config alone is judged)")
+    if not counts:
+        return Finding(Status.PASS, "no line of a kind dsmon reads went unread")
+    total = sum(counts.values())
+    kinds = ", ".join(f"{_UNREAD_NAMES.get(k, k)} {n}" for k, n in counts.items())
+    ev = tuple(Evidence(f"{_UNREAD_NAMES.get(k, k)} lines not read", n) for k, n in counts.items())
+    return Finding(
+        Status.WARN,
+        f"{total} line(s) of the run's output could not be read ({kinds}); the first: {first}",
+        (*ev, Evidence("first line not read", first)),
+    )
+
+
+def unread_lines(inputs: HealthInputs) -> tuple[dict[str, int], str]:
+    """Lines not read per kind, over the run's files, and the first one (``file:line: text``).
+
+    The log parser tells each kind's count as it grows (``dsmon.parse.unparsed``): the newest,
+    largest count of a file is that file's.
+    """
+    events = inputs.frame("event")
+    if events.empty or "name" not in events.columns:
+        return {}, ""
+    rows = events[events["name"] == UNPARSED]
+    per_file: dict[tuple[str, str, str], int] = {}
+    first = ""
+    for _, row in rows.iterrows():
+        detail = row["detail"]
+        if not isinstance(detail, Mapping) or not isinstance(detail.get("count"), int):
+            continue
+        key = (str(row.get("node") or ""), str(row.get("file") or ""), str(detail.get("kind")))
+        per_file[key] = max(per_file.get(key, 0), detail["count"])
+        first = first or str(detail.get("first") or "")
+    counts: dict[str, int] = {}
+    for (_, _, kind), n in per_file.items():
+        counts[kind] = counts.get(kind, 0) + n
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1])), first

@@ -142,6 +142,23 @@ LINE_EVENTS: tuple[tuple[str, re.Pattern[str], _Detail], ...] = (
         lambda m: {"dtype": m[1], "stage": int(m[2])} | _mics(m[3], m[4]),
     ),
     (
+        "pipeline_stage",
+        re.compile(
+            r"^RANK=(\d+) STAGE=(\d+) LAYERS=(\d+) \[(\d+), (\d+)\) STAGE_PARAMS=(\d+) \([^)]*\) "
+            r"TOTAL_PARAMS=(\d+) \([^)]*\) UNIQUE_PARAMS=(\d+) \([^)]*\)\s*$"
+        ),
+        lambda m: {
+            "rank": int(m[1]),
+            "stage": int(m[2]),
+            "layers": int(m[3]),
+            "first_layer": int(m[4]),
+            "end_layer": int(m[5]),
+            "stage_params": int(m[6]),
+            "total_params": int(m[7]),
+            "unique_params": int(m[8]),
+        },  # fmt: skip
+    ),
+    (
         "allocator_flush",
         re.compile(r"^(\d+) pytorch allocator cache flushes since last step"),
         lambda m: {"flushes": int(m[1])},
@@ -175,7 +192,7 @@ EVENT_WORDS = (
     "DeepSpeed info: ", "Initializing TorchBackend", "WORLD INFO DICT", "nnodes=",
     "dist_world_size=", "Optimizer = ", "ZeRO stage", "exits ", "Killing subprocess",
     "bucket size", "persistent param", "terminate called", "allocator cache flushes",
-    RUN_END_TEXT,
+    RUN_END_TEXT, "STAGE_PARAMS=",
 )  # fmt: skip
 INIT_BACKEND = re.compile(r"Initialize \w+ backend")
 #: C++ ``terminate`` with nothing after it yet: its ``what():`` line follows.

@@ -149,8 +149,9 @@ KIND = FlopsProfileRecord.KIND
 
 _TITLE = re.compile(r"^-{5,} (?:DeepSpeed )?Flops Profiler -{5,}\s*$")
 _AT_STEP = re.compile(r"^Profile Summary at step (\d+):?\s*$")
-_AGG_TITLE = re.compile(r"^-{5,} Aggregated Profile(?: per GPU)? -{5,}\s*$")
-_DETAIL_TITLE = re.compile(r"^-{5,} Detailed Profile(?: per GPU)? -{5,}\s*$")
+#: ``per GPU`` in DeepSpeed; accelerator-neutral forks print ``per device`` (any word is read).
+_AGG_TITLE = re.compile(r"^-{5,} Aggregated Profile(?: per \w+)? -{5,}\s*$")
+_DETAIL_TITLE = re.compile(r"^-{5,} Detailed Profile(?: per \w+)? -{5,}\s*$")
 _CLOSE = re.compile(r"^-{40,}\s*$")
 _LABELLED = re.compile(r"^(?P<label>[^:|\[\]]+?):(?P<gap>\s+)(?P<value>\S.*?)\s*$")
 _DEPTH = re.compile(r"^depth (\d+):\s*$")

@@ -10,11 +10,12 @@ step (or ``iteration``), never per record: docs/step-assignment.md, "Counting sk
 Forms read (the messages of DeepSpeed's loss scalers, across versions):
 
 - ``[deepspeed] OVERFLOW! Rank R Skipping step. Attempted loss scale: S, reducing to T``
-  (v0.8.3+ ints; before: floats; v0.5 ZeRO-3 says ``[deepscale]``), the hysteresis variant
+  (v0.8.3+ ints; before: floats; v0.5 ZeRO-3 says ``[deepscale]``; v0.3's ZeRO-1 and -2 name no
+  rank), the hysteresis variant
   ``... Attempted loss scale: S, but hysteresis is H. Reducing hysteresis to H-1``, and the
   bare ``... Skipping step.`` of a non-fp16 dynamic scaler;
 - fused / unfused FP16_Optimizer: ``Overflow detected. Skipping step. ...``, ``[deepspeed] fp16
-  dynamic loss scale overflow! Skipping step. ...``, ``Grad overflow on iteration[:] N``,
+  dynamic loss scale overflow! [Rank R] Skipping step. ...``, ``Grad overflow on iteration[:] N``,
   ``Reducing dynamic loss scale from X to Y``, ``No Grad overflow for N iterations`` (read, no
   record: the next line carries the values), ``Increasing dynamic loss scale from X to Y``,
   ``Using static loss scale of[:] X``;
@@ -38,7 +39,7 @@ _S = r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|inf|nan)"
 _ATTEMPT = rf"Attempted loss scale: {_S}, reducing to {_S}"
 
 _OVERFLOW = re.compile(
-    rf"\[(?:deepspeed|deepscale)\] OVERFLOW! Rank (\d+) Skipping step\."
+    rf"\[(?:deepspeed|deepscale)\] OVERFLOW! (?:Rank (\d+) )?Skipping step\."
     rf"(?: Attempted loss scale: {_S}, (?:reducing to {_S}|but hysteresis is (\d+)\. "
     r"Reducing hysteresis to (\d+)))?\s*$"
 )
@@ -50,7 +51,8 @@ _MIN_SCALE = re.compile(
 )
 _FUSED = re.compile(rf"Overflow detected\. Skipping step\. {_ATTEMPT}\s*$")
 _LEGACY = re.compile(
-    rf"\[deepspeed\] fp16 dynamic loss scale overflow! Skipping step\. {_ATTEMPT}\s*$"
+    r"\[deepspeed\] fp16 dynamic loss scale overflow! (?:Rank \d+ )?"
+    rf"Skipping step\. {_ATTEMPT}\s*$"
 )
 _GRAD_OVERFLOW = re.compile(r"Grad overflow on iteration:? (\d+)\s*$")
 _REDUCING = re.compile(rf"Reducing dynamic loss scale from {_S} to {_S}\s*$")
@@ -204,15 +206,14 @@ def _overflow(text: str) -> _Msg | None:
     m = _OVERFLOW.match(text)
     if m is None:
         return None
-    rank, attempted, reduced, hyst_from, hyst_to = m.groups()
+    printed_rank, attempted, reduced, hyst_from, hyst_to = m.groups()
+    rank = None if printed_rank is None else int(printed_rank)  # 0.3's ZeRO names none
     if hyst_from is not None:
-        return _Msg(
-            "hysteresis", int(rank), attempted_scale=_scale(attempted), hysteresis=int(hyst_to)
-        )
+        return _Msg("hysteresis", rank, attempted_scale=_scale(attempted), hysteresis=int(hyst_to))
     before, after = _scale(attempted), _scale(reduced)
     if not _plausible("overflow", before, after):
         return None
-    return _Msg("overflow", int(rank), attempted_scale=before, new_scale=after)
+    return _Msg("overflow", rank, attempted_scale=before, new_scale=after)
 
 
 def _bf16(text: str) -> _Msg | None:

@@ -77,6 +77,8 @@ _FIELDS: dict[str, tuple[str, Callable[[float], Any]]] = {
     "tokens per gpu per second tgs": ("tokens_per_gpu_per_s", float),
     "tgs": ("tokens_per_gpu_per_s", float),
     "actual seqlen": ("actual_seqlen", _int),
+    "num zeros": ("num_zeros", _int),
+    "number of zeros": ("num_zeros", _int),
 }
 _ELAPSED = "elapsed time per iteration"
 _FLOPS = frozenset({"tflops", "throughput per gpu", "tflops per gpu"})
@@ -294,6 +296,8 @@ _MEMORY_FIELDS = {
     "max allocated": "max_allocated_bytes",
     "reserved": "cached_bytes",
     "max reserved": "max_cached_bytes",
+    "cached": "cached_bytes",  # Megatron-LM 2019-2020 (torch.cuda.memory_cached)
+    "max cached": "max_cached_bytes",
 }
 
 

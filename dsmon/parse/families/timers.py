@@ -143,16 +143,23 @@ SWAP = frozenset(
         "async_swap_in_state",
         "async_swap_gradient_wait",
         "swap_init_write",
+        "unswapped_read_gradients",
     }
 )
 PIPELINE = frozenset(
     {"batch_input", "train_batch", "pipe_send_output", "pipe_send_grad"}
     | {"pipe_recv_input", "pipe_recv_grad"}
 )
-ZERO_OPTIMIZER = frozenset({"optimizer_allgather", "optimizer_gradients", "optimizer_step"})
+ZERO_OPTIMIZER = frozenset(
+    {"optimizer_allgather", "optimizer_gradients", "optimizer_step"}
+    # 0.17.6+ (ZeRO-1/2 CPU offload's overlapped step, ZenFlow)
+    | {"optimizer_transmit_time", "optimizer_calc_time", "optimizer_receive_params_time"}
+    | {"optimizer_update_model_time"}
+)
 ZERO3_OPTIMIZER = frozenset(
     {"optimizer_step", "init_optimizer_state", "optimizer_swap_in_state"}
     | {"optimizer_swap_out_state"}
+    | {"optimizer_fp16_update", "optimizer_fp32_gradient"}  # 0.3.12-0.3.14
 )
 FP16_OPTIMIZER = frozenset(
     {"compute_norm", "overflow_check", "unscale_and_clip", "basic_step", "update_fp16"}

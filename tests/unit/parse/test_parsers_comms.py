@@ -11,7 +11,7 @@ from collections import Counter
 
 from locations import DATA
 
-from dsmon.model.records import CommOpRecord, CommSummaryRecord, Record
+from dsmon.model.records import CommOpRecord, CommSummaryRecord, EventRecord, Record
 from dsmon.parse.base import Diagnostics
 from dsmon.parse.families.comms import CommsParser
 from dsmon.parse.log import LogParser
@@ -234,9 +234,16 @@ def test_damaged_row_is_counted_and_the_table_goes_on() -> None:
     lines = (DATA / "comms_logger/train.log").read_text().splitlines()
     lines[205] = lines[205].replace("4                   29.53", "four                29.53")
     recs, diag = parse_lines(lines)
-    assert len(recs) == 10
+    assert len([r for r in recs if isinstance(r, CommSummaryRecord)]) == 10
     assert diag.unparsed == {"comm_summary": 1}
     assert diag.examples["comm_summary"][0].startswith("train.log:206: ")
+    (told,) = [r for r in recs if isinstance(r, EventRecord)]  # the loss, for the Health page
+    assert told.name == "unparsed" and told.src.line == 206
+    assert told.detail == {
+        "kind": "comm_summary",
+        "count": 1,
+        "first": diag.examples["comm_summary"][0],
+    }
 
 
 def test_damaged_verbose_value_is_counted_and_named() -> None:

@@ -290,11 +290,25 @@ def test_unprefixed_traceback_in_megatron_log() -> None:
 
 def test_deepspeed_095_engine_events() -> None:
     evs, _ = events("megatron_ds095_llama/train.log")
-    assert [(e.name, e.detail) for e in evs] == [
+    assert [(e.name, e.detail) for e in evs if e.name != "pipeline_stage"] == [
         ("deepspeed_version", {"version": "0.9.5", "git_hash": "unknown", "git_branch": "unknown"}),
         ("optimizer", {"which": "basic", "optimizer": "FusedAdam"}),
         ("optimizer", {"which": "final", "optimizer": "FusedAdam"}),
-    ]
+    ]  # and the pipeline engine's four stage lines (next test)
+
+
+def test_pipeline_engine_stage_lines() -> None:
+    """``RANK=0 STAGE=0 LAYERS=14 [0, 14) STAGE_PARAMS=... TOTAL_PARAMS=... UNIQUE_PARAMS=...``:
+    how the pipeline engine split the model, one line per rank (DeepSpeed 0.9.5)."""
+    text = (DATA / "megatron_ds095_llama/train.log").read_text(encoding="utf-8")
+    recs, diag = parse_text(text, run="r", file="train.log")
+    evs = [r for r in recs if isinstance(r, EventRecord) and r.name == "pipeline_stage"]
+    assert len(evs) == 4 and not diag.unparsed
+    assert evs[2].src.line == 152
+    assert evs[2].detail == {
+        "rank": 4, "stage": 1, "layers": 15, "first_layer": 14, "end_layer": 29,
+        "stage_params": 336381952, "total_params": 1345523712, "unique_params": 1345523712,
+    }  # fmt: skip
 
 
 def test_events_survive_the_wire() -> None:

@@ -12,7 +12,13 @@ import dataclasses
 import pytest
 from locations import DATA
 
-from dsmon.model.records import FlopsProfileRecord, ModuleAggregate, ModuleProfile, Record
+from dsmon.model.records import (
+    EventRecord,
+    FlopsProfileRecord,
+    ModuleAggregate,
+    ModuleProfile,
+    Record,
+)
 from dsmon.parse.base import OUT_OF_RANGE, Diagnostics
 from dsmon.parse.families.flops_profiler import FlopsProfilerParser
 from dsmon.parse.log import LogParser, parse_text
@@ -333,6 +339,20 @@ def test_srun_label_on_every_line_changes_nothing() -> None:
     assert diag.unparsed == {} and diag.cut == {}
 
 
+def test_per_device_wording_reads_as_per_gpu() -> None:
+    """flops_detailed_stdout with the accelerator-neutral titles and labels some builds print
+    (``Aggregated Profile per device``, ``params per device``): the same record, not a cut one."""
+    lines = (DATA / "flops_detailed_stdout/train.log").read_text().splitlines()
+    (clean,), clean_diag = parse_lines(lines)
+    (rec,), diag = parse_lines([ln.replace("per GPU", "per device") for ln in lines])
+    assert any("Aggregated Profile per GPU" in ln for ln in lines)
+    assert isinstance(rec, FlopsProfileRecord) and isinstance(clean, FlopsProfileRecord)
+    assert not rec.partial and len(rec.top_modules) == 9 and len(rec.modules) == 42
+    assert without_position(rec) == without_position(clean)
+    # the root's "1.8 Gs" fwd latency is left out in both: nothing else is lost or cut
+    assert diag.unparsed == clean_diag.unparsed == {OUT_OF_RANGE: 1} and diag.cut == {}
+
+
 # --- noise, cuts and damage ------------------------------------------------------------------
 
 
@@ -388,8 +408,9 @@ def test_unreadable_value_is_counted_and_named() -> None:
     lines = (DATA / "flops_z0/train.log").read_text().splitlines()
     assert lines[204].endswith("34.92 ms")
     lines[204] = lines[204].replace("34.92 ms", "34.92 parsecs")
-    (rec,), diag = parse_lines(lines)
+    (told, rec), diag = parse_lines(lines)
     assert isinstance(rec, FlopsProfileRecord)
+    assert isinstance(told, EventRecord) and told.detail["kind"] == "flops_profile"
     assert rec.fwd_latency_ms is None
     assert rec.bwd_latency_ms == 28.95
     assert diag.unparsed == {"flops_profile": 1}

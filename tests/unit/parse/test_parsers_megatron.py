@@ -53,6 +53,7 @@ def test_megatron_deepspeed_with_tokens_and_tflops() -> None:
         samples_per_s=7.582,
         flops_per_s_per_gpu=first.flops_per_s_per_gpu,
         actual_seqlen=2048,  # "actual seqlen:  2048"
+        num_zeros=0,  # "num zeros: 0.0"
     )
     assert first.flops_per_s_per_gpu == pytest.approx(16.98e12, rel=1e-12)  # "TFLOPs: 16.98"
     assert (first.src.line, first.src.rank) == (239, None)

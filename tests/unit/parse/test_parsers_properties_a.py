@@ -39,6 +39,7 @@ from dsmon.parse.families.config_dump import ConfigDumpParser, loads_lenient, sa
 from dsmon.parse.families.flops_profiler import FlopsProfilerParser
 from dsmon.parse.log import LogParser
 from dsmon.parse.side_files import parse_profile_file
+from dsmon.parse.unparsed import UNPARSED
 
 #: Real outputs of the three kinds: engine profiles (both layouts), dumps, autotuner tables.
 SOURCES = (
@@ -133,6 +134,8 @@ def assert_from_input(rec: Record, printed: Printed) -> None:
     elif isinstance(rec, AutotuneSummaryRecord):
         printed.check([rec.tuning_space, rec.best_exp_name, rec.num_experiments], "table row")
         printed.check([rec.best_metric_val, rec.total_experiments], "table row")
+    elif isinstance(rec, EventRecord) and rec.name == UNPARSED:
+        assert rec.detail["count"] > 0  # dsmon's own words: how many lines it could not read
     elif isinstance(rec, EventRecord):
         assert rec.message in printed.text
 
@@ -352,8 +355,9 @@ def test_join_undone_with_a_new_wrapped_line_pending() -> None:
         "    )",
     ]
     assert all(any(line.startswith(p) for line in real) for p in pieces)  # real lines, cut
-    (rec,), diag = parse(pieces)
+    (told, rec), diag = parse(pieces)
     assert isinstance(rec, FlopsProfileRecord) and rec.partial
+    assert isinstance(told, EventRecord) and told.detail["count"] == 2
     # the two leaves cut inside their numbers are counted, not stored (nor stored twice)
     assert [m.path for m in rec.modules] == ["", "downsample"]
     assert rec.modules[1].params == 132.1e3  # its numbers line is whole
