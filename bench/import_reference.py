@@ -30,7 +30,9 @@ def main(log: Path, out: Path) -> None:
     timer = lines.filter(msg.str.contains("time (ms) |", literal=True)).with_columns(
         rank=msg.str.extract(TIMER, 1).cast(pl.Int32), body=msg.str.extract(TIMER, 2)
     )
-    fields = timer.select("line", "ts", "rank", field=pl.col("body").str.split("|")).explode("field")
+    fields = timer.select("line", "ts", "rank", field=pl.col("body").str.split("|")).explode(
+        "field"
+    )
     fields.select("line", "ts", "rank",
                   name=pl.col("field").str.extract(FIELD, 1),
                   ms=pl.col("field").str.extract(FIELD, 2).cast(pl.Float64)).write_parquet(out / "timer.parquet")  # fmt: skip
