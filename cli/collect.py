@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -66,7 +67,8 @@ def collector_options(p: argparse.ArgumentParser, log_flag: bool | None = True) 
         default=[],
         metavar="F",
         help="the run's DeepSpeed config file, for the health checklist (repeatable; default "
-        "for watch: ds_config.json beside the log, when there is one)",
+        "for watch: the file the log's launch command names, else a JSON file beside the log "
+        "that reads as a DeepSpeed config; watch says which)",
     )
     p.add_argument(
         "--probe-dir",
@@ -75,6 +77,14 @@ def collector_options(p: argparse.ArgumentParser, log_flag: bool | None = True) 
         metavar="DIR",
         help="folder of the per-rank probe's files (DSMON_PROBE_DIR of a job started by "
         "'dsmon run'), followed too (repeatable)",
+    )
+    p.add_argument(
+        "--monitor-csv",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="csv_monitor files to follow (the run's loss and learning rate; repeatable; "
+        "quote the glob; default for run and watch: the ones the run's config writes)",
     )
     p.add_argument("--node", help="node name (default: this host's name)")
     p.add_argument("--run", help="run name (default: the log's folder name)")
@@ -124,18 +134,46 @@ def collector_options(p: argparse.ArgumentParser, log_flag: bool | None = True) 
 
 
 def config_files(args: argparse.Namespace) -> list[str]:
-    """``--ds-config`` files; for ``watch`` without any, a ``ds_config.json`` beside the log.
+    """``--ds-config`` files; for ``watch`` without any, the run's config, found and said.
 
     DeepSpeed's default log level prints no config dump, and a checklist with nothing to judge
-    is of little use: the file the job was most likely started with is taken, and said so.
+    is of little use: the file the log's launch command names (``--deepspeed_config X``), else
+    a JSON file beside the log that reads as a DeepSpeed config, is taken, and said so.
     """
     if args.ds_config or not getattr(args, "config_beside_log", False):
         return list(args.ds_config)
-    beside = Path(args.log[0]).parent / "ds_config.json"
-    if beside.is_file():
-        print(f"dsmon watch: reading the DeepSpeed config {beside} (--ds-config F: another)")
-        return [str(beside)]
-    return []
+    from dsmon.ds_config.find import find_config
+
+    found = find_config(Path(args.log[0]), [Path.cwd()])
+    if found is None:
+        print(
+            "dsmon watch: no DeepSpeed config found (the log names none, and no JSON file "
+            "beside it reads as one): the checklist judges what the log prints (--ds-config F)"
+        )
+        return []
+    print(
+        f"dsmon watch: judging the DeepSpeed config {found.path} ({found.how}; "
+        "--ds-config F: another)"
+    )
+    return [str(found.path)]
+
+
+def monitor_globs(configs: Sequence[str], roots: Sequence[Path]) -> list[str]:
+    """The csv_monitor files the job's config makes DeepSpeed write (followed too).
+
+    A config that cannot be read names none: the checklist says what is wrong with it.
+    """
+    from dsmon.ds_config.outputs import csv_monitor_globs
+    from dsmon.parse.side_files import FileFormatError, load_config_text
+
+    out: list[str] = []
+    for name in configs:
+        try:
+            config = load_config_text(Path(name).read_text(encoding="utf-8"), name)
+        except (OSError, UnicodeDecodeError, FileFormatError):
+            continue
+        out += [g for g in csv_monitor_globs(config, roots) if g not in out]
+    return out
 
 
 def settings(args: argparse.Namespace, spool_max_bytes: int) -> Settings:
@@ -145,13 +183,19 @@ def settings(args: argparse.Namespace, spool_max_bytes: int) -> Settings:
 
     node = args.node or socket.gethostname()
     run = args.run or run_name(args.log[0])
+    configs = config_files(args)
+    monitor = list(args.monitor_csv)
+    if getattr(args, "config_beside_log", False):  # watch: the csv_monitor its config names
+        roots = [Path(args.log[0]).resolve().parent, Path.cwd()]
+        monitor += [g for g in monitor_globs(configs, roots) if g not in monitor]
     return Settings(
         logs=args.log,
         run=run,
         node=node,
         state_dir=Path(args.state_dir) if args.state_dir else default_state_dir(run, node),
         profile_files=args.profile_file,
-        config_files=config_files(args),
+        config_files=configs,
+        monitor_files=monitor,
         probe_dirs=args.probe_dir,
         from_end=args.from_end,
         gpus=args.gpus,

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cli.collect import collector_options, grace_s, log_to_stderr, start_agent
+from cli.collect import collector_options, grace_s, log_to_stderr, monitor_globs, start_agent
 from cli.errors import CommandError
 from cli.extras import require_full
 from cli.supervise import end_child, exit_status, stop_on_signals, wait_for_signal
@@ -73,7 +73,7 @@ def _job_command(args: argparse.Namespace) -> list[str]:
 
 def _prepare(args: argparse.Namespace) -> Path:
     """The run's folder; sets the collector options ``run`` implies (log, probe, name)."""
-    from collectors.job import config_in
+    from dsmon.ds_config.find import config_in
 
     if not args.run:
         args.run = Path(args.dir).resolve().name if args.dir else time.strftime("run-%Y%m%d-%H%M%S")
@@ -83,6 +83,7 @@ def _prepare(args: argparse.Namespace) -> Path:
     args.probe_dir = [*args.probe_dir, str(folder / "probe")]
     if not args.ds_config:
         args.ds_config = [c for c in [config_in(args.command)] if c and Path(c).is_file()]
+    args.monitor_csv = [*args.monitor_csv, *monitor_globs(args.ds_config, [Path.cwd()])]
     if not args.hold_at_stop:
         args.release_at_stop = True  # the collector stops when the job has ended: its end
     return folder

@@ -8,6 +8,7 @@ at Ctrl-C.
 from __future__ import annotations
 
 import argparse
+import time
 from typing import Any
 
 from cli.alerting import add_alert_options, start_watcher, stop_watcher
@@ -90,9 +91,14 @@ def run(args: argparse.Namespace) -> int:
         ui = start_streamlit(
             store, args.port, args.address, args.refresh, not args.no_browser, command="watch"
         )
+        from dsmon.parse.run_files import run_name
+
+        note = StepOutputNote(store, args.run or run_name(args.log[0]))
         try:
             agent.start()
-            signalled = wait_for_signal(lambda: ui.poll() is not None or not agent.alive)
+            signalled = wait_for_signal(
+                lambda: note.check() or ui.poll() is not None or not agent.alive
+            )
             ui_ended = ui.poll() is not None  # the dashboard ended by itself
             agent.stop(grace_s(args))
         finally:
@@ -103,6 +109,54 @@ def run(args: argparse.Namespace) -> int:
     if ui_ended and not signalled:
         child_failed(ui, "watch")
     return 0
+
+
+class StepOutputNote:
+    """Says once, on the terminal, that the run's log has nothing per step, and what to do.
+
+    At DeepSpeed's defaults a job prints its start-up lines and then nothing per step, and
+    the dashboard stays empty without a word. Once the job's lines have been coming in for
+    :data:`GRACE_S` seconds with no step among them, the two ways to get steps are printed
+    (``dsmon.analysis.step_output``); a run that later prints steps changes nothing.
+    """
+
+    #: Seconds after the run's first record before its lack of steps is said.
+    GRACE_S = 60.0
+    #: Seconds between looks at the store.
+    EVERY_S = 10.0
+
+    def __init__(self, store_url: str, run: str) -> None:
+        self._url, self._run = store_url, run
+        self._first: float | None = None
+        self._next = 0.0
+        self.said = False
+
+    def check(self, now: float | None = None) -> bool:
+        """Look at the run's record counts when due; never ends the wait (returns False)."""
+        now = time.monotonic() if now is None else now
+        if self.said or now < self._next:
+            return False
+        self._next = now + self.EVERY_S
+        from dsmon.analysis import step_output
+        from dsmon.store.errors import StoreError
+        from dsmon.store.store import open_store
+
+        try:
+            with open_store(self._url) as store:
+                info = next((r for r in store.runs() if r.name == self._run), None)
+        except StoreError:
+            return False
+        if info is None or step_output.has_step_output(info.kinds):
+            self._first = None if info is None else self._first
+            self.said = info is not None and step_output.has_step_output(info.kinds)
+            return False
+        if not step_output.lacks_step_output(info.kinds):
+            return False
+        self._first = now if self._first is None else self._first
+        if now - self._first >= self.GRACE_S:
+            print(f"dsmon watch: run {self._run!r}: " + "\n  ".join(step_output.NO_STEP_OUTPUT))
+            self.said = True
+        return False
 
 
 def _token(args: argparse.Namespace) -> tuple[str, bool]:

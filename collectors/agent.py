@@ -293,6 +293,7 @@ class Settings:
         profile_files: the flops profiler's output files, re-read when rewritten.
         config_files: the run's ds_config files, for the health checklist.
         probe_dirs: folders of the per-rank probe's files.
+        monitor_files: globs of csv_monitor's series files.
         from_end: skip what the logs hold now.
         gpus: the ``--gpus`` selection text (None: ``$DSMON_GPUS`` or the visible devices).
         nvml_interval_s: seconds between GPU samples; 0 for none.
@@ -309,6 +310,7 @@ class Settings:
     profile_files: Sequence[str] = ()
     config_files: Sequence[str] = ()
     probe_dirs: Sequence[str] = ()
+    monitor_files: Sequence[str] = ()
     from_end: bool = False
     gpus: str | None = None
     nvml_interval_s: float = 1.0
@@ -363,6 +365,7 @@ def build_agent(
         config_files=settings.config_files,
         from_end=settings.from_end,
         probe_dirs=settings.probe_dirs,
+        monitor_files=settings.monitor_files,
     )
     spool = Spool(settings.state_dir / "spool", max_bytes=settings.spool_max_bytes)
     sender = Sender(transport, spool, backoff_s=(0.5, settings.retry_max_s))

@@ -33,9 +33,6 @@ PROBE_DIR_ENV = "DSMON_PROBE_DIR"
 BOOT_DIR = Path(collectors.probe.__file__).resolve().parent / "boot"
 #: Seconds a job is given to end after SIGTERM before it is killed.
 JOB_STOP_S = 30.0
-#: Options that name the job's ds_config: DeepSpeed's, and the Hugging Face Trainer's
-#: ``--deepspeed ds_config.json`` (DeepSpeed's own ``--deepspeed`` is a flag without a value).
-_CONFIG_OPTIONS = ("--deepspeed_config", "--deepspeed-config", "--deepspeed")
 
 
 def copy_probe(dest: Path) -> Path:
@@ -71,21 +68,6 @@ def probe_env(env: Mapping[str, str], probe_dir: Path) -> dict[str, str]:
     out["PYTHONPATH"] = os.pathsep.join(path)
     out[PROBE_DIR_ENV] = str(probe_dir.resolve())
     return out
-
-
-def config_in(cmd: Sequence[str]) -> str | None:
-    """The ds_config file the job is given (``--deepspeed_config``, Trainer's ``--deepspeed``)."""
-    for i, arg in enumerate(cmd):
-        option, eq, value = arg.partition("=")
-        if option not in _CONFIG_OPTIONS:
-            continue
-        if not eq:
-            value = cmd[i + 1] if i + 1 < len(cmd) else ""
-        if option == "--deepspeed" and not value.endswith(".json"):
-            continue  # DeepSpeed's flag, followed by the next option or a script's argument
-        if value and not value.startswith("-"):
-            return value
-    return None
 
 
 def _tee(src: IO[bytes], log: Path, out: IO[bytes]) -> threading.Thread:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dsmon.analysis import comm, coordinator, step_stats, steps
+from dsmon.analysis import collectives, comm, coordinator, step_stats, steps
 from dsmon.analysis.downsample import downsample
-from dsmon.analysis.peaks import LINKS, find_link
+from dsmon.analysis.peaks import LINKS, expected_link, find_link
+from dsmon.figures import collectives as collectives_fig
 from dsmon.figures import comm as fig
 from dsmon.figures.common import fmt_ms, fmt_pct, rounded
 from dsmon.health.gather import config_from_records
@@ -69,9 +70,10 @@ WAITING = (
     "{how}"
 )
 SPLIT_HOW = (
-    "dsmon run's probe on every rank tells the two apart: the wire time is the slowest rank's "
-    "time in collectives (it waits for no one), the waiting is what the rank that waited most "
-    "spent beyond it; medians over the steps after warm-up, as the checklist judges them."
+    "dsmon run's probe on every rank tells the two apart: the wire time is, for each kind of "
+    "collective call, the least time any rank spent in it (the last rank to arrive waits for "
+    "no one), the waiting is what the rank that waited most spent beyond it; medians over the "
+    "steps after warm-up, as the checklist judges them."
 )
 NO_SPLIT_HOW = (
     "Start the job with `dsmon run` to tell the wire time from the waiting (on a GPU, NCCL "
@@ -211,6 +213,53 @@ def overlap_section(bd: pd.DataFrame, op_rows: pd.DataFrame) -> None:
     st.dataframe(rounded(est, 3), hide_index=True, width="stretch")
 
 
+NO_LINK = "none"
+
+
+def probe_section() -> None:
+    """Every collective every rank made, from dsmon run's probe: bandwidth over the run."""
+    f, cut = view.frames, view.cutoff
+    buckets = rank_views.comm(f, cut)
+    if buckets.empty:
+        st.info(
+            "No collectives measured by dsmon's probe: start the job with `dsmon run -- "
+            "deepspeed train.py ...` to see every collective of every rank, with no comms "
+            "logger."
+        )
+        return
+    measured = rank_views.stats(f, cut)["coll_wire_ms"].notna().sum()
+    st.metric("Steps with every collective measured", f"{measured}")
+    summary = f.gpu_summary(cut)
+    names = [str(n) for n in summary["name"].dropna()] if "name" in summary.columns else []
+    info = f.info()
+    guess = expected_link(names, len(info.nodes) if info is not None and info.nodes else None)
+    options = [NO_LINK, *(link.name for link in LINKS)]
+    chosen = st.selectbox(
+        "Expected link (bus bandwidth)",
+        options,
+        index=options.index(guess.name) if guess else 0,
+        key="communication.probe_link",
+        help="Guessed from the GPUs' model on a one-node run; between nodes, pick the network.",
+    )
+    link = find_link(chosen)
+    chart(
+        collectives_fig.bandwidth_over_time(
+            collectives.bandwidth(buckets), link.gbps if link else None, link.name if link else ""
+        ),
+        "communication.probe_bandwidth",
+    )
+    st.caption(
+        "Bus bandwidth as nccl-tests defines it: message bytes (an all-gather's whole output) "
+        "over the wire time, times 2(n-1)/n for an all-reduce and (n-1)/n for an all-gather "
+        "or reduce-scatter; messages under 1 KiB measure latency, not bandwidth, and are in the "
+        "table only. Wire time is the least time any rank spent in the calls (the last "
+        "rank to arrive waits for no one); the skew is how long the first rank waited for the "
+        "last, per call. DeepSpeed's comms logger prints the same bus bandwidth; its algbw of "
+        "an all-reduce is twice nccl-tests'."
+    )
+    st.dataframe(rounded(collectives.run_table(buckets), 3), hide_index=True, width="stretch")
+
+
 def body() -> None:
     """The page; re-run alone every ``refresh_s`` seconds when live (``ui.page.live_body``)."""
     f, cut = view.frames, view.cutoff
@@ -226,6 +275,8 @@ def body() -> None:
     else:
         timers_section(bd)
     coordinator_section(bd)
+    st.subheader("Collectives of every rank (dsmon run's probe)")
+    probe_section()
     st.subheader("Collectives (comms logger)")
     logger_section(bd)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dsmon.analysis import flops, ranks, step_stats, steps, training
+from dsmon.analysis import flops, ranks, step_output, step_stats, steps, training
 from dsmon.analysis.downsample import downsample
 from dsmon.figures import ranks as ranks_fig
 from dsmon.figures import steps as fig
@@ -159,8 +159,12 @@ def without_timers() -> None:
         ),
     )
     speed = training.only_metrics(series, SPEED)
+    info = f.info()
+    if info is not None and step_output.lacks_step_output(info.kinds):
+        st.warning("\n\n".join(step_output.NO_STEP_OUTPUT))
+        return
     st.info(
-        "No engine timer lines in this run, so no fwd/bwd/step breakdown: turn on "
+        "No engine timer lines in this run, so no fwd/bwd/step breakdown from rank 0: turn on "
         '"wall_clock_breakdown": true in the DeepSpeed config.'
         + (
             " Below: speed from the lines it did print or dsmon run's probe."
@@ -200,6 +204,16 @@ def every_rank() -> None:
         st.caption(
             f"Time in collectives: {split.text()} (medians over steps; the Communication "
             "page splits it)."
+        )
+    phases = rank_views.phases(f, cut)
+    if not phases.empty and (phases["input_ms"] > 0).any():
+        chart(ranks_fig.phases_figure(phases), "steps.phases_figure")
+        st.caption(
+            "Each rank's step, from dsmon run's probe, as the mean over the run: input is the "
+            "host time outside the engine before its forwards (data loading, the script's "
+            "host work), apart from the engine's fwd, bwd and step. A rank with a long input "
+            "bar is bound by its input, and the others wait for it in the next collective "
+            "(see ranks.input_bound on the Health page)."
         )
     chart(ranks_fig.busy_figure(busy), "steps.busy_figure")
     chart(

@@ -83,6 +83,22 @@ SCENARIOS: dict[str, Scenario] = {
             ("--steps", "40", "--slow-rank", "1", "--slow-s", "0.2"),
         ),
         Scenario(
+            "slow_data",
+            "rank 1's data loader takes 150 ms per batch; its engine phases are as fast as rank 0's",
+            BASE,
+            ("--steps", "30", "--slow-data-rank", "1", "--slow-data-s", "0.15"),
+        ),
+        Scenario(
+            "monitored",
+            "the comms logger (verbose) and csv_monitor on, at log_level info",
+            _with(
+                log_level="info",
+                comms_logger={"enabled": True, "verbose": True, "prof_all": True},
+                csv_monitor={"enabled": True, "output_path": "monitor/", "job_name": "tiny"},
+            ),
+            ("--steps", "30", "--sleep", "0.02"),
+        ),
+        Scenario(
             "hang_then_kill",
             "rank 1 stops after step 20 (SIGSTOP); the job is killed 45 s after its last beat",
             BASE,

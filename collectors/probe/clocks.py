@@ -17,6 +17,8 @@ class PhaseClock(Protocol):
     """Starts and stops the timing of one phase; :meth:`elapsed_ms` reads a stopped one."""
 
     name: str
+    #: ``torch.cuda`` when the phases run on a CUDA device, else None.
+    cuda: Any
 
     def start(self) -> Any:
         """A token for :meth:`stop` (cheap: this is the training loop's hot path)."""
@@ -32,6 +34,7 @@ class MonotonicClock:
     """Host time: right on the CPU accelerator, where every phase runs on the host."""
 
     name = "cpu"
+    cuda = None
 
     def start(self) -> int:
         """Now, in nanoseconds."""
@@ -53,6 +56,7 @@ class CudaEventClock:
 
     def __init__(self, cuda: Any) -> None:
         self._cuda = cuda
+        self.cuda = cuda
 
     def start(self) -> Any:
         """An event recorded on the current stream."""

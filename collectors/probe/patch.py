@@ -24,7 +24,9 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
+from . import values
 from .clocks import MonotonicClock, clock_for
+from .collectives import GroupSizes, facts_reader
 from .engine_info import describe
 from .recorder import BEFORE_TRAINING, Recorder
 
@@ -54,6 +56,29 @@ COLLECTIVES = (
 )
 
 
+#: The module of DeepSpeed's torch.distributed backend, whose methods make the calls.
+BACKEND_MODULE = "deepspeed.comm.torch"
+#: Its methods timed as the collective's own time (:func:`wrap_backend`).
+BACKEND_METHODS = (
+    "all_reduce",
+    "inference_all_reduce",
+    "all_reduce_coalesced",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "broadcast",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_base",
+    "all_gather_coalesced",
+    "all_to_all_single",
+    "all_to_all",
+    "gather",
+    "scatter",
+    "barrier",
+)
+
+
 class _Probe:
     """The process's one recorder, made as the first engine is built (or at its first call)."""
 
@@ -62,6 +87,12 @@ class _Probe:
     comm_depth = 0
     init_depth = 0
     failed = False
+    groups = GroupSizes()
+    #: The backend's own times of the ``deepspeed.comm`` call in progress (:func:`wrap_backend`).
+    inner: list[Any] | None = None
+    #: ``deepspeed.comm``'s comms logger: only while it is on does a call do more than the
+    #: backend's (so only then is the backend's time taken apart).
+    comms_logger: Any = None
 
 
 def _warn(what: str, exc: BaseException) -> None:
@@ -137,17 +168,55 @@ def _progress(engine: Any) -> tuple[int | None, float | None]:
     )
 
 
+def _grad_norm(engine: Any, cuda: Any) -> Any:
+    """A :func:`.values.take` reading of the engine's global gradient norm after a step.
+
+    ``get_global_grad_norm()`` is what DeepSpeed's own monitors write as ``Train/Samples/
+    grad_norm``: a tensor or a float, inf on a step skipped for overflow, None before the
+    optimizer computed one.
+    """
+    try:
+        get = getattr(engine, "get_global_grad_norm", None)
+        value = get() if callable(get) else getattr(engine, "_global_grad_norm", None)
+    except Exception:  # noqa: BLE001 - an engine that cannot say: no value
+        return None
+    return None if value is None else values.take(value, cuda)
+
+
+def _before_call(rec: Recorder, phase: str, loss: Any) -> None:
+    """What the probe reads as an engine call starts.
+
+    Before a forward, the time outside the engine since the last call ended; at a backward,
+    the loss it was given.
+    """
+    try:
+        if phase == "forward" and rec.left_engine_ns is not None:
+            rec.input_wait((time.perf_counter_ns() - rec.left_engine_ns) / 1e6)
+        elif phase == "backward" and loss is not None:
+            rec.loss(values.take(loss, rec.clock.cuda))
+    except Exception as exc:  # noqa: BLE001 - a reading must never break the run
+        _warn(f"cannot read the {phase}'s input", exc)
+
+
 def wrap_engine_method(fn: Callable[..., Any], phase: str) -> Callable[..., Any]:
-    """``fn`` timed as ``phase``; ``step`` also ends the optimizer step at a boundary."""
+    """``fn`` timed as ``phase``; ``step`` also ends the optimizer step at a boundary.
+
+    Around the call the probe also reads the time outside the engine before each forward
+    (data loading and the script's host work), the loss given to ``backward``, and the
+    engine's gradient norm at each optimizer step.
+    """
+    reads = phase in ("forward", "backward")
 
     @functools.wraps(fn)
     def wrapper(engine: Any, *args: Any, **kwargs: Any) -> Any:
-        rec = _recorder(engine)
+        rec = _Probe.recorder or _recorder(engine)
         if rec is None or _Probe.depth:
             return fn(engine, *args, **kwargs)
         if rec.state[1] in BEFORE_TRAINING:  # the first call: step 1 starts here
             rec.begin(clock_for(engine))
         before = getattr(engine, "global_steps", None)
+        if reads:
+            _before_call(rec, phase, args[0] if args else kwargs.get("loss"))
         _Probe.depth += 1
         rec.enter(phase)
         token = rec.clock.start()
@@ -158,9 +227,10 @@ def wrap_engine_method(fn: Callable[..., Any], phase: str) -> Callable[..., Any]
             _Probe.depth -= 1
             after = getattr(engine, "global_steps", None)
             if phase == "step" and isinstance(after, int) and after != before:
-                rec.boundary(after, *_progress(engine))
+                rec.boundary(after, *_progress(engine), _grad_norm(engine, rec.clock.cuda))
             else:
                 rec.enter("outside")
+            rec.left_engine_ns = time.perf_counter_ns()
 
     wrapper.__dsmon_probe__ = True  # type: ignore[attr-defined]
     return wrapper
@@ -199,7 +269,13 @@ def wrap_engine_init(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def wrap_collective(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
-    """``fn`` reported in the heartbeat while running; its host time counted when blocking."""
+    """``fn`` reported in the heartbeat while running, and measured (:mod:`.collectives`).
+
+    Its host time counts in the step's ``comm_ms`` when it blocks; its time from the rank's
+    clock (CUDA events on a GPU), size and group go into the step's ``collectives``. A call
+    made with ``async_op=True`` is counted untimed: it returns before its work is done.
+    """
+    read_facts = facts_reader(name, _Probe.groups)
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -209,17 +285,70 @@ def wrap_collective(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
         _Probe.comm_depth += 1
         before = rec.state
         rec.enter(before[1], name)
+        waits = not kwargs.get("async_op")
+        try:
+            nbytes, bucket, group = read_facts(args, kwargs)
+        except Exception:  # noqa: BLE001 - a group torch cannot size: measured without it
+            nbytes, bucket, group = None, None, None
+        clock = rec.clock
+        token = clock.start() if waits and clock.cuda is not None else None
+        logger = _Probe.comms_logger
+        _Probe.inner = [] if logger is not None and logger.enabled else None
         t0 = time.perf_counter_ns()
         try:
             return fn(*args, **kwargs)
         finally:
-            if not kwargs.get("async_op"):
-                rec.comm((time.perf_counter_ns() - t0) / 1e6)
+            host_ms = (time.perf_counter_ns() - t0) / 1e6
+            inner, _Probe.inner = _Probe.inner, None
+            if waits:
+                rec.comm(host_ms)
+            own = host_ms if token is None else clock.stop(token)
+            pendings = (inner or [own]) if waits else []
+            rec.collective((name, bucket, group, waits), nbytes, pendings)
             _Probe.comm_depth -= 1
             rec.state = (rec.state[0], *before[1:])  # back in the phase, since it began
 
     wrapper.__dsmon_probe__ = True  # type: ignore[attr-defined]
     return wrapper
+
+
+def wrap_backend(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A method of DeepSpeed's torch.distributed backend, timed as the collective's own time.
+
+    ``deepspeed.comm``'s functions are what the engine calls, and what the probe names and
+    sizes; with the comms logger on, each call there also inspects its arguments,
+    synchronises and prints its line. The backend's method is the torch.distributed call
+    alone: its time, when the backend is DeepSpeed's torch one, is the time a
+    ``deepspeed.comm`` call's measurement keeps while the comms logger is on (off, the two
+    differ by a function call, and the backend is not timed apart).
+    """
+
+    @functools.wraps(fn)
+    def wrapper(backend: Any, *args: Any, **kwargs: Any) -> Any:
+        rec, inner = _Probe.recorder, _Probe.inner
+        if rec is None or inner is None or _Probe.comm_depth != 1:
+            return fn(backend, *args, **kwargs)
+        _Probe.comm_depth += 1  # a backend method calling another is timed once
+        clock = rec.clock
+        token = clock.start() if clock.cuda is not None else None
+        t0 = time.perf_counter_ns()
+        try:
+            return fn(backend, *args, **kwargs)
+        finally:
+            _Probe.comm_depth -= 1
+            ms = (time.perf_counter_ns() - t0) / 1e6
+            inner.append(ms if token is None else clock.stop(token))
+
+    wrapper.__dsmon_probe__ = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+def patch_backend(cls: type, names: Sequence[str] = BACKEND_METHODS) -> None:
+    """Wrap the named collective methods of a backend class, where it has them."""
+    for name in names:
+        fn = cls.__dict__.get(name)
+        if callable(fn) and not getattr(fn, "__dsmon_probe__", False):
+            setattr(cls, name, wrap_backend(fn))
 
 
 def patch_engine(module: ModuleType) -> None:
@@ -236,6 +365,10 @@ def patch_engine(module: ModuleType) -> None:
         comm = sys.modules.get(name)
         if comm is not None:
             patch_collectives(comm)
+            _Probe.comms_logger = getattr(comm, "comms_logger", _Probe.comms_logger)
+    backend = getattr(sys.modules.get(BACKEND_MODULE), "TorchBackend", None)
+    if isinstance(backend, type):
+        patch_backend(backend)
 
 
 def patch_collectives(comm: ModuleType, names: Sequence[str] = COLLECTIVES) -> None:

@@ -12,8 +12,10 @@ call: a job that loads data or compiles for minutes before its first step is see
 Line formats (one JSON object per line, documented in dsmon's docs/records.md)::
 
     {"kind": "rank_step", "ts": "...", "rank": 1, "step": 12, "fwd_ms": 3.1, "bwd_ms": 9.4,
-     "step_ms": 2.0, "comm_ms": 6.2, "total_ms": 15.0, "micro_steps": 2, "clock": "cpu",
-     "skipped_steps": 0, "loss_scale": 65536.0}
+     "step_ms": 2.0, "comm_ms": 6.2, "total_ms": 15.0, "input_ms": 0.4, "micro_steps": 2,
+     "clock": "cpu", "skipped_steps": 0, "loss_scale": 65536.0, "loss": 2.31,
+     "grad_norm": 0.87, "collectives": [{"op": "all_reduce", "bucket_bytes": 131072,
+     "group_size": 8, "calls": 1, "msg_bytes": 132352, "time_ms": 1.9}]}
     {"kind": "heartbeat", "ts": "...", "rank": 1, "step": 13, "phase": "backward",
      "collective": "all_reduce", "phase_since": "...", "pid": 4242}
     {"kind": "heartbeat", ..., "phase": "failed", ..., "error": "RuntimeError: ..."}
@@ -35,7 +37,10 @@ from collections import deque
 from datetime import datetime
 from typing import Any
 
+from . import values
 from .clocks import PhaseClock
+from .collectives import CollectiveTally, Key
+from .collectives import lines as collective_lines
 
 #: Seconds between wake-ups of the writer thread.
 INTERVAL_S = 1.0
@@ -93,6 +98,11 @@ class Recorder:
         self._window: dict[str, list[Any]] = {p: [] for p in TIMED}
         self._comm_ms: float | None = None
         self._last_end = time.perf_counter_ns()
+        self._input_ms: float | None = None
+        self._losses: list[Any] = []
+        self._tally = CollectiveTally()
+        #: When the rank last left an engine call (``perf_counter_ns``); None before the first.
+        self.left_engine_ns: int | None = None
         self._queue: deque[dict[str, Any]] = deque()
         self._written: tuple[Any, ...] | None = None
         self._written_at = 0.0
@@ -131,13 +141,30 @@ class Recorder:
         """Host time spent blocked in a collective during this step."""
         self._comm_ms = (self._comm_ms or 0.0) + ms
 
+    def collective(self, key: Key, nbytes: int | None, pendings: list[Any]) -> None:
+        """One collective call of this step and its times (see :mod:`.collectives`)."""
+        self._tally.add(key, nbytes, pendings)
+
+    def input_wait(self, ms: float) -> None:
+        """Host time outside the engine before a forward (data loading, the script's work)."""
+        self._input_ms = (self._input_ms or 0.0) + ms
+
+    def loss(self, pending: Any) -> None:
+        """The loss one micro-batch passed to ``backward`` (a :func:`.values.take` reading)."""
+        self._losses.append(pending)
+
     def boundary(
-        self, step: int, skipped_steps: int | None = None, loss_scale: float | None = None
+        self,
+        step: int,
+        skipped_steps: int | None = None,
+        loss_scale: float | None = None,
+        grad_norm: Any = None,
     ) -> None:
         """Optimizer step ``step`` (1-based) just ended: queue its line, start the next.
 
         ``skipped_steps`` is the engine's count of steps skipped on overflow so far and
-        ``loss_scale`` the optimizer's scale after this step, when the engine has them.
+        ``loss_scale`` the optimizer's scale after this step, when the engine has them;
+        ``grad_norm`` a :func:`.values.take` reading of its global gradient norm.
         """
         now_ns = time.perf_counter_ns()
         self._queue.append(
@@ -149,10 +176,17 @@ class Recorder:
                 "total_ms": (now_ns - self._last_end) / 1e6,
                 "skipped_steps": skipped_steps,
                 "loss_scale": loss_scale,
+                "input_ms": self._input_ms,
+                "losses": self._losses,
+                "grad_norm": grad_norm,
+                "collectives": self._tally.entries,
             }
         )
         self._window = {p: [] for p in TIMED}
         self._comm_ms = None
+        self._input_ms = None
+        self._losses = []
+        self._tally = CollectiveTally()
         self._last_end = now_ns
         self.state = (step + 1, "outside", None, time.time())
 
@@ -219,6 +253,10 @@ class Recorder:
                 return None
             known = [p for p in parts if p is not None]
             times[field] = round(sum(known), 3) if known else None
+        read = self._values(item, final)
+        if read is None:
+            return None
+        loss, grad_norm, collectives = read
         return {
             "kind": "rank_step",
             "ts": stamp(item["t"]),
@@ -231,7 +269,31 @@ class Recorder:
             "clock": self.clock.name,
             "skipped_steps": item["skipped_steps"],
             "loss_scale": item["loss_scale"],
+            "input_ms": None if item["input_ms"] is None else round(item["input_ms"], 3),
+            "loss": loss,
+            "grad_norm": grad_norm,
+            "collectives": collectives,
         }
+
+    def _values(
+        self, item: dict[str, Any], final: bool
+    ) -> tuple[float | None, float | None, list[dict[str, Any]]] | None:
+        """The step's loss (the mean of its micro-batches'), gradient norm and collectives.
+
+        None while the device has not passed one of them (on CUDA), unless ``final``: then
+        what is still unknown is left out.
+        """
+        losses = [values.read(p) for p in item["losses"]]
+        grad_norm = values.read(item["grad_norm"])
+        pending = grad_norm is values.NOT_YET or any(x is values.NOT_YET for x in losses)
+        if pending and not final:
+            return None
+        collectives = collective_lines(item["collectives"], self.clock.elapsed_ms, final)
+        if collectives is None:
+            return None
+        known = [x for x in losses if isinstance(x, float)]
+        loss = sum(known) / len(known) if known else None
+        return loss, grad_norm if isinstance(grad_norm, float) else None, collectives
 
     def _beat(self, force: bool) -> dict[str, Any] | None:
         step, phase, collective, since = self.state

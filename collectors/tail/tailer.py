@@ -43,6 +43,7 @@ from dsmon.model.records import Record
 from dsmon.parse.log import LogParser
 from dsmon.parse.probe import ProbeParser
 from dsmon.parse.run_files import rank_of, static_root
+from dsmon.parse.side_files import CsvMonitorParser
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +78,7 @@ class Tailer:
         make_parser: builds a generation's parser from its label (default ``LogParser``).
         probe_dirs: folders of the per-rank probe's files (``DSMON_PROBE_DIR``, see
             ``dsmon run``): their ``rank-*.jsonl`` files are followed with ``ProbeParser``.
+        monitor_files: globs of csv_monitor's series, followed with ``CsvMonitorParser``.
         parse_profile: parses a profile file's text given its label.
         rescan_s: how often the globs are matched again.
         clock: monotonic seconds.
@@ -94,17 +96,20 @@ class Tailer:
         from_end: bool = False,
         make_parser: ParserFactory | None = None,
         probe_dirs: Sequence[str] = (),
+        monitor_files: Sequence[str] = (),
         parse_profile: ProfileParser | None = None,
         rescan_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._probe_patterns = [os.path.join(d, PROBE_FILES) for d in probe_dirs]
-        self.patterns = [*patterns, *self._probe_patterns]
+        self._monitor_patterns = list(monitor_files)
+        self.patterns = [*patterns, *self._probe_patterns, *self._monitor_patterns]
         self.run = run
         self.node = node
         self._state = state
         self._make_parser = make_parser or (lambda label: LogParser(run, label, node, live=True))
         self._make_probe_parser: ParserFactory = lambda label: ProbeParser(run, label, node)
+        self._make_monitor_parser: ParserFactory = lambda label: CsvMonitorParser(run, label, node)
         self._from_end = from_end
         self._rescan_s = rescan_s
         self._clock = clock
@@ -238,9 +243,11 @@ class Tailer:
         carry: str = "",
     ) -> FileFollower:
         probe = any(fnmatch.fnmatchcase(path, p) for p in self._probe_patterns)
+        monitor = any(fnmatch.fnmatchcase(path, p) for p in self._monitor_patterns)
+        make = self._make_probe_parser if probe else self._make_parser
         return FileFollower(
             path,
-            self._make_probe_parser if probe else self._make_parser,
+            self._make_monitor_parser if monitor else make,
             label=label,
             rank=rank_of(path),
             saved=saved,

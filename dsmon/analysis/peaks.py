@@ -13,7 +13,7 @@ rate; plain fp32 uses the CUDA-core rate, because PyTorch leaves TF32 matmuls of
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -163,3 +163,26 @@ LINKS: tuple[LinkBandwidth, ...] = (
 def find_link(name: str) -> LinkBandwidth | None:
     """The link row with this exact ``name``."""
     return next((link for link in LINKS if link.name == name), None)
+
+
+#: The link inside one node of each GPU model that has a known one (``re.search`` on the name
+#: NVML reports): NVLink for the SXM boards, the PCIe generation of the PCIe cards.
+NODE_LINKS: tuple[tuple[str, str], ...] = (
+    (r"h100.*pcie", LINKS[2].name),
+    (r"a100.*pcie", LINKS[3].name),
+    (r"h100|h200|h800|gh200", LINKS[0].name),
+    (r"a100|a800", LINKS[1].name),
+)
+
+
+def expected_link(gpu_names: Sequence[str], nodes: int | None) -> LinkBandwidth | None:
+    """The link a collective inside one node of these GPUs is expected to run at, if known.
+
+    Only for a one-node run of one GPU model: between nodes the network decides, which the
+    GPU's name does not tell.
+    """
+    models = {n.strip().lower() for n in gpu_names if n}
+    if nodes != 1 or len(models) != 1:
+        return None
+    (name,) = models
+    return next((find_link(link) for pattern, link in NODE_LINKS if re.search(pattern, name)), None)

@@ -21,14 +21,18 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from dsmon.analysis import collectives
 from dsmon.model.records import ENDED_PHASES
-from dsmon.store.ranks.sql import STAT_COLUMNS
-from dsmon.store.ranks.tables import BUSY_COLUMNS
+from dsmon.store.ranks.sql import PHASE_SUMS, STAT_COLUMNS
+from dsmon.store.ranks.tables import BUSY_COLUMNS, PHASE_COLUMNS
 
-RANK_STEP_COLUMNS = ("step", "rank", "fwd_ms", "bwd_ms", "step_ms", "comm_ms", "total_ms")
-#: What the probe adds to a step besides its times (probes before 2026-12-05 wrote neither).
-_ENGINE_COLUMNS = ("skipped_steps", "loss_scale")
-TABLE_COLUMNS = (*RANK_STEP_COLUMNS, "busy_ms", "ts", *_ENGINE_COLUMNS)
+RANK_STEP_COLUMNS = (
+    "step", "rank", "fwd_ms", "bwd_ms", "step_ms", "comm_ms", "total_ms", "input_ms",
+)  # fmt: skip
+#: What the probe adds to a step besides its times (probes before 2026-12-05 wrote neither;
+#: before 2026-12-06, no loss or gradient norm).
+_ENGINE_COLUMNS = ("skipped_steps", "loss_scale", "loss", "grad_norm")
+TABLE_COLUMNS = (*RANK_STEP_COLUMNS, "busy_ms", "ts", *_ENGINE_COLUMNS, "coll_ms")
 #: One row per step (:func:`step_stats`): what the store keeps in ``rank_step_stats``, less
 #: the ``id`` a live reader pages with.
 STEP_STAT_COLUMNS = tuple(c for c in STAT_COLUMNS if c != "id")
@@ -45,24 +49,43 @@ def _empty(columns: Sequence[str]) -> pd.DataFrame:
     )
 
 
-def rank_step_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per step and rank with ``busy_ms``, from the store's ``rank_step`` frame.
+def rank_step_table(frame: pd.DataFrame, keep_collectives: bool = False) -> pd.DataFrame:
+    """One row per step and rank with ``busy_ms`` and ``coll_ms``, from a ``rank_step`` frame.
 
     The same step of a rank stored twice (a collector restarted on a copied file, a job
     resumed from a checkpoint) counts once, the last stored; rows without a step or rank
-    cannot be placed and are dropped.
+    cannot be placed and are dropped. ``keep_collectives``: the records' ``collectives``
+    column too (for :func:`dsmon.analysis.collectives.collective_rows`).
     """
     if frame.empty or "rank" not in frame.columns:
         return _empty(TABLE_COLUMNS)
     out = frame.dropna(subset=["step", "rank"]).drop_duplicates(
         subset=["step", "rank"], keep="last"
     )
-    out = out.reindex(columns=[*RANK_STEP_COLUMNS, "ts", *_ENGINE_COLUMNS])
+    out = out.reindex(columns=[*RANK_STEP_COLUMNS, "ts", *_ENGINE_COLUMNS, "collectives"])
     out = out.astype({c: "float64" for c in (*RANK_STEP_COLUMNS[2:], *_ENGINE_COLUMNS)})
     waited = out["comm_ms"].fillna(0.0)
     out["busy_ms"] = (out["total_ms"] - waited).clip(lower=0.0)
+    out["coll_ms"] = _coll_ms(out["collectives"])
     out = out.sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
-    return out[list(TABLE_COLUMNS)]
+    return out[[*TABLE_COLUMNS, "collectives"]] if keep_collectives else out[list(TABLE_COLUMNS)]
+
+
+def _coll_ms(items: pd.Series) -> np.ndarray:
+    """Each row's time in timed collectives (ms), its ``collectives``' times summed.
+
+    NaN without a timed one, as the store's ``coll_ms``.
+    """
+    out = np.full(len(items), np.nan)
+    for i, calls in enumerate(items.tolist()):
+        times = [
+            t
+            for c in (calls if isinstance(calls, tuple | list) else ())
+            if (t := c.get("time_ms") if isinstance(c, dict) else c.time_ms) is not None
+        ]
+        if times:
+            out[i] = float(sum(times))
+    return out
 
 
 def step_stats(frame: pd.DataFrame) -> pd.DataFrame:
@@ -72,16 +95,22 @@ def step_stats(frame: pd.DataFrame) -> pd.DataFrame:
     equals; ``fastest_ms`` is the least busy rank's busy time (the rank that waited most,
     :mod:`dsmon.analysis.waiting`); ``wall_ms`` is the slowest rank's step time (the step's wall time, see
     :func:`step_wall_ms`); ``waited`` counts the ranks seen blocked in a collective;
-    ``skipped_steps`` and ``loss_scale`` are the engine's (the same on every rank). The store
+    ``skipped_steps`` and ``loss_scale`` are the engine's (the same on every rank), ``loss``
+    the lowest rank's, ``grad_norm`` the engine's; ``coll_wire_ms`` is the step's wire time in
+    collectives and ``coll_max_ms`` the most time a rank spent in them
+    (:mod:`dsmon.analysis.collectives`). The store
     keeps this table as records arrive (``Store.ranks.step_stats``); this is the same from a
     frame, for logs read into memory and for replay positions.
     """
-    table = rank_step_table(frame)
+    table = rank_step_table(frame, keep_collectives=True)
     if table.empty:
         return _empty(STEP_STAT_COLUMNS)
     by = table.groupby("step", sort=True)
     timed = table.dropna(subset=["busy_ms"])
     slowest = timed.loc[timed.groupby("step")["busy_ms"].idxmax()].set_index("step")["rank"]
+    with_loss = table.dropna(subset=["loss"])  # sorted by step, rank: the lowest rank first
+    loss = with_loss.groupby("step")["loss"].first()
+    wire = collectives.step_wire_ms(collectives.collective_rows(table))
     out = pd.DataFrame(
         {
             "ts": by["ts"].max(),
@@ -95,8 +124,13 @@ def step_stats(frame: pd.DataFrame) -> pd.DataFrame:
             "waited": by["comm_ms"].count().astype("float64"),
             "skipped_steps": by["skipped_steps"].max(),
             "loss_scale": by["loss_scale"].max(),
+            "loss": loss,
+            "grad_norm": by["grad_norm"].max(),
+            "coll_wire_ms": wire,
+            "coll_max_ms": by["coll_ms"].max(),
         }
     )
+    out.index.name = "step"  # an empty part's index has no name
     return out.reset_index()[list(STEP_STAT_COLUMNS)]
 
 
@@ -113,6 +147,73 @@ def busy_buckets(table: pd.DataFrame, width: int) -> pd.DataFrame:
     out["busy_ms"] = out["total"] / out["n"].where(out["n"] > 0)
     out["n"] = out["n"].astype("float64")
     return out[list(BUSY_COLUMNS)]
+
+
+#: A bucket width that holds every step of any run: :func:`phase_buckets` (and the store's
+#: ``ranks.phases``) over the whole run, one row per rank.
+WHOLE_RUN = 1 << 40
+#: Where a frames mapping (the checklist's inputs) holds each rank's whole-run phases.
+PHASES_KEY = "rank_step:phases"
+
+
+def phase_buckets(table: pd.DataFrame, width: int) -> pd.DataFrame:
+    """Each rank's mean time per step in each phase, per bucket of ``width`` steps.
+
+    From :func:`rank_step_table`, as the store's ``ranks.phases`` reads its roll-ups: the
+    steps with a busy time count, and a phase a step has no time for adds 0 to it.
+    """
+    if table.empty:
+        return _empty(PHASE_COLUMNS)
+    timed = table[table["busy_ms"].notna()]
+    bucket = (timed["step"] // width) * width
+    filled = timed[list(PHASE_SUMS)].fillna(0.0)
+    filled["n"] = 1.0
+    by = filled.groupby([timed["rank"], bucket.rename("step")])
+    out = by.sum().reset_index()
+    for col in PHASE_SUMS:
+        out[col] = out[col] / out["n"]
+    return out[list(PHASE_COLUMNS)].astype("float64")
+
+
+#: Columns of :func:`input_shares`.
+INPUT_COLUMNS = ("rank", "steps", "input_ms", "total_ms", "share")
+
+
+def input_shares(phases: pd.DataFrame) -> pd.DataFrame:
+    """Per rank, its mean time before its forwards and that time's share of its step.
+
+    The time before the forwards is data loading and the script's host work; largest share
+    first (ties: lower rank first). From :func:`phase_buckets` (or ``ranks.phases``) over the whole run, bucket by bucket
+    weighted by its steps.
+    """
+    if phases.empty:
+        return _empty(INPUT_COLUMNS)
+    n = phases["n"].to_numpy(dtype=np.float64)
+    sums = (
+        pd.DataFrame(
+            {
+                "rank": phases["rank"].to_numpy(),
+                "steps": n,
+                "input": phases["input_ms"].to_numpy(dtype=np.float64) * n,
+                "total": phases["total_ms"].to_numpy(dtype=np.float64) * n,
+            }
+        )
+        .groupby("rank", sort=True)
+        .sum()
+    )
+    steps = sums["steps"].where(sums["steps"] > 0)
+    out = pd.DataFrame(
+        {
+            "rank": sums.index.to_numpy(dtype=np.float64),
+            "steps": sums["steps"].to_numpy(),
+            "input_ms": (sums["input"] / steps).to_numpy(),
+            "total_ms": (sums["total"] / steps).to_numpy(),
+        }
+    )
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["share"] = np.where(out["total_ms"] > 0, out["input_ms"] / out["total_ms"], np.nan)
+    out = out.sort_values(["share", "rank"], ascending=[False, True], na_position="last")
+    return out.reset_index(drop=True)[list(INPUT_COLUMNS)]
 
 
 def last_beats(heartbeats: pd.DataFrame) -> pd.DataFrame:

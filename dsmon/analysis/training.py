@@ -153,6 +153,8 @@ def kind_series(
 
 #: The probe's per-step figures (``dsmon.analysis.ranks.step_stats`` columns) as metrics.
 PROBE_METRICS = {
+    "loss": "loss",
+    "grad norm": "grad_norm",
     "iteration time": "wall_ms",
     "loss scale": "loss_scale",
     "skipped steps": "skipped_steps",
@@ -171,6 +173,21 @@ def probe_series(
         return _sorted_points([])
     parts = [_points(stats, PROBE_METRICS[m], m, PROBE_SOURCE) for m in metrics]
     return _sorted_points(parts)
+
+
+def skipped_steps(stats: pd.DataFrame) -> np.ndarray:
+    """The steps the engine skipped on overflow, from the probe's per-step figures.
+
+    A step whose ``skipped_steps`` counter is above the one before it (the first step: above
+    0) was skipped: fp16's loss scaler (or bf16's check) found non-finite gradients and
+    the optimizer did not step.
+    """
+    if stats.empty or "skipped_steps" not in stats.columns:
+        return np.empty(0, dtype=np.float64)
+    rows = stats[["step", "skipped_steps"]].dropna().sort_values("step")
+    counts = rows["skipped_steps"].to_numpy(dtype=np.float64)
+    before = np.concatenate([[0.0], counts[:-1]])
+    return rows["step"].to_numpy(dtype=np.float64)[counts > before]
 
 
 def _sorted_points(parts: list[pd.DataFrame]) -> pd.DataFrame:

@@ -22,6 +22,15 @@ Both are taken as shares of the step's wall time. This needs collectives that bl
 while they wait, as on DeepSpeed's CPU accelerator (gloo). NCCL on a GPU returns to the host
 at once and waits on the device, inside the phases: the ranks are then never seen in a
 collective for long, and :func:`split_of` does not split (:data:`BLOCKED_MIN_SHARE`).
+
+Where the probe measured every collective (``coll_wire_ms``, ``coll_max_ms`` of
+:func:`dsmon.analysis.ranks.step_stats`, see :mod:`dsmon.analysis.collectives`), the split is
+read from the collectives themselves, call by call rather than from whole steps: the wire time
+is the sum over the step's kinds of call of the least time any rank spent in them (the rank
+that arrived last at each), and the waiting is the most time a rank spent in collectives less
+that. It is the better evidence (the busy-time reading holds every difference between the
+ranks' steps, a slow data loader's included), and on a GPU it is timed by CUDA events, so the
+device's waiting is seen too. A step without it keeps the busy-time reading.
 """
 
 from __future__ import annotations
@@ -56,7 +65,8 @@ def comm_split(stats: pd.DataFrame) -> pd.DataFrame:
     wall = stats["wall_ms"].to_numpy(dtype=np.float64)[keep]
     slowest = stats["slowest_ms"].to_numpy(dtype=np.float64)[keep]
     fastest = stats["fastest_ms"].to_numpy(dtype=np.float64)[keep]
-    wire, wait = split_ms(wall, slowest, fastest)
+    coll_wire = _measured(stats, keep, "coll_wire_ms")
+    wire, wait = split_ms(wall, slowest, fastest, coll_wire, _measured(stats, keep, "coll_max_ms"))
     with np.errstate(divide="ignore", invalid="ignore"):
         wire_share = np.where(wall > 0, wire / wall, np.nan)
         wait_share = np.where(wall > 0, wait / wall, np.nan)
@@ -72,15 +82,35 @@ def comm_split(stats: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def split_ms(
-    wall: np.ndarray, slowest: np.ndarray, fastest: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Wire time and the fastest rank's waiting (ms) per step, never below 0.
+def _measured(stats: pd.DataFrame, keep: np.ndarray, column: str) -> np.ndarray:
+    """A collectives column of the kept rows (NaN where, or when, it was not measured)."""
+    if column not in stats.columns:
+        return np.full(int(keep.sum()), np.nan)
+    return stats[column].to_numpy(dtype=np.float64)[keep]
 
-    The slowest rank's step can end a little before the step's wall time (the ranks leave the
-    last collective within a few microseconds of each other), so a difference is clipped at 0.
+
+def split_ms(
+    wall: np.ndarray,
+    slowest: np.ndarray,
+    fastest: np.ndarray,
+    coll_wire: np.ndarray | None = None,
+    coll_max: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Wire time and the waiting of the rank that waited most (ms) per step, never below 0.
+
+    From the step's collectives where the probe measured them (``coll_wire``, ``coll_max``
+    not NaN), else from the ranks' busy times. The slowest rank's step can end a little
+    before the step's wall time (the ranks leave the last collective within a few
+    microseconds of each other), so a difference is clipped at 0.
     """
-    return np.clip(wall - slowest, 0.0, None), np.clip(slowest - fastest, 0.0, None)
+    wire = np.clip(wall - slowest, 0.0, None)
+    wait = np.clip(slowest - fastest, 0.0, None)
+    if coll_wire is None or coll_max is None:
+        return wire, wait
+    measured = ~np.isnan(coll_wire) & ~np.isnan(coll_max)
+    wire = np.where(measured, coll_wire, wire)
+    wait = np.where(measured, np.clip(coll_max - coll_wire, 0.0, None), wait)
+    return wire, wait
 
 
 class CommSplit(NamedTuple):

@@ -11,7 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from dsmon.analysis.ranks import LINE_RANKS
-from dsmon.figures.common import empty, layout, rank_label, scatter
+from dsmon.figures.common import COLORS, empty, layout, rank_label, scatter
 
 NO_PROBE = "No per-rank data: start the job with dsmon run -- <launch command>."
 
@@ -89,3 +89,48 @@ def straggler_figure(
     fig.add_hline(y=warn, line_dash="dot", annotation_text=f"{warn:g}: worth a look")
     fig.update_xaxes(title_text="optimizer step")
     return layout(fig, title)
+
+
+#: The phases of a rank's step drawn side by side, in the order they happen, and their colours.
+PHASES = (
+    ("input_ms", "input (before the forwards)", "#9D755D"),
+    ("fwd_ms", "fwd", COLORS["fwd"]),
+    ("bwd_ms", "bwd", COLORS["bwd"]),
+    ("step_ms", "step", COLORS["step"]),
+    ("other_ms", "other (outside the engine)", "#BAB0AC"),
+)
+
+
+def phases_figure(
+    phases: pd.DataFrame, title: str = "Where each rank's step goes (mean ms)"
+) -> go.Figure:
+    """One stacked bar per rank: its time before the forwards beside fwd, bwd and step.
+
+    ``phases``: ``dsmon.view.ranks.phases`` over the run (one row per rank); ``other`` is
+    the rest of the rank's step (the script's own work between backward and step). The
+    time in collectives, inside bwd and step, is in the hover text.
+    """
+    if phases.empty:
+        return empty("No per-rank step times yet (dsmon run's probe).", title)
+    rows = phases.sort_values("rank")
+    known = rows[["input_ms", "fwd_ms", "bwd_ms", "step_ms"]].sum(axis=1)
+    rows = rows.assign(other_ms=(rows["total_ms"] - known).clip(lower=0.0))
+    ranks = [f"rank {int(r)}" for r in rows["rank"]]
+    fig = go.Figure()
+    for col, name, color in PHASES:
+        hover = [
+            f"{rank}: {name} {v:.1f} ms of {t:.1f} ms ({c:.1f} ms in collectives)"
+            for rank, v, t, c in zip(
+                ranks, rows[col], rows["total_ms"], rows["coll_ms"].fillna(0.0), strict=True
+            )
+        ]
+        fig.add_trace(
+            go.Bar(
+                y=ranks, x=rows[col], name=name, orientation="h", marker_color=color,
+                hovertext=hover, hoverinfo="text",
+            )
+        )  # fmt: skip
+    fig.update_layout(barmode="stack")
+    fig.update_xaxes(title_text="ms per step (mean over the run)")
+    fig.update_yaxes(autorange="reversed")
+    return layout(fig, title, height=max(220, 120 + 28 * len(ranks)))

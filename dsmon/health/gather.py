@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from dsmon.analysis import ranks
 from dsmon.analysis.step_stats import StatSource
 from dsmon.analysis.stragglers import StragglerSummary
 from dsmon.ds_config.effective import ConfigView, auto_paths, ds_config_from_effective
@@ -26,6 +27,7 @@ from dsmon.ds_config.schema import Version, parse_version
 from dsmon.health.inputs import (
     DP_FROM_WORLD,
     LAST_BEATS,
+    RANK_PHASES,
     RANK_STATS,
     HealthInputs,
     LazyFrames,
@@ -105,6 +107,7 @@ def inputs_from_store(
     loaders[GPU_SUMMARY] = functools.partial(store.gpu.summary, run)
     loaders[RANK_STATS] = functools.partial(store.ranks.step_stats, run)
     loaders[LAST_BEATS] = functools.partial(store_last_beats, store, run)
+    loaders[RANK_PHASES] = functools.partial(store.ranks.phases, run, ranks.WHOLE_RUN)
     loaders.update(views or {})
     info = next((r for r in store.runs() if r.name == run), None)
     counts = info.kinds if info else {}

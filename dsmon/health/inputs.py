@@ -34,6 +34,9 @@ SKIPPED = "step:skipped"
 #: arrive: the rules read these, never a 64-rank run's millions of probe records.
 RANK_STATS = ranks.STATS_KEY
 LAST_BEATS = "heartbeat:last"
+#: Each rank's mean phase times over the whole run (``ranks.phase_buckets`` of
+#: ``ranks.WHOLE_RUN``), which a store keeps as roll-ups.
+RANK_PHASES = ranks.PHASES_KEY
 #: Key of a frame indexed by kind whose ``ts`` is that kind's newest timestamp: the stall
 #: rule asks on every live refresh, and a maximum over every row would cost a scan each time.
 NEWEST_TS = "newest_ts"

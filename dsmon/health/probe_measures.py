@@ -16,7 +16,7 @@ import pandas as pd
 from dsmon.analysis import ranks
 from dsmon.analysis.steps import WARMUP_STEPS
 from dsmon.analysis.stragglers import StragglerSummary, straggler_summary
-from dsmon.health.inputs import LAST_BEATS, RANK_STATS, HealthInputs, step_view
+from dsmon.health.inputs import LAST_BEATS, RANK_PHASES, RANK_STATS, HealthInputs, step_view
 from dsmon.model.records import ENDED_PHASES
 
 
@@ -27,6 +27,18 @@ def rank_stats(inputs: HealthInputs) -> pd.DataFrame:
     reads every rank's every step.
     """
     return step_view(inputs, RANK_STATS, ranks.step_stats, "rank_step")
+
+
+def rank_phases(inputs: HealthInputs) -> pd.DataFrame:
+    """Each rank's mean phase times over the run (``dsmon.analysis.ranks.phase_buckets``).
+
+    A caller holding a store passes the store's roll-ups (:data:`RANK_PHASES`).
+    """
+    return step_view(inputs, RANK_PHASES, _whole_run_phases, "rank_step")
+
+
+def _whole_run_phases(frame: pd.DataFrame) -> pd.DataFrame:
+    return ranks.phase_buckets(ranks.rank_step_table(frame), ranks.WHOLE_RUN)
 
 
 def last_beats(inputs: HealthInputs) -> pd.DataFrame:

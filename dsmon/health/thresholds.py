@@ -187,6 +187,13 @@ STRAGGLER_MIN_STEPS = 3
 #: ... and one rank slowest in at least this share of them to be named: jitter makes the
 #: ranks take turns (the measurements behind the line: dsmon.analysis.stragglers).
 STRAGGLER_CONSISTENT_SHARE = stragglers.CONSISTENT_SHARE
+#: a rank whose time before its forwards (data loading and host work outside the engine,
+#: dsmon run's probe) is a tenth of its step is bound by its input: PyTorch's DataLoader
+#: documentation has data loaded ahead of the step (worker processes, pinned memory,
+#: prefetching), which leaves a rank no time waiting for it. A third of the step fails: the
+#: same third as a straggler's (dsmon's lines).
+INPUT_BOUND_WARN = 0.10
+INPUT_BOUND_FAIL = 0.33
 #: the probe writes a heartbeat at least every 5 s (collectors/probe/recorder.py KEEPALIVE_S):
 #: a rank silent for three of them while others still report has stopped. A stopped rank's
 #: last second of heartbeats is never written (the probe's writer stops with it), and the

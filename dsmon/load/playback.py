@@ -20,12 +20,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from dsmon.load.files import plan, read_found
 from dsmon.load.rotated import Carries
-from dsmon.model.records import Record
+from dsmon.model.records import HeartbeatRecord, Record
 from dsmon.model.units import parse_ts
 from dsmon.parse.base import Diagnostics
 from dsmon.store.store import Store, open_store
@@ -94,9 +94,25 @@ class TimeShifter:
                 out.append(rec)
                 continue
             moved = t + delta if self.floor is None else max(t + delta, self.floor)
-            out.append(dataclasses.replace(rec, ts=moved.isoformat(timespec="milliseconds")))
+            out.append(_moved(rec, moved, moved - t))
         self.floor = now
         return out
+
+
+def _moved(rec: Record, ts: datetime, by: timedelta) -> Record:
+    """``rec`` stamped ``ts``; a heartbeat's ``phase_since`` moved by as much as its ``ts``.
+
+    A heartbeat says since when its rank is in its phase on the same clock as ``ts``: left
+    on the original run's clock, a replayed rank would look stuck in its phase for as long
+    ago as the run was made, and every replayed probed run would show a hang.
+    """
+    stamp = ts.isoformat(timespec="milliseconds")
+    since = parse_ts(rec.phase_since) if isinstance(rec, HeartbeatRecord) else None
+    if since is None:
+        return dataclasses.replace(rec, ts=stamp)
+    return dataclasses.replace(
+        rec, ts=stamp, phase_since=(since + by).isoformat(timespec="milliseconds")
+    )
 
 
 @dataclass(slots=True)

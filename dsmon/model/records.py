@@ -480,6 +480,26 @@ STARTING_PHASES = ("init", "idle", "start")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CollectiveStat:
+    """One rank's collectives of one op, size bucket and group size in one optimizer step.
+
+    ``bucket_bytes`` is the power of two at or below each call's message size (None: the
+    probe could not size the call); ``msg_bytes`` sums the calls' message sizes as
+    nccl-tests counts them (an all-gather's whole output, a reduce-scatter's whole input);
+    ``time_ms`` sums their time on the rank's clock (``cpu``: host time; ``cuda``: CUDA
+    events on the calling stream), waiting for the other ranks included; None for calls
+    made with ``async_op=True``, which return before their work is done.
+    """
+
+    op: str
+    bucket_bytes: int | None = None
+    group_size: int | None = None
+    calls: int = 0
+    msg_bytes: int | None = None
+    time_ms: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RankStepRecord(Record):
     """One rank's optimizer step, timed by the probe inside that rank (every rank, not rank 0).
 
@@ -492,6 +512,13 @@ class RankStepRecord(Record):
     itself needed. ``skipped_steps`` (the engine's count of steps skipped on overflow so far)
     and ``loss_scale`` (the optimizer's, after the step) are what the log's ``step=`` and
     loss-scale lines report at INFO; probes before 2026-12-05 did not write them.
+    ``input_ms`` is the host time outside the engine before the window's forwards, since the
+    rank's previous engine call ended (data loading and the script's host work; None on a
+    rank's first step). ``loss`` is the mean of the losses the window passed to
+    ``engine.backward`` (this rank's), ``grad_norm`` the engine's global gradient norm after
+    the step (None when not finite: an overflow), and ``collectives`` the step's collective
+    calls summed per op, size bucket and group (:class:`CollectiveStat`); probes before
+    2026-12-06 wrote none of these.
     """
 
     KIND: ClassVar[str] = "rank_step"
@@ -504,6 +531,10 @@ class RankStepRecord(Record):
     clock: str | None = None
     skipped_steps: int | None = None
     loss_scale: float | None = None
+    input_ms: float | None = None
+    loss: float | None = None
+    grad_norm: float | None = None
+    collectives: tuple[CollectiveStat, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

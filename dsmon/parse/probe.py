@@ -23,6 +23,7 @@ from dsmon.model.check import fit
 from dsmon.model.records import (
     ENGINE_INFO,
     PROBE_PHASES,
+    CollectiveStat,
     ConfigRecord,
     EventRecord,
     HeartbeatRecord,
@@ -50,6 +51,16 @@ def _number(obj: Mapping[str, Any], name: str) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
         raise ProbeLineError(name, f"not a number >= 0: {value!r}")
+    return float(value)
+
+
+def _signed(obj: Mapping[str, Any], name: str) -> float | None:
+    """A number of either sign (a loss can be negative)."""
+    value = obj.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ProbeLineError(name, f"not a number: {value!r}")
     return float(value)
 
 
@@ -92,7 +103,38 @@ def _rank_step(obj: Mapping[str, Any], src: Source) -> RankStepRecord:
         clock=_text(obj, "clock"),
         skipped_steps=_int(obj, "skipped_steps"),
         loss_scale=_number(obj, "loss_scale"),
+        input_ms=_number(obj, "input_ms"),
+        loss=_signed(obj, "loss"),
+        grad_norm=_number(obj, "grad_norm"),
+        collectives=_collectives(obj),
     )
+
+
+def _collectives(obj: Mapping[str, Any]) -> tuple[CollectiveStat, ...]:
+    """A step line's ``collectives`` list (absent from probes before 2026-12-06)."""
+    items = obj.get("collectives")
+    if items is None:
+        return ()
+    if not isinstance(items, list):
+        raise ProbeLineError("collectives", f"not a list: {items!r}")
+    out = []
+    for item in items:
+        if not isinstance(item, dict):
+            raise ProbeLineError("collectives", f"not an object: {item!r}")
+        op = _text(item, "op")
+        if not op:
+            raise ProbeLineError("collectives.op", f"no op: {item!r}")
+        out.append(
+            CollectiveStat(
+                op=op,
+                bucket_bytes=_int(item, "bucket_bytes"),
+                group_size=_int(item, "group_size"),
+                calls=_int(item, "calls", required=True) or 0,
+                msg_bytes=_int(item, "msg_bytes"),
+                time_ms=_number(item, "time_ms"),
+            )
+        )
+    return tuple(out)
 
 
 def _heartbeat(obj: Mapping[str, Any], src: Source) -> HeartbeatRecord:

@@ -23,6 +23,7 @@ from dsmon.model.records import (
     ConfigRecord,
     FlopsProfileRecord,
     MonitorPointRecord,
+    Record,
     Source,
 )
 from dsmon.parse.base import Diagnostics
@@ -161,6 +162,69 @@ def parse_csv_monitor(
         )
     diag.records = len(out)
     return out, diag
+
+
+class CsvMonitorParser:
+    """One csv_monitor file followed as it grows (the interface of ``LogParser``).
+
+    ``dsmon run`` and ``dsmon watch`` follow the series a run's ``csv_monitor`` writes, each
+    line as it is appended, as :func:`parse_csv_monitor` reads a whole file. The tag's
+    prefix comes from the file name and its last part from the header; a parser started
+    past the header (a collector restarted mid-file) takes DeepSpeed's ``Train/Samples/``
+    prefix from the file name alone.
+    """
+
+    def __init__(self, run: str, file: str | None = None, node: str | None = None) -> None:
+        self.run, self.file, self.node = run, file, node
+        self._diag = Diagnostics()
+        self._lineno = 0
+        self._tag: str | None = None
+        stem = PurePath(file).stem if file else ""
+        if stem.startswith(_SAMPLES_PREFIX):
+            self._tag = "Train/Samples/" + stem[len(_SAMPLES_PREFIX) :]
+
+    @property
+    def diag(self) -> Diagnostics:
+        """The rows that could not be used so far."""
+        return self._diag
+
+    def feed(self, raw: str, offset: int | None = None, line: int | None = None) -> list[Record]:
+        """One row: a header names the series, a ``<samples>,<value>`` row is a point."""
+        self._lineno = line if line is not None else self._lineno + 1
+        self._diag.lines += 1
+        row = raw.strip()
+        if not row:
+            return []
+        first, sep, second = row.partition(",")
+        if first == "step" and sep:
+            self._tag = _monitor_tag(self.file, second)
+            return []
+        point = _csv_point(first, sep, second)
+        if self._tag is None or point is None:
+            self._diag.note(self._diag.unparsed, "csv_monitor", f"{self.file}:{self._lineno}", row)
+            return []
+        self._diag.records += 1
+        src = Source(run=self.run, file=self.file, line=self._lineno, offset=offset, node=self.node)
+        return [MonitorPointRecord(src=src, tag=self._tag, samples=point[0], value=point[1])]
+
+    def finish(self) -> list[Record]:
+        """Nothing is held across rows."""
+        return []
+
+    def peek(self, partial: str) -> list[Record]:
+        """A row being written is no point yet."""
+        return []
+
+    def handover(self) -> dict[str, Any]:
+        """Each file names its own series."""
+        return {}
+
+    def take_over(self, state: Mapping[str, Any]) -> None:
+        """Nothing to take over (see :meth:`handover`)."""
+
+
+#: How csv_monitor's file names start for the engine's own series (``Train/Samples/...``).
+_SAMPLES_PREFIX = "Train_Samples_"
 
 
 def _csv_point(first: str, sep: str, second: str) -> tuple[int, float] | None:

@@ -42,6 +42,7 @@ class Dialect:
     xid: str  # {} the extra JSON column: the XID it holds, if any
     json_body: str  # a record's stored body as JSON
     json_number: str  # {0} a JSON value, {1} a field, {2} its SQL type: the field's number
+    json_items: str  # {0} a JSON value, {1} an array field: a FROM item, one ``value`` per element
 
     def q(self, sql: str) -> str:
         """``sql`` written with ``?`` placeholders, in this dialect's."""
@@ -73,6 +74,7 @@ SQLITE = Dialect(
     xid="json_extract({}, '$.xid')",
     json_body="body",
     json_number="json_extract({0}, '$.{1}')",
+    json_items="json_each({0}, '$.{1}')",
 )
 POSTGRES = Dialect(
     name="postgresql",
@@ -99,4 +101,5 @@ POSTGRES = Dialect(
     xid="CAST(CAST({} AS JSONB) ->> 'xid' AS BIGINT)",
     json_body="CAST(body AS JSONB)",
     json_number="CAST({0} ->> '{1}' AS {2})",
+    json_items="jsonb_array_elements({0} -> '{1}') AS items(value)",
 )

@@ -25,6 +25,7 @@ from dsmon.health.inputs import (
     LAST_BEATS,
     MICRO,
     NEWEST_TS,
+    RANK_PHASES,
     RANK_STATS,
     SKIPPED,
     HealthInputs,
@@ -87,6 +88,7 @@ def _inputs(frames: RunFrames, cutoff: Cutoff, run: str) -> HealthInputs:
         SKIPPED: lambda: step_views.skipped(frames, cutoff),
         RANK_STATS: lambda: rank_views.stats(frames, cutoff),
         LAST_BEATS: lambda: rank_views.beats(frames, cutoff),
+        RANK_PHASES: lambda: rank_views.phases(frames, cutoff),
     }
     if cutoff == OPEN:
         views[NEWEST_TS] = lambda: _newest_ts(frames)

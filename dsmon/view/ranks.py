@@ -19,7 +19,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from dsmon.analysis import ranks, steps
+from dsmon.analysis import collectives, ranks, steps
 from dsmon.analysis.stragglers import StragglerSummary, straggler_summary
 from dsmon.analysis.waiting import split_ms
 from dsmon.model.frames import records_frame
@@ -155,6 +155,8 @@ class LiveStragglers:
             wall,
             blocked["slowest_ms"].to_numpy(dtype=np.float64),
             blocked["fastest_ms"].to_numpy(dtype=np.float64),
+            blocked["coll_wire_ms"].to_numpy(dtype=np.float64),
+            blocked["coll_max_ms"].to_numpy(dtype=np.float64),
         )
         with np.errstate(divide="ignore", invalid="ignore"):
             self._wire_share.add(np.where(wall > 0, wire / wall, np.nan))
@@ -274,6 +276,59 @@ def busy(frames: RunFrames, cutoff: Cutoff = OPEN) -> pd.DataFrame:
         "rank_step",
         cutoff,
         lambda rows: ranks.busy_buckets(ranks.rank_step_table(rows), width),
+    )
+
+
+def phases(frames: RunFrames, cutoff: Cutoff = OPEN, width: int = ranks.WHOLE_RUN) -> pd.DataFrame:
+    """Each rank's mean phase times per bucket of ``width`` steps (default: the whole run).
+
+    Columns ``dsmon.store.ranks.tables.PHASE_COLUMNS``: from the store's roll-ups live and
+    at a replay step, from the records at a position in time.
+    """
+    if _served(cutoff):
+        return frames.memo(
+            f"ranks.phases.store.{width}",
+            ["rank_step"],
+            cutoff,
+            lambda: frames.store.ranks.phases(frames.run, width, cutoff.step),
+        )
+    return _from_records(
+        frames,
+        f"ranks.phases.frame.{width}",
+        "rank_step",
+        cutoff,
+        lambda rows: ranks.phase_buckets(ranks.rank_step_table(rows), width),
+    )
+
+
+def comm(frames: RunFrames, cutoff: Cutoff = OPEN) -> pd.DataFrame:
+    """The probe's timed collectives per bucket of steps, op, size bucket and group size.
+
+    As many buckets as the Communication page draws (:data:`BUSY_BUCKETS`), from the store's
+    ``rank_comm`` live and at a replay step; at a position in time, from the records
+    (``dsmon.analysis.collectives.comm_steps``, bucketed alike).
+    """
+    per_step = stats(frames, cutoff)
+    last = per_step["step"].max() if per_step["step"].notna().any() else 0
+    width = bucket_width(int(last), BUSY_BUCKETS)
+    if _served(cutoff):
+        return frames.memo(
+            f"ranks.comm.store.{width}",
+            ["rank_step"],
+            cutoff,
+            lambda: frames.store.ranks.comm(frames.run, width, cutoff.step),
+        )
+    return _from_records(
+        frames,
+        f"ranks.comm.frame.{width}",
+        "rank_step",
+        cutoff,
+        lambda rows: collectives.bucketed(
+            collectives.comm_steps(
+                collectives.collective_rows(ranks.rank_step_table(rows, keep_collectives=True))
+            ),
+            width,
+        ),
     )
 
 

@@ -17,7 +17,10 @@ Faults a real job meets, each on purpose and on one rank (``tests/scenarios.py``
 - ``--start-delay S``: every rank waits S seconds, silently, between ``deepspeed.initialize``
   and its first step, as a job that compiles or loads data before training does;
 - ``--loss-factor F``: the loss is multiplied by F, which overflows fp16 (the loss scaler then
-  skips steps and lowers its scale).
+  skips steps and lowers its scale);
+- ``--slow-data-rank R --slow-data-s S``: rank R's data loader takes S seconds for every batch,
+  as a rank whose input pipeline cannot keep up does: its engine phases are as fast as the
+  others', the time goes before each forward.
 
 ``--client-optimizer`` passes a torch AdamW to ``deepspeed.initialize``, for a config that
 names no optimizer (DeepSpeed's defaults).
@@ -60,6 +63,8 @@ def main() -> None:
     p.add_argument("--start-delay", type=float, default=0.0, help="silent seconds before step 1")
     p.add_argument("--loss-factor", type=float, default=1.0, help="the loss is multiplied by it")
     p.add_argument("--client-optimizer", action="store_true", help="AdamW made here, not by DS")
+    p.add_argument("--slow-data-rank", type=int, default=-1, help="the rank whose loader lags")
+    p.add_argument("--slow-data-s", type=float, default=0.0, help="its time per batch (s)")
     p = deepspeed.add_config_arguments(p)
     args = p.parse_args()
     rank = int(os.environ.get("RANK", "0"))
@@ -76,7 +81,9 @@ def main() -> None:
     gen = torch.Generator().manual_seed(1 + engine.global_rank)
     time.sleep(args.start_delay)
     dtype = next(engine.module.parameters()).dtype
+    data_s = args.slow_data_s if rank == args.slow_data_rank else 0.0
     for step in range(1, args.steps + 1):
+        time.sleep(data_s)  # the data loader's share of the step
         x = torch.randn(batch, 64, generator=gen).to(engine.device, dtype)
         loss = (engine(x) - x).float().pow(2).mean() * args.loss_factor
         engine.backward(loss)

@@ -80,18 +80,25 @@ def test_probe_overhead_prints_the_cost_per_step() -> None:
         "probe_overhead.py",
         "--steps",
         "200",
-        "--repeats",
+        "--rounds",
         "2",
         "--seconds",
         "1.5",
         "--step-ms",
         "50",
+        "--side-steps",
+        "5",
     )
     assert_lines(
         out,
-        rf"^probe hot path: 200 optimizer steps of 1 micro-batch\(es\), fastest of 2: plain {NUMBER} "
-        rf"us/step, probed {NUMBER} us/step -> {NUMBER} us per optimizer step$",
+        rf"^probe hot path: 200 optimizer steps of 1 micro-batch\(es\), 3 collectives each, "
+        rf"stand-in tensors, thread CPU time, median of 2 alternating rounds: plain {NUMBER} "
+        rf"us/step, probed "
+        rf"{NUMBER} us/step -> {NUMBER} us per optimizer step$",
         rf"^probe writer thread: {NUMBER} CPU-s in 1.5 s for \d+ steps of 50 ms = ",
+        rf"^side by side: 5 steps of 50 ms, median of 2 alternating rounds: median step plain "
+        rf"{NUMBER} ms, probed {NUMBER} ms \([+-]{NUMBER} %\); mean step plain {NUMBER} ms, "
+        rf"probed {NUMBER} ms \([+-]{NUMBER} %\)$",
         rf"^probe overhead: {NUMBER} us per step = {NUMBER} % of a 50 ms step; 1 % holds for "
         rf"steps >= {NUMBER} ms \(\d+ lines written\)$",
         rf"^goal: <= 1 % of step time {VERDICT}",

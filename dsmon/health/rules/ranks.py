@@ -1,4 +1,4 @@
-"""Runtime rules on every rank (the probe of ``dsmon run``): a straggler, and a hang.
+"""Runtime rules on every rank (the probe of ``dsmon run``): a straggler, input, a hang.
 
 DeepSpeed's own output shows rank 0 only, so neither can be judged from a log: both rules
 need the probe's ``rank_step`` and ``heartbeat`` records and are not applicable without them.
@@ -9,6 +9,7 @@ stopped and where, and where the others wait, long before the collective times o
 
 from __future__ import annotations
 
+from dsmon.analysis import ranks
 from dsmon.health import measures as m
 from dsmon.health import probe_measures as pm
 from dsmon.health import thresholds as th
@@ -94,6 +95,68 @@ def check_straggler(inputs: HealthInputs) -> Finding:
         "processes (nvidia-smi, top)",
         "text",
         steps=rng,
+    )
+
+
+@rule(
+    "ranks.input_bound",
+    "No rank waits for its input",
+    "Per rank, from the per-rank probe: the time outside the engine before its forwards "
+    "(data loading, the script's host work) as a share of its step, over the run: "
+    f"{percent(th.INPUT_BOUND_WARN)} warns, {percent(th.INPUT_BOUND_FAIL)} fails. An "
+    "input-bound rank is one kind of straggler: the others wait for it in the next "
+    "collective, and the finding is shown under the straggler's.",
+    "runtime",
+    page="steps",
+    follows=("ranks.straggler",),
+)
+def check_input_bound(inputs: HealthInputs) -> Finding:
+    """Name the ranks whose steps wait for their data, with how long and what share."""
+    if pm.rank_stats(inputs).empty:
+        return not_applicable(_NO_PROBE)
+    shares = ranks.input_shares(pm.rank_phases(inputs))
+    timed = shares[shares["share"].notna() & (shares["steps"] >= th.STRAGGLER_MIN_STEPS)]
+    if timed.empty or not (pm.rank_stats(inputs)["step"] > 1).any():
+        return Finding(Status.UNKNOWN, "too few steps timed, or a probe too old to time input")
+    bound = timed[timed["share"] >= th.INPUT_BOUND_WARN]
+    worst = timed.iloc[0]
+    ev = tuple(
+        Evidence(
+            f"rank {int(r['rank'])}: before its forwards",
+            f"{r['input_ms']:.1f} ms per step, {r['share']:.0%} of its step",
+            f"mean of {int(r['steps'])} steps",
+        )
+        for _, r in timed.head(4).iterrows()
+    )
+    if bound.empty:
+        return Finding(
+            Status.PASS,
+            f"no rank waits for its input: at most {worst['share']:.0%} of a step "
+            f"(rank {int(worst['rank'])}, {worst['input_ms']:.1f} ms)",
+            ev,
+        )
+    status = Status.FAIL if worst["share"] >= th.INPUT_BOUND_FAIL else Status.WARN
+    if len(bound) == len(timed) and len(timed) > 1:
+        what = (
+            f"every rank waits for its input: {worst['input_ms']:.0f} ms per step at most "
+            f"(rank {int(worst['rank'])}: {worst['share']:.0%} of its step)"
+        )
+    else:
+        said = [
+            f"rank {int(r['rank'])} waits {r['input_ms']:.0f} ms per step for data: "
+            f"{r['share']:.0%} of its step"
+            for _, r in bound.head(3).iterrows()
+        ]
+        more = f" (and {len(bound) - 3} more ranks)" if len(bound) > 3 else ""
+        what = "; ".join(said) + more
+    return Finding(
+        status,
+        what,
+        ev,
+        "# the rank's DataLoader: load ahead of the step\n"
+        "DataLoader(dataset, batch_size=..., num_workers=4, pin_memory=True, "
+        "persistent_workers=True, prefetch_factor=2)",
+        "python",
     )
 
 

@@ -20,7 +20,7 @@ from dsmon.model.records import HeartbeatRecord
 from dsmon.store.backend import Backend, Db
 from dsmon.store.dialect import Dialect
 from dsmon.store.ranks import sql
-from dsmon.store.ranks.sql import BUSY_LEVELS, STAT_COLUMNS
+from dsmon.store.ranks.sql import BUSY_LEVELS, PHASE_SUMS, STAT_COLUMNS
 from dsmon.store.records.rows import row_record
 
 if TYPE_CHECKING:  # pandas loads with the first read: the stores' writers never need it
@@ -34,6 +34,13 @@ STATS_PAGE_ROWS = 50_000
 LAST_STEP = 2**62
 #: Columns of :meth:`RankTables.busy`.
 BUSY_COLUMNS = ("rank", "step", "n", "busy_ms", "min_ms", "max_ms")
+#: Columns of :meth:`RankTables.phases`: each rank's mean per step of each phase (ms).
+PHASE_COLUMNS = ("rank", "step", "n", *PHASE_SUMS)
+#: Columns of :meth:`RankTables.comm`.
+COMM_COLUMNS = (
+    "step", "op", "bucket_bytes", "group_size", "steps", "calls", "msg_bytes", "wire_ms",
+    "max_ms",
+)  # fmt: skip
 
 
 @functools.cache
@@ -42,6 +49,7 @@ def _update_sql(d: Dialect, kind: str) -> tuple[str, ...]:
         return (sql.upsert_beats(d), sql.upsert_beats(d, "rank_beat_steps"))
     return (
         sql.upsert_steps(d),
+        sql.update_comm(d),
         sql.update_stats(d),
         *(sql.update_busy(d, w) for w in BUSY_LEVELS),
     )
@@ -105,6 +113,41 @@ class RankTables:
         out["busy_ms"] = out["sum_ms"] / out["n"].where(out["n"] > 0)
         return out[list(BUSY_COLUMNS)]
 
+    def phases(self, run: str, width: int, step_max: int | None = None) -> pd.DataFrame:
+        """Each rank's mean time per step in each phase, per bucket of ``width`` steps.
+
+        Columns :data:`PHASE_COLUMNS`: ``fwd_ms``, ``bwd_ms``, ``step_ms``, ``input_ms`` (the
+        time before its forwards), ``coll_ms`` (in timed collectives) and ``total_ms`` (its
+        step time), each the mean over the bucket's ``n`` steps of the rank (a step without
+        a phase's time counts 0 for it); ``step_max``: the steps up to it.
+        """
+        level = source_level(width)
+        rows = self._backend.snapshot(
+            lambda db: db.rows(*_phases_query(db, run, level, width, step_max))
+        )
+        sums = tuple(PHASE_SUMS.values())
+        out = _frame(rows, ("rank", "step", "n", *sums))
+        out["step"] = out["step"] * width
+        per = out["n"].where(out["n"] > 0)
+        for col, total in PHASE_SUMS.items():
+            out[col] = out[total] / per
+        return out[list(PHASE_COLUMNS)]
+
+    def comm(self, run: str, width: int, step_max: int | None = None) -> pd.DataFrame:
+        """The timed collectives per bucket of ``width`` steps, op, size bucket and group.
+
+        Columns :data:`COMM_COLUMNS`: ``step`` is the bucket's first step, ``steps`` how many
+        steps of it made such calls, ``calls`` and ``msg_bytes`` one rank's (every rank's
+        alike), ``wire_ms`` the sum over those steps of the least time a rank spent in them,
+        ``max_ms`` of the most (see :mod:`dsmon.store.ranks.sql`). A size bucket or group
+        size of -1 is unknown.
+        """
+        query = sql.comm_read(self._backend.dialect, width, step_max)
+        rows = self._backend.snapshot(lambda db: db.rows(query, (run,)))
+        out = _frame(rows, COMM_COLUMNS)
+        out["step"] = out["step"] * width
+        return out
+
     def last_heartbeats(self, run: str, step_max: int | None = None) -> list[HeartbeatRecord]:
         """Each rank's newest heartbeat (by time, then line), in rank order.
 
@@ -123,6 +166,14 @@ def _busy_query(
 ) -> tuple[str, tuple[str, ...]]:
     """:func:`dsmon.store.ranks.sql.busy_read` and its parameters."""
     query, n_params = sql.busy_read(db.dialect, level, width, step_max)
+    return query, (run,) * n_params
+
+
+def _phases_query(
+    db: Db, run: str, level: int | None, width: int, step_max: int | None
+) -> tuple[str, tuple[str, ...]]:
+    """:func:`dsmon.store.ranks.sql.phases_read` and its parameters."""
+    query, n_params = sql.phases_read(db.dialect, level, width, step_max)
     return query, (run,) * n_params
 
 
@@ -150,6 +201,8 @@ def _frame(rows: Sequence[Sequence[Any]], columns: Sequence[str]) -> pd.DataFram
     for col in columns:
         if col == "ts":
             frame[col] = pd.to_datetime(frame[col], errors="coerce", format="ISO8601")
+        elif col == "op":
+            frame[col] = frame[col].astype(str)
         else:
             frame[col] = pd.to_numeric(frame[col], errors="coerce").astype("float64")
     return frame

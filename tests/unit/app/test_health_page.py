@@ -40,12 +40,12 @@ def test_checklist_of_fp16_run(store: str) -> None:
     assert not at.exception
     assert at.header[0].value == "Health · fp16_zero2"
     metrics = {m.label: m.value for m in at.metric}
-    # 24 rules do not apply (ZeRO-3 keys on stage 2, GPU rules, MFU and overlap_comm on a CPU
+    # 25 rules do not apply (ZeRO-3 keys on stage 2, GPU rules, MFU and overlap_comm on a CPU
     # run...): not passes.
     # comm.phase_share passes: ZeRO-2's all-gather is no longer divided by fwd (it read 27 %);
     # run.state passes: the run finished
     # observe.unread_lines passes: every line of a kind dsmon reads was read
-    assert metrics == {"Fail": "1", "Warn": "0", "Unknown": "1", "Pass": "23", "N/A": "24"}
+    assert metrics == {"Fail": "1", "Warn": "0", "Unknown": "1", "Pass": "23", "N/A": "25"}
     skipped = (
         ":red-badge[FAIL] **Few optimizer steps are skipped for overflow** `loss_scale.skipped`"
     )

@@ -34,7 +34,7 @@ def test_config_with_warnings_exits_1(capsys: pytest.CaptureFixture[str]) -> Non
     assert "WARN  optimizer.fused  A fused optimizer runs the step" in out
     assert (
         out.rstrip().splitlines()[-1]
-        == "Summary: 0 fail, 1 warn, 16 unknown, 17 pass, 15 n/a -> warn"
+        == "Summary: 0 fail, 1 warn, 16 unknown, 17 pass, 16 n/a -> warn"
     )
 
 
@@ -59,7 +59,7 @@ def test_json_output(capsys: pytest.CaptureFixture[str]) -> None:
     # the first to die, then each error event with its file and line
     assert errors["evidence"][0]["label"] == "rank 0 died first"
     assert errors["evidence"][2]["label"] == "traceback (rank 0)"
-    assert sum(doc["counts"].values()) == len(doc["results"]) == 49
+    assert sum(doc["counts"].values()) == len(doc["results"]) == 50
     # the run's state heads the document, as it heads the text
     assert doc["state"]["state"] == "crashed" and doc["state"]["cause"] == "run.errors"
     assert doc["state"]["exit_code"] == 1 and doc["state"]["detail"].startswith("rank 0 died first")
@@ -193,6 +193,7 @@ DEMO_NOT_APPLICABLE = {
     "gpu.throttling",
     "gpu.errors",
     "ranks.straggler",  # a log alone: no per-rank probe data
+    "ranks.input_bound",
     "ranks.hang",
     "zero3.coordinator",  # no coordinator timer lines (DeepSpeed 0.10.0 only)
     "network.compression",  # one node
@@ -210,14 +211,14 @@ def test_not_applicable_is_not_a_pass(capsys: pytest.CaptureFixture[str]) -> Non
     assert by_status["n/a"] == DEMO_NOT_APPLICABLE
     # steps.regression passes: the last 8 steps are slower than 54 % of the earlier ones
     # (p = 0.39), where the last 6 against the whole run's median once warned at 1.2x
-    assert doc["counts"] == {"pass": 22, "warn": 1, "fail": 0, "unknown": 1, "n/a": 25}
+    assert doc["counts"] == {"pass": 22, "warn": 1, "fail": 0, "unknown": 1, "n/a": 26}
     assert code == doc["exit_code"] == 1
     code, out, _ = run_cli(capsys, str(demo_dir()))
     lines = out.splitlines()
     assert lines[1] == (
         "Run state: finished: exit status 0 (the launcher: 2 worker(s) exited successfully)"
     )
-    assert lines[-1] == "Summary: 0 fail, 1 warn, 1 unknown, 22 pass, 25 n/a -> warn"
+    assert lines[-1] == "Summary: 0 fail, 1 warn, 1 unknown, 22 pass, 26 n/a -> warn"
     assert "N/A   gpu.errors  No ECC or XID errors" in lines
     assert lines[lines.index("N/A   gpu.errors  No ECC or XID errors") + 1] == (
         "      CPU run (no GPUs)"
@@ -237,8 +238,8 @@ def test_nothing_applicable_exits_0() -> None:
         )
     )
     # the GPU rules and MFU on a CPU run, the probe rules, coordinator timers, nodes, NaN
-    # counts, the state of a run there is none of, unread lines (no output read)
-    assert len(checklist.results) == 13
+    # counts, the state of a run there is none of, unread lines (no output read), input time
+    assert len(checklist.results) == 14
     assert checklist.status is Status.NOT_APPLICABLE and exit_code(checklist) == 0
 
 

@@ -22,7 +22,8 @@ import pytest
 from locations import ROOT
 from process_support import free_port
 
-from collectors.job import BOOT_DIR, PROBE_DIR_ENV, config_in, copy_probe, probe_env
+from collectors.job import BOOT_DIR, PROBE_DIR_ENV, copy_probe, probe_env
+from dsmon.ds_config.find import config_in
 from dsmon.store.store import open_store
 
 FAKE_DS = ROOT / "tests" / "e2e" / "fake_deepspeed"

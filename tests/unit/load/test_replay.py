@@ -193,3 +193,24 @@ def test_pace_wait_is_interruptible() -> None:
 def test_infinite_speed_never_waits() -> None:
     assert Pace(speed=math.inf).due(0.0, 1000) == 0.0
     assert Pace(speed=4.0, clock=lambda: 1.0).due(0.0, 10) == 1.5
+
+
+def test_shifter_moves_a_heartbeats_phase_since_with_its_time() -> None:
+    """A replayed rank is in its phase for as long as it was in the run, not since the run."""
+    from locations import DATA
+
+    from dsmon.model.records import HeartbeatRecord
+    from dsmon.model.units import parse_ts
+
+    diag = Diagnostics()
+    found = plan([DATA / "probe_hang"], "hang")["hang"]
+    beats = [
+        r for f in found for r in read_found(f, "hang", diag) if isinstance(r, HeartbeatRecord)
+    ]
+    assert len(beats) > 10
+    shifted = TimeShifter().shift(beats, BASE)
+    for old, new in zip(beats, shifted, strict=True):
+        ts0, since0, ts1, since1 = map(parse_ts, (old.ts, old.phase_since, new.ts, new.phase_since))
+        assert ts0 and since0 and ts1 and since1
+        assert ts1 - since1 == ts0 - since0  # the same time in the phase
+        assert ts1 <= BASE

@@ -10,9 +10,12 @@ from dsmon.model import wire
 from dsmon.model.frames import field_dtypes
 from dsmon.model.records import (
     KINDS,
+    CollectiveStat,
     FlopsProfileRecord,
     ModuleAggregate,
     ModuleProfile,
+    RankStepRecord,
+    Source,
     StepRecord,
 )
 from dsmon.model.schema import schema
@@ -22,8 +25,19 @@ from dsmon.parse.log import parse_text
 def test_only_tuple_fields_are_rebuilt_from_json_lists() -> None:
     assert set(schema(StepRecord).decoders) == {"lr", "mom"}
     assert set(schema(FlopsProfileRecord).decoders) == {"top_modules", "modules"}
-    tuple_free = [k for k, cls in KINDS.items() if cls not in (StepRecord, FlopsProfileRecord)]
+    assert set(schema(RankStepRecord).decoders) == {"collectives"}
+    with_tuples = (StepRecord, FlopsProfileRecord, RankStepRecord)
+    tuple_free = [k for k, cls in KINDS.items() if cls not in with_tuples]
     assert all(not schema(KINDS[k]).decoders for k in tuple_free)
+
+
+def test_a_probe_step_decodes_to_its_collectives() -> None:
+    stat = CollectiveStat(
+        op="all_reduce", bucket_bytes=131072, group_size=2, calls=3, msg_bytes=397056, time_ms=2.5
+    )
+    rec = RankStepRecord(src=Source(run="r", rank=1), step=4, loss=-0.5, collectives=(stat,))
+    back = wire.decode(wire.encode(rec))
+    assert back == rec and isinstance(back.collectives[0], CollectiveStat)
 
 
 def test_a_real_flops_profile_decodes_to_its_module_rows() -> None:

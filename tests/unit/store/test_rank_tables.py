@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 from locations import DATA
 
-from dsmon.analysis import ranks
+from dsmon.analysis import collectives, ranks
 from dsmon.analysis.stragglers import StragglerSummary, straggler_summary
 from dsmon.load.files import import_paths
 from dsmon.model.frames import records_frame
@@ -33,7 +33,7 @@ from dsmon.view.health_panel import panel
 RUN = "r"
 #: Real jobs with the probe: a straggler, torchrun, a crash, fp16 overflows, a hang.
 FOLDERS = ("probe_straggler", "probe_torchrun", "probe_crash_torchrun", "probe_fp16_default",
-           "probe_hang")  # fmt: skip
+           "probe_hang", "probe_slow_data", "probe_monitored")  # fmt: skip
 #: Bucket widths read from the steps (1, 2), from each roll-up level, and across levels.
 WIDTHS = (1, 2, 8, 16, 64, 128, 512, 4096, 32768)
 
@@ -61,6 +61,23 @@ def assert_tables_match(store: Store, recs: Sequence[Record]) -> None:
         pd.testing.assert_frame_equal(
             got_busy.reset_index(drop=True), want_busy.reset_index(drop=True), check_dtype=False
         )
+        want_phases = ranks.phase_buckets(table, width)
+        got_phases = store.ranks.phases(RUN, width)
+        pd.testing.assert_frame_equal(
+            got_phases.reset_index(drop=True), want_phases.reset_index(drop=True),
+            check_dtype=False,
+        )  # fmt: skip
+        want_comm = collectives.bucketed(
+            collectives.comm_steps(
+                collectives.collective_rows(ranks.rank_step_table(steps, keep_collectives=True))
+            ),
+            width,
+        )
+        got_comm = store.ranks.comm(RUN, width)
+        pd.testing.assert_frame_equal(
+            got_comm.reset_index(drop=True), want_comm.reset_index(drop=True),
+            check_dtype=False,
+        )  # fmt: skip
     last = ranks.last_beats(beats)
     kept = store.ranks.last_heartbeats(RUN)
     assert [(b.src.rank, b.src.file, b.src.line) for b in kept] == list(
