@@ -65,7 +65,10 @@ def _json(value: object) -> str:
 
 def available() -> bool:
     """Whether polars is installed (the full install's), so that the vector path can run."""
-    return importlib.util.find_spec("polars") is not None
+    try:
+        return importlib.util.find_spec("polars") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 class PlainTimers:
