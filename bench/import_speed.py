@@ -15,7 +15,10 @@ its ``ru_maxrss``. It prints each round, then the medians, the ratio dsmon/refer
 goals: CPU ratio <= 2, and peak RSS <= 500 MB at 500 MB of log (``--mb 500``; a smaller log
 says nothing of that goal, the peak is mostly a fixed working set).
 
-Usage: ``python bench/import_speed.py [--mb 100] [--rounds 5] [--no-reference]``
+``--baseline DSMON`` runs another dsmon (an older commit's, e.g. ``/work/main/.venv/bin/dsmon``)
+alternately with these, for a before/after in the same run.
+
+Usage: ``python bench/import_speed.py [--mb 100] [--rounds 5] [--no-reference] [--baseline DSMON]``
 """
 
 from __future__ import annotations
@@ -61,28 +64,38 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5, help="alternating rounds (default 5)")
     ap.add_argument("--no-reference", action="store_true", help="measure dsmon only")
     ap.add_argument("--log", type=Path, help="measure this log instead of building one")
+    ap.add_argument("--dsmon", help="the dsmon executable measured (default: this venv's)")
+    ap.add_argument(
+        "--baseline",
+        metavar="DSMON",
+        help="another dsmon executable (an older checkout's venv) run alternately with these",
+    )
     args = ap.parse_args()
-    dsmon = str(Path(sys.executable).with_name("dsmon"))
+    dsmon = args.dsmon or str(Path(sys.executable).with_name("dsmon"))
     with tempfile.TemporaryDirectory() as tmp:
         log = args.log or Path(tmp) / "train.log"
         if args.log is None:
             build_log(log, int(args.mb * 1e6))
         mb = log.stat().st_size / 1e6
         print(f"log {mb:.1f} MB, load average {os.getloadavg()[0]:.1f} at start")
-        print(f"{'round':>6}{'dsmon CPU-s':>13}{'dsmon MiB':>11}{'ref CPU-s':>11}{'ref MiB':>9}")
+        print(f"{'round':>6}{'dsmon CPU-s':>13}{'dsmon MiB':>11}{'ref CPU-s':>11}{'ref MiB':>9}"
+              + (f"{'base CPU-s':>12}{'base MiB':>10}" if args.baseline else ""))  # fmt: skip
         ours: list[tuple[float, float]] = []
         ref: list[tuple[float, float]] = []
+        base: list[tuple[float, float]] = []
         for k in range(args.rounds):
-            store = Path(tmp) / f"s{k}.sqlite"
-            ours.append(measure([dsmon, "import", str(log), "--store", str(store), "--run", "x"]))
-            for p in Path(tmp).glob(f"s{k}.sqlite*"):
-                p.unlink()
+            for exe, into in [(dsmon, ours)] + ([(args.baseline, base)] if args.baseline else []):
+                store = Path(tmp) / f"s{k}.sqlite"
+                into.append(measure([exe, "import", str(log), "--store", str(store), "--run", "x"]))
+                for p in Path(tmp).glob(f"s{k}.sqlite*"):
+                    p.unlink()
             if not args.no_reference:
                 out = Path(tmp) / f"ref{k}"
                 out.mkdir()
                 ref.append(measure([sys.executable, str(REFERENCE), str(log), str(out)]))
             r = ref[-1] if ref else (float("nan"), float("nan"))
-            print(f"{k + 1:>6}{ours[-1][0]:>13.2f}{ours[-1][1]:>11.0f}{r[0]:>11.2f}{r[1]:>9.0f}")
+            b = f"{base[-1][0]:>12.2f}{base[-1][1]:>10.0f}" if base else ""
+            print(f"{k + 1:>6}{ours[-1][0]:>13.2f}{ours[-1][1]:>11.0f}{r[0]:>11.2f}{r[1]:>9.0f}{b}")
     cpu, rss = statistics.median(c for c, _ in ours), statistics.median(m for _, m in ours)
     print(f"median: dsmon {cpu:.2f} CPU-s, peak {rss:.0f} MiB", end="")
     if ref:
@@ -93,6 +106,11 @@ def main() -> None:
               f"-> {'met' if ratio <= CPU_GOAL else 'NOT met'}")  # fmt: skip
     else:
         print()
+    if base:
+        bcpu, brss = statistics.median(c for c, _ in base), statistics.median(m for _, m in base)
+        print(f"baseline {args.baseline}: {bcpu:.2f} CPU-s, peak {brss:.0f} MiB; "
+              f"dsmon/baseline CPU {cpu / bcpu:.2f}x"
+              + (f"; baseline/reference {bcpu / statistics.median(c for c, _ in ref):.2f}x" if ref else ""))  # fmt: skip
     if mb >= 500:
         met = rss * 1.048576 <= RSS_GOAL_MB  # MiB to MB
         print(f"peak RSS at {mb:.0f} MB of log: {rss * 1.048576:.0f} MB (goal <= "
