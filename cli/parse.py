@@ -107,7 +107,7 @@ def write_records(records: Iterable[Record | RecordRow], out: TextIO) -> int:
     n = 0
     batch: list[bytes] = []
     for rec in records:
-        batch.append(rec.body.encode() if type(rec) is RecordRow else wire.encode_bytes(rec))
+        batch.append(rec.body.encode() if isinstance(rec, RecordRow) else wire.encode_bytes(rec))
         if len(batch) >= WRITE_BATCH:
             write(b"\n".join(batch) + b"\n")
             n += len(batch)
