@@ -47,8 +47,9 @@ from dsmon.store.records.rows import RecordRow
 if TYPE_CHECKING:
     import polars as pl
 
-#: Lines given to polars at a time: its per-call cost vanishes, a chunk's columns stay small.
-CHUNK_LINES = 1 << 15
+#: Lines given to polars at a time (about a MB of a log): its per-call cost vanishes, the
+#: progress bar moves about every MB as the per-line path moves it, memory stays flat.
+CHUNK_LINES = 1 << 13
 #: Progress is reported every this many bytes (as ``dsmon.load.files.read_log`` does).
 PROGRESS_EVERY = 1 << 20
 #: A plain timer line whole: optional logger header, optional ``[Rank N]``, the message.

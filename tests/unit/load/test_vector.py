@@ -148,3 +148,16 @@ def test_plain_timer_lines_skip_the_line_parser() -> None:
     timers = sum(1 for r in rows if isinstance(r, RecordRow) and r.kind == "timer")
     assert timers > 80
     assert fed < 5
+
+
+def test_progress_counts_every_byte_once(tmp_path: Path) -> None:
+    """The import's progress bar is fed as the per-line path feeds it: all bytes, once."""
+    log = tmp_path / "train.log"
+    log.write_bytes(DEMO.read_bytes() * 150)  # several chunks of lines, several MiB
+    found = _as_log(log)
+    assert found is not None
+    told: list[int] = []
+    n = sum(1 for _ in read_found_rows(found, "r", Diagnostics(), told.append))
+    assert n > 1000
+    assert sum(told) == log.stat().st_size
+    assert len(told) >= 3  # as chunks are read, not once at the end
