@@ -9,14 +9,17 @@ from pathlib import Path
 
 import polars as pl
 
-HEAD = r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d{3})\] \[[A-Z]+\] \[[^\]:]+:\d+:[^\]]*\] ?"
-TIMER = r"^(?:\[Rank (\d+)\] )?time \(ms\) \|(.*)$"  # timers._HEAD behind print_dist's [Rank N]
-FIELD = r"^\s*([A-Za-z0-9_][\w .\-/]*?): (-?\d+\.\d\d|-?(?:inf|nan))\s*$"  # timers._FIELD
-STEP = r"step=(\d+), skipped=(\d+), lr=(\[[-+.\deEinfa\s,]*\]), mom=(\[[-+.\deE\s,()\[\]]*\])\s*$"
-TPUT = r"epoch=(\d+)/micro_step=(\d+)/global_step=(\d+), (.*)$"  # progress._TPUT_NEW
-RATE = r"{}=([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:inf|nan))"
-S = r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|inf|nan)"
-OVERFLOW = rf"\[(?:deepspeed|deepscale)\] OVERFLOW! Rank (\d+) Skipping step\.(?: Attempted loss scale: {S}, reducing to {S})?\s*$"  # fmt: skip
+from dsmon.parse.families.loss_scale import _OVERFLOW
+from dsmon.parse.families.progress import _N, _STEP, _TPUT_NEW
+from dsmon.parse.families.timers import _FIELD
+from dsmon.parse.lines import DEEPSPEED_HEADER, RANK_TAG
+
+# dsmon's own patterns (each compiles in Python's re and in polars' Rust regex alike).
+HEAD = f"^{DEEPSPEED_HEADER}"
+TIMER = rf"^(?:{RANK_TAG})?time \(ms\) \|(.*)$"  # timers._HEAD behind print_dist's [Rank N]
+FIELD = f"^{_FIELD.pattern}$"
+STEP, TPUT, OVERFLOW = _STEP.pattern, _TPUT_NEW.pattern, _OVERFLOW.pattern
+RATE = rf"{{}}=({_N})"
 
 
 def main(log: Path, out: Path) -> None:
@@ -24,11 +27,12 @@ def main(log: Path, out: Path) -> None:
     lines = pl.read_csv(log, has_header=False, separator="\x00", quote_char=None,
                         new_columns=["text"], schema_overrides=[pl.String]).with_row_index("line")  # fmt: skip
     lines = lines.with_columns(
-        ts=pl.col("text").str.extract(HEAD, 1), msg=pl.col("text").str.replace(HEAD, "")
+        ts=pl.col("text").str.extract(HEAD, 1) + "T" + pl.col("text").str.extract(HEAD, 2),
+        msg=pl.col("text").str.replace(HEAD, ""),
     ).drop("text")
     msg = pl.col("msg")
     timer = lines.filter(msg.str.contains("time (ms) |", literal=True)).with_columns(
-        rank=msg.str.extract(TIMER, 1).cast(pl.Int32), body=msg.str.extract(TIMER, 2)
+        rank=msg.str.extract(TIMER, 1).cast(pl.Int64), body=msg.str.extract(TIMER, 2)
     )
     fields = timer.select("line", "ts", "rank", field=pl.col("body").str.split("|")).explode(
         "field"
