@@ -105,16 +105,21 @@ def _report(store: Store, res: ImportResult) -> str:
     from dsmon.analysis.summary import summary_text
     from dsmon.health.run_state import stored_state
     from dsmon.load.records_file import BAD_RECORD
+    from dsmon.parse.base import OUT_OF_RANGE
 
     head = f"Imported    {res.records} records ({res.inserted} new) from {len(res.files)} file(s)"
     bad = res.diag.unparsed[BAD_RECORD]
-    unparsed = sum(res.diag.unparsed.values()) + sum(res.diag.cut.values()) - bad
+    left_out = res.diag.unparsed[OUT_OF_RANGE]  # values a record cannot hold, not lines
+    unparsed = sum(res.diag.unparsed.values()) + sum(res.diag.cut.values()) - bad - left_out
     if unparsed:
         head += f"; {unparsed} lines or blocks not understood (dsmon parse shows them)"
+    if left_out:
+        head += f"; {left_out} values out of range left out"
     if bad:
         head += f"; {bad} bad record lines skipped"
     unread = [
-        f"  {label} {kind}: {count}, the first: {res.diag.examples.get(kind, ['-'])[0]}"
+        f"  {kind if kind == OUT_OF_RANGE else f'{label} {kind}'}: {count}, "
+        f"the first: {res.diag.examples.get(kind, ['-'])[0]}"
         for label, bucket in (("unparsed", res.diag.unparsed), ("cut", res.diag.cut))
         for kind, count in sorted(bucket.items())
         if kind != BAD_RECORD

@@ -120,13 +120,19 @@ def write_records(records: Iterable[Record | RecordRow], out: TextIO) -> int:
 
 def format_diagnostics(diag: Diagnostics, n_files: int, n_records: int) -> str:
     """The stderr report: totals, then unparsed and cut counts per kind with examples."""
-    lines = [
+    from dsmon.parse.base import OUT_OF_RANGE
+
+    left_out = diag.unparsed[OUT_OF_RANGE]  # a value a record cannot hold, not a line
+    head = (
         f"dsmon parse: {n_files} file(s), {diag.lines} lines, {n_records} records, "
-        f"{sum(diag.unparsed.values())} unparsed lines, {sum(diag.cut.values())} cut blocks"
-    ]
+        f"{sum(diag.unparsed.values()) - left_out} unparsed lines, "
+        f"{sum(diag.cut.values())} cut blocks"
+    )
+    lines = [head + (f", {left_out} values left out" if left_out else "")]
     for label, bucket in (("unparsed", diag.unparsed), ("cut", diag.cut)):
         for kind, count in sorted(bucket.items()):
-            lines.append(f"  {label} {kind}: {count}")
+            shown = kind if kind == OUT_OF_RANGE else f"{label} {kind}"  # a value, not a line
+            lines.append(f"  {shown}: {count}")
             lines.extend(f"    {ex}" for ex in diag.examples.get(kind, []))
     return "\n".join(lines)
 

@@ -107,12 +107,10 @@ def _moved(rec: Record, ts: datetime, by: timedelta) -> Record:
     ago as the run was made, and every replayed probed run would show a hang.
     """
     stamp = ts.isoformat(timespec="milliseconds")
-    since = parse_ts(rec.phase_since) if isinstance(rec, HeartbeatRecord) else None
-    if since is None:
-        return dataclasses.replace(rec, ts=stamp)
-    return dataclasses.replace(
-        rec, ts=stamp, phase_since=(since + by).isoformat(timespec="milliseconds")
-    )
+    if isinstance(rec, HeartbeatRecord) and (since := parse_ts(rec.phase_since)) is not None:
+        moved = (since + by).isoformat(timespec="milliseconds")
+        return dataclasses.replace(rec, ts=stamp, phase_since=moved)
+    return dataclasses.replace(rec, ts=stamp)
 
 
 @dataclass(slots=True)

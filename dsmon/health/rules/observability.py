@@ -33,7 +33,8 @@ _WORKER_INFO_EVENTS = ("optimizer", "zero_stage", "zero_init", "deepspeed_versio
     "observe.wall_clock_breakdown",
     "Step-time breakdown is logged",
     "wall_clock_breakdown (or the flops profiler, which implies it) prints fwd/bwd/step "
-    "timers every step: the data behind the step and communication charts.",
+    "timers every step: the data behind the step and communication charts. dsmon run's "
+    "per-rank probe gives them on every rank without it.",
     "config",
 )
 @needs_config
@@ -46,6 +47,13 @@ def check_wall_clock(cfg: ConfigView, inputs: HealthInputs) -> Finding:
         return Finding(Status.PASS, "wall_clock_breakdown is on (timers add a device sync)", ev)
     if cfg.enabled("flops_profiler"):
         return Finding(Status.PASS, "the flops profiler turns the timer breakdown on", ev)
+    if inputs.has_rows("rank_step"):  # dsmon run's probe times every rank's phases instead
+        return Finding(
+            Status.PASS,
+            "wall_clock_breakdown is off, but the per-rank probe (dsmon run) times fwd/bwd/step "
+            "and the collectives on every rank, without DeepSpeed's device syncs",
+            ev,
+        )
     return Finding(
         Status.WARN,
         "no fwd/bwd/step breakdown: dsmon cannot chart step time or the communication share",

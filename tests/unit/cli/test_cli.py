@@ -123,6 +123,20 @@ def test_parse_reports_unparsed_lines(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "cut.log:184: time (ms) | fwd: 350.75 | bwd: 754.18 | bwd_inner: 6x" in err
 
 
+def test_a_value_left_out_is_not_an_unparsed_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the real profile's root says its forward took "1.8 Gs" (57 years): that value is left
+    # out of the record, and said so, while every line of the file was read
+    log = str(DATA / "flops_detailed_stdout/train.log")
+    assert run_cli("parse", log) == 0
+    err = capsys.readouterr().err
+    assert " 0 unparsed lines, 0 cut blocks, 1 values left out" in err.splitlines()[0]
+    assert run_cli("import", "--store", str(tmp_path / "s.sqlite"), log) == 0
+    head = capsys.readouterr().out.splitlines()[1]
+    assert head.endswith("from 1 file(s); 1 values out of range left out"), head
+
+
 def test_import_then_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     store = tmp_path / "s.sqlite"
     assert run_cli("import", str(Z2), "--store", str(store)) == 0

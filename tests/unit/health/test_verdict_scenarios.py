@@ -79,6 +79,9 @@ def test_healthy_run_finished_and_nothing_runtime_fails(tmp_path: Path) -> None:
     assert found["ranks.hang"].summary == "all 2 ranks exited normally"
     assert not failing(found)
     assert not [r for r in found.values() if "killed" in r.summary]
+    # the probe times every rank's phases: no "dsmon cannot chart step time" on a dsmon run
+    assert found["observe.wall_clock_breakdown"].status is Status.PASS
+    assert "per-rank probe" in found["observe.wall_clock_breakdown"].summary
     outcome, line = imported("healthy", tmp_path)
     assert line == found["run.state"].summary
     assert outcome == f"Outcome     {line}"
