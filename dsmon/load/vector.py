@@ -55,6 +55,10 @@ PROGRESS_EVERY = 1 << 20
 #: A plain timer line whole: optional logger header, optional ``[Rank N]``, the message.
 PLAIN_TIMER_LINE = f"^(?:{DEEPSPEED_HEADER})?(?:{RANK_TAG})?{timers.PLAIN_MESSAGE}$"
 _FIELD_VALUE = f": {timers.PLAIN_VALUE}"
+#: What the line cleaner would act on (a ``\r`` that splits tqdm redraws, ANSI colours, a
+#: second ``[`` inside the logger header, where a glued line could start): such a line is
+#: left to the per-line path.
+_CLEANED = r"[\r\x1b]|^\[[^\]]*\] \[[A-Z]+\] \[[^\]]*\["
 #: ``12.30`` is the float 12.3, which the record's JSON writes ``12.3`` (``0.00``: ``0.0``).
 _TRAILING_ZERO = r"^(\d+\.\d)0$"
 
@@ -95,7 +99,7 @@ def find_plain_timers(texts: Sequence[str]) -> PlainTimers:
         .with_row_index("i")
         .filter(t.str.contains("time (ms) |", literal=True))  # the cheap test first
         .with_columns(t.str.strip_chars_end("\r\n"))
-        .filter(t.str.contains(PLAIN_TIMER_LINE))
+        .filter(t.str.contains(PLAIN_TIMER_LINE), ~t.str.contains(_CLEANED, literal=False))
     )
     head = t.str.starts_with("[") & ~t.str.starts_with("[Rank ")
     frame = frame.with_columns(
@@ -114,7 +118,7 @@ def find_plain_timers(texts: Sequence[str]) -> PlainTimers:
     frame = frame.filter(
         pl.col("date").is_null() | (~pl.col("date").is_in(bad_dates) & good_time),
         pl.col("logger").is_null() | ~pl.col("logger").is_in(list(START_LOGGERS)),
-        pl.col("rank").is_null() | pl.col("rank").str.contains(r"^\d{1,9}$"),  # a plain rank
+        pl.col("rank").is_null() | pl.col("rank").str.contains(r"^[0-9]{1,9}$"),  # a plain rank
     ).select(
         "i",
         pl.col("rank").cast(pl.Int64),

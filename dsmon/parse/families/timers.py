@@ -195,7 +195,7 @@ _Fields = tuple[tuple[str, ...], list[float]]
 #: A value as DeepSpeed's ``%.2f`` prints a time that a record holds as it is (finite, not
 #: negative, below the week ``dsmon.model.schema`` allows). A pattern text, also matched in
 #: compiled code by the vector path (``dsmon.load.vector``), as are the two below.
-PLAIN_VALUE = r"(?:0|[1-9]\d{0,7})\.\d\d"
+PLAIN_VALUE = r"(?:0|[1-9][0-9]{0,7})\.[0-9][0-9]"  # ASCII digits: JSON as printed
 _PLAIN_FIELD = rf"\s*{_NAME}: {PLAIN_VALUE}\s*"
 #: A timer line's message whose every field holds a plain value (the body in group 1).
 PLAIN_MESSAGE = rf"time \(ms\) \|((?:{_PLAIN_FIELD}\|)*{_PLAIN_FIELD})"

@@ -103,6 +103,13 @@ STEP = "step=5, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]"
             "   ",
             f"  [Rank 0] {GLOBAL}",
             f"[Rank 0] {GLOBAL}\r",
+            # what the cleaner acts on: tqdm's \r, colours, a glued line, other scripts' digits
+            f"[Rank 0] time (ms) | fwd: 1.00 \r| bwd: 2.00",
+            f"\x1b[32m[Rank 0] {GLOBAL}\x1b[0m",
+            f"[2026-11-29 14:11:06,413] [INFO] [a.py:1:f [Rank 0] {GLOBAL}",
+            f"[Rank \u0661] {GLOBAL}",
+            "[Rank 0] time (ms) | fwd: \u0661\u0662.30 | bwd: 1.00",
+            f"[Rank 0] {GLOBAL} | fwd: 1.00",
         ],
         # the pipeline engine: its global line comes every steps_per_print steps
         [
