@@ -16,7 +16,8 @@ from locations import DATA, ROOT
 
 from dsmon.load import vector
 from dsmon.load.files import LOG, read_found, read_found_rows
-from dsmon.load.kinds import Found, classify
+from dsmon.load.kinds import Found, classify, discover
+from dsmon.load.rotated import Carries
 from dsmon.parse.base import Diagnostics
 from dsmon.parse.log import LogParser
 from dsmon.store.records.rows import RecordRow, as_row
@@ -64,6 +65,24 @@ def test_every_corpus_file_gives_the_same_rows() -> None:
     assert sum(TAKEN[-len(files) :]) > 1000  # the vector path itself took the timer lines
 
 
+def test_every_run_folder_gives_the_same_rows() -> None:
+    """Folders as ``dsmon import`` reads them: rank logs, rotated logs with their step clock
+    carried from file to file, side files."""
+    folders = sorted(p for root in (DATA, SHARED) if root.is_dir() for p in root.glob("*/"))
+    for folder in folders:
+        line_carries: Carries = {}
+        vec_carries: Carries = {}
+        for found in discover(folder):
+            line_diag, vec_diag = Diagnostics(), Diagnostics()
+            per_line = [as_row(r) for r in read_found(found, "r", line_diag, carries=line_carries)]
+            vectored = [
+                as_row(r) for r in read_found_rows(found, "r", vec_diag, carries=vec_carries)
+            ]
+            assert vectored == per_line, found.path
+            assert vec_diag == line_diag, found.path
+        assert vec_carries == line_carries, folder
+
+
 def _log(tmp_path: Path, text: str, name: str = "train.log") -> Found:
     path = tmp_path / name
     path.write_text(text, encoding="utf-8")
@@ -104,7 +123,7 @@ STEP = "step=5, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]"
             f"  [Rank 0] {GLOBAL}",
             f"[Rank 0] {GLOBAL}\r",
             # what the cleaner acts on: tqdm's \r, colours, a glued line, other scripts' digits
-            f"[Rank 0] time (ms) | fwd: 1.00 \r| bwd: 2.00",
+            "[Rank 0] time (ms) | fwd: 1.00 \r| bwd: 2.00",
             f"\x1b[32m[Rank 0] {GLOBAL}\x1b[0m",
             f"[2026-11-29 14:11:06,413] [INFO] [a.py:1:f [Rank 0] {GLOBAL}",
             f"[Rank \u0661] {GLOBAL}",
