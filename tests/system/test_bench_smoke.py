@@ -159,3 +159,13 @@ def test_frame_chunks_prints_both_reads_and_their_ratio() -> None:
         rf"^keep_chunks with none kept: {NUMBER} s$",
         rf"^ratio json/chunks: {NUMBER}$",
     )
+
+
+def test_import_speed_prints_both_medians_and_the_ratio() -> None:
+    out = bench("import_speed.py", "--mb", "0.3", "--rounds", "1")
+    assert_lines(
+        out,
+        rf"^ +1 +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER}$",
+        rf"^median: dsmon {NUMBER} CPU-s, peak {NUMBER} MiB; reference {NUMBER} CPU-s",
+        rf"^CPU dsmon/reference: {NUMBER}x \(goal <= 2x\) {VERDICT}",
+    )
