@@ -12,6 +12,8 @@ import io
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from locations import DATA, ROOT
 
 from dsmon.load import vector
@@ -187,3 +189,41 @@ def test_progress_counts_every_byte_once(tmp_path: Path) -> None:
     assert n > 1000
     assert sum(told) == log.stat().st_size
     assert len(told) >= 3  # as chunks are read, not once at the end
+
+
+_PIECES = st.sampled_from(
+    [H, "", "[Rank 0] ", "[Rank 12] ", "[Rank -1] ", "rank=0 ", " ", "\r", "\x1b[0m", "0: "]
+)
+_NAMES = st.sampled_from(
+    ["fwd", "bwd", "step", "fwd_microstep", "bwd_microstep", "forward", "batch_input",
+     "optimizer_step", "optimizer_allgather", "bwd_inner_micro      step", "a b", "x/y-z"]
+)  # fmt: skip
+_VALUES = st.sampled_from(["0.00", "12.30", "7.05", "100.00", "-1.00", "inf", "1e3", "12.3"])
+
+
+@st.composite
+def _timer_lines(draw: st.DrawFn) -> str:
+    fields = draw(st.lists(st.tuples(_NAMES, _VALUES), min_size=1, max_size=6))
+    body = " | ".join(f"{n}: {v}" for n, v in fields)
+    return (
+        draw(_PIECES)
+        + draw(_PIECES)
+        + f"time (ms) | {body}"
+        + draw(st.sampled_from(["", " ", "\r"]))
+    )
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    lines=st.lists(
+        st.one_of(_timer_lines(), st.sampled_from([H + STEP, f"[Rank 0] {GLOBAL}", "ti", ""])),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_any_mix_of_timer_lines_gives_the_same_rows(tmp_path: Path, lines: list[str]) -> None:
+    per_line, line_diag, vectored, vec_diag = both_ways(_log(tmp_path, "\n".join(lines) + "\n"))
+    assert vectored == per_line
+    assert vec_diag == line_diag
