@@ -111,7 +111,7 @@ def wait_for(what: str, cond: Callable[[], bool], procs: Sequence[subprocess.Pop
 class IngestServer:
     """``dsmon serve`` in its own process, on a fresh port, with the benchmark's token."""
 
-    def __init__(self, tmp: Path, store: Path) -> None:
+    def __init__(self, tmp: Path, store: Path | str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.token_file = write_token_file(tmp / "token", TOKEN)

@@ -1,58 +1,78 @@
-"""Benchmark: ingest throughput, records/s through HTTP into SQLite against a bare executemany.
+"""Benchmark: ingest throughput on the real record mix, through HTTP against a bare executemany.
 
 The dashboard's ingest server takes the records of every node, so its rate bounds how many
-nodes one dashboard can serve. The records are the real ones of the run bundled with dsmon
-(``dsmon/data/demo/train.log``: timers, steps, throughput, events, config, flops profile),
-repeated under distinct file names until there are ``--records`` of them. In the same run it
-measures:
+nodes one dashboard can serve. The records are the real mix (:func:`real_mix`): every record
+dsmon makes of the real DeepSpeed runs in ``tests/data`` (their logs and their per-rank probe
+files) and of the run bundled with dsmon (``dsmon/data/demo/train.log``), copied as if sent by
+several nodes of one job, with the GPU samples an 8-GPU node's collector sends (the NVML of
+``tests/fakes.py``: four H100s and four A100s, every field NVML gives) mixed in as the sender
+mixes them. It prints their count by kind and the mean bytes of JSON a record. In the same
+run it measures, alternating, into fresh databases each round:
 
-- ``direct``: the rows the store would write for those records (``record_row``, prepared
-  beforehand), ``executemany``-ed into a fresh file with the store's schema and pragmas, one
-  transaction per batch: the floor of what SQLite itself costs;
+- ``direct``: the rows the store holds for those records (taken from a scratch store the same
+  records were written to: ``records`` rows and ``gpu_samples`` rows, in id order)
+  ``executemany``-ed into a fresh database with the store's schema, 2,000 records to a
+  transaction: the floor of what the database itself costs for the same rows;
 - ``http``: the same records as the sender sends them (JSON lines, gzip level 3, batches of
-  2,000, bodies prepared beforehand) POSTed by ``--clients`` kept-alive connections to
-  ``dsmon serve`` (its own process) with a fresh SQLite store, timed from the first request
-  to the last 200 answer; every answer must count the whole batch as inserted;
-- ``stages`` (with ``--stages``): the server's work on the same bodies run in this process,
-  stage by stage (inflate, decode and check, row building, store insert), which says where
-  the HTTP figure's time goes.
+  2,000, bodies prepared beforehand) POSTed by one kept-alive connection (``--clients``) to
+  ``dsmon serve`` (its own process) with a fresh store, timed from the first request to the
+  last 200 answer; every answer must count the whole batch as inserted.
 
-Each is measured ``--rounds`` times, alternating, into fresh files; the best round of each
-is kept, the one least disturbed by other processes. It prints records/s for both, the ratio
-http/direct, and the goal (issue 11): ratio >= 0.5 and http >= 50,000 records/s.
+Each figure is the median of ``--rounds`` (at least 5) alternated rounds; the ratio is
+http/direct of the medians, and the goal (issue 43) is ratio >= 0.5 and http >= 50,000
+records/s. ``--stages`` also times the server's stages on the same bodies in this process
+(inflate, decode and check, store), which says where the HTTP figure's time goes.
+``--store-url postgresql://...`` measures a PostgreSQL server instead (a database is created
+and dropped per round; ``scripts/start-postgres.sh`` starts one): ``direct`` is then psycopg's
+``executemany`` of the same rows.
 
-Usage: ``python bench/ingest.py [--records 100000] [--rounds 3] [--clients 1] [--stages]``
+Usage: ``python bench/ingest.py [--records 100000] [--rounds 5] [--clients 1] [--stages]
+[--gpu-share 0.1] [--store-url URL]``
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import gzip
 import json
 import queue
 import sqlite3
+import statistics
+import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
-from harness import DEMO_LOG, ApiClient, IngestServer
+from harness import DEMO_LOG, ROOT, ApiClient, IngestServer
 
 from dsmon.model.records import Record
 from dsmon.model.wire import encode
 from dsmon.parse.log import parse_text
+from dsmon.parse.probe import ProbeParser
 from dsmon.serve.batch import inflate, parse_batch_rows
-from dsmon.store.records.rows import ROW_COLUMNS, RecordRow, record_row
+from dsmon.store.gpu.rows import SAMPLE_COLUMNS
+from dsmon.store.records.rows import ROW_COLUMNS
 from dsmon.store.store import open_store
 
 BATCH = 2000  # the sender's batch_records
 GOAL_RATIO = 0.5
 GOAL_RATE = 50_000
-INSERT = (
-    f"INSERT OR IGNORE INTO records ({', '.join(ROW_COLUMNS)}) "
-    f"VALUES ({', '.join('?' for _ in ROW_COLUMNS)})"
+MIN_ROUNDS = 5
+RUN = "bench-job"
+DATA = ROOT / "tests" / "data"
+#: GPUs of one node, polled once a second (collectors/gpu/nvml.py).
+NODE_GPUS = 8
+_RECORD_COLS = ", ".join(ROW_COLUMNS)
+_SAMPLE_COLS = ", ".join(("id", "series", "t_ms", *SAMPLE_COLUMNS))
+_SERIES_COLS = (
+    "id, run, node, file, sub, gpu_index, t0_ms, uuid, name, mem_total_bytes, power_limit_w"
 )
 
 
@@ -66,25 +86,195 @@ class Timings:
     stages: dict[str, float] | None = None
 
 
-def demo_records(n: int) -> list[Record]:
-    """``n`` records: the demo run's, repeated as if read from distinct files (distinct keys)."""
-    base, _ = parse_text(DEMO_LOG.read_text(encoding="utf-8"), "bench", "train.log", "bench")
+# --- the records ------------------------------------------------------------------------------
+
+
+def corpus_records(node: str) -> list[Record]:
+    """Every record of the real runs (logs, probe files) and of the demo run, as from ``node``.
+
+    The file label names the run's folder, so the copies of each file differ in their keys
+    only by ``node``, as the logs of one job's nodes do.
+    """
     out: list[Record] = []
-    copy = 0
+    logs = [*sorted(DATA.glob("*/train.log")), DEMO_LOG]
+    for path in logs:
+        label = f"{path.parent.name}/{path.name}"
+        text = path.read_text(encoding="utf-8", errors="replace")
+        out += parse_text(text, RUN, label, node)[0]
+    for path in sorted(DATA.glob("*/probe/*.jsonl")):
+        parser = ProbeParser(RUN, f"{path.parent.parent.name}/probe/{path.name}", node)
+        offset = 0
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(True), 1):
+            out += parser.feed(line, offset=offset, line=number)
+            offset += len(line.encode("utf-8"))
+    return out
+
+
+def gpu_polls(node: str, start: datetime) -> Iterator[list[Record]]:
+    """The GPU samples of ``node``'s collector, one poll of its 8 GPUs a second from ``start``."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from fakes import eight_gpus_two_models
+
+    from collectors.gpu.nvml import NvmlPoller
+
+    clock = [start]
+
+    def now() -> datetime:
+        clock[0] += timedelta(seconds=1)
+        return clock[0]
+
+    poller = NvmlPoller(eight_gpus_two_models(), run=RUN, node=node, now=now)
+    poller.start()
+    while True:
+        yield list(poller.poll())
+
+
+def real_mix(n: int, gpu_share: float) -> list[Record]:
+    """``n`` records of the real mix: nodes' copies of the corpus, GPU samples mixed in.
+
+    ``gpu_share`` of them are GPU samples, a poll of 8 spread evenly between the other
+    records (a collector submits each poll as it is taken, between the log's records).
+    """
+    import logging
+
+    logging.getLogger("collectors").setLevel(logging.ERROR)  # the A100s' "no GPM" notes
+    out: list[Record] = []
+    node = 0
+    start = datetime(2026, 12, 1, 8, 0, 0)
     while len(out) < n:
-        label = f"node{copy}/train.log"
-        out += [dataclasses.replace(r, src=dataclasses.replace(r.src, file=label)) for r in base]
-        copy += 1
+        name = f"node{node:02d}"
+        logs = corpus_records(name)
+        polls = gpu_polls(name, start)
+        every = max(1, round(NODE_GPUS * (1 - gpu_share) / gpu_share)) if gpu_share else 0
+        for i, rec in enumerate(logs):
+            out.append(rec)
+            if every and i % every == every - 1:
+                out += next(polls)
+        node += 1
     return out[:n]
 
 
 def bodies(records: list[Record]) -> list[bytes]:
-    """The request bodies the sender would POST for these records."""
+    """The request bodies the sender would POST for these records (collectors/send/sender.py)."""
     out = []
     for start in range(0, len(records), BATCH):
-        text = "".join(encode(r) + "\n" for r in records[start : start + BATCH])
-        out.append(gzip.compress(text.encode("utf-8"), compresslevel=3))
+        lines = [encode(r) for r in records[start : start + BATCH]]
+        out.append(gzip.compress(("\n".join(lines) + "\n").encode("utf-8"), compresslevel=3))
     return out
+
+
+def describe(records: list[Record], payloads: list[bytes]) -> None:
+    """The mix: records by kind, mean JSON bytes a record, compressed size."""
+    kinds = collections.Counter(r.KIND for r in records)
+    json_bytes = sum(len(encode(r)) + 1 for r in records)
+    gz = sum(map(len, payloads))
+    top = ", ".join(f"{k} {v / len(records):.1%}" for k, v in kinds.most_common())
+    print(
+        f"mix: {len(records)} records, {json_bytes / len(records):.0f} B of JSON a record "
+        f"({json_bytes / 1e6:.1f} MB, {gz / 1e6:.1f} MB gzipped in {len(payloads)} batches)"
+    )
+    print(f"kinds: {top}")
+
+
+# --- the stored rows (direct's input) -----------------------------------------------------
+
+
+@dataclasses.dataclass
+class StoredRows:
+    """What a store holds for the records, table by table, for ``direct`` to write again."""
+
+    series: list[tuple[Any, ...]]
+    #: Per batch of BATCH records in id order: (``records`` rows, ``gpu_samples`` rows).
+    batches: list[tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]]
+
+
+def stored_rows(tmp: Path, records: list[Record]) -> StoredRows:
+    """Write the records to a scratch SQLite store; read back every row it holds, in id order."""
+    path = tmp / "scratch.sqlite"
+    with open_store(path) as store:
+        store.add(records)
+    conn = sqlite3.connect(path)
+    rec = conn.execute(f"SELECT id, {_RECORD_COLS} FROM records ORDER BY id").fetchall()
+    smp = conn.execute(f"SELECT {_SAMPLE_COLS} FROM gpu_samples ORDER BY id").fetchall()
+    series = conn.execute(f"SELECT {_SERIES_COLS} FROM gpu_series ORDER BY id").fetchall()
+    conn.close()
+    path.unlink()
+    if len(rec) + len(smp) != len(records):
+        raise SystemExit(f"bench: the scratch store holds {len(rec) + len(smp)} of {len(records)}")
+    merged = sorted([(r[0], 0, r[1:]) for r in rec] + [(s[0], 1, s) for s in smp])
+    batches = []
+    for start in range(0, len(merged), BATCH):
+        part = merged[start : start + BATCH]
+        batches.append(([r for _, t, r in part if t == 0], [r for _, t, r in part if t == 1]))
+    return StoredRows(series, batches)
+
+
+def _insert_sql(table: str, cols: str, mark: str, ignore: str, tail: str) -> str:
+    n = cols.count(",") + 1
+    return f"INSERT {ignore}INTO {table} ({cols}) VALUES ({', '.join([mark] * n)}){tail}"
+
+
+def direct_sqlite(path: Path, rows: StoredRows) -> float:
+    """Seconds to executemany the rows into a fresh store file, one transaction per batch."""
+    open_store(path).close()  # the store's schema and WAL mode
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.executemany(_insert_sql("gpu_series", _SERIES_COLS, "?", "", ""), rows.series)
+    ins_rec = _insert_sql("records", _RECORD_COLS, "?", "OR IGNORE ", "")
+    ins_smp = _insert_sql("gpu_samples", _SAMPLE_COLS, "?", "", "")
+
+    def insert() -> None:
+        for rec, smp in rows.batches:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(ins_rec, rec)
+            conn.executemany(ins_smp, smp)
+            conn.execute("COMMIT")
+
+    seconds = timed(insert)
+    n = conn.execute("SELECT (SELECT COUNT(*) FROM records) + (SELECT COUNT(*) FROM gpu_samples)")
+    stored = n.fetchone()[0]
+    conn.close()
+    _check(stored, rows)
+    return seconds
+
+
+def direct_postgres(url: str, rows: StoredRows) -> float:
+    """Seconds to executemany the rows into a fresh PostgreSQL store, one transaction a batch."""
+    import psycopg
+
+    open_store(url).close()  # the store's schema
+    conflict = " ON CONFLICT DO NOTHING"
+    ins_rec = _insert_sql("records", _RECORD_COLS, "%s", "", conflict)
+    ins_smp = _insert_sql("gpu_samples", _SAMPLE_COLS, "%s", "", "")
+    with psycopg.connect(url) as conn:
+        conn.cursor().executemany(
+            _insert_sql("gpu_series", _SERIES_COLS, "%s", "", ""), rows.series
+        )
+        conn.commit()
+
+        def insert() -> None:
+            with conn.cursor() as cur:
+                for rec, smp in rows.batches:
+                    cur.executemany(ins_rec, rec)
+                    if smp:
+                        cur.executemany(ins_smp, smp)
+                    conn.commit()
+
+        seconds = timed(insert)
+        found = conn.execute(
+            "SELECT (SELECT COUNT(*) FROM records) + (SELECT COUNT(*) FROM gpu_samples)"
+        ).fetchone()
+    _check(found[0] if found else 0, rows)
+    return seconds
+
+
+def _check(stored: int, rows: StoredRows) -> None:
+    want = sum(len(r) + len(s) for r, s in rows.batches)
+    if stored != want:
+        raise SystemExit(f"bench: direct stored {stored} of {want} rows")
+
+
+# --- over HTTP ------------------------------------------------------------------------------
 
 
 def timed(fn: Callable[[], object]) -> float:
@@ -94,29 +284,9 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - t0
 
 
-def direct(path: Path, rows: list[RecordRow]) -> float:
-    """Seconds to executemany ``rows`` into a fresh store file, one transaction per batch."""
-    open_store(path).close()  # the store's schema and WAL mode
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("PRAGMA synchronous = NORMAL")
-
-    def insert() -> None:
-        for start in range(0, len(rows), BATCH):
-            conn.execute("BEGIN IMMEDIATE")
-            conn.executemany(INSERT, rows[start : start + BATCH])
-            conn.execute("COMMIT")
-
-    seconds = timed(insert)
-    stored = conn.execute("SELECT COUNT(*) FROM records").fetchone()[0]
-    conn.close()
-    if stored != len(rows):
-        raise SystemExit(f"bench: direct stored {stored} of {len(rows)} rows")
-    return seconds
-
-
-def over_http(tmp: Path, payloads: list[bytes], clients: int) -> tuple[float, int]:
+def over_http(tmp: Path, store: str, payloads: list[bytes], clients: int) -> tuple[float, int]:
     """Seconds to POST every body to a fresh ``dsmon serve``; and how many it inserted."""
-    server = IngestServer(tmp, tmp / "http.sqlite")
+    server = IngestServer(tmp, store)
     todo: queue.SimpleQueue[bytes] = queue.SimpleQueue()
     for body in payloads:
         todo.put(body)
@@ -152,16 +322,11 @@ def over_http(tmp: Path, payloads: list[bytes], clients: int) -> tuple[float, in
     return seconds, sum(inserted)
 
 
-def stages(path: Path, payloads: list[bytes]) -> dict[str, float]:
-    """Seconds per stage of the server's work on the same bodies, run here in order.
-
-    The stages the server runs for each POST: inflate the body, check every line and make its
-    row (``parse_batch_rows``: msgspec's typed decode, the other checks, the key digest), then
-    ``store.add`` of the rows (``executemany``, the per-run bookkeeping, the commit).
-    """
-    names = ("inflate", "decode+check+row", "store.add")
+def stages(store_url: str, payloads: list[bytes]) -> dict[str, float]:
+    """Seconds per stage of the server's work on the same bodies, run here in order."""
+    names = ("inflate", "decode+check", "store.add")
     out = dict.fromkeys(names, 0.0)
-    store = open_store(path)
+    store = open_store(store_url)
     for body in payloads:
         marks = [time.perf_counter()]
         raw = inflate(body, "gzip", 1 << 30)
@@ -180,8 +345,8 @@ def report_stages(times: dict[str, float], n: int, http_s: float) -> None:
     """The stage table: seconds, microseconds per record, share of the HTTP time."""
     rows = {
         "inflate (gunzip)": times["inflate"],
-        "decode, check, row (parse_batch_rows)": times["decode+check+row"],
-        "SQL: store.add (insert, bookkeeping)": times["store.add"],
+        "decode, check (parse_batch_rows)": times["decode+check"],
+        "store.add (SQL, bookkeeping)": times["store.add"],
     }
     rows["HTTP, ASGI, threads (the rest)"] = http_s - sum(rows.values())
     print(f"{'server stage (same bodies, in-process)':<40} {'seconds':>8} {'us/rec':>7} {'%':>6}")
@@ -189,33 +354,82 @@ def report_stages(times: dict[str, float], n: int, http_s: float) -> None:
         print(f"{name:<40} {sec:8.2f} {sec / n * 1e6:7.1f} {sec / http_s * 100:6.1f}")
 
 
-def rounds(args: argparse.Namespace, payloads: list[bytes], rows: list[RecordRow]) -> Timings:
-    """Direct then HTTP, ``--rounds`` times, each into fresh files; then the stages if asked."""
+# --- the databases of a round ---------------------------------------------------------------
+
+
+class Databases:
+    """Fresh databases for each round: files in a folder, or PostgreSQL databases."""
+
+    def __init__(self, tmp: Path, pg_url: str | None) -> None:
+        self.tmp = tmp
+        self.pg_url = pg_url
+        self._made: list[str] = []
+
+    def fresh(self, name: str) -> str:
+        """A new empty database's URL (a path for SQLite)."""
+        if self.pg_url is None:
+            return str(self.tmp / f"{name}.sqlite")
+        import psycopg
+
+        db = f"dsmon_bench_{name}"
+        with psycopg.connect(self.pg_url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {db}")
+            conn.execute(f"CREATE DATABASE {db}")
+        self._made.append(db)
+        parts = urlsplit(self.pg_url)
+        return urlunsplit(parts._replace(path=f"/{db}"))
+
+    def drop_all(self) -> None:
+        """Drop the PostgreSQL databases made (files go with the folder)."""
+        if not self._made:
+            return
+        import psycopg
+
+        with psycopg.connect(self.pg_url or "", autocommit=True) as conn:
+            for db in self._made:
+                conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+
+
+def rounds(args: argparse.Namespace, payloads: list[bytes], rows: StoredRows, tmp: Path) -> Timings:
+    """Direct then HTTP, alternating, ``--rounds`` times, into fresh databases each."""
     out = Timings()
-    with tempfile.TemporaryDirectory(prefix="dsmon-ingest-") as name:
+    dbs = Databases(tmp, args.store_url)
+    try:
         for i in range(args.rounds):
-            tmp = Path(name) / f"round{i}"
-            tmp.mkdir()
-            out.direct.append(direct(tmp / "direct.sqlite", rows))
-            seconds, inserted = over_http(tmp, payloads, args.clients)
+            here = tmp / f"round{i}"
+            here.mkdir()
+            target = dbs.fresh(f"direct{i}")
+            if args.store_url is None:
+                out.direct.append(direct_sqlite(Path(target), rows))
+            else:
+                out.direct.append(direct_postgres(target, rows))
+            seconds, inserted = over_http(here, dbs.fresh(f"http{i}"), payloads, args.clients)
             out.http.append(seconds)
             out.inserted.append(inserted)
-            print(f"round {i + 1}: direct {out.direct[-1]:.2f} s, http {seconds:.2f} s", flush=True)
+            print(
+                f"round {i + 1}: direct {out.direct[-1]:.2f} s, http {seconds:.2f} s, "
+                f"ratio {out.direct[-1] / seconds:.3f}",
+                flush=True,
+            )
         if args.stages:
-            out.stages = stages(Path(name) / "stages.sqlite", payloads)
+            out.stages = stages(dbs.fresh("stages"), payloads)
+    finally:
+        dbs.drop_all()
     return out
 
 
-def report(args: argparse.Namespace, n: int, payloads: list[bytes], t: Timings) -> None:
-    """Print the figure lines (best round of each: the least disturbed by other processes)."""
-    size = sum(map(len, payloads)) / 1e6
+def report(args: argparse.Namespace, n: int, t: Timings) -> None:
+    """Print the figure lines: medians of the rounds, their ratio, the goal."""
+    engine = "PostgreSQL" if args.store_url else "SQLite"
     print(
-        f"ingest: {n} real records ({len(payloads)} gzip batches of {BATCH}, {size:.1f} MB), "
-        f"{args.clients} client(s), best of {args.rounds} round(s)"
+        f"ingest ({engine}): {n} records of the real mix, gzip batches of {BATCH}, "
+        f"{args.clients} client(s), median of {args.rounds} alternated rounds"
     )
-    t_direct, t_http = min(t.direct), min(t.http)
-    print(f"direct executemany: {n / t_direct:10.0f} records/s ({t_direct:.2f} s)")
-    print(f"http POST /v1/records: {n / t_http:7.0f} records/s ({t_http:.2f} s)")
+    t_direct, t_http = statistics.median(t.direct), statistics.median(t.http)
+    spread_d = f"{n / max(t.direct):.0f}-{n / min(t.direct):.0f}"
+    spread_h = f"{n / max(t.http):.0f}-{n / min(t.http):.0f}"
+    print(f"baseline: direct executemany {n / t_direct:10.0f} records/s (rounds {spread_d})")
+    print(f"figure:   http POST /v1/records {n / t_http:7.0f} records/s (rounds {spread_h})")
     ratio = t_direct / t_http
     complete = all(i == n for i in t.inserted)
     print(f"ratio http/direct: {ratio:.3f}; every round inserted all {n}: {complete}")
@@ -228,19 +442,27 @@ def report(args: argparse.Namespace, n: int, payloads: list[bytes], t: Timings) 
 
 
 def main() -> None:
-    """Build the records, measure direct and HTTP (and the stages), print the figures."""
+    """Build the records, measure direct and HTTP alternately, print the figures."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=100_000, help="records to store (100000)")
-    ap.add_argument(
-        "--rounds", type=int, default=3, help="measure each this often, keep the best (3)"
-    )
+    ap.add_argument("--rounds", type=int, default=MIN_ROUNDS, help="alternated rounds (5)")
     ap.add_argument("--clients", type=int, default=1, help="concurrent POSTing connections (1)")
     ap.add_argument("--stages", action="store_true", help="also time the server's stages")
+    ap.add_argument(
+        "--gpu-share", type=float, default=0.1, help="share of GPU samples in the mix (0.1)"
+    )
+    ap.add_argument("--store-url", help="a PostgreSQL server's URL: measure it instead of SQLite")
     args = ap.parse_args()
-    records = demo_records(args.records)
+    if args.rounds < MIN_ROUNDS:
+        print(f"note: fewer than {MIN_ROUNDS} rounds: not a figure for bench/README.md")
+    records = real_mix(args.records, args.gpu_share)
     payloads = bodies(records)
-    rows = [record_row(r) for r in records]
-    report(args, len(records), payloads, rounds(args, payloads, rows))
+    describe(records, payloads)
+    with tempfile.TemporaryDirectory(prefix="dsmon-ingest-") as name:
+        tmp = Path(name)
+        rows = stored_rows(tmp, records)
+        del records
+        report(args, args.records, rounds(args, payloads, rows, tmp))
 
 
 if __name__ == "__main__":

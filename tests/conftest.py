@@ -17,6 +17,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+import deepspeed_support
 import pytest
 from hypothesis import settings as hypothesis_settings
 from locations import DATA, TESTS
@@ -55,6 +56,18 @@ def servers_stopped() -> Iterator[None]:
     """Every ingest server a fixture stopped in the background has stopped, without error."""
     yield
     assert finish_stops() == []
+
+
+@pytest.fixture(autouse=True)
+def deepspeed_leftovers_released(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Around each test of tests/system/: no dead JIT build blocks its DeepSpeed jobs, and the
+    shared memory they leave is freed after it (:mod:`deepspeed_support`)."""
+    system = SYSTEM in Path(str(request.node.path)).parents
+    if system:
+        deepspeed_support.release_stale_build_locks()
+    yield
+    if system:
+        deepspeed_support.release_shm()
 
 
 @pytest.fixture(params=list(STORE_BACKENDS))

@@ -7,6 +7,7 @@ on ``PATH`` is used. Without it a test is skipped, unless ``DSMON_REQUIRE_DEEPSP
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import signal
@@ -21,15 +22,26 @@ import pytest
 DEADLINE_S = 240.0
 
 
-#: Where DeepSpeed keeps the CPU comm op it builds at a job's start (minutes on two cores): one
-#: build for every job of the suite, whatever HOME a test gives the job.
+#: Where DeepSpeed keeps the ops it builds at a job's start (the CPU comm op, CPU Adam: minutes
+#: on two cores): one build for every job of the suite, whatever HOME a test gives the job.
 TORCH_EXTENSIONS = Path.home() / ".cache" / "torch_extensions"
+
+
+def extensions_dir(ds_bin: Path) -> Path:
+    """The ops build of one DeepSpeed environment, kept apart from any other's.
+
+    A build's commands name the environment's include paths: two environments sharing one
+    folder (two checkouts, a CI copy) made every job rebuild the other's ops, minutes each,
+    and a job killed mid-build held up the next.
+    """
+    key = hashlib.sha1(str(ds_bin.resolve()).encode()).hexdigest()[:10]
+    return TORCH_EXTENSIONS / f"{ds_bin.resolve().parent.name}-{key}"
 
 
 def job_env(ds_bin: Path, home: Path) -> dict[str, str]:
     """The environment of a training job: no DSMON_ variables, its own HOME, one ops build."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DSMON_")}
-    env.setdefault("TORCH_EXTENSIONS_DIR", str(TORCH_EXTENSIONS))
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(extensions_dir(ds_bin)))
     env.update(HOME=str(home), PATH=f"{ds_bin}{os.pathsep}{env.get('PATH', '')}")
     return env
 
@@ -108,3 +120,32 @@ def release_shm(folder: Path = Path("/dev/shm")) -> list[str]:
     for name in freed:
         found[name].unlink(missing_ok=True)
     return freed
+
+
+def release_stale_build_locks(folder: Path = TORCH_EXTENSIONS) -> list[Path]:
+    """Remove the build locks of torch's JIT builds that no running build holds.
+
+    torch's ``FileBaton`` marks a build with a ``lock`` file and every other job waits, polling,
+    until it is gone. A job killed while building (a test past its deadline on a busy machine:
+    the CPU Adam op takes minutes to compile) leaves the file, and every later job of the suite
+    then waits at ``deepspeed.initialize`` until it too is killed. While a compiler runs, the
+    lock may be a live build's and is kept.
+    """
+    locks = list(folder.glob("**/lock"))
+    if not locks or _compiler_running():
+        return []
+    for lock in locks:
+        lock.unlink(missing_ok=True)
+    return locks
+
+
+def _compiler_running() -> bool:
+    """Whether ninja or a C++ compiler runs on this machine (a JIT build in progress)."""
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        try:
+            name = comm.read_text().strip()
+        except OSError:
+            continue
+        if name in {"ninja", "cc1plus", "c++", "g++", "ld"}:
+            return True
+    return False

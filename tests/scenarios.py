@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from deepspeed_support import extensions_dir
+
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 TRAIN = TESTS / "e2e" / "train_tiny.py"
@@ -190,9 +192,9 @@ def start(
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "ds_config.json").write_text(json.dumps(scenario.config, indent=2) + "\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("DSMON_")}
-    # DeepSpeed builds its CPU comm op on a first run (minutes on two cores): every job shares
-    # one build, wherever its HOME points.
-    env.setdefault("TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "torch_extensions"))
+    # DeepSpeed builds its CPU ops on a first run (minutes on two cores): every job of one
+    # DeepSpeed environment shares one build, wherever its HOME points.
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(extensions_dir(ds_bin)))
     env.update(scenario.env)
     env["PATH"] = f"{ds_bin}{os.pathsep}{env.get('PATH', '')}"
     if home is not None:

@@ -23,6 +23,8 @@ from dsmon.model.records import Record, Source, TimerRecord
 from dsmon.model.wire import EncodedRecord, WireError
 from dsmon.serve.body import BatchError
 from dsmon.serve.run import IngestServer
+from dsmon.store.records.rows import RecordRow
+from dsmon.store.store import RowBatch, stored_as
 
 if TYPE_CHECKING:  # conftest imports this module: it must not load the server stack
     from dsmon.serve.run import IngestServer
@@ -133,6 +135,19 @@ def reference_batch(body: bytes) -> list[EncodedRecord]:
             raise BatchError(400, f"line {number}: {exc}") from None
         out.append(encoded_record(rec, line))
     return out
+
+
+def reference_rows(body: bytes) -> RowBatch:
+    """What the store writes of a batch decoded the sure way (:func:`reference_batch`).
+
+    The server's ``parse_batch_rows`` must make the same: ``records`` rows and GPU sample
+    rows, each in line order.
+    """
+    made = [stored_as(e) for e in reference_batch(body)]
+    return RowBatch(
+        [r for r in made if isinstance(r, RecordRow)],
+        [r for r in made if not isinstance(r, RecordRow)],
+    )
 
 
 def batch_records(body: bytes) -> list[Record]:

@@ -131,6 +131,7 @@ class Recorder:
         """
         self.clock = clock
         self._comm_ms = None
+        self._tally = CollectiveTally()  # the engine's broadcasts while it was built
         self._last_end = time.perf_counter_ns()
 
     def timed(self, phase: str, pending: Any) -> None:

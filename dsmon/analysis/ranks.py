@@ -241,13 +241,24 @@ def step_wall_ms(stats: pd.DataFrame) -> pd.Series:
     return rows.set_index("step")["wall_ms"].astype("float64").rename("total_ms")
 
 
+def straggler_baseline_ms(ranks: np.ndarray, median: np.ndarray, fastest: np.ndarray) -> np.ndarray:
+    """What a step's slowest rank is compared with: the median rank's busy time.
+
+    On two ranks it is the other rank's: the median of two holds half the slowest rank's own
+    time (see :func:`stragglers`). One definition for the whole run's figures and the live ones.
+    """
+    return np.where(ranks == 2, fastest, median)
+
+
 def stragglers(stats: pd.DataFrame) -> pd.DataFrame:
     """Per step seen by every rank: the slowest rank, its busy time, the median, the score.
 
-    From :func:`step_stats`. ``score`` = slowest busy time / median busy time over the
-    step's ranks. A step is kept when as many ranks reported it as reported any step (and
-    at least two): live, the newest step's lines arrive rank by rank, and a step missing its
-    slowest rank would misname it.
+    From :func:`step_stats`. ``score`` = slowest busy time / ``median_ms``, the median busy
+    time of the step's ranks, except on two ranks: there it is the other rank's, since the
+    median of two is half the slowest rank's own time (a rank twice as busy as its peer
+    scored 1.33, under the fail line, and looked half as slow as it is). A step is kept when
+    as many ranks reported it as reported any step (and at least two): live, the newest
+    step's lines arrive rank by rank, and a step missing its slowest rank would misname it.
     """
     if stats.empty:
         return _empty(STRAGGLER_COLUMNS)
@@ -255,7 +266,10 @@ def stragglers(stats: pd.DataFrame) -> pd.DataFrame:
     keep = (n >= 2) & (n == n.max())  # one pass, one copy: a million steps live
     if not keep.any():
         return _empty(STRAGGLER_COLUMNS)
-    slowest, median = stats["slowest_ms"].to_numpy()[keep], stats["median_ms"].to_numpy()[keep]
+    slowest = stats["slowest_ms"].to_numpy()[keep]
+    median = straggler_baseline_ms(
+        n[keep], stats["median_ms"].to_numpy()[keep], stats["fastest_ms"].to_numpy()[keep]
+    )
     with np.errstate(divide="ignore", invalid="ignore"):
         score = np.where(median > 0, slowest / median, np.nan)
     return pd.DataFrame(

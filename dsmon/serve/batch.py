@@ -1,17 +1,15 @@
-"""One POSTed batch of records, from raw bytes to checked records, or a reason to refuse it.
+"""One POSTed batch of records, from raw bytes to checked rows, or a reason to refuse it.
 
 The ingest server accepts bytes from the network, so everything here assumes hostile or broken
 input: a body is bounded before and after gzip decompression (``dsmon.serve.body``, whose
 names are re-exported here), and every line must pass the checks of
 :func:`dsmon.model.check.parse_line` (types, depth, names, times) before anything is stored;
 a batch is taken whole or not at all. The server's own path, :func:`parse_batch_rows`, runs
-most lines through the faster :func:`dsmon.serve.rows.checked_row` and the rest through
-``parse_line``, so it accepts and refuses exactly what ``parse_line`` does.
+the lines through the faster :func:`dsmon.serve.rows.check_lines` and the few it leaves
+through ``parse_line``, so it accepts and refuses exactly what ``parse_line`` does.
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterator
 
 from dsmon.model.check import (
     MAX_JSON_DEPTH,
@@ -22,8 +20,10 @@ from dsmon.model.check import (
 )
 from dsmon.model.wire import EncodedRecord, WireError
 from dsmon.serve.body import MAX_GZIP_MEMBERS, BatchError, check_length, inflate
-from dsmon.serve.rows import checked_row
+from dsmon.serve.rows import Other, check_lines
+from dsmon.store.gpu.rows import SampleRow
 from dsmon.store.records.rows import RecordRow
+from dsmon.store.store import RowBatch, stored_as
 
 __all__ = [
     "MAX_GZIP_MEMBERS",
@@ -39,39 +39,38 @@ __all__ = [
 ]
 
 
-def parse_batch_rows(body: bytes) -> list[RecordRow | EncodedRecord]:
+def parse_batch_rows(body: bytes) -> RowBatch:
     """Decode and check every JSON line of ``body`` (blank lines ignored), as the store takes it.
 
-    What the ingest server stores: a line that :func:`checked_row` accepts becomes its row
+    What the ingest server stores: the lines :func:`check_lines` vouches for become their rows
     without a record object being built; any other line is checked by ``parse_line`` (which
     refuses it naming the field at fault, or accepts it as a record, kept with its line: the
     received line is stored as it came, which spares re-encoding every record, unless it holds
-    a ``NaN``/``Infinity`` constant, which is re-encoded so stored bodies stay strict JSON).
+    a ``NaN``/``Infinity`` constant, which is re-encoded so stored bodies stay strict JSON),
+    and its row takes its line's place among the others.
 
     Raises:
         BatchError: 400 ``line N: field 'x': reason`` for the first bad line.
-    """
-    out: list[RecordRow | EncodedRecord] = []
-    for number, line, bare in _lines(body):
-        row = checked_row(bare)
-        out.append(_checked(number, line) if row is None else row)
-    return out
-
-
-def _lines(body: bytes) -> Iterator[tuple[int, str, str]]:
-    """The non-blank lines of ``body``: 1-based number, the line, the line stripped.
-
-    ``parse_line`` is given the line as it came, so its messages' columns are the sender's.
     """
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         bad_line = body[: exc.start].count(b"\n") + 1
         raise BatchError(400, f"line {bad_line}: not UTF-8 at byte {exc.start}") from None
-    for number, line in enumerate(text.split("\n"), start=1):
-        bare = line.strip()
-        if bare:
-            yield number, line, bare
+    rows, samples, others = check_lines(text)
+    if others:  # a line check_lines makes no row of is never bad: the first bad one is here
+        _place(rows, samples, others)
+    return RowBatch(rows, samples)
+
+
+def _place(rows: list[RecordRow], samples: list[SampleRow], others: list[Other]) -> None:
+    """Check the lines left over with ``parse_line``; put each one's row at its line's place."""
+    made = [(other, stored_as(_checked(other.number, other.line))) for other in others]
+    for other, row in reversed(made):  # from the last, so the earlier places stay put
+        if isinstance(row, RecordRow):
+            rows.insert(other.rows_before, row)
+        else:
+            samples.insert(other.samples_before, row)
 
 
 def _checked(number: int, line: str) -> EncodedRecord:

@@ -1,71 +1,145 @@
-"""A received JSON line straight to the row the store writes for it, when it checks out.
+"""A batch's received JSON lines straight to the rows the store writes, where they check out.
 
 The ingest server's work per record was once decode, build a record object, check it field
-by field, build the row: more Python time than SQLite's own insert, which capped ingest at
-well under the rate one dashboard should take. Here a line is decoded and type-checked by
-msgspec (:mod:`dsmon.model.wire_types`), the checks that are not about types follow, and
-the row is made from the decoded line. No record object is built: the server only stores
-the batch and counts it.
+by field, build the row: more Python time than SQLite's own insert. Here each line is decoded
+and type-checked by msgspec (:mod:`dsmon.model.wire_types`) in compiled code, the checks that
+are not about types follow, and the row is made from the decoded line: a ``records`` row
+(:class:`~dsmon.store.records.rows.RecordRow`), or for a GPU sample the typed row of the GPU
+tables (:func:`dsmon.store.gpu.rows.collector_sample_row`). No record object is built.
+What a batch repeats is done once per batch: the checks of a source's names and the parts of
+its records' keys it shares (:func:`dsmon.store.records.keys.source_head`) are made once per
+source (run, node, file), not once per line.
 
-Anything this path does not vouch for returns None, and the caller checks the line with
-:func:`dsmon.model.check.parse_line` as before: that path explains a bad line (``line N:
-field 'x': reason``) and takes the odd good one (a ``NaN``, a name past 256 characters that
-still fits in 1,024 bytes). So what is accepted, refused and stored, and every message, stay
-those of ``parse_line``; only the common good line gets faster.
+Anything this path does not vouch for is returned as one of :attr:`CheckedLines.others`, and
+the caller checks it with :func:`dsmon.model.check.parse_line` as before: that path explains a
+bad line (``line N: field 'x': reason``) and takes the odd good one (a ``NaN``, a name past
+256 characters that still fits in 1,024 bytes, a GPU sample not in the collector's form). So
+what is accepted, refused and stored, and every message, stay those of ``parse_line``; only
+the common good line gets faster.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import NamedTuple
+
 import msgspec
 
 from dsmon.model.check import MAX_JSON_DEPTH, MAX_NAME_BYTES
-from dsmon.model.records import KINDS, GpuSampleRecord, source_position
-from dsmon.model.units import parse_ts
+from dsmon.model.records import KINDS, GpuSampleRecord
 from dsmon.model.wire_types import decoder, line_structs, nests_freely
-from dsmon.store.records.keys import identity_digest
+from dsmon.store.gpu.rows import SampleRow, collector_sample_row
+from dsmon.store.records.keys import SourceHead, position_order, source_head, source_key
 from dsmon.store.records.rows import RecordRow
 
-#: Kinds whose lines become rows here. A GPU sample is stored in the typed GPU tables, made
-#: from its record (``dsmon.store.gpu.rows``), so its line takes the record path.
-ROW_KINDS = tuple(cls for cls in KINDS.values() if cls is not GpuSampleRecord)
 #: Names of at most this many characters fit :data:`MAX_NAME_BYTES` whatever they hold.
 _SAFE_NAME_CHARS = MAX_NAME_BYTES // 4
-_STRUCTS = line_structs(ROW_KINDS)
+_STRUCTS = line_structs(KINDS.values())
 _decode = decoder(_STRUCTS).decode
 #: Per struct: its kind, and whether its lines may nest deeper than their types say.
 _KIND = {struct: (cls.KIND, nests_freely(cls)) for struct, cls in _STRUCTS.items()}
-#: A row from a tuple of its columns without the keyword handling of ``RecordRow(...)``.
-_row = RecordRow._make
+#: The GPU sample's struct: its lines become rows of the GPU tables.
+_GPU = next((struct for struct, cls in _STRUCTS.items() if cls is GpuSampleRecord), None)
+#: A row from a tuple of its columns, without the keyword handling of ``RecordRow(...)``.
+_new = tuple.__new__
+_parse_time = datetime.fromisoformat
+#: msgspec stops at Python's depth limit with a RecursionError.
+_REFUSED = (msgspec.MsgspecError, RecursionError)
 
 
-def checked_row(line: str) -> RecordRow | None:
-    """The store's row for ``line`` (stripped), or None when ``parse_line`` must judge it.
+class Other(NamedTuple):
+    """A line left to ``parse_line``, and where its row goes among those made."""
 
-    A row is returned only for a line ``parse_line`` accepts, and it is the row
-    ``record_row`` makes of that line's record with the line as its body. None is returned
-    for every bad line, and for the good ones this path leaves to ``parse_line``: a
-    ``NaN``/``Infinity`` constant (msgspec refuses them; ``encoded_record`` re-encodes the
-    line), a NUL in a name (allowed elsewhere), a long run or node name, deep nesting, or a
-    kind left out above.
+    number: int  # 1-based line number in the body
+    line: str  # stripped
+    rows_before: int  # rows made of the lines before it
+    samples_before: int  # GPU sample rows made of the lines before it
+
+
+class CheckedLines(NamedTuple):
+    """What :func:`check_lines` made of a batch: rows, GPU sample rows, lines left over."""
+
+    rows: list[RecordRow]
+    samples: list[SampleRow]
+    others: list[Other]
+
+
+def check_lines(text: str) -> CheckedLines:
+    """The rows of every line of ``text`` this path vouches for; the other lines, in order.
+
+    A row is made only of a line ``parse_line`` accepts, and it is the row the store makes of
+    that line's record with the (stripped) line as its body: ``record_row``, or for a GPU
+    sample ``sample_row``. Left over are every bad line, and the good ones this path leaves
+    to ``parse_line``: a ``NaN``/``Infinity`` constant (msgspec refuses them;
+    ``encoded_record`` re-encodes the line), a NUL in a name (allowed elsewhere), a long
+    run or node name, deep nesting, a GPU sample not in the collector's form. Blank lines
+    are skipped.
     """
-    try:
-        rec = _decode(line)
-    except (msgspec.MsgspecError, RecursionError):  # msgspec stops at Python's depth limit
-        return None
-    src = rec.src
-    run, node, file, ts = src.run, src.node, src.file, rec.ts
+    rows: list[RecordRow] = []
+    samples: list[SampleRow] = []
+    others: list[Other] = []
+    heads: dict[tuple[str, str | None, str | None], SourceHead | None] = {}
+    number = 0
+    for line in text.split("\n"):
+        number += 1
+        if not line or line[0] != "{" or line[-1] != "}":
+            line = line.strip()
+            if not line:
+                continue
+        try:
+            rec = _decode(line)
+        except _REFUSED:
+            others.append(Other(number, line, len(rows), len(samples)))
+            continue
+        src = rec.src
+        run, node, file, ts = src.run, src.node, src.file, rec.ts
+        source = (run, node, file)
+        if source in heads:
+            head = heads[source]
+        else:
+            head = heads[source] = _checked_source(run, node, file)
+        if head is None:
+            others.append(Other(number, line, len(rows), len(samples)))
+            continue
+        if ts is not None:
+            try:
+                when = _parse_time(ts)  # a time no calendar has (a NUL too) is refused
+            except ValueError:
+                others.append(Other(number, line, len(rows), len(samples)))
+                continue
+        cls = type(rec)
+        if cls is _GPU:
+            sample = None if ts is None else collector_sample_row(rec, when)
+            if sample is None:
+                others.append(Other(number, line, len(rows), len(samples)))
+            else:
+                samples.append(sample)
+            continue
+        kind, free = _KIND[cls]
+        if free and line.count("{") + line.count("[") > MAX_JSON_DEPTH:
+            others.append(Other(number, line, len(rows), len(samples)))
+            continue
+        offset, line_no = src.offset, src.line
+        if offset is not None:
+            pos, order = f"o{offset}", offset
+        elif line_no is not None:
+            pos, order = f"l{line_no}", line_no
+        else:
+            pos, order = f"t{ts}", -1
+        if order < 0:
+            order = position_order(pos)
+        key = source_key(head, pos, src.sub, kind, order)
+        row = (key, run, kind, rec.step, ts, node, src.rank, file, line_no, line)
+        rows.append(_new(RecordRow, row))
+    return CheckedLines(rows, samples, others)
+
+
+def _checked_source(run: str, node: str | None, file: str | None) -> SourceHead | None:
+    """The key parts of a source whose names this path vouches for; None: ``parse_line``'s."""
     if not run or len(run) > _SAFE_NAME_CHARS or "\x00" in run:
         return None
     if node is not None and (len(node) > _SAFE_NAME_CHARS or "\x00" in node):
         return None
-    if (file is not None and "\x00" in file) or (ts is not None and parse_ts(ts) is None):
-        return None  # a NUL in ts fails parse_ts too
-    kind, free = _KIND[type(rec)]
-    if free and line.count("{") + line.count("[") > MAX_JSON_DEPTH:
+    if file is not None and "\x00" in file:
         return None
-    offset, number = src.offset, src.line
-    pos = source_position(offset, number, ts)
-    place = offset if offset is not None else number  # the key's order when it is >= 0
-    order = place if place is not None and place >= 0 else None
-    key = identity_digest(run, node or "", file or "", pos, src.sub, kind, order)
-    return _row((key, run, kind, rec.step, ts, node, src.rank, file, number, line))
+    return source_head(run, node or "", file or "")

@@ -21,6 +21,7 @@ processes open their own on the same file. What is SQLite's own here:
 
 from __future__ import annotations
 
+import itertools
 import logging
 import sqlite3
 import threading
@@ -60,6 +61,11 @@ INSERT = (
     f"INSERT OR IGNORE INTO records ({', '.join(ROW_COLUMNS)}) "
     f"VALUES ({', '.join('?' for _ in ROW_COLUMNS)})"
 )
+#: Rows one INSERT statement carries (see :func:`insert_rows`): a batch's rows go 200 to a
+#: statement, what is left 50, 10, then 1 at a time, so that a connection prepares four
+#: statements, not one for every size a batch ends with. A SQLite built with a lower limit
+#: of ``?`` per statement (999 before 3.32) skips the sizes past it.
+ROWS_PER_INSERT = (200, 50, 10, 1)
 # Adds the rows of one transaction (id > ?) to the per-run bookkeeping. SQLite's
 # two-argument min()/max() return NULL when either side is NULL, hence the COALESCE.
 # NOT INDEXED keeps the planner on the rowid range, the batch's own rows: left to itself it
@@ -111,6 +117,35 @@ def store_errors(where: str) -> Iterator[None]:
         raise StoreError(f"store {where}: {exc}") from None
 
 
+def insert_rows(conn: sqlite3.Connection, rows: Sequence[RecordRow]) -> None:
+    """``INSERT OR IGNORE`` the rows, many to a statement (:data:`ROWS_PER_INSERT`).
+
+    ``executemany`` runs its statement once per row, and binding, stepping and resetting it
+    cost the Python driver about 1.4 us a row: a fifth of the insert. One statement of 200
+    ``VALUES`` rows does that once, inserts them alike (in order, each ignored if its key is
+    stored), and spends its time in SQLite with the GIL released.
+    """
+    start = 0
+    most = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // len(ROW_COLUMNS)
+    for size in ROWS_PER_INSERT:
+        if size > most:
+            continue
+        sql = _INSERT_VALUES[size]
+        while len(rows) - start >= size:
+            conn.execute(sql, list(_chain(rows[start : start + size])))
+            start += size
+
+
+def _insert_values(n: int) -> str:
+    """The INSERT of ``n`` rows."""
+    one = f"({', '.join('?' for _ in ROW_COLUMNS)})"
+    return f"{INSERT.partition(' VALUES ')[0]} VALUES {', '.join([one] * n)}"
+
+
+_INSERT_VALUES = {n: _insert_values(n) for n in ROWS_PER_INSERT}
+_chain = itertools.chain.from_iterable
+
+
 class Transaction:
     """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on error); ``BEGIN`` for a snapshot.
 
@@ -155,7 +190,7 @@ class SQLiteDb(Db):
         conn = self.conn
         before = int(conn.execute("SELECT MAX(id) FROM records").fetchone()[0] or 0)
         changes = conn.total_changes
-        conn.executemany(INSERT, rows)
+        insert_rows(conn, rows)
         new = conn.total_changes - changes
         if new:
             conn.execute(UPDATE_KINDS, (before,))

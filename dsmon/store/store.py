@@ -20,6 +20,7 @@ and the per-rank tables take what it added, all in one transaction. Writes are i
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 from collections.abc import Iterable, Iterator
@@ -50,6 +51,21 @@ from dsmon.store.url import redact_url, sqlite_file
 #: Records written per transaction: large enough to amortise the commit, small enough
 #: that a reader never waits long and memory stays flat on a 500 MB import.
 BATCH_ROWS = 5000
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RowBatch:
+    """Records already made into what the store writes: ``records`` rows and GPU sample rows.
+
+    The ingest server makes them of the lines it checked, without building records
+    (``dsmon.serve.rows``); :meth:`Store.add` stores them as they are.
+    """
+
+    rows: list[RecordRow]
+    samples: list[SampleRow]
+
+    def __len__(self) -> int:
+        return len(self.rows) + len(self.samples)
 
 
 def schema(d: Dialect) -> tuple[str, ...]:
@@ -84,12 +100,16 @@ class Store:
     # --- writes -----------------------------------------------------------------------------
 
     def add(
-        self, records: Iterable[Record | EncodedRecord | RecordRow], *, live: bool = False
+        self,
+        records: Iterable[Record | EncodedRecord | RecordRow] | RowBatch,
+        *,
+        live: bool = False,
     ) -> int:
         """Store the records not stored yet, committing every few thousand; returns how many.
 
-        A :class:`RecordRow` is stored as it is: the ingest server makes them of the lines
-        it checked, without building records (``dsmon.serve.rows``).
+        A :class:`RecordRow`, and a :class:`RowBatch`, are stored as they are: the ingest
+        server makes them of the lines it checked, without building records
+        (``dsmon.serve.rows``).
 
         ``live``: they come from a live sender, so the run's ``received_at`` is set to now.
         """
@@ -222,14 +242,19 @@ def open_store(url: str | Path, *, create: bool = True) -> Store:
 
 
 def split(
-    records: Iterable[Record | EncodedRecord | RecordRow],
+    records: Iterable[Record | EncodedRecord | RecordRow] | RowBatch,
 ) -> Iterator[tuple[list[RecordRow], list[SampleRow]]]:
     """Records in batches: rows for the records table, GPU samples for their own tables.
 
-    A :class:`RecordRow` (the ingest server makes them of checked lines) goes as it is; a
-    list of nothing else (a batch of the ingest server without GPU samples) is cut in
-    slices, not looked at one record at a time (a microsecond a record, 5 % of ingest).
+    A :class:`RowBatch` (the ingest server's checked lines) is cut in slices, not looked at
+    one record at a time (a microsecond a record, 5 % of ingest); so is a list of
+    :class:`RecordRow` alone. Other records are made into rows here.
     """
+    if isinstance(records, RowBatch):
+        checked, sampled = records.rows, records.samples
+        for start in range(0, max(len(checked), len(sampled)), BATCH_ROWS):
+            yield checked[start : start + BATCH_ROWS], sampled[start : start + BATCH_ROWS]
+        return
     if isinstance(records, list) and all(type(r) is RecordRow for r in records):
         for start in range(0, len(records), BATCH_ROWS):
             yield records[start : start + BATCH_ROWS], []
@@ -237,7 +262,7 @@ def split(
     rows: list[RecordRow] = []
     samples: list[SampleRow] = []
     for item in records:
-        made = item if isinstance(item, RecordRow) else _stored_as(item)  # rows: no call
+        made = item if isinstance(item, RecordRow) else stored_as(item)  # rows: no call
         if isinstance(made, RecordRow):
             rows.append(made)
         else:
@@ -249,7 +274,7 @@ def split(
         yield rows, samples
 
 
-def _stored_as(item: Record | EncodedRecord) -> RecordRow | SampleRow:
+def stored_as(item: Record | EncodedRecord) -> RecordRow | SampleRow:
     """What one record is stored as: a GPU sample with a time as a sample row, else a row."""
     rec = item.record if isinstance(item, EncodedRecord) else item
     sample = sample_row(rec) if isinstance(rec, GpuSampleRecord) else None

@@ -143,7 +143,11 @@ class LiveStragglers:
     def _take_scores(self, done: pd.DataFrame) -> None:
         """The straggler figures of steps every rank reported."""
         slowest = done["slowest_ms"].to_numpy(dtype=np.float64)
-        median = done["median_ms"].to_numpy(dtype=np.float64)
+        median = ranks.straggler_baseline_ms(
+            done["ranks"].to_numpy(),
+            done["median_ms"].to_numpy(dtype=np.float64),
+            done["fastest_ms"].to_numpy(dtype=np.float64),
+        )
         with np.errstate(divide="ignore", invalid="ignore"):
             self._score.add(np.where(median > 0, slowest / median, np.nan))
         self._slowest.add(slowest)

@@ -65,13 +65,15 @@ def test_ingest_prints_both_rates_the_ratio_and_the_stages() -> None:
     out = bench("ingest.py", "--records", "3000", "--rounds", "1", "--stages")
     assert_lines(
         out,
-        r"^ingest: 3000 real records \(2 gzip batches of 2000, ",
-        rf"^direct executemany: +{NUMBER} records/s",
-        rf"^http POST /v1/records: +{NUMBER} records/s",
+        rf"^mix: 3000 records, {NUMBER} B of JSON a record \(.* in 2 batches\)$",
+        r"^kinds: timer .*gpu ",
+        r"^ingest \(SQLite\): 3000 records of the real mix, gzip batches of 2000, ",
+        rf"^baseline: direct executemany +{NUMBER} records/s",
+        rf"^figure: +http POST /v1/records +{NUMBER} records/s",
         rf"^ratio http/direct: {NUMBER}; every round inserted all 3000: True$",
         rf"^goal: ratio >= 0.5 and >= 50000 records/s {VERDICT}",
-        rf"^decode, check, row \(parse_batch_rows\) +{NUMBER} ",
-        rf"^SQL: store.add \(insert, bookkeeping\) +{NUMBER} ",
+        rf"^decode, check \(parse_batch_rows\) +{NUMBER} ",
+        rf"^store.add \(SQL, bookkeeping\) +{NUMBER} ",
     )
 
 

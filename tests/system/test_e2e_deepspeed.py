@@ -34,9 +34,9 @@ import pytest
 from browser_support import chart_bars, chromium, page_text
 from deepspeed_support import (
     DEADLINE_S,
-    TORCH_EXTENSIONS,
     deepspeed_bin,
     end,
+    extensions_dir,
     rank_pid,
     start,
     wait_for,
@@ -76,7 +76,9 @@ def job(tmp_path: Path) -> Iterator[dict[str, Any]]:
         tmp_path, env, tmp_path / "watch.out",
     )  # fmt: skip
     train_env = {**env, "PATH": f"{ds_bin}{os.pathsep}{env.get('PATH', '')}"}
-    train_env.setdefault("TORCH_EXTENSIONS_DIR", str(TORCH_EXTENSIONS))  # one build for the suite
+    train_env.setdefault(
+        "TORCH_EXTENSIONS_DIR", str(extensions_dir(ds_bin))
+    )  # one build for the suite
     started: list[subprocess.Popen[bytes]] = []
 
     def train() -> subprocess.Popen[bytes]:

@@ -27,7 +27,8 @@ _NO_PROBE = "no per-rank data: start the job with 'dsmon run -- <launch command>
     "ranks.straggler",
     "No rank holds the others up",
     "Per step, the slowest rank's busy time (its step time minus the time it waited in "
-    "collectives) over the median rank's, from the per-rank probe: a median above "
+    "collectives) over the median rank's (on two ranks, the other rank's), from the per-rank "
+    "probe: a median above "
     f"{th.STRAGGLER_WARN:g} warns, above {th.STRAGGLER_FAIL:g} fails, when one rank is the "
     f"slowest in at least {percent(th.STRAGGLER_CONSISTENT_SHARE)} of the steps (jitter "
     "makes the ranks take turns).",

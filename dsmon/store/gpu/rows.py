@@ -253,6 +253,68 @@ def sample_row(rec: GpuSampleRecord) -> SampleRow | None:
     return SampleRow(key, t_ms, fixed, tuple(values), extra)
 
 
+def collector_sample_row(sample: Any, when: datetime) -> SampleRow | None:
+    """:func:`sample_row` of a sample in the collector's own form, without building a record.
+
+    The ingest server decodes a GPU line into a struct with the record's fields
+    (``dsmon.model.wire_types``) and checks its time (``when``: ``ts`` parsed). A collector's
+    sample has no source position, step or XID, a time to the millisecond without a zone,
+    and NVML's whole mW, mJ and KiB: such a one becomes its row here in a few
+    microseconds. Anything else returns None, and the caller builds the record and asks
+    :func:`sample_row`, which keeps what does not fit in ``extra``.
+    """
+    src = sample.src
+    if (
+        when.tzinfo is not None
+        or src.file is not None
+        or src.line is not None
+        or src.offset is not None
+        or src.rank is not None
+        or sample.step is not None
+        or sample.xid is not None
+        or when.isoformat(timespec="milliseconds") != sample.ts
+    ):
+        return None
+    gpm, left = pack_gpm(
+        (sample.gpm_sm_active_pct, sample.gpm_tensor_active_pct, sample.gpm_dram_bw_pct)
+    )
+    if left:
+        return None
+    scaled: list[int | None] = []
+    for value, sc in zip(
+        (
+            sample.mem_used_bytes,
+            sample.power_w,
+            sample.energy_j,
+            sample.pcie_tx_bytes_per_s,
+            sample.pcie_rx_bytes_per_s,
+        ),
+        SCALED_FIELDS,
+        strict=True,
+    ):
+        whole = _scaled(value, sc)
+        if whole is None and value is not None:
+            return None
+        scaled.append(whole)
+    delta = when - _EPOCH
+    t_ms = (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+    values = (
+        sample.util_gpu_pct,
+        sample.util_mem_pct,
+        sample.temperature_c,
+        sample.sm_clock_mhz,
+        sample.mem_clock_mhz,
+        sample.throttle_reasons,
+        sample.ecc_corrected,
+        sample.ecc_uncorrected,
+        gpm,
+        *scaled,
+    )
+    key = SeriesKey(src.run, src.node or "", "", src.sub, sample.gpu_index)
+    fixed = (sample.uuid, sample.name, sample.mem_total_bytes, sample.power_limit_w)
+    return SampleRow(key, t_ms, fixed, values, {})
+
+
 def stored_values(row: SampleRow, series: SeriesInfo) -> tuple[Any, ...]:
     """The sample's columns under ``series``: fixed fields that differ go to ``extra``."""
     extra = dict(row.extra)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 from hashlib import blake2b as _blake2b
+from typing import NamedTuple
 
 from dsmon.model.records import Record, record_key
 
@@ -37,15 +38,40 @@ def identity_digest(
     they are written, and each insert lands next to the one before. The last part, a digest
     of the whole identity, keeps apart the records of one place (several from one line).
     Apart from :func:`key_digest` so that the ingest server can key a checked line without
-    building its record; ``order``, when the caller has it, is ``_position_order(pos)``
+    building its record; ``order``, when the caller has it, is ``position_order(pos)``
     (the server keys a line by its offset or line number without reading them back from
     ``pos``: a third of a microsecond of each received record).
     """
     whole = f"{run}\x1f{node}\x1f{file}\x1f{pos}\x1f{sub}\x1f{kind}".encode()
     if order is None:
-        order = _position_order(pos)
+        order = position_order(pos)
     place = (order if order < _MAX_ORDER else _MAX_ORDER).to_bytes(8, "big")
     return _source_digest(run, node, file) + place + _blake2b(whole, digest_size=8).digest()
+
+
+class SourceHead(NamedTuple):
+    """What the keys of every record of one source (run, node, file) share, made once."""
+
+    digest: bytes  # the key's first part
+    identity: str  # the start of the identity the last part digests
+
+
+def source_head(run: str, node: str, file: str) -> SourceHead:
+    """The shared parts of the keys of one source's records (see :func:`source_key`)."""
+    return SourceHead(_source_digest(run, node, file), f"{run}\x1f{node}\x1f{file}\x1f")
+
+
+def source_key(head: SourceHead, pos: str, sub: int, kind: str, order: int) -> bytes:
+    """:func:`identity_digest` of a record of the source ``head`` stands for.
+
+    The ingest server keys a batch's lines source by source: the source's digest and the
+    start of its identity are made once per source and batch, not once per record. ``order``
+    is the record's place (offset or line number) when it is >= 0, else
+    :func:`position_order` of ``pos``.
+    """
+    place = (order if order < _MAX_ORDER else _MAX_ORDER).to_bytes(8, "big")
+    whole = f"{head.identity}{pos}\x1f{sub}\x1f{kind}".encode()
+    return head.digest + place + _blake2b(whole, digest_size=8).digest()
 
 
 @functools.lru_cache(maxsize=4096)
@@ -54,7 +80,7 @@ def _source_digest(run: str, node: str, file: str) -> bytes:
     return _blake2b(f"{run}\x1f{node}\x1f{file}".encode(), digest_size=8).digest()
 
 
-def _position_order(pos: str) -> int:
+def position_order(pos: str) -> int:
     """A number that grows with a record's place in its source (``source_position``'s text).
 
     ``o<offset>`` and ``l<line>`` give the number; a time (``t<ts>``, a GPU sample's

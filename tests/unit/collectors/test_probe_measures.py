@@ -159,6 +159,28 @@ def test_each_step_carries_its_collectives_input_time_loss_and_norm(probe_dir: P
     assert steps[1]["comm_ms"] == pytest.approx(grads["time_ms"] + norm["time_ms"], abs=0.05)
 
 
+def test_the_collectives_that_build_the_engine_are_no_part_of_step_1(probe_dir: Path) -> None:
+    """DeepSpeed's __init__ broadcasts the model's parameters from rank 0: the probe, opened as
+    the engine is built, sees those calls, but step 1 is only what the first step called."""
+
+    class Building(Engine):
+        def __init__(self, comm: Any) -> None:
+            super().__init__(comm)
+            comm.all_reduce(Tensor(4096))  # as the parameters' broadcast at start
+
+    module = type(sys)("fake_engine")
+    module.DeepSpeedEngine = type("DeepSpeedEngine", (Building,), {})  # type: ignore[attr-defined]
+    patch.patch_engine(module)
+    engine = module.DeepSpeedEngine(fake_comm())  # type: ignore[attr-defined]
+    engine.forward(1.0)
+    engine.backward(Tensor(1, value=1.0))
+    engine.step()
+    patch._Probe.recorder.close()  # type: ignore[union-attr]
+    (step,) = [r for r in lines(probe_dir / "rank-1.jsonl") if r["kind"] == "rank_step"]
+    calls = sorted((c["op"], c["msg_bytes"]) for c in step["collectives"])
+    assert calls == [("all_gather_into_tensor", 132352), ("all_reduce", 4), ("all_reduce", 132352)]
+
+
 class FakeEvent:
     done = False
 

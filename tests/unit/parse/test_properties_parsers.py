@@ -23,7 +23,7 @@ import pytest
 from field_logs import field_logs, needs_field_corpus
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from server_support import reference_batch
+from server_support import reference_batch, reference_rows
 
 from dsmon.model import wire
 from dsmon.model.records import KINDS, Record
@@ -33,7 +33,8 @@ from dsmon.parse.families.flops_profiler import FACTOR_OFFSET
 from dsmon.parse.log import LogParser, default_parsers
 from dsmon.parse.side_files import parse_profile_file
 from dsmon.serve.batch import BatchError, parse_batch_rows
-from dsmon.store.records.rows import RecordRow, as_row
+from dsmon.store.records.rows import RecordRow
+from dsmon.store.store import RowBatch
 
 #: Hypothesis explores every parser for a while: the slow lane runs it, CI replays one sequence.
 pytestmark = [needs_field_corpus, pytest.mark.slow]
@@ -282,17 +283,19 @@ def decode_or_refuse(body: bytes) -> list[Record] | None:
     must refuse the same batches with the same message, and store the same rows.
     """
     try:
-        rows: list[RecordRow] | str = [as_row(r) for r in parse_batch_rows(body)]
+        made: RowBatch | str = parse_batch_rows(body)
     except BatchError as exc:
-        rows = exc.message
+        made = exc.message
     try:
         got = reference_batch(body)
     except BatchError as exc:
         assert exc.status == 400 and exc.message.startswith("line ")
-        assert rows == exc.message
+        assert made == exc.message
         return None
-    assert not isinstance(rows, str), rows
-    assert [same_row(r) for r in rows] == [same_row(as_row(e)) for e in got]
+    assert not isinstance(made, str), made
+    expected = reference_rows(body)
+    assert [same_row(r) for r in made.rows] == [same_row(r) for r in expected.rows]
+    assert made.samples == expected.samples
     return [e.record for e in got]
 
 

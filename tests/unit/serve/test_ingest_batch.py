@@ -5,7 +5,7 @@ import json
 import zlib
 
 import pytest
-from server_support import batch_records, reference_batch
+from server_support import batch_records, reference_batch, reference_rows
 
 from dsmon.model import wire
 from dsmon.model.records import (
@@ -18,7 +18,6 @@ from dsmon.model.records import (
     StepRecord,
     TimerRecord,
 )
-from dsmon.model.wire import EncodedRecord
 from dsmon.serve.batch import (
     MAX_GZIP_MEMBERS,
     BatchError,
@@ -26,7 +25,10 @@ from dsmon.serve.batch import (
     inflate,
     parse_batch_rows,
 )
-from dsmon.store.records.rows import RecordRow, as_row, record_row
+from dsmon.serve.rows import check_lines
+from dsmon.store.gpu.rows import sample_row
+from dsmon.store.records.rows import record_row
+from dsmon.store.store import RowBatch
 
 #: The batch decoders a bad line must be refused by alike: the records' and the server's.
 DECODERS = pytest.mark.parametrize("decode", [batch_records, parse_batch_rows])
@@ -242,10 +244,98 @@ def test_the_server_makes_the_rows_records_make(z2_log_records: list[Record]) ->
     records = [*z2_log_records, gpu]
     body = "\n".join(wire.encode(r) for r in records).encode()
     got = parse_batch_rows(body)
-    assert [as_row(r) for r in got] == [record_row(r, wire.encode(r)) for r in records]
-    # every kind but GPU samples (stored in their own tables, from the record) skips the record
-    assert all(isinstance(r, RecordRow) for r in got[:-1])
-    assert isinstance(got[-1], EncodedRecord) and got[-1].record == gpu
+    assert got.rows == [record_row(r, wire.encode(r)) for r in z2_log_records]
+    # GPU samples are stored in their own tables: their rows are those the record makes
+    assert got.samples == [sample_row(gpu)]
+    assert not check_lines(body.decode()).others  # every line made without a record
+
+
+def gpu_line(**changes: object) -> str:
+    """A sample as a collector sends it (every field NVML gives), with ``changes``."""
+    rec = GpuSampleRecord(
+        src=Source(run="z2", node="n1"),
+        ts="2026-11-29T14:11:04.882",
+        gpu_index=3,
+        uuid="GPU-h100-0003",
+        name="NVIDIA H100 80GB HBM3",
+        util_gpu_pct=87.0,
+        util_mem_pct=41.0,
+        mem_used_bytes=61_234_567_168,
+        mem_total_bytes=85_520_809_984,
+        power_w=612.345,
+        power_limit_w=700.0,
+        energy_j=124056.789,
+        temperature_c=64.0,
+        sm_clock_mhz=1980.0,
+        mem_clock_mhz=2619.0,
+        throttle_reasons=4,
+        pcie_tx_bytes_per_s=2097152.0,
+        pcie_rx_bytes_per_s=4194304.0,
+        ecc_corrected=3,
+        ecc_uncorrected=0,
+        gpm_sm_active_pct=71.5,
+        gpm_tensor_active_pct=43.25,
+        gpm_dram_bw_pct=55.0,
+    )
+    obj = json.loads(wire.encode(rec))
+    for name, value in changes.items():
+        if name.startswith("src."):
+            obj["src"][name[4:]] = value
+        else:
+            obj[name] = value
+    return json.dumps(obj)
+
+
+@pytest.mark.parametrize(
+    ("changes", "fast"),
+    [
+        ({}, True),
+        ({"util_gpu_pct": 87, "power_limit_w": 700}, True),  # integers for floats
+        ({"gpm_sm_active_pct": None, "xid": None, "uuid": None}, True),
+        ({"ts": "2026-11-29T14:11:04"}, False),  # not to the millisecond: kept in extra
+        ({"ts": "2026-11-29T14:11:04.882123"}, False),
+        ({"ts": "2026-11-29T14:11:04.882+01:00"}, False),  # a zone: stored as a record
+        ({"ts": None}, False),  # no time: stored as a record
+        ({"xid": 79}, False),
+        ({"step": 12}, False),
+        ({"src.rank": 0}, False),
+        ({"src.file": "gpu.log", "src.line": 3}, False),
+        ({"power_w": 612.3456}, False),  # not whole milliwatts
+        ({"mem_used_bytes": 1023}, False),  # not whole KiB
+        ({"pcie_rx_bytes_per_s": 100.5}, False),
+        ({"gpm_dram_bw_pct": 55.123}, False),  # finer than the column holds
+        ({"power_w": float("nan")}, False),  # NaN: msgspec refuses it, parse_line takes it
+    ],
+)
+def test_gpu_samples_are_the_rows_their_records_make(
+    changes: dict[str, object], fast: bool
+) -> None:
+    """A collector's sample becomes its row without a record; any other, through its record."""
+    body = gpu_line(**changes).encode()
+    assert (not check_lines(body.decode()).others) == fast
+    got = parse_batch_rows(body)
+    assert got == reference_rows(body)
+    (expected,) = reference_batch(body)
+    assert len(got) == 1 and (got.samples == [sample_row(expected.record)] or not got.samples)  # type: ignore[arg-type]
+
+
+def test_lines_left_to_parse_line_keep_their_place() -> None:
+    """A line the fast path leaves (a long name, a finer GPU time) is stored where it was sent."""
+    lines = [
+        timer_line(src={"run": "z2", "line": 1}),
+        timer_line(src={"run": "z" * 300, "line": 2}),
+        gpu_line(),
+        gpu_line(ts="2026-11-29T14:11:04.882123"),
+        gpu_line(ts="2026-11-29T14:11:05.882"),
+        timer_line(src={"run": "z2", "line": 3}),
+    ]
+    body = "\n".join(lines).encode()
+    assert [o.number for o in check_lines(body.decode()).others] == [2, 4]
+    got = parse_batch_rows(body)
+    expected = reference_rows(body)
+    assert [r.line for r in got.rows] == [1, 2, 3]
+    assert got == expected
+    assert [s.t_ms for s in got.samples] == sorted(s.t_ms for s in got.samples)
 
 
 @pytest.mark.parametrize(
@@ -263,8 +353,7 @@ def test_the_server_makes_the_rows_records_make(z2_log_records: list[Record]) ->
 def test_the_server_keys_every_place_as_records_do(place: dict[str, int | None]) -> None:
     """The server keys a line from its offset or line number as ``record_row`` does."""
     line = timer_line(src={"run": "z2", "file": "train.log", "rank": 0, **place})
-    (row,) = parse_batch_rows(line.encode())
-    assert isinstance(row, RecordRow)
+    (row,) = parse_batch_rows(line.encode()).rows
     assert row == record_row(wire.decode(line), line)
 
 
@@ -282,20 +371,20 @@ def test_the_server_keys_every_place_as_records_do(place: dict[str, int | None])
 def test_lines_the_fast_path_leaves_alone_are_judged_as_before(line: str, fast: bool) -> None:
     body = line.encode()
     try:
-        expected = [as_row(e) for e in reference_batch(body)]
+        expected = reference_rows(body).rows
     except BatchError as exc:
         assert not fast and refused(parse_batch_rows, body) == (exc.status, exc.message)
         return
-    (row,) = parse_batch_rows(body)
-    assert isinstance(row, RecordRow) == fast
-    assert as_row(row)[:-1] == expected[0][:-1]
-    assert wire.decode(as_row(row).body) == wire.decode(expected[0].body)
+    assert (not check_lines(line).others) == fast
+    (row,) = parse_batch_rows(body).rows
+    assert row[:-1] == expected[0][:-1]
+    assert wire.decode(row.body) == wire.decode(expected[0].body)
 
 
 def outcome(decode: object, body: bytes) -> object:
     """What a decoder makes of ``body``: its rows, or its refusal."""
     try:
-        return [as_row(r) for r in decode(body)]  # type: ignore[operator]
+        return decode(body)  # type: ignore[operator]
     except BatchError as exc:
         return exc.status, exc.message
 
@@ -305,8 +394,8 @@ def test_nesting_is_counted_alike(depth: int) -> None:
     detail = "[" * depth + "]" * depth
     line = f'{{"kind": "event", "src": {{"run": "z2"}}, "name": "x", "detail": {{"d": {detail}}}}}'
     got = outcome(parse_batch_rows, line.encode())
-    assert got == outcome(reference_batch, line.encode())
+    assert got == outcome(reference_rows, line.encode())
     if depth <= 50:
-        assert isinstance(got, list)
+        assert isinstance(got, RowBatch)
     if depth >= 100:
         assert got == (400, "line 1: not JSON: nested more than 64 levels deep")

@@ -20,6 +20,8 @@ from dsmon.serve.seal import PageSealer
 from dsmon.store.errors import StoreError
 from dsmon.store.store import Store, open_store
 
+GZIP = {"Content-Encoding": "gzip"}
+
 
 def stored(srv: IngestServer, run: str = "z2") -> list[Record]:
     return srv.store.records(run)
@@ -118,6 +120,35 @@ def test_bad_field_is_400_naming_line_and_field_and_stores_nothing(srv: IngestSe
     assert status == 400
     assert json.loads(data)["error"].startswith("line 3: not JSON")
     assert srv.store.last_id() == 0
+
+
+@pytest.fixture
+def big(tmp_path: Path) -> Iterator[IngestServer]:
+    """A server taking bodies of the default size (16 MiB)."""
+    handle = start_ingest_server(str(tmp_path / "big.sqlite"), TOKEN, "127.0.0.1", 0)
+    yield handle
+    stop_later(handle)
+
+
+def test_a_big_batch_is_stored_whole_or_not_at_all(
+    big: IngestServer,
+) -> None:
+    """A bad line near the end of a batch of hundreds refuses it all, and sent again fixed
+    it is stored whole."""
+    n = 757
+    good = [wire.encode(r) for r in small_batch(n)]
+    bad = json.loads(good[-3])
+    bad["step"] = "abc"
+    body = "\n".join([*good[:-3], json.dumps(bad), *good[-2:]]).encode()
+    status, _, data = call(big, "POST", "/v1/records", gzip.compress(body), auth(**GZIP))
+    assert (status, json.loads(data)) == (
+        400,
+        {"error": f"line {n - 2}: field 'step': expected int, got str"},
+    )
+    assert big.store.last_id() == 0 and big.store.runs() == []
+    assert post(big, small_batch(n)) == (200, {"accepted": n, "inserted": n})
+    assert stored(big) == small_batch(n)
+    assert post(big, small_batch(n)) == (200, {"accepted": n, "inserted": 0})
 
 
 def test_unknown_encoding_is_415_and_corrupt_gzip_400(srv: IngestServer) -> None:

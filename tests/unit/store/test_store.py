@@ -13,6 +13,7 @@ from dsmon.load.files import import_paths
 from dsmon.model import wire
 from dsmon.model.records import (
     ConfigRecord,
+    GpuSampleRecord,
     Record,
     Source,
     StepRecord,
@@ -24,7 +25,6 @@ from dsmon.serve.batch import parse_batch_rows
 from dsmon.store.errors import StoreError
 from dsmon.store.records.filter import RecordFilter
 from dsmon.store.records.keys import KEY_BYTES, key_digest
-from dsmon.store.records.rows import RecordRow
 from dsmon.store.records.runs import RunInfo
 from dsmon.store.store import Store, open_store
 from dsmon.store.url import absolute_url, redact_url, sqlite_file
@@ -196,12 +196,24 @@ def test_rows_the_server_made_store_what_records_store(
     store: Store, z2_log_records: list[Record]
 ) -> None:
     """The ingest server hands the store rows, not records: same records, runs and dedup."""
-    body = "\n".join(wire.encode(r) for r in z2_log_records).encode()
-    rows = parse_batch_rows(body)
-    assert all(isinstance(r, RecordRow) for r in rows)
-    assert store.add(rows, live=True) == len(z2_log_records)
-    assert store.add(z2_log_records) == 0  # the same keys as the records'
-    assert store.records("z2") == z2_log_records
+    gpu = [
+        GpuSampleRecord(
+            src=Source(run="z2", node="n1"),
+            ts=f"2026-11-29T14:11:0{i}.882",
+            gpu_index=0,
+            power_w=612.345,
+            mem_used_bytes=1 << 30,
+        )
+        for i in range(3)
+    ]
+    body = "\n".join(wire.encode(r) for r in [*z2_log_records, *gpu]).encode()
+    batch = parse_batch_rows(body)
+    assert (len(batch.rows), len(batch.samples)) == (len(z2_log_records), 3)
+    assert store.add(batch, live=True) == len(z2_log_records) + 3
+    assert store.add([*z2_log_records, *gpu]) == 0  # the same keys as the records'
+    assert store.add(batch, live=True) == 0  # and a batch sent again adds nothing
+    assert store.records("z2", "gpu") == gpu
+    assert [r for r in store.records("z2") if r.KIND != "gpu"] == z2_log_records
     (info,) = store.runs()
     assert (info.kinds["timer"], info.last_step, info.ranks) == (90, 30, (0,))
     assert info.received_at is not None
@@ -381,3 +393,32 @@ def test_sqlite_bookkeeping_reads_only_the_batch(
     store.close()
     assert any("rowid>?" in p for p in plans), plans
     assert not [p for p in plans if p.startswith("SCAN records")], plans
+
+
+@pytest.mark.parametrize("n", [1, 9, 61, 457])
+def test_a_batch_of_any_size_is_stored_once_in_order(store: Store, n: int) -> None:
+    """SQLite inserts rows many to a statement (200, 50, 10, 1): every size goes in, in
+    order, and rows stored before (every third here) are left as they are."""
+    recs = [
+        dataclasses.replace(timer("r", 1, 1.0), src=Source(run="r", file="f", offset=i))
+        for i in range(n)
+    ]
+    assert store.add(recs[::3]) == len(recs[::3])
+    assert store.add(recs) == n - len(recs[::3])
+    stored = store.records("r")
+    assert sorted(stored, key=lambda r: r.src.offset or 0) == recs
+    later = [r for r in stored if (r.src.offset or 0) % 3]
+    assert later == [r for r in recs if (r.src.offset or 0) % 3]  # in the batch's order
+
+
+def test_a_sqlite_with_few_parameters_a_statement_inserts_all(tmp_path: Path) -> None:
+    """SQLite before 3.32 takes 999 ``?`` a statement: 200 rows (2,000) do not fit."""
+    with open_store(tmp_path / "old.sqlite") as store:
+        conn = store.backend._conn
+        conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)
+        recs = [
+            dataclasses.replace(timer("r", 1, 1.0), src=Source(run="r", file="f", offset=i))
+            for i in range(457)
+        ]
+        assert store.add(recs) == 457
+        assert store.records("r") == recs
