@@ -31,6 +31,7 @@ FULL_ONLY = frozenset(
         "prometheus_client",
         "psycopg",
         "tqdm",
+        "polars",
     }
 )
 #: What a command that stores, serves or shows runs imports (psycopg only for PostgreSQL).

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # loaded when the command runs: building the command line sta
     from dsmon.load.rotated import Carries
     from dsmon.model.records import Record
     from dsmon.parse.base import Diagnostics
+    from dsmon.store.records.rows import RecordRow
 
 #: Records encoded per ``write`` call.
 WRITE_BATCH = 2048
@@ -55,9 +56,9 @@ def check_readable(name: str) -> Path:
 
 def _records(
     name: str, found: Found | None, run: str | None, diag: Diagnostics, carries: Carries
-) -> Iterator[Record]:
+) -> Iterator[Record | RecordRow]:
     """Records of one FILE argument (stdin, a log, or another recognised file)."""
-    from dsmon.load.files import read_found, read_log
+    from dsmon.load.files import read_found_rows, read_log
     from dsmon.parse.log import LogParser
     from dsmon.parse.run_files import run_name
 
@@ -66,7 +67,7 @@ def _records(
         yield from read_log(sys.stdin.buffer, parser)
         diag.merge(parser.diag)
         return
-    yield from read_found(found, run, diag, default_run=run_name(Path(name)), carries=carries)
+    yield from read_found_rows(found, run, diag, default_run=run_name(Path(name)), carries=carries)
 
 
 def _inputs(names: list[str]) -> list[tuple[str, Found | None]]:
@@ -86,14 +87,16 @@ def _inputs(names: list[str]) -> list[tuple[str, Found | None]]:
     return out
 
 
-def write_records(records: Iterable[Record], out: TextIO) -> int:
+def write_records(records: Iterable[Record | RecordRow], out: TextIO) -> int:
     """Write records as JSON lines in batches; returns how many.
 
     The lines are encoded to UTF-8 bytes (``wire.encode_bytes``) and go to the stream's
     binary buffer when it has one (stdout, a file): decoding them to text only for the text
-    layer to encode them again cost more than encoding them.
+    layer to encode them again cost more than encoding them. A row made for the store (a plain
+    timer line, ``dsmon.load.vector``) is written as its JSON body, which is that line.
     """
     from dsmon.model import wire
+    from dsmon.store.records.rows import RecordRow
 
     binary = getattr(out, "buffer", None)
     if binary is not None:
@@ -104,7 +107,7 @@ def write_records(records: Iterable[Record], out: TextIO) -> int:
     n = 0
     batch: list[bytes] = []
     for rec in records:
-        batch.append(wire.encode_bytes(rec))
+        batch.append(rec.body.encode() if isinstance(rec, RecordRow) else wire.encode_bytes(rec))
         if len(batch) >= WRITE_BATCH:
             write(b"\n".join(batch) + b"\n")
             n += len(batch)

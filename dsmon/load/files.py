@@ -20,8 +20,9 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
+from dsmon.load import vector
 from dsmon.load.kinds import (
     AUTOTUNE_EXP,
     AUTOTUNE_SUMMARY,
@@ -42,19 +43,16 @@ from dsmon.model.records import Record
 from dsmon.model.wire import EncodedRecord
 from dsmon.parse import side_files
 from dsmon.parse.base import OUT_OF_RANGE, PARSER_ERROR, Diagnostics, LineParser
-from dsmon.parse.linereader import MAX_LINE_BYTES, capped_lines
+from dsmon.parse.linereader import capped_lines, note_cut
 from dsmon.parse.log import LogParser
 from dsmon.parse.probe import ProbeParser
 from dsmon.parse.run_files import run_name, starts_with_its_worker, with_rank
 from dsmon.parse.side_files import parse_profile_file
+from dsmon.store.records.rows import RecordRow
 from dsmon.store.store import Store
 
 #: Progress is reported every this many bytes, not every line (the hot loop stays cheap).
 _PROGRESS_EVERY = 1 << 20
-
-#: The diagnostics kind under which lines cut to :data:`MAX_LINE_BYTES` are counted.
-LONG_LINE = "long_line"
-_LONG_LINE_TEXT = f"longer than {MAX_LINE_BYTES} bytes: parsed cut to that length"
 
 Progress = Callable[[int], object]
 
@@ -87,8 +85,7 @@ def read_log(
     for lineno, raw in enumerate(capped_lines(stream), start=1):
         recs = parser.feed(raw.data.decode("utf-8", "replace"), offset, lineno)
         if raw.cut:
-            where = f"{parser.file}:{lineno}"
-            parser.diag.note(parser.diag.cut, LONG_LINE, where, _LONG_LINE_TEXT)
+            note_cut(parser.diag, parser.file, lineno)
         offset += raw.size
         if recs:
             yield from (recs if rank is None else with_rank(recs, rank))
@@ -123,28 +120,63 @@ def read_found(
         return
     run = run or default_run
     if found.kind in (LOG, PROBE):
-        parser: LogParser | ProbeParser = (
-            LogParser(run, found.label, from_start=starts_with_its_worker(found.path.as_posix()))
-            if found.kind == LOG
-            else ProbeParser(run, found.label)
-        )
-        family = found.family
-        if carries is not None and family in carries:
-            parser.take_over(carries[family])
-        packed = found.path.name.endswith(COMPRESSED)  # offsets count decompressed bytes
-        with open_log(found.path) as f:
-            yield from read_log(f, parser, found.rank, None if packed else progress)
-            if isinstance(f, Unpacked) and f.error is not None:
-                parser.diag.note(parser.diag.cut, "compressed file", found.label, f.error)
-        if packed and progress is not None:
-            progress(found.path.stat().st_size)
-        diag.merge(parser.diag)
-        if carries is not None and family is not None:
-            carries[family] = parser.handover()
+        yield from _read_stream(found, run, diag, progress, carries, read_log)
         return
     yield from _parse_file(found, run, diag)
     if progress is not None:
         progress(found.path.stat().st_size)
+
+
+def read_found_rows(
+    found: Found,
+    run: str | None,
+    diag: Diagnostics,
+    progress: Progress | None = None,
+    default_run: str = "run",
+    carries: Carries | None = None,
+) -> Iterator[Record | RecordRow]:
+    """What :func:`read_found` reads, for the store or as JSON lines: ``dsmon import``, ``parse``.
+
+    A log's plain timer lines come as the rows the store keeps of their records, read in
+    compiled code (:mod:`dsmon.load.vector`) where polars is installed; the same rows, in the
+    same order, as those of :func:`read_found`'s records.
+    """
+    if found.kind == LOG and vector.available():
+        yield from _read_stream(found, run or default_run, diag, progress, carries, vector.log_rows)
+        return
+    yield from read_found(found, run, diag, progress, default_run, carries)
+
+
+_Item = TypeVar("_Item", Record, Record | RecordRow)
+
+
+def _read_stream(
+    found: Found,
+    run: str,
+    diag: Diagnostics,
+    progress: Progress | None,
+    carries: Carries | None,
+    reader: Callable[[BinaryIO, Any, int | None, Progress | None], Iterator[_Item]],
+) -> Iterator[_Item]:
+    """A log or a probe file read by ``reader``; where its parser stood kept in ``carries``."""
+    parser: LogParser | ProbeParser = (
+        LogParser(run, found.label, from_start=starts_with_its_worker(found.path.as_posix()))
+        if found.kind == LOG
+        else ProbeParser(run, found.label)
+    )
+    family = found.family
+    if carries is not None and family in carries:
+        parser.take_over(carries[family])
+    packed = found.path.name.endswith(COMPRESSED)  # offsets count decompressed bytes
+    with open_log(found.path) as f:
+        yield from reader(f, parser, found.rank, None if packed else progress)
+        if isinstance(f, Unpacked) and f.error is not None:
+            parser.diag.note(parser.diag.cut, "compressed file", found.label, f.error)
+    if packed and progress is not None:
+        progress(found.path.stat().st_size)
+    diag.merge(parser.diag)
+    if carries is not None and family is not None:
+        carries[family] = parser.handover()
 
 
 def _parse_file(found: Found, run: str, diag: Diagnostics) -> list[Record]:
@@ -279,12 +311,14 @@ def import_paths(
         res = ImportResult(name, inputs)
         carries: Carries = {}
         for found in inputs:
+            records: Iterator[Record | EncodedRecord | RecordRow]
             if found.kind == RECORDS:
-                read = read_records_file(found.path, found.label, res.diag, run, progress)
-                records = _counted(read, res)
+                records = _counted(
+                    read_records_file(found.path, found.label, res.diag, run, progress), res
+                )
             else:
-                read = read_found(found, name, res.diag, progress, carries=carries)
-                records = _counted_as(read, res)
+                rows = read_found_rows(found, name, res.diag, progress, carries=carries)
+                records = _counted_as(rows, res)
             try:
                 res.inserted += store.add(records)
             except OSError as exc:  # vanished or unreadable since discovery
@@ -294,8 +328,8 @@ def import_paths(
 
 
 def _counted_as(
-    records: Iterable[Record | EncodedRecord], res: ImportResult
-) -> Iterator[Record | EncodedRecord]:
+    records: Iterable[Record | EncodedRecord | RecordRow], res: ImportResult
+) -> Iterator[Record | EncodedRecord | RecordRow]:
     """Records of an input filed under the result's run."""
     res.runs[res.run] = None
     for rec in records:

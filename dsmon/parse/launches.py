@@ -16,7 +16,8 @@ RUN_START_LOGGER = "dsmon"
 #: How the line ``dsmon run`` writes after the job's output begins (``collectors.job.run_end_line``):
 #: the job ended, with its exit status. It starts nothing.
 RUN_END_TEXT = "dsmon run: the job ended with status"
-_START_LOGGERS = frozenset({"runner.py", "launch.py", RUN_START_LOGGER})
+#: Loggers whose lines start a job (``is_start``, ``is_relaunch``).
+START_LOGGERS = frozenset({"runner.py", "launch.py", RUN_START_LOGGER})
 _START_TEXTS = ("DeepSpeed info:", "Initializing TorchBackend", "DeepSpeedEngine configuration")
 #: torchrun's warning as it starts the workers (``W1204 ... torch/distributed/run.py:874]
 #: Setting OMP_NUM_THREADS environment variable for each process ...``): both words present.
@@ -34,7 +35,7 @@ def is_start(line: LogLine) -> bool:
     subprocess``), which says nothing about where the log starts.
     """
     text = line.text
-    if line.logger in _START_LOGGERS:
+    if line.logger in START_LOGGERS:
         return (
             not text.startswith(_END_TEXTS)
             and "exits with return code" not in text
@@ -55,6 +56,6 @@ def is_relaunch(line: LogLine) -> bool:
     if logger is not None:
         if logger == RUN_START_LOGGER:
             return not line.text.startswith(RUN_END_TEXT)
-        return logger in _START_LOGGERS and line.text.startswith(_LAUNCH_TEXTS)
+        return logger in START_LOGGERS and line.text.startswith(_LAUNCH_TEXTS)
     text = line.text
     return text.startswith("W") and _TORCHRUN_START in text and _TORCHRUN_LOGGER in text

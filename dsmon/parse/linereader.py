@@ -13,10 +13,20 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import BinaryIO, NamedTuple
 
+from dsmon.parse.base import Diagnostics
+
 #: A longer line is parsed cut to this length; the rest of it is skipped.
 MAX_LINE_BYTES = 1 << 20
 #: Bytes read at a time while skipping the rest of a long line.
 _SKIP_CHUNK = 1 << 16
+#: The diagnostics kind under which lines cut to :data:`MAX_LINE_BYTES` are counted.
+LONG_LINE = "long_line"
+_LONG_LINE_TEXT = f"longer than {MAX_LINE_BYTES} bytes: parsed cut to that length"
+
+
+def note_cut(diag: Diagnostics, file: str | None, line: int) -> None:
+    """Count a line that was parsed cut to :data:`MAX_LINE_BYTES` (``RawLine.cut``)."""
+    diag.note(diag.cut, LONG_LINE, f"{file}:{line}", _LONG_LINE_TEXT)
 
 
 class RawLine(NamedTuple):

@@ -19,9 +19,11 @@ _DATE = r"(?P<date>\d{4}-\d\d-\d\d) (?P<time>\d\d:\d\d:\d\d)"
 _MILLIS = r"[,.](?P<ms>\d{3})"
 _CALLER = r"(?P<logger>[^\]:]+):\d+:[^\]]*"
 #: Logger headers, most common first; each names date, time, level and maybe millis, logger.
+#: DeepSpeed's logger header: [2026-11-29 14:10:22,818] [INFO] [config.py:678:print] message.
+#: A pattern text, also matched in compiled code by the vector path (``dsmon.load.vector``).
+DEEPSPEED_HEADER = rf"\[{_DATE}{_MILLIS}\] \[(?P<level>[A-Z]+)\] \[{_CALLER}\] ?"
 _LOGGERS = (
-    # DeepSpeed's logger: [2026-11-29 14:10:22,818] [INFO] [config.py:678:print] message
-    re.compile(rf"\[{_DATE}{_MILLIS}\] \[(?P<level>[A-Z]+)\] \[{_CALLER}\] ?"),
+    re.compile(DEEPSPEED_HEADER),
     # ezpz / ALCF Megatron-DeepSpeed: [2025-11-10 09:43:36,161992][I][megatron/training_log:402:fn]
     re.compile(rf"\[{_DATE}{_MILLIS}\d*\]\[(?P<level>[A-Z])\]\[{_CALLER}\] ?"),
     # Hydra's job logging: [2023-05-15 14:38:04,635][torch.distributed.distributed_c10d][INFO] - msg
@@ -34,7 +36,9 @@ _LOGGERS = (
 _DATED_LOGGERS = _LOGGERS[:3]
 _LEVEL_LOGGERS = _LOGGERS[3:]
 _LEVELS = {"D": "DEBUG", "I": "INFO", "W": "WARNING", "E": "ERROR", "C": "CRITICAL"}
-_RANK = re.compile(r"\[Rank (-?\d+)\] ")
+#: print_dist's and log_dist's ``[Rank N] `` before a message (a pattern text, as above).
+RANK_TAG = r"\[Rank (-?\d+)\] "
+_RANK = re.compile(RANK_TAG)
 _TORCH_RANK = re.compile(r"\[rank(\d+)\]: ?")
 _MPI_TAG = re.compile(r"\[\d+,(\d+)\]<std(?:out|err)>: ?")
 _KUBE_PREFIX = re.compile(r"\[pod/([^/\]]+)/[^\]]*\] ")
@@ -316,6 +320,16 @@ class LineCleaner:
             out.text = _strip_headers(seg, out)
             result.append(out)
         return result
+
+    def plain_line(self) -> None:
+        """What :meth:`clean` keeps of a line that starts with a header, ``[Rank N]`` or a word.
+
+        The vector path (``dsmon.load.vector``) reads such lines itself, with no bar, no paste
+        and no launcher prefix in them; what the cleaner would remember of one is this: no
+        bar begins it, and a paste's indentation ends.
+        """
+        self.bar = None
+        self._indent = 0
 
     def _bars(self, raw: str) -> Bar | None:
         r"""Note the bars a line draws (tqdm redraws after ``\r``); the one it begins with.

@@ -37,7 +37,7 @@ from dsmon.parse.families.loss_scale import LossScaleParser
 from dsmon.parse.families.megatron import MegatronParser
 from dsmon.parse.families.memory import MemoryParser
 from dsmon.parse.families.progress import ProgressParser
-from dsmon.parse.families.timers import TimerParser
+from dsmon.parse.families.timers import PlainShape, TimerParser
 from dsmon.parse.families.trainer import TrainerParser
 from dsmon.parse.launches import is_relaunch, is_start
 from dsmon.parse.lines import LineCleaner, LogLine, leading_bar
@@ -106,6 +106,10 @@ class LogParser:
         self.live = live
         self._parsers = list(parsers) if parsers is not None else default_parsers()
         self._signatures = parsers is None
+        first = self._parsers[0] if self._parsers else None
+        #: The timer parser when it sees every line first: then the vector path may read
+        #: plain timer lines for it (``take_timer``).
+        self._timers = first if isinstance(first, TimerParser) else None
         self._cleaner = LineCleaner()
         self._lineno = 0
         self._carry: LogLine | None = None
@@ -117,6 +121,9 @@ class LogParser:
         self._at_start = True  # no line fed yet
         self._unparsed = UnparsedReport()
         self._last: LogLine | None = None  # the last line read: where an unparsed count is told
+        #: The last line read when it was a plain timer line (``take_timer``): its LogLine is
+        #: made only if the end needs it.
+        self._plain_last: tuple[int, int, str | None, int | None] | None = None
 
     @property
     def diag(self) -> Diagnostics:
@@ -157,6 +164,58 @@ class LogParser:
             self._stamp(self._unparsed.events(self.ctx, self._last), self.ctx.clock.rel, out)
         return self._fitted(self._assign_steps(out))
 
+    def quiet(self) -> bool:
+        """Whether a plain timer line may now be given to :meth:`take_timer` instead of :meth:`feed`.
+
+        It may while nothing the parser holds could make ``feed`` read the line otherwise: no
+        line joined on trial, no block open or pending, no record held for its step and the
+        steps known, no step to be read back; offline, with the default parsers (the timer
+        parser, first among them, takes such a line).
+        """
+        ctx = self.ctx
+        return (
+            self._carry is None
+            and not self._held
+            and not ctx.pending
+            and not self.live
+            and self._timers is not None
+            and ctx.clock.resolved()
+            and not ctx.clock.retro
+            and not any(p.in_block for p in self._parsers)
+        )
+
+    def take_timer(
+        self, line: int, offset: int, ts: str | None, rank: int | None, shape: PlainShape
+    ) -> tuple[int | None, int | None, str, str | None]:
+        """A plain timer line the vector path read (``dsmon.load.vector``), while :meth:`quiet`.
+
+        The parser moves as :meth:`feed` would move it for the line (the cleaner, the counts,
+        the last time read, the step clock); returned is what the line's record holds beside
+        the line's own fields: ``(step, micro_step, group, ts)``. Such a line has no launcher
+        or paste about it and a valid time (the vector path leaves out every other), so it
+        starts nothing and is counted nowhere.
+        """
+        ctx = self.ctx
+        self._lineno = line
+        ctx.diag.lines += 1
+        if self._at_start:
+            self._at_start = False
+            if offset == 0:
+                ctx.clock.file_start()
+        self._cleaner.plain_line()
+        ctx.bar = None
+        ctx.final = False
+        if ts is not None:
+            ctx.last_ts = ts
+        clock = ctx.clock
+        rel = clock.rel
+        assert self._timers is not None  # quiet() says so
+        group, micro = self._timers.advance(shape.group, ctx)
+        self._last = None
+        self._plain_last = (line, offset, ts, rank)
+        ctx.diag.records += 1
+        return clock.stamp(rel), micro, group, ctx.last_ts
+
     def feed_lines(self, lines: Iterable[str]) -> Iterator[Record]:
         """Parse a whole stream, then finish it."""
         for raw in lines:
@@ -177,8 +236,12 @@ class LogParser:
                 continue
             self._stamp(recs, rel, out)  # behind held records, like any line's
         self.ctx.clock.settle()  # a log read from its start that never named a step
-        if self._last is not None:
-            self._stamp(self._unparsed.events(self.ctx, self._last, final=True), rel, out)
+        last = self._last
+        if last is None and self._plain_last is not None:
+            at, offset, ts, rank = self._plain_last
+            last = LogLine(text="", line=at, offset=offset, ts=ts, rank=rank)
+        if last is not None:
+            self._stamp(self._unparsed.events(self.ctx, last, final=True), rel, out)
         out = self._assign_steps(out)
         out.extend(rec for rec, _ in self._held)  # never numbered: no anchor, no count
         self.ctx.diag.records += len(self._held)

@@ -205,3 +205,13 @@ def test_soak_prints_each_process_slope() -> None:
         rf"^goal: each dsmon process within \+-10 % after 0.25 min of warm-up {VERDICT}",
         r"^soak: stored \d+ records of the run: \{.*'gpu': \d+.*'timer': \d+",
     )
+
+
+def test_import_speed_prints_both_medians_and_the_ratio() -> None:
+    out = bench("import_speed.py", "--mb", "0.3", "--rounds", "1")
+    assert_lines(
+        out,
+        rf"^ +1 +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER}$",
+        rf"^median: dsmon {NUMBER} CPU-s, peak {NUMBER} MiB; reference {NUMBER} CPU-s",
+        rf"^CPU dsmon/reference: {NUMBER}x \(goal <= 2x\) {VERDICT}",
+    )

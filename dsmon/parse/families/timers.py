@@ -192,7 +192,36 @@ _CUT_FIELD = re.compile(r"\s*(?:[A-Za-z0-9_][\w .\-/]*(?::\s*-?\d*\.?\d?)?)?$")
 _DAMAGED = re.compile(rf"\s*{_NAME}: -?\d+\.\d\d\S")
 _MOE = re.compile(r"\s*(fwd|forward): (\S+) \((.*)\)\s*$")
 _Fields = tuple[tuple[str, ...], list[float]]
+#: A value as DeepSpeed's ``%.2f`` prints a time that a record holds as it is (finite, not
+#: negative, below the week ``dsmon.model.schema`` allows). A pattern text, also matched in
+#: compiled code by the vector path (``dsmon.load.vector``), as are the two below.
+PLAIN_VALUE = r"(?:0|[1-9][0-9]{0,7})\.[0-9][0-9]"  # ASCII digits: JSON as printed
+_PLAIN_FIELD = rf"\s*{_NAME}: {PLAIN_VALUE}\s*"
+#: A timer line's message whose every field holds a plain value (the body in group 1).
+PLAIN_MESSAGE = rf"time \(ms\) \|((?:{_PLAIN_FIELD}\|)*{_PLAIN_FIELD})"
 _COORD = re.compile(r"(\w+): count = (\d+), numel = (\d+)\s*$")
+
+
+class PlainShape(NamedTuple):
+    """What a timer line of plain values is, from its field names alone (:func:`plain_shape`)."""
+
+    group: str
+    names: tuple[str, ...]
+    legacy: bool
+
+
+def plain_shape(body: str) -> PlainShape | None:
+    """How :class:`TimerParser` reads a body of plain fields; None unless it takes it alone.
+
+    The group, stored names and legacy flag. Not taken alone: a body that does not parse, the first fields of a fixed-order line (the parser
+    waits for its continuation), a name printed twice. The vector path reads the lines of a
+    shape in compiled code and asks this once per shape.
+    """
+    fields = _fields(body)
+    if fields is None or _MOE.match(body) or _cut_prefix(fields[0]):
+        return None
+    group, names, legacy = classify(fields[0])
+    return PlainShape(group, names, legacy) if len(set(names)) == len(names) else None
 
 
 class TimerParser:
@@ -248,11 +277,7 @@ class TimerParser:
             return []
         names, values = fields
         group, canonical, legacy = classify(names)
-        if group == "pipeline":
-            self.pipeline_engine = True
-        elif group == "global" and self.pipeline_engine:
-            group = "pipeline"
-        micro = ctx.clock.next_micro() if group == "micro" else None
+        group, micro = self.advance(group, ctx)
         rank = line.rank if line.rank is not None else _int(m.group(1))
         rec = TimerRecord(
             src=ctx.src(line, rank=rank),
@@ -262,9 +287,23 @@ class TimerParser:
             micro_step=micro,
             legacy=legacy or m.group(1) is not None,
         )
+        return [rec]
+
+    def advance(self, group: str, ctx: ParseContext) -> tuple[str, int | None]:
+        """A line of ``group`` read: the group it is stored under, its micro-batch index.
+
+        The step clock moves here (a micro line counts a micro-batch, the engine's global
+        line ends the step), for the lines this parser reads and for those the vector path
+        reads (``LogParser.take_timer``) alike.
+        """
+        if group == "pipeline":
+            self.pipeline_engine = True
+        elif group == "global" and self.pipeline_engine:
+            group = "pipeline"
+        micro = ctx.clock.next_micro() if group == "micro" else None
         if group == "global":
             ctx.clock.end_step()
-        return [rec]
+        return group, micro
 
 
 def _cut_head(text: str) -> bool:

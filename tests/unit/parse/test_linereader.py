@@ -19,10 +19,10 @@ import collectors.tail.follower
 from cli.main import main
 from collectors.tail.state import StateFile
 from collectors.tail.tailer import Tailer
-from dsmon.load.files import LONG_LINE, read_log
+from dsmon.load.files import read_log
 from dsmon.model.records import Record, TimerRecord
 from dsmon.parse import linereader
-from dsmon.parse.linereader import MAX_LINE_BYTES, RawLine, capped_lines
+from dsmon.parse.linereader import LONG_LINE, MAX_LINE_BYTES, RawLine, capped_lines
 from dsmon.parse.log import LogParser
 
 LOG = DATA / "z2" / "train.log"
