@@ -160,9 +160,21 @@ class LogParser:
                 self._carry, self._chain = None, []
                 self._failed_on(logical, "joining", exc)
         self._last = logicals[-1]
+        records = self._fitted(self._assign_steps(out))
         if self.ctx.diag.unparsed and self._carry is None:  # a join on trial may be undone
-            self._stamp(self._unparsed.events(self.ctx, self._last), self.ctx.clock.rel, out)
-        return self._fitted(self._assign_steps(out))
+            records += self._told(self._last, final=False)
+        return records
+
+    def _told(self, last: LogLine, final: bool) -> list[Record]:
+        """The unparsed events due once the records before them were fitted (:meth:`_fitted`).
+
+        Told after the fit, so a value it leaves out is told at its own line, as the vector
+        path (``dsmon.load.vector``) tells it too, not at whichever line is read next.
+        """
+        told: list[Record] = []
+        events = self._unparsed.events(self.ctx, last, final=final)
+        self._stamp(events, self.ctx.clock.rel, told)
+        return self._assign_steps(told)
 
     def quiet(self) -> bool:
         """Whether a plain timer line may now be given to :meth:`take_timer` instead of :meth:`feed`.
@@ -240,14 +252,13 @@ class LogParser:
         if last is None and self._plain_last is not None:
             at, offset, ts, rank = self._plain_last
             last = LogLine(text="", line=at, offset=offset, ts=ts, rank=rank)
-        if last is not None:
-            self._stamp(self._unparsed.events(self.ctx, last, final=True), rel, out)
         out = self._assign_steps(out)
         out.extend(rec for rec, _ in self._held)  # never numbered: no anchor, no count
         self.ctx.diag.records += len(self._held)
         self._held.clear()
         self._sent_unstamped.clear()
-        return self._fitted(out)
+        out = self._fitted(out)
+        return out + self._told(last, final=True) if last is not None else out
 
     def peek(self, partial: str) -> list[Record]:
         """Live: records held for the line being written, once its start decides them.

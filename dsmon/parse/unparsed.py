@@ -11,7 +11,7 @@ counted (with that line as the example), again each time its count gains a digit
 from __future__ import annotations
 
 from dsmon.model.records import EventRecord, Record
-from dsmon.parse.base import ParseContext
+from dsmon.parse.base import OUT_OF_RANGE, ParseContext
 from dsmon.parse.lines import LogLine
 
 #: The event's name (``records.EVENT_NAMES``).
@@ -59,6 +59,13 @@ class UnparsedReport:
             src=ctx.src(line, k),
             ts=ctx.ts(line),
             name=UNPARSED,
-            message=f"{count} {kind} line(s) not read; the first: {first}",
+            message=_message(kind, count, first),
             detail={"kind": kind, "count": count, "first": first},
         )
+
+
+def _message(kind: str, count: int, first: str) -> str:
+    """What the event says: lines not read, or values read but left out of their records."""
+    if kind == OUT_OF_RANGE:
+        return f"{count} value(s) out of range left out of their records; the first: {first}"
+    return f"{count} {kind} line(s) not read; the first: {first}"

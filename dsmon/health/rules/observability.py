@@ -21,6 +21,7 @@ from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Evidence, Finding, Status
 from dsmon.health.registry import rule
 from dsmon.health.verdicts import fix_json, needs_config, not_applicable
+from dsmon.parse.base import OUT_OF_RANGE
 from dsmon.parse.unparsed import UNPARSED
 
 _VERBOSE_LEVELS = {"info", "debug"}
@@ -324,6 +325,8 @@ def unread_lines(inputs: HealthInputs) -> tuple[dict[str, int], str]:
     for _, row in rows.iterrows():
         detail = row["detail"]
         if not isinstance(detail, Mapping) or not isinstance(detail.get("count"), int):
+            continue
+        if detail.get("kind") == OUT_OF_RANGE:  # a value left out of a read line: not a line
             continue
         key = (str(row.get("node") or ""), str(row.get("file") or ""), str(detail.get("kind")))
         per_file[key] = max(per_file.get(key, 0), detail["count"])

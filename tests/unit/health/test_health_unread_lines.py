@@ -85,3 +85,14 @@ def test_nothing_read_is_not_a_pass() -> None:
         if c.rule_id == "observe.unread_lines"
     ]
     assert result.status is Status.NOT_APPLICABLE
+
+
+def test_a_value_left_out_is_not_an_unread_line() -> None:
+    """The real profile's root says its forward took "1.8 Gs" (57 years): the value is left out
+    of the record and told as such, but every line was read, so the rule passes."""
+    text = (DATA / "flops_detailed_stdout" / "train.log").read_text()
+    recs, diag = parse_text(text, run="r", file="train.log")
+    told = [r for r in recs if isinstance(r, EventRecord) and r.name == "unparsed"]
+    assert [r.detail["kind"] for r in told] == ["value out of range"]
+    assert told[0].message.startswith("1 value(s) out of range left out of their records")
+    assert unread_rule(text).status is Status.PASS

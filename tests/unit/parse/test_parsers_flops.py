@@ -23,12 +23,18 @@ from dsmon.parse.base import OUT_OF_RANGE, Diagnostics
 from dsmon.parse.families.flops_profiler import FlopsProfilerParser
 from dsmon.parse.log import LogParser, parse_text
 from dsmon.parse.side_files import parse_profile_file
+from dsmon.parse.unparsed import UNPARSED
 
 
 def parse_lines(lines: list[str], file: str = "train.log") -> tuple[list[Record], Diagnostics]:
-    """Run the log parser with only the flops parser, as the orchestrator would."""
+    """Run the log parser with only the flops parser, as the orchestrator would.
+
+    The parser's ``unparsed`` events are left out: ``diag`` holds what they tell.
+    """
     parser = LogParser("run", file, parsers=[FlopsProfilerParser()])
-    return list(parser.feed_lines(lines)), parser.diag
+    recs = parser.feed_lines(lines)
+    told = [r for r in recs if not (isinstance(r, EventRecord) and r.name == UNPARSED)]
+    return told, parser.diag
 
 
 def parse_log(rel: str) -> tuple[list[FlopsProfileRecord], Diagnostics]:
@@ -169,6 +175,7 @@ def test_detailed_tree_on_stdout() -> None:
 def test_output_file_is_parsed_whole() -> None:
     text = (DATA / "flops_detailed_file/flops_profile.txt").read_text()
     (rec,), diag = parse_profile_file(text, "run", "flops_profile.txt", node="n1")
+    assert diag.unparsed == {OUT_OF_RANGE: 1}  # the root's "1.8 Gs" latency, left out
     assert (rec.src.file, rec.src.line, rec.src.offset, rec.src.node) == (
         "flops_profile.txt",
         2,
@@ -181,7 +188,7 @@ def test_output_file_is_parsed_whole() -> None:
     assert rec.samples_per_s == 148.17
     assert len(rec.modules) == 42
     assert module(rec, "tok").fwd_latency_ms == 0.09608
-    assert diag.records == 1 and diag.cut == {}
+    assert diag.records == 2 and diag.cut == {}  # with the event telling the value left out
 
 
 def test_log_of_output_file_run_has_no_block() -> None:
@@ -408,7 +415,9 @@ def test_unreadable_value_is_counted_and_named() -> None:
     lines = (DATA / "flops_z0/train.log").read_text().splitlines()
     assert lines[204].endswith("34.92 ms")
     lines[204] = lines[204].replace("34.92 ms", "34.92 parsecs")
-    (told, rec), diag = parse_lines(lines)
+    parser = LogParser("run", "train.log", parsers=[FlopsProfilerParser()])
+    told, rec = parser.feed_lines(lines)
+    diag = parser.diag
     assert isinstance(rec, FlopsProfileRecord)
     assert isinstance(told, EventRecord) and told.detail["kind"] == "flops_profile"
     assert rec.fwd_latency_ms is None
