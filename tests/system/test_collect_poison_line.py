@@ -45,7 +45,7 @@ def test_import_and_parse_read_the_whole_poisoned_log(tmp_path: Path) -> None:
     log = DATA / "megatron_poison_line" / "megatron.log"
     parsed = dsmon("parse", str(log), "--run", "z2")
     assert parsed.returncode == 0, parsed.stderr
-    assert "unparsed value out of range: 4" in parsed.stderr
+    assert "\n  value out of range: 4\n" in parsed.stderr  # values left out, not lines
     store = tmp_path / "s.sqlite"
     done = dsmon("import", str(log), "--run", "z2", "--store", str(store))
     assert done.returncode == 0, done.stderr

@@ -48,7 +48,7 @@ def check_wall_clock(cfg: ConfigView, inputs: HealthInputs) -> Finding:
         return Finding(Status.PASS, "wall_clock_breakdown is on (timers add a device sync)", ev)
     if cfg.enabled("flops_profiler"):
         return Finding(Status.PASS, "the flops profiler turns the timer breakdown on", ev)
-    if inputs.has_rows("rank_step"):  # dsmon run's probe times every rank's phases instead
+    if inputs.has_rows("heartbeat") or inputs.has_rows("rank_step"):  # dsmon run's probe
         return Finding(
             Status.PASS,
             "wall_clock_breakdown is off, but the per-rank probe (dsmon run) times fwd/bwd/step "
