@@ -132,10 +132,13 @@ def replay_controls(info: RunInfo) -> int | None:
 def selected_live(h: FrameHub, info: RunInfo, now: datetime) -> bool:
     """Whether the selected run is followed live, read after its newest records.
 
-    Live: a collector writes to it and no end was witnessed (an import never is).
+    Live: a collector writes to it and no end was witnessed (an import never is). Its state
+    is judged only then: an imported long run is not read whole before its page is drawn.
     """
     frames = h.run(info.name)
     frames.refresh()
+    if not run_is_live(info, now):
+        return False
     return shown_live(info, run_state(frames, info.name, OPEN, now), now)
 
 

@@ -71,16 +71,18 @@ def live_body(view: View, render: Callable[[], None]) -> None:
         if view.live:
             view.frames.refresh()
         info, now = view.frames.info(), datetime.now()
-        state = run_state(view.frames, view.run, view.cutoff, now) if info is not None else None
-        live = shown_live(info, state, now)
-        if view.live and info is not None and live != view.run_live:
-            asked = (view.run, live, info.last_id)
-            if st.session_state.get(RERUN_KEY) != asked:  # once: the frame draws the new state
-                st.session_state[RERUN_KEY] = asked
-                st.rerun()
-        st.caption(md_escape(status_line(info, state)))  # the state quotes the run's errors
-        # Shown only if drawing takes over half a second (Streamlit's own delay).
+        caption = st.empty()  # the status line, above the body, once the state is known
+        # Shown only if judging and drawing take over half a second (Streamlit's own delay):
+        # a long run's first look reads it whole to judge its state, then draws from that.
         with st.spinner(md_escape(reading_line(view.run, info)), show_time=True):
+            state = run_state(view.frames, view.run, view.cutoff, now) if info else None
+            live = shown_live(info, state, now)
+            if view.live and info is not None and live != view.run_live:
+                asked = (view.run, live, info.last_id)
+                if st.session_state.get(RERUN_KEY) != asked:  # once: the frame draws it anew
+                    st.session_state[RERUN_KEY] = asked
+                    st.rerun()
+            caption.caption(md_escape(status_line(info, state)))  # it quotes the run's errors
             render()
 
     st.fragment(run_every=view.refresh_s if view.live else None)(tick)()

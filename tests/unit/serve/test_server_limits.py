@@ -155,6 +155,7 @@ def _one_slot(quick: IngestServer) -> None:
     assert gauges(quick)["dsmon_ingest_bodies_in_hand"] == 0
 
 
+@pytest.mark.slow  # real time: uploads trickling for seconds
 def test_slow_uploads_cannot_hold_every_slot(srv: IngestServer) -> None:
     """Issue 41, case 7: four clients trickling their bodies held all four slots for 60 s, and
     a collector's POST waited 30 s for a 503. A body must now keep coming (5 s, plus a second

@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import read_log
+from lanes import first_fast
 from locations import DATA
 
 from dsmon.analysis import coordinator, steps, training
@@ -73,7 +74,7 @@ def feed(store: Store, run: str, recs: list[Record], chunk: int) -> RunFrames:
     return frames
 
 
-@pytest.mark.parametrize("name", RUNS)
+@pytest.mark.parametrize("name", first_fast(RUNS))
 def test_folds_equal_the_whole_computation_as_a_run_grows(
     name: str, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -147,7 +148,7 @@ def tiny_refreshes(store: Store, run: str, recs: list[Record], join: int) -> Run
         chunks_module.JOIN_PARTS = old
 
 
-@pytest.mark.parametrize("name", ["z2", "grad_accum"])
+@pytest.mark.parametrize("name", first_fast(["z2", "grad_accum"]))
 def test_a_live_runs_small_parts_are_joined_and_read_the_same(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -183,7 +184,7 @@ def _read_the_same(joined: RunFrames, apart: RunFrames) -> None:
     pd.testing.assert_frame_equal(joined.frame("timer"), apart.frame("timer"))
 
 
-@pytest.mark.parametrize("name", ["z2", "zero3_coordinator_v0100"])
+@pytest.mark.parametrize("name", first_fast(["z2", "zero3_coordinator_v0100"]))
 def test_live_checklist_from_folds_equals_the_checklist_of_the_store(
     name: str, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -215,7 +216,7 @@ def test_live_checklist_from_folds_equals_the_checklist_of_the_store(
     assert shown == stored
 
 
-@pytest.mark.parametrize("name", ["z2", "fp16_zero2", "memory_breakdown"])
+@pytest.mark.parametrize("name", first_fast(["z2", "fp16_zero2", "memory_breakdown"]))
 def test_training_points_folded_per_kind_equal_the_whole_series(
     name: str, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -238,7 +239,7 @@ def test_training_points_folded_per_kind_equal_the_whole_series(
     assert frames._folds["training.step"]._buffer is not None  # categoricals grow in place
 
 
-@pytest.mark.parametrize("name", RUNS)
+@pytest.mark.parametrize("name", first_fast(RUNS))
 def test_a_run_loaded_in_pages_folds_page_by_page_to_the_whole_answer(
     name: str, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -15,6 +15,7 @@ from datetime import datetime
 import numpy as np
 import pandas as pd
 import pytest
+from lanes import first_fast
 from live_feed_support import feed, records_of
 
 from dsmon.analysis import step_stats, steps
@@ -59,7 +60,7 @@ def assert_figures_of_the_whole_run(frames: RunFrames) -> int:
     return kept
 
 
-@pytest.mark.parametrize("name", RUNS)
+@pytest.mark.parametrize("name", first_fast(RUNS))
 def test_figures_kept_sorted_equal_numpy_over_the_whole_run(name: str, store: Store) -> None:
     _, kept = feed(store, name, records_of(name), 9, assert_figures_of_the_whole_run)
     assert kept > 0  # the sorted values answered, not only the fallback
@@ -124,7 +125,7 @@ def test_a_figure_of_no_steps_is_no_figure() -> None:
     assert empty.n == 0 and np.isnan(empty.median()) and step_stats.share_stats(empty) is None
 
 
-@pytest.mark.parametrize("name", RUNS)
+@pytest.mark.parametrize("name", first_fast(RUNS))
 def test_the_share_step_range_read_from_both_ends_is_that_of_every_row(name: str) -> None:
     """The comm-share rule reads its step range a part at a time from each end of a long
     breakdown: the same range as its rows with a known share, whatever the part size."""

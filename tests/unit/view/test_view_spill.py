@@ -12,6 +12,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 from conftest import read_log
+from lanes import first_fast
 from locations import DATA
 
 from dsmon.analysis import steps
@@ -51,7 +52,7 @@ def small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.usefixtures("small_pages")
-@pytest.mark.parametrize("name", RUNS)
+@pytest.mark.parametrize("name", first_fast(RUNS))
 def test_a_long_run_is_folded_page_by_page_and_its_raw_rows_let_go(name: str, store: Store) -> None:
     recs = records_of(name)
     half = len(recs) // 2
@@ -71,7 +72,7 @@ def test_a_long_run_is_folded_page_by_page_and_its_raw_rows_let_go(name: str, st
 
 
 @pytest.mark.usefixtures("small_pages")
-@pytest.mark.parametrize("name", RUNS)
+@pytest.mark.parametrize("name", first_fast(RUNS))
 def test_rows_let_go_are_read_again_for_whoever_needs_them(name: str, store: Store) -> None:
     store.add(records_of(name))
     frames = RunFrames(store, name, folds=STEP_FOLDS)
