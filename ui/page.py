@@ -75,7 +75,7 @@ def live_body(view: View, render: Callable[[], None]) -> None:
         # Shown only if judging and drawing take over half a second (Streamlit's own delay):
         # a long run's first look reads it whole to judge its state, then draws from that.
         with st.spinner(md_escape(reading_line(view.run, info)), show_time=True):
-            state = run_state(view.frames, view.run, view.cutoff, now) if info else None
+            state = None if info is None else run_state(view.frames, view.run, view.cutoff, now)
             live = shown_live(info, state, now)
             if view.live and info is not None and live != view.run_live:
                 asked = (view.run, live, info.last_id)
