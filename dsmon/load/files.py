@@ -51,9 +51,6 @@ from dsmon.parse.side_files import parse_profile_file
 from dsmon.store.records.rows import RecordRow
 from dsmon.store.store import Store
 
-#: Progress is reported every this many bytes, not every line (the hot loop stays cheap).
-_PROGRESS_EVERY = 1 << 20
-
 Progress = Callable[[int], object]
 
 
@@ -89,13 +86,10 @@ def read_log(
         offset += raw.size
         if recs:
             yield from (recs if rank is None else with_rank(recs, rank))
-        if progress is not None and offset - reported >= _PROGRESS_EVERY:
+        if progress is not None and offset - reported >= vector.PROGRESS_EVERY:
             progress(offset - reported)
             reported = offset
-    tail = parser.finish()
-    yield from (tail if rank is None else with_rank(tail, rank))
-    if progress is not None and offset > reported:
-        progress(offset - reported)
+    yield from vector.finish_log(parser, rank, progress, offset - reported)
 
 
 def read_found(

@@ -35,6 +35,7 @@ import orjson
 
 from dsmon.model import wire
 from dsmon.model.records import Record, Source, TimerRecord
+from dsmon.parse.base import LineParser
 from dsmon.parse.families import timers
 from dsmon.parse.launches import START_LOGGERS
 from dsmon.parse.linereader import RawLine, capped_lines, note_cut
@@ -50,7 +51,8 @@ if TYPE_CHECKING:
 #: Lines given to polars at a time (about a MB of a log): its per-call cost vanishes, the
 #: progress bar moves about every MB as the per-line path moves it, memory stays flat.
 CHUNK_LINES = 1 << 13
-#: Progress is reported every this many bytes (as ``dsmon.load.files.read_log`` does).
+#: Progress is reported every this many bytes, not every line (the hot loop stays cheap); both
+#: readers (this and ``dsmon.load.files.read_log``) use it.
 PROGRESS_EVERY = 1 << 20
 #: A plain timer line whole: optional logger header, optional ``[Rank N]``, the message.
 PLAIN_TIMER_LINE = f"^(?:{DEEPSPEED_HEADER})?(?:{RANK_TAG})?{timers.PLAIN_MESSAGE}$"
@@ -257,10 +259,20 @@ def log_rows(
         if progress is not None and offset - reported >= PROGRESS_EVERY:
             progress(offset - reported)
             reported = offset
+    yield from finish_log(parser, rank, progress, offset - reported)
+
+
+def finish_log(
+    parser: LineParser,
+    rank: int | None,
+    progress: Callable[[int], object] | None,
+    unreported: int,
+) -> Iterator[Record]:
+    """A log's end for both readers: the parser's last records, then the bytes not yet told."""
     tail = parser.finish()
     yield from (tail if rank is None else with_rank(tail, rank))
-    if progress is not None and offset > reported:
-        progress(offset - reported)
+    if progress is not None and unreported > 0:
+        progress(unreported)
 
 
 def _feed(
