@@ -65,7 +65,11 @@ def check_straggler(inputs: HealthInputs) -> Finding:
             f"{int(top['steps'])} of {summary.steps} steps ({share:.0%})",
         ),
         Evidence("median busy time of the slowest rank", f"{summary.slowest_ms.median():.1f} ms"),
-        Evidence("median busy time of the median rank", f"{summary.median_ms.median():.1f} ms"),
+        Evidence(
+            "median busy time of the rank it is compared with",
+            f"{summary.median_ms.median():.1f} ms",
+            "the median rank; on two ranks, the other one",
+        ),
         Evidence(
             "waiting for the slowest rank p50",
             f"{split.wait_share:.1%} of a step ({split.wait_ms:.1f} ms)",
