@@ -11,13 +11,22 @@ in ``tests/`` beside this file.
 that cannot run here (no server) is skipped by its opener, not failed.
 """
 
+# ruff: noqa: E402  (the bytecode switch below comes before every other import)
 from __future__ import annotations
+
+import sys
+
+# Keep compiled test modules (and their rewritten asserts) between runs even where the shell
+# sets PYTHONDONTWRITEBYTECODE: without them every run compiles and rewrites ~300 modules
+# again, several seconds of each worker's start. __pycache__ is ignored by git.
+sys.dont_write_bytecode = False
 
 import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import deepspeed_support
+import lanes
 import pytest
 from hypothesis import settings as hypothesis_settings
 from locations import DATA, TESTS
@@ -108,6 +117,12 @@ def settled(records: Iterable[Record]) -> list[Record]:
 
 #: Every test under tests/system/ runs real processes: the fast lane leaves them out.
 SYSTEM = TESTS / "system"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Tell ``lanes`` whether this run is the fast lane, before any test module is imported
+    (their decorators ask it how many examples to draw)."""
+    lanes.FAST = "not slow" in (config.getoption("markexpr") or "")
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -1,17 +1,49 @@
-"""Which cases of a parametrized test the fast lane runs.
+"""What the fast lane (``pytest -m "not slow"``) runs of the heavier tests.
 
-A test run over several real runs of tests/data checks the same code on each; the fast lane
-(``pytest -m "not slow"``) keeps the first, the full suite (CI) runs them all.
+The fast lane is the edit-test loop: each behaviour once, on small input. The full suite (CI,
+the README's command) runs every case. Three ways to keep a test's case out of the loop:
+
+- ``first_fast``: a test parametrized over several real runs of tests/data checks the same
+  code on each; the fast lane keeps the first, every other is marked ``slow``.
+- ``examples``: a property test's Hypothesis examples; the fast lane draws an eighth of them
+  (new ones on every developer run, so bugs are still found over time).
+- ``sample``: a sweep over every corpus file inside one test; the fast lane reads every
+  fourth file.
+
+:data:`FAST` is set by ``tests/conftest.py`` before any test module is imported.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, TypeVar
 
 import pytest
 
+T = TypeVar("T")
+
+#: True when this run leaves out the slow tests (a mark expression with "not slow").
+FAST = False
+
 
 def first_fast(values: Iterable[Any]) -> list[Any]:
-    """``values`` as parameters: the first as it is, every other marked ``slow``."""
-    return [v if i == 0 else pytest.param(v, marks=pytest.mark.slow) for i, v in enumerate(values)]
+    """``values`` as parameters: the first as it is, every other marked ``slow``. A tuple is
+    one case of several arguments, as ``parametrize`` takes it."""
+    slow = pytest.mark.slow
+    return [
+        v
+        if i == 0
+        else (pytest.param(*v, marks=slow) if isinstance(v, tuple) else pytest.param(v, marks=slow))
+        for i, v in enumerate(values)
+    ]
+
+
+def examples(full: int) -> int:
+    """A property test's number of examples: ``full`` in the full suite, an eighth (at
+    least 10) in the fast lane."""
+    return max(10, full // 8) if FAST else full
+
+
+def sample(items: Sequence[T], every: int = 4) -> Sequence[T]:
+    """``items`` in the full suite; every ``every``-th of them, from the first, in the fast lane."""
+    return items[::every] if FAST else items

@@ -196,6 +196,7 @@ def test_healthcheck_targets_the_ingest_health_endpoint(runtime: Target, collect
     assert collector.env()["DSMON_HEALTH_URL"] == ""
 
 
+@pytest.mark.slow  # a real process
 def test_healthcheck_passes_on_a_live_server_and_fails_on_a_dead_one(
     runtime: Target, tmp_path: Path
 ) -> None:

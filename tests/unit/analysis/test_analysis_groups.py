@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from lanes import examples
 
 from dsmon.analysis import groups
 
@@ -35,7 +36,7 @@ def _frame(rows: list[tuple[str | None, int | None, int | None]]) -> pd.DataFram
     )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.tuples(NAMES, RANKS, STEPS), min_size=1, max_size=60))
 def test_positions_are_pandas_groups_in_key_order(rows: list) -> None:
     frame = _frame(rows)
@@ -50,7 +51,7 @@ def test_positions_are_pandas_groups_in_key_order(rows: list) -> None:
         assert [list(p) for p in got] == [list(p) for p in expected], cols
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.tuples(NAMES, RANKS, STEPS), min_size=1, max_size=60))
 def test_newest_is_idxmax_with_ties_to_the_later_row(rows: list) -> None:
     frame = _frame(rows)

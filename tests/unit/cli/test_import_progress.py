@@ -15,7 +15,11 @@ import sys
 import termios
 from pathlib import Path
 
+import pytest
 from conftest import Z2
+
+#: Each test runs a whole `dsmon import` in a child process.
+pytestmark = pytest.mark.slow
 
 LOG = Z2 / "train.log"
 

@@ -70,6 +70,7 @@ def test_job_is_probed_and_collected(tmp_path: Path) -> None:
         store.close()
 
 
+@pytest.mark.slow  # a real process
 def test_the_jobs_deepspeed_config_is_read_for_the_checklist(tmp_path: Path) -> None:
     (tmp_path / "ds.json").write_text('{"train_batch_size": 8, "wall_clock_breakdown": true}')
     script = "import sys; print('--deepspeed_config given:', sys.argv[-1])"
@@ -113,6 +114,7 @@ def test_no_command_is_a_usage_error(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.slow  # a real process
 def test_a_command_that_cannot_start_is_one_line(tmp_path: Path) -> None:
     out = dsmon_run(tmp_path, str(tmp_path / "no-such-launcher"))
     assert out.returncode == 1
@@ -127,6 +129,7 @@ def test_probe_env_puts_the_boot_folder_first_and_keeps_the_rest(tmp_path: Path)
     assert (BOOT_DIR / "sitecustomize.py").is_file()
 
 
+@pytest.mark.slow  # a real process
 def test_probe_copy_runs_without_dsmon_installed(tmp_path: Path) -> None:
     """``dsmon probe DIR`` (a Kubernetes init container): the copy alone turns the probe on."""
     out = subprocess.run(

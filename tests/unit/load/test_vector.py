@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from lanes import examples, sample
 from locations import DATA, ROOT
 
 from dsmon.load import vector
@@ -56,22 +57,24 @@ TAKEN: list[int] = []
 
 
 def test_every_corpus_file_gives_the_same_rows() -> None:
-    files = corpus_files()
-    assert len(files) > 100  # tests/data alone holds more logs than this
+    every = corpus_files()
+    assert len(every) > 100  # tests/data alone holds more logs than this
+    files = sample(every)
     for path in files:
         found = _as_log(path)
         assert found is not None
         per_line, line_diag, vectored, vec_diag = both_ways(found)
         assert vectored == per_line, path
         assert vec_diag == line_diag, path
-    assert sum(TAKEN[-len(files) :]) > 1000  # the vector path itself took the timer lines
+    # the vector path itself took the timer lines (3,500 of them in all, 500 in the fast lane)
+    assert sum(TAKEN[-len(files) :]) > 200
 
 
 def test_every_run_folder_gives_the_same_rows() -> None:
     """Folders as ``dsmon import`` reads them: rank logs, rotated logs with their step clock
     carried from file to file, side files."""
     folders = sorted(p for root in (DATA, SHARED) if root.is_dir() for p in root.glob("*/"))
-    for folder in folders:
+    for folder in sample(folders):
         line_carries: Carries = {}
         vec_carries: Carries = {}
         for found in discover(folder):
@@ -178,10 +181,12 @@ def test_plain_timer_lines_skip_the_line_parser() -> None:
     assert fed < 5
 
 
-def test_progress_counts_every_byte_once(tmp_path: Path) -> None:
+def test_progress_counts_every_byte_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The import's progress bar is fed as the per-line path feeds it: all bytes, once."""
+    monkeypatch.setattr(vector, "CHUNK_LINES", 512)
+    monkeypatch.setattr(vector, "PROGRESS_EVERY", 64 << 10)
     log = tmp_path / "train.log"
-    log.write_bytes(DEMO.read_bytes() * 150)  # several chunks of lines, several MiB
+    log.write_bytes(DEMO.read_bytes() * 10)  # several chunks of lines
     found = _as_log(log)
     assert found is not None
     told: list[int] = []
@@ -214,7 +219,9 @@ def _timer_lines(draw: st.DrawFn) -> str:
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(60),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(
     lines=st.lists(

@@ -19,6 +19,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from lanes import examples
 from locations import DATA
 
 from dsmon.model import wire
@@ -55,7 +56,9 @@ SOURCES = (
     "autotune_tutorial/summary.txt",
 )
 TEXTS = {name: (DATA / name).read_text(encoding="utf-8") for name in SOURCES}
-PROFILE = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROFILE = settings(
+    max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 _NUMBER = re.compile(r"\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")
 _SCALES = (1.0, 1e3, 1e6, 1e9, 1e12, 1e15, 1e-3, 1e-6, 1e-9)

@@ -11,6 +11,7 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from lanes import examples
 from locations import DATA
 
 from dsmon.model import wire
@@ -36,7 +37,9 @@ def _real_lines() -> list[str]:
 
 
 REAL = _real_lines()
-PROFILE = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROFILE = settings(
+    max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 def parse_all(lines: list[str]) -> list[Record]:

@@ -23,6 +23,7 @@ import pytest
 from field_logs import field_logs, needs_field_corpus
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from lanes import examples
 from server_support import reference_batch, reference_rows
 
 from dsmon.model import wire
@@ -39,7 +40,9 @@ from dsmon.store.store import RowBatch
 #: Hypothesis explores every parser for a while: the slow lane runs it, CI replays one sequence.
 pytestmark = [needs_field_corpus, pytest.mark.slow]
 
-PROFILE = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROFILE = settings(
+    max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 FIELD_LINES = [ln for p in field_logs() for ln in p.read_text(encoding="utf-8").split("\n")]
 #: One factory per line parser, named after its class.
 PARSERS: dict[str, Callable[[], SubParser]] = {type(p).__name__: type(p) for p in default_parsers()}

@@ -16,6 +16,7 @@ from datetime import datetime
 
 import pandas as pd
 import pytest
+from lanes import first_fast
 from locations import DATA
 
 from dsmon.analysis import collectives, ranks
@@ -85,7 +86,7 @@ def assert_tables_match(store: Store, recs: Sequence[Record]) -> None:
     )
 
 
-@pytest.mark.parametrize("folder", FOLDERS)
+@pytest.mark.parametrize("folder", first_fast(FOLDERS))
 def test_the_tables_equal_the_records_figures(store: Store, folder: str) -> None:
     recs = probe_records(folder)
     store.add(recs)
@@ -170,7 +171,7 @@ def test_the_dashboard_reads_the_summaries_not_the_probe_records(store: Store) -
     assert hang.status.value == "fail" and hang.summary.startswith("rank 1 sent no heartbeat")
 
 
-@pytest.mark.parametrize("folder", ["probe_straggler", "probe_torchrun", "probe_hang"])
+@pytest.mark.parametrize("folder", first_fast(["probe_straggler", "probe_torchrun", "probe_hang"]))
 def test_a_replay_position_is_read_from_the_tables_up_to_its_step(
     store: Store, folder: str
 ) -> None:

@@ -237,6 +237,7 @@ def test_metrics_gauge_per_rule_state(tmp_path: Path) -> None:
     assert set(states) == {s.value for s in State}
 
 
+@pytest.mark.slow  # a real process
 def test_dsmon_serve_posts_alerts_from_the_environment(tmp_path: Path, receiver: Receiver) -> None:
     """A real ``dsmon serve`` process, the webhook from $DSMON_ALERT_WEBHOOK, Slack format."""
     token_file = tmp_path / "token"
@@ -298,6 +299,7 @@ def test_watch_takes_the_alert_options_too(
     assert err == "dsmon: watch: alert webhook ftp://hooks.example/...: not an http(s) URL\n"
 
 
+@pytest.mark.slow  # real processes
 def test_no_alerts_asked_loads_no_checklist(tmp_path: Path) -> None:
     """Without a webhook or ``--health-metrics`` no watcher starts, and ``dsmon serve`` does
     not load the checklist's modules (pandas: some 80 MB of a sidecar's memory)."""
