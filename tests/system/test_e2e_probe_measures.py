@@ -50,7 +50,7 @@ def test_a_probed_job_gives_its_loss_input_and_collectives(tmp_path: Path) -> No
         ).results
         (found,) = verdicts
         assert found.status in (Status.WARN, Status.FAIL)
-        assert found.summary.startswith("rank 1 waits ") and "rank 0" not in found.summary
+        assert found.summary.startswith("rank 1 spends ") and "rank 0" not in found.summary
 
         printed = {
             int(s): float(v) for s, v in re.findall(r"\[train_tiny\] step (\d+) loss ([\d.]+)", log)

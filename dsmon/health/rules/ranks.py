@@ -105,7 +105,7 @@ def check_straggler(inputs: HealthInputs) -> Finding:
 
 @rule(
     "ranks.input_bound",
-    "No rank waits for its input",
+    "No rank is held up before its forward",
     "Per rank, from the per-rank probe: the time outside the engine before its forwards "
     "(data loading, the script's host work) as a share of its step, over the run: "
     f"{percent(th.INPUT_BOUND_WARN)} warns, {percent(th.INPUT_BOUND_FAIL)} fails. An "
@@ -116,7 +116,12 @@ def check_straggler(inputs: HealthInputs) -> Finding:
     follows=("ranks.straggler",),
 )
 def check_input_bound(inputs: HealthInputs) -> Finding:
-    """Name the ranks whose steps wait for their data, with how long and what share."""
+    """Name the ranks held up before their forwards, with how long and what share.
+
+    The probe sees only that the time passed in the training loop, not what the loop did,
+    so the finding says where the time went and names data loading as the usual cause,
+    never as a fact.
+    """
     if pm.rank_stats(inputs).empty:
         return not_applicable(_NO_PROBE)
     shares = ranks.input_shares(pm.rank_phases(inputs))
@@ -136,29 +141,29 @@ def check_input_bound(inputs: HealthInputs) -> Finding:
     if bound.empty:
         return Finding(
             Status.PASS,
-            f"no rank waits for its input: at most {worst['share']:.0%} of a step "
-            f"(rank {int(worst['rank'])}, {worst['input_ms']:.1f} ms)",
+            f"no rank is held up before its forward: at most {worst['share']:.0%} of a step "
+            f"outside DeepSpeed (rank {int(worst['rank'])}, {worst['input_ms']:.1f} ms)",
             ev,
         )
     status = Status.FAIL if worst["share"] >= th.INPUT_BOUND_FAIL else Status.WARN
     if len(bound) == len(timed) and len(timed) > 1:
         what = (
-            f"every rank waits for its input: {worst['input_ms']:.0f} ms per step at most "
-            f"(rank {int(worst['rank'])}: {worst['share']:.0%} of its step)"
+            f"every rank spends up to {worst['input_ms']:.0f} ms per step outside DeepSpeed "
+            f"before its forward (rank {int(worst['rank'])}: {worst['share']:.0%} of its step)"
         )
     else:
         said = [
-            f"rank {int(r['rank'])} waits {r['input_ms']:.0f} ms per step for data: "
-            f"{r['share']:.0%} of its step"
+            f"rank {int(r['rank'])} spends {r['input_ms']:.0f} ms per step outside DeepSpeed "
+            f"before its forward: {r['share']:.0%} of its step"
             for _, r in bound.head(3).iterrows()
         ]
         more = f" (and {len(bound) - 3} more ranks)" if len(bound) > 3 else ""
         what = "; ".join(said) + more
     return Finding(
         status,
-        what,
+        f"{what}. That time is spent in the training loop, most often loading data",
         ev,
-        "# the rank's DataLoader: load ahead of the step\n"
+        "# if it is the rank's DataLoader: load ahead of the step\n"
         "DataLoader(dataset, batch_size=..., num_workers=4, pin_memory=True, "
         "persistent_workers=True, prefetch_factor=2)",
         "python",

@@ -155,7 +155,7 @@ def test_a_rank_slowed_in_its_data_loader_is_named_input_bound() -> None:
     recs = records(SLOW_DATA)
     found = verdict(recs, "ranks.input_bound")
     assert found.status is Status.FAIL  # 150 ms of a step of about 350 ms on this machine
-    assert found.summary.startswith("rank 1 waits ") and "for data" in found.summary
+    assert found.summary.startswith("rank 1 spends ") and "before its forward" in found.summary
     assert "rank 0" not in found.summary
     shares = ranks.input_shares(
         ranks.phase_buckets(ranks.rank_step_table(step_frame(SLOW_DATA)), ranks.WHOLE_RUN)

@@ -67,7 +67,10 @@ def test_the_health_page_names_the_input_bound_rank(
     monkeypatch.setenv("DSMON_STORE", store_url)
     at = app_at(store_url, "slow", "health")
     assert not at.exception
-    assert re.search(r"rank 1 waits \d+ ms per step for data: \d+% of its step", texts(at))
+    assert re.search(
+        r"rank 1 spends \d+ ms per step outside DeepSpeed before its forward: \d+% of its step",
+        texts(at),
+    )
 
 
 def test_the_communication_page_shows_every_collectives_bandwidth(
