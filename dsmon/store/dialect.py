@@ -40,9 +40,6 @@ class Dialect:
     sum_count: str  # a SUM of counts, as an integer
     sum_value: str  # a SUM of measurements
     xid: str  # {} the extra JSON column: the XID it holds, if any
-    json_body: str  # a record's stored body as JSON
-    json_number: str  # {0} a JSON value, {1} a field, {2} its SQL type: the field's number
-    json_items: str  # {0} a JSON value, {1} an array field: a FROM item, one ``value`` per element
 
     def q(self, sql: str) -> str:
         """``sql`` written with ``?`` placeholders, in this dialect's."""
@@ -72,9 +69,6 @@ SQLITE = Dialect(
     sum_count="SUM({})",
     sum_value="SUM({})",
     xid="json_extract({}, '$.xid')",
-    json_body="body",
-    json_number="json_extract({0}, '$.{1}')",
-    json_items="json_each({0}, '$.{1}')",
 )
 POSTGRES = Dialect(
     name="postgresql",
@@ -99,7 +93,4 @@ POSTGRES = Dialect(
     sum_count="CAST(SUM({}) AS BIGINT)",
     sum_value="CAST(SUM({}) AS DOUBLE PRECISION)",
     xid="CAST(CAST({} AS JSONB) ->> 'xid' AS BIGINT)",
-    json_body="CAST(body AS JSONB)",
-    json_number="CAST({0} ->> '{1}' AS {2})",
-    json_items="jsonb_array_elements({0} -> '{1}') AS items(value)",
 )

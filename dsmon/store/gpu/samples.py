@@ -110,7 +110,8 @@ class GpuSamples:
         head, cond = blocks.scan_from(ranges)
         db.execute(
             f"DELETE FROM {temp}gpu_batch WHERE (series, t_ms) IN "
-            f"(SELECT s.series, s.t_ms FROM {head} WHERE {cond})"
+            f"(SELECT s.series, s.t_ms FROM {head} CROSS JOIN {temp}gpu_batch b "
+            f"WHERE {cond} AND b.series = s.series AND b.t_ms = s.t_ms)"
         )
 
     @staticmethod

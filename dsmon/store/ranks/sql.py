@@ -3,8 +3,12 @@
 A 64-rank ``dsmon run`` job of 100k steps stores 6.4 million ``rank_step`` records, and a day
 of it about 5.5 million heartbeats. Pages and rules never read them: each write brings its
 new records into small tables (:mod:`dsmon.store.ranks.tables`), in the same transaction,
-with the statements below. The records stay in ``records`` as the record of truth (export, ``after_id``
-readers); these tables can always be rebuilt from them.
+with the statements below: the write's new probe records are read once
+(:func:`new_probe_records`), the rows of ``rank_steps``, ``rank_comm`` and the heartbeat
+tables are made of them in Python (:mod:`dsmon.store.ranks.rows`, which decodes each body
+once) and upserted, and the statistics and roll-ups of each step and bucket they touched are
+recomputed here from those tables. The records stay in ``records`` as the record of truth
+(export, ``after_id`` readers); these tables can always be rebuilt from them.
 
 - ``rank_steps``: one narrow row per (step, rank), the last record of it: busy time
   (``total_ms - comm_ms``, see :mod:`dsmon.analysis.ranks`), step time, whether the rank was
@@ -129,91 +133,59 @@ def ddl(d: Dialect) -> tuple[str, ...]:
     )
 
 
-def _new(d: Dialect, kind: str, cols: str) -> str:
-    """The records of ``kind`` written after id ``?`` that can be placed (a rank, a step)."""
-    placed = "step IS NOT NULL" if kind == "rank_step" else "ts IS NOT NULL"
-    return (  # the id range, not a (run, kind) index
-        f"SELECT {cols} FROM records{d.not_indexed} WHERE id > ? AND kind = '{kind}' "
-        f"AND rank IS NOT NULL AND {placed}"
-    )
+def new_probe_records(d: Dialect) -> str:
+    """The probe records a write stored after id ``?`` that can be placed, in id order.
 
-
-def _num(d: Dialect, name: str, typ: str) -> str:
-    """A number of the record's JSON body (``j``)."""
-    return d.json_number.format("j", name, typ)
-
-
-#: The numbers of a ``rank_step`` body kept in ``rank_steps`` as they are.
-_STEP_NUMBERS = ("fwd_ms", "bwd_ms", "step_ms", "input_ms", "loss", "grad_norm")
-
-
-def _item(d: Dialect, name: str, typ: str) -> str:
-    """A field of one element of a JSON array (``value``, see ``Dialect.json_items``)."""
-    return d.json_number.format("value", name, typ)
-
-
-def upsert_steps(d: Dialect) -> str:
-    """Upsert the new ``rank_step`` records into ``rank_steps``: the last of each wins.
-
-    ``coll_ms`` sums the ``time_ms`` of the record's ``collectives`` (None without one).
+    A ``rank_step`` needs a rank and a step, a heartbeat a rank and a time. Columns: kind,
+    run, step, rank, id, ts, line, and a ``rank_step``'s body (its numbers are read in
+    Python, :mod:`dsmon.store.ranks.rows`). The write's id range, not a (run, kind) index.
     """
-    body = d.json_body
-    total, comm = _num(d, "total_ms", d.real), _num(d, "comm_ms", d.real)
-    busy = (
-        "CASE WHEN t IS NULL THEN NULL WHEN t - COALESCE(c, 0) < 0 THEN 0 "
-        "ELSE t - COALESCE(c, 0) END"
-    )
-    coll = (
-        f"(SELECT {d.sum_value.format(_item(d, 'time_ms', d.real))} "
-        f"FROM {d.json_items.format('j', 'collectives')})"
-    )
-    plain = ", ".join(_STEP_NUMBERS)
-    picked = ", ".join(f"{_num(d, c, d.real)} AS {c}" for c in _STEP_NUMBERS)
-    updated = ", ".join(f"{c} = excluded.{c}" for c in (*_STEP_NUMBERS, "coll_ms"))
     return f"""
-INSERT INTO rank_steps (run, step, rank, id, ts, busy_ms, total_ms, waited,
-    skipped_steps, loss_scale, {plain}, coll_ms)
-SELECT run, step, rank, id, ts, {busy}, t, CASE WHEN c IS NULL THEN 0 ELSE 1 END, sk, ls,
-    {plain}, coll_ms
-FROM (
-    SELECT run, step, rank, id, ts, {total} AS t, {comm} AS c,
-        {_num(d, "skipped_steps", d.integer)} AS sk, {_num(d, "loss_scale", d.real)} AS ls,
-        {picked}, {coll} AS coll_ms,
-        ROW_NUMBER() OVER (PARTITION BY run, step, rank ORDER BY id DESC) AS k
-    FROM ({_new(d, "rank_step", f"run, step, rank, id, ts, {body} AS j")}) AS b
-) AS n
-WHERE k = 1
-ON CONFLICT (run, step, rank) DO UPDATE SET
-    id = excluded.id, ts = excluded.ts, busy_ms = excluded.busy_ms,
-    total_ms = excluded.total_ms, waited = excluded.waited,
-    skipped_steps = excluded.skipped_steps, loss_scale = excluded.loss_scale, {updated}
+SELECT kind, run, step, rank, id, ts, line, CASE WHEN kind = 'rank_step' THEN body END
+FROM records{d.not_indexed}
+WHERE id > ? AND rank IS NOT NULL AND (
+    (kind = 'rank_step' AND step IS NOT NULL) OR (kind = 'heartbeat' AND ts IS NOT NULL)
+)
+ORDER BY id
 """
 
 
-def update_comm(d: Dialect) -> str:
-    """Bring the new records' timed collectives into ``rank_comm`` (least and most time).
+#: Columns of a ``rank_steps`` row as a write makes it (:func:`dsmon.store.ranks.rows.step_row`).
+STEP_COLUMNS = (
+    "run", "step", "rank", "id", "ts", "busy_ms", "total_ms", "waited", "skipped_steps",
+    "loss_scale", "fwd_ms", "bwd_ms", "step_ms", "input_ms", "loss", "grad_norm", "coll_ms",
+)  # fmt: skip
+#: Key columns of a ``rank_comm`` row, and the values that follow them.
+COMM_KEYS = ("run", "step", "op", "bucket_bytes", "group_size")
+COMM_VALUES = ("id", "calls", "msg_bytes", "wire_ms", "max_ms")
+
+
+def _marks(n: int) -> str:
+    return ", ".join(["?"] * n)
+
+
+def upsert_steps() -> str:
+    """Upsert ``rank_steps`` rows (:data:`STEP_COLUMNS`): a step's record sent again wins."""
+    cols = ", ".join(STEP_COLUMNS)
+    updated = ", ".join(f"{c} = excluded.{c}" for c in STEP_COLUMNS[3:])
+    return f"""
+INSERT INTO rank_steps ({cols}) VALUES ({_marks(len(STEP_COLUMNS))})
+ON CONFLICT (run, step, rank) DO UPDATE SET {updated}
+"""
+
+
+def upsert_comm(d: Dialect) -> str:
+    """Merge ``rank_comm`` rows (:data:`COMM_KEYS`, :data:`COMM_VALUES`): least and most time.
 
     Every rank of a data-parallel group makes the same calls, so a step's calls and bytes are
     any one rank's (the most seen is kept); the times are each rank's, waiting included.
     Two-sided MIN and MAX make a record stored twice change nothing. An unknown size bucket
     or group size is kept as -1 (a key column cannot be NULL).
     """
-    op = _item(d, "op", "TEXT")
-    bucket = f"COALESCE({_item(d, 'bucket_bytes', d.integer)}, -1)"
-    group = f"COALESCE({_item(d, 'group_size', d.integer)}, -1)"
-    items = d.json_items.format("b.j", "collectives")
+    cols = ", ".join((*COMM_KEYS, *COMM_VALUES))
     return f"""
-INSERT INTO rank_comm (run, step, op, bucket_bytes, group_size, id, calls, msg_bytes,
-    wire_ms, max_ms)
-SELECT run, step, op, bk, gs, MAX(id), MAX(calls), MAX(mb), MIN(t), MAX(t)
-FROM (
-    SELECT b.run, b.step, b.id, {op} AS op, {bucket} AS bk, {group} AS gs,
-        {_item(d, "calls", d.integer)} AS calls, {_item(d, "msg_bytes", d.integer)} AS mb,
-        {_item(d, "time_ms", d.real)} AS t
-    FROM ({_new(d, "rank_step", f"run, step, id, {d.json_body} AS j")}) AS b, {items}
-) AS c
-WHERE t IS NOT NULL GROUP BY run, step, op, bk, gs
-ON CONFLICT (run, step, op, bucket_bytes, group_size) DO UPDATE SET
+INSERT INTO rank_comm ({cols}) VALUES ({_marks(len(COMM_KEYS) + len(COMM_VALUES))})
+ON CONFLICT ({", ".join(COMM_KEYS)}) DO UPDATE SET
     id = {d.greatest.format("rank_comm.id", "excluded.id")},
     calls = {d.greatest.format("rank_comm.calls", "excluded.calls")},
     msg_bytes = {d.greatest.format("rank_comm.msg_bytes", "excluded.msg_bytes")},
@@ -231,29 +203,28 @@ def _median(value: str, pos: str, count: str) -> str:
 
 
 def update_stats(d: Dialect) -> str:
-    """Recompute ``rank_step_stats`` of every step the new ``rank_step`` records touched.
+    """Recompute the ``rank_step_stats`` row of one step (parameters: run, step).
 
-    Non-null busy times are numbered in ascending order, ties by descending rank, so the last
-    is the slowest rank (the lowest-numbered of equals, as pandas' ``idxmax`` picks). The
-    step's loss is its lowest rank's (rank 0's, what DeepSpeed's own monitors write); its
-    wire time in collectives sums its ``rank_comm`` rows (:func:`update_comm` runs first).
+    Run for every step a write's ``rank_step`` records touched. Non-null busy times are
+    numbered in ascending order, ties by descending rank, so the last is the slowest rank
+    (the lowest-numbered of equals, as pandas' ``idxmax`` picks). The step's loss is its
+    lowest rank's (rank 0's, what DeepSpeed's own monitors write); its wire time in
+    collectives sums its ``rank_comm`` rows (:func:`upsert_comm` runs first).
     """
-    over = "PARTITION BY s.run, s.step"
     wire = (
         f"(SELECT {d.sum_value.format('c.wire_ms')} FROM rank_comm c "
         "WHERE c.run = r.run AND c.step = r.step)"
     )
     return f"""
-WITH touched AS (SELECT DISTINCT run, step FROM ({_new(d, "rank_step", "run, step")}) AS b),
-r AS (
+WITH r AS (
     SELECT s.run, s.step, s.rank, s.id, s.ts, s.busy_ms, s.total_ms, s.waited,
         s.skipped_steps, s.loss_scale, s.loss, s.grad_norm, s.coll_ms,
-        ROW_NUMBER() OVER ({over} ORDER BY (s.busy_ms IS NULL), s.busy_ms, s.rank DESC) AS bi,
-        COUNT(s.busy_ms) OVER ({over}) AS bn,
-        ROW_NUMBER() OVER ({over} ORDER BY (s.total_ms IS NULL), s.total_ms) AS ti,
-        COUNT(s.total_ms) OVER ({over}) AS tn,
-        ROW_NUMBER() OVER ({over} ORDER BY (s.loss IS NULL), s.rank) AS li
-    FROM rank_steps s JOIN touched t ON s.run = t.run AND s.step = t.step
+        ROW_NUMBER() OVER (ORDER BY (s.busy_ms IS NULL), s.busy_ms, s.rank DESC) AS bi,
+        COUNT(s.busy_ms) OVER () AS bn,
+        ROW_NUMBER() OVER (ORDER BY (s.total_ms IS NULL), s.total_ms) AS ti,
+        COUNT(s.total_ms) OVER () AS tn,
+        ROW_NUMBER() OVER (ORDER BY (s.loss IS NULL), s.rank) AS li
+    FROM rank_steps s WHERE s.run = ? AND s.step = ?
 )
 INSERT INTO rank_step_stats (run, step, id, ts, ranks, slowest_rank, slowest_ms, median_ms,
     fastest_ms, wall_ms, median_total_ms, waited, skipped_steps, loss_scale, loss, grad_norm,
@@ -276,25 +247,23 @@ ON CONFLICT (run, step) DO UPDATE SET
 
 
 def update_busy(d: Dialect, width: int) -> str:
-    """Recompute the ``rank_busy`` buckets of ``width`` steps the new records touched.
+    """Recompute one ``rank_busy`` bucket of ``width`` steps a write touched.
 
-    The finest level sums ``rank_steps``; each coarser one the eight buckets below it.
+    Parameters: the bucket, the run, and the range it sums: the finest level sums its steps
+    of ``rank_steps``, each coarser one its eight buckets of the level below.
     """
-    touched = (
-        f"SELECT DISTINCT run, step / {width} AS b FROM ({_new(d, 'rank_step', 'run, step')}) AS x"
-    )
     if width == BUSY_LEVELS[0]:
-        source = f"""rank_steps s ON s.run = t.run
-    AND s.step >= t.b * {width} AND s.step < (t.b + 1) * {width}"""
+        source = "rank_steps s WHERE s.run = ? AND s.step >= ? AND s.step < ?"
         stats = "COUNT(s.busy_ms), SUM(s.busy_ms), MIN(s.busy_ms), MAX(s.busy_ms)"
         sums = ", ".join(
             d.sum_value.format(f"CASE WHEN s.busy_ms IS NULL THEN 0 ELSE COALESCE(s.{c}, 0) END")
             for c in PHASE_SUMS
         )
     else:
-        below = width // 8
-        source = f"""rank_busy s ON s.run = t.run AND s.width = {below}
-    AND s.bucket >= t.b * 8 AND s.bucket < (t.b + 1) * 8"""
+        source = (
+            f"rank_busy s WHERE s.run = ? AND s.width = {width // 8} "
+            "AND s.bucket >= ? AND s.bucket < ?"
+        )
         stats = (
             f"{d.sum_count.format('s.n')}, {d.sum_value.format('s.sum_ms')}, "
             "MIN(s.min_ms), MAX(s.max_ms)"
@@ -303,33 +272,32 @@ def update_busy(d: Dialect, width: int) -> str:
     cols = ", ".join(PHASE_SUMS.values())
     updated = ", ".join(f"{c} = excluded.{c}" for c in PHASE_SUMS.values())
     return f"""
-WITH touched AS ({touched})
 INSERT INTO rank_busy (run, width, bucket, rank, n, sum_ms, min_ms, max_ms, {cols})
-SELECT s.run, {width}, t.b, s.rank, {stats}, {sums}
-FROM touched t JOIN {source}
-WHERE true GROUP BY s.run, t.b, s.rank
+SELECT s.run, {width}, CAST(? AS {d.integer}), s.rank, {stats}, {sums}
+FROM {source}
+GROUP BY s.run, s.rank
 ON CONFLICT (run, width, bucket, rank) DO UPDATE SET
     n = excluded.n, sum_ms = excluded.sum_ms, min_ms = excluded.min_ms, max_ms = excluded.max_ms,
     {updated}
 """
 
 
-def upsert_beats(d: Dialect, table: str = "rank_beats") -> str:
+#: Columns of a ``rank_beats`` row as a write makes it; ``rank_beat_steps`` has ``step``
+#: after ``rank``.
+BEAT_COLUMNS = ("run", "rank", "id", "ts", "line")
+
+
+def upsert_beats(table: str = "rank_beats") -> str:
     """Keep each rank's newest heartbeat: by time, then line (as the checklist orders them).
 
-    ``rank_beat_steps``: the newest of each step a rank was in, for a replay position.
+    ``rank_beat_steps``: the newest of each step a rank was in, for a replay position. The
+    rows are the write's newest of each (:mod:`dsmon.store.ranks.rows`); one replaces the
+    stored row only if it is as new or newer.
     """
     key = "run, rank" if table == "rank_beats" else "run, rank, step"
-    cols = "run, rank, step, id, ts, COALESCE(line, 0) AS line"
-    stepped = " WHERE step IS NOT NULL" if table != "rank_beats" else ""
+    n = 5 if table == "rank_beats" else 6
     return f"""
-INSERT INTO {table} ({key}, id, ts, line)
-SELECT {key}, id, ts, line FROM (
-    SELECT run, rank, step, id, ts, line,
-        ROW_NUMBER() OVER (PARTITION BY {key} ORDER BY ts DESC, line DESC, id DESC) AS k
-    FROM ({_new(d, "heartbeat", cols)}) AS b{stepped}
-) AS n
-WHERE k = 1
+INSERT INTO {table} ({key}, id, ts, line) VALUES ({_marks(n)})
 ON CONFLICT ({key}) DO UPDATE SET id = excluded.id, ts = excluded.ts, line = excluded.line
 WHERE excluded.ts > {table}.ts
     OR (excluded.ts = {table}.ts AND excluded.line >= {table}.line)

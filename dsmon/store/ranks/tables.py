@@ -12,14 +12,13 @@ about one row per step, a few thousand roll-up rows, one row per rank.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dsmon.model.records import HeartbeatRecord
 from dsmon.store.backend import Backend, Db
-from dsmon.store.dialect import Dialect
 from dsmon.store.ranks import sql
+from dsmon.store.ranks.rows import probe_rows
 from dsmon.store.ranks.sql import BUSY_LEVELS, PHASE_SUMS, STAT_COLUMNS
 from dsmon.store.records.rows import row_record
 
@@ -41,18 +40,6 @@ COMM_COLUMNS = (
     "step", "op", "bucket_bytes", "group_size", "steps", "calls", "msg_bytes", "wire_ms",
     "max_ms",
 )  # fmt: skip
-
-
-@functools.cache
-def _update_sql(d: Dialect, kind: str) -> tuple[str, ...]:
-    if kind == "heartbeat":
-        return (sql.upsert_beats(d), sql.upsert_beats(d, "rank_beat_steps"))
-    return (
-        sql.upsert_steps(d),
-        sql.update_comm(d),
-        sql.update_stats(d),
-        *(sql.update_busy(d, w) for w in BUSY_LEVELS),
-    )
 
 
 def source_level(width: int) -> int | None:
@@ -80,10 +67,25 @@ class RankTables:
         """Bring the records stored after ``after_id`` (this transaction's) into the tables.
 
         ``kinds``: the kinds the write stored; a batch without probe records costs nothing.
+        The new probe records are read once and their rows made in Python
+        (:func:`dsmon.store.ranks.rows.probe_rows`); each statement then runs once per row,
+        touched step or bucket (``executemany``).
         """
-        for kind in sorted(RANK_KINDS.intersection(kinds)):
-            for stmt in _update_sql(db.dialect, kind):
-                db.execute(stmt, (after_id,))
+        if not RANK_KINDS.intersection(kinds):
+            return
+        d = db.dialect
+        made = probe_rows(db.rows(sql.new_probe_records(d), (after_id,)))
+        if made.steps:
+            db.execute_many(sql.upsert_steps(), made.steps)
+            if made.comm:
+                db.execute_many(sql.upsert_comm(d), made.comm)
+            db.execute_many(sql.update_stats(d), made.touched())
+            for width in BUSY_LEVELS:  # finest first: each level sums the one below
+                db.execute_many(sql.update_busy(d, width), made.buckets(width))
+        if made.beats:
+            db.execute_many(sql.upsert_beats(), made.beats)
+        if made.beat_steps:
+            db.execute_many(sql.upsert_beats("rank_beat_steps"), made.beat_steps)
 
     def step_stats(self, run: str, after_id: int = 0, step_max: int | None = None) -> pd.DataFrame:
         """One row per step of ``rank_step_stats`` changed after ``after_id``, in step order.

@@ -18,6 +18,8 @@ from store_support import restamped
 
 from dsmon.model.records import Record
 from dsmon.store import postgres as pg_sql
+from dsmon.store.dialect import POSTGRES
+from dsmon.store.ranks import sql as ranks_sql
 from dsmon.store.records import sql as records_sql
 from dsmon.store.records.filter import RecordFilter
 from dsmon.store.store import Store, open_store
@@ -102,6 +104,7 @@ def pg_statements() -> list[tuple[str, tuple[object, ...]]]:
         (pg_sql.MOVE, ()),
         (pg_sql.RESTAMP, ()),
         (records_sql.MAX_ID, ()),
+        (POSTGRES.q(ranks_sql.new_probe_records(POSTGRES)), (40,)),
     ]
 
 
