@@ -7,22 +7,29 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from dsmon.analysis import comm
-from dsmon.figures.common import COLORS, empty, layout, rank_label, scatter
+from dsmon.figures.common import COLORS, capped_note, empty, layout, rank_label, scatter, step_part
 
 
-def share_figure(share: pd.DataFrame, title: str = "Exposed communication per step") -> go.Figure:
-    """Exposed comm ms (bars) and its share of the step (line, right axis), per rank."""
+def share_figure(
+    share: pd.DataFrame, title: str = "Exposed communication per step", total: int | None = None
+) -> go.Figure:
+    """Exposed comm ms (bars, filled past a few steps) and its share of the step, per rank.
+
+    The share is a line on the right axis. ``total``: the rows before downsampling; the chart says when it draws fewer.
+    """
     if share.empty:
         return empty("No engine timer lines: the comm share needs wall_clock_breakdown.", title)
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     for rank, rows in share.groupby("rank", sort=True, dropna=False):
         label = rank_label(rank, " rank {}")
         fig.add_trace(
-            go.Bar(
-                x=rows["step"],
-                y=rows["exposed_comm_ms"],
-                name=f"exposed comm ms{label}",
-                marker_color=COLORS["comm"],
+            step_part(
+                len(rows),
+                rows["step"],
+                rows["exposed_comm_ms"],
+                f"exposed comm ms{label}",
+                COLORS["comm"],
+                stack=None,  # ranks side by side, never summed
                 opacity=0.6,
             )
         )
@@ -39,6 +46,7 @@ def share_figure(share: pd.DataFrame, title: str = "Exposed communication per st
     fig.update_yaxes(title_text="ms", secondary_y=False)
     fig.update_yaxes(title_text="% of step", secondary_y=True, rangemode="tozero")
     fig.update_xaxes(title_text="optimizer step")
+    capped_note(fig, len(share), total, "steps" if share["rank"].nunique() <= 1 else "rank-steps")
     return layout(fig, title)
 
 
@@ -175,7 +183,7 @@ def coordinator_figure(
         return empty("No ZeRO-3 coordinator timer lines (DeepSpeed 0.10.0 printed them).", title)
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     for col, name, color in COORDINATOR_PARTS:
-        fig.add_trace(go.Bar(x=per_step["step"], y=per_step[col], name=name, marker_color=color))
+        fig.add_trace(step_part(len(per_step), per_step["step"], per_step[col], name, color))
     fig.add_trace(
         scatter(
             len(per_step),

@@ -7,12 +7,20 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-#: Past this many points a trace is drawn with WebGL (plotly.py switches at the same size).
+#: Past this many points a trace of markers is drawn with WebGL (plotly.py switches at the
+#: same size). A line is one SVG path whatever its points, and a WebGL context costs a chart
+#: more than the path: a chart of three 2,000-point lines took 1.3 s of Chromium's CPU in
+#: WebGL, 0.1 s as SVG (``bench/browser_pages.py``; headless Chromium draws WebGL in
+#: software, and every chart opens a context of its own even with a GPU).
 WEBGL_MIN_POINTS = 1000
-#: Bars per trace a chart draws at most: every bar is an SVG path of its own (plotly has no
-#: WebGL bars), and four stacked traces of a thousand bars cost the browser seconds
-#: (``bench/browser_pages.py``). 300 bars fill a chart's width at a few pixels each.
+#: Steps (or micro-batches) per part a stacked per-step chart draws at most (the downsampled
+#: rows: each stretch's extremes kept). 300 fill a chart's width at a few pixels each.
 BARS_MAX = 300
+#: Up to this many steps a stacked per-step chart draws a bar per step, past it a filled
+#: line per part. Every bar is an SVG path the browser lays out and styles on its own (plotly
+#: has no WebGL bars): four parts of 300 bars took 170 ms of a chart's 220 ms to draw, the
+#: same steps as four filled lines 90 ms, where the bars were too thin to tell apart anyway.
+STEP_BARS_MAX = 120
 #: Points of a line past which it is drawn without markers (:func:`scatter`).
 MARKERS_MAX = 100
 HEIGHT = 360
@@ -30,16 +38,42 @@ COLORS = {
 
 
 def scatter(n_points: int, **kwargs: Any) -> go.Scatter | go.Scattergl:
-    """A line/marker trace: SVG for small traces, WebGL past :data:`WEBGL_MIN_POINTS`.
+    """A line/marker trace: SVG, but WebGL for markers alone past :data:`WEBGL_MIN_POINTS`.
 
     Markers are drawn only up to :data:`MARKERS_MAX` points: each is an SVG path the browser
-    styles one by one, and a line of a thousand markers shows no more than the line.
+    styles one by one, and a line of a thousand markers shows no more than the line. A line
+    stays SVG at any size (one path).
     """
-    if n_points > MARKERS_MAX and kwargs.get("mode") == "lines+markers":
-        kwargs["mode"] = "lines"
-    if n_points > WEBGL_MIN_POINTS:
+    mode = kwargs.get("mode")
+    if n_points > MARKERS_MAX and mode == "lines+markers":
+        kwargs["mode"] = mode = "lines"
+    if n_points > WEBGL_MIN_POINTS and mode == "markers":
         return go.Scattergl(**kwargs)
     return go.Scatter(**kwargs)
+
+
+def step_part(
+    n_steps: int, x: Any, y: Any, name: str, color: str, stack: str | None = "parts", **kwargs: Any
+) -> go.Bar | go.Scatter:
+    """One part of a per-step bar chart: a bar per step while they are few, else a filled line.
+
+    Past :data:`STEP_BARS_MAX` steps the part is one filled path (steps held flat until the
+    next one drawn, as bars would be), stacked on the parts before it in ``stack`` (a
+    ``barmode="stack"`` of bars), or filled down to zero when ``stack`` is None.
+    """
+    if n_steps <= STEP_BARS_MAX:
+        return go.Bar(x=x, y=y, name=name, marker_color=color, **kwargs)
+    fill = {"stackgroup": stack} if stack is not None else {"fill": "tozeroy"}
+    return go.Scatter(
+        x=x,
+        y=y,
+        name=name,
+        mode="lines",
+        line={"width": 0.5, "color": color, "shape": "hv"},
+        fillcolor=color,
+        **fill,
+        **kwargs,
+    )
 
 
 def step_line(part: pd.DataFrame, name: str, **kwargs: Any) -> go.Scatter | go.Scattergl:

@@ -22,6 +22,7 @@ from dsmon.figures.common import (
     empty,
     layout,
     scatter,
+    step_part,
 )
 
 #: Stack order of the breakdown: bwd split into inner/allreduce when both were printed.
@@ -46,15 +47,17 @@ def breakdown_parts(breakdown: pd.DataFrame) -> tuple[tuple[str, str], ...]:
 def _stack(
     fig: go.Figure, bd: pd.DataFrame, row: int = 1, col: int = 1, legend: bool = True
 ) -> None:
-    """Add the stacked per-step bars of one rank."""
+    """Add the stacked per-step parts of one rank (bars, or filled lines past a few steps)."""
     for column, name in breakdown_parts(bd):
         if column in bd.columns:
             fig.add_trace(
-                go.Bar(
-                    x=bd["step"],
-                    y=bd[column],
-                    name=name,
-                    marker_color=COLORS[name],
+                step_part(
+                    len(bd),
+                    bd["step"],
+                    bd[column],
+                    name,
+                    COLORS[name],
+                    stack=f"parts{row}.{col}",
                     legendgroup=name,
                     showlegend=legend,
                 ),
@@ -220,23 +223,26 @@ def rank_totals_figure(
 def micro_figure(
     micro: pd.DataFrame, title: str = "Micro-steps (ms per micro-batch)", total: int | None = None
 ) -> go.Figure:
-    """Stacked micro-step timers, one bar per micro-batch, x = step + micro index.
+    """Stacked micro-step timers, a bar per micro-batch (filled past a few), x = step + micro.
 
-    ``total``: the micro-batches before downsampling; the chart says when it draws fewer.
+    The micro index spreads a step's micro-batches within it. ``total``: the micro-batches before downsampling; the chart says when it draws fewer.
     """
     if micro.empty:
         return empty("No *_microstep timer lines in this run.", title)
     n = micro.groupby("step")["micro_step"].transform("max").fillna(0) + 1
     x = micro["step"] + micro["micro_step"].fillna(0) / n
+    ordered = x.to_numpy().argsort(kind="stable")  # a filled line is drawn left to right
+    micro, x = micro.iloc[ordered], x.iloc[ordered]
     fig = go.Figure()
     for column, name in breakdown_parts(micro):
         if column in micro.columns:
             fig.add_trace(
-                go.Bar(
-                    x=x,
-                    y=micro[column],
-                    name=name,
-                    marker_color=COLORS[name],
+                step_part(
+                    len(micro),
+                    x,
+                    micro[column],
+                    name,
+                    COLORS[name],
                     customdata=micro["micro_step"],
                     hovertemplate="step %{x:.2f} (micro %{customdata}): %{y:.2f} ms",
                 )
