@@ -7,7 +7,18 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from dsmon.analysis import comm
-from dsmon.figures.common import COLORS, capped_note, empty, layout, rank_label, scatter, step_part
+from dsmon.figures import plain
+from dsmon.figures.common import (
+    COLORS,
+    capped_annotation,
+    empty,
+    layout,
+    layout_props,
+    rank_label,
+    scatter,
+    scatter_props,
+    step_part,
+)
 
 
 def share_figure(
@@ -15,39 +26,37 @@ def share_figure(
 ) -> go.Figure:
     """Exposed comm ms (bars, filled past a few steps) and its share of the step, per rank.
 
-    The share is a line on the right axis. ``total``: the rows before downsampling; the chart says when it draws fewer.
+    The share is a line on the right axis. ``total``: the rows before downsampling; the
+    chart says when it draws fewer. The page's first chart: built as a dict and made a
+    figure once (:mod:`dsmon.figures.plain`).
     """
     if share.empty:
         return empty("No engine timer lines: the comm share needs wall_clock_breakdown.", title)
-    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    grid = plain.rows([1.0], spacing=0.0, right=[1])
+    data = []
     for rank, rows in share.groupby("rank", sort=True, dropna=False):
         label = rank_label(rank, " rank {}")
-        fig.add_trace(
-            step_part(
-                len(rows),
-                rows["step"],
-                rows["exposed_comm_ms"],
-                f"exposed comm ms{label}",
-                COLORS["comm"],
-                stack=None,  # ranks side by side, never summed
-                opacity=0.6,
-            )
+        bars = step_part(
+            len(rows),
+            rows["step"],
+            rows["exposed_comm_ms"],
+            f"exposed comm ms{label}",
+            COLORS["comm"],
+            stack=None,  # ranks side by side, never summed
+            opacity=0.6,
         )
-        fig.add_trace(
-            scatter(
-                len(rows),
-                x=rows["step"],
-                y=100.0 * rows["comm_share"],
-                name=f"% of step{label}",
-                mode="lines",
-            ),
-            secondary_y=True,
-        )
-    fig.update_yaxes(title_text="ms", secondary_y=False)
-    fig.update_yaxes(title_text="% of step", secondary_y=True, rangemode="tozero")
-    fig.update_xaxes(title_text="optimizer step")
-    capped_note(fig, len(share), total, "steps" if share["rank"].nunique() <= 1 else "rank-steps")
-    return layout(fig, title)
+        line = scatter_props(
+            len(rows), x=rows["step"], y=100.0 * rows["comm_share"], name=f"% of step{label}",
+            mode="lines",
+        )  # fmt: skip
+        data += [grid.on(bars, 1), grid.on(line, 1, right=True)]
+    grid.axis(grid.y[0])["title"] = {"text": "ms"}
+    grid.axis(grid.right[1]).update(title={"text": "% of step"}, rangemode="tozero")
+    grid.axis(grid.x[0])["title"] = {"text": "optimizer step"}
+    unit = "steps" if share["rank"].nunique() <= 1 else "rank-steps"
+    capped = capped_annotation(len(share), total, unit)
+    notes = [capped] if capped is not None else []
+    return go.Figure(data=data, layout={**grid.layout, "annotations": notes, **layout_props(title)})
 
 
 def bandwidth_figure(

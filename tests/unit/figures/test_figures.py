@@ -60,12 +60,12 @@ def test_webgl_only_for_markers_past_a_thousand_points() -> None:
 
 
 def test_a_bar_per_step_while_they_are_few_then_a_filled_line() -> None:
-    bar = step_part(STEP_BARS_MAX, [1], [2.0], "fwd", "#4C78A8")
-    assert isinstance(bar, go.Bar) and bar.marker.color == "#4C78A8"
-    part = step_part(STEP_BARS_MAX + 1, [1], [2.0], "fwd", "#4C78A8", stack="s")
-    assert isinstance(part, go.Scatter) and part.stackgroup == "s"
-    assert part.line.shape == "hv"  # a step's value held until the next step drawn, as a bar
-    alone = step_part(STEP_BARS_MAX + 1, [1], [2.0], "comm", "#E45756", stack=None)
+    bar = go.Bar(step_part(STEP_BARS_MAX, [1], [2.0], "fwd", "#4C78A8"))
+    assert bar.marker.color == "#4C78A8"
+    part = go.Figure().add_trace(step_part(STEP_BARS_MAX + 1, [1], [2.0], "fwd", "#4C78A8", "s"))
+    assert isinstance(part.data[0], go.Scatter) and part.data[0].stackgroup == "s"
+    assert part.data[0].line.shape == "hv"  # a step's value held until the next one, as a bar
+    alone = go.Scatter(step_part(STEP_BARS_MAX + 1, [1], [2.0], "comm", "#E45756", stack=None))
     assert alone.stackgroup is None and alone.fill == "tozeroy"
 
 
