@@ -230,6 +230,10 @@ def _tree_cpu(pid: int) -> float:
     return total
 
 
+#: How a plotly figure's JSON starts in a message of the websocket.
+FIGURE = b'{"data":['
+
+
 @dataclass
 class Wire:
     """Bytes received over the page's websockets, and when each frame came."""
@@ -248,6 +252,13 @@ class Wire:
 
     def total(self) -> int:
         return sum(len(d) for _, d in self.frames)
+
+    def sent_chart(self, origin_ms: float) -> bool:
+        """Whether a chart's figure came since ``origin_ms`` (ms since the epoch).
+
+        Streamlit sends a plotly figure as its JSON (``{"data":[...``) inside the message.
+        """
+        return any(t * 1000 >= origin_ms and FIGURE in d for t, d in self.frames)
 
 
 def _free_port() -> int:
@@ -317,7 +328,8 @@ def _measure(
     got: dict[str, Any] = {}
     while time.monotonic() < deadline:
         got = page.evaluate(DONE)
-        if got.get("done"):
+        # a page whose figure came over the websocket is done when the chart is drawn
+        if got.get("done") and (got.get("chart") is not None or not wire.sent_chart(origin)):
             break
         page.wait_for_timeout(50)
     charted = got.get("chart") is not None
