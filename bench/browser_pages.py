@@ -148,10 +148,13 @@ PROBE = """
 })();
 """
 #: What the page has reached: its times, and whether it is done (its script ended and a
-#: chart is drawn, or nothing was drawn in the 4 s after its end: a page without charts).
+#: chart is drawn, or nothing was drawn in the 4 s after its end while no element was still
+#: waiting for its code: a page without charts). Streamlit shows a skeleton in place of an
+#: element whose code is loading: a chart waits for plotly.js there, for seconds under load.
 DONE = """() => {
   const t = window.__bench || {};
-  const quiet = t.idle != null && performance.now() - t.start - t.idle > 4000;
+  const quiet = t.idle != null && performance.now() - t.start - t.idle > 4000
+    && !document.querySelector('[data-testid="stSkeleton"]');
   return {...t, done: t.idle != null && (t.chart != null || quiet)};
 }"""
 #: Each page's header starts with this (``ui.page.page_header``).
@@ -227,6 +230,10 @@ def _tree_cpu(pid: int) -> float:
     return total
 
 
+#: How a plotly figure's JSON starts in a message of the websocket.
+FIGURE = b'{"data":['
+
+
 @dataclass
 class Wire:
     """Bytes received over the page's websockets, and when each frame came."""
@@ -245,6 +252,13 @@ class Wire:
 
     def total(self) -> int:
         return sum(len(d) for _, d in self.frames)
+
+    def sent_chart(self, origin_ms: float) -> bool:
+        """Whether a chart's figure came since ``origin_ms`` (ms since the epoch).
+
+        Streamlit sends a plotly figure as its JSON (``{"data":[...``) inside the message.
+        """
+        return any(t * 1000 >= origin_ms and FIGURE in d for t, d in self.frames)
 
 
 def _free_port() -> int:
@@ -314,7 +328,8 @@ def _measure(
     got: dict[str, Any] = {}
     while time.monotonic() < deadline:
         got = page.evaluate(DONE)
-        if got.get("done"):
+        # a page whose figure came over the websocket is done when the chart is drawn
+        if got.get("done") and (got.get("chart") is not None or not wire.sent_chart(origin)):
             break
         page.wait_for_timeout(50)
     charted = got.get("chart") is not None
@@ -354,16 +369,28 @@ def open_page(ctx: Any, url: str, name: str, timeout_s: float = 120) -> Load:
 LINKS: dict[str, str] = {}
 
 
+#: The page a menu tab opens first: it draws a chart on the bench run, so that plotly.js
+#: (Streamlit loads it with the first chart a tab draws) is loaded before any page is timed.
+PLOTLY_PAGE = "training"
+
+
 class Tab:
-    """One tab of the dashboard, moving between pages through the menu (plotly.js stays loaded)."""
+    """One tab of the dashboard, moving between pages through the menu (plotly.js stays loaded).
+
+    The tab opens :data:`PLOTLY_PAGE` first, then ``first``: opened on a page without a
+    chart, the first chart page clicked to would pay plotly.js's load in its ``menu`` time.
+    """
 
     def __init__(self, ctx: Any, url: str, first: str) -> None:
         self.page = ctx.new_page()
         self.wire = Wire()
         self.wire.attach(self.page)
-        self.page.goto(f"{url}/{PAGES[first]}?run={store_bench.RUN}")
-        self.page.evaluate(f"window.__bench.want = {TITLES[first]!r}")
-        _measure(self.page, self.wire, 0.0, 120, METER.look())
+        self.page.goto(f"{url}/{PAGES[PLOTLY_PAGE]}?run={store_bench.RUN}")
+        self.page.evaluate(f"window.__bench.want = {TITLES[PLOTLY_PAGE]!r}")
+        if not _measure(self.page, self.wire, 0.0, 120, METER.look()).charted:
+            print(f"  {PLOTLY_PAGE} drew no chart: menu times include plotly.js's load", flush=True)
+        if first != PLOTLY_PAGE:
+            self.switch(first)
 
     def switch(self, name: str, timeout_s: float = 120) -> Load:
         """Click page ``name`` in the sidebar's menu: its first chart and the script's end."""

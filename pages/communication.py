@@ -111,7 +111,10 @@ def timers_section(bd: pd.DataFrame) -> None:
         "warm-up. " + WAITING.format(how=SPLIT_HOW if split else NO_SPLIT_HOW)
     )
     chart(
-        fig.share_figure(downsample(share, "step", ["exposed_comm_ms", "comm_share"], by="rank")),
+        fig.share_figure(
+            downsample(share, "step", ["exposed_comm_ms", "comm_share"], by="rank"),
+            total=len(share),
+        ),
         "communication.share_figure",
     )
     ratios = comm.timer_ratios(bd)

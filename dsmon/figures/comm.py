@@ -7,39 +7,56 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from dsmon.analysis import comm
-from dsmon.figures.common import COLORS, empty, layout, rank_label, scatter
+from dsmon.figures import plain
+from dsmon.figures.common import (
+    COLORS,
+    capped_annotation,
+    empty,
+    layout,
+    layout_props,
+    rank_label,
+    scatter,
+    scatter_props,
+    step_part,
+)
 
 
-def share_figure(share: pd.DataFrame, title: str = "Exposed communication per step") -> go.Figure:
-    """Exposed comm ms (bars) and its share of the step (line, right axis), per rank."""
+def share_figure(
+    share: pd.DataFrame, title: str = "Exposed communication per step", total: int | None = None
+) -> go.Figure:
+    """Exposed comm ms (bars, filled past a few steps) and its share of the step, per rank.
+
+    The share is a line on the right axis. ``total``: the rows before downsampling; the
+    chart says when it draws fewer. The page's first chart: built as a dict and made a
+    figure once (:mod:`dsmon.figures.plain`).
+    """
     if share.empty:
         return empty("No engine timer lines: the comm share needs wall_clock_breakdown.", title)
-    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    grid = plain.rows([1.0], spacing=0.0, right=[1])
+    data = []
     for rank, rows in share.groupby("rank", sort=True, dropna=False):
         label = rank_label(rank, " rank {}")
-        fig.add_trace(
-            go.Bar(
-                x=rows["step"],
-                y=rows["exposed_comm_ms"],
-                name=f"exposed comm ms{label}",
-                marker_color=COLORS["comm"],
-                opacity=0.6,
-            )
+        bars = step_part(
+            len(rows),
+            rows["step"],
+            rows["exposed_comm_ms"],
+            f"exposed comm ms{label}",
+            COLORS["comm"],
+            stack=None,  # ranks side by side, never summed
+            opacity=0.6,
         )
-        fig.add_trace(
-            scatter(
-                len(rows),
-                x=rows["step"],
-                y=100.0 * rows["comm_share"],
-                name=f"% of step{label}",
-                mode="lines",
-            ),
-            secondary_y=True,
-        )
-    fig.update_yaxes(title_text="ms", secondary_y=False)
-    fig.update_yaxes(title_text="% of step", secondary_y=True, rangemode="tozero")
-    fig.update_xaxes(title_text="optimizer step")
-    return layout(fig, title)
+        line = scatter_props(
+            len(rows), x=rows["step"], y=100.0 * rows["comm_share"], name=f"% of step{label}",
+            mode="lines",
+        )  # fmt: skip
+        data += [grid.on(bars, 1), grid.on(line, 1, right=True)]
+    grid.axis(grid.y[0])["title"] = {"text": "ms"}
+    grid.axis(grid.right[1]).update(title={"text": "% of step"}, rangemode="tozero")
+    grid.axis(grid.x[0])["title"] = {"text": "optimizer step"}
+    unit = "steps" if share["rank"].nunique() <= 1 else "rank-steps"
+    capped = capped_annotation(len(share), total, unit)
+    notes = [capped] if capped is not None else []
+    return go.Figure(data=data, layout={**grid.layout, "annotations": notes, **layout_props(title)})
 
 
 def bandwidth_figure(
@@ -175,7 +192,7 @@ def coordinator_figure(
         return empty("No ZeRO-3 coordinator timer lines (DeepSpeed 0.10.0 printed them).", title)
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     for col, name, color in COORDINATOR_PARTS:
-        fig.add_trace(go.Bar(x=per_step["step"], y=per_step[col], name=name, marker_color=color))
+        fig.add_trace(step_part(len(per_step), per_step["step"], per_step[col], name, color))
     fig.add_trace(
         scatter(
             len(per_step),

@@ -7,12 +7,20 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-#: Past this many points a trace is drawn with WebGL (plotly.py switches at the same size).
+#: Past this many points a trace of markers is drawn with WebGL (plotly.py switches at the
+#: same size). A line is one SVG path whatever its points, and a WebGL context costs a chart
+#: more than the path: a chart of three 2,000-point lines took 1.3 s of Chromium's CPU in
+#: WebGL, 0.1 s as SVG (``bench/browser_pages.py``; headless Chromium draws WebGL in
+#: software, and every chart opens a context of its own even with a GPU).
 WEBGL_MIN_POINTS = 1000
-#: Bars per trace a chart draws at most: every bar is an SVG path of its own (plotly has no
-#: WebGL bars), and four stacked traces of a thousand bars cost the browser seconds
-#: (``bench/browser_pages.py``). 300 bars fill a chart's width at a few pixels each.
+#: Steps (or micro-batches) per part a stacked per-step chart draws at most (the downsampled
+#: rows: each stretch's extremes kept). 300 fill a chart's width at a few pixels each.
 BARS_MAX = 300
+#: Up to this many steps a stacked per-step chart draws a bar per step, past it a filled
+#: line per part. Every bar is an SVG path the browser lays out and styles on its own (plotly
+#: has no WebGL bars): four parts of 300 bars took 170 ms of a chart's 220 ms to draw, the
+#: same steps as four filled lines 90 ms, where the bars were too thin to tell apart anyway.
+STEP_BARS_MAX = 120
 #: Points of a line past which it is drawn without markers (:func:`scatter`).
 MARKERS_MAX = 100
 HEIGHT = 360
@@ -30,21 +38,64 @@ COLORS = {
 
 
 def scatter(n_points: int, **kwargs: Any) -> go.Scatter | go.Scattergl:
-    """A line/marker trace: SVG for small traces, WebGL past :data:`WEBGL_MIN_POINTS`.
+    """A line/marker trace: SVG, but WebGL for markers alone past :data:`WEBGL_MIN_POINTS`.
 
     Markers are drawn only up to :data:`MARKERS_MAX` points: each is an SVG path the browser
-    styles one by one, and a line of a thousand markers shows no more than the line.
+    styles one by one, and a line of a thousand markers shows no more than the line. A line
+    stays SVG at any size (one path).
     """
-    if n_points > MARKERS_MAX and kwargs.get("mode") == "lines+markers":
-        kwargs["mode"] = "lines"
-    if n_points > WEBGL_MIN_POINTS:
-        return go.Scattergl(**kwargs)
-    return go.Scatter(**kwargs)
+    return _line(scatter_props(n_points, **kwargs))
+
+
+def _line(props: dict[str, Any]) -> go.Scatter | go.Scattergl:
+    """The trace object of a :func:`scatter_props` dict."""
+    kind = props.pop("type")
+    return go.Scattergl(**props) if kind == "scattergl" else go.Scatter(**props)
+
+
+def scatter_props(n_points: int, **kwargs: Any) -> dict[str, Any]:
+    """:func:`scatter`'s trace as a dict (its ``type`` set), for a figure built as one."""
+    mode = kwargs.get("mode")
+    if n_points > MARKERS_MAX and mode == "lines+markers":
+        kwargs["mode"] = mode = "lines"
+    kind = "scattergl" if n_points > WEBGL_MIN_POINTS and mode == "markers" else "scatter"
+    return {"type": kind, **kwargs}
+
+
+def step_part(
+    n_steps: int, x: Any, y: Any, name: str, color: str, stack: str | None = "parts", **kwargs: Any
+) -> dict[str, Any]:
+    """One part of a per-step bar chart: a bar per step while they are few, else a filled line.
+
+    Past :data:`STEP_BARS_MAX` steps the part is one filled path (steps held flat until the
+    next one drawn, as bars would be), stacked on the parts before it in ``stack`` (a
+    ``barmode="stack"`` of bars), or filled down to zero when ``stack`` is None. The trace
+    is a dict (``add_trace`` takes it as it is).
+    """
+    if n_steps <= STEP_BARS_MAX:
+        return {"type": "bar", "x": x, "y": y, "name": name, "marker": {"color": color}, **kwargs}
+    fill = {"stackgroup": stack} if stack is not None else {"fill": "tozeroy"}
+    return {
+        "type": "scatter",
+        "x": x,
+        "y": y,
+        "name": name,
+        "mode": "lines",
+        "line": {"width": 0.5, "color": color, "shape": "hv"},
+        "fillcolor": color,
+        **fill,
+        **kwargs,
+    }
 
 
 def step_line(part: pd.DataFrame, name: str, **kwargs: Any) -> go.Scatter | go.Scattergl:
     """A ``value`` against ``step`` trace; markers while the points are few enough to see."""
-    return scatter(
+    return _line(step_line_props(part, name, **kwargs))
+
+
+def step_line_props(part: pd.DataFrame, name: str, **kwargs: Any) -> dict[str, Any]:
+    """:func:`step_line`'s trace as a dict, for a figure built as one."""
+    return scatter_props(
         len(part),
         x=part["step"],
         y=part["value"],
@@ -61,20 +112,27 @@ def capped_note(fig: go.Figure, drawn: int, total: int | None, unit: str = "step
     (:func:`dsmon.analysis.downsample.downsample` keeps each bucket's extremes, so spikes
     stay); a chart that hides it would pass for the whole run.
     """
+    note = capped_annotation(drawn, total, unit)
+    if note is not None:
+        fig.add_annotation(note)
+
+
+def capped_annotation(drawn: int, total: int | None, unit: str = "steps") -> dict[str, Any] | None:
+    """:func:`capped_note`'s annotation as a dict; None when the chart draws every point."""
     if total is None or drawn >= total:
-        return
-    fig.add_annotation(
-        text=f"{drawn:,} of {total:,} {unit} drawn (each stretch's extremes kept)",
-        showarrow=False,
-        x=0,
-        y=1,
-        xref="paper",
-        yref="paper",
-        xanchor="left",
-        yanchor="bottom",
-        font={"size": 11, "color": "#666"},
-        name=CAPPED,
-    )
+        return None
+    return {
+        "text": f"{drawn:,} of {total:,} {unit} drawn (each stretch's extremes kept)",
+        "showarrow": False,
+        "x": 0,
+        "y": 1,
+        "xref": "paper",
+        "yref": "paper",
+        "xanchor": "left",
+        "yanchor": "bottom",
+        "font": {"size": 11, "color": "#666"},
+        "name": CAPPED,
+    }
 
 
 #: The name of :func:`capped_note`'s annotation (tests and pages find it by it).
@@ -83,11 +141,17 @@ CAPPED = "capped"
 
 def layout(fig: go.Figure, title: str, height: int = HEIGHT, **kwargs: Any) -> go.Figure:
     """Apply the dashboard's layout: title, compact margins, legend above the plot."""
-    fig.update_layout(
-        title={"text": title, "x": 0.0, "font": {"size": 15}},
-        height=height,
-        margin={"l": 50, "r": 20, "t": 60, "b": 40},
-        legend={
+    fig.update_layout(**layout_props(title, height), **kwargs)
+    return fig
+
+
+def layout_props(title: str, height: int = HEIGHT) -> dict[str, Any]:
+    """:func:`layout`'s properties as a dict, for a figure built as one."""
+    return {
+        "title": {"text": title, "x": 0.0, "font": {"size": 15}},
+        "height": height,
+        "margin": {"l": 50, "r": 20, "t": 60, "b": 40},
+        "legend": {
             "orientation": "h",
             "yanchor": "bottom",
             "y": 1.0,
@@ -95,9 +159,7 @@ def layout(fig: go.Figure, title: str, height: int = HEIGHT, **kwargs: Any) -> g
             "xanchor": "right",
             "traceorder": "normal",
         },
-        **kwargs,
-    )
-    return fig
+    }
 
 
 def empty(message: str, title: str = "", height: int = 200) -> go.Figure:
@@ -149,35 +211,44 @@ def clip_outliers(
     Nothing changes for fewer than 10 points or when no point is that far out. The listed
     points stay in the data (hover, tables); only the axis range is cut.
     """
+    axis = fig.get_subplot(row, col) if row is not None and col is not None else None
+    x_ref = axis.xaxis.plotly_name.replace("axis", "") if axis is not None else "x"
+    y_ref = axis.yaxis.plotly_name.replace("axis", "") if axis is not None else "y"
+    cut = off_scale(frame, x, y, x_ref, y_ref, unit)
+    if cut is not None:
+        fig.update_yaxes(range=cut[0], row=row, col=col)
+        fig.add_annotation(cut[1])
+
+
+def off_scale(
+    frame: pd.DataFrame, x: str, y: str, x_ref: str = "x", y_ref: str = "y", unit: str = "ms"
+) -> tuple[list[float], dict[str, Any]] | None:
+    """:func:`clip_outliers` as dicts: the y axis range and the note on axes ``x_ref``/``y_ref``.
+
+    None when nothing is cut (fewer than 10 points, or none that far out).
+    """
     values = frame[y].dropna() if y in frame.columns else pd.Series(dtype="float64")
     if len(values) < 10:
-        return
+        return None
     cap = OFF_SCALE * float(values.quantile(0.9))
     over = frame[frame[y] > cap]
     if over.empty or cap <= 0:
-        return
-    fig.update_yaxes(range=[0, cap * 1.05], row=row, col=col)
+        return None
     pairs = list(zip(over[x], over[y], strict=True))[:3]
     listed = ", ".join(f"{x} {float(px):g}: {float(py):.0f} {unit}" for px, py in pairs)
     more = f" and {len(over) - 3} more" if len(over) > 3 else ""
-    axis = fig.get_subplot(row, col) if row is not None and col is not None else None
-    xref = (
-        f"{axis.xaxis.plotly_name.replace('axis', '')} domain" if axis is not None else "x domain"
-    )
-    yref = (
-        f"{axis.yaxis.plotly_name.replace('axis', '')} domain" if axis is not None else "y domain"
-    )
-    fig.add_annotation(
-        text=f"off scale: {listed}{more}",
-        showarrow=False,
-        x=1,
-        y=1,
-        xref=xref,
-        yref=yref,
-        xanchor="right",
-        yanchor="top",
-        bgcolor="rgba(255,255,255,0.8)",
-    )
+    note = {
+        "text": f"off scale: {listed}{more}",
+        "showarrow": False,
+        "x": 1,
+        "y": 1,
+        "xref": f"{x_ref} domain",
+        "yref": f"{y_ref} domain",
+        "xanchor": "right",
+        "yanchor": "top",
+        "bgcolor": "rgba(255,255,255,0.8)",
+    }
+    return [0, cap * 1.05], note
 
 
 def epoch_ms(values: Any) -> Any:

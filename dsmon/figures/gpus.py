@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from dsmon.analysis.gpus import METRIC_BY_KEY
-from dsmon.figures.common import empty, epoch_ms, layout, scatter
+from dsmon.figures.common import empty, epoch_ms, layout, layout_props, scatter, scatter_props
 
 NO_SAMPLES = "No GPU samples in this run."
 
@@ -25,26 +25,28 @@ def _title(metric: str) -> str:
 
 
 def lines_figure(series: pd.DataFrame, metric: str) -> go.Figure:
-    """One trace per GPU of one metric (``series`` from ``analysis.gpus.series``)."""
+    """One trace per GPU of one metric (``series`` from ``analysis.gpus.series``).
+
+    The page's first chart: built as a dict and made a figure once
+    (:mod:`dsmon.figures.plain`).
+    """
     title = _title(metric)
     if series.empty or series["value"].isna().all():
         return empty(
             f"{NO_SAMPLES[:-1]} with this field." if not series.empty else NO_SAMPLES, title
         )
-    fig = go.Figure()
-    for gpu, rows in series.groupby("gpu", sort=True):
-        fig.add_trace(
-            scatter(len(rows), x=epoch_ms(rows["ts"]), y=rows["value"], name=str(gpu), mode="lines")
+    data = [
+        scatter_props(
+            len(rows), x=epoch_ms(rows["ts"]), y=rows["value"], name=str(gpu), mode="lines"
         )
-    fig.update_xaxes(type="date")
-    fig = layout(fig, title)
-    if len(fig.data) > LEGEND_ABOVE_MAX:
+        for gpu, rows in series.groupby("gpu", sort=True)
+    ]
+    props = {**layout_props(title), "xaxis": {"type": "date"}}
+    if len(data) > LEGEND_ABOVE_MAX:
         # one row of names above the plot runs into the title: the GPUs go under the axis
-        fig.update_layout(
-            legend={"yanchor": "top", "y": -0.12, "x": 0.0, "xanchor": "left"},
-            margin={"b": 40 + 22 * math.ceil(len(fig.data) / 6)},
-        )
-    return fig
+        props["legend"].update(yanchor="top", y=-0.12, x=0.0, xanchor="left")
+        props["margin"]["b"] = 40 + 22 * math.ceil(len(data) / 6)
+    return go.Figure(data=data, layout=props)
 
 
 def heatmap_figure(grid: pd.DataFrame, metric: str) -> go.Figure:

@@ -8,20 +8,27 @@ throughput dip that explains it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from dsmon.analysis.downsample import histogram
+from dsmon.figures import plain
 from dsmon.figures.common import (
     COLORS,
     OFF_SCALE,
+    capped_annotation,
     capped_note,
     clip_outliers,
     empty,
     layout,
+    layout_props,
+    off_scale,
     scatter,
+    scatter_props,
+    step_part,
 )
 
 #: Stack order of the breakdown: bwd split into inner/allreduce when both were printed.
@@ -43,24 +50,30 @@ def breakdown_parts(breakdown: pd.DataFrame) -> tuple[tuple[str, str], ...]:
     return SPLIT_PARTS if split and not breakdown.empty else PLAIN_PARTS
 
 
+def _parts(bd: pd.DataFrame, stack: str, legend: bool = True) -> list[dict[str, Any]]:
+    """The stacked per-step parts of one rank (bars, or filled lines past a few steps)."""
+    return [
+        step_part(
+            len(bd),
+            bd["step"],
+            bd[column],
+            name,
+            COLORS[name],
+            stack=stack,
+            legendgroup=name,
+            showlegend=legend,
+        )
+        for column, name in breakdown_parts(bd)
+        if column in bd.columns
+    ]
+
+
 def _stack(
     fig: go.Figure, bd: pd.DataFrame, row: int = 1, col: int = 1, legend: bool = True
 ) -> None:
-    """Add the stacked per-step bars of one rank."""
-    for column, name in breakdown_parts(bd):
-        if column in bd.columns:
-            fig.add_trace(
-                go.Bar(
-                    x=bd["step"],
-                    y=bd[column],
-                    name=name,
-                    marker_color=COLORS[name],
-                    legendgroup=name,
-                    showlegend=legend,
-                ),
-                row=row,
-                col=col,
-            )
+    """Add the stacked per-step parts of one rank to a subplot of ``fig``."""
+    for part in _parts(bd, f"parts{row}.{col}", legend):
+        fig.add_trace(part, row=row, col=col)
 
 
 def steps_figure(
@@ -80,6 +93,9 @@ def steps_figure(
     the plotly.js that Streamlit bundles, hiding the bars (DeepSpeed's default log level
     prints no throughput line, while the flops profiler's figures still give TFLOPS).
 
+    The Steps page's first chart, redrawn at every refresh: built as a dict and made a
+    figure once (:mod:`dsmon.figures.plain`).
+
     Args:
         breakdown: one rank's rows of ``step_breakdown`` (already downsampled).
         throughput: ``step``, ``samples_per_s`` (ThroughputTimer lines), optional.
@@ -93,94 +109,86 @@ def steps_figure(
     has_throughput = throughput is not None and not throughput.empty
     has_tflops = tflops is not None and not tflops.empty
     speed = has_throughput or has_tflops
-    fig = make_subplots(
-        rows=3 if speed else 2,
-        cols=1,
-        shared_xaxes=True,
-        row_heights=[0.6, 0.25, 0.15] if speed else [0.82, 0.18],
-        vertical_spacing=0.04,
-        specs=[[{}], [{"secondary_y": True}], [{}]] if speed else [[{}], [{}]],
+    grid = plain.rows(
+        [0.6, 0.25, 0.15] if speed else [0.82, 0.18], spacing=0.04, right=[2] if speed else []
     )
-    _stack(fig, breakdown)
-    if throughput is not None and has_throughput:
-        fig.add_trace(
-            scatter(
-                len(throughput),
-                x=throughput["step"],
-                y=throughput["samples_per_s"],
-                name="samples/s",
-                mode="lines+markers",
-                line={"color": COLORS["throughput"]},
-            ),
-            row=2,
-            col=1,
-        )
-    if tflops is not None and has_tflops:
-        fig.add_trace(
-            scatter(
-                len(tflops),
-                x=tflops["step"],
-                y=tflops["tflops"],
-                name="TFLOPS per GPU",
-                mode="lines",
-                line={"color": COLORS["tflops"]},
-            ),
-            row=2,
-            col=1,
-            secondary_y=has_throughput,
-        )
-    # the loss row's axes: x3/y4 below the speed row (its secondary axis is y3), else x2/y2
-    loss_row, axes = (3, ("x3", "y4")) if speed else (2, ("x2", "y2"))
-    _loss_row(fig, loss_events, loss_row, axes)
-    clip_outliers(fig, breakdown, "step", "total_ms", row=1, col=1)
-    fig.update_layout(barmode="stack", bargap=0.05)
-    fig.update_yaxes(title_text="ms", row=1, col=1)
+    data = [grid.on(part, 1) for part in _parts(breakdown, "parts1.1")]
+    speed_lines = (
+        (throughput, "samples_per_s", "samples/s", "lines+markers", "throughput", False),
+        (tflops, "tflops", "TFLOPS per GPU", "lines", "tflops", has_throughput),
+    )
+    for frame, column, name, mode, color, right in speed_lines:
+        if frame is not None and not frame.empty:
+            line = scatter_props(
+                len(frame), x=frame["step"], y=frame[column], name=name, mode=mode,
+                line={"color": COLORS[color]},
+            )  # fmt: skip
+            data.append(grid.on(line, 2, right=right))
+    loss_row = 3 if speed else 2
+    loss, no_events = _loss_row(loss_events, grid.x[loss_row - 1], grid.y[loss_row - 1])
+    data.append(grid.on(loss, loss_row))
+    notes = [no_events] if no_events is not None else []
+    grid.axis(grid.y[0])["title"] = {"text": "ms"}
+    cut = off_scale(breakdown, "step", "total_ms", grid.x[0], grid.y[0])
+    if cut is not None:
+        grid.axis(grid.y[0])["range"] = cut[0]
+        notes.append(cut[1])
     if speed:
-        fig.update_yaxes(title_text="samples/s" if has_throughput else "TFLOPS", row=2, col=1)
-        fig.update_yaxes(title_text="TFLOPS", row=2, col=1, secondary_y=True)
-    fig.update_yaxes(visible=False, row=loss_row, col=1)
-    fig.update_xaxes(title_text="optimizer step", row=loss_row, col=1)
-    capped_note(fig, len(breakdown), total)
-    return layout(fig, title, height=560 if speed else 440)
+        grid.axis(grid.y[1])["title"] = {"text": "samples/s" if has_throughput else "TFLOPS"}
+        grid.axis(grid.right[2])["title"] = {"text": "TFLOPS"}
+    grid.axis(grid.y[loss_row - 1])["visible"] = False
+    grid.axis(grid.x[loss_row - 1])["title"] = {"text": "optimizer step"}
+    capped = capped_annotation(len(breakdown), total)
+    notes += [capped] if capped is not None else []
+    return go.Figure(
+        data=data,
+        layout={
+            **grid.layout,
+            "barmode": "stack",
+            "bargap": 0.05,
+            "annotations": notes,
+            **layout_props(title, height=560 if speed else 440),
+        },
+    )
 
 
 def _loss_row(
-    fig: go.Figure, loss_events: pd.DataFrame | None, row: int, axes: tuple[str, str]
-) -> None:
-    """Loss-scale events as labelled markers in the bottom row (``axes``: its x and y).
+    loss_events: pd.DataFrame | None, x: str, y: str
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Loss-scale events as labelled markers for the bottom row (axes ``x``, ``y``).
 
-    The trace is added even without events: plotly draws no axis for a row without a
-    trace, and the bottom row's x axis is the one that carries the step labels.
+    With the note that says there are none, when there are none. The trace is drawn even
+    without events: plotly draws no axis for a row without a trace, and the bottom row's x
+    axis is the one that carries the step labels.
     """
     events = loss_events if loss_events is not None else pd.DataFrame()
+    note = None
     if events.empty:
         events = pd.DataFrame({"step": [], "event": [], "new_scale": []})
-        fig.add_annotation(
-            text="no loss-scale events",
-            showarrow=False,
-            x=0.5,
-            y=0.5,
-            xref=f"{axes[0]} domain",
-            yref=f"{axes[1]} domain",
-        )
+        note = {
+            "text": "no loss-scale events",
+            "showarrow": False,
+            "x": 0.5,
+            "y": 0.5,
+            "xref": f"{x} domain",
+            "yref": f"{y} domain",
+        }
     text = [
         f"{e}" + (f" → {s:g}" if pd.notna(s) else "")
         for e, s in zip(events["event"], events["new_scale"], strict=True)
     ]
-    fig.add_trace(
-        go.Scatter(
-            x=events["step"],
-            y=[0] * len(events),
-            mode="markers",
-            name="loss-scale event",
-            marker={"symbol": "x", "size": 10, "color": COLORS["event"]},
-            text=text,
-            hovertemplate="step %{x}: %{text}<extra></extra>",
-            showlegend=not events.empty,
-        ),
-        row=row,
-        col=1,
-    )
+    trace = {
+        "type": "scatter",
+        "x": events["step"],
+        "y": [0] * len(events),
+        "mode": "markers",
+        "name": "loss-scale event",
+        "marker": {"symbol": "x", "size": 10, "color": COLORS["event"]},
+        "text": text,
+        "hovertemplate": "step %{x}: %{text}<extra></extra>",
+        "showlegend": not events.empty,
+    }
+    return trace, note
 
 
 def ranks_figure(
@@ -220,23 +228,26 @@ def rank_totals_figure(
 def micro_figure(
     micro: pd.DataFrame, title: str = "Micro-steps (ms per micro-batch)", total: int | None = None
 ) -> go.Figure:
-    """Stacked micro-step timers, one bar per micro-batch, x = step + micro index.
+    """Stacked micro-step timers, a bar per micro-batch (filled past a few), x = step + micro.
 
-    ``total``: the micro-batches before downsampling; the chart says when it draws fewer.
+    The micro index spreads a step's micro-batches within it. ``total``: the micro-batches before downsampling; the chart says when it draws fewer.
     """
     if micro.empty:
         return empty("No *_microstep timer lines in this run.", title)
     n = micro.groupby("step")["micro_step"].transform("max").fillna(0) + 1
     x = micro["step"] + micro["micro_step"].fillna(0) / n
+    ordered = x.to_numpy().argsort(kind="stable")  # a filled line is drawn left to right
+    micro, x = micro.iloc[ordered], x.iloc[ordered]
     fig = go.Figure()
     for column, name in breakdown_parts(micro):
         if column in micro.columns:
             fig.add_trace(
-                go.Bar(
-                    x=x,
-                    y=micro[column],
-                    name=name,
-                    marker_color=COLORS[name],
+                step_part(
+                    len(micro),
+                    x,
+                    micro[column],
+                    name,
+                    COLORS[name],
                     customdata=micro["micro_step"],
                     hovertemplate="step %{x:.2f} (micro %{customdata}): %{y:.2f} ms",
                 )

@@ -23,10 +23,12 @@ from dsmon.figures.common import (
     BARS_MAX,
     CAPPED,
     MARKERS_MAX,
+    STEP_BARS_MAX,
     WEBGL_MIN_POINTS,
     empty,
     rank_label,
     scatter,
+    step_part,
 )
 from dsmon.model.frames import records_frame
 from dsmon.model.records import Record
@@ -48,9 +50,23 @@ def trace_points(fig: go.Figure) -> int:
     return sum(len(t.x) for t in fig.data if getattr(t, "x", None) is not None)
 
 
-def test_webgl_only_past_a_thousand_points() -> None:
-    assert isinstance(scatter(WEBGL_MIN_POINTS, x=[1], y=[1]), go.Scatter)
-    assert isinstance(scatter(WEBGL_MIN_POINTS + 1, x=[1], y=[1]), go.Scattergl)
+def test_webgl_only_for_markers_past_a_thousand_points() -> None:
+    assert isinstance(scatter(WEBGL_MIN_POINTS, x=[1], y=[1], mode="markers"), go.Scatter)
+    assert isinstance(scatter(WEBGL_MIN_POINTS + 1, x=[1], y=[1], mode="markers"), go.Scattergl)
+    # a line is one SVG path at any size (its markers were dropped past MARKERS_MAX)
+    for mode in ("lines", "lines+markers"):
+        trace = scatter(WEBGL_MIN_POINTS + 1, x=[1], y=[1], mode=mode)
+        assert isinstance(trace, go.Scatter) and trace.mode == "lines"
+
+
+def test_a_bar_per_step_while_they_are_few_then_a_filled_line() -> None:
+    bar = go.Bar(step_part(STEP_BARS_MAX, [1], [2.0], "fwd", "#4C78A8"))
+    assert bar.marker.color == "#4C78A8"
+    part = go.Figure().add_trace(step_part(STEP_BARS_MAX + 1, [1], [2.0], "fwd", "#4C78A8", "s"))
+    assert isinstance(part.data[0], go.Scatter) and part.data[0].stackgroup == "s"
+    assert part.data[0].line.shape == "hv"  # a step's value held until the next one, as a bar
+    alone = go.Scatter(step_part(STEP_BARS_MAX + 1, [1], [2.0], "comm", "#E45756", stack=None))
+    assert alone.stackgroup is None and alone.fill == "tozeroy"
 
 
 def test_markers_only_while_they_are_few() -> None:
@@ -86,6 +102,9 @@ def test_a_capped_chart_says_it_is_capped(breakdown: pd.DataFrame) -> None:
     shown = downsample(long, "step", ["total_ms"], BARS_MAX)
     fig = steps_fig.steps_figure(shown, total=len(long))
     assert len(fig.data[0].x) == len(shown) <= 2 * BARS_MAX < len(long)
+    # as many steps as that are stacked filled lines, one path a part, not a bar each
+    assert [t.type for t in fig.data[:4]] == ["scatter"] * 4
+    assert {t.stackgroup for t in fig.data[:4]} == {"parts1.1"}
     notes = [a.text for a in fig.layout.annotations if a.name == CAPPED]
     assert notes == [f"{len(shown):,} of {len(long):,} steps drawn (each stretch's extremes kept)"]
     # drawn whole, it says nothing of the kind
@@ -95,6 +114,14 @@ def test_a_capped_chart_says_it_is_capped(breakdown: pd.DataFrame) -> None:
     assert [a.text for a in micro.layout.annotations if a.name == CAPPED] == [
         f"{len(shown):,} of {len(long):,} micro-batches drawn (each stretch's extremes kept)"
     ]
+    assert list(micro.data[0].x) == sorted(micro.data[0].x)  # a filled line, left to right
+    share = comm.comm_share(long)
+    drawn = downsample(share, "step", ["exposed_comm_ms", "comm_share"], by="rank")
+    comm_chart = comm_fig.share_figure(drawn, total=len(share))
+    assert [a.text for a in comm_chart.layout.annotations if a.name == CAPPED] == [
+        f"{len(drawn):,} of {len(share):,} steps drawn (each stretch's extremes kept)"
+    ]
+    assert comm_chart.data[0].fill == "tozeroy"
 
 
 def test_plain_bwd_when_the_split_is_missing(breakdown: pd.DataFrame) -> None:
