@@ -37,8 +37,10 @@ def status_line(info: RunInfo | None, state: RunState | None) -> str:
     last = info.last_ts.replace("T", " ") if info.last_ts else "no timestamp"
     step = "-" if info.last_step is None else f"{info.last_step:,}"
     nodes = f"{len(info.nodes)} node(s)" if info.nodes else "node unknown"
+    # a record that ends with no end witnessed names its last step in the state already
+    said = "" if f"last step {step}" in head else f" · last step {step}"
     return (
-        f"{head} · last step {step} · {nodes} · {len(info.ranks)} rank(s) sent records · "
+        f"{head}{said} · {nodes} · {len(info.ranks)} rank(s) sent records · "
         f"{info.n_records:,} records · last stamped line {last}"
     )
 
