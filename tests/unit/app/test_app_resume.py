@@ -80,7 +80,8 @@ def test_a_finished_run_that_goes_on_comes_back_live_by_itself(
     at = opened(path, before, live=False)  # read from the log after the fact: finished
     assert sidebar(at) == (["z2 · finished"], False)
     # its record stops at step 14 with no exit status: so the state says, as of its end
-    assert status(at).startswith(ENDED) and "· last step 14 · " in status(at)
+    assert status(at).startswith(ENDED) and "incomplete; last step 14 · " in status(at)
+    assert status(at).count("last step") == 1
     assert list(timers.every.values()) == [LOOK_S]  # only the look for new records
     look = next(iter(timers.every))
 
