@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from dsmon.analysis.downsample import N_OUT, downsample
+from dsmon.model.joined import concat
 
 #: Engine timers in the order of a step; ``bwd_inner``/``bwd_allreduce`` are parts of ``bwd``.
 PHASES = ("fwd", "bwd", "bwd_inner", "bwd_allreduce", "step")
@@ -106,6 +107,20 @@ def step_breakdown(timers: pd.DataFrame) -> pd.DataFrame:
         _group(timers, "global", ["step", "rank", *PHASE_COLUMNS]),
         _group(timers, "zero_optimizer", ["step", "rank", *OPTIMIZER_COLUMNS]),
     )
+
+
+def paged_breakdown(pages: Iterable[pd.DataFrame]) -> pd.DataFrame:
+    """:func:`step_breakdown` of a timer frame given page by page (``Store.frames.pages``).
+
+    Only each page's rows of the two groups the breakdown reads, and only their columns,
+    are kept: a long run's whole timer frame (a column per timer of every group) is never
+    built. A 500 MB log's took most of ``dsmon import``'s peak memory.
+    """
+    global_rows, opt_rows = [], []
+    for page in pages:
+        global_rows.append(_group(page, "global", ["step", "rank", *PHASE_COLUMNS]))
+        opt_rows.append(_group(page, "zero_optimizer", ["step", "rank", *OPTIMIZER_COLUMNS]))
+    return group_breakdown(concat(global_rows), concat(opt_rows))
 
 
 def group_breakdown(global_rows: pd.DataFrame, opt_rows: pd.DataFrame) -> pd.DataFrame:
