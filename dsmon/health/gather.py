@@ -129,17 +129,19 @@ def inputs_from_store(
 def paged_timer_views(store: Store, run: str) -> dict[str, Callable[[], pd.DataFrame]]:
     """What the run's state reads of the timers, read page by page: never the whole frame.
 
-    The step breakdown (:data:`BREAKDOWN`) and the timers' times (:data:`TIMER_TIMES`) hold
-    a few numbers per step; the timer frame holds a column per timer of every group. For a
-    caller that judges the state alone (``dsmon import``'s summary): the checklist reads
-    the whole frame anyway, and would read the pages twice.
+    The step breakdown (:data:`BREAKDOWN`) with only the columns the state reads (``step``,
+    ``rank``, ``total_ms``: the highest step and the step time) and the timers' times
+    (:data:`TIMER_TIMES`) hold a few numbers per step; the timer frame holds a column per
+    timer of every group. For a caller that judges the state alone (``dsmon import``'s
+    summary): a rule reading another column of the breakdown from these inputs finds none
+    and says UNKNOWN, and the checklist reads the whole frame anyway.
     """
 
     def times() -> pd.DataFrame:
         return concat([p[["ts", "step"]] for p in store.frames.pages(run, "timer") if len(p)])
 
     return {
-        BREAKDOWN: lambda: steps.paged_breakdown(store.frames.pages(run, "timer")),
+        BREAKDOWN: lambda: steps.paged_totals(store.frames.pages(run, "timer")),
         TIMER_TIMES: times,
     }
 
