@@ -18,22 +18,26 @@ from typing import Any
 
 import pandas as pd
 
-from dsmon.analysis import ranks
+from dsmon.analysis import ranks, steps
 from dsmon.analysis.step_stats import StatSource
 from dsmon.analysis.stragglers import StragglerSummary
 from dsmon.ds_config.effective import ConfigView, auto_paths, ds_config_from_effective
 from dsmon.ds_config.read import preferred_config
 from dsmon.ds_config.schema import Version, parse_version
 from dsmon.health.inputs import (
+    BREAKDOWN,
     DP_FROM_WORLD,
+    KIND_STAMPS,
     LAST_BEATS,
     RANK_PHASES,
     RANK_STATS,
+    TIMER_TIMES,
     HealthInputs,
     LazyFrames,
     RunFacts,
 )
 from dsmon.model.frames import records_frame
+from dsmon.model.joined import concat
 from dsmon.model.records import ENGINE_INFO, ConfigRecord, Record
 from dsmon.store.gpu import buckets
 from dsmon.store.store import Store
@@ -107,6 +111,7 @@ def inputs_from_store(
     loaders[GPU_SUMMARY] = functools.partial(store.gpu.summary, run)
     loaders[RANK_STATS] = functools.partial(store.ranks.step_stats, run)
     loaders[LAST_BEATS] = functools.partial(store_last_beats, store, run)
+    loaders[KIND_STAMPS] = functools.partial(store_kind_stamps, store, run)
     loaders[RANK_PHASES] = functools.partial(store.ranks.phases, run, ranks.WHOLE_RUN)
     loaders.update(views or {})
     info = next((r for r in store.runs() if r.name == run), None)
@@ -118,6 +123,45 @@ def inputs_from_store(
     nodes = set(info.nodes) if info else set()
     return build_inputs(
         frames, store.records(run, "config"), run=run, config=config, now=now, node_names=nodes
+    )
+
+
+def paged_timer_views(store: Store, run: str) -> dict[str, Callable[[], pd.DataFrame]]:
+    """What the run's state reads of the timers, read page by page: never the whole frame.
+
+    The step breakdown (:data:`BREAKDOWN`) with only the columns the state reads (``step``,
+    ``rank``, ``total_ms``: the highest step and the step time) and the timers' times
+    (:data:`TIMER_TIMES`) hold a few numbers per step; the timer frame holds a column per
+    timer of every group. For a caller that judges the state alone (``dsmon import``'s
+    summary): a rule reading another column of the breakdown from these inputs finds none
+    and says UNKNOWN, and the checklist reads the whole frame anyway.
+    """
+
+    def times() -> pd.DataFrame:
+        return concat([p[["ts", "step"]] for p in store.frames.pages(run, "timer") if len(p)])
+
+    return {
+        BREAKDOWN: lambda: steps.paged_totals(store.frames.pages(run, "timer")),
+        TIMER_TIMES: times,
+    }
+
+
+def store_kind_stamps(store: Store, run: str) -> pd.DataFrame:
+    """Each frame kind's newest ``ts`` and highest ``step`` (:data:`KIND_STAMPS`), as kept.
+
+    The probe's kinds are left out: the rules read theirs from the per-rank summaries.
+    """
+    rows = [
+        s for s in store.kind_stats(run) if s.kind in FRAME_KINDS and s.kind not in _PROBE_KINDS
+    ]
+    return pd.DataFrame(
+        {
+            "ts": pd.to_datetime(
+                pd.Series([s.last_ts for s in rows], dtype=object), format="ISO8601"
+            ).to_numpy(),
+            "step": pd.array([s.last_step for s in rows], dtype="Int64"),
+        },
+        index=pd.Index([s.kind for s in rows], dtype=object),
     )
 
 

@@ -37,6 +37,13 @@ LAST_BEATS = "heartbeat:last"
 #: Each rank's mean phase times over the whole run (``ranks.phase_buckets`` of
 #: ``ranks.WHOLE_RUN``), which a store keeps as roll-ups.
 RANK_PHASES = ranks.PHASES_KEY
+#: Key of a frame indexed by kind whose ``ts`` is that kind's newest record time and ``step``
+#: its highest step, as a store keeps them while records are written (``Store.kind_stats``):
+#: the run's state asks both of every step kind, and a long run's whole frames are gigabytes.
+KIND_STAMPS = "kind:stamps"
+#: The timer rows' ``ts`` and ``step`` columns alone: whether the timers carry a time of their
+#: own (``dsmon.health.stall``), without a long run's whole timer frame.
+TIMER_TIMES = "timer:times"
 #: Key of a frame indexed by kind whose ``ts`` is that kind's newest timestamp: the stall
 #: rule asks on every live refresh, and a maximum over every row would cost a scan each time.
 NEWEST_TS = "newest_ts"

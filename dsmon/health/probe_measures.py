@@ -10,13 +10,22 @@ memory they are computed once per evaluation.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
 from dsmon.analysis import ranks
 from dsmon.analysis.steps import WARMUP_STEPS
 from dsmon.analysis.stragglers import StragglerSummary, straggler_summary
-from dsmon.health.inputs import LAST_BEATS, RANK_PHASES, RANK_STATS, HealthInputs, step_view
+from dsmon.health.inputs import (
+    KIND_STAMPS,
+    LAST_BEATS,
+    RANK_PHASES,
+    RANK_STATS,
+    HealthInputs,
+    step_view,
+)
 from dsmon.model.records import ENDED_PHASES
 
 
@@ -68,11 +77,27 @@ def newest_ts(inputs: HealthInputs, kind: str) -> pd.Timestamp | None:
     elif kind == "heartbeat":
         frame = last_beats(inputs)
     else:
-        frame = inputs.frame(kind)
+        found: pd.Timestamp | None = newest(inputs, kind, "ts")
+        return found
     if "ts" not in frame.columns or frame.empty:
         return None
-    newest = frame["ts"].max()
-    return newest if pd.notna(newest) else None
+    top = frame["ts"].max()
+    return top if pd.notna(top) else None
+
+
+def newest(inputs: HealthInputs, kind: str, column: str) -> Any:
+    """The greatest ``ts`` or ``step`` of a kind's rows (not the probe's); None if no row has one.
+
+    From the store's bookkeeping (:data:`KIND_STAMPS`) when the caller gives it, which holds
+    the same maximum as the frame without reading a row of it.
+    """
+    stamps = inputs.frames.get(KIND_STAMPS)
+    if stamps is not None:
+        top = stamps[column].get(kind) if column in stamps.columns else None
+    else:
+        frame = inputs.frame(kind)
+        top = frame[column].max() if column in frame.columns and not frame.empty else None
+    return top if top is not None and pd.notna(top) else None
 
 
 def probe_progress(inputs: HealthInputs, column: str) -> tuple[float, int] | None:

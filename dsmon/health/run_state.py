@@ -38,7 +38,7 @@ from dsmon.health import measures as m
 from dsmon.health import probe_measures as pm
 from dsmon.health import thresholds as th
 from dsmon.health.ending import Death, Ending, ending, signal_name
-from dsmon.health.gather import inputs_from_store
+from dsmon.health.gather import inputs_from_store, paged_timer_views
 from dsmon.health.hang import judge_hang
 from dsmon.health.inputs import HealthInputs, evaluated
 from dsmon.health.model import Evidence, Finding, Status
@@ -135,9 +135,11 @@ def stored_state(store: Store, run: str, now: datetime | None = None) -> RunStat
     """
     info = next((r for r in store.runs() if r.name == run), None)
     live = now if info is not None and info.received_at is not None else None
-    # lazily: the state reads the run's events, heartbeats and step figures, and an import of
-    # a 500 MB log that loaded every frame for it peaked at 1.2 GB instead of 0.4
-    return judge(inputs_from_store(store, run, now=live, eager=False))
+    # lazily, and never a whole timer frame: the state reads the run's events, heartbeats,
+    # step figures and the store's bookkeeping, the timers' breakdown and times page by
+    # page. An import of a 500 MB log that loaded every frame for it peaked at 1.2 GB.
+    views = paged_timer_views(store, run)
+    return judge(inputs_from_store(store, run, now=live, eager=False, views=views))
 
 
 def _judge(inputs: HealthInputs) -> RunState:
@@ -278,14 +280,17 @@ def _last_step(inputs: HealthInputs) -> int | None:
     """The highest step the run's step data name.
 
     Timers are read from the per-step breakdown, which a live dashboard keeps folded: its
-    raw timer rows are never joined for this.
+    raw timer rows are never joined for this; the other kinds' highest step is the store's
+    bookkeeping's where the caller gives it.
     """
     found = []
-    for kind in ("timer", "step", "throughput", "iteration"):
-        if inputs.has_rows(kind):
-            f = m.all_steps(inputs) if kind == "timer" else inputs.frame(kind)
-            if "step" in f.columns and f["step"].notna().any():
-                found.append(int(f["step"].max()))
+    if inputs.has_rows("timer"):
+        f = m.all_steps(inputs)
+        if "step" in f.columns and f["step"].notna().any():
+            found.append(int(f["step"].max()))
+    for kind in ("step", "throughput", "iteration"):
+        if inputs.has_rows(kind) and (top := pm.newest(inputs, kind, "step")) is not None:
+            found.append(int(top))
     stats = pm.rank_stats(inputs)
     if not stats.empty:
         found.append(int(stats["step"].max()))

@@ -18,7 +18,7 @@ from dsmon.health import thresholds as th
 from dsmon.health.collective_timeout import left_text
 from dsmon.health.ending import ending
 from dsmon.health.gather import GPU_SUMMARY
-from dsmon.health.inputs import NEWEST_TS, HealthInputs, evaluated
+from dsmon.health.inputs import NEWEST_TS, TIMER_TIMES, HealthInputs, evaluated, step_view
 from dsmon.health.model import Evidence, Finding, Status
 
 _STEP_KINDS = ("timer", "step", "throughput", "iteration")
@@ -145,10 +145,15 @@ def _only_untimed_steps(inputs: HealthInputs) -> bool:
     timed = (k for k in STEP_TIME_KINDS if k != "timer")
     if any(pm.newest_ts(inputs, k) is not None for k in timed):
         return False
-    timer = inputs.frame("timer")
+    timer = step_view(inputs, TIMER_TIMES, _times)
     ts = timer["ts"]
     steps_at_newest = timer.loc[ts == ts.max(), "step"].nunique(dropna=False)
     return bool(steps_at_newest > 1 or ts.nunique() < 2)
+
+
+def _times(timer: pd.DataFrame) -> pd.DataFrame:
+    """The timer rows' ``ts`` and ``step`` (:data:`TIMER_TIMES`)."""
+    return timer[["ts", "step"]]
 
 
 def _expected_wait_s(inputs: HealthInputs) -> tuple[float | None, str]:

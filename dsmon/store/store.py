@@ -44,7 +44,7 @@ from dsmon.store.records import sql as records_sql
 from dsmon.store.records.filter import RecordFilter
 from dsmon.store.records.log import SCAN_BODY_ROWS, SCAN_ROWS, RecordLog
 from dsmon.store.records.rows import RecordRow, as_row
-from dsmon.store.records.runs import RunInfo
+from dsmon.store.records.runs import KindStats, RunInfo
 from dsmon.store.sqlite import SQLiteBackend
 from dsmon.store.url import redact_url, sqlite_file
 
@@ -148,6 +148,14 @@ class Store:
     def runs(self) -> list[RunInfo]:
         """Every run in the store, by name."""
         return self._log.runs()
+
+    def kind_stats(self, run: str) -> list[KindStats]:
+        """Per kind of ``run``: what the bookkeeping keeps as records are written.
+
+        Each kind's newest ``ts`` and highest ``step`` are there without reading a record:
+        the run's state asks for them (``dsmon.health.gather``), never a whole frame.
+        """
+        return self._log.kind_stats(run)
 
     def last_id(self, run: str | None = None) -> int:
         """Id of the newest record (of ``run``, or of any run); 0 when there is none."""

@@ -123,6 +123,11 @@ class RecordLog:
         stats, sources, activity = self._backend.snapshot(tables)
         return run_infos(stats, sources, {run: (int(n), at) for run, n, at in activity})
 
+    def kind_stats(self, run: str) -> list[KindStats]:
+        """Per kind of ``run``: count, first and last time, last step, last id (no scan)."""
+        rows = self._backend.read(lambda db: db.rows(sql.RUN_KIND_STATS, (run,)))
+        return [KindStats(*row) for row in rows]
+
     def last_id(self, run: str | None = None) -> int:
         """Id of the newest record of ``run`` (or of the whole store); 0 if there is none."""
         if run is None:

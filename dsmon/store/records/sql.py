@@ -58,6 +58,8 @@ def ddl(d: Dialect) -> tuple[str, ...]:
 
 #: Per run and kind: count, first and last time, last step, last id.
 KIND_STATS = "SELECT run, kind, n, first_ts, last_ts, last_step, last_id FROM run_kinds"
+#: The same of one run.
+RUN_KIND_STATS = f"{KIND_STATS} WHERE run = ?"
 SOURCES = "SELECT run, node, rank FROM run_sources"
 ACTIVITY = "SELECT run, restamps, received_at FROM run_activity"
 RESTAMPS = "SELECT restamps FROM run_activity WHERE run = ?"
