@@ -62,6 +62,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpu_page import samples  # noqa: E402
+from harness import stop  # noqa: E402
 
 import pages as store_bench  # noqa: E402  (the store of bench/pages.py)
 from dsmon.model.records import GpuSampleRecord  # noqa: E402
@@ -291,12 +292,7 @@ def dashboard(store: Path, log: Path) -> Iterator[str]:
                 time.sleep(0.3)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, 15)
 
 
 @contextmanager
