@@ -9,6 +9,8 @@ stopped and where, and where the others wait, long before the collective times o
 
 from __future__ import annotations
 
+import pandas as pd
+
 from dsmon.analysis import ranks
 from dsmon.health import measures as m
 from dsmon.health import probe_measures as pm
@@ -100,7 +102,20 @@ def check_straggler(inputs: HealthInputs) -> Finding:
         "processes (nvidia-smi, top)",
         "text",
         steps=rng,
+        follows=_straggler_causes(inputs, rank),
     )
+
+
+def _straggler_causes(inputs: HealthInputs, rank: int) -> tuple[str, ...]:
+    """The rules that would explain rank ``rank`` holding the others up.
+
+    Time before its forwards is a cause of the straggling only when the straggler is itself
+    one of the ranks held up there: then ``ranks.input_bound`` is the headline and this
+    finding the symptom under it. Another rank's input time explains nothing here.
+    """
+    shares = _timed_input_shares(inputs)
+    held = shares[(shares["share"] >= th.INPUT_BOUND_WARN) & (shares["rank"] == rank)]
+    return ("ranks.input_bound", "gpu.throttling") if not held.empty else ("gpu.throttling",)
 
 
 @rule(
@@ -109,11 +124,10 @@ def check_straggler(inputs: HealthInputs) -> Finding:
     "Per rank, from the per-rank probe: the time outside the engine before its forwards "
     "(data loading, the script's host work) as a share of its step, over the run: "
     f"{percent(th.INPUT_BOUND_WARN)} warns, {percent(th.INPUT_BOUND_FAIL)} fails. An "
-    "input-bound rank is one kind of straggler: the others wait for it in the next "
-    "collective, and the finding is shown under the straggler's.",
+    "input-bound rank is one cause of a straggler: the others wait for it in the next "
+    "collective, so when it is the straggler, the straggler's finding is shown under this one.",
     "runtime",
     page="steps",
-    follows=("ranks.straggler",),
 )
 def check_input_bound(inputs: HealthInputs) -> Finding:
     """Name the ranks held up before their forwards, with how long and what share.
@@ -124,8 +138,7 @@ def check_input_bound(inputs: HealthInputs) -> Finding:
     """
     if pm.rank_stats(inputs).empty:
         return not_applicable(_NO_PROBE)
-    shares = ranks.input_shares(pm.rank_phases(inputs))
-    timed = shares[shares["share"].notna() & (shares["steps"] >= th.STRAGGLER_MIN_STEPS)]
+    timed = _timed_input_shares(inputs)
     if timed.empty or not (pm.rank_stats(inputs)["step"] > 1).any():
         return Finding(Status.UNKNOWN, "too few steps timed, or a probe too old to time input")
     bound = timed[timed["share"] >= th.INPUT_BOUND_WARN]
@@ -168,6 +181,15 @@ def check_input_bound(inputs: HealthInputs) -> Finding:
         "persistent_workers=True, prefetch_factor=2)",
         "python",
     )
+
+
+def _timed_input_shares(inputs: HealthInputs) -> pd.DataFrame:
+    """Each rank's time before its forwards and its share of its step, worst first.
+
+    Only the ranks timed over enough steps to judge: both rules must see the same ranks.
+    """
+    shares = ranks.input_shares(pm.rank_phases(inputs))
+    return shares[shares["share"].notna() & (shares["steps"] >= th.STRAGGLER_MIN_STEPS)]
 
 
 @rule(

@@ -9,7 +9,8 @@ with ``tests/scenarios.py`` (each folder's README says how):
   prints ``[train_tiny] step N loss L``: the probe's sizes, times, bandwidths and losses are
   checked against them;
 - ``probe_slow_data``: rank 1's data loader takes 150 ms per batch: ``ranks.input_bound``
-  names rank 1 (and only rank 1), and ``ranks.straggler`` names it too.
+  names rank 1 (and only rank 1), and ``ranks.straggler`` names it too, as the symptom shown
+  under it: the cause comes first.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dsmon.health import evaluate
 from dsmon.health.gather import inputs_from_records, inputs_from_store
 from dsmon.health.model import CheckResult, Status
 from dsmon.health.registry import all_rules
+from dsmon.health.triage import triage
 from dsmon.load.files import import_paths, read_found
 from dsmon.load.kinds import discover
 from dsmon.model.frames import records_frame
@@ -164,6 +166,15 @@ def test_a_rank_slowed_in_its_data_loader_is_named_input_bound() -> None:
     assert shares.iloc[1]["input_ms"] < 10  # rank 0 loads at once
     assert verdict(recs, "ranks.straggler").status in (Status.WARN, Status.FAIL)
     assert "rank 1" in verdict(recs, "ranks.straggler").summary
+
+
+def test_the_slow_loader_heads_the_checklist_and_the_straggler_is_its_symptom() -> None:
+    """The straggler is what rank 1's loading looks like to the others: cause first."""
+    laid_out = triage(evaluate(inputs_from_records(records(SLOW_DATA), run="r"), all_rules()))
+    assert laid_out.top is not None and laid_out.top.rule_id == "ranks.input_bound"
+    under = [r.rule_id for r in laid_out.symptoms.get("ranks.input_bound", ())]
+    assert "ranks.straggler" in under
+    assert "ranks.straggler" not in [r.rule_id for r in laid_out.problems]
 
 
 def test_a_balanced_run_has_no_input_bound_rank() -> None:
