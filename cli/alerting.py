@@ -22,6 +22,7 @@ from dsmon.watch.alert_defaults import (
 )
 
 if TYPE_CHECKING:  # loaded on use: building the command line must stay light
+    from dsmon.watch.alerts import AlertTarget
     from dsmon.watch.health import HealthWatcher
 
 
@@ -76,21 +77,15 @@ def start_watcher(
     Raises:
         CommandError: a bad webhook URL or timing, or a store that cannot be opened.
     """
-    if args.alert_min_gap < 0 or args.health_interval <= 0:
-        raise CommandError(f"{command}: --alert-min-gap and --health-interval must be positive")
+    check_alert_options(args, command)
     if webhook_url(args.alert_webhook) is None and not args.health_metrics:
         return None  # not asked for: the checklist's modules (pandas) stay unloaded
     from dsmon.store.errors import StoreError
     from dsmon.store.store import open_store
-    from dsmon.watch.alerts import Alerter, shown_url, target_from
+    from dsmon.watch.alerts import Alerter, shown_url
     from dsmon.watch.health import HealthWatcher
 
-    try:
-        target = target_from(
-            args.alert_webhook, args.alert_format, args.dashboard_url or dashboard_url
-        )
-    except ValueError as exc:
-        raise CommandError(f"{command}: {exc}") from None
+    target = _target(args, command, dashboard_url)
     alerter = None if target is None else Alerter(target, min_gap_s=args.alert_min_gap)
     try:
         store = open_store(store_url)
@@ -101,6 +96,32 @@ def start_watcher(
             f"dsmon {command}: alerts go to {shown_url(target.webhook)} ({target.fmt})", flush=True
         )
     return HealthWatcher(store, alerter, interval_s=args.health_interval).start()
+
+
+def check_alert_options(args: argparse.Namespace, command: str) -> None:
+    """Refuse bad alert options before the command starts anything (or probes its ports).
+
+    Raises:
+        CommandError: a bad webhook URL, format or timing.
+    """
+    if args.alert_min_gap < 0 or args.health_interval <= 0:
+        raise CommandError(f"{command}: --alert-min-gap and --health-interval must be positive")
+    if webhook_url(args.alert_webhook) is not None:  # else nothing to check, nothing loaded
+        _target(args, command, None)
+
+
+def _target(
+    args: argparse.Namespace, command: str, dashboard_url: str | None
+) -> AlertTarget | None:
+    """Where alerts go, from ``--alert-webhook`` and ``--alert-format``; None: nowhere."""
+    from dsmon.watch.alerts import target_from
+
+    try:
+        return target_from(
+            args.alert_webhook, args.alert_format, args.dashboard_url or dashboard_url
+        )
+    except ValueError as exc:
+        raise CommandError(f"{command}: {exc}") from None
 
 
 def stop_watcher(watcher: HealthWatcher | None) -> None:

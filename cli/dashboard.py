@@ -14,13 +14,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from cli.alerting import add_alert_options, start_watcher, stop_watcher
+from cli.alerting import add_alert_options, check_alert_options, start_watcher, stop_watcher
 from cli.errors import CommandError
 from cli.extras import require_full
 from cli.supervise import child_failed, end_child, stop_on_signals, wait_for_signal
 from cli.ui_server import (
     add_server_options,
-    check_port,
+    check_ports,
     dashboard_url,
     start,
     start_streamlit,
@@ -84,8 +84,10 @@ def _token(token_file: str | None) -> tuple[str, bool]:
 def serve_with_ingest(args: argparse.Namespace, store: str) -> int:
     """Ingest server in a thread, Streamlit as a child, until a signal or the UI ends."""
     host = args.ingest_address or args.address
-    check_port(args.port, "--port", "dashboard", args.address)
-    check_port(args.ingest_port, "--ingest-port", "dashboard", host)
+    check_alert_options(args, "dashboard")
+    check_ports(
+        "dashboard", (args.port, "--port", args.address), (args.ingest_port, "--ingest-port", host)
+    )
     token, generated = _token(args.token_file)
     stop = stop_on_signals()
     watcher = start_watcher(args, store, "dashboard", dashboard_url(args.port, args.address))

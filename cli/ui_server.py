@@ -221,16 +221,25 @@ def check_port(port: int, flag: str, command: str, address: str | None) -> None:
     (and ``watch`` had started its ingest server and collector). ``address`` None: the
     number alone is checked (the server that binds it says the rest).
     """
-    if not 0 < port < 65536:
-        raise CommandError(f"{command}: {flag} {port}: not a TCP port (1-65535)")
-    if address is None:
-        return
-    problem = _bind_problem(address, port)
-    if problem is not None:
-        raise CommandError(
-            f"{command}: {flag} {port}: cannot listen on {address}:{port} ({problem}); "
-            f"stop what uses it, or give another {flag}"
-        )
+    check_ports(command, (port, flag, address))
+
+
+def check_ports(command: str, *ports: tuple[int, str, str | None]) -> None:
+    """:func:`check_port` for several ``(port, flag, address)``: every number first.
+
+    A number no TCP port can have is the user's typo whatever else runs on the machine, so it
+    is named even when another of the ports is taken too.
+    """
+    for port, flag, _ in ports:
+        if not 0 < port < 65536:
+            raise CommandError(f"{command}: {flag} {port}: not a TCP port (1-65535)")
+    for port, flag, address in ports:
+        problem = None if address is None else _bind_problem(address, port)
+        if problem is not None:
+            raise CommandError(
+                f"{command}: {flag} {port}: cannot listen on {address}:{port} ({problem}); "
+                f"stop what uses it, or give another {flag}"
+            )
 
 
 def _bind_problem(address: str, port: int) -> str | None:

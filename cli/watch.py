@@ -11,14 +11,14 @@ import argparse
 import time
 from typing import Any
 
-from cli.alerting import add_alert_options, start_watcher, stop_watcher
+from cli.alerting import add_alert_options, check_alert_options, start_watcher, stop_watcher
 from cli.collect import collector_options, grace_s, log_to_stderr, start_agent
 from cli.errors import CommandError
 from cli.extras import require_full
 from cli.supervise import child_failed, end_child, wait_for_signal
 from cli.ui_server import (
     add_server_options,
-    check_port,
+    check_ports,
     dashboard_url,
     start_streamlit,
 )
@@ -65,9 +65,9 @@ def run(args: argparse.Namespace) -> int:
     from dsmon.store.url import absolute_url  # the store package: loaded when a command runs
 
     store = absolute_url(args.store or default_store())
-    check_port(args.port, "--port", "watch", args.address)
-    if args.ingest_port:
-        check_port(args.ingest_port, "--ingest-port", "watch", args.ingest_address)
+    check_alert_options(args, "watch")
+    own = [(args.ingest_port, "--ingest-port", args.ingest_address)] if args.ingest_port else []
+    check_ports("watch", (args.port, "--port", args.address), *own)
     token, shown = _token(args)
     # Only the commands that serve load the server stack (uvicorn, starlette): a node's
     # ``dsmon collect`` never does.

@@ -110,6 +110,28 @@ def test_a_port_in_use_is_the_first_and_last_thing_said(
 
 
 @pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            ["dashboard", "--no-browser", "--port", "{port}", "--ingest-port", "70000"],
+            "dashboard: --ingest-port 70000: not a TCP port (1-65535)",
+        ),
+        (
+            ["watch", "train.log", "--port", "{port}", "--alert-webhook", "ftp://h.example/x"],
+            "watch: alert webhook ftp://h.example/...: not an http(s) URL",
+        ),
+    ],
+)
+def test_a_bad_option_is_named_before_a_port_in_use(
+    argv: list[str], said: str, taken_port: int, in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A typo is the user's whatever else runs here: it is said, not the busy port."""
+    assert cli.main([a.format(port=taken_port) for a in argv]) == 1
+    assert capsys.readouterr() == ("", f"dsmon: {said}\n")
+    assert files(in_tmp) == set()
+
+
+@pytest.mark.parametrize(
     ("argv", "usage", "hint"),
     [
         (["check", "x.json", "--jsn"], "usage: dsmon check", "--jsn (did you mean --json?)"),
