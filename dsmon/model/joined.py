@@ -20,7 +20,10 @@ def concat(parts: list[pd.DataFrame]) -> pd.DataFrame:
         return pd.DataFrame()
     if len(parts) == 1:
         return parts[0].reset_index(drop=True)
-    cat_cols = {c for p in parts for c in p.columns if isinstance(p[c].dtype, pd.CategoricalDtype)}
+    # dtypes, not p[c]: building a Series per column and part was a tenth of a refresh
+    cat_cols = {
+        str(c) for p in parts for c, dt in p.dtypes.items() if isinstance(dt, pd.CategoricalDtype)
+    }
     unions = {col: _categories(parts, col) for col in cat_cols}
     if unions:
         parts = [_recategorised(p, unions) for p in parts]
