@@ -127,7 +127,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark each test of tests/system/ ``slow``; run every slow test on one worker, in turn.
+    """Mark each test of tests/system/ ``slow``, and the PostgreSQL case of each test taking
+    the ``store`` fixture (:func:`lanes.on_second_backend`); run every slow test on one worker,
+    in turn.
 
     The suite runs on every core (pytest-xdist, ``-n auto`` in pyproject.toml), which is what
     keeps the fast lane near a minute and a half on two cores. Slow tests start real processes (a
@@ -135,7 +137,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     each other, so they share one group (``--dist loadgroup``) and run one after another.
     """
     for item in items:
-        if SYSTEM in item.path.parents:
+        if SYSTEM in item.path.parents or lanes.on_second_backend(item):
             item.add_marker(pytest.mark.slow)
         if item.get_closest_marker("slow") is not None:
             item.add_marker(pytest.mark.xdist_group("slow"))

@@ -1,7 +1,7 @@
 """What the fast lane (``pytest -m "not slow"``) runs of the heavier tests.
 
 The fast lane is the edit-test loop: each behaviour once, on small input. The full suite (CI,
-the README's command) runs every case. Three ways to keep a test's case out of the loop:
+the README's command) runs every case. Four ways to keep a test's case out of the loop:
 
 - ``first_fast``: a test parametrized over several real runs of tests/data checks the same
   code on each; the fast lane keeps the first, every other is marked ``slow``.
@@ -9,8 +9,14 @@ the README's command) runs every case. Three ways to keep a test's case out of t
   (new ones on every developer run, so bugs are still found over time).
 - ``sample``: a sweep over every corpus file inside one test; the fast lane reads every
   fourth file.
+- ``head``: a real run fed to the dashboard's frames a few records at a time, with a check
+  after every refresh; the fast lane feeds its first records (a shorter real run, still many
+  pages and refreshes), the full suite all of it.
 
-:data:`FAST` is set by ``tests/conftest.py`` before any test module is imported.
+And one rule for a whole kind of case (:func:`on_second_backend`): a test that takes the
+``store`` fixture (or another store of every backend) runs on SQLite in the fast lane, on PostgreSQL too in the full suite. The
+fast lane still runs PostgreSQL where it is the subject (tests/unit/store/test_store_pg.py:
+its SQL, types, reconnects, concurrent writers), when ``$DSMON_TEST_PG_URL`` names a server.
 """
 
 from __future__ import annotations
@@ -47,3 +53,16 @@ def examples(full: int) -> int:
 def sample(items: Sequence[T], every: int = 4) -> Sequence[T]:
     """``items`` in the full suite; every ``every``-th of them, from the first, in the fast lane."""
     return items[::every] if FAST else items
+
+
+def on_second_backend(item: pytest.Item) -> bool:
+    """Whether ``item`` is the PostgreSQL case of a test taking a store fixture of every
+    backend (``store``, or a module's own, named ``*_store``, made from ``STORE_BACKENDS``)."""
+    spec = getattr(item, "callspec", None)
+    params = spec.params if spec is not None else {}
+    return any(n.endswith("store") and v == "postgresql" for n, v in params.items())
+
+
+def head(items: Sequence[T], fast: int) -> Sequence[T]:
+    """``items`` in the full suite; its first ``fast`` in the fast lane."""
+    return items[:fast] if FAST else items
