@@ -21,6 +21,7 @@ import sys
 # again, several seconds of each worker's start. __pycache__ is ignored by git.
 sys.dont_write_bytecode = False
 
+import functools
 import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -88,10 +89,18 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
 
 
 def read_log(path: Path, run: str) -> list[Record]:
-    """The records of one log file (file name as the Source's file)."""
+    """The records of one log file (file name as the Source's file), a new list each call.
+
+    Parsed once per worker: records are frozen, and many tests read the same real runs.
+    """
+    return list(_parsed(path, run))
+
+
+@functools.cache
+def _parsed(path: Path, run: str) -> tuple[Record, ...]:
     diag = Diagnostics()
     (found,) = discover(path)
-    return list(read_found(found, run, diag))
+    return tuple(read_found(found, run, diag))
 
 
 @pytest.fixture(scope="session")
