@@ -16,7 +16,7 @@ from datetime import datetime
 
 import pandas as pd
 import pytest
-from lanes import first_fast
+from lanes import first_fast, sample
 from locations import DATA
 
 from dsmon.analysis import collectives, ranks
@@ -180,13 +180,13 @@ def test_a_replay_position_is_read_from_the_tables_up_to_its_step(
     steps = records_frame("rank_step", [r for r in recs if r.KIND == "rank_step"])
     beats = records_frame("heartbeat", [r for r in recs if r.KIND == "heartbeat"])
     frames = RunFrames(store, RUN)
-    for upto in (1, 3, 9, 10, 17, 37, 64, 65):
+    for upto in sample((1, 3, 9, 10, 17, 37, 64, 65), every=2):  # the fast lane: 1, 9, 17, 64
         at = Cutoff(step=upto)
         want = ranks.step_stats(at.apply(steps))
         got = rank_views.stats(frames, at)
         pd.testing.assert_frame_equal(got[list(want.columns)], want, check_dtype=False)
         table = ranks.rank_step_table(at.apply(steps))
-        for width in (1, 2, 8, 16, 64, 128):
+        for width in sample((1, 2, 8, 16, 64, 128), every=2):
             got_busy = store.ranks.busy(RUN, width, upto)
             pd.testing.assert_frame_equal(
                 got_busy, ranks.busy_buckets(table, width).reset_index(drop=True), check_dtype=False
