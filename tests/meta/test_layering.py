@@ -18,6 +18,7 @@ dashboard nor pandas.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -39,8 +40,14 @@ FORBIDDEN = {
 CIRCLE_FREE = ("dsmon", "collectors", "cli", "ui")
 
 
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """A source file's syntax tree, parsed once for every check that reads it."""
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
 def imported_roots(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    tree = parsed(path)
     roots: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -97,7 +104,7 @@ COLLECTOR_NEVER = ("uvicorn", "starlette", "streamlit", "psycopg", "pandas", "ds
 def project_imports(path: Path, roots: tuple[str, ...] = CIRCLE_FREE) -> set[str]:
     """Modules of ``roots`` a file imports anywhere in it: at module level, inside functions
     and under ``if TYPE_CHECKING:`` (``from dsmon.x import y`` counts ``dsmon.x.y`` too)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    tree = parsed(path)
     out: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
