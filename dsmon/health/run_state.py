@@ -88,6 +88,8 @@ class RunState:
     #: The rules whose problem would explain this state (a crash at start-up: a config the
     #: release refuses), for the checklist's cause links.
     follows: tuple[str, ...] = ()
+    #: Whether :meth:`line` names the run's last step already (a line that adds it need not).
+    names_last_step: bool = False
 
     def line(self) -> str:
         """``hung: rank 1 sent no heartbeat for 21 s ...``: how every surface says it."""
@@ -313,6 +315,7 @@ def _record_over(inputs: HealthInputs) -> RunState:
             False,
             (Evidence("exit status", "none", "launcher, dsmon run, the probe's heartbeats"),),
             "run.errors",
+            names_last_step=True,
         )
     return RunState(State.UNKNOWN, "nothing in the record says how the run went", Status.UNKNOWN,
                     False)  # fmt: skip

@@ -38,7 +38,7 @@ def status_line(info: RunInfo | None, state: RunState | None) -> str:
     step = "-" if info.last_step is None else f"{info.last_step:,}"
     nodes = f"{len(info.nodes)} node(s)" if info.nodes else "node unknown"
     # a record that ends with no end witnessed names its last step in the state already
-    said = "" if f"last step {step}" in head else f" · last step {step}"
+    said = "" if state is not None and state.names_last_step else f" · last step {step}"
     return (
         f"{head}{said} · {nodes} · {len(info.ranks)} rank(s) sent records · "
         f"{info.n_records:,} records · last stamped line {last}"
