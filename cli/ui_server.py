@@ -30,6 +30,7 @@ from pathlib import Path
 
 from cli.errors import CommandError
 from cli.supervise import child_failed, end_child, stop_on_signals, wait_for_signal
+from cli.ui_child import PARENT_ENV
 from dsmon.env import REFRESH_ENV, STORE_ENV
 
 DEFAULT_PORT = 8501
@@ -346,6 +347,9 @@ def start_streamlit(
             the message starts with ``command``.
     """
     cmd, env, cwd = _launch(store, port, address, refresh_s, command)
+    # through cli.ui_child: Streamlit ends with this process even if it is killed outright
+    cmd[cmd.index("streamlit")] = "cli.ui_child"
+    env[PARENT_ENV] = str(os.getpid())
     try:
         child = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL)
     except OSError as exc:

@@ -216,6 +216,23 @@ def test_generated_token_is_printed_and_the_ui_dying_stops_ingest(
     assert not listening(d.ingest)
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_dashboard_killed_outright_takes_its_streamlit_with_it(
+    tmp_path: Path, dashboards: list[Dashboard]
+) -> None:
+    """SIGKILL (the OOM killer) gives no chance to stop the child: the kernel ends it."""
+    d = Dashboard(tmp_path, "--token-file", str(write_token_file(tmp_path / "token", TOKEN)))
+    dashboards.append(d)
+    d.wait_for("the UI", d.ui_healthy)
+    (ui,) = children(d.proc.pid)
+    d.stop(signal.SIGKILL)
+    deadline = time.monotonic() + DEADLINE_S
+    while Path(f"/proc/{ui}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not Path(f"/proc/{ui}").exists(), f"Streamlit {ui} outlived its dashboard"
+    assert bindable(d.ui)
+
+
 def test_no_ingest_serves_the_ui_alone(tmp_path: Path, dashboards: list[Dashboard]) -> None:
     d = Dashboard(tmp_path, "--no-ingest")
     dashboards.append(d)
