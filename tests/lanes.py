@@ -8,7 +8,8 @@ the README's command) runs every case. Four ways to keep a test's case out of th
 - ``examples``: a property test's Hypothesis examples; the fast lane draws an eighth of them
   (new ones on every developer run, so bugs are still found over time).
 - ``sample``: a sweep over every corpus file inside one test; the fast lane reads every
-  fourth file.
+  fourth file. ``sampled`` is the same for a test parametrized over the files: every fourth
+  case runs in the fast lane, the others are marked ``slow``.
 - ``head``: a real run fed to the dashboard's frames a few records at a time, with a check
   after every refresh; the fast lane feeds its first records (a shorter real run, still many
   pages and refreshes), the full suite all of it.
@@ -42,6 +43,13 @@ def first_fast(values: Iterable[Any]) -> list[Any]:
         else (pytest.param(*v, marks=slow) if isinstance(v, tuple) else pytest.param(v, marks=slow))
         for i, v in enumerate(values)
     ]
+
+
+def sampled(values: Sequence[Any], every: int = 4) -> list[Any]:
+    """``values`` as parameters: every ``every``-th, from the first, as it is; the others
+    marked ``slow`` (the parametrized form of :func:`sample`)."""
+    slow = pytest.mark.slow
+    return [v if i % every == 0 else pytest.param(v, marks=slow) for i, v in enumerate(values)]
 
 
 def examples(full: int) -> int:

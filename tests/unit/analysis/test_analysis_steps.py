@@ -13,6 +13,7 @@ import dataclasses
 import pandas as pd
 import pytest
 from conftest import DATA, read_log
+from lanes import sampled
 
 from dsmon.analysis import steps
 from dsmon.analysis.downsample import N_OUT
@@ -188,7 +189,7 @@ RUNS_WITH_TIMERS = sorted(
 )
 
 
-@pytest.mark.parametrize("run", RUNS_WITH_TIMERS)
+@pytest.mark.parametrize("run", sampled(RUNS_WITH_TIMERS))
 def test_breakdowns_do_not_depend_on_the_order_of_the_lines(run: str) -> None:
     """Rank 0's lines in log order take the short paths (no sort, no join); reversed, the
     general ones. Both must give the same rows, to the last digit and dtype."""
