@@ -37,6 +37,7 @@ import collections
 import dataclasses
 import gzip
 import json
+import os
 import queue
 import sqlite3
 import statistics
@@ -50,7 +51,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from harness import DEMO_LOG, ROOT, ApiClient, IngestServer
+from harness import DEMO_LOG, ROOT, ApiClient, IngestServer, cpu_seconds
 
 from dsmon.model.records import Record
 from dsmon.model.wire import encode
@@ -76,14 +77,31 @@ _SERIES_COLS = (
 )
 
 
+@dataclasses.dataclass(frozen=True)
+class Direct:
+    """One ``direct`` round: wall seconds, CPU seconds, and wall seconds spent in COMMIT."""
+
+    seconds: float
+    cpu: float | None  # this process's CPU: the SQLite engine's (None: PostgreSQL's is elsewhere)
+    commit: float  # SQLite's automatic WAL checkpoints run (and sync the disk) in COMMIT
+
+
 @dataclasses.dataclass
 class Timings:
-    """Seconds of each round, and what the server said it inserted."""
+    """What each round measured, and what the server said it inserted."""
 
-    direct: list[float] = dataclasses.field(default_factory=list)
+    direct: list[Direct] = dataclasses.field(default_factory=list)
     http: list[float] = dataclasses.field(default_factory=list)
+    #: CPU seconds of the ``dsmon serve`` process over each round's POSTs.
+    http_cpu: list[float] = dataclasses.field(default_factory=list)
     inserted: list[int] = dataclasses.field(default_factory=list)
+    #: The 1-minute load average as each round started.
+    load: list[float] = dataclasses.field(default_factory=list)
     stages: dict[str, float] | None = None
+
+    def ratios(self) -> list[float]:
+        """Each round's http/direct rate ratio: its two halves ran minutes apart at most."""
+        return [d.seconds / h for d, h in zip(self.direct, self.http, strict=True)]
 
 
 # --- the records ------------------------------------------------------------------------------
@@ -214,8 +232,13 @@ def _insert_sql(table: str, cols: str, mark: str, ignore: str, tail: str) -> str
     return f"INSERT {ignore}INTO {table} ({cols}) VALUES ({', '.join([mark] * n)}){tail}"
 
 
-def direct_sqlite(path: Path, rows: StoredRows) -> float:
-    """Seconds to executemany the rows into a fresh store file, one transaction per batch."""
+def direct_sqlite(path: Path, rows: StoredRows) -> Direct:
+    """Executemany the rows into a fresh store file, one transaction per batch: its times.
+
+    The time in COMMIT is mostly SQLite's automatic checkpoints, which copy the WAL into the
+    database file and wait for the disk to sync it (every 1,000 pages, about every third
+    batch): this disk wait is the part of the baseline that moves most from round to round.
+    """
     open_store(path).close()  # the store's schema and WAL mode
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA synchronous = NORMAL")
@@ -223,22 +246,29 @@ def direct_sqlite(path: Path, rows: StoredRows) -> float:
     ins_rec = _insert_sql("records", _RECORD_COLS, "?", "OR IGNORE ", "")
     ins_smp = _insert_sql("gpu_samples", _SAMPLE_COLS, "?", "", "")
 
+    commit = 0.0
+
     def insert() -> None:
+        nonlocal commit
         for rec, smp in rows.batches:
             conn.execute("BEGIN IMMEDIATE")
             conn.executemany(ins_rec, rec)
             conn.executemany(ins_smp, smp)
+            t0 = time.perf_counter()
             conn.execute("COMMIT")
+            commit += time.perf_counter() - t0
 
+    cpu0 = time.process_time()
     seconds = timed(insert)
+    cpu = time.process_time() - cpu0
     n = conn.execute("SELECT (SELECT COUNT(*) FROM records) + (SELECT COUNT(*) FROM gpu_samples)")
     stored = n.fetchone()[0]
     conn.close()
     _check(stored, rows)
-    return seconds
+    return Direct(seconds, cpu, commit)
 
 
-def direct_postgres(url: str, rows: StoredRows) -> float:
+def direct_postgres(url: str, rows: StoredRows) -> Direct:
     """Seconds to executemany the rows into a fresh PostgreSQL store, one transaction a batch."""
     import psycopg
 
@@ -252,20 +282,25 @@ def direct_postgres(url: str, rows: StoredRows) -> float:
         )
         conn.commit()
 
+        commit = 0.0
+
         def insert() -> None:
+            nonlocal commit
             with conn.cursor() as cur:
                 for rec, smp in rows.batches:
                     cur.executemany(ins_rec, rec)
                     if smp:
                         cur.executemany(ins_smp, smp)
+                    t0 = time.perf_counter()
                     conn.commit()
+                    commit += time.perf_counter() - t0
 
         seconds = timed(insert)
         found = conn.execute(
             "SELECT (SELECT COUNT(*) FROM records) + (SELECT COUNT(*) FROM gpu_samples)"
         ).fetchone()
     _check(found[0] if found else 0, rows)
-    return seconds
+    return Direct(seconds, None, commit)
 
 
 def _check(stored: int, rows: StoredRows) -> None:
@@ -284,8 +319,10 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - t0
 
 
-def over_http(tmp: Path, store: str, payloads: list[bytes], clients: int) -> tuple[float, int]:
-    """Seconds to POST every body to a fresh ``dsmon serve``; and how many it inserted."""
+def over_http(
+    tmp: Path, store: str, payloads: list[bytes], clients: int
+) -> tuple[float, float, int]:
+    """POST every body to a fresh ``dsmon serve``: seconds, its CPU seconds, records inserted."""
     server = IngestServer(tmp, store)
     todo: queue.SimpleQueue[bytes] = queue.SimpleQueue()
     for body in payloads:
@@ -309,17 +346,19 @@ def over_http(tmp: Path, store: str, payloads: list[bytes], clients: int) -> tup
     try:
         ApiClient(server.url).get("/healthz")  # connections and imports warm
         threads = [threading.Thread(target=client) for _ in range(clients)]
+        cpu0 = cpu_seconds(server.proc.pid)
         t0 = time.perf_counter()
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         seconds = time.perf_counter() - t0
+        cpu = cpu_seconds(server.proc.pid) - cpu0
     finally:
         server.stop()
     if errors:
         raise SystemExit(f"bench: POST /v1/records answered {errors[0]}")
-    return seconds, sum(inserted)
+    return seconds, cpu, sum(inserted)
 
 
 def stages(store_url: str, payloads: list[bytes]) -> dict[str, float]:
@@ -398,17 +437,22 @@ def rounds(args: argparse.Namespace, payloads: list[bytes], rows: StoredRows, tm
         for i in range(args.rounds):
             here = tmp / f"round{i}"
             here.mkdir()
+            out.load.append(os.getloadavg()[0])
             target = dbs.fresh(f"direct{i}")
             if args.store_url is None:
-                out.direct.append(direct_sqlite(Path(target), rows))
+                direct = direct_sqlite(Path(target), rows)
             else:
-                out.direct.append(direct_postgres(target, rows))
-            seconds, inserted = over_http(here, dbs.fresh(f"http{i}"), payloads, args.clients)
+                direct = direct_postgres(target, rows)
+            seconds, cpu, inserted = over_http(here, dbs.fresh(f"http{i}"), payloads, args.clients)
+            out.direct.append(direct)
             out.http.append(seconds)
+            out.http_cpu.append(cpu)
             out.inserted.append(inserted)
+            direct_cpu = "" if direct.cpu is None else f" (CPU {direct.cpu:.2f})"
             print(
-                f"round {i + 1}: direct {out.direct[-1]:.2f} s, http {seconds:.2f} s, "
-                f"ratio {out.direct[-1] / seconds:.3f}",
+                f"round {i + 1}: load {out.load[-1]:.1f}; direct {direct.seconds:.2f} s"
+                f"{direct_cpu}, {direct.commit:.2f} s of it in COMMIT; http {seconds:.2f} s "
+                f"(server CPU {cpu:.2f}); ratio {direct.seconds / seconds:.3f}",
                 flush=True,
             )
         if args.stages:
@@ -419,20 +463,55 @@ def rounds(args: argparse.Namespace, payloads: list[bytes], rows: StoredRows, tm
 
 
 def report(args: argparse.Namespace, n: int, t: Timings) -> None:
-    """Print the figure lines: medians of the rounds, their ratio, the goal."""
+    """Print the figure lines: medians of the rounds, their ratio and spread, the goal.
+
+    The ratio of one run's medians moved from 0.35 to 0.59 between runs of the same code, so
+    the spread is printed with it: each round's own ratio (its two halves ran one after the
+    other, under about the same load), how many rounds met the goal's ratio, and the ratio
+    of CPU seconds, which waiting for a core or the disk does not move. ``direct`` is one
+    thread that also waits for the disk in its COMMITs (checkpoints); ``dsmon serve`` does
+    its checkpoints in a thread of their own but needs a core for every step, so on a busy
+    machine the wall-time ratio falls towards the CPU ratio, and on an idle one or with a
+    slow disk it rises above it.
+    """
     engine = "PostgreSQL" if args.store_url else "SQLite"
     print(
         f"ingest ({engine}): {n} records of the real mix, gzip batches of {BATCH}, "
         f"{args.clients} client(s), median of {args.rounds} alternated rounds"
     )
-    t_direct, t_http = statistics.median(t.direct), statistics.median(t.http)
-    spread_d = f"{n / max(t.direct):.0f}-{n / min(t.direct):.0f}"
+    direct_s = [d.seconds for d in t.direct]
+    t_direct, t_http = statistics.median(direct_s), statistics.median(t.http)
+    spread_d = f"{n / max(direct_s):.0f}-{n / min(direct_s):.0f}"
     spread_h = f"{n / max(t.http):.0f}-{n / min(t.http):.0f}"
-    print(f"baseline: direct executemany {n / t_direct:10.0f} records/s (rounds {spread_d})")
-    print(f"figure:   http POST /v1/records {n / t_http:7.0f} records/s (rounds {spread_h})")
+    commit = statistics.median(d.commit / d.seconds for d in t.direct)
+    cpus = [d.cpu for d in t.direct if d.cpu is not None]
+    direct_cpu = f"; CPU {statistics.median(cpus) / n * 1e6:.1f} us a record" if cpus else ""
+    print(
+        f"baseline: direct executemany {n / t_direct:10.0f} records/s (rounds {spread_d})"
+        f"{direct_cpu}; {commit:.0%} of its time in COMMIT (WAL checkpoints, disk syncs)"
+    )
+    print(
+        f"figure:   http POST /v1/records {n / t_http:7.0f} records/s (rounds {spread_h}); "
+        f"server CPU {statistics.median(t.http_cpu) / n * 1e6:.1f} us a record"
+    )
     ratio = t_direct / t_http
     complete = all(i == n for i in t.inserted)
     print(f"ratio http/direct: {ratio:.3f}; every round inserted all {n}: {complete}")
+    per_round = t.ratios()
+    met_rounds = sum(r >= GOAL_RATIO for r in per_round)
+    agree = "" if met_rounds in (0, len(per_round)) else " (the rounds disagree)"
+    print(
+        f"spread: ratio of each round {min(per_round):.3f}-{max(per_round):.3f} "
+        f"(median {statistics.median(per_round):.3f}), {met_rounds} of {len(per_round)} "
+        f"rounds >= {GOAL_RATIO}{agree}; load average {min(t.load):.1f}-{max(t.load):.1f}"
+    )
+    if cpus:
+        cpu_ratios = [d / h for d, h in zip(cpus, t.http_cpu, strict=True)]
+        print(
+            f"CPU ratio direct/server: {statistics.median(cpu_ratios):.3f} "
+            f"(rounds {min(cpu_ratios):.3f}-{max(cpu_ratios):.3f}; waits for a core or the "
+            "disk do not move it)"
+        )
     met = ratio >= GOAL_RATIO and n / t_http >= GOAL_RATE and complete
     print(
         f"goal: ratio >= {GOAL_RATIO} and >= {GOAL_RATE} records/s -> {'met' if met else 'NOT met'}"

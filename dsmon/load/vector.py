@@ -42,7 +42,7 @@ from dsmon.parse.linereader import RawLine, capped_lines, note_cut
 from dsmon.parse.lines import DEEPSPEED_HEADER, RANK_TAG, valid_date
 from dsmon.parse.log import LogParser
 from dsmon.parse.run_files import with_rank
-from dsmon.store.records.keys import identity_digest
+from dsmon.store.records.keys import MAX_PLACE, identity_digest, place_key, source_head
 from dsmon.store.records.rows import RecordRow
 
 if TYPE_CHECKING:
@@ -138,7 +138,8 @@ class TimerRows:
 
     The JSON body comes from a template the record codec writes for a sample record of the
     file (so field order and encoding are the codec's), filled per line with the values that
-    differ; the key is :func:`~dsmon.store.records.keys.identity_digest` of the same identity.
+    differ; the key is :func:`~dsmon.store.records.keys.identity_digest`'s of the same identity
+    (:func:`~dsmon.store.records.keys.place_key`, its source's parts made once).
     """
 
     #: The fields filled per line, in the order :meth:`row` gives them to the template.
@@ -148,6 +149,7 @@ class TimerRows:
         ctx = parser.ctx
         self.run, self.file, self.node = ctx.run, ctx.file, ctx.node
         self.file_rank = file_rank
+        self._head = source_head(self.run, self.node or "", self.file or "")
         self._shapes: dict[str, tuple[timers.PlainShape, str, str] | None] = {}
         # Stand-ins written into the sample record, found again in its JSON.
         ints = {"line": 918273601, "offset": 918273602, "rank": 918273603, "step": 918273604}
@@ -208,8 +210,12 @@ class TimerRows:
             shape[1] % tuple(values.split(",")),
             shape[2],
         )
-        key = identity_digest(
-            self.run, self.node or "", self.file or "", f"o{offset}", 0, "timer", offset
+        key = (
+            place_key(self._head, "o", offset, 0, "timer")
+            if 0 <= offset < MAX_PLACE
+            else identity_digest(
+                self.run, self.node or "", self.file or "", f"o{offset}", 0, "timer"
+            )
         )
         return RecordRow(key, self.run, "timer", step, ts, self.node, rank, self.file, line, body)
 

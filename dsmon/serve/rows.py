@@ -29,7 +29,14 @@ from dsmon.model.check import MAX_JSON_DEPTH, MAX_NAME_BYTES
 from dsmon.model.records import KINDS, GpuSampleRecord
 from dsmon.model.wire_types import decoder, line_structs, nests_freely
 from dsmon.store.gpu.rows import SampleRow, collector_sample_row
-from dsmon.store.records.keys import SourceHead, position_order, source_head, source_key
+from dsmon.store.records.keys import (
+    MAX_PLACE,
+    SourceHead,
+    place_key,
+    position_order,
+    source_head,
+    source_key,
+)
 from dsmon.store.records.rows import RecordRow
 
 #: Names of at most this many characters fit :data:`MAX_NAME_BYTES` whatever they hold.
@@ -121,14 +128,16 @@ def check_lines(text: str) -> CheckedLines:
             continue
         offset, line_no = src.offset, src.line
         if offset is not None:
-            pos, order = f"o{offset}", offset
+            form, place = "o", offset
         elif line_no is not None:
-            pos, order = f"l{line_no}", line_no
+            form, place = "l", line_no
         else:
-            pos, order = f"t{ts}", -1
-        if order < 0:
-            order = position_order(pos)
-        key = source_key(head, pos, src.sub, kind, order)
+            form, place = "t", -1
+        if 0 <= place < MAX_PLACE:
+            key = place_key(head, form, place, src.sub, kind)
+        else:  # a time, or a place the key cannot hold exactly: the whole identity's digest
+            pos = f"t{ts}" if form == "t" else f"{form}{place}"
+            key = source_key(head, pos, src.sub, kind, position_order(pos))
         row = (key, run, kind, rec.step, ts, node, src.rank, file, line_no, line)
         rows.append(_new(RecordRow, row))
     return CheckedLines(rows, samples, others)

@@ -11,8 +11,9 @@ processes open their own on the same file. What is SQLite's own here:
 - turns: a write transaction is ``BEGIN IMMEDIATE``, which takes the write lock up front (a
   deferred one that reads first can fail with SQLITE_BUSY without waiting, when another
   writer got there in between), and that one lock is what makes ids commit in order;
-- a batch of records: ``INSERT OR IGNORE``, then the bookkeeping added up from the batch's own
-  id range, and the steps of stored rows filled in from copies that now carry one;
+- a batch of records: ``INSERT OR IGNORE``, then the bookkeeping added up from the rows (all
+  new) or the batch's own id range, and the steps of stored rows filled in from copies that
+  now carry one;
 - ids for GPU samples: ``sqlite_sequence``, the AUTOINCREMENT counter of ``records``, moved
   by the batch's size under the write lock;
 - the write-ahead log of live writers, checkpointed by a thread of its own
@@ -35,6 +36,8 @@ from dsmon.store.dialect import SQLITE
 from dsmon.store.errors import StoreDataError, StoreError
 from dsmon.store.gpu.sql import STAGED, temp_ddl
 from dsmon.store.records.rows import ROW_COLUMNS, RecordRow
+from dsmon.store.records.sql import MAX_ID
+from dsmon.store.records.tally import kind_rows, source_rows
 from dsmon.store.schema import (
     INSERT_META,
     MADE_BY_ROW,
@@ -71,10 +74,7 @@ ROWS_PER_INSERT = (200, 50, 10, 1)
 # NOT INDEXED keeps the planner on the rowid range, the batch's own rows: left to itself it
 # walks a (run, kind, ...) index of the whole table to save sorting the GROUP BY, which
 # costs 100s of ms per batch once a big run is stored.
-UPDATE_KINDS = """
-INSERT INTO run_kinds (run, kind, n, first_ts, last_ts, last_step, last_id)
-SELECT run, kind, COUNT(*), MIN(ts), MAX(ts), MAX(step), MAX(id)
-FROM records NOT INDEXED WHERE id > ? GROUP BY run, kind
+_KINDS_MERGE = """
 ON CONFLICT (run, kind) DO UPDATE SET
     n = n + excluded.n,
     first_ts = COALESCE(MIN(first_ts, excluded.first_ts), first_ts, excluded.first_ts),
@@ -82,12 +82,19 @@ ON CONFLICT (run, kind) DO UPDATE SET
     last_step = COALESCE(MAX(last_step, excluded.last_step), last_step, excluded.last_step),
     last_id = MAX(last_id, excluded.last_id)
 """
+_KINDS_INTO = "INSERT INTO run_kinds (run, kind, n, first_ts, last_ts, last_step, last_id)"
+UPDATE_KINDS = f"""{_KINDS_INTO}
+SELECT run, kind, COUNT(*), MIN(ts), MAX(ts), MAX(step), MAX(id)
+FROM records NOT INDEXED WHERE id > ? GROUP BY run, kind{_KINDS_MERGE}"""
+#: The same, of rows added up in Python (:func:`dsmon.store.records.tally.kind_rows`).
+ADD_KINDS = f"{_KINDS_INTO} VALUES (?, ?, ?, ?, ?, ?, ?){_KINDS_MERGE}"
 # -1 stands for "unknown" in the key columns, since NULLs never collide in a primary key.
 UPDATE_SOURCES = """
 INSERT OR IGNORE INTO run_sources (run, node, rank)
 SELECT DISTINCT run, COALESCE(node, ''), COALESCE(rank, -1)
 FROM records NOT INDEXED WHERE id > ?
 """
+ADD_SOURCES = "INSERT OR IGNORE INTO run_sources (run, node, rank) VALUES (?, ?, ?)"
 # A record sent again with the step it lacked when first stored (live collectors do so).
 RESTAMP = "UPDATE records SET step = ?, body = ? WHERE key = ? AND step IS NULL"
 RESTAMP_KIND = """
@@ -186,13 +193,21 @@ class SQLiteDb(Db):
         self.conn.executemany(sql, rows)
 
     def insert_records(self, rows: list[RecordRow]) -> int:
-        """``INSERT OR IGNORE``, then the bookkeeping of the new rows, read by their id range."""
+        """``INSERT OR IGNORE``, then the bookkeeping of the new rows.
+
+        When every row was new it is added up from the rows (:mod:`dsmon.store.records.tally`),
+        else read back from ``records`` by the new rows' id range.
+        """
         conn = self.conn
-        before = int(conn.execute("SELECT MAX(id) FROM records").fetchone()[0] or 0)
+        before = int(conn.execute(MAX_ID).fetchone()[0] or 0)
         changes = conn.total_changes
         insert_rows(conn, rows)
         new = conn.total_changes - changes
-        if new:
+        if new and new == len(rows):
+            last = int(conn.execute(MAX_ID).fetchone()[0])
+            conn.executemany(ADD_KINDS, kind_rows(rows, last - new + 1))
+            conn.executemany(ADD_SOURCES, source_rows(rows))
+        elif new:
             conn.execute(UPDATE_KINDS, (before,))
             conn.execute(UPDATE_SOURCES, (before,))
         if new < len(rows):  # some were stored before: fill steps they lacked

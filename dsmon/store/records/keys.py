@@ -23,7 +23,11 @@ def key_digest(rec: Record) -> bytes:
 #: Bytes of a key: where the record came from, its place there, its whole identity (8 each).
 KEY_BYTES = 24
 _MAX_ORDER = (1 << 64) - 1
+#: Places below this the key's second part holds exactly (:func:`place_key`).
+MAX_PLACE = _MAX_ORDER
 _DIGITS = frozenset("0123456789")
+#: Places whose number the key holds exactly: a byte offset, a line.
+_EXACT = ("o", "l")
 
 
 def identity_digest(
@@ -35,18 +39,18 @@ def identity_digest(
     UNIQUE index: at 300k records that was 9 of an insert's 15 us, and it grows with the
     store. So the key starts with a digest of the source (run, node, file) and the record's
     place in it (byte offset, line, or time), big-endian: a log's records sort in the order
-    they are written, and each insert lands next to the one before. The last part, a digest
-    of the whole identity, keeps apart the records of one place (several from one line).
-    Apart from :func:`key_digest` so that the ingest server can key a checked line without
-    building its record; ``order``, when the caller has it, is ``position_order(pos)``
-    (the server keys a line by its offset or line number without reading them back from
-    ``pos``: a third of a microsecond of each received record).
+    they are written, and each insert lands next to the one before. The last part keeps
+    apart the records of one place (several from one line): see :func:`place_key` for a
+    place the second part holds exactly (a byte offset or a line number, nearly every
+    record), else a digest of the whole identity. ``order``, when the caller has it, is
+    ``position_order(pos)``.
     """
-    whole = f"{run}\x1f{node}\x1f{file}\x1f{pos}\x1f{sub}\x1f{kind}".encode()
     if order is None:
         order = position_order(pos)
-    place = (order if order < _MAX_ORDER else _MAX_ORDER).to_bytes(8, "big")
-    return _source_digest(run, node, file) + place + _blake2b(whole, digest_size=8).digest()
+    head = source_head(run, node, file)
+    if 0 <= order < _MAX_ORDER and pos[:1] in _EXACT and pos[1:] == str(order):
+        return place_key(head, pos[0], order, sub, kind)
+    return source_key(head, pos, sub, kind, order)
 
 
 class SourceHead(NamedTuple):
@@ -54,24 +58,47 @@ class SourceHead(NamedTuple):
 
     digest: bytes  # the key's first part
     identity: str  # the start of the identity the last part digests
+    #: :func:`place_key`'s last parts, by (o or l, sub, kind): a source has a few of them.
+    tails: dict[tuple[str, int, str], bytes]
 
 
 def source_head(run: str, node: str, file: str) -> SourceHead:
     """The shared parts of the keys of one source's records (see :func:`source_key`)."""
-    return SourceHead(_source_digest(run, node, file), f"{run}\x1f{node}\x1f{file}\x1f")
+    return _source_head(run, node, file)
+
+
+def place_key(head: SourceHead, form: str, number: int, sub: int, kind: str) -> bytes:
+    r"""The key of the record at byte offset (``form`` ``o``) or line ``l`` ``number``.
+
+    Such a place is ``o<number>`` or ``l<number>`` and the key's second part holds
+    ``number`` exactly (0 <= number < 2**64 - 1), so the last part needs to tell apart only
+    what the place does not say: offset or line, ``sub`` and ``kind``. Its digest is made
+    once per source and (form, sub, kind), not once per record (a blake2b a record was a
+    microsecond of the ingest server's). Its text starts with ``\x1e`` where the whole
+    identity's (:func:`source_key`) has the place, so the two never digest the same text.
+    """
+    tail = head.tails.get((form, sub, kind))
+    if tail is None:
+        text = f"{head.identity}\x1e{form}\x1f{sub}\x1f{kind}".encode()
+        tail = head.tails[(form, sub, kind)] = _blake2b(text, digest_size=8).digest()
+    return head.digest + number.to_bytes(8, "big") + tail
 
 
 def source_key(head: SourceHead, pos: str, sub: int, kind: str, order: int) -> bytes:
-    """:func:`identity_digest` of a record of the source ``head`` stands for.
+    """The key of a record whose place the key's second part does not hold exactly.
 
-    The ingest server keys a batch's lines source by source: the source's digest and the
-    start of its identity are made once per source and batch, not once per record. ``order``
-    is the record's place (offset or line number) when it is >= 0, else
-    :func:`position_order` of ``pos``.
+    A time (``t<ts>``, cut to 19 digits), a negative or huge offset: the last part is a
+    digest of the whole identity. ``order`` is the record's :func:`position_order`.
     """
-    place = (order if order < _MAX_ORDER else _MAX_ORDER).to_bytes(8, "big")
+    place = (order if 0 <= order < _MAX_ORDER else _MAX_ORDER).to_bytes(8, "big")
     whole = f"{head.identity}{pos}\x1f{sub}\x1f{kind}".encode()
     return head.digest + place + _blake2b(whole, digest_size=8).digest()
+
+
+@functools.lru_cache(maxsize=4096)
+def _source_head(run: str, node: str, file: str) -> SourceHead:
+    """A source's shared key parts; cached, as a batch or a log holds the lines of a few files."""
+    return SourceHead(_source_digest(run, node, file), f"{run}\x1f{node}\x1f{file}\x1f", {})
 
 
 @functools.lru_cache(maxsize=4096)

@@ -9,7 +9,14 @@ from __future__ import annotations
 from itertools import pairwise
 
 from dsmon.model.records import Record, record_key
-from dsmon.store.records.keys import KEY_BYTES, identity_digest, key_digest
+from dsmon.store.records.keys import (
+    KEY_BYTES,
+    MAX_PLACE,
+    identity_digest,
+    key_digest,
+    place_key,
+    source_head,
+)
 
 
 def test_keys_of_a_real_log_are_unique_and_grow_with_its_lines(
@@ -42,3 +49,17 @@ def test_records_of_one_place_get_distinct_keys() -> None:
     assert len(one_line) == 6
     odd = identity_digest("r", "n", "f", "o" + "9" * 40, 0, "timer")  # beyond 64 bits
     assert len(odd) == KEY_BYTES
+
+
+def test_a_place_the_key_holds_exactly_keys_alike_by_either_way() -> None:
+    head = source_head("r", "n", "f")
+    for form, number in (("o", 0), ("o", 8641), ("l", 186), ("l", MAX_PLACE - 1)):
+        made = place_key(head, form, number, 2, "timer")
+        assert made == identity_digest("r", "n", "f", f"{form}{number}", 2, "timer")
+        assert made[8:16] == number.to_bytes(8, "big")
+    assert place_key(head, "o", 5, 0, "timer") != place_key(head, "l", 5, 0, "timer")
+    # places the second part cannot hold: the whole identity's digest, still apart
+    odd = {identity_digest("r", "n", "f", pos, 0, "timer") for pos in ("o-5", "o5", "o05", "o")}
+    assert len(odd) == 4
+    huge = [identity_digest("r", "n", "f", f"o{MAX_PLACE + i}", 0, "timer") for i in (0, 1)]
+    assert huge[0] != huge[1] and huge[0][8:16] == huge[1][8:16]
