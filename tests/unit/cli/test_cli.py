@@ -219,6 +219,7 @@ def test_every_command_module_is_registered() -> None:
     assert all(func.__name__ == "run" for func in runs.values())
 
 
+@pytest.mark.slow  # starts a dsmon process
 def test_console_script_runs(tmp_path: Path) -> None:
     exe = Path(sys.executable).parent / "dsmon"
     if not exe.exists():

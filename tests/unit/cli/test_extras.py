@@ -107,6 +107,7 @@ def hidden_run(*argv: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow  # starts a dsmon process
 def test_without_the_full_packages_the_node_commands_run_and_the_others_say_so(
     tmp_path: Path,
 ) -> None:

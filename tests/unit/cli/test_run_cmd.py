@@ -41,6 +41,7 @@ def dsmon_run(tmp_path: Path, *job: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
+@pytest.mark.slow  # starts a dsmon process
 def test_job_is_probed_and_collected(tmp_path: Path) -> None:
     out = dsmon_run(tmp_path, sys.executable, str(TRAIN_FAKE), "6", "1", "0.002")
     assert out.returncode == 0, out.stderr
@@ -101,6 +102,7 @@ def test_deepspeeds_flag_alone_names_no_config() -> None:
     assert config_in(["deepspeed", "train.py", "--deepspeed", "data.txt"]) is None
 
 
+@pytest.mark.slow  # starts a dsmon process
 def test_exit_status_is_the_jobs(tmp_path: Path) -> None:
     out = dsmon_run(tmp_path, sys.executable, "-c", "import sys; print('bye'); sys.exit(3)")
     assert out.returncode == 3 and "bye" in out.stdout
