@@ -128,12 +128,19 @@ def exec_form(c: dockerfile.Command) -> list[str]:
     return list(c.value)
 
 
+#: libyaml's safe loader where PyYAML was built with it: the pure-Python one took seconds
+#: of the fast lane for the manifests the Kubernetes checks read again and again.
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def yaml_documents(text: str) -> list[Any]:
+    """The documents of a YAML stream, empty ones left out."""
+    return [d for d in yaml.load_all(text, Loader=YAML_LOADER) if d is not None]
+
+
 def load_manifests(root: Path = K8S) -> dict[Path, list[dict[str, Any]]]:
     """Every YAML document under ``root``, by file (kustomization files included)."""
-    return {
-        p: [d for d in yaml.safe_load_all(p.read_text(encoding="utf-8")) if d is not None]
-        for p in sorted(root.rglob("*.yaml"))
-    }
+    return {p: yaml_documents(p.read_text(encoding="utf-8")) for p in sorted(root.rglob("*.yaml"))}
 
 
 def resources(root: Path = K8S) -> list[dict[str, Any]]:

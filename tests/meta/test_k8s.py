@@ -16,7 +16,6 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
-import yaml
 from deploy_support import (
     K8S,
     containers,
@@ -28,6 +27,7 @@ from deploy_support import (
     pod_spec,
     resources,
     workloads,
+    yaml_documents,
 )
 
 from cli import main as cli
@@ -132,7 +132,7 @@ def test_kustomize_renders(entry: str) -> None:
         ["kubectl", "kustomize", str(K8S / entry)], capture_output=True, text=True, timeout=120
     )
     assert res.returncode == 0, res.stderr
-    docs = [d for d in yaml.safe_load_all(res.stdout) if d]
+    docs = [d for d in yaml_documents(res.stdout) if d]
     kinds = sorted(d["kind"] for d in docs)
     expected = ["ConfigMap", "Deployment", "Job", "NetworkPolicy", "Service"]
     assert kinds == sorted(expected + ([] if entry == "postgresql" else ["PersistentVolumeClaim"]))
