@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from dsmon.analysis.steps import steady
+from dsmon.analysis.steps import max_per_step, steady
 
 #: The comms logger's own barrier before printing its table: not the training's traffic.
 LOGGER_OPS = frozenset({"log_summary_barrier"})
@@ -107,22 +107,6 @@ def per_step(values: pd.DataFrame, column: str) -> pd.Series:
     if "step" not in kept.columns or kept["step"].isna().all():
         return kept[column].astype("float64").reset_index(drop=True)
     return max_per_step(kept, column)
-
-
-def max_per_step(rows: pd.DataFrame, column: str) -> pd.Series:
-    """``rows.groupby("step")[column].max()`` as float64, without grouping when it need not.
-
-    DeepSpeed prints its timers on rank 0 only, so a breakdown usually has one row per step
-    already, in step order; grouping a million of them on every live refresh cost more than
-    the rest of a rule.
-    """
-    steps = rows["step"]
-    if steps.notna().all():
-        order = np.diff(steps.to_numpy(dtype="float64"))
-        if (order > 0).all():  # strictly increasing: one row per step, in order
-            values = rows[column].to_numpy(dtype="float64")
-            return pd.Series(values, index=pd.Index(steps, name="step"), name=column)
-    return rows.groupby("step")[column].max().astype("float64")
 
 
 def share_stats(values: pd.DataFrame, column: str) -> ShareStats | None:

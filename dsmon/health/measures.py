@@ -97,7 +97,7 @@ def per_step(bd: pd.DataFrame, column: str) -> pd.Series:
     """One value per step: the slowest rank's, since the step waits for it."""
     # the two columns, not the whole breakdown, copied without the rows missing either
     rows = bd[["step", column]].dropna()
-    return comm.max_per_step(rows, column)
+    return steps.max_per_step(rows, column)
 
 
 #: The probe's step time is the wall time from one optimizer step's end to the next: the

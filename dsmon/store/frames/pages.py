@@ -83,6 +83,8 @@ class Frames:
             if kind in BODY_KINDS and (n >= FRAME_PAGE_ROWS or (tail and n > 0)):
                 flt = RecordFilter(run, kind, limit=FRAME_PAGE_ROWS)
                 kept += self._keep_kind(flt, n, tail)
+        if kept:  # what parsing the pages freed, back to the system (not to Arrow's pool)
+            _release_unused()
         return kept
 
     def _keep_kind(self, flt: RecordFilter, n: int, tail: bool) -> int:
@@ -135,8 +137,10 @@ class Frames:
             page = self._page(one, restamps, tails) if sealable else self._one_read(one)
             yield page
             if len(page) < FRAME_PAGE_ROWS:
-                return
+                break
             after = int(page["id"].iloc[-1])
+        if after != flt.after_id:  # pages read past the first: see keep_sealed
+            _release_unused()
 
     def _page(self, flt: RecordFilter, restamps: int, tails: bool) -> pd.DataFrame:
         """One page of a whole kind: from its kept table, else from JSON (then kept if full)."""
@@ -254,6 +258,13 @@ class Frames:
         ids, bodies = _unzipped(rows)
         fast = arrow_frame(kind, ids, bodies) if len(rows) >= ARROW_MIN_ROWS and not tried else None
         return fast if fast is not None else bodies_frame(kind, ids, bodies)
+
+
+def _release_unused() -> None:
+    """What Arrow freed of the pages read, back to the system: pandas cannot reuse it."""
+    from dsmon.model.arrow_frames import release_unused
+
+    release_unused()
 
 
 def _unzipped(rows: list[tuple[int, bytes]]) -> tuple[list[int], list[bytes]]:

@@ -17,9 +17,8 @@ from dsmon.analysis.comm import (
     COMM_SHARE_COLUMNS,
     comm_ops,
     comm_share,
-    max_per_step,
 )
-from dsmon.analysis.steps import step_breakdown
+from dsmon.analysis.steps import max_per_step, step_breakdown
 from dsmon.model.frames import records_frame
 from dsmon.model.records import Record
 
