@@ -38,8 +38,8 @@ from dsmon.health.run_state import RunState, judge
 from dsmon.health.triage import Triage, triage
 from dsmon.store.records.runs import RunInfo
 from dsmon.view import ranks as rank_views
-from dsmon.view import step_views
-from dsmon.view.cache import GPU, STORED_KINDS, RunFrames
+from dsmon.view import step_views, timer_steps
+from dsmon.view.cache import GPU, STORED_KINDS, STORED_PREFIX, RunFrames
 from dsmon.view.cutoff import OPEN, Cutoff
 
 #: Dashboard page script per rule ``page`` (the scripts app.py lists).
@@ -73,8 +73,10 @@ class Panel(NamedTuple):
     laid: Triage
 
 
-#: What the checklist's inputs are read from: a change to any of them makes new inputs.
-_KINDS = (*FRAME_KINDS, GPU, "rec:config")
+#: What the checklist's inputs are read from: a change to any of them makes new inputs. Each
+#: kind by what the store holds of it: the checklist reads some kinds from the store's
+#: summaries (the timers' breakdown) and others only if a rule asks, so none is loaded here.
+_KINDS = (*(STORED_PREFIX + k for k in FRAME_KINDS), GPU, "rec:config")
 
 
 def _inputs(frames: RunFrames, cutoff: Cutoff, run: str) -> HealthInputs:
@@ -82,9 +84,9 @@ def _inputs(frames: RunFrames, cutoff: Cutoff, run: str) -> HealthInputs:
     configs = frames.records("config", cutoff)
     summary = frames.gpu_summary(cutoff)
     views = {
-        BREAKDOWN: lambda: step_views.breakdown(frames, cutoff),
+        BREAKDOWN: lambda: timer_steps.breakdown(frames, cutoff),
         MICRO: lambda: step_views.micro(frames, cutoff),
-        COORDINATOR: lambda: step_views.coordinator_steps(frames, cutoff),
+        COORDINATOR: lambda: timer_steps.coordinator_steps(frames, cutoff),
         SKIPPED: lambda: step_views.skipped(frames, cutoff),
         RANK_STATS: lambda: rank_views.stats(frames, cutoff),
         LAST_BEATS: lambda: rank_views.beats(frames, cutoff),
@@ -101,7 +103,7 @@ def _inputs(frames: RunFrames, cutoff: Cutoff, run: str) -> HealthInputs:
         gpu_summary=summary,
         views=views,
         present=lambda kind: _present(frames, kind, cutoff),
-        stats=step_views.stat_source(frames, cutoff),
+        stats=timer_steps.stat_source(frames, cutoff),
         stragglers=lambda: rank_views.stragglers(frames, cutoff),
     )
     return inputs
@@ -130,8 +132,8 @@ def _newest_ts(frames: RunFrames) -> pd.DataFrame:
 
 
 def _present(frames: RunFrames, kind: str, cutoff: Cutoff) -> bool:
-    """Whether ``kind`` has rows as of ``cutoff``; the probe's kinds from their summaries."""
-    if kind in STORED_KINDS and cutoff == OPEN:
+    """Whether ``kind`` has rows as of ``cutoff``; live, as the store counts them (none read)."""
+    if cutoff == OPEN:
         return frames.stored(kind) > 0
     if kind == "rank_step":
         return not rank_views.stats(frames, cutoff).empty
