@@ -11,7 +11,8 @@ between the engines, :mod:`dsmon.store.backend`) and these parts, each with its 
 - ``store.ranks`` (:mod:`dsmon.store.ranks`): per-step and per-rank tables of the probe's
   records, kept as they arrive;
 - ``store.timers`` (:mod:`dsmon.store.timers`): the engine timers' step breakdown, kept as
-  timer records arrive;
+  timer records arrive; ``store.skips`` (:mod:`dsmon.store.skips`): each run's newest
+  skipped-step count;
 - ``store.frames`` (:mod:`dsmon.store.frames`): a run's kinds as frames, read in pages, with
   sealed pages kept as Arrow tables.
 
@@ -47,13 +48,15 @@ from dsmon.store.records.filter import RecordFilter
 from dsmon.store.records.log import SCAN_BODY_ROWS, SCAN_ROWS, RecordLog
 from dsmon.store.records.rows import RecordRow, as_row
 from dsmon.store.records.runs import KindStats, RunInfo
+from dsmon.store.skips import STEP_KIND, StepSkips
+from dsmon.store.skips import ddl as skips_ddl
 from dsmon.store.sqlite import SQLiteBackend
 from dsmon.store.timers import sql as timers_sql
 from dsmon.store.timers.tables import TimerTables
 from dsmon.store.url import redact_url, sqlite_file
 
-#: The kinds whose new records a write brings into summary tables (per-rank, timers).
-_SUMMED_KINDS = RANK_KINDS | {timers_sql.TIMER_KIND}
+#: The kinds whose new records a write brings into summary tables (per-rank, timers, skips).
+_SUMMED_KINDS = RANK_KINDS | {timers_sql.TIMER_KIND, STEP_KIND}
 #: Records written per transaction: large enough to amortise the commit, small enough
 #: that a reader never waits long and memory stays flat on a 500 MB import.
 BATCH_ROWS = 5000
@@ -77,7 +80,7 @@ class RowBatch:
 def schema(d: Dialect) -> tuple[str, ...]:
     """Every table of a store, each part's (see docs/store.md)."""
     return (
-        *records_sql.ddl(d), *gpu_sql.ddl(d), *ranks_sql.ddl(d), *timers_sql.ddl(d),
+        *records_sql.ddl(d), *gpu_sql.ddl(d), *ranks_sql.ddl(d), *timers_sql.ddl(d), *skips_ddl(d),
         *sealed.ddl(d),
     )  # fmt: skip
 
@@ -99,6 +102,7 @@ class Store:
         self.gpu = GpuSamples(backend)
         self.ranks = RankTables(backend)
         self.timers = TimerTables(backend)
+        self.skips = StepSkips(backend)
         self._log = RecordLog(backend, self.gpu)
         self.frames = Frames(backend, self._log)
 
@@ -143,6 +147,7 @@ class Store:
             if added:
                 self.ranks.update(db, before, kinds)
                 self.timers.update(db, before, kinds)
+                self.skips.update(db, before, kinds)
             if added < len(rows) and timers_sql.TIMER_KIND in kinds:  # restamps, or sent twice
                 stamped = [
                     r.key for r in rows if r.kind == timers_sql.TIMER_KIND and r.step is not None

@@ -18,11 +18,13 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from dsmon.health.gather import FRAME_KINDS, inputs_from_frames
+from dsmon.health.gather import FRAME_KINDS, inputs_from_frames, store_kind_stamps
 from dsmon.health.inputs import (
     BREAKDOWN,
     COORDINATOR,
+    KIND_STAMPS,
     LAST_BEATS,
+    LAST_SKIPPED,
     MICRO,
     NEWEST_TS,
     RANK_PHASES,
@@ -94,6 +96,10 @@ def _inputs(frames: RunFrames, cutoff: Cutoff, run: str) -> HealthInputs:
     }
     if cutoff == OPEN:
         views[NEWEST_TS] = lambda: _newest_ts(frames)
+        # each kind's highest step as the store keeps it: the run's state asks, and the
+        # frames of a long run's step lines are a million rows read for their maximum
+        views[KIND_STAMPS] = lambda: store_kind_stamps(frames.store, run)
+        views[LAST_SKIPPED] = lambda: _last_skipped(frames, run)
     info = frames.info()  # its node names: a log line rarely says which node printed it
     inputs = inputs_from_frames(
         lambda kind: frames.frame(kind, cutoff),
@@ -129,6 +135,12 @@ def _newest_ts(frames: RunFrames) -> pd.DataFrame:
         return newest
     extra = pd.DataFrame({"ts": pd.Series(probe, dtype="datetime64[ns]")})
     return pd.concat([newest, extra]) if not newest.empty else extra
+
+
+def _last_skipped(frames: RunFrames, run: str) -> pd.DataFrame:
+    """The run's newest step line's step and skipped count, as the store keeps it."""
+    newest = frames.store.skips.newest(run)
+    return pd.DataFrame([newest] if newest else [], columns=["step", "skipped"])
 
 
 def _present(frames: RunFrames, kind: str, cutoff: Cutoff) -> bool:

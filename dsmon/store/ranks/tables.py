@@ -196,15 +196,23 @@ def _all_stats(db: Db, run: str, step_max: int) -> pd.DataFrame:
 
 
 def _frame(rows: Sequence[Sequence[Any]], columns: Sequence[str]) -> pd.DataFrame:
-    """Rows as a frame of float columns (integers with gaps would become floats anyway)."""
+    """Rows as a frame of float columns (integers with gaps would become floats anyway).
+
+    Column by column, each made an array at once (NULL: NaN): a frame of the rows' tuples
+    made numeric afterwards took twice as long as fetching them (a million steps' table).
+    """
+    import numpy as np
     import pandas as pd
 
-    frame = pd.DataFrame([tuple(r) for r in rows], columns=list(columns))
-    for col in columns:
+    values = list(zip(*rows, strict=True)) if rows else [()] * len(columns)
+    cols: dict[str, Any] = {}
+    for col, got in zip(columns, values, strict=True):
         if col == "ts":
-            frame[col] = pd.to_datetime(frame[col], errors="coerce", format="ISO8601")
+            cols[col] = pd.to_datetime(
+                pd.Series(got, dtype=object), errors="coerce", format="ISO8601"
+            )
         elif col == "op":
-            frame[col] = frame[col].astype(str)
+            cols[col] = pd.Series(got, dtype=object).astype(str)
         else:
-            frame[col] = pd.to_numeric(frame[col], errors="coerce").astype("float64")
-    return frame
+            cols[col] = np.array(got, dtype=np.float64)
+    return pd.DataFrame(cols, columns=list(columns))

@@ -17,15 +17,13 @@ from datetime import datetime
 import pandas as pd
 import pytest
 from lanes import first_fast
-from locations import DATA
+from store_support import folder_records
 
 from dsmon.analysis import collectives, ranks
 from dsmon.analysis.stragglers import StragglerSummary, straggler_summary
-from dsmon.load.files import import_paths
 from dsmon.model.frames import records_frame
 from dsmon.model.records import RankStepRecord, Record
-from dsmon.store.records.filter import RecordFilter
-from dsmon.store.store import Store, open_store
+from dsmon.store.store import Store
 from dsmon.view import ranks as rank_views
 from dsmon.view.cache import RunFrames
 from dsmon.view.cutoff import OPEN, Cutoff
@@ -41,11 +39,7 @@ WIDTHS = (1, 2, 8, 16, 64, 128, 512, 4096, 32768)
 
 def probe_records(folder: str) -> list[Record]:
     """The records of a real run folder, read as ``dsmon import`` reads them."""
-    tmp = open_store(":memory:")
-    import_paths(tmp, [DATA / folder], run=RUN)
-    recs = [r for _, r in tmp.id_records(RecordFilter(RUN))]
-    tmp.close()
-    return recs
+    return folder_records(folder, RUN)
 
 
 def assert_tables_match(store: Store, recs: Sequence[Record]) -> None:

@@ -13,7 +13,6 @@ against the same after every refresh.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
 from datetime import datetime
 
 import pandas as pd
@@ -21,15 +20,14 @@ import pytest
 from lanes import first_fast
 from live_feed_support import records_of
 from locations import DATA
+from store_support import add_in_batches, folder_records
 
 from dsmon.analysis import steps
 from dsmon.health.gather import inputs_from_store
 from dsmon.health.registry import evaluate
-from dsmon.load.files import import_paths
-from dsmon.model.records import Record, TimerRecord
+from dsmon.model.records import TimerRecord
 from dsmon.parse.log import LogParser
-from dsmon.store.records.filter import RecordFilter
-from dsmon.store.store import Store, open_store
+from dsmon.store.store import Store
 from dsmon.store.timers import sql as timer_sql
 from dsmon.view import step_views, timer_steps
 from dsmon.view.cache import RunFrames
@@ -51,15 +49,6 @@ def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(timer_sql, "SEAL_AFTER", 3)
 
 
-def folder_records(folder: str) -> list[Record]:
-    """The records of a real run folder, read as ``dsmon import`` reads them, in id order."""
-    tmp = open_store(":memory:")
-    import_paths(tmp, [DATA / folder], run=RUN)
-    recs = [r for _, r in tmp.id_records(RecordFilter(RUN))]
-    tmp.close()
-    return recs
-
-
 def assert_breakdown_matches(store: Store) -> None:
     """The breakdown of the store's timer tables is the timer frame's, to the dtype.
 
@@ -75,16 +64,11 @@ def assert_breakdown_matches(store: Store) -> None:
     )
 
 
-def add_in_batches(store: Store, recs: Sequence[Record], size: int) -> None:
-    for start in range(0, len(recs), size):
-        store.add(recs[start : start + size])
-
-
 @pytest.mark.parametrize("folder", first_fast(FOLDERS))
 def test_tables_hold_the_breakdown_of_a_run_stored_at_once_or_in_batches(
     folder: str, store: Store
 ) -> None:
-    recs = folder_records(folder)
+    recs = folder_records(folder, RUN)
     assert any(isinstance(r, TimerRecord) and r.group == "global" for r in recs)
     add_in_batches(store, recs, 7)
     assert_breakdown_matches(store)
@@ -96,7 +80,7 @@ def test_tables_hold_the_breakdown_of_a_run_stored_at_once_or_in_batches(
 
 def test_tables_hold_the_breakdown_at_once_shuffled_and_from_a_second_copy(store: Store) -> None:
     """The last record of a step and rank wins, whatever order the records were stored in."""
-    recs = folder_records("events_relaunch_after_crash")  # steps repeated after the relaunch
+    recs = folder_records("events_relaunch_after_crash", RUN)  # steps repeated after the relaunch
     shuffled = list(recs)
     random.Random(5).shuffle(shuffled)
     add_in_batches(store, shuffled, 50)
@@ -147,12 +131,14 @@ def test_timers_sent_before_their_step_are_placed_when_it_comes(store: Store) ->
     )
 
 
-@pytest.mark.parametrize("folder", first_fast(("z2", "events_relaunch_after_crash", "act_ckpt")))
+@pytest.mark.parametrize(
+    "folder", first_fast(("z2", "events_relaunch_after_crash", "fp16_zero2", "act_ckpt"))
+)
 def test_the_live_breakdown_and_checklist_follow_the_tables_refresh_by_refresh(
     folder: str, store: Store
 ) -> None:
     """After every refresh the view's breakdown is the records' one, and the checklist too."""
-    recs = folder_records(folder)
+    recs = folder_records(folder, RUN)
     frames, now = RunFrames(store, RUN), datetime.now()
     for start in range(0, len(recs), 23):
         store.add(recs[start : start + 23])
