@@ -19,9 +19,9 @@ the breakdown from them:
   each group it printed a line of: which columns the run's timer frame has (a breakdown
   carries an optimizer timer only when the frame has its column), and which groups it
   printed at all.
-- ``timer_blocks``: the rows of each whole block of :data:`BLOCK_STEPS` steps, joined as
-  :data:`PAGE` reads them, packed in one value (:mod:`dsmon.store.timers.blocks`) once the
-  run is :data:`SEAL_AFTER` steps past the block: a million steps' rows are read as 245
+- ``timer_blocks``: the rows of each whole block of ``blocks.BLOCK_STEPS`` steps, joined
+  as :data:`PAGE` reads them, packed in one value (:mod:`dsmon.store.blocks`) once the
+  run is ``blocks.SEAL_AFTER`` steps past the block: a million steps' rows are read as 245
   values, not a million rows (a row costs a reader about as much as the record's Arrow row
   did). A write that changes a step of a packed block drops it, and packs it again once the
   run is past it again.
@@ -36,6 +36,7 @@ from them.
 
 from __future__ import annotations
 
+from dsmon.store import blocks
 from dsmon.store.dialect import Dialect
 
 #: Engine timers in the order of a step; ``bwd_inner``/``bwd_allreduce`` are parts of ``bwd``
@@ -50,11 +51,8 @@ TABLES = {GLOBAL: ("timer_steps", PHASES), OPTIMIZER: ("timer_optimizer_steps", 
 TIMER_KIND = "timer"
 #: The rank of a line that named none: after every real rank, as a breakdown sorts it.
 NO_RANK = 2**62
-#: Steps of a packed block (``timer_blocks``).
-BLOCK_STEPS = 4096
-#: Steps a write must reach past a block's end before the block is packed: a rank's line of
-#: a step may come after a later step's lines of another rank.
-SEAL_AFTER = 64
+#: The table of packed blocks (:mod:`dsmon.store.blocks`).
+BLOCKS_TABLE = "timer_blocks"
 
 
 def _cols(timers: tuple[str, ...]) -> list[str]:
@@ -81,12 +79,7 @@ def ddl(d: Dialect) -> tuple[str, ...]:
             PRIMARY KEY (run, grp, name)
         ){d.keyed}"""
     )
-    out.append(
-        f"""CREATE TABLE IF NOT EXISTS timer_blocks (
-            run {t} NOT NULL, block {i} NOT NULL, n {i} NOT NULL, data {d.blob} NOT NULL,
-            PRIMARY KEY (run, block)
-        ){d.keyed}"""
-    )
+    out.append(blocks.ddl(d, BLOCKS_TABLE))
     out.append(
         f"""CREATE TABLE IF NOT EXISTS timer_unplaced (
             run {t} NOT NULL, id {i} NOT NULL,
@@ -155,12 +148,7 @@ FROM {_G} g LEFT JOIN {_O} o ON o.run = g.run AND o.step = g.step AND o.rank = g
 WHERE g.run = ? AND (g.step, g.rank) > (?, ?) AND g.step < ?
 ORDER BY g.step, g.rank LIMIT ?
 """
-#: A run's packed blocks, in step order.
-BLOCKS = "SELECT block, data FROM timer_blocks WHERE run = ? ORDER BY block"
-#: Which of a run's blocks in a range are packed.
-PACKED = "SELECT block FROM timer_blocks WHERE run = ? AND block >= ? AND block <= ?"
-INSERT_BLOCK = "INSERT INTO timer_blocks (run, block, n, data) VALUES (?, ?, ?, ?)"
-DELETE_BLOCK = "DELETE FROM timer_blocks WHERE run = ? AND block = ?"
+
 #: The lowest step of either table that a record after id ``?`` changed (NULL: none).
 CHANGED_FROM = f"""
 SELECT MIN(step) FROM (

@@ -10,12 +10,13 @@ transaction, and a reader asks for those rows: one per step and rank, a few numb
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
+from dsmon.store import blocks
 from dsmon.store.backend import Backend, Db
 from dsmon.store.timers import sql
-from dsmon.store.timers.blocks import pack, unpack
 from dsmon.store.timers.rows import TimerRows, timer_rows
 
 if TYPE_CHECKING:  # pandas loads with the first read: the stores' writers never need it
@@ -23,6 +24,8 @@ if TYPE_CHECKING:  # pandas loads with the first read: the stores' writers never
 
 #: Breakdown rows read per query.
 PAGE_ROWS = 50_000
+#: How :mod:`dsmon.store.blocks` packs a block's rows (:data:`sql.READ_COLUMNS`).
+_KINDS = blocks.INT * 3 + blocks.FLOAT * (len(sql.READ_COLUMNS) - 3)
 #: Keys of stored records asked for per query (a restamp's records).
 KEYS_PER_QUERY = 500
 
@@ -111,42 +114,24 @@ def _write(db: Db, made: TimerRows) -> None:
     if made.placed:
         db.execute_many(sql.DELETE_UNPLACED, made.placed)
     for run, steps in made.touched().items():
-        _repack(db, run, steps)
+        rows_of = functools.partial(_block_rows, db, run)
+        blocks.repack(db, sql.BLOCKS_TABLE, run, steps, rows_of, _KINDS)
 
 
-def _repack(db: Db, run: str, steps: Collection[int]) -> None:
-    """Drop the packed blocks of ``steps`` (changed); pack the blocks the run is past now.
-
-    Past: :data:`sql.SEAL_AFTER` steps beyond the block's end, counted from the newest of
-    ``steps``. From the block before the lowest of ``steps`` on: a block is packed by the
-    first write past it, which may not touch it.
-    """
-    size = sql.BLOCK_STEPS
-    touched = sorted({step // size for step in steps})
-    db.execute_many(sql.DELETE_BLOCK, [(run, block) for block in touched])
-    past = (max(steps) - sql.SEAL_AFTER) // size  # blocks before it are whole
-    first = touched[0] - 1
-    if first >= past:
-        return
-    packed = {int(b) for (b,) in db.rows(sql.PACKED, (run, first, past - 1))}
-    for block in range(first, past):
-        if block in packed:
-            continue
-        rows = db.rows(sql.PAGE, (run, block * size - 1, sql.NO_RANK, (block + 1) * size, _END))
-        if rows:
-            db.execute(sql.INSERT_BLOCK, (run, block, len(rows), pack(rows)))
+def _block_rows(db: Db, run: str, first: int, end: int) -> list[Any]:
+    """The rows of steps ``first`` to ``end`` (not included), to pack them."""
+    return db.rows(sql.PAGE, (run, first - 1, sql.NO_RANK, end, _END))
 
 
 def _whole(db: Db, run: str) -> list[pd.DataFrame]:
     """Every row of ``run``: its packed blocks, and the rows before, between and after them."""
     parts: list[pd.DataFrame] = []
     start = -_END  # the first step not read yet
-    for block, data in db.rows(sql.BLOCKS, (run,)):
-        low = int(block) * sql.BLOCK_STEPS
+    for low, data in blocks.packed_blocks(db, sql.BLOCKS_TABLE, run, _END):
         if low > start:
             parts += _pages(db, run, start, low)
-        parts.append(unpack(bytes(data)))
-        start = low + sql.BLOCK_STEPS
+        parts.append(_unpacked(data))
+        start = low + blocks.BLOCK_STEPS
     return parts + _pages(db, run, start, _END)
 
 
@@ -161,6 +146,13 @@ def _pages(db: Db, run: str, step_min: int, step_end: int) -> list[pd.DataFrame]
         if len(rows) < PAGE_ROWS:
             return parts
         after = (int(rows[-1][0]), int(rows[-1][1]))
+
+
+def _unpacked(data: bytes) -> pd.DataFrame:
+    """A packed block's rows as :func:`_frame` makes them of fetched rows."""
+    import pandas as pd
+
+    return pd.DataFrame(dict(zip(sql.READ_COLUMNS, blocks.unpack(data, _KINDS), strict=True)))
 
 
 def _joined(parts: list[pd.DataFrame]) -> pd.DataFrame:

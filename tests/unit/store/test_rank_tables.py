@@ -5,7 +5,8 @@ DeepSpeed 0.19.8, 2 ranks; each folder's README says how it was made) and compar
 store keeps as they arrive (``Store.ranks``: ``step_stats``, ``busy``, ``last_heartbeats``)
 with the same figures computed from the records in pandas (``dsmon.analysis.ranks``), on
 both backends: in whatever order and batches the records come, and once more after a step
-was stored twice.
+was stored twice. Blocks of four steps are packed (``rank_stat_blocks``), so a first read
+unpacks blocks and fetches rows alike.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dsmon.analysis import collectives, ranks
 from dsmon.analysis.stragglers import StragglerSummary, straggler_summary
 from dsmon.model.frames import records_frame
 from dsmon.model.records import RankStepRecord, Record
+from dsmon.store import blocks
 from dsmon.store.store import Store
 from dsmon.view import ranks as rank_views
 from dsmon.view.cache import RunFrames
@@ -35,6 +37,13 @@ FOLDERS = ("probe_straggler", "probe_torchrun", "probe_crash_torchrun", "probe_f
            "probe_hang", "probe_slow_data", "probe_monitored")  # fmt: skip
 #: Bucket widths read from the steps (1, 2), from each roll-up level, and across levels.
 WIDTHS = (1, 2, 8, 16, 64, 128, 512, 4096, 32768)
+
+
+@pytest.fixture(autouse=True)
+def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks of a few steps: these short runs are read from packed blocks and rows alike."""
+    monkeypatch.setattr(blocks, "BLOCK_STEPS", 4)
+    monkeypatch.setattr(blocks, "SEAL_AFTER", 3)
 
 
 def probe_records(folder: str) -> list[Record]:
@@ -87,6 +96,8 @@ def test_the_tables_equal_the_records_figures(store: Store, folder: str) -> None
     assert_tables_match(store, recs)
     stats = store.ranks.step_stats(RUN)
     assert len(stats) == len({r.step for r in recs if r.KIND == "rank_step"})
+    packed = store.backend.read(lambda db: db.rows("SELECT COUNT(*) FROM rank_stat_blocks"))
+    assert packed[0][0] > 0  # read from packed blocks too
 
 
 def test_records_arriving_rank_by_rank_in_small_batches_fold_the_same(store: Store) -> None:

@@ -27,8 +27,8 @@ from dsmon.health.gather import inputs_from_store
 from dsmon.health.registry import evaluate
 from dsmon.model.records import TimerRecord
 from dsmon.parse.log import LogParser
+from dsmon.store import blocks
 from dsmon.store.store import Store
-from dsmon.store.timers import sql as timer_sql
 from dsmon.view import step_views, timer_steps
 from dsmon.view.cache import RunFrames
 from dsmon.view.cutoff import OPEN
@@ -45,8 +45,8 @@ FOLDERS = ("z2", "grad_accum", "zero3_coordinator_v0100", "fp16_zero2", "probe_t
 
 @pytest.fixture(autouse=True)
 def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(timer_sql, "BLOCK_STEPS", 4)
-    monkeypatch.setattr(timer_sql, "SEAL_AFTER", 3)
+    monkeypatch.setattr(blocks, "BLOCK_STEPS", 4)
+    monkeypatch.setattr(blocks, "SEAL_AFTER", 3)
 
 
 def assert_breakdown_matches(store: Store) -> None:
