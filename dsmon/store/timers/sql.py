@@ -104,12 +104,13 @@ def stored_timer_records(n: int) -> str:
     """The stored timer records of ``n`` keys (``?`` each): those a write did not add.
 
     A record sent again with the step it lacked when first stored fills it in place
-    (a restamp): its timers are placed now, under its first id.
+    (a restamp): its timers are placed now, under its first id. In no order: the upsert
+    keeps the highest id whatever the order (sorting would cost a sort of ``records``).
     """
     marks = ", ".join(["?"] * n)
     return f"""
 SELECT id, run, step, rank, body FROM records
-WHERE key IN ({marks}) AND kind = '{TIMER_KIND}' AND step IS NOT NULL ORDER BY id
+WHERE key IN ({marks}) AND kind = '{TIMER_KIND}' AND step IS NOT NULL
 """
 
 
