@@ -27,6 +27,7 @@ from dsmon.view import fold, step_views
 from dsmon.view.cache import RunFrames
 from dsmon.view.cutoff import OPEN, Cutoff
 from dsmon.view.quantiles import StepQuantiles
+from dsmon.view.rowbuffer import RowBuffer
 
 #: The timer group whose lines the coordinator figures read (DeepSpeed 0.10.0's ZeRO-3).
 COORDINATOR_GROUP = "zero3_coordinator"
@@ -36,9 +37,11 @@ class _LiveBreakdown:
     """A run's breakdown from the timer tables, extended with the steps changed since."""
 
     def __init__(self) -> None:
-        self.rows: pd.DataFrame | None = None  # ``Store.timers.rows``, every step
         self.names: dict[str, set[str]] = {}
         self.result: pd.DataFrame | None = None  # None: the tables cannot answer
+        #: ``result``'s rows, grown in place: a live refresh writes its few steps after the
+        #: finished ones instead of copying a million rows (``dsmon.view.rowbuffer``).
+        self.buffer: RowBuffer | None = None
         self.after_id = 0
         self.counted: tuple[int, int] | None = None  # timer records stored, restamps
         #: Rows at the head of ``result`` of finished steps, and a count of the times a
@@ -57,37 +60,45 @@ class _LiveBreakdown:
             self.counted = counted
             tables, run = frames.store.timers, frames.run
             if not tables.placed(run):
-                self.rows = self.result = None
+                self.result = self.buffer = None
                 return None
             last = tables.last_id(run)  # before the rows: a row newer than it is read again
-            if self.rows is None:
-                self.rows = tables.rows(run)
-                self.epoch += 1
-            else:
-                changed = tables.changed_from(run, self.after_id)
-                if changed is not None:
-                    self.rows = self._merged(self.rows, tables.rows(run, changed), changed)
-            self.after_id = last
-            self.names = tables.names(run)
-            self.result = steps.stored_breakdown(self.rows, self.names)
+            names = tables.names(run)
+            changed = None if self.result is None else tables.changed_from(run, self.after_id)
+            if self.result is None or names != self.names:  # (a new timer: new columns)
+                self._whole(steps.stored_breakdown(tables.rows(run), names))
+            elif changed is not None:
+                self._from(changed, steps.stored_breakdown(tables.rows(run, changed), names))
+            self.after_id, self.names = last, names
             self._finish()
             return self.result
 
-    def _merged(self, held: pd.DataFrame, new: pd.DataFrame, changed: int) -> pd.DataFrame:
-        """``held``'s steps before ``changed`` and ``new`` (every step from it on)."""
-        if held.empty or held["step"].iloc[-1] < changed:
-            return pd.concat([held, new], ignore_index=True) if len(held) else new
-        first = int(held["step"].searchsorted(changed, side="left"))
+    def _whole(self, result: pd.DataFrame) -> None:
+        """Hold ``result`` as the breakdown, anew."""
+        self.epoch += 1
+        self.buffer = RowBuffer.of(result)
+        self.result = result if self.buffer is None else self.buffer.frame(len(result))
+
+    def _from(self, changed: int, new: pd.DataFrame) -> None:
+        """The held rows of steps from ``changed`` on replaced by ``new`` (all of them)."""
+        assert self.result is not None
+        first = int(self.result["step"].searchsorted(changed, side="left"))
         if first < self.stable:  # a finished step changed: what was kept of it is not
             self.epoch += 1
-        return pd.concat([held.iloc[:first], new], ignore_index=True)
+        buffer = self.buffer
+        if buffer is not None and buffer.fits(new):
+            buffer.write(first, new)
+            self.result = buffer.frame(buffer.rows)
+            return
+        self._whole(pd.concat([self.result.iloc[:first], new], ignore_index=True))
 
     def _finish(self) -> None:
         """Steps ``fold.LATE_STEPS`` behind the newest are finished: no update adds to them.
 
-        (One that does, a step stored again, makes a new epoch: :meth:`_merged`.)
+        (One that does, a step stored again, makes a new epoch: :meth:`_from`.)
         """
-        step = self.rows["step"] if self.rows is not None else pd.Series(dtype="int64")
+        assert self.result is not None
+        step = self.result["step"]
         if step.empty:
             self.stable = 0
             return
