@@ -1,17 +1,21 @@
-"""Store helpers several store and server tests share: restamped records, kept sealed pages."""
+"""Store helpers several store and server tests share: restamped records, kept sealed pages,
+a real run's records as ``dsmon import`` reads them, stored in batches."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import pandas as pd
 import pytest
+from locations import DATA
 from sql_support import Rows, store_sql
 
+from dsmon.load.files import import_paths
 from dsmon.model.frames import records_frame
 from dsmon.model.records import Record
 from dsmon.store.records.filter import RecordFilter
-from dsmon.store.store import Store
+from dsmon.store.store import Store, open_store
 
 
 def restamped(records: list[Record]) -> tuple[list[Record], list[Record]]:
@@ -53,3 +57,18 @@ def kept_tails(store: Store) -> Rows:
 def frame_from_records(store: Store, run: str, kind: str) -> pd.DataFrame:
     pairs = store.id_records(RecordFilter(run, kind))
     return records_frame(kind, [r for _, r in pairs], [i for i, _ in pairs])
+
+
+def folder_records(folder: str, run: str) -> list[Record]:
+    """The records of a real run folder of tests/data, read as ``dsmon import`` reads them."""
+    tmp = open_store(":memory:")
+    import_paths(tmp, [DATA / folder], run=run)
+    recs = [r for _, r in tmp.id_records(RecordFilter(run))]
+    tmp.close()
+    return recs
+
+
+def add_in_batches(store: Store, recs: Sequence[Record], size: int) -> None:
+    """Store ``recs`` ``size`` at a time, as a live collector's batches come."""
+    for start in range(0, len(recs), size):
+        store.add(recs[start : start + size])

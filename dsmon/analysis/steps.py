@@ -11,7 +11,7 @@ it along because the allgather is the communication hidden inside the step time.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -19,14 +19,12 @@ import pandas as pd
 
 from dsmon.analysis.downsample import N_OUT, downsample
 from dsmon.model.joined import concat
+from dsmon.store.timers.sql import NO_RANK, OPTIMIZER_TIMERS, PHASES
+from dsmon.store.timers.sql import OPTIMIZER as OPTIMIZER_GROUP
 
-#: Engine timers in the order of a step; ``bwd_inner``/``bwd_allreduce`` are parts of ``bwd``.
-PHASES = ("fwd", "bwd", "bwd_inner", "bwd_allreduce", "step")
 PHASE_COLUMNS = tuple(f"{p}_ms" for p in PHASES)
 BREAKDOWN_COLUMNS = ("step", "rank", *PHASE_COLUMNS, "total_ms")
 MICRO_COLUMNS = ("step", "micro_step", "rank", *PHASE_COLUMNS, "total_ms")
-#: ZeRO-1/2 optimizer timers, merged into the breakdown when the log has them.
-OPTIMIZER_TIMERS = ("optimizer_allgather", "optimizer_gradients", "optimizer_step")
 OPTIMIZER_COLUMNS = tuple(f"{t}_ms" for t in OPTIMIZER_TIMERS)
 STAT_COLUMNS = ("n", "p50", "p90", "max")
 
@@ -115,7 +113,7 @@ def step_breakdown(timers: pd.DataFrame) -> pd.DataFrame:
     """
     return group_breakdown(
         _group(timers, "global", ["step", "rank", *PHASE_COLUMNS]),
-        _group(timers, "zero_optimizer", ["step", "rank", *OPTIMIZER_COLUMNS]),
+        _group(timers, OPTIMIZER_GROUP, ["step", "rank", *OPTIMIZER_COLUMNS]),
     )
 
 
@@ -132,6 +130,33 @@ def paged_totals(pages: Iterable[pd.DataFrame]) -> pd.DataFrame:
     rows.clear()
     out = _dedupe(_take(joined, ("step", "rank"), {c: c for c in _TOTAL_OF}), ["step", "rank"])
     return pd.DataFrame({"step": out["step"], "rank": out["rank"], "total_ms": _total(out)})
+
+
+def stored_breakdown(rows: pd.DataFrame, names: Mapping[str, Collection[str]]) -> pd.DataFrame:
+    """:func:`step_breakdown` of a run from the store's timer tables (``Store.timers``).
+
+    ``rows``: ``Store.timers.rows`` (every step, or those a live reader replaces);
+    ``names``: ``Store.timers.names``, the timer names each group printed. The result is the
+    one :func:`step_breakdown` gives of the run's timer frame, to the dtype, while every
+    global timer record has a step (``Store.timers.placed``): an optimizer timer is a column
+    when the run printed a ZeRO optimizer line and the frame has that timer's column.
+    """
+    rank = rows["rank"].to_numpy(dtype="int64")
+    cols: dict[str, Any] = {
+        "step": pd.array(rows["step"].to_numpy(dtype="int64"), dtype="Int64"),
+        "rank": pd.array(np.where(rank == NO_RANK, 0, rank), dtype="Int64"),
+    }
+    cols["rank"][rank == NO_RANK] = pd.NA
+    for col in PHASE_COLUMNS:
+        cols[col] = rows[col].to_numpy(dtype="float64")
+    out = pd.DataFrame(cols)
+    out["total_ms"] = _total(out)
+    if OPTIMIZER_GROUP in names:  # (a group's line with no timer names it too: "")
+        printed = set().union(*names.values())
+        for timer in OPTIMIZER_TIMERS:
+            if timer in printed:
+                out[f"{timer}_ms"] = rows[f"{timer}_ms"].to_numpy(dtype="float64")
+    return out
 
 
 def group_breakdown(global_rows: pd.DataFrame, opt_rows: pd.DataFrame) -> pd.DataFrame:

@@ -29,6 +29,10 @@ MICRO = "timer:micro"
 COORDINATOR = "timer:coordinator"
 #: Likewise of the ``step=`` lines: ``dsmon.analysis.steps.skipped_counts``.
 SKIPPED = "step:skipped"
+#: Its last row alone (the newest step line's ``step`` and ``skipped``; empty: none), from a
+#: caller whose store keeps it (``Store.skips``): the run's skipped count is that line's, and
+#: a long run's step lines are a million rows read for it.
+LAST_SKIPPED = "step:last_skipped"
 #: Per-step figures of the probe's ``rank_step`` records (``dsmon.analysis.ranks.step_stats``)
 #: and each rank's newest heartbeat (``ranks.last_beats``), which a store keeps as records
 #: arrive: the rules read these, never a 64-rank run's millions of probe records.

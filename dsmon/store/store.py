@@ -10,11 +10,14 @@ between the engines, :mod:`dsmon.store.backend`) and these parts, each with its 
   questions pages and rules ask of them (summary, buckets, newest samples);
 - ``store.ranks`` (:mod:`dsmon.store.ranks`): per-step and per-rank tables of the probe's
   records, kept as they arrive;
+- ``store.timers`` (:mod:`dsmon.store.timers`): the engine timers' step breakdown, kept as
+  timer records arrive; ``store.skips`` (:mod:`dsmon.store.skips`): each run's newest
+  skipped-step count;
 - ``store.frames`` (:mod:`dsmon.store.frames`): a run's kinds as frames, read in pages, with
   sealed pages kept as Arrow tables.
 
 A write is where the parts meet: a batch is split between the GPU tables and ``records``,
-and the per-rank tables take what it added, all in one transaction. Writes are idempotent
+and the per-rank and timer tables take what it added, all in one transaction. Writes are idempotent
 (a record's identity is :func:`dsmon.model.records.record_key`).
 """
 
@@ -45,9 +48,15 @@ from dsmon.store.records.filter import RecordFilter
 from dsmon.store.records.log import SCAN_BODY_ROWS, SCAN_ROWS, RecordLog
 from dsmon.store.records.rows import RecordRow, as_row
 from dsmon.store.records.runs import KindStats, RunInfo
+from dsmon.store.skips import STEP_KIND, StepSkips
+from dsmon.store.skips import ddl as skips_ddl
 from dsmon.store.sqlite import SQLiteBackend
+from dsmon.store.timers import sql as timers_sql
+from dsmon.store.timers.tables import TimerTables
 from dsmon.store.url import redact_url, sqlite_file
 
+#: The kinds whose new records a write brings into summary tables (per-rank, timers, skips).
+_SUMMED_KINDS = RANK_KINDS | {timers_sql.TIMER_KIND, STEP_KIND}
 #: Records written per transaction: large enough to amortise the commit, small enough
 #: that a reader never waits long and memory stays flat on a 500 MB import.
 BATCH_ROWS = 5000
@@ -70,7 +79,10 @@ class RowBatch:
 
 def schema(d: Dialect) -> tuple[str, ...]:
     """Every table of a store, each part's (see docs/store.md)."""
-    return (*records_sql.ddl(d), *gpu_sql.ddl(d), *ranks_sql.ddl(d), *sealed.ddl(d))
+    return (
+        *records_sql.ddl(d), *gpu_sql.ddl(d), *ranks_sql.ddl(d), *timers_sql.ddl(d), *skips_ddl(d),
+        *sealed.ddl(d),
+    )  # fmt: skip
 
 
 class Store:
@@ -89,6 +101,8 @@ class Store:
         self.backend = backend
         self.gpu = GpuSamples(backend)
         self.ranks = RankTables(backend)
+        self.timers = TimerTables(backend)
+        self.skips = StepSkips(backend)
         self._log = RecordLog(backend, self.gpu)
         self.frames = Frames(backend, self._log)
 
@@ -122,16 +136,23 @@ class Store:
         return inserted
 
     def _write(self, db: Db, rows: list[RecordRow], samples: list[SampleRow], live: bool) -> int:
-        """One batch, in the write transaction: GPU samples, records, per-rank tables."""
+        """One batch, in the write transaction: GPU samples, records, per-rank and timer tables."""
         if live:
             self._log.note_received(db, {r.run for r in rows} | {s.key.run for s in samples})
         new = self.gpu.add(db, samples)
         if rows:
             kinds = {r.kind for r in rows}
-            before = self._log.max_id(db) if kinds & RANK_KINDS else 0
+            before = self._log.max_id(db) if kinds & _SUMMED_KINDS else 0
             added = db.insert_records(rows)
             if added:
                 self.ranks.update(db, before, kinds)
+                self.timers.update(db, before, kinds)
+                self.skips.update(db, before, kinds)
+            if added < len(rows) and timers_sql.TIMER_KIND in kinds:  # restamps, or sent twice
+                stamped = [
+                    r.key for r in rows if r.kind == timers_sql.TIMER_KIND and r.step is not None
+                ]
+                self.timers.restamped(db, stamped)
             new += added
         return new
 

@@ -44,6 +44,10 @@ GPU = "gpu"
 #: Kinds read through the store's summaries, never loaded as frames live (GPU samples, the
 #: probe's per-rank records): their version is how many the store holds.
 STORED_KINDS = frozenset({GPU, "rank_step", "heartbeat"})
+#: Prefix of a kind in :meth:`RunFrames.memo` whose version is what the store holds of it, so
+#: the memo reads none of its rows (``stored:timer``): for a view that reads the store's
+#: summaries of the kind, or only some of its rows, as the checklist does.
+STORED_PREFIX = "stored:"
 #: Memoised derived views kept per run (oldest dropped first).
 MEMO_SIZE = 64
 #: And their estimated bytes per run (``dsmon.view.memo``): replay positions of a long run
@@ -110,6 +114,9 @@ class RunFrames:
         self.last_id = 0
         self._restamps = store.restamps(run)
         self._counted: dict[str, int] | None = None  # stored per kind, when last counted
+        self._stamps: dict[str, pd.Timestamp] | None = None  # newest time stored per kind
+        self._watched: dict[str, int] = {}  # kinds not loaded whose newest time was asked
+        self._reloads = 0  # times every loaded row was read again (restamps)
         self._gpu_buckets = LiveGpuBuckets()
 
     def refresh(self) -> bool:
@@ -129,8 +136,9 @@ class RunFrames:
             if hi <= self.last_id:
                 return reloaded
             self.last_id = hi
-            self._counted = None
+            self._counted = self._stamps = None
             now = pd.Timestamp(datetime.now())
+            self._watch_arrivals(now)
             for kind in list(self._frames):
                 version = self._versions.get(kind, 0)
                 self._extend_frame(kind, hi)
@@ -193,15 +201,43 @@ class RunFrames:
         Or, when later, the local time a refresh last brought rows of the kind: a line
         printed without a time (every line at DeepSpeed's default log level) carries the last
         stamped line's, maybe the job's start: only its arrival says that the run goes on.
+        A kind not loaded is not read for it: its newest time is the store's bookkeeping's
+        (``Store.kind_stats``), and a refresh that finds more of it stored notes its arrival.
         """
         with self._lock:
-            for kind in kinds:
-                self._chunks(kind)
-            stamps = {k: self._newest[k] for k in kinds if k in self._newest}
+            stamps = {k: self._newest[k] for k in kinds if k in self._frames and k in self._newest}
+            unloaded = [k for k in kinds if k not in self._frames]
+            if unloaded:
+                stored = self._stored_stamps()
+                for kind in unloaded:
+                    self._watched.setdefault(kind, self.stored(kind))
+                    if kind in stored:
+                        stamps[kind] = stored[kind]
             for k, at in self._arrived.items():
                 if k in kinds:
                     stamps[k] = max(stamps[k], at) if k in stamps else at
         return pd.DataFrame({"ts": pd.Series(stamps, dtype="datetime64[ns]")})
+
+    def _stored_stamps(self) -> dict[str, pd.Timestamp]:
+        """Each kind's newest time as the store keeps it (read once per refresh with news)."""
+        if self._stamps is None:
+            stats = [s for s in self.store.kind_stats(self.run) if s.last_ts is not None]
+            times = pd.to_datetime(
+                pd.Series([s.last_ts for s in stats], dtype=object), format="ISO8601"
+            )
+            self._stamps = {s.kind: t for s, t in zip(stats, times, strict=True) if pd.notna(t)}
+        return self._stamps
+
+    def _watch_arrivals(self, now: pd.Timestamp) -> None:
+        """Note ``now`` as the arrival of each watched kind, not loaded, that the store grew."""
+        for kind, seen in list(self._watched.items()):
+            if kind in self._frames:  # loaded since: its rows say when they came
+                del self._watched[kind]
+                continue
+            stored = self.stored(kind)
+            if stored != seen:
+                self._watched[kind] = stored
+                self._arrived[kind] = now
 
     def fold(self, name: str, kind: str, cutoff: Cutoff, fn: StepFn) -> pd.DataFrame:
         """``fn(frame(kind, cutoff))`` for a step-local ``fn``, updated with new steps only.
@@ -275,9 +311,20 @@ class RunFrames:
         return [r for r in recs if existed_at(r, cutoff)]
 
     def version(self, kinds: Sequence[str]) -> tuple[int, ...]:
-        """How many times each kind has grown (of :data:`STORED_KINDS`, how many are stored)."""
-        stored = STORED_KINDS
-        return tuple(self.stored(k) if k in stored else self._versions.get(k, 0) for k in kinds)
+        """How many times each kind has grown (of :data:`STORED_KINDS`, how many are stored).
+
+        Of a kind named with :data:`STORED_PREFIX`: how many are stored, and how many times
+        the stored rows were restamped (read again).
+        """
+        out: list[int] = []
+        for kind in kinds:
+            if kind in STORED_KINDS:
+                out.append(self.stored(kind))
+            elif kind.startswith(STORED_PREFIX):
+                out += [self.stored(kind.removeprefix(STORED_PREFIX)), self._reloads]
+            else:
+                out.append(self._versions.get(kind, 0))
+        return tuple(out)
 
     def stored(self, kind: str) -> int:
         """Records of ``kind`` stored at the last refresh (counted once per refresh with news)."""
@@ -290,7 +337,7 @@ class RunFrames:
     def memo(self, name: str, kinds: Sequence[str], cutoff: Cutoff, fn: Callable[[], T]) -> T:
         """``fn()``, recomputed only when one of ``kinds`` grew or the cut-off moved."""
         for kind in kinds:  # load what fn will read, so the versions below are current
-            if kind in STORED_KINDS:
+            if kind in STORED_KINDS or kind.startswith(STORED_PREFIX):
                 continue  # the store's summaries answer for these (versions: counts stored)
             if kind.startswith("rec:"):
                 self.records(kind[4:])
@@ -328,6 +375,7 @@ class RunFrames:
 
     def _reload(self) -> None:
         """Forget every loaded row; the next read fetches all again (versions keep growing)."""
+        self._reloads += 1
         self._newest.clear()
         for kind in list(self._frames):
             self._frames[kind].reset()

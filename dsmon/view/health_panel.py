@@ -18,11 +18,13 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from dsmon.health.gather import FRAME_KINDS, inputs_from_frames
+from dsmon.health.gather import FRAME_KINDS, inputs_from_frames, store_kind_stamps
 from dsmon.health.inputs import (
     BREAKDOWN,
     COORDINATOR,
+    KIND_STAMPS,
     LAST_BEATS,
+    LAST_SKIPPED,
     MICRO,
     NEWEST_TS,
     RANK_PHASES,
@@ -38,8 +40,8 @@ from dsmon.health.run_state import RunState, judge
 from dsmon.health.triage import Triage, triage
 from dsmon.store.records.runs import RunInfo
 from dsmon.view import ranks as rank_views
-from dsmon.view import step_views
-from dsmon.view.cache import GPU, STORED_KINDS, RunFrames
+from dsmon.view import step_views, timer_steps
+from dsmon.view.cache import GPU, STORED_KINDS, STORED_PREFIX, RunFrames
 from dsmon.view.cutoff import OPEN, Cutoff
 
 #: Dashboard page script per rule ``page`` (the scripts app.py lists).
@@ -73,8 +75,10 @@ class Panel(NamedTuple):
     laid: Triage
 
 
-#: What the checklist's inputs are read from: a change to any of them makes new inputs.
-_KINDS = (*FRAME_KINDS, GPU, "rec:config")
+#: What the checklist's inputs are read from: a change to any of them makes new inputs. Each
+#: kind by what the store holds of it: the checklist reads some kinds from the store's
+#: summaries (the timers' breakdown) and others only if a rule asks, so none is loaded here.
+_KINDS = (*(STORED_PREFIX + k for k in FRAME_KINDS), GPU, "rec:config")
 
 
 def _inputs(frames: RunFrames, cutoff: Cutoff, run: str) -> HealthInputs:
@@ -82,9 +86,9 @@ def _inputs(frames: RunFrames, cutoff: Cutoff, run: str) -> HealthInputs:
     configs = frames.records("config", cutoff)
     summary = frames.gpu_summary(cutoff)
     views = {
-        BREAKDOWN: lambda: step_views.breakdown(frames, cutoff),
+        BREAKDOWN: lambda: timer_steps.breakdown(frames, cutoff),
         MICRO: lambda: step_views.micro(frames, cutoff),
-        COORDINATOR: lambda: step_views.coordinator_steps(frames, cutoff),
+        COORDINATOR: lambda: timer_steps.coordinator_steps(frames, cutoff),
         SKIPPED: lambda: step_views.skipped(frames, cutoff),
         RANK_STATS: lambda: rank_views.stats(frames, cutoff),
         LAST_BEATS: lambda: rank_views.beats(frames, cutoff),
@@ -92,6 +96,10 @@ def _inputs(frames: RunFrames, cutoff: Cutoff, run: str) -> HealthInputs:
     }
     if cutoff == OPEN:
         views[NEWEST_TS] = lambda: _newest_ts(frames)
+        # each kind's highest step as the store keeps it: the run's state asks, and the
+        # frames of a long run's step lines are a million rows read for their maximum
+        views[KIND_STAMPS] = lambda: store_kind_stamps(frames.store, run)
+        views[LAST_SKIPPED] = lambda: _last_skipped(frames, run)
     info = frames.info()  # its node names: a log line rarely says which node printed it
     inputs = inputs_from_frames(
         lambda kind: frames.frame(kind, cutoff),
@@ -101,7 +109,7 @@ def _inputs(frames: RunFrames, cutoff: Cutoff, run: str) -> HealthInputs:
         gpu_summary=summary,
         views=views,
         present=lambda kind: _present(frames, kind, cutoff),
-        stats=step_views.stat_source(frames, cutoff),
+        stats=timer_steps.stat_source(frames, cutoff),
         stragglers=lambda: rank_views.stragglers(frames, cutoff),
     )
     return inputs
@@ -129,9 +137,15 @@ def _newest_ts(frames: RunFrames) -> pd.DataFrame:
     return pd.concat([newest, extra]) if not newest.empty else extra
 
 
+def _last_skipped(frames: RunFrames, run: str) -> pd.DataFrame:
+    """The run's newest step line's step and skipped count, as the store keeps it."""
+    newest = frames.store.skips.newest(run)
+    return pd.DataFrame([newest] if newest else [], columns=["step", "skipped"])
+
+
 def _present(frames: RunFrames, kind: str, cutoff: Cutoff) -> bool:
-    """Whether ``kind`` has rows as of ``cutoff``; the probe's kinds from their summaries."""
-    if kind in STORED_KINDS and cutoff == OPEN:
+    """Whether ``kind`` has rows as of ``cutoff``; live, as the store counts them (none read)."""
+    if cutoff == OPEN:
         return frames.stored(kind) > 0
     if kind == "rank_step":
         return not rank_views.stats(frames, cutoff).empty

@@ -66,20 +66,20 @@ def stat(frames: RunFrames, cutoff: Cutoff, name: str) -> Percentiles:
     """
     bd = breakdown(frames, cutoff)
     live = cutoff == OPEN and not bd.empty and len(bd) >= KEEP_SORTED_ROWS
-    if live and _past_warmup(bd["step"].iloc[-1]):
-        values = _steady_values(name)
+    if live and past_warmup(bd["step"].iloc[-1]):
+        values = steady_values(name)
         kept = frames.quantiles("steps.breakdown", "timer", steps.step_breakdown, name, values)
         if kept is not None:
             return kept
     return step_stats.ranked(steps.steady(bd), name)
 
 
-def _past_warmup(last_step: Any) -> bool:
+def past_warmup(last_step: Any) -> bool:
     """Whether the newest row of a breakdown in step order is after the warm-up steps."""
     return bool(pd.notna(last_step) and last_step > WARMUP)
 
 
-def _steady_values(name: str) -> ValuesFn:
+def steady_values(name: str) -> ValuesFn:
     """The values of figure ``name`` from some whole steps' rows, warm-up steps left out.
 
     (:func:`dsmon.analysis.steps.steady` keeps warm-up steps when a run has nothing else;

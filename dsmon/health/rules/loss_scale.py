@@ -17,7 +17,7 @@ from dsmon.analysis import steps
 from dsmon.health import measures as m
 from dsmon.health import probe_measures as pm
 from dsmon.health import thresholds as th
-from dsmon.health.inputs import SKIPPED, HealthInputs
+from dsmon.health.inputs import LAST_SKIPPED, SKIPPED, HealthInputs
 from dsmon.health.model import Evidence, Finding, Status
 from dsmon.health.registry import rule
 from dsmon.health.verdicts import fix_json, not_applicable
@@ -35,7 +35,9 @@ from dsmon.health.verdicts import fix_json, not_applicable
 )
 def check_skipped(inputs: HealthInputs) -> Finding:
     """Skipped share against SKIPPED_WARN and SKIPPED_FAIL."""
-    rows = m.step_view(inputs, SKIPPED, steps.skipped_counts, kind="step")
+    rows = inputs.frames.get(LAST_SKIPPED)
+    if rows is None:
+        rows = m.step_view(inputs, SKIPPED, steps.skipped_counts, kind="step")
     if not rows.empty:
         n, skipped = int(rows.iloc[-1]["step"]), int(rows.iloc[-1]["skipped"])
         where = f"step line at step {n}"

@@ -28,6 +28,10 @@ recomputed here from those tables. The records stay in ``records`` as the record
   (``coll_max_ms``). ``id`` is the newest
   record taken into the row, so a live reader asks for the rows changed since the id it last
   saw.
+- ``rank_stat_blocks``: the ``rank_step_stats`` rows of each whole block of steps, packed in
+  one value once the run is past it (:mod:`dsmon.store.blocks`): a first read of a million
+  steps unpacks them instead of fetching a million rows. A write that changes a step of a
+  packed block drops it.
 - ``rank_busy``: each rank's busy time per bucket of 8, 64, 512, 4096 and 32768 steps (count,
   sum, min, max) and the sums of its phases (fwd, bwd, step, the time before its forwards,
   its time in collectives, its step time), each level recomputed from the eight buckets of
@@ -41,6 +45,7 @@ recomputed here from those tables. The records stay in ``records`` as the record
 
 from __future__ import annotations
 
+from dsmon.store import blocks
 from dsmon.store.dialect import Dialect
 
 #: Step-bucket widths of ``rank_busy``, finest first: each is eight of the one before.
@@ -88,6 +93,10 @@ COMM_COLUMNS = (
 )
 
 
+#: The table of ``rank_step_stats``'s packed blocks (:mod:`dsmon.store.blocks`).
+STAT_BLOCKS = "rank_stat_blocks"
+
+
 def ddl(d: Dialect) -> tuple[str, ...]:
     """The per-rank tables (see docs/store.md)."""
     i, r, t = d.integer, d.real, d.text  # ISO times compare as bytes
@@ -114,6 +123,7 @@ def ddl(d: Dialect) -> tuple[str, ...]:
             PRIMARY KEY (run, step)
         ){d.keyed}""",
         "CREATE INDEX IF NOT EXISTS rank_step_stats_run_id ON rank_step_stats (run, id)",
+        blocks.ddl(d, STAT_BLOCKS),
         f"""CREATE TABLE IF NOT EXISTS rank_busy (
             run {t} NOT NULL, width {i} NOT NULL, bucket {i} NOT NULL, rank {i} NOT NULL,
             n {i} NOT NULL, sum_ms {r}, min_ms {r}, max_ms {r},
@@ -313,6 +323,11 @@ WHERE run = ? AND id > ? ORDER BY id
 STATS_PAGE = f"""
 SELECT {", ".join(STAT_COLUMNS)} FROM rank_step_stats
 WHERE run = ? AND step > ? AND step <= ? ORDER BY step LIMIT ?
+"""
+# The rows of a block of steps, to pack them (from one step, before another).
+STATS_BLOCK = f"""
+SELECT {", ".join(STAT_COLUMNS)} FROM rank_step_stats
+WHERE run = ? AND step >= ? AND step < ? ORDER BY step
 """
 # Each rank's newest heartbeat of the newest step it was in up to a step (a replay position).
 BEAT_BODIES_UPTO = """

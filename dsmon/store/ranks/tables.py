@@ -16,6 +16,7 @@ from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dsmon.model.records import HeartbeatRecord
+from dsmon.store import blocks
 from dsmon.store.backend import Backend, Db
 from dsmon.store.ranks import sql
 from dsmon.store.ranks.rows import probe_rows
@@ -79,7 +80,9 @@ class RankTables:
             db.execute_many(sql.upsert_steps(), made.steps)
             if made.comm:
                 db.execute_many(sql.upsert_comm(d), made.comm)
-            db.execute_many(sql.update_stats(d), made.touched())
+            touched = made.touched()
+            db.execute_many(sql.update_stats(d), touched)
+            _repack_stats(db, touched)
             for width in BUSY_LEVELS:  # finest first: each level sums the one below
                 db.execute_many(sql.update_busy(d, width), made.buckets(width))
         if made.beats:
@@ -179,32 +182,86 @@ def _phases_query(
     return query, (run,) * n_params
 
 
-def _all_stats(db: Db, run: str, step_max: int) -> pd.DataFrame:
-    """Every step's row, read a page at a time in one snapshot.
+#: How :mod:`dsmon.store.blocks` packs a ``rank_step_stats`` row: its time as text, the
+#: rest as floats (as :func:`_frame` reads them).
+_STAT_KINDS = "".join(blocks.TEXT if c == "ts" else blocks.FLOAT for c in STAT_COLUMNS)
 
-    A million steps fetched at once as tuples take gigabytes; a page of them, megabytes.
+
+def _repack_stats(db: Db, touched: Sequence[tuple[str, int]]) -> None:
+    """The packed blocks of the steps a write changed dropped, those it went past packed."""
+    by_run: dict[str, list[int]] = {}
+    for run, step in touched:
+        by_run.setdefault(run, []).append(int(step))
+    for run, steps in by_run.items():
+
+        def rows_of(first: int, end: int, run: str = run) -> list[Any]:
+            return db.rows(sql.STATS_BLOCK, (run, first, end))
+
+        blocks.repack(db, sql.STAT_BLOCKS, run, steps, rows_of, _STAT_KINDS)
+
+
+def _all_stats(db: Db, run: str, step_max: int) -> pd.DataFrame:
+    """Every step's row up to ``step_max``, in one snapshot: packed blocks, and pages of rows.
+
+    A million steps fetched at once as tuples take gigabytes; a page of them, megabytes; the
+    whole blocks before ``step_max``, packed, are unpacked instead of fetched.
     """
     import pandas as pd
 
-    parts, after = [], -1
+    parts: list[pd.DataFrame] = []
+    after = -1  # the last step read (steps from 0 on)
+    for low, data in blocks.packed_blocks(db, sql.STAT_BLOCKS, run, step_max + 1):
+        if low <= after:
+            continue
+        if low > after + 1:
+            parts += _stat_pages(db, run, after, low - 1)
+        parts.append(_unpacked_stats(data))
+        after = low + blocks.BLOCK_STEPS - 1
+    parts += _stat_pages(db, run, after, step_max)
+    parts = [p for p in parts if len(p)] or parts[:1]
+    return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+
+
+def _stat_pages(db: Db, run: str, after: int, upto: int) -> list[pd.DataFrame]:
+    """The rows of steps after ``after`` up to ``upto``, a page at a time."""
+    parts = []
     while True:
-        rows = db.rows(sql.STATS_PAGE, (run, after, step_max, STATS_PAGE_ROWS))
+        rows = db.rows(sql.STATS_PAGE, (run, after, upto, STATS_PAGE_ROWS))
         parts.append(_frame(rows, STAT_COLUMNS))
         if len(rows) < STATS_PAGE_ROWS:
-            return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+            return parts
         after = int(rows[-1][0])
 
 
-def _frame(rows: Sequence[Sequence[Any]], columns: Sequence[str]) -> pd.DataFrame:
-    """Rows as a frame of float columns (integers with gaps would become floats anyway)."""
+def _unpacked_stats(data: bytes) -> pd.DataFrame:
+    """A packed block's rows as :func:`_frame` makes them of fetched rows."""
     import pandas as pd
 
-    frame = pd.DataFrame([tuple(r) for r in rows], columns=list(columns))
-    for col in columns:
+    cols = dict(zip(STAT_COLUMNS, blocks.unpack(data, _STAT_KINDS), strict=True))
+    cols["ts"] = pd.to_datetime(
+        pd.Series(cols["ts"], dtype=object), errors="coerce", format="ISO8601"
+    )
+    return pd.DataFrame(cols)
+
+
+def _frame(rows: Sequence[Sequence[Any]], columns: Sequence[str]) -> pd.DataFrame:
+    """Rows as a frame of float columns (integers with gaps would become floats anyway).
+
+    Column by column, each made an array at once (NULL: NaN): a frame of the rows' tuples
+    made numeric afterwards took twice as long as fetching them (a million steps' table).
+    """
+    import numpy as np
+    import pandas as pd
+
+    values = list(zip(*rows, strict=True)) if rows else [()] * len(columns)
+    cols: dict[str, Any] = {}
+    for col, got in zip(columns, values, strict=True):
         if col == "ts":
-            frame[col] = pd.to_datetime(frame[col], errors="coerce", format="ISO8601")
+            cols[col] = pd.to_datetime(
+                pd.Series(got, dtype=object), errors="coerce", format="ISO8601"
+            )
         elif col == "op":
-            frame[col] = frame[col].astype(str)
+            cols[col] = pd.Series(got, dtype=object).astype(str)
         else:
-            frame[col] = pd.to_numeric(frame[col], errors="coerce").astype("float64")
-    return frame
+            cols[col] = np.array(got, dtype=np.float64)
+    return pd.DataFrame(cols, columns=list(columns))

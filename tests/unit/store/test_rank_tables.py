@@ -5,7 +5,8 @@ DeepSpeed 0.19.8, 2 ranks; each folder's README says how it was made) and compar
 store keeps as they arrive (``Store.ranks``: ``step_stats``, ``busy``, ``last_heartbeats``)
 with the same figures computed from the records in pandas (``dsmon.analysis.ranks``), on
 both backends: in whatever order and batches the records come, and once more after a step
-was stored twice.
+was stored twice. Blocks of four steps are packed (``rank_stat_blocks``), so a first read
+unpacks blocks and fetches rows alike.
 """
 
 from __future__ import annotations
@@ -17,15 +18,14 @@ from datetime import datetime
 import pandas as pd
 import pytest
 from lanes import first_fast, sample
-from locations import DATA
+from store_support import folder_records
 
 from dsmon.analysis import collectives, ranks
 from dsmon.analysis.stragglers import StragglerSummary, straggler_summary
-from dsmon.load.files import import_paths
 from dsmon.model.frames import records_frame
 from dsmon.model.records import RankStepRecord, Record
-from dsmon.store.records.filter import RecordFilter
-from dsmon.store.store import Store, open_store
+from dsmon.store import blocks
+from dsmon.store.store import Store
 from dsmon.view import ranks as rank_views
 from dsmon.view.cache import RunFrames
 from dsmon.view.cutoff import OPEN, Cutoff
@@ -39,13 +39,16 @@ FOLDERS = ("probe_straggler", "probe_torchrun", "probe_crash_torchrun", "probe_f
 WIDTHS = (1, 2, 8, 16, 64, 128, 512, 4096, 32768)
 
 
+@pytest.fixture(autouse=True)
+def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks of a few steps: these short runs are read from packed blocks and rows alike."""
+    monkeypatch.setattr(blocks, "BLOCK_STEPS", 4)
+    monkeypatch.setattr(blocks, "SEAL_AFTER", 3)
+
+
 def probe_records(folder: str) -> list[Record]:
     """The records of a real run folder, read as ``dsmon import`` reads them."""
-    tmp = open_store(":memory:")
-    import_paths(tmp, [DATA / folder], run=RUN)
-    recs = [r for _, r in tmp.id_records(RecordFilter(RUN))]
-    tmp.close()
-    return recs
+    return folder_records(folder, RUN)
 
 
 def assert_tables_match(store: Store, recs: Sequence[Record]) -> None:
@@ -93,6 +96,8 @@ def test_the_tables_equal_the_records_figures(store: Store, folder: str) -> None
     assert_tables_match(store, recs)
     stats = store.ranks.step_stats(RUN)
     assert len(stats) == len({r.step for r in recs if r.KIND == "rank_step"})
+    packed = store.backend.read(lambda db: db.rows("SELECT COUNT(*) FROM rank_stat_blocks"))
+    assert packed[0][0] > 0  # read from packed blocks too
 
 
 def test_records_arriving_rank_by_rank_in_small_batches_fold_the_same(store: Store) -> None:

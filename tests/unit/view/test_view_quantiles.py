@@ -3,7 +3,9 @@
 Real DeepSpeed logs (2 ranks) are stored a few records at a time into a real store, as a
 live collector sends them. After each refresh, every figure of ``dsmon.analysis.step_stats``
 taken from the dashboard's sorted values (``dsmon.view.quantiles``) must equal, to the last
-bit, the same figure computed by numpy from the whole timer frame. The thresholds are made
+bit, the same figure computed by numpy from the whole timer frame: the figures the folds of
+the timer records keep (``dsmon.view.step_views``) and those the checklist keeps of the
+store's timer tables (``dsmon.view.timer_steps``). The thresholds are made
 small so these short runs keep their values sorted, merge them, and see late rows.
 """
 
@@ -28,7 +30,7 @@ from dsmon.health.registry import evaluate
 from dsmon.health.rules import communication as runtime_rules
 from dsmon.model.frames import records_frame
 from dsmon.store.store import Store
-from dsmon.view import fold, quantiles, step_views
+from dsmon.view import fold, quantiles, step_views, timer_steps
 from dsmon.view.cache import RunFrames
 from dsmon.view.cutoff import OPEN
 from dsmon.view.health_panel import panel
@@ -57,6 +59,9 @@ def assert_figures_of_the_whole_run(frames: RunFrames) -> int:
         kept += live._plain is None
         want = figures(step_stats.ranked(steps.steady(bd), name))
         np.testing.assert_array_equal(figures(live), want, err_msg=name)
+        stored = timer_steps.stat(frames, OPEN, name)
+        kept += stored._plain is None
+        np.testing.assert_array_equal(figures(stored), want, err_msg=f"{name} (stored)")
     table = step_stats.timer_table(bd, lambda name: step_views.stat(frames, OPEN, name))
     pd.testing.assert_frame_equal(table, steps.step_stats(bd))  # the Steps page's table
     return kept
@@ -84,7 +89,7 @@ def test_the_live_checklist_with_sorted_figures_says_what_the_store_says(store: 
         store.add(recs[start : start + 40])
         frames.refresh()
         live = panel(frames, "z2", OPEN, now)
-    assert frames._quantiles  # the checklist's figures came from the sorted values
+    assert timer_steps._live(frames).quantiles  # the checklist's figures: sorted values
     full = evaluate(inputs_from_store(store, "z2", now=now))
     assert [(r.rule_id, r.status, r.summary, r.evidence) for r in live.checklist.results] == [
         (r.rule_id, r.status, r.summary, r.evidence) for r in full.results
