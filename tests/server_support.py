@@ -22,6 +22,7 @@ from dsmon.model.check import encoded_record, parse_line
 from dsmon.model.records import Record, Source, TimerRecord
 from dsmon.model.wire import EncodedRecord, WireError
 from dsmon.serve.body import BatchError
+from dsmon.serve.rows import JSON_SPACE
 from dsmon.serve.run import IngestServer
 from dsmon.store.records.rows import RecordRow
 from dsmon.store.store import RowBatch, stored_as
@@ -127,7 +128,7 @@ def reference_batch(body: bytes) -> list[EncodedRecord]:
         raise BatchError(400, f"line {bad_line}: not UTF-8 at byte {exc.start}") from None
     out: list[EncodedRecord] = []
     for number, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
+        if not line.strip(JSON_SPACE):  # a blank line: JSON's spaces only
             continue
         try:
             rec = parse_line(line)

@@ -71,6 +71,11 @@ class CheckedLines(NamedTuple):
     others: list[Other]
 
 
+#: The whitespace JSON allows around a value (RFC 8259): ``str.strip()`` would also take
+#: vertical tabs, form feeds and Unicode spaces, which make a line bad JSON.
+JSON_SPACE = " \t\r\n"
+
+
 def check_lines(text: str) -> CheckedLines:
     """The rows of every line of ``text`` this path vouches for; the other lines, in order.
 
@@ -90,7 +95,7 @@ def check_lines(text: str) -> CheckedLines:
     for line in text.split("\n"):
         number += 1
         if not line or line[0] != "{" or line[-1] != "}":
-            line = line.strip()
+            line = line.strip(JSON_SPACE)  # JSON's own: a vertical tab is no JSON space
             if not line:
                 continue
         try:

@@ -314,6 +314,9 @@ def test_real_encoded_records_are_there() -> None:
 
 @PROFILE
 @given(st.binary(max_size=2000))
+@example(b"0\x0b")  # a vertical tab is not JSON's space: the line is not JSON (found here)
+@example(b"\x0b0")
+@example(b"\x0b\n\x0c")
 def test_batch_of_arbitrary_bytes_is_refused_or_read(body: bytes) -> None:
     decode_or_refuse(body)
 
