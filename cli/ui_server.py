@@ -132,8 +132,10 @@ def add_server_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-browser", action="store_true", help="do not open a browser tab")
 
 
-def streamlit_command(app: Path, port: int, address: str) -> list[str]:
+def streamlit_command(app: Path, port: int, address: str, module: str = "streamlit") -> list[str]:
     """The ``python -m streamlit run`` command line with the server settings.
+
+    ``module``: ``cli.ui_child`` for a child that must end with its command (same arguments).
 
     Always headless: a non-headless Streamlit asks for an e-mail address on its first start
     on a machine (no ``~/.streamlit/credentials.toml``), which waits forever in a terminal
@@ -141,7 +143,7 @@ def streamlit_command(app: Path, port: int, address: str) -> list[str]:
     itself (:func:`open_browser_when_ready`).
     """
     return [
-        sys.executable, "-m", "streamlit", "run", str(app),
+        sys.executable, "-m", module, "run", str(app),
         "--server.port", str(port),
         "--server.address", address,
         "--server.headless", "true",
@@ -266,7 +268,7 @@ def _bind_problem(address: str, port: int) -> str | None:
 
 
 def _launch(
-    store: str, port: int, address: str, refresh_s: float, command: str
+    store: str, port: int, address: str, refresh_s: float, command: str, module: str = "streamlit"
 ) -> tuple[list[str], dict[str, str], Path]:
     """Command line, environment and folder of the Streamlit server, after checking them.
 
@@ -293,7 +295,7 @@ def _launch(
         "Ctrl-C stops it.",
         flush=True,
     )
-    return streamlit_command(app, port, address), env, app.parent
+    return streamlit_command(app, port, address, module), env, app.parent
 
 
 def start(store: str, port: int, address: str, refresh_s: float, open_browser: bool) -> int:
@@ -346,9 +348,8 @@ def start_streamlit(
         CommandError: the port is out of range, ``app.py`` is missing, or Python cannot run;
             the message starts with ``command``.
     """
-    cmd, env, cwd = _launch(store, port, address, refresh_s, command)
     # through cli.ui_child: Streamlit ends with this process even if it is killed outright
-    cmd[cmd.index("streamlit")] = "cli.ui_child"
+    cmd, env, cwd = _launch(store, port, address, refresh_s, command, "cli.ui_child")
     env[PARENT_ENV] = str(os.getpid())
     try:
         child = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL)
