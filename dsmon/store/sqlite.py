@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -279,6 +280,12 @@ class SQLiteBackend(Backend):
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             if self.path != ":memory:":
+                if _empty(self.path):
+                    # Turning an empty file to WAL is a write in rollback mode, which SQLite
+                    # makes durable with four syncs of the file, its journal and the folder
+                    # (half of creating a store). Lost on a power cut, the file is empty
+                    # again: the next open turns it to WAL. So that write is not synced.
+                    self._conn.execute("PRAGMA synchronous = OFF")
                 self._conn.execute("PRAGMA journal_mode = WAL")
             # NORMAL is durable in WAL mode except for the last commits on power loss.
             self._conn.execute("PRAGMA synchronous = NORMAL")
@@ -441,3 +448,11 @@ class BackgroundCheckpoint:
             self.passes += 1
         except sqlite3.Error as exc:
             logger.warning("dsmon: background WAL checkpoint failed, next write retries: %s", exc)
+
+
+def _empty(path: str) -> bool:
+    """Whether the database file is new: no page written yet (SQLite has just created it)."""
+    try:
+        return os.path.getsize(path) == 0
+    except OSError:
+        return True

@@ -250,6 +250,17 @@ def test_sqlite_uses_wal_and_a_busy_timeout(tmp_path: Path) -> None:
     store.close()
 
 
+def test_only_the_wal_switch_of_a_new_file_is_unsynced(tmp_path: Path) -> None:
+    """A new store's switch to WAL skips its syncs; every write after it is synced as usual
+    (``synchronous`` NORMAL: 1), on a new file and on an existing one."""
+    for _ in ("new", "existing"):
+        store = open_store(tmp_path / "s.sqlite")
+        conn = store.backend._conn
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        store.close()
+
+
 def test_sqlite_indexes_exist(tmp_path: Path) -> None:
     path = tmp_path / "s.sqlite"
     open_store(path).close()
