@@ -134,6 +134,14 @@ def pytest_configure(config: pytest.Config) -> None:
     lanes.FAST = "not slow" in (config.getoption("markexpr") or "")
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The fast lane does not even import tests/system/: every test there is slow, and its
+    modules import a browser driver and the whole dashboard in every worker."""
+    if lanes.FAST and (collection_path == SYSTEM or SYSTEM in collection_path.parents):
+        return True
+    return None
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark each test of tests/system/ ``slow``, and the PostgreSQL case of each test taking

@@ -36,6 +36,9 @@ FORBIDDEN = {
 }  # fmt: skip
 
 
+#: One worker runs every check of this module, so each source file is parsed once a run.
+pytestmark = pytest.mark.xdist_group("layering")
+
 #: The packages whose modules may not import each other in a circle.
 CIRCLE_FREE = ("dsmon", "collectors", "cli", "ui")
 

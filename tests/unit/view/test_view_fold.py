@@ -157,11 +157,11 @@ def test_a_live_runs_small_parts_are_joined_and_read_the_same(
     collection slower, so every ``JOIN_PARTS`` small ones are joined: the folds, the rows
     since a count and the whole frame read the same as from the parts as they came."""
     monkeypatch.setattr(fold, "LATE_STEPS", 2)
-    recs = records_of(name)[:72]  # a few steps: two dozen refreshes, a dozen joins
+    recs = records_of(name)[:48]  # a few steps: 16 refreshes, 5 joins
     stores = [open_store(tmp_path / "a.sqlite"), open_store(tmp_path / "b.sqlite")]
     try:
         _read_the_same(
-            tiny_refreshes(stores[0], name, recs, join=4),
+            tiny_refreshes(stores[0], name, recs, join=3),
             tiny_refreshes(stores[1], name, recs, join=10**6),
         )
     finally:
