@@ -24,10 +24,13 @@ import re
 from array import array
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dsmon.store.backend import Db
 from dsmon.store.dialect import Dialect
+
+if TYPE_CHECKING:  # pandas loads with the first read: the stores' writers never need it
+    import pandas as pd
 
 INT, FLOAT, TIME = "q", "d", "u"
 #: How a time column is packed: the word before it.
@@ -156,3 +159,40 @@ def packed_blocks(db: Db, table: str, run: str, step_end: int) -> list[tuple[int
     last = step_end // BLOCK_STEPS - 1  # the last block wholly before step_end
     query = f"SELECT block, data FROM {table} WHERE run = ? AND block <= ? ORDER BY block"
     return [(int(b) * BLOCK_STEPS, bytes(data)) for b, data in db.rows(query, (run, last))]
+
+
+def joined(parts: Sequence[dict[str, Any]], columns: Sequence[str]) -> pd.DataFrame:
+    """The rows of ``parts`` (each its ``columns``: arrays or series of one length) as a frame.
+
+    The parts of a first read are a long run's packed blocks and the rows between them:
+    joining a frame per part, or building one of the joined columns, copies every value
+    twice, as pandas gathers the float columns into one block. Here the columns that are
+    float arrays in every part are copied once, into that block; the others are joined by
+    numpy when their parts share a type, else by pandas (times of several units or with a
+    zone), as joining the parts' frames would.
+    """
+    import numpy as np
+    import pandas as pd
+
+    parts = [p for p in parts if len(p[columns[0]])] or list(parts[:1])
+    floats = [
+        c for c in columns
+        if all(isinstance(p[c], np.ndarray) and p[c].dtype == np.float64 for p in parts)
+    ]  # fmt: skip
+    block = np.empty((len(floats), sum(len(p[columns[0]]) for p in parts)))
+    at = 0
+    for p in parts:
+        n = len(p[columns[0]])
+        for i, c in enumerate(floats):
+            block[i, at : at + n] = p[c]
+        at += n
+    out = pd.DataFrame(block.T, columns=floats, copy=False)
+    for pos, col in enumerate(columns):
+        if col in floats:
+            continue
+        got = [p[col] for p in parts]
+        if all(isinstance(g, np.ndarray) and g.dtype == got[0].dtype for g in got):
+            out.insert(pos, col, np.concatenate(got) if len(got) > 1 else np.array(got[0]))
+        else:
+            out.insert(pos, col, pd.concat([pd.Series(g) for g in got], ignore_index=True))
+    return out

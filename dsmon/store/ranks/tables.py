@@ -204,9 +204,8 @@ def _all_stats(db: Db, run: str, step_max: int) -> pd.DataFrame:
     """Every step's row up to ``step_max``, in one snapshot: packed blocks, and pages of rows.
 
     A million steps fetched at once as tuples take gigabytes; a page of them, megabytes; the
-    whole blocks before ``step_max``, packed, are unpacked instead of fetched. Each part is
-    its columns, joined column by column at the end: a frame per block, joined, cost a first
-    look a frame of 245 parts at a million steps.
+    whole blocks before ``step_max``, packed, are unpacked instead of fetched; the parts'
+    columns are joined once (:func:`dsmon.store.blocks.joined`).
     """
     parts: list[dict[str, Any]] = []
     after = -1  # the last step read (steps from 0 on)
@@ -218,7 +217,7 @@ def _all_stats(db: Db, run: str, step_max: int) -> pd.DataFrame:
         parts.append(_unpacked_stats(data))
         after = low + blocks.BLOCK_STEPS - 1
     parts += _stat_pages(db, run, after, step_max)
-    return _joined(parts)
+    return blocks.joined(parts, STAT_COLUMNS)
 
 
 def _stat_pages(db: Db, run: str, after: int, upto: int) -> list[dict[str, Any]]:
@@ -238,28 +237,6 @@ def _unpacked_stats(data: bytes) -> dict[str, Any]:
     if isinstance(cols["ts"], list):  # packed as text (times with a zone, say): parsed
         cols["ts"] = _times(cols["ts"])
     return cols
-
-
-def _joined(parts: list[dict[str, Any]]) -> pd.DataFrame:
-    """The parts' rows as one frame of :data:`STAT_COLUMNS`, column by column.
-
-    A column whose parts are numpy arrays of one type is joined by numpy; else (a time
-    column of several units, or with a zone) by pandas, as joining the parts' frames would.
-    """
-    import numpy as np
-    import pandas as pd
-
-    parts = [p for p in parts if len(p["step"])] or parts[:1]
-    cols: dict[str, Any] = {}
-    for col in STAT_COLUMNS:
-        got = [p[col] for p in parts]
-        if len(got) == 1:
-            cols[col] = got[0]
-        elif all(isinstance(g, np.ndarray) and g.dtype == got[0].dtype for g in got):
-            cols[col] = np.concatenate(got)
-        else:
-            cols[col] = pd.concat([pd.Series(g) for g in got], ignore_index=True)
-    return pd.DataFrame(cols, columns=list(STAT_COLUMNS))
 
 
 def _times(texts: Sequence[Any]) -> Any:
