@@ -48,3 +48,18 @@ def test_a_block_with_a_time_not_plain_keeps_its_text() -> None:
 def test_an_empty_block_unpacks_empty() -> None:
     ints, floats, times = blocks.unpack(blocks.pack([], KINDS), KINDS)
     assert len(ints) == len(floats) == len(times) == 0
+
+
+def test_joined_parts_equal_the_parts_frames_joined() -> None:
+    """Blocks and fetched rows joined once: the frame pandas makes of the parts' frames."""
+    plain = ["2026-11-29T08:00:00.800", "2026-11-29T08:00:01.600"]
+    parts = [
+        dict(zip("kxt", blocks.unpack(blocks.pack([(1, 0.5, plain[0]), (2, None, plain[1])],
+                                                   KINDS), KINDS), strict=True)),
+        {"k": np.array([3]), "x": np.array([2.5]), "t": parsed(["2026-11-29T08:00:02"])},
+        {"k": np.array([], dtype=np.int64), "x": np.array([]), "t": parsed([])},
+        {"k": np.array([4]), "x": np.array([np.nan]), "t": parsed([None]).to_numpy()},
+    ]  # fmt: skip
+    got = blocks.joined(parts, "kxt")
+    want = pd.concat([pd.DataFrame(p) for p in parts if len(p["k"])], ignore_index=True)
+    pd.testing.assert_frame_equal(got, want)
