@@ -109,7 +109,7 @@ class LiveStragglers:
     def _rebuild(self, table: pd.DataFrame) -> None:
         """Take in the whole table again."""
         self._reset()
-        steady = table[table["step"] > self.warmup]
+        steady = _after(table, self.warmup)
         if steady.empty:  # no step after the warm-up yet: the figures are over every step
             self._whole = straggler_summary(table, self.warmup)
             return
@@ -173,6 +173,17 @@ class LiveStragglers:
         self._first = first if self._n == 0 else min(self._first, first)
         self._last = max(self._last, last)
         self._n += len(done)
+
+
+def _after(table: pd.DataFrame, warmup: int) -> pd.DataFrame:
+    """The rows of steps after ``warmup``: a slice of a table in step order (the store's is).
+
+    A mask would copy a million steps' every column on a long run's first look.
+    """
+    step = table["step"]
+    if step.notna().all() and step.is_monotonic_increasing:
+        return table.iloc[int(step.searchsorted(warmup, side="right")) :]
+    return table[step > warmup]
 
 
 #: Buckets of steps the busy-time figure draws at most (per rank) ...
