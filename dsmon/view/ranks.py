@@ -154,7 +154,11 @@ class LiveStragglers:
             self._score.add(np.where(median > 0, slowest / median, np.nan))
         self._slowest.add(slowest)
         self._median.add(median)
-        self._counts.update(done["slowest_rank"].to_numpy().astype(np.int64).tolist())
+        # counted by numpy: a Counter of a list took a long run's first look a million steps
+        ranks_seen, counts = np.unique(
+            done["slowest_rank"].to_numpy().astype(np.int64), return_counts=True
+        )
+        self._counts.update(dict(zip(ranks_seen.tolist(), counts.tolist(), strict=True)))
         blocked = (done["waited"] > 0).to_numpy()  # the columns read, not every column, masked
 
         def col(name: str) -> np.ndarray:
