@@ -168,7 +168,8 @@ def stored_breakdown(rows: pd.DataFrame, names: Mapping[str, Collection[str]]) -
     cols["rank"][rank == NO_RANK] = pd.NA
     for col in PHASE_COLUMNS:
         cols[col] = rows[col].to_numpy(dtype="float64")
-    out = pd.DataFrame(cols)
+    # its own columns, not gathered into one block (a copy of a million rows, each time)
+    out = pd.DataFrame(cols, copy=False)
     out["total_ms"] = _total(out)
     if OPTIMIZER_GROUP in names:  # (a group's line with no timer names it too: "")
         printed = set().union(*names.values())

@@ -70,7 +70,7 @@ def comm_split(stats: pd.DataFrame) -> pd.DataFrame:
     with np.errstate(divide="ignore", invalid="ignore"):
         wire_share = np.where(wall > 0, wire / wall, np.nan)
         wait_share = np.where(wall > 0, wait / wall, np.nan)
-    return pd.DataFrame(
+    return pd.DataFrame(  # fresh arrays, each its own column: not copied into one block
         {
             "step": stats["step"].to_numpy()[keep].astype("int64"),
             "wall_ms": wall,
@@ -78,7 +78,8 @@ def comm_split(stats: pd.DataFrame) -> pd.DataFrame:
             "wait_ms": wait,
             "wire_share": wire_share,
             "wait_share": wait_share,
-        }
+        },
+        copy=False,
     )
 
 

@@ -13,7 +13,7 @@ from dsmon import __version__
 from dsmon.store.errors import StoreError
 
 #: Bumped when the tables change shape or what a column holds (indexes included).
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 #: The store's identity, the same in both dialects.
 META_DDL = """CREATE TABLE IF NOT EXISTS dsmon_meta (
     name TEXT PRIMARY KEY,

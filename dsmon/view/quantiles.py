@@ -44,8 +44,10 @@ class SortedValues:
         if len(small) < MERGE_VALUES:
             self._small = small
             return
-        # two sorted runs: numpy's stable sort (a merge sort) joins them in one pass
-        self._big = np.sort(np.concatenate([self._big, small]), kind="stable")
+        # two sorted runs: numpy's stable sort (a merge sort) joins them in one pass; none to
+        # join on a first look, which takes in a long run's million values at once
+        joined = np.concatenate([self._big, small]) if len(self._big) else small
+        self._big = np.sort(joined, kind="stable") if len(self._big) else joined
         self._small = np.empty(0, dtype=np.float64)
 
     def ranked(self, more: np.ndarray) -> Percentiles:

@@ -109,7 +109,7 @@ class LiveStragglers:
     def _rebuild(self, table: pd.DataFrame) -> None:
         """Take in the whole table again."""
         self._reset()
-        steady = table[table["step"] > self.warmup]
+        steady = _after(table, self.warmup)
         if steady.empty:  # no step after the warm-up yet: the figures are over every step
             self._whole = straggler_summary(table, self.warmup)
             return
@@ -129,11 +129,13 @@ class LiveStragglers:
             strict=True,
         ):
             self._open[int(step)] = (float(total), bool(waited))
-        done = rows[final]
+        done = rows if final.all() else rows[final]  # (a mask copies every column)
         if done.empty:
             return
-        for step in done["step"].to_numpy().astype(np.int64):
-            self._open.pop(int(step), None)
+        if self._open:  # the open steps now complete (not a pop per row: a million at first)
+            held = np.fromiter(self._open, dtype=np.int64, count=len(self._open))
+            for step in np.intersect1d(held, done["step"].to_numpy().astype(np.int64)):
+                del self._open[int(step)]
         self._final += len(done)
         self._step_ms.add(done["median_total_ms"].to_numpy(dtype=np.float64))
         self._waited = self._waited or bool((done["waited"] > 0).any())
@@ -152,15 +154,19 @@ class LiveStragglers:
             self._score.add(np.where(median > 0, slowest / median, np.nan))
         self._slowest.add(slowest)
         self._median.add(median)
-        self._counts.update(done["slowest_rank"].to_numpy().astype(np.int64).tolist())
-        blocked = done[done["waited"] > 0]
-        wall = blocked["wall_ms"].to_numpy(dtype=np.float64)
+        # counted by numpy: a Counter of a list took a long run's first look a million steps
+        ranks_seen, counts = np.unique(
+            done["slowest_rank"].to_numpy().astype(np.int64), return_counts=True
+        )
+        self._counts.update(dict(zip(ranks_seen.tolist(), counts.tolist(), strict=True)))
+        blocked = (done["waited"] > 0).to_numpy()  # the columns read, not every column, masked
+
+        def col(name: str) -> np.ndarray:
+            return done[name].to_numpy(dtype=np.float64)[blocked]
+
+        wall = col("wall_ms")
         wire, wait = split_ms(
-            wall,
-            blocked["slowest_ms"].to_numpy(dtype=np.float64),
-            blocked["fastest_ms"].to_numpy(dtype=np.float64),
-            blocked["coll_wire_ms"].to_numpy(dtype=np.float64),
-            blocked["coll_max_ms"].to_numpy(dtype=np.float64),
+            wall, col("slowest_ms"), col("fastest_ms"), col("coll_wire_ms"), col("coll_max_ms")
         )
         with np.errstate(divide="ignore", invalid="ignore"):
             self._wire_share.add(np.where(wall > 0, wire / wall, np.nan))
@@ -171,6 +177,17 @@ class LiveStragglers:
         self._first = first if self._n == 0 else min(self._first, first)
         self._last = max(self._last, last)
         self._n += len(done)
+
+
+def _after(table: pd.DataFrame, warmup: int) -> pd.DataFrame:
+    """The rows of steps after ``warmup``: a slice of a table in step order (the store's is).
+
+    A mask would copy a million steps' every column on a long run's first look.
+    """
+    step = table["step"]
+    if step.notna().all() and step.is_monotonic_increasing:
+        return table.iloc[int(step.searchsorted(warmup, side="right")) :]
+    return table[step > warmup]
 
 
 #: Buckets of steps the busy-time figure draws at most (per rank) ...

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from dsmon.analysis import comm, step_stats, waiting
+from dsmon.analysis import comm, step_stats, steps, waiting
 from dsmon.analysis.waiting import CommSplit
 from dsmon.health import measures as m
 from dsmon.health import probe_measures as pm
@@ -332,7 +332,9 @@ def _reduction_wire_share(inputs: HealthInputs, bd: pd.DataFrame) -> float | Non
     rows = bd[["step", "bwd_allreduce_ms", "bwd_ms"]].dropna()
     if per.empty or rows.empty:
         return None
-    timers = rows.groupby("step")[["bwd_allreduce_ms", "bwd_ms"]].max()
+    # the slowest rank's per step, grouped only when a step has several rows (rank 0's
+    # timers have one: grouping a million of them cost a long run's first look)
+    timers = pd.DataFrame({c: steps.max_per_step(rows, c) for c in ("bwd_allreduce_ms", "bwd_ms")})
     joined = timers.join(per.set_index("step")["wait_ms"], how="inner")
     if joined.empty:
         return None

@@ -30,8 +30,8 @@ recomputed here from those tables. The records stay in ``records`` as the record
   saw.
 - ``rank_stat_blocks``: the ``rank_step_stats`` rows of each whole block of steps, packed in
   one value once the run is past it (:mod:`dsmon.store.blocks`): a first read of a million
-  steps unpacks them instead of fetching a million rows. A write that changes a step of a
-  packed block drops it.
+  steps unpacks them instead of fetching a million rows (times as numbers, not text). A write
+  that changes a step of a packed block drops it.
 - ``rank_busy``: each rank's busy time per bucket of 8, 64, 512, 4096 and 32768 steps (count,
   sum, min, max) and the sums of its phases (fwd, bwd, step, the time before its forwards,
   its time in collectives, its step time), each level recomputed from the eight buckets of

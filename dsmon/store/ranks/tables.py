@@ -182,9 +182,9 @@ def _phases_query(
     return query, (run,) * n_params
 
 
-#: How :mod:`dsmon.store.blocks` packs a ``rank_step_stats`` row: its time as text, the
+#: How :mod:`dsmon.store.blocks` packs a ``rank_step_stats`` row: its time as a time, the
 #: rest as floats (as :func:`_frame` reads them).
-_STAT_KINDS = "".join(blocks.TEXT if c == "ts" else blocks.FLOAT for c in STAT_COLUMNS)
+_STAT_KINDS = "".join(blocks.TIME if c == "ts" else blocks.FLOAT for c in STAT_COLUMNS)
 
 
 def _repack_stats(db: Db, touched: Sequence[tuple[str, int]]) -> None:
@@ -204,11 +204,10 @@ def _all_stats(db: Db, run: str, step_max: int) -> pd.DataFrame:
     """Every step's row up to ``step_max``, in one snapshot: packed blocks, and pages of rows.
 
     A million steps fetched at once as tuples take gigabytes; a page of them, megabytes; the
-    whole blocks before ``step_max``, packed, are unpacked instead of fetched.
+    whole blocks before ``step_max``, packed, are unpacked instead of fetched; the parts'
+    columns are joined once (:func:`dsmon.store.blocks.joined`).
     """
-    import pandas as pd
-
-    parts: list[pd.DataFrame] = []
+    parts: list[dict[str, Any]] = []
     after = -1  # the last step read (steps from 0 on)
     for low, data in blocks.packed_blocks(db, sql.STAT_BLOCKS, run, step_max + 1):
         if low <= after:
@@ -218,34 +217,46 @@ def _all_stats(db: Db, run: str, step_max: int) -> pd.DataFrame:
         parts.append(_unpacked_stats(data))
         after = low + blocks.BLOCK_STEPS - 1
     parts += _stat_pages(db, run, after, step_max)
-    parts = [p for p in parts if len(p)] or parts[:1]
-    return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    return blocks.joined(parts, STAT_COLUMNS)
 
 
-def _stat_pages(db: Db, run: str, after: int, upto: int) -> list[pd.DataFrame]:
+def _stat_pages(db: Db, run: str, after: int, upto: int) -> list[dict[str, Any]]:
     """The rows of steps after ``after`` up to ``upto``, a page at a time."""
     parts = []
     while True:
         rows = db.rows(sql.STATS_PAGE, (run, after, upto, STATS_PAGE_ROWS))
-        parts.append(_frame(rows, STAT_COLUMNS))
+        parts.append(_columns(rows, STAT_COLUMNS))
         if len(rows) < STATS_PAGE_ROWS:
             return parts
         after = int(rows[-1][0])
 
 
-def _unpacked_stats(data: bytes) -> pd.DataFrame:
-    """A packed block's rows as :func:`_frame` makes them of fetched rows."""
+def _unpacked_stats(data: bytes) -> dict[str, Any]:
+    """A packed block's columns as :func:`_columns` makes them of fetched rows."""
+    cols = dict(zip(STAT_COLUMNS, blocks.unpack(data, _STAT_KINDS), strict=True))
+    if isinstance(cols["ts"], list):  # packed as text (times with a zone, say): parsed
+        cols["ts"] = _times(cols["ts"])
+    return cols
+
+
+def _times(texts: Sequence[Any]) -> Any:
+    """ISO 8601 texts (None: NULL) as pandas reads them: a numpy array when without a zone."""
+    import numpy as np
     import pandas as pd
 
-    cols = dict(zip(STAT_COLUMNS, blocks.unpack(data, _STAT_KINDS), strict=True))
-    cols["ts"] = pd.to_datetime(
-        pd.Series(cols["ts"], dtype=object), errors="coerce", format="ISO8601"
-    )
-    return pd.DataFrame(cols)
+    out = pd.to_datetime(pd.Series(texts, dtype=object), errors="coerce", format="ISO8601")
+    return out.to_numpy() if isinstance(out.dtype, np.dtype) else out
 
 
 def _frame(rows: Sequence[Sequence[Any]], columns: Sequence[str]) -> pd.DataFrame:
-    """Rows as a frame of float columns (integers with gaps would become floats anyway).
+    """Rows as a frame of float columns (integers with gaps would become floats anyway)."""
+    import pandas as pd
+
+    return pd.DataFrame(_columns(rows, columns), columns=list(columns))
+
+
+def _columns(rows: Sequence[Sequence[Any]], columns: Sequence[str]) -> dict[str, Any]:
+    """Rows as :func:`_frame`'s columns: float arrays, times (``ts``), texts (``op``).
 
     Column by column, each made an array at once (NULL: NaN): a frame of the rows' tuples
     made numeric afterwards took twice as long as fetching them (a million steps' table).
@@ -257,11 +268,9 @@ def _frame(rows: Sequence[Sequence[Any]], columns: Sequence[str]) -> pd.DataFram
     cols: dict[str, Any] = {}
     for col, got in zip(columns, values, strict=True):
         if col == "ts":
-            cols[col] = pd.to_datetime(
-                pd.Series(got, dtype=object), errors="coerce", format="ISO8601"
-            )
+            cols[col] = _times(got)
         elif col == "op":
             cols[col] = pd.Series(got, dtype=object).astype(str)
         else:
             cols[col] = np.array(got, dtype=np.float64)
-    return pd.DataFrame(cols, columns=list(columns))
+    return cols

@@ -123,51 +123,39 @@ def _block_rows(db: Db, run: str, first: int, end: int) -> list[Any]:
     return db.rows(sql.PAGE, (run, first - 1, sql.NO_RANK, end, _END))
 
 
-def _whole(db: Db, run: str) -> list[pd.DataFrame]:
+def _whole(db: Db, run: str) -> list[dict[str, Any]]:
     """Every row of ``run``: its packed blocks, and the rows before, between and after them."""
-    parts: list[pd.DataFrame] = []
+    parts: list[dict[str, Any]] = []
     start = -_END  # the first step not read yet
     for low, data in blocks.packed_blocks(db, sql.BLOCKS_TABLE, run, _END):
         if low > start:
             parts += _pages(db, run, start, low)
-        parts.append(_unpacked(data))
+        parts.append(dict(zip(sql.READ_COLUMNS, blocks.unpack(data, _KINDS), strict=True)))
         start = low + blocks.BLOCK_STEPS
     return parts + _pages(db, run, start, _END)
 
 
-def _pages(db: Db, run: str, step_min: int, step_end: int) -> list[pd.DataFrame]:
+def _pages(db: Db, run: str, step_min: int, step_end: int) -> list[dict[str, Any]]:
     """The rows of steps ``step_min`` to ``step_end`` (not included), a page at a time."""
-    parts: list[pd.DataFrame] = []
+    parts: list[dict[str, Any]] = []
     after: tuple[int, int] = (step_min - 1, sql.NO_RANK)
     while True:
         rows = db.rows(sql.PAGE, (run, *after, step_end, PAGE_ROWS))
         if rows:
-            parts.append(_frame(rows))
+            parts.append(_columns(rows))
         if len(rows) < PAGE_ROWS:
             return parts
         after = (int(rows[-1][0]), int(rows[-1][1]))
 
 
-def _unpacked(data: bytes) -> pd.DataFrame:
-    """A packed block's rows as :func:`_frame` makes them of fetched rows."""
-    import pandas as pd
-
-    return pd.DataFrame(dict(zip(sql.READ_COLUMNS, blocks.unpack(data, _KINDS), strict=True)))
+def _joined(parts: list[dict[str, Any]]) -> pd.DataFrame:
+    """The parts' rows as one frame (:func:`dsmon.store.blocks.joined`; none: no rows)."""
+    return blocks.joined(parts or [_columns([])], sql.READ_COLUMNS)
 
 
-def _joined(parts: list[pd.DataFrame]) -> pd.DataFrame:
-    """The parts as one frame (an empty one of the columns for none)."""
-    import pandas as pd
-
-    if not parts:
-        return _frame([])
-    return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-
-
-def _frame(rows: list[Any]) -> pd.DataFrame:
-    """Rows of :data:`sql.READ_COLUMNS` as a frame: integer keys, float timers (NULL: NaN)."""
+def _columns(rows: list[Any]) -> dict[str, Any]:
+    """Rows of :data:`sql.READ_COLUMNS` as columns: integer keys, float timers (NULL: NaN)."""
     import numpy as np
-    import pandas as pd
 
     keys = np.array([r[:3] for r in rows], dtype=np.int64).reshape(len(rows), 3)
     values = np.array([r[3:] for r in rows], dtype=np.float64)
@@ -175,4 +163,4 @@ def _frame(rows: list[Any]) -> pd.DataFrame:
     cols: dict[str, Any] = {name: keys[:, i] for i, name in enumerate(sql.READ_COLUMNS[:3])}
     for i, name in enumerate(sql.READ_COLUMNS[3:]):
         cols[name] = values[:, i]
-    return pd.DataFrame(cols)
+    return cols

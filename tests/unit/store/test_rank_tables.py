@@ -100,6 +100,18 @@ def test_the_tables_equal_the_records_figures(store: Store, folder: str) -> None
     assert packed[0][0] > 0  # read from packed blocks too
 
 
+def test_times_with_a_zone_are_read_as_pandas_reads_them(store: Store) -> None:
+    """The probe writes plain times, packed as numbers; a time with a zone is kept as text."""
+    recs = [
+        dataclasses.replace(r, ts=f"{r.ts}+02:00") if r.KIND == "rank_step" and r.ts else r
+        for r in probe_records("probe_straggler")
+    ]
+    store.add(recs)
+    assert_tables_match(store, recs)
+    got = store.ranks.step_stats(RUN)["ts"]
+    assert str(got.dt.tz) == "UTC+02:00"
+
+
 def test_records_arriving_rank_by_rank_in_small_batches_fold_the_same(store: Store) -> None:
     """Live, each rank's file is tailed apart: rank 1 lags, batches are a few lines each."""
     recs = probe_records("probe_straggler")
