@@ -44,6 +44,7 @@ from dsmon.store.gpu.samples import GpuSamples
 from dsmon.store.ranks import sql as ranks_sql
 from dsmon.store.ranks.tables import RANK_KINDS, RankTables
 from dsmon.store.records import sql as records_sql
+from dsmon.store.records.added import Added
 from dsmon.store.records.filter import RecordFilter
 from dsmon.store.records.log import SCAN_BODY_ROWS, SCAN_ROWS, RecordLog
 from dsmon.store.records.rows import RecordRow, as_row
@@ -143,17 +144,21 @@ class Store:
         if rows:
             kinds = {r.kind for r in rows}
             before = self._log.max_id(db) if kinds & _SUMMED_KINDS else 0
-            added = db.insert_records(rows)
-            if added:
-                self.ranks.update(db, before, kinds)
-                self.timers.update(db, before, kinds)
-                self.skips.update(db, before, kinds)
-            if added < len(rows) and timers_sql.TIMER_KIND in kinds:  # restamps, or sent twice
+            inserted = db.insert_records(rows)
+            if inserted.new and kinds & _SUMMED_KINDS:
+                if inserted.first_id is None:
+                    added = Added(before, kinds)
+                else:  # every row new, their ids known: no part reads them back
+                    added = Added(before, kinds, rows, inserted.first_id)
+                self.ranks.update(db, added)
+                self.timers.update(db, added)
+                self.skips.update(db, added)
+            if inserted.new < len(rows) and timers_sql.TIMER_KIND in kinds:  # restamps, or twice
                 stamped = [
                     r.key for r in rows if r.kind == timers_sql.TIMER_KIND and r.step is not None
                 ]
                 self.timers.restamped(db, stamped)
-            new += added
+            new += inserted.new
         return new
 
     def check_writable(self) -> None:

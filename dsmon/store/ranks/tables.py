@@ -12,7 +12,7 @@ about one row per step, a few thousand roll-up rows, one row per rank.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from dsmon.model.records import HeartbeatRecord
@@ -21,6 +21,7 @@ from dsmon.store.backend import Backend, Db
 from dsmon.store.ranks import sql
 from dsmon.store.ranks.rows import probe_rows
 from dsmon.store.ranks.sql import BUSY_LEVELS, PHASE_SUMS, STAT_COLUMNS
+from dsmon.store.records.added import Added
 from dsmon.store.records.rows import row_record
 
 if TYPE_CHECKING:  # pandas loads with the first read: the stores' writers never need it
@@ -64,18 +65,18 @@ class RankTables:
         self._backend = backend
 
     @staticmethod
-    def update(db: Db, after_id: int, kinds: Collection[str]) -> None:
-        """Bring the records stored after ``after_id`` (this transaction's) into the tables.
+    def update(db: Db, added: Added) -> None:
+        """Bring the records a write ``added`` into the tables.
 
-        ``kinds``: the kinds the write stored; a batch without probe records costs nothing.
-        The new probe records are read once and their rows made in Python
+        A batch without probe records costs nothing. The new probe records are taken from
+        the batch in hand, or read once, and their rows made in Python
         (:func:`dsmon.store.ranks.rows.probe_rows`); each statement then runs once per row,
         touched step or bucket (``executemany``).
         """
-        if not RANK_KINDS.intersection(kinds):
+        if not RANK_KINDS.intersection(added.kinds):
             return
         d = db.dialect
-        made = probe_rows(db.rows(sql.new_probe_records(d), (after_id,)))
+        made = probe_rows(_new_probe_records(db, added))
         if made.steps:
             db.execute_many(sql.upsert_steps(), made.steps)
             if made.comm:
@@ -164,6 +165,24 @@ class RankTables:
         rows = self._backend.snapshot(lambda db: db.rows(query, params))
         beats = [row_record(body) for _, body in rows]
         return [b for b in beats if isinstance(b, HeartbeatRecord)]
+
+
+def _new_probe_records(db: Db, added: Added) -> list[Any]:
+    """The rows :func:`dsmon.store.ranks.sql.new_probe_records` reads, in hand if they are."""
+    steps, beats = added.of_kind("rank_step"), added.of_kind("heartbeat")
+    if steps is None or beats is None:
+        return db.rows(sql.new_probe_records(db.dialect), (added.after_id,))
+    found: list[tuple[Any, ...]] = [
+        ("rank_step", r.run, r.step, r.rank, i, r.ts, r.line, r.body)
+        for i, r in steps
+        if r.rank is not None and r.step is not None
+    ]
+    found += [
+        ("heartbeat", r.run, r.step, r.rank, i, r.ts, r.line, None)
+        for i, r in beats
+        if r.rank is not None and r.ts is not None
+    ]
+    return found  # by kind, each in id order: probe_rows keeps the kinds apart
 
 
 def _busy_query(
