@@ -81,8 +81,8 @@ class RankTables:
             db.execute_many(sql.upsert_steps(), made.steps)
             if made.comm:
                 db.execute_many(sql.upsert_comm(d), made.comm)
-            touched = made.touched()
-            db.execute_many(sql.update_stats(d), touched)
+            touched = _steps_by_run(made.touched())
+            _update_stats(db, touched)
             _repack_stats(db, touched)
             for width in BUSY_LEVELS:  # finest first: each level sums the one below
                 db.execute_many(sql.update_busy(d, width), made.buckets(width))
@@ -206,12 +206,28 @@ def _phases_query(
 _STAT_KINDS = "".join(blocks.TEXT if c == "ts" else blocks.FLOAT for c in STAT_COLUMNS)
 
 
-def _repack_stats(db: Db, touched: Sequence[tuple[str, int]]) -> None:
-    """The packed blocks of the steps a write changed dropped, those it went past packed."""
+def _steps_by_run(touched: Sequence[tuple[str, int]]) -> dict[str, list[int]]:
+    """The steps of each run, in the order of ``touched``."""
     by_run: dict[str, list[int]] = {}
     for run, step in touched:
         by_run.setdefault(run, []).append(int(step))
-    for run, steps in by_run.items():
+    return by_run
+
+
+def _update_stats(db: Db, touched: dict[str, list[int]]) -> None:
+    """Recompute the ``rank_step_stats`` rows of the steps a write touched, many a statement."""
+    for run, steps in touched.items():
+        start = 0
+        for size in sql.STATS_STEPS:
+            query = sql.update_stats(db.dialect, size)
+            while len(steps) - start >= size:
+                db.execute(query, (run, *steps[start : start + size]))
+                start += size
+
+
+def _repack_stats(db: Db, touched: dict[str, list[int]]) -> None:
+    """The packed blocks of the steps a write changed dropped, those it went past packed."""
+    for run, steps in touched.items():
 
         def rows_of(first: int, end: int, run: str = run) -> list[Any]:
             return db.rows(sql.STATS_BLOCK, (run, first, end))
