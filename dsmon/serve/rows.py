@@ -50,6 +50,8 @@ _GPU = next((struct for struct, cls in _STRUCTS.items() if cls is GpuSampleRecor
 #: A row from a tuple of its columns, without the keyword handling of ``RecordRow(...)``.
 _new = tuple.__new__
 _parse_time = datetime.fromisoformat
+#: A source not looked at yet (None: one left to ``parse_line``).
+_UNSEEN = SourceHead(b"", "", {})
 #: msgspec stops at Python's depth limit with a RecursionError.
 _REFUSED = (msgspec.MsgspecError, RecursionError)
 
@@ -106,9 +108,8 @@ def check_lines(text: str) -> CheckedLines:
         src = rec.src
         run, node, file, ts = src.run, src.node, src.file, rec.ts
         source = (run, node, file)
-        if source in heads:
-            head = heads[source]
-        else:
+        head = heads.get(source, _UNSEEN)
+        if head is _UNSEEN:
             head = heads[source] = _checked_source(run, node, file)
         if head is None:
             others.append(Other(number, line, len(rows), len(samples)))
@@ -139,7 +140,11 @@ def check_lines(text: str) -> CheckedLines:
         else:
             form, place = "t", -1
         if 0 <= place < MAX_PLACE:
-            key = place_key(head, form, place, src.sub, kind)
+            tail = head.tails.get((form, src.sub, kind))
+            if tail is None:  # the first of its (form, sub, kind) in the source
+                key = place_key(head, form, place, src.sub, kind)
+            else:  # place_key's, without the call
+                key = head.digest + place.to_bytes(8, "big") + tail
         else:  # a time, or a place the key cannot hold exactly: the whole identity's digest
             pos = f"t{ts}" if form == "t" else f"{form}{place}"
             key = source_key(head, pos, src.sub, kind, position_order(pos))
