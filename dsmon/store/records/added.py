@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from itertools import compress
+from typing import Any
 
 from dsmon.store.records.rows import RecordRow
 
@@ -29,12 +30,16 @@ class Added:
     ``kinds``: the kinds of the batch's rows (a part with none of its kinds does nothing).
     ``rows``: the batch, every row of it new, row ``i`` under id ``first_id + i``; None when
     some row was stored before or the ids are not known in order (then read them back).
+    ``decoded``: lines of ``rows`` decoded already, by index, that a part may read instead of
+    decoding their bodies again.
     """
 
     after_id: int
     kinds: Collection[str]
     rows: Sequence[RecordRow] | None = None
     first_id: int = 0
+    #: Lines of ``rows`` decoded already, by index (the ingest server's timer lines).
+    decoded: Mapping[int, Any] = dataclasses.field(default_factory=dict)
     #: The rows' kind column, made by the first :meth:`of_kind`.
     _kinds: list[str] | None = dataclasses.field(default=None, init=False, repr=False)
 

@@ -65,6 +65,9 @@ class TimerRows:
 def timer_rows(records: Iterable[Sequence[Any]]) -> TimerRows:
     """The rows of ``records``: (id, run, step, rank, body) each, in id order.
 
+    A body is the stored JSON, or the line as the ingest server decoded and checked it
+    (:mod:`dsmon.model.wire_types`: ``group`` a string, ``values_ms`` floats).
+
     Per record, only what differs from one to the next is done in Python: the names a
     group printed are gathered per (run, group) as sets of its timers' names, and a row's
     timers are looked up in one ``map``.
@@ -72,14 +75,17 @@ def timer_rows(records: Iterable[Sequence[Any]]) -> TimerRows:
     out = TimerRows()
     names: dict[tuple[str, str], set[str]] = {}
     for rec_id, run, step, rank, body in records:
-        raw = body if isinstance(body, bytes | str) else bytes(body)
-        try:
-            typed = _decode_typed(raw)
-            group, values, floats = typed.group, typed.values_ms or {}, True
-        except msgspec.ValidationError:
-            decoded = _decode(raw)
-            group = decoded.group if isinstance(decoded.group, str) else None
-            values, floats = decoded.values_ms or {}, False
+        if isinstance(body, str | bytes | memoryview):
+            raw = body if isinstance(body, bytes | str) else bytes(body)
+            try:
+                typed = _decode_typed(raw)
+                group, values, floats = typed.group, typed.values_ms or {}, True
+            except msgspec.ValidationError:
+                decoded = _decode(raw)
+                group = decoded.group if isinstance(decoded.group, str) else None
+                values, floats = decoded.values_ms or {}, False
+        else:  # a checked timer line as the server decoded it: a name, every timer a float
+            group, values, floats = body.group, body.values_ms or {}, True
         if group is None:
             continue
         seen = names.get((run, group))

@@ -48,8 +48,9 @@ class TimerTables:
         found = added.of_kind(sql.TIMER_KIND)
         if found is None:
             records = db.rows(sql.new_timer_records(db.dialect), (added.after_id,))
-        else:  # as new_timer_records reads them
-            records = [(i, r.run, r.step, r.rank, r.body) for i, r in found]
+        else:  # as new_timer_records reads them; a line the server decoded, as it decoded it
+            first, decoded = added.first_id, added.decoded
+            records = [(i, r.run, r.step, r.rank, decoded.get(i - first, r.body)) for i, r in found]
         _write(db, timer_rows(records), placed=False)
 
     @staticmethod

@@ -15,11 +15,14 @@ import pytest
 from sql_support import sqlite_sql
 from store_support import add_in_batches, folder_records
 
+from dsmon.model import wire
 from dsmon.model.records import Record
 from dsmon.parse.log import parse_text
+from dsmon.serve.batch import parse_batch_rows
+from dsmon.store import store as store_module
 from dsmon.store.records.added import Added
 from dsmon.store.records.rows import record_row
-from dsmon.store.store import Store, open_store
+from dsmon.store.store import RowBatch, Store, open_store, split
 
 RUN = "r"
 #: Every summary table a write fills from its new records.
@@ -99,3 +102,32 @@ def test_sqlite_numbers_a_new_batch_in_row_order_after_gpu_ids(tmp_path: Path) -
     assert (again.new, again.first_id) == (10, None)  # five stored before: no promise
     ids = dict(sqlite_sql(tmp_path / "s.sqlite", "SELECT key, id FROM records"))
     assert [ids[r.key] for r in rows[:30]] == [*range(1, 11), *range(18, 38)]
+
+
+def test_timer_lines_the_server_decoded_fill_the_tables_as_their_bodies_do(
+    tmp_path: Path,
+) -> None:
+    recs = [*folder_records("z2", "z2"), *folder_records("fp16_zero2", "fp16")]
+    body = "\n".join(wire.encode(r) for r in recs).encode()
+    batch = parse_batch_rows(body)
+    assert len(batch.decoded) == sum(r.KIND == "timer" for r in recs)
+    with open_store(tmp_path / "decoded.sqlite") as store:
+        store.add(batch)
+    with open_store(tmp_path / "bodies.sqlite") as store:
+        store.add(RowBatch(batch.rows, batch.samples))
+    decoded, bodies = tables(tmp_path / "decoded.sqlite"), tables(tmp_path / "bodies.sqlite")
+    assert decoded["timer_steps"] and decoded["timer_optimizer_steps"]
+    assert decoded == bodies
+
+
+def test_a_batch_cut_in_slices_keeps_each_decoded_line_with_its_row(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(store_module, "BATCH_ROWS", 40)
+    rows = [record_row(r) for r in folder_records("z2", "z2")]
+    decoded = {i: f"line {i}" for i, r in enumerate(rows) if r.kind == "timer"}
+    sliced = list(split(RowBatch(rows, [], decoded)))
+    assert len(sliced) > 2
+    for start, (part, _, got) in zip(range(0, len(rows), 40), sliced, strict=True):
+        assert got == {i - start: v for i, v in decoded.items() if start <= i < start + len(part)}
+        assert got and all(part[i].kind == "timer" for i in got)
