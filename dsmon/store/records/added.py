@@ -12,14 +12,10 @@ takes them from here, and reads them back only otherwise.
 from __future__ import annotations
 
 import dataclasses
-import operator
 from collections.abc import Collection, Mapping, Sequence
-from itertools import compress
 from typing import Any
 
 from dsmon.store.records.rows import RecordRow
-
-_KIND = operator.itemgetter(2)  # a row's kind
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -40,21 +36,9 @@ class Added:
     first_id: int = 0
     #: Lines of ``rows`` decoded already, by index (the ingest server's timer lines).
     decoded: Mapping[int, Any] = dataclasses.field(default_factory=dict)
-    #: The rows' kind column, made by the first :meth:`of_kind`.
-    _kinds: list[str] | None = dataclasses.field(default=None, init=False, repr=False)
 
     def of_kind(self, kind: str) -> list[tuple[int, RecordRow]] | None:
-        """``(id, row)`` of the added rows of ``kind``, in id order; None: read them back.
-
-        Picked in compiled code (``compress`` by the kind column's ``==``), not by a Python
-        loop over the batch: each table asks for its kinds of every batch.
-        """
+        """``(id, row)`` of the added rows of ``kind``, in id order; None: read them back."""
         if self.rows is None:
             return None
-        kinds = self._kinds
-        if kinds is None:
-            kinds = list(map(_KIND, self.rows))
-            object.__setattr__(self, "_kinds", kinds)
-        picked = list(map(kind.__eq__, kinds))
-        ids = range(self.first_id, self.first_id + len(self.rows))
-        return list(zip(compress(ids, picked), compress(self.rows, picked), strict=True))
+        return [(i, row) for i, row in enumerate(self.rows, self.first_id) if row[2] == kind]

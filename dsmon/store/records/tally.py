@@ -12,9 +12,7 @@ themselves. A batch with rows stored before is added up by the statements, as be
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Sequence
-from itertools import compress, groupby, repeat
-from operator import is_not
+from collections.abc import Sequence
 from typing import Any
 
 from dsmon.store.records.rows import RecordRow
@@ -28,19 +26,27 @@ def kind_rows(rows: Sequence[RecordRow], first_id: int) -> list[KindRow]:
 
     The same as SQL's ``COUNT(*), MIN(ts), MAX(ts), MAX(step), MAX(id)``: NULLs are skipped,
     and times compare as text (Python compares code points, SQLite UTF-8 bytes: one order).
-    Worked out column by column in compiled code (the rows' indices sorted by (run, kind),
-    each group's times and steps picked out by ``map`` and ``compress``), not by a Python
-    loop over the rows: that loop cost the ingest server about 3,000 instructions a record.
     """
-    key_of = list(map(_RUN_KIND, rows)).__getitem__
-    time_of, step_of = list(map(_TS, rows)).__getitem__, list(map(_STEP, rows)).__getitem__
-    out: list[KindRow] = []
-    for (run, kind), group in groupby(sorted(range(len(rows)), key=key_of), key_of):
-        at = list(group)  # in row order: the sort is stable
-        ts, steps = _known(map(time_of, at)), _known(map(step_of, at))
-        first, last = min(ts, default=None), max(ts, default=None)
-        out.append((run, kind, len(at), first, last, max(steps, default=None), first_id + at[-1]))
-    return out
+    acc: dict[tuple[str, str], list[Any]] = {}
+    for i, row in enumerate(rows):
+        ts, step = row.ts, row.step
+        found = acc.get((row.run, row.kind))
+        if found is None:
+            acc[(row.run, row.kind)] = [1, ts, ts, step, i]
+            continue
+        found[0] += 1
+        found[4] = i
+        if ts is not None:
+            if found[1] is None or ts < found[1]:
+                found[1] = ts
+            if found[2] is None or ts > found[2]:
+                found[2] = ts
+        if step is not None and (found[3] is None or step > found[3]):
+            found[3] = step
+    return [
+        (run, kind, n, first, last, step, first_id + i)
+        for (run, kind), (n, first, last, step, i) in acc.items()
+    ]
 
 
 def source_rows(rows: Sequence[RecordRow]) -> list[tuple[str, str, int]]:
@@ -52,12 +58,4 @@ def source_rows(rows: Sequence[RecordRow]) -> list[tuple[str, str, int]]:
     return sorted({(run, node or "", -1 if rank is None else rank) for run, node, rank in found})
 
 
-def _known(values: Iterable[Any]) -> list[Any]:
-    """The values that are not None (NULL), picked in compiled code."""
-    got = list(values)
-    return list(compress(got, map(is_not, got, repeat(None))))
-
-
-_RUN_KIND = operator.itemgetter(1, 2)
-_STEP, _TS = operator.itemgetter(3), operator.itemgetter(4)
 _SOURCE = operator.itemgetter(1, 5, 6)  # run, node, rank
