@@ -57,10 +57,11 @@ def parse_batch_rows(body: bytes) -> RowBatch:
     except UnicodeDecodeError as exc:
         bad_line = body[: exc.start].count(b"\n") + 1
         raise BatchError(400, f"line {bad_line}: not UTF-8 at byte {exc.start}") from None
-    rows, samples, others = check_lines(text)
+    rows, samples, others, timers = check_lines(text)
     if others:  # a line check_lines makes no row of is never bad: the first bad one is here
         _place(rows, samples, others)
-    return RowBatch(rows, samples)
+        timers = {}  # rows moved: the store decodes the timer bodies itself
+    return RowBatch(rows, samples, timers)
 
 
 def _place(rows: list[RecordRow], samples: list[SampleRow], others: list[Other]) -> None:

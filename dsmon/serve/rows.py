@@ -21,12 +21,12 @@ the common good line gets faster.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import msgspec
 
 from dsmon.model.check import MAX_JSON_DEPTH, MAX_NAME_BYTES
-from dsmon.model.records import KINDS, GpuSampleRecord
+from dsmon.model.records import KINDS, GpuSampleRecord, TimerRecord
 from dsmon.model.wire_types import decoder, line_structs, nests_freely
 from dsmon.store.gpu.rows import SampleRow, collector_sample_row
 from dsmon.store.records.keys import (
@@ -47,9 +47,13 @@ _decode = decoder(_STRUCTS).decode
 _KIND = {struct: (cls.KIND, nests_freely(cls)) for struct, cls in _STRUCTS.items()}
 #: The GPU sample's struct: its lines become rows of the GPU tables.
 _GPU = next((struct for struct, cls in _STRUCTS.items() if cls is GpuSampleRecord), None)
+#: The kind whose decoded lines go on to the store (:attr:`CheckedLines.timers`).
+_TIMER = TimerRecord.KIND
 #: A row from a tuple of its columns, without the keyword handling of ``RecordRow(...)``.
 _new = tuple.__new__
 _parse_time = datetime.fromisoformat
+#: A source not looked at yet (None: one left to ``parse_line``).
+_UNSEEN = SourceHead(b"", "", {})
 #: msgspec stops at Python's depth limit with a RecursionError.
 _REFUSED = (msgspec.MsgspecError, RecursionError)
 
@@ -69,6 +73,8 @@ class CheckedLines(NamedTuple):
     rows: list[RecordRow]
     samples: list[SampleRow]
     others: list[Other]
+    #: The decoded timer lines, by index in ``rows`` (the store's timer tables read them).
+    timers: dict[int, Any]
 
 
 #: The whitespace JSON allows around a value (RFC 8259): ``str.strip()`` would also take
@@ -90,6 +96,7 @@ def check_lines(text: str) -> CheckedLines:
     rows: list[RecordRow] = []
     samples: list[SampleRow] = []
     others: list[Other] = []
+    timers: dict[int, Any] = {}
     heads: dict[tuple[str, str | None, str | None], SourceHead | None] = {}
     number = 0
     for line in text.split("\n"):
@@ -106,9 +113,8 @@ def check_lines(text: str) -> CheckedLines:
         src = rec.src
         run, node, file, ts = src.run, src.node, src.file, rec.ts
         source = (run, node, file)
-        if source in heads:
-            head = heads[source]
-        else:
+        head = heads.get(source, _UNSEEN)
+        if head is _UNSEEN:
             head = heads[source] = _checked_source(run, node, file)
         if head is None:
             others.append(Other(number, line, len(rows), len(samples)))
@@ -139,13 +145,19 @@ def check_lines(text: str) -> CheckedLines:
         else:
             form, place = "t", -1
         if 0 <= place < MAX_PLACE:
-            key = place_key(head, form, place, src.sub, kind)
+            tail = head.tails.get((form, src.sub, kind))
+            if tail is None:  # the first of its (form, sub, kind) in the source
+                key = place_key(head, form, place, src.sub, kind)
+            else:  # place_key's, without the call
+                key = head.digest + place.to_bytes(8, "big") + tail
         else:  # a time, or a place the key cannot hold exactly: the whole identity's digest
             pos = f"t{ts}" if form == "t" else f"{form}{place}"
             key = source_key(head, pos, src.sub, kind, position_order(pos))
         row = (key, run, kind, rec.step, ts, node, src.rank, file, line_no, line)
+        if kind == _TIMER:
+            timers[len(rows)] = rec
         rows.append(_new(RecordRow, row))
-    return CheckedLines(rows, samples, others)
+    return CheckedLines(rows, samples, others, timers)
 
 
 def _checked_source(run: str, node: str | None, file: str | None) -> SourceHead | None:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from dsmon.store.dialect import Dialect
 
 if TYPE_CHECKING:
-    from dsmon.store.records.rows import RecordRow
+    from dsmon.store.records.rows import Inserted, RecordRow
 
 T = TypeVar("T")
 
@@ -53,12 +53,13 @@ class Db(ABC):
         self.conn.cursor().executemany(self.dialect.q(sql), list(rows))
 
     @abstractmethod
-    def insert_records(self, rows: list[RecordRow]) -> int:
-        """Store the rows not stored yet with their bookkeeping; how many were new.
+    def insert_records(self, rows: list[RecordRow]) -> Inserted:
+        """Store the rows not stored yet with their bookkeeping; how many were new, and ids.
 
         The bookkeeping is ``run_kinds`` and ``run_sources`` of the new rows, and the step of
         stored rows that lacked one filled in from their copy in ``rows`` (a restamp, counted
-        in ``run_activity``).
+        in ``run_activity``). ``first_id`` is given only where every row was new and the
+        engine numbered them in row order (:class:`~dsmon.store.records.rows.Inserted`).
         """
 
     @abstractmethod

@@ -34,7 +34,7 @@ from dsmon.store.backend import Backend, Db
 from dsmon.store.dialect import POSTGRES
 from dsmon.store.errors import StoreDataError, StoreError
 from dsmon.store.gpu.sql import STAGED, temp_ddl
-from dsmon.store.records.rows import ROW_COLUMNS, RecordRow
+from dsmon.store.records.rows import ROW_COLUMNS, Inserted, RecordRow
 from dsmon.store.schema import (
     INSERT_META,
     MADE_BY_ROW,
@@ -118,8 +118,12 @@ class PostgresDb(Db):
 
     dialect = POSTGRES
 
-    def insert_records(self, rows: list[RecordRow]) -> int:
-        """COPY the rows to the staging table and move the new ones, bookkeeping and all."""
+    def insert_records(self, rows: list[RecordRow]) -> Inserted:
+        """COPY the rows to the staging table and move the new ones, bookkeeping and all.
+
+        No ``first_id``: other sessions take numbers of the identity's sequence meanwhile,
+        so the new rows are read back by their id range.
+        """
         with self.conn.cursor() as cur:
             with cur.copy(f"COPY dsmon_incoming (seq, {COLS}) FROM STDIN") as copy:
                 for seq, row in enumerate(rows):
@@ -128,7 +132,7 @@ class PostgresDb(Db):
             new = int(found[0]) if found else 0
             if new < len(rows) and any(r.step is not None for r in rows):
                 cur.execute(RESTAMP)
-        return new
+        return Inserted(new)
 
     def allocate_ids(self, n: int) -> int:
         """Reserve ``n`` ids in one call on the ``records`` identity's sequence."""

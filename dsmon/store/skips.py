@@ -11,13 +11,13 @@ restamp changes what is kept here.
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from typing import Any
 
 import msgspec
 
 from dsmon.store.backend import Backend, Db
 from dsmon.store.dialect import Dialect
+from dsmon.store.records.added import Added
 
 #: The kind whose lines are kept here.
 STEP_KIND = "step"
@@ -66,12 +66,19 @@ class StepSkips:
         self._backend = backend
 
     @staticmethod
-    def update(db: Db, after_id: int, kinds: Collection[str]) -> None:
-        """Keep the newest of the step lines stored after ``after_id`` (this transaction's)."""
-        if STEP_KIND not in kinds:
+    def update(db: Db, added: Added) -> None:
+        """Keep the newest of the step lines a write ``added``."""
+        if STEP_KIND not in added.kinds:
             return
+        found = added.of_kind(STEP_KIND)
+        if found is None:
+            lines = db.rows(_new_lines(db.dialect), (added.after_id,))
+        else:  # as _new_lines reads them
+            lines = [
+                (i, r.run, r.step, r.body) for i, r in found if r.step is not None and r.step > 0
+            ]
         newest: dict[str, tuple[int, int, float]] = {}
-        for rec_id, run, step, body in db.rows(_new_lines(db.dialect), (after_id,)):
+        for rec_id, run, step, body in lines:
             skipped = _decode(body if isinstance(body, bytes | str) else bytes(body)).skipped
             if isinstance(skipped, bool) or not isinstance(skipped, int | float):
                 continue

@@ -36,7 +36,7 @@ from dsmon.store.backend import Backend, Db
 from dsmon.store.dialect import SQLITE
 from dsmon.store.errors import StoreDataError, StoreError
 from dsmon.store.gpu.sql import STAGED, temp_ddl
-from dsmon.store.records.rows import ROW_COLUMNS, RecordRow
+from dsmon.store.records.rows import ROW_COLUMNS, Inserted, RecordRow
 from dsmon.store.records.sql import MAX_ID
 from dsmon.store.records.tally import kind_rows, source_rows
 from dsmon.store.schema import (
@@ -193,11 +193,13 @@ class SQLiteDb(Db):
         """Run a statement once per row, rows taken as they come."""
         self.conn.executemany(sql, rows)
 
-    def insert_records(self, rows: list[RecordRow]) -> int:
+    def insert_records(self, rows: list[RecordRow]) -> Inserted:
         """``INSERT OR IGNORE``, then the bookkeeping of the new rows.
 
         When every row was new it is added up from the rows (:mod:`dsmon.store.records.tally`),
-        else read back from ``records`` by the new rows' id range.
+        and their ids are the ``len(rows)`` numbers up to the newest, in row order
+        (AUTOINCREMENT numbers a statement's rows in order, and the write lock keeps anyone
+        else from taking one); else it is read back from ``records`` by the new rows' id range.
         """
         conn = self.conn
         before = int(conn.execute(MAX_ID).fetchone()[0] or 0)
@@ -205,15 +207,16 @@ class SQLiteDb(Db):
         insert_rows(conn, rows)
         new = conn.total_changes - changes
         if new and new == len(rows):
-            last = int(conn.execute(MAX_ID).fetchone()[0])
-            conn.executemany(ADD_KINDS, kind_rows(rows, last - new + 1))
+            first = int(conn.execute(MAX_ID).fetchone()[0]) - new + 1
+            conn.executemany(ADD_KINDS, kind_rows(rows, first))
             conn.executemany(ADD_SOURCES, source_rows(rows))
-        elif new:
+            return Inserted(new, first)
+        if new:
             conn.execute(UPDATE_KINDS, (before,))
             conn.execute(UPDATE_SOURCES, (before,))
         if new < len(rows):  # some were stored before: fill steps they lacked
             self._restamp(rows)
-        return new
+        return Inserted(new)
 
     def _restamp(self, rows: list[RecordRow]) -> None:
         """Give stored rows without a step the step their copy in ``rows`` carries."""

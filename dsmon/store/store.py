@@ -26,10 +26,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from dsmon.model.records import GpuSampleRecord, Record
 from dsmon.model.wire import EncodedRecord
@@ -44,6 +45,7 @@ from dsmon.store.gpu.samples import GpuSamples
 from dsmon.store.ranks import sql as ranks_sql
 from dsmon.store.ranks.tables import RANK_KINDS, RankTables
 from dsmon.store.records import sql as records_sql
+from dsmon.store.records.added import Added
 from dsmon.store.records.filter import RecordFilter
 from dsmon.store.records.log import SCAN_BODY_ROWS, SCAN_ROWS, RecordLog
 from dsmon.store.records.rows import RecordRow, as_row
@@ -72,6 +74,10 @@ class RowBatch:
 
     rows: list[RecordRow]
     samples: list[SampleRow]
+    #: The timer lines the server decoded, by index in ``rows``: the timer tables read their
+    #: group and timers here instead of decoding the bodies again (any row left out is
+    #: decoded from its body). Not part of what the batch stores, so not compared.
+    decoded: Mapping[int, Any] = dataclasses.field(default_factory=dict, compare=False)
 
     def __len__(self) -> int:
         return len(self.rows) + len(self.samples)
@@ -128,32 +134,48 @@ class Store:
         ``live``: they come from a live sender, so the run's ``received_at`` is set to now.
         """
         inserted = 0
-        for rows, samples in split(records):
-            write = functools.partial(self._write, rows=rows, samples=samples, live=live)
+        for rows, samples, decoded in split(records):
+            write = functools.partial(
+                self._write, rows=rows, samples=samples, live=live, decoded=decoded
+            )
             inserted += self.backend.write(write, undo=self.gpu.forget)
         if live and inserted:
             self.backend.wrote_live()
         return inserted
 
-    def _write(self, db: Db, rows: list[RecordRow], samples: list[SampleRow], live: bool) -> int:
-        """One batch, in the write transaction: GPU samples, records, per-rank and timer tables."""
+    def _write(
+        self,
+        db: Db,
+        rows: list[RecordRow],
+        samples: list[SampleRow],
+        live: bool,
+        decoded: Mapping[int, Any],
+    ) -> int:
+        """One batch, in the write transaction: GPU samples, records, per-rank and timer tables.
+
+        ``decoded``: lines of ``rows`` decoded already, by index (:attr:`RowBatch.decoded`).
+        """
         if live:
             self._log.note_received(db, {r.run for r in rows} | {s.key.run for s in samples})
         new = self.gpu.add(db, samples)
         if rows:
             kinds = {r.kind for r in rows}
             before = self._log.max_id(db) if kinds & _SUMMED_KINDS else 0
-            added = db.insert_records(rows)
-            if added:
-                self.ranks.update(db, before, kinds)
-                self.timers.update(db, before, kinds)
-                self.skips.update(db, before, kinds)
-            if added < len(rows) and timers_sql.TIMER_KIND in kinds:  # restamps, or sent twice
+            inserted = db.insert_records(rows)
+            if inserted.new and kinds & _SUMMED_KINDS:
+                if inserted.first_id is None:
+                    added = Added(before, kinds)
+                else:  # every row new, their ids known: no part reads them back
+                    added = Added(before, kinds, rows, inserted.first_id, decoded)
+                self.ranks.update(db, added)
+                self.timers.update(db, added)
+                self.skips.update(db, added)
+            if inserted.new < len(rows) and timers_sql.TIMER_KIND in kinds:  # restamps, or twice
                 stamped = [
                     r.key for r in rows if r.kind == timers_sql.TIMER_KIND and r.step is not None
                 ]
                 self.timers.restamped(db, stamped)
-            new += added
+            new += inserted.new
         return new
 
     def check_writable(self) -> None:
@@ -272,21 +294,25 @@ def open_store(url: str | Path, *, create: bool = True) -> Store:
 
 def split(
     records: Iterable[Record | EncodedRecord | RecordRow] | RowBatch,
-) -> Iterator[tuple[list[RecordRow], list[SampleRow]]]:
+) -> Iterator[tuple[list[RecordRow], list[SampleRow], Mapping[int, Any]]]:
     """Records in batches: rows for the records table, GPU samples for their own tables.
 
     A :class:`RowBatch` (the ingest server's checked lines) is cut in slices, not looked at
-    one record at a time (a microsecond a record, 5 % of ingest); so is a list of
-    :class:`RecordRow` alone. Other records are made into rows here.
+    one record at a time (a microsecond a record, 5 % of ingest), with its decoded lines by
+    index in the slice; so is a list of :class:`RecordRow` alone. Other records are made
+    into rows here.
     """
     if isinstance(records, RowBatch):
-        checked, sampled = records.rows, records.samples
+        checked, sampled, decoded = records.rows, records.samples, records.decoded
         for start in range(0, max(len(checked), len(sampled)), BATCH_ROWS):
-            yield checked[start : start + BATCH_ROWS], sampled[start : start + BATCH_ROWS]
+            end = start + BATCH_ROWS
+            if start or end < len(checked):
+                decoded = {i - start: v for i, v in records.decoded.items() if start <= i < end}
+            yield checked[start:end], sampled[start:end], decoded
         return
     if isinstance(records, list) and all(type(r) is RecordRow for r in records):
         for start in range(0, len(records), BATCH_ROWS):
-            yield records[start : start + BATCH_ROWS], []
+            yield records[start : start + BATCH_ROWS], [], {}
         return
     rows: list[RecordRow] = []
     samples: list[SampleRow] = []
@@ -297,10 +323,10 @@ def split(
         else:
             samples.append(made)
         if len(rows) + len(samples) >= BATCH_ROWS:
-            yield rows, samples
+            yield rows, samples, {}
             rows, samples = [], []
     if rows or samples:
-        yield rows, samples
+        yield rows, samples, {}
 
 
 def stored_as(item: Record | EncodedRecord) -> RecordRow | SampleRow:

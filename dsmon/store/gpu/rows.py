@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
@@ -25,6 +26,11 @@ from dsmon.model.records import GpuSampleRecord, Source
 from dsmon.model.wire import json_value
 
 _EPOCH = datetime(1970, 1, 1)
+#: A time in the collectors' form: what ``isoformat(timespec="milliseconds")`` writes of a
+#: zone-less time (ASCII digits only).
+_COLLECTOR_TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}", re.ASCII).fullmatch
+#: A named tuple from a tuple of its fields, without the keyword handling of its ``__new__``.
+_new = tuple.__new__
 
 #: Fields of a sample stored once per series (the first sample's values).
 SERIES_FIELDS = ("uuid", "name", "mem_total_bytes", "power_limit_w")
@@ -272,14 +278,15 @@ def collector_sample_row(sample: Any, when: datetime) -> SampleRow | None:
         or src.rank is not None
         or sample.step is not None
         or sample.xid is not None
-        or when.isoformat(timespec="milliseconds") != sample.ts
+        or not _COLLECTOR_TS(sample.ts)  # parsed as ``when``: so written back the same
     ):
         return None
-    gpm, left = pack_gpm(
-        (sample.gpm_sm_active_pct, sample.gpm_tensor_active_pct, sample.gpm_dram_bw_pct)
-    )
-    if left:
-        return None
+    gpms = (sample.gpm_sm_active_pct, sample.gpm_tensor_active_pct, sample.gpm_dram_bw_pct)
+    gpm = None
+    if gpms != (None, None, None):  # a GPU without GPM (an A100) has none of the three
+        gpm, left = pack_gpm(gpms)
+        if left:
+            return None
     scaled: list[int | None] = []
     for value, sc in zip(
         (
@@ -310,9 +317,9 @@ def collector_sample_row(sample: Any, when: datetime) -> SampleRow | None:
         gpm,
         *scaled,
     )
-    key = SeriesKey(src.run, src.node or "", "", src.sub, sample.gpu_index)
+    key = _new(SeriesKey, (src.run, src.node or "", "", src.sub, sample.gpu_index))
     fixed = (sample.uuid, sample.name, sample.mem_total_bytes, sample.power_limit_w)
-    return SampleRow(key, t_ms, fixed, values, {})
+    return _new(SampleRow, (key, t_ms, fixed, values, {}))
 
 
 def stored_values(row: SampleRow, series: SeriesInfo) -> tuple[Any, ...]:

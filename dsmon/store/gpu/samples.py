@@ -81,10 +81,15 @@ class GpuSamples:
         d = db.dialect
         first = db.allocate_ids(len(rows))
         values = []
-        for i, row in enumerate(rows):
-            info = self._series_of(db, row)
-            stored = stored_values(row, info)
-            values.append((*stored[:2], first + i, *stored[2:], row.t_ms))
+        known = self._series
+        for i, row in enumerate(rows, first):
+            key, t_ms, fixed, measured, extra = row
+            info = known.get(key) or self._series_of(db, row)
+            if extra or fixed != info.fixed:
+                stored = stored_values(row, info)
+                values.append((*stored[:2], i, *stored[2:], t_ms))
+            else:  # stored_values' of a collector's sample: nothing goes to extra
+                values.append((info.id, t_ms - info.t0_ms, i, *measured, None, t_ms))
         db.stage_samples(values)
         self._drop_stored(db)
         cols = ", ".join(STAGED)

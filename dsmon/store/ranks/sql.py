@@ -45,9 +45,14 @@ recomputed here from those tables. The records stay in ``records`` as the record
 
 from __future__ import annotations
 
+import functools
+
 from dsmon.store import blocks
 from dsmon.store.dialect import Dialect
 
+#: Steps of a run one :func:`update_stats` statement recomputes: a write's touched steps go
+#: 64 to a statement, what is left 16, 4, then 1 at a time (a connection prepares four).
+STATS_STEPS = (64, 16, 4, 1)
 #: Step-bucket widths of ``rank_busy``, finest first: each is eight of the one before.
 BUSY_LEVELS = (8, 64, 512, 4096, 32768)
 #: Columns of ``rank_step_stats`` as a reader gets them, in this order.
@@ -212,10 +217,14 @@ def _median(value: str, pos: str, count: str) -> str:
     )
 
 
-def update_stats(d: Dialect) -> str:
-    """Recompute the ``rank_step_stats`` row of one step (parameters: run, step).
+@functools.cache
+def update_stats(d: Dialect, n: int = 1) -> str:
+    """Recompute the ``rank_step_stats`` rows of ``n`` steps of a run (parameters: run, steps).
 
-    Run for every step a write's ``rank_step`` records touched. Non-null busy times are
+    Run for the steps a write's ``rank_step`` records touched, :data:`STATS_STEPS` to a
+    statement: each step is a partition of the window functions and a group of the
+    aggregate, so a statement recomputes each of its steps as one of its own would, and the
+    windows' sorters are set up once per statement, not once per step. Non-null busy times are
     numbered in ascending order, ties by descending rank, so the last is the slowest rank
     (the lowest-numbered of equals, as pandas' ``idxmax`` picks). The step's loss is its
     lowest rank's (rank 0's, what DeepSpeed's own monitors write); its wire time in
@@ -229,12 +238,14 @@ def update_stats(d: Dialect) -> str:
 WITH r AS (
     SELECT s.run, s.step, s.rank, s.id, s.ts, s.busy_ms, s.total_ms, s.waited,
         s.skipped_steps, s.loss_scale, s.loss, s.grad_norm, s.coll_ms,
-        ROW_NUMBER() OVER (ORDER BY (s.busy_ms IS NULL), s.busy_ms, s.rank DESC) AS bi,
-        COUNT(s.busy_ms) OVER () AS bn,
-        ROW_NUMBER() OVER (ORDER BY (s.total_ms IS NULL), s.total_ms) AS ti,
-        COUNT(s.total_ms) OVER () AS tn,
-        ROW_NUMBER() OVER (ORDER BY (s.loss IS NULL), s.rank) AS li
-    FROM rank_steps s WHERE s.run = ? AND s.step = ?
+        ROW_NUMBER() OVER (
+            PARTITION BY s.step ORDER BY (s.busy_ms IS NULL), s.busy_ms, s.rank DESC
+        ) AS bi,
+        COUNT(s.busy_ms) OVER (PARTITION BY s.step) AS bn,
+        ROW_NUMBER() OVER (PARTITION BY s.step ORDER BY (s.total_ms IS NULL), s.total_ms) AS ti,
+        COUNT(s.total_ms) OVER (PARTITION BY s.step) AS tn,
+        ROW_NUMBER() OVER (PARTITION BY s.step ORDER BY (s.loss IS NULL), s.rank) AS li
+    FROM rank_steps s WHERE s.run = ? AND s.step IN ({_marks(n)})
 )
 INSERT INTO rank_step_stats (run, step, id, ts, ranks, slowest_rank, slowest_ms, median_ms,
     fastest_ms, wall_ms, median_total_ms, waited, skipped_steps, loss_scale, loss, grad_norm,

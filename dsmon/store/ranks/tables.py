@@ -12,7 +12,7 @@ about one row per step, a few thousand roll-up rows, one row per rank.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from dsmon.model.records import HeartbeatRecord
@@ -21,6 +21,7 @@ from dsmon.store.backend import Backend, Db
 from dsmon.store.ranks import sql
 from dsmon.store.ranks.rows import probe_rows
 from dsmon.store.ranks.sql import BUSY_LEVELS, PHASE_SUMS, STAT_COLUMNS
+from dsmon.store.records.added import Added
 from dsmon.store.records.rows import row_record
 
 if TYPE_CHECKING:  # pandas loads with the first read: the stores' writers never need it
@@ -64,24 +65,24 @@ class RankTables:
         self._backend = backend
 
     @staticmethod
-    def update(db: Db, after_id: int, kinds: Collection[str]) -> None:
-        """Bring the records stored after ``after_id`` (this transaction's) into the tables.
+    def update(db: Db, added: Added) -> None:
+        """Bring the records a write ``added`` into the tables.
 
-        ``kinds``: the kinds the write stored; a batch without probe records costs nothing.
-        The new probe records are read once and their rows made in Python
+        A batch without probe records costs nothing. The new probe records are taken from
+        the batch in hand, or read once, and their rows made in Python
         (:func:`dsmon.store.ranks.rows.probe_rows`); each statement then runs once per row,
         touched step or bucket (``executemany``).
         """
-        if not RANK_KINDS.intersection(kinds):
+        if not RANK_KINDS.intersection(added.kinds):
             return
         d = db.dialect
-        made = probe_rows(db.rows(sql.new_probe_records(d), (after_id,)))
+        made = probe_rows(_new_probe_records(db, added))
         if made.steps:
             db.execute_many(sql.upsert_steps(), made.steps)
             if made.comm:
                 db.execute_many(sql.upsert_comm(d), made.comm)
-            touched = made.touched()
-            db.execute_many(sql.update_stats(d), touched)
+            touched = _steps_by_run(made.touched())
+            _update_stats(db, touched)
             _repack_stats(db, touched)
             for width in BUSY_LEVELS:  # finest first: each level sums the one below
                 db.execute_many(sql.update_busy(d, width), made.buckets(width))
@@ -166,6 +167,24 @@ class RankTables:
         return [b for b in beats if isinstance(b, HeartbeatRecord)]
 
 
+def _new_probe_records(db: Db, added: Added) -> list[Any]:
+    """The rows :func:`dsmon.store.ranks.sql.new_probe_records` reads, in hand if they are."""
+    steps, beats = added.of_kind("rank_step"), added.of_kind("heartbeat")
+    if steps is None or beats is None:
+        return db.rows(sql.new_probe_records(db.dialect), (added.after_id,))
+    found: list[tuple[Any, ...]] = [
+        ("rank_step", r.run, r.step, r.rank, i, r.ts, r.line, r.body)
+        for i, r in steps
+        if r.rank is not None and r.step is not None
+    ]
+    found += [
+        ("heartbeat", r.run, r.step, r.rank, i, r.ts, r.line, None)
+        for i, r in beats
+        if r.rank is not None and r.ts is not None
+    ]
+    return found  # by kind, each in id order: probe_rows keeps the kinds apart
+
+
 def _busy_query(
     db: Db, run: str, level: int | None, width: int, step_max: int | None
 ) -> tuple[str, tuple[str, ...]]:
@@ -187,12 +206,28 @@ def _phases_query(
 _STAT_KINDS = "".join(blocks.TIME if c == "ts" else blocks.FLOAT for c in STAT_COLUMNS)
 
 
-def _repack_stats(db: Db, touched: Sequence[tuple[str, int]]) -> None:
-    """The packed blocks of the steps a write changed dropped, those it went past packed."""
+def _steps_by_run(touched: Sequence[tuple[str, int]]) -> dict[str, list[int]]:
+    """The steps of each run, in the order of ``touched``."""
     by_run: dict[str, list[int]] = {}
     for run, step in touched:
         by_run.setdefault(run, []).append(int(step))
-    for run, steps in by_run.items():
+    return by_run
+
+
+def _update_stats(db: Db, touched: dict[str, list[int]]) -> None:
+    """Recompute the ``rank_step_stats`` rows of the steps a write touched, many a statement."""
+    for run, steps in touched.items():
+        start = 0
+        for size in sql.STATS_STEPS:
+            query = sql.update_stats(db.dialect, size)
+            while len(steps) - start >= size:
+                db.execute(query, (run, *steps[start : start + size]))
+                start += size
+
+
+def _repack_stats(db: Db, touched: dict[str, list[int]]) -> None:
+    """The packed blocks of the steps a write changed dropped, those it went past packed."""
+    for run, steps in touched.items():
 
         def rows_of(first: int, end: int, run: str = run) -> list[Any]:
             return db.rows(sql.STATS_BLOCK, (run, first, end))

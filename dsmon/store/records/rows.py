@@ -35,6 +35,20 @@ class RecordRow(NamedTuple):
 ROW_COLUMNS = RecordRow._fields
 
 
+class Inserted(NamedTuple):
+    """What a batch's insert did: how many of its rows were new, and where their ids start.
+
+    ``first_id``: when every row was new and the backend numbered them in row order, the id
+    of the first (row ``i`` got ``first_id + i``), so a write's summary tables take the new
+    rows from the batch in hand instead of reading them back. None when some row was stored
+    before, or the backend does not promise that order: the new rows are read back by their
+    id range.
+    """
+
+    new: int
+    first_id: int | None = None
+
+
 def record_row(rec: Record, body: str | None = None) -> RecordRow:
     """The row under which ``rec`` is stored (``body``: its JSON line, if already encoded)."""
     s = rec.src

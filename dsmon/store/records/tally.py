@@ -11,6 +11,7 @@ themselves. A batch with rows stored before is added up by the statements, as be
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -49,5 +50,12 @@ def kind_rows(rows: Sequence[RecordRow], first_id: int) -> list[KindRow]:
 
 
 def source_rows(rows: Sequence[RecordRow]) -> list[tuple[str, str, int]]:
-    """The (run, node, rank) of ``rows``, sorted: ``run_sources`` keys ('' and -1: unknown)."""
-    return sorted({(r.run, r.node or "", -1 if r.rank is None else r.rank) for r in rows})
+    """The (run, node, rank) of ``rows``, sorted: ``run_sources`` keys ('' and -1: unknown).
+
+    The distinct (run, node, rank) are found in compiled code; only those few are looked at.
+    """
+    found = set(map(_SOURCE, rows))
+    return sorted({(run, node or "", -1 if rank is None else rank) for run, node, rank in found})
+
+
+_SOURCE = operator.itemgetter(1, 5, 6)  # run, node, rank

@@ -24,7 +24,19 @@ class _TimerBody(msgspec.Struct, gc=False):
     values_ms: dict[str, Any] | None = None
 
 
+class _TypedBody(msgspec.Struct, gc=False):
+    """The same, typed as a checked record's body is: a name, and every timer a number.
+
+    A JSON integer is read as a float, as a float column holds it. A body that is not of
+    this form (a timer ``null``) is read again as :class:`_TimerBody`, field by field.
+    """
+
+    group: str | None = None
+    values_ms: dict[str, float] | None = None
+
+
 _decode = msgspec.json.Decoder(_TimerBody).decode
+_decode_typed = msgspec.json.Decoder(_TypedBody).decode
 
 
 @dataclasses.dataclass
@@ -51,24 +63,54 @@ class TimerRows:
 
 
 def timer_rows(records: Iterable[Sequence[Any]]) -> TimerRows:
-    """The rows of ``records``: (id, run, step, rank, body) each, in id order."""
+    """The rows of ``records``: (id, run, step, rank, body) each, in id order.
+
+    A body is the stored JSON, or the line as the ingest server decoded and checked it
+    (:mod:`dsmon.model.wire_types`: ``group`` a string, ``values_ms`` floats).
+
+    Per record, only what differs from one to the next is done in Python: the names a
+    group printed are gathered per (run, group) as sets of its timers' names, and a row's
+    timers are looked up in one ``map``.
+    """
     out = TimerRows()
+    names: dict[tuple[str, str], set[str]] = {}
     for rec_id, run, step, rank, body in records:
-        decoded = _decode(body if isinstance(body, bytes | str) else bytes(body))
-        group = decoded.group if isinstance(decoded.group, str) else None
-        values = decoded.values_ms or {}
-        if group is not None:  # "": the group printed a line (with or without timers)
-            out.names.update((run, group, name) for name in ("", *values))
-        table = TABLES.get(group) if group is not None else None
+        if isinstance(body, str | bytes | memoryview):
+            raw = body if isinstance(body, bytes | str) else bytes(body)
+            try:
+                typed = _decode_typed(raw)
+                group, values, floats = typed.group, typed.values_ms or {}, True
+            except msgspec.ValidationError:
+                decoded = _decode(raw)
+                group = decoded.group if isinstance(decoded.group, str) else None
+                values, floats = decoded.values_ms or {}, False
+        else:  # a checked timer line as the server decoded it: a name, every timer a float
+            group, values, floats = body.group, body.values_ms or {}, True
+        if group is None:
+            continue
+        seen = names.get((run, group))
+        if seen is None:
+            seen = names[(run, group)] = {""}  # "": the group printed a line
+        seen.update(values)
+        table = TABLES.get(group)
         if table is None:
             continue
         if step is None:
             if group == GLOBAL:
                 out.unplaced.append((run, rec_id))
             continue
-        row = (run, step, NO_RANK if rank is None else rank, rec_id)
-        out.steps.setdefault(str(group), []).append(row + tuple(_ms(values, t) for t in table[1]))
+        head = (run, step, NO_RANK if rank is None else rank, rec_id)
+        if floats:
+            row = (*head, *map(values.get, table[1]))
+        else:
+            row = (*head, *(_ms(values, t) for t in table[1]))
+        got = out.steps.get(group)
+        if got is None:
+            out.steps[group] = [row]
+        else:
+            got.append(row)
         out.placed.append((run, rec_id))
+    out.names = {(run, group, name) for (run, group), seen in names.items() for name in seen}
     return out
 
 

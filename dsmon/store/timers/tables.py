@@ -11,11 +11,12 @@ transaction, and a reader asks for those rows: one per step and rank, a few numb
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from dsmon.store import blocks
 from dsmon.store.backend import Backend, Db
+from dsmon.store.records.added import Added
 from dsmon.store.timers import sql
 from dsmon.store.timers.rows import TimerRows, timer_rows
 
@@ -37,14 +38,20 @@ class TimerTables:
         self._backend = backend
 
     @staticmethod
-    def update(db: Db, after_id: int, kinds: Collection[str]) -> None:
-        """Bring the timer records stored after ``after_id`` (this transaction's) in.
+    def update(db: Db, added: Added) -> None:
+        """Bring the timer records a write ``added`` in; a batch without any costs nothing.
 
-        ``kinds``: the kinds the write stored; a batch without timer records costs nothing.
+        New records were never unplaced: only a restamp's can leave ``timer_unplaced``.
         """
-        if sql.TIMER_KIND not in kinds:
+        if sql.TIMER_KIND not in added.kinds:
             return
-        _write(db, timer_rows(db.rows(sql.new_timer_records(db.dialect), (after_id,))))
+        found = added.of_kind(sql.TIMER_KIND)
+        if found is None:
+            records = db.rows(sql.new_timer_records(db.dialect), (added.after_id,))
+        else:  # as new_timer_records reads them; a line the server decoded, as it decoded it
+            first, decoded = added.first_id, added.decoded
+            records = [(i, r.run, r.step, r.rank, decoded.get(i - first, r.body)) for i, r in found]
+        _write(db, timer_rows(records), placed=False)
 
     @staticmethod
     def restamped(db: Db, keys: Sequence[bytes]) -> None:
@@ -103,15 +110,18 @@ class TimerTables:
 _END = 2**62
 
 
-def _write(db: Db, made: TimerRows) -> None:
-    """Upsert what ``made`` holds into the tables; pack the blocks the run went past."""
+def _write(db: Db, made: TimerRows, placed: bool = True) -> None:
+    """Upsert what ``made`` holds into the tables; pack the blocks the run went past.
+
+    ``placed``: take the placed records out of ``timer_unplaced`` (records stored before).
+    """
     for group, rows in made.steps.items():
         db.execute_many(sql.upsert(group), rows)
     if made.names:
         db.execute_many(sql.INSERT_NAMES, sorted(made.names))
     if made.unplaced:
         db.execute_many(sql.INSERT_UNPLACED, made.unplaced)
-    if made.placed:
+    if placed and made.placed:
         db.execute_many(sql.DELETE_UNPLACED, made.placed)
     for run, steps in made.touched().items():
         rows_of = functools.partial(_block_rows, db, run)

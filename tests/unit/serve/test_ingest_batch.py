@@ -295,6 +295,15 @@ def gpu_line(**changes: object) -> str:
         ({"ts": "2026-11-29T14:11:04"}, False),  # not to the millisecond: kept in extra
         ({"ts": "2026-11-29T14:11:04.882123"}, False),
         ({"ts": "2026-11-29T14:11:04.882+01:00"}, False),  # a zone: stored as a record
+        # times Python reads as the collectors' but writes otherwise: kept in extra
+        ({"ts": "2026-W48-7T14:11:04.882"}, False),
+        ({"ts": "2026-11-29T14:11:04,882"}, False),
+        ({"ts": "2026-11-29 14:11:04.882"}, False),
+        ({"ts": "20261129T141104.882"}, False),
+        (
+            {"gpm_sm_active_pct": None, "gpm_tensor_active_pct": None, "gpm_dram_bw_pct": None},
+            True,
+        ),  # an A100: no GPM
         ({"ts": None}, False),  # no time: stored as a record
         ({"xid": 79}, False),
         ({"step": 12}, False),

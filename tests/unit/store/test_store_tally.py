@@ -66,3 +66,22 @@ def test_kind_rows_skip_missing_times_and_steps() -> None:
         ("r", "timer", 3, "2026-11-29T14:11:09.0", "2026-11-29T14:11:10.0", 4, 12)
     ]
     assert source_rows(rows) == [("r", "n", -1), ("r", "n", 0)]
+
+
+def test_kind_rows_of_interleaved_kinds_keep_falsy_steps() -> None:
+    def row(run: str, kind: str, step: int | None, ts: str | None) -> RecordRow:
+        return RecordRow(b"k", run, kind, step, ts, None, None, None, None, "{}")
+
+    rows = [
+        row("r", "step", None, "2026-11-29T14:11:10"),
+        row("q", "step", 0, None),  # step 0 is a step: MAX(step) 0, not NULL
+        row("r", "timer", 5, None),
+        row("r", "step", 0, "2026-11-29T14:11:08"),
+        row("q", "step", None, None),
+    ]
+    assert sorted(kind_rows(rows, 1)) == [
+        ("q", "step", 2, None, None, 0, 5),
+        ("r", "step", 2, "2026-11-29T14:11:08", "2026-11-29T14:11:10", 0, 4),
+        ("r", "timer", 1, None, None, 5, 3),
+    ]
+    assert source_rows(rows) == [("q", "", -1), ("r", "", -1)]

@@ -1,0 +1,44 @@
+"""The records one write added, as the summary tables take them in: in hand, or read back.
+
+The per-rank, timer and skipped-step tables (:mod:`dsmon.store.ranks`,
+:mod:`dsmon.store.timers`, :mod:`dsmon.store.skips`) each take a write's new records of their
+kinds. Reading them back from ``records`` by the write's id range (a scan of the batch's rows
+per table, and every body fetched again) cost the ingest server more than a tenth of its
+work a record. When every row of a batch was new and the engine numbered them in row order
+(:class:`~dsmon.store.records.rows.Inserted`), the rows and their ids are in hand: a part
+takes them from here, and reads them back only otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from dsmon.store.records.rows import RecordRow
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Added:
+    """What one write added to ``records``.
+
+    ``after_id``: every added row has a higher id (the newest before the write).
+    ``kinds``: the kinds of the batch's rows (a part with none of its kinds does nothing).
+    ``rows``: the batch, every row of it new, row ``i`` under id ``first_id + i``; None when
+    some row was stored before or the ids are not known in order (then read them back).
+    ``decoded``: lines of ``rows`` decoded already, by index, that a part may read instead of
+    decoding their bodies again.
+    """
+
+    after_id: int
+    kinds: Collection[str]
+    rows: Sequence[RecordRow] | None = None
+    first_id: int = 0
+    #: Lines of ``rows`` decoded already, by index (the ingest server's timer lines).
+    decoded: Mapping[int, Any] = dataclasses.field(default_factory=dict)
+
+    def of_kind(self, kind: str) -> list[tuple[int, RecordRow]] | None:
+        """``(id, row)`` of the added rows of ``kind``, in id order; None: read them back."""
+        if self.rows is None:
+            return None
+        return [(i, row) for i, row in enumerate(self.rows, self.first_id) if row[2] == kind]
