@@ -1,7 +1,8 @@
 """What the fast lane (``pytest -m "not slow"``) runs of the heavier tests.
 
 The fast lane is the edit-test loop: each behaviour once, on small input. The full suite (CI,
-the README's command) runs every case. Four ways to keep a test's case out of the loop:
+the README's command) runs every case. tests/system/ (real processes, all ``slow``) is not
+even collected in the fast lane (``conftest.pytest_ignore_collect``). Four ways to keep a test's case out of the loop:
 
 - ``first_fast``: a test parametrized over several real runs of tests/data checks the same
   code on each; the fast lane keeps the first, every other is marked ``slow``.
