@@ -175,7 +175,11 @@ def trace_names(spec: dict[str, Any]) -> list[str]:
 
 
 def values(data: Any) -> list[Any]:
-    """A trace's x or y as a list: plotly 6 sends numeric arrays as base64 typed arrays."""
+    """A trace's x or y as a list.
+
+    The dashboard's charts send JSON arrays (``ui/charts.py``); a figure sent as plotly.py
+    makes it has base64 typed arrays.
+    """
     if isinstance(data, dict) and "bdata" in data:
         arr = np.frombuffer(base64.b64decode(data["bdata"]), dtype=data["dtype"])
         return arr.tolist()

@@ -254,9 +254,10 @@ def off_scale(
 def epoch_ms(values: Any) -> Any:
     """Datetimes as milliseconds since the epoch, for a ``type="date"`` axis.
 
-    Plotly serialises datetimes as ~26-character strings but numbers as packed binary: for
-    a thousand points per trace this is a third of the bytes. Naive times stay the wall clock
-    they were (plotly draws epoch numbers as UTC, which is the same digits).
+    Plotly serialises datetimes as ~26-character strings, and a number of milliseconds as
+    15 characters at most (the dashboard sends numbers as JSON arrays, see ``ui/charts.py``).
+    Naive times stay the wall clock they were (plotly draws epoch numbers as UTC, which is
+    the same digits).
     """
     stamps = pd.to_datetime(pd.Series(values))
     return stamps.astype("datetime64[ms]").astype("int64").to_numpy(dtype="float64")

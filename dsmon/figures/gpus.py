@@ -43,9 +43,10 @@ def lines_figure(series: pd.DataFrame, metric: str) -> go.Figure:
     ]
     props = {**layout_props(title), "xaxis": {"type": "date"}}
     if len(data) > LEGEND_ABOVE_MAX:
-        # one row of names above the plot runs into the title: the GPUs go under the axis
-        props["legend"].update(yanchor="top", y=-0.12, x=0.0, xanchor="left")
-        props["margin"]["b"] = 40 + 22 * math.ceil(len(data) / 6)
+        # one row of names above the plot runs into the title: the GPUs go at the foot of
+        # the figure, under the axis and the date its first tick carries
+        props["legend"].update(yref="container", yanchor="bottom", y=0.0, x=0.0, xanchor="left")
+        props["margin"]["b"] = 48 + 22 * math.ceil(len(data) / 6)
     return go.Figure(data=data, layout=props)
 
 

@@ -1,10 +1,14 @@
-"""The Steps page's main chart draws its bars in Chromium, with or without throughput lines.
+"""The Steps page's charts in Chromium: the main chart's bars are drawn, and each chart once.
 
 At DeepSpeed's default log level no ThroughputTimer line is printed, while the flops
 profiler still gives each step's TFLOPS. The chart then had a right-hand TFLOPS axis over a
 row with no trace of its own, which the plotly.js Streamlit bundles laid over the whole
 figure: the step-time bars were not drawn at all (tests/data/z0_default_loglevel). A figure
 test cannot see that; only the browser's own drawing can.
+
+Streamlit's Plotly element hands plotly.js each figure a second time right after drawing it;
+``ui/charts.py`` sends figures that this second hand-over does not compute again. Only the
+browser tells whether plotly.js computed a chart once or twice.
 """
 
 from __future__ import annotations
@@ -23,6 +27,16 @@ from dsmon.store.store import open_store
 
 pytestmark = pytest.mark.slow
 
+#: Counts, on each chart's element, the times plotly.js set its computed data: once per full
+#: computation and drawing of the chart (``Plotly.newPlot``, or ``Plotly.react`` finding new
+#: data).
+COUNT_CALCS = """
+Object.defineProperty(HTMLElement.prototype, 'calcdata', {
+  configurable: true,
+  get() { return this.__calcdata; },
+  set(value) { this.__calcdata = value; if (value) this.__calcs = (this.__calcs || 0) + 1; },
+});
+"""
 #: run -> folder: z2 prints throughput lines, z0_default_loglevel does not.
 RUNS = {"z0": "z0_default_loglevel", "z2": "z2"}
 
@@ -67,3 +81,18 @@ def test_the_step_breakdown_bars_are_drawn(server: str, run: str) -> None:
         pixels = _bar_pixels(chart.screenshot())
     # the four legend swatches alone are about 4 x 150 pixels
     assert pixels > 5_000, f"{run}: {pixels} pixels in the bar colours"
+
+
+def test_each_chart_is_computed_and_drawn_once(server: str) -> None:
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1400, "height": 1600})
+        page.add_init_script(COUNT_CALCS)
+        page.goto(f"{server}/steps?run=z2")
+        page.get_by_role("heading", name="Steps · z2").wait_for(timeout=60_000)
+        wait_idle(page)
+        page.wait_for_selector(".js-plotly-plot .main-svg", timeout=30_000)
+        page.wait_for_timeout(2_000)  # the second hand-over follows the first drawing
+        calcs = page.evaluate(
+            "[...document.querySelectorAll('.js-plotly-plot')].map(p => p.__calcs || 0)"
+        )
+    assert len(calcs) >= 4 and calcs == [1] * len(calcs)
