@@ -132,6 +132,28 @@ def pytest_configure(config: pytest.Config) -> None:
     """Tell ``lanes`` whether this run is the fast lane, before any test module is imported
     (their decorators ask it how many examples to draw)."""
     lanes.FAST = "not slow" in (config.getoption("markexpr") or "")
+    _check_grouping(config)
+
+
+def _check_grouping(config: pytest.Config) -> None:
+    """Refuse to run where pytest-xdist cannot group: the slow tests would race each other.
+
+    ``--dist loadgroup`` puts every test of one ``xdist_group`` on one worker by adding
+    ``@group`` to its id; pytest 9.2 keeps ids where pytest-xdist 3.8 cannot change them, and
+    then nothing is grouped, silently (pytest-dev/pytest-xdist#1386).
+    """
+    import xdist
+
+    if config.getoption("dist", None) != "loadgroup":
+        return
+    pytest_version = tuple(int(p) for p in pytest.__version__.split(".")[:2])
+    xdist_version = tuple(int(p) for p in xdist.__version__.split(".")[:2])
+    if pytest_version >= (9, 2) and xdist_version <= (3, 8):
+        raise pytest.UsageError(
+            f"pytest {pytest.__version__} with pytest-xdist {xdist.__version__} does not group "
+            "the slow tests (pytest-dev/pytest-xdist#1386): install the test extra's versions "
+            "(pip install -e '.[all,test]')"
+        )
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
