@@ -111,6 +111,7 @@ class RunFrames:
         self._versions: dict[str, int] = {}
         self._keys: dict[str, set[tuple[str, str, str, str, int, str]]] = {}
         self._memo = Memo(MEMO_SIZE, MEMO_BYTES)
+        self._companions: dict[str, Any] = {}
         self.last_id = 0
         self._restamps = store.restamps(run)
         self._counted: dict[str, int] | None = None  # stored per kind, when last counted
@@ -333,6 +334,18 @@ class RunFrames:
                 info = self.info()
                 self._counted = dict(info.kinds) if info else {}
             return self._counted.get(kind, 0)
+
+    def companion(self, name: str, make: Callable[[], T]) -> T:
+        """The object ``name`` kept with these frames, made by ``make`` on the first call.
+
+        For a view that keeps its own state as the run grows (``dsmon.view.timer_steps``,
+        ``dsmon.view.ranks``): it lives and goes with the run's frames.
+        """
+        with self._lock:
+            if name not in self._companions:
+                self._companions[name] = make()
+            found: T = self._companions[name]
+            return found
 
     def memo(self, name: str, kinds: Sequence[str], cutoff: Cutoff, fn: Callable[[], T]) -> T:
         """``fn()``, recomputed only when one of ``kinds`` grew or the cut-off moved."""

@@ -12,7 +12,6 @@ memoised.
 from __future__ import annotations
 
 import threading
-import weakref
 from collections import Counter
 from collections.abc import Callable
 
@@ -238,15 +237,8 @@ def _merged(held: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
     return merged.sort_values("step", kind="stable").reset_index(drop=True)
 
 
-_LIVE: weakref.WeakKeyDictionary[RunFrames, _LiveStats] = weakref.WeakKeyDictionary()
-_LIVE_LOCK = threading.Lock()
-
-
 def _live(frames: RunFrames) -> _LiveStats:
-    with _LIVE_LOCK:
-        if frames not in _LIVE:
-            _LIVE[frames] = _LiveStats()
-        return _LIVE[frames]
+    return frames.companion("ranks.live", _LiveStats)
 
 
 def stats(frames: RunFrames, cutoff: Cutoff = OPEN) -> pd.DataFrame:

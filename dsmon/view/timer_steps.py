@@ -16,7 +16,6 @@ breakdown is folded from the records as before; so it is for a replay position.
 from __future__ import annotations
 
 import threading
-import weakref
 
 import pandas as pd
 
@@ -119,15 +118,8 @@ class _LiveBreakdown:
         return kept.over(result, self.epoch, self.stable)
 
 
-_LIVE: weakref.WeakKeyDictionary[RunFrames, _LiveBreakdown] = weakref.WeakKeyDictionary()
-_LIVE_LOCK = threading.Lock()
-
-
 def _live(frames: RunFrames) -> _LiveBreakdown:
-    with _LIVE_LOCK:
-        if frames not in _LIVE:
-            _LIVE[frames] = _LiveBreakdown()
-        return _LIVE[frames]
+    return frames.companion("timer_steps.live", _LiveBreakdown)
 
 
 def breakdown(frames: RunFrames, cutoff: Cutoff) -> pd.DataFrame:
