@@ -1,19 +1,21 @@
-"""Shared fixtures: a store of every backend, and real DeepSpeed runs from tests/data/.
+"""The suite's hooks: which lane runs (``lanes``), which tests are slow and run in turn, and
+where the shared fixtures load.
 
 Tests live by what they exercise: ``tests/unit/<package>/`` for one package of the code
 (``dsmon.parse`` -> ``unit/parse``, ``collectors`` -> ``unit/collectors``, the dashboard's
 pages -> ``unit/app``), ``tests/system/`` for real processes, a real browser and real
 DeepSpeed jobs (every test there is marked ``slow``), ``tests/meta/`` for the checks of the
 repository itself (layering, docs, README, lint). Helpers shared by several test modules sit
-in ``tests/`` beside this file.
+in ``tests/`` beside this file; the fixtures most tests share are in :mod:`shared_fixtures`.
 
-``store`` is parametrized by backend, so every store test runs against each one. A backend
-that cannot run here (no server) is skipped by its opener, not failed.
+This module imports no part of dsmon: pytest-xdist's controller loads it before it starts the
+workers, and runs no test.
 """
 
 # ruff: noqa: E402  (the bytecode switch below comes before every other import)
 from __future__ import annotations
 
+import gc
 import sys
 
 # Keep compiled test modules (and their rewritten asserts) between runs even where the shell
@@ -21,111 +23,11 @@ import sys
 # again, several seconds of each worker's start. __pycache__ is ignored by git.
 sys.dont_write_bytecode = False
 
-import functools
-import os
-from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-import deepspeed_support
 import lanes
 import pytest
-from hypothesis import settings as hypothesis_settings
-from locations import DATA, TESTS
-from pg_support import open_pg_store
-from server_support import finish_stops
-
-from dsmon.load.files import read_found
-from dsmon.load.kinds import discover
-from dsmon.model.records import Record, record_key
-from dsmon.parse.base import Diagnostics
-from dsmon.store.store import Store, open_store
-
-# Property tests explore new random inputs on every developer run (that is how they find
-# bugs); in CI they replay one fixed sequence, so a submission is judged on the same examples
-# each time and a new counterexample is found (and kept as a test) on a developer's machine.
-hypothesis_settings.register_profile("ci", derandomize=True)
-if os.environ.get("CI"):
-    hypothesis_settings.load_profile("ci")
-#: The ZeRO-2 run of the corpus (DeepSpeed 0.19.8, 2 ranks, 30 steps): tests/data/z2/.
-Z2 = DATA / "z2"
-
-
-def _open_sqlite(tmp_path: Path) -> Store:
-    return open_store(tmp_path / "store.sqlite")
-
-
-#: Backend name -> opener of an empty store of that backend.
-STORE_BACKENDS: dict[str, Callable[[Path], Store]] = {
-    "sqlite": _open_sqlite,
-    "postgresql": open_pg_store,  # skipped without $DSMON_TEST_PG_URL, except in CI
-}
-
-
-@pytest.fixture(scope="session", autouse=True)
-def servers_stopped() -> Iterator[None]:
-    """Every ingest server a fixture stopped in the background has stopped, without error."""
-    yield
-    assert finish_stops() == []
-
-
-@pytest.fixture(autouse=True)
-def deepspeed_leftovers_released(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Around each test of tests/system/: no dead JIT build blocks its DeepSpeed jobs, and the
-    shared memory they leave is freed after it (:mod:`deepspeed_support`)."""
-    system = SYSTEM in Path(str(request.node.path)).parents
-    if system:
-        deepspeed_support.release_stale_build_locks()
-    yield
-    if system:
-        deepspeed_support.release_shm()
-
-
-@pytest.fixture(params=list(STORE_BACKENDS))
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    """An empty store of each backend."""
-    s = STORE_BACKENDS[request.param](tmp_path)
-    yield s
-    s.close()
-
-
-def read_log(path: Path, run: str) -> list[Record]:
-    """The records of one log file (file name as the Source's file), a new list each call.
-
-    Parsed once per worker: records are frozen, and many tests read the same real runs.
-    """
-    return list(_parsed(path, run))
-
-
-@functools.cache
-def _parsed(path: Path, run: str) -> tuple[Record, ...]:
-    diag = Diagnostics()
-    (found,) = discover(path)
-    return tuple(read_found(found, run, diag))
-
-
-@pytest.fixture(scope="session")
-def z2_log_records() -> list[Record]:
-    """Records of tests/data/z2/train.log, parsed once per session."""
-    return read_log(Z2 / "train.log", "z2")
-
-
-def settled(records: Iterable[Record]) -> list[Record]:
-    """What a store keeps of a live stream: one record per identity key, in first-seen order.
-
-    A live parser sends a record without its step when the log has not named one yet, and
-    again with it later; the store fills the step in place and never erases one.
-    """
-    kept: dict[tuple[str, str, str, str, int, str], Record] = {}
-    for rec in records:
-        key = record_key(rec)
-        old = kept.get(key)
-        if old is None or (old.step is None and rec.step is not None):
-            kept[key] = rec
-    return list(kept.values())
-
-
-#: Every test under tests/system/ runs real processes: the fast lane leaves them out.
-SYSTEM = TESTS / "system"
+from locations import SYSTEM
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -133,6 +35,17 @@ def pytest_configure(config: pytest.Config) -> None:
     (their decorators ask it how many examples to draw)."""
     lanes.FAST = "not slow" in (config.getoption("markexpr") or "")
     _check_grouping(config)
+    if not _is_controller(config):
+        config.pluginmanager.import_plugin("shared_fixtures")
+        # A page reading a long run's whole frame live instead of a fold is a bug
+        # (dsmon.view.cache): an error in every test. Set here, not in pyproject.toml, where
+        # resolving the warning's class would import dsmon (and pandas) in the controller.
+        config.addinivalue_line("filterwarnings", "error::dsmon.view.cache.WholeFrameRead")
+
+
+def _is_controller(config: pytest.Config) -> bool:
+    """Whether this process is pytest-xdist's controller, which only hands tests to workers."""
+    return not hasattr(config, "workerinput") and config.getoption("dist", "no") != "no"
 
 
 def _check_grouping(config: pytest.Config) -> None:
@@ -154,6 +67,15 @@ def _check_grouping(config: pytest.Config) -> None:
             "the slow tests (pytest-dev/pytest-xdist#1386): install the test extra's versions "
             "(pip install -e '.[all,test]')"
         )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Leave what collection made (pandas, Streamlit, plotly, hypothesis, every test module)
+    out of Python's full garbage collections from here on: it lives as long as the process,
+    and each full collection walked all of it, a tenth of a worker's CPU over the fast lane."""
+    gc.freeze()
+    gc.set_threshold(10_000, 10, 10)
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from conftest import read_log
 from lanes import head
+from shared_fixtures import read_log
 
 from dsmon.model.records import Record
 from dsmon.store.store import Store

@@ -10,3 +10,5 @@ TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 #: tests/data/: real DeepSpeed runs, one folder each with its README.md.
 DATA = TESTS / "data"
+#: tests/system/: real processes, a browser, real DeepSpeed jobs; every test there is ``slow``.
+SYSTEM = TESTS / "system"

@@ -4,7 +4,7 @@ uvicorn notices ``should_exit`` at its next 0.1 s tick and then waits another 0.
 connections it asked to close, so every ``IngestServer.stop`` costs about 0.2 s of sleep.
 A fixture, or a test at its end, that only needs its server gone stops it in a thread of its own,
 and the next test runs meanwhile; at the end of the session :func:`finish_stops` waits for each
-and returns what any raised, so a stop that fails still fails the run (tests/conftest.py).
+and returns what any raised, so a stop that fails still fails the run (tests/shared_fixtures.py).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from conftest import DATA, read_log
+from shared_fixtures import DATA, read_log
 
 from dsmon.analysis.comm import (
     COMM_OPS_COLUMNS,

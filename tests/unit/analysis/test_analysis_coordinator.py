@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from conftest import read_log
 from locations import DATA
+from shared_fixtures import read_log
 
 from dsmon.analysis import coordinator, steps
 from dsmon.model.frames import records_frame

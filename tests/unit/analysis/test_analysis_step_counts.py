@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from conftest import read_log
 from lanes import sampled
 from locations import DATA
+from shared_fixtures import read_log
 
 from dsmon.analysis import steps
 from dsmon.model.frames import records_frame

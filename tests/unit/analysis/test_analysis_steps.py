@@ -12,8 +12,8 @@ import dataclasses
 
 import pandas as pd
 import pytest
-from conftest import DATA, read_log
 from lanes import sampled
+from shared_fixtures import DATA, read_log
 
 from dsmon.analysis import steps
 from dsmon.analysis.downsample import N_OUT

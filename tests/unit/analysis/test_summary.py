@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import DATA, Z2
+from shared_fixtures import DATA, Z2
 
 from dsmon.analysis.summary import config_highlights, render_summary, run_summary
 from dsmon.health.run_state import stored_state

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import DATA, Z2
+from shared_fixtures import DATA, Z2
 
 from dsmon.analysis.comm import exposed_comm_share
 from dsmon.analysis.steps import (

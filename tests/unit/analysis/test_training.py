@@ -18,8 +18,8 @@ import json
 
 import pandas as pd
 import pytest
-from conftest import DATA
 from dashboard_support import app_at, figures, texts, values
+from shared_fixtures import DATA
 
 from dsmon.analysis import training as tr
 from dsmon.analysis.downsample import downsample

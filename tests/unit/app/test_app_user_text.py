@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import DATA
 from dashboard_support import app_at
+from shared_fixtures import DATA
 
 from dsmon.load.files import import_paths
 from dsmon.store.store import open_store

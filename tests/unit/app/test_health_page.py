@@ -6,9 +6,9 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from conftest import DATA
 from dashboard_support import app_at
 from health_support import corpus_dir
+from shared_fixtures import DATA
 from streamlit.testing.v1 import AppTest
 
 from dsmon.load.files import import_paths

@@ -11,7 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import DATA, Z2
+from shared_fixtures import DATA, Z2
 
 from cli import demo
 from cli import main as cli

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Z2
+from shared_fixtures import Z2
 
 from cli import main as cli
 

@@ -16,7 +16,7 @@ import termios
 from pathlib import Path
 
 import pytest
-from conftest import Z2
+from shared_fixtures import Z2
 
 #: Each test runs a whole `dsmon import` in a child process.
 pytestmark = pytest.mark.slow

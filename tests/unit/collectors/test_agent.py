@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import settled
 from locations import DATA
 from server_support import stop_later
+from shared_fixtures import settled
 
 from collectors.agent import Agent
 from collectors.send.sender import Sender

@@ -18,8 +18,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
-from conftest import read_log, settled
 from locations import DATA
+from shared_fixtures import read_log, settled
 
 from collectors.tail import follower as follower_mod
 from collectors.tail.profile_file import PROFILE_SETTLE_S

@@ -11,7 +11,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from conftest import DATA
+from shared_fixtures import DATA
 
 from collectors.tail.state import StateFile
 from collectors.tail.tailer import Tailer

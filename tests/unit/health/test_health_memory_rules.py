@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 
-from conftest import read_log
 from field_logs import field_path
 from health_support import check, corpus_inputs, evidence
 from locations import DATA
+from shared_fixtures import read_log
 
 from dsmon.ds_config.effective import ConfigView
 from dsmon.health.gather import inputs_from_records

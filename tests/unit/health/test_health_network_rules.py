@@ -14,10 +14,10 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from conftest import read_log
 from field_logs import field_path
 from health_support import check, corpus_inputs, evidence
 from locations import DATA
+from shared_fixtures import read_log
 
 from dsmon.ds_config.effective import ConfigView
 from dsmon.health import HealthInputs, RunFacts

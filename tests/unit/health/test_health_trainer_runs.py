@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from conftest import DATA
 from field_logs import field_path
 from health_support import check, evidence
+from shared_fixtures import DATA
 
 from dsmon.health.gather import inputs_from_records
 from dsmon.load.files import read_found

@@ -15,8 +15,8 @@ import shutil
 import statistics
 from pathlib import Path
 
-from conftest import DATA
 from health_support import check, evidence
+from shared_fixtures import DATA
 
 from dsmon.health import evaluate
 from dsmon.health.gather import inputs_from_records

@@ -10,8 +10,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from conftest import DATA
 from health_support import check, evidence
+from shared_fixtures import DATA
 
 from dsmon.analysis.summary import summary_text
 from dsmon.health.gather import inputs_from_records

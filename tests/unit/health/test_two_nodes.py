@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import DATA
 from dashboard_support import app_at
+from shared_fixtures import DATA
 
 from dsmon.health import Status, evaluate
 from dsmon.health.gather import inputs_from_store

@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from conftest import DATA
+from shared_fixtures import DATA
 
 from dsmon.analysis.summary import summary_text
 from dsmon.health import evaluate

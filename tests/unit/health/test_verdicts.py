@@ -21,8 +21,8 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import DATA
 from health_support import corpus_dir
+from shared_fixtures import DATA
 
 from cli.main import main
 from dsmon.health.gather import inputs_from_store

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import DATA, Z2
 from dashboard_support import GPUS, gpu_samples
 from server_support import stop_later
+from shared_fixtures import DATA, Z2
 
 from cli import main as cli
 from dsmon.load.files import import_paths

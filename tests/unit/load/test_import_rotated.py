@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import DATA
+from shared_fixtures import DATA
 
 from cli.main import main
 from dsmon.load.files import import_paths, read_found

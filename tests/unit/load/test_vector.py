@@ -8,6 +8,7 @@ the same order) and the same diagnostics, whatever a file holds.
 
 from __future__ import annotations
 
+import importlib.util
 import io
 from pathlib import Path
 
@@ -25,7 +26,11 @@ from dsmon.parse.base import Diagnostics
 from dsmon.parse.log import LogParser
 from dsmon.store.records.rows import RecordRow, as_row
 
-pytest.importorskip("polars")
+# Checked without importing it: every worker collects this module, and importing polars costs
+# each a third of a second that the tests running elsewhere do not need.
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("polars") is None, reason="polars is not installed"
+)
 
 SHARED = ROOT.parent / "shared" / "corpus"
 DEMO = ROOT / "dsmon" / "data" / "demo" / "train.log"

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import DATA
 from dashboard_support import app_at, figures, values
 from field_logs import field_path
+from shared_fixtures import DATA
 
 from dsmon.analysis import training as tr
 from dsmon.load.files import import_paths, read_found

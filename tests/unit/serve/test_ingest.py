@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import DATA, Z2, read_log
+from shared_fixtures import DATA, Z2, read_log
 
 from dsmon.load.files import import_paths, plan
 from dsmon.load.files import (

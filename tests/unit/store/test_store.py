@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import DATA
+from shared_fixtures import DATA
 
 from dsmon.load.files import import_paths
 from dsmon.model import wire

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import STORE_BACKENDS
 from gpu_support import RUN, day, odd_ones, sample
+from shared_fixtures import STORE_BACKENDS
 
 from dsmon.model import wire
 from dsmon.model.frames import records_frame

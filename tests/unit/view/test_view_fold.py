@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import read_log
 from lanes import first_fast, head
 from locations import DATA
+from shared_fixtures import read_log
 
 from dsmon.analysis import coordinator, steps, training
 from dsmon.health import Status

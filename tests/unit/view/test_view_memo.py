@@ -8,8 +8,8 @@ from pathlib import Path
 import lanes
 import numpy as np
 import pandas as pd
-from conftest import read_log
 from locations import DATA
+from shared_fixtures import read_log
 
 from dsmon.store.store import open_store
 from dsmon.view.cache import RunFrames

@@ -17,10 +17,10 @@ from datetime import datetime
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import read_log
 from lanes import first_fast
 from live_feed_support import feed, records_of
 from locations import DATA
+from shared_fixtures import read_log
 
 from dsmon.analysis import step_stats, steps
 from dsmon.analysis.percentiles import Percentiles

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import read_log
 from locations import DATA
+from shared_fixtures import read_log
 
 from dsmon.analysis import steps
 from dsmon.model.frames import records_frame

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from conftest import read_log
 from lanes import first_fast, head
 from locations import DATA
+from shared_fixtures import read_log
 
 from dsmon.analysis import steps
 from dsmon.model.records import Record

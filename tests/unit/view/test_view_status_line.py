@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import read_log
 from locations import DATA
+from shared_fixtures import read_log
 
 from dsmon.health.model import Status
 from dsmon.health.run_state import RunState, State, stored_state
