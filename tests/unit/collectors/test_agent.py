@@ -232,6 +232,7 @@ def test_stop_with_the_server_away_spools_everything_and_saves_positions(
     assert saved_offset(tmp_path) == log.stat().st_size
 
 
+@pytest.mark.slow  # real time: waits out the stop's 2 s grace period
 def test_a_silent_server_cannot_hold_the_stop_past_its_grace_period(tmp_path: Path) -> None:
     """The server accepts the connection, then never answers (hung, or a black-holing proxy).
 
@@ -317,6 +318,7 @@ def test_a_rotation_is_saved_at_once_not_after_the_commit_interval(tmp_path: Pat
     agent.tailer.close()
 
 
+@pytest.mark.slow  # real time: a stop's grace period with the server away
 def test_a_stop_while_the_spool_is_full_leaves_the_rest_to_the_next_collector(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -15,6 +15,8 @@ import threading
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from cli.demo import demo_dir
 from dsmon.load.files import import_paths, plan, read_found
 from dsmon.load.kinds import InputError
@@ -145,6 +147,7 @@ def test_finished_replay_stores_what_an_instant_import_stores(tmp_path: Path) ->
     assert all(x.ts != y.ts for x, y in zip(live, instant, strict=True) if y.ts is not None)
 
 
+@pytest.mark.slow  # real time: a playback paced by the clock
 def test_real_time_replay_grows_in_file_order_and_ends_now(tmp_path: Path) -> None:
     path = tmp_path / "s.sqlite"
     expected = without_ts(demo_records())

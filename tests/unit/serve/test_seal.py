@@ -47,6 +47,7 @@ def _until(check: object, timeout_s: float = 15.0) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow  # real time: waits for the server's background passes
 def test_the_server_keeps_the_pages_of_a_run_sent_live(
     tmp_path: Path, z2_log_records: list[Record], monkeypatch: pytest.MonkeyPatch
 ) -> None:

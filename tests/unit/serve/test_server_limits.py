@@ -97,6 +97,7 @@ def closed_within(sock: socket.socket, seconds: float) -> float:
 # --- 8: slow clients, bodies in flight --------------------------------------------------------
 
 
+@pytest.mark.slow  # real time: waits out the 0.5 s headers deadline
 def test_headers_that_never_complete_are_cut_off(quick: IngestServer) -> None:
     silent, trickle = raw(quick), raw(quick)
     trickle.sendall(b"POST /v1/records HTTP/1.1\r\nHost: t\r\n")  # no token, no end
@@ -104,6 +105,7 @@ def test_headers_that_never_complete_are_cut_off(quick: IngestServer) -> None:
     assert closed_within(trickle, 5) < 3
 
 
+@pytest.mark.slow  # real time: idles past the headers deadline
 def test_a_kept_alive_connection_outlives_the_headers_deadline(quick: IngestServer) -> None:
     """The deadline runs from a request's first byte, not while the connection idles."""
     sock = raw(quick)
@@ -116,6 +118,7 @@ def test_a_kept_alive_connection_outlives_the_headers_deadline(quick: IngestServ
     sock.close()
 
 
+@pytest.mark.slow  # real time: waits out the 1 s body deadline
 def test_a_stalled_body_gets_408_and_frees_its_slot(quick: IngestServer) -> None:
     body = ndjson(small_batch(3))
     sock = raw(quick)
@@ -126,6 +129,7 @@ def test_a_stalled_body_gets_408_and_frees_its_slot(quick: IngestServer) -> None
     assert post(quick, small_batch(3)) == (200, {"accepted": 3, "inserted": 3})
 
 
+@pytest.mark.slow  # real time: waits out the 1 s wait for a slot
 def test_bodies_are_read_one_slot_at_a_time(tmp_path: Path) -> None:
     """With every slot taken, a further POST waits unread, then gets a retryable 503."""
     limits = Limits(batches_in_hand=1, slot_wait_s=1.0, body_timeout_s=10.0)
