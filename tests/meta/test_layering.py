@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import functools
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -43,20 +44,41 @@ pytestmark = pytest.mark.xdist_group("layering")
 CIRCLE_FREE = ("dsmon", "collectors", "cli", "ui")
 
 
+@dataclass(frozen=True)
+class Import:
+    """One import statement: ``import a.b`` (``module`` None, ``names`` ("a.b",)) or
+    ``from module import names`` (``level`` > 0 for a relative one; ``from . import x``,
+    which names no module, is not kept)."""
+
+    module: str | None
+    level: int
+    names: tuple[str, ...]
+
+
 @functools.cache
-def parsed(path: Path) -> ast.Module:
-    """A source file's syntax tree, parsed once for every check that reads it."""
-    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+def imports(path: Path) -> tuple[Import, ...]:
+    """Every import statement of a source file, wherever it stands, read once a run.
+
+    Only these are kept, not the syntax tree: the trees of every file held to the end of the
+    run were most of the worker's live objects, walked by each of Python's full collections.
+    """
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found: list[Import] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.append(Import(None, 0, tuple(a.name for a in node.names)))
+        elif isinstance(node, ast.ImportFrom) and node.module:  # not ``from . import x``
+            found.append(Import(node.module, node.level, tuple(a.name for a in node.names)))
+    return tuple(found)
 
 
 def imported_roots(path: Path) -> set[str]:
-    tree = parsed(path)
     roots: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            roots.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            roots.add(node.module.split(".")[0])
+    for imp in imports(path):
+        if imp.module is None:
+            roots.update(name.split(".")[0] for name in imp.names)
+        elif imp.level == 0:
+            roots.add(imp.module.split(".")[0])
     return roots
 
 
@@ -107,15 +129,13 @@ COLLECTOR_NEVER = ("uvicorn", "starlette", "streamlit", "psycopg", "pandas", "ds
 def project_imports(path: Path, roots: tuple[str, ...] = CIRCLE_FREE) -> set[str]:
     """Modules of ``roots`` a file imports anywhere in it: at module level, inside functions
     and under ``if TYPE_CHECKING:`` (``from dsmon.x import y`` counts ``dsmon.x.y`` too)."""
-    tree = parsed(path)
     out: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module.split(".")[0] in roots:
-                out.add(node.module)
-                out.update(f"{node.module}.{a.name}" for a in node.names)
-        elif isinstance(node, ast.Import):
-            out.update(a.name for a in node.names if a.name.split(".")[0] in roots)
+    for imp in imports(path):
+        if imp.module is None:
+            out.update(name for name in imp.names if name.split(".")[0] in roots)
+        elif imp.level == 0 and imp.module.split(".")[0] in roots:
+            out.add(imp.module)
+            out.update(f"{imp.module}.{name}" for name in imp.names)
     return out
 
 
