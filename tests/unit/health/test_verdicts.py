@@ -48,11 +48,17 @@ def from_store(folder: Path, tmp_path: Path) -> HealthInputs:
         return inputs_from_store(store, "run")
 
 
-@pytest.fixture(params=["folder", "store"])
-def judged(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Triage, dict[str, CheckResult]]:
-    """The slowed-rank run's checklist, post-mortem both ways."""
+@pytest.fixture(scope="module", params=["folder", "store"])
+def judged(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Triage, dict[str, CheckResult]]:
+    """The slowed-rank run's checklist, post-mortem both ways: judged once for the tests that
+    read it (each reads, none changes it)."""
+    folder = SLOW_RANK
     inputs = (
-        from_folder(SLOW_RANK) if request.param == "folder" else from_store(SLOW_RANK, tmp_path)
+        from_folder(folder)
+        if request.param == "folder"
+        else from_store(folder, tmp_path_factory.mktemp("judged"))
     )
     checklist = evaluate(inputs)
     return triage(checklist), {r.rule_id: r for r in checklist.results}

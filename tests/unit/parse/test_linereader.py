@@ -27,7 +27,7 @@ from dsmon.parse.log import LogParser
 
 LOG = DATA / "z2" / "train.log"
 AFTER = 10  # the huge line goes after this line of the real log
-HUGE = 64 * MAX_LINE_BYTES
+HUGE = 16 * MAX_LINE_BYTES  # twice the peak the tests allow: a line held whole fails them
 
 
 def test_lines_are_cut_to_the_limit_and_keep_their_size() -> None:
@@ -88,7 +88,7 @@ def test_a_huge_line_costs_the_cap_and_moves_nothing_else(tmp_path: Path) -> Non
     expected, _ = records(LOG)
     assert len(expected) > 50
     got, parser, peak = records_and_peak(path)
-    assert peak < 8 * MAX_LINE_BYTES, peak  # the line is 64 MiB; held whole it costs >128
+    assert peak < 8 * MAX_LINE_BYTES, peak  # the line is 16 MiB; held whole it costs >32
     assert got == [shifted(r, extra) for r in expected]
     assert parser.diag.cut[LONG_LINE] == 1
     assert parser.diag.examples[LONG_LINE] == [
