@@ -154,6 +154,7 @@ def test_volumes_hold_the_store_and_the_logs(image: Target) -> None:
     assert "install -d -o dsmon -g dsmon /data /logs" in image.run_text()
 
 
+@pytest.mark.slow  # a real process
 def test_default_commands(runtime: Target, collector: Target) -> None:
     for t in (runtime, collector):
         assert exec_form(t.last("ENTRYPOINT")) == ["tini", "--", "dsmon"]
@@ -225,6 +226,7 @@ def test_the_manifests_run_dsmon_in_each_role() -> None:
     assert subcommands == ["collect", "dashboard", "dashboard", "probe", "serve"]
 
 
+@pytest.mark.slow  # starts a dsmon process
 @pytest.mark.parametrize(
     ("where", "argv"), [pytest.param(w, a, id=w) for w, a in dsmon_invocations()]
 )

@@ -125,6 +125,7 @@ def test_images_are_mapped_by_kustomize() -> None:
     assert used == mapped == {"dsmon", "dsmon-collector", "trainer"}
 
 
+@pytest.mark.slow  # a real process (kubectl)
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (kustomize) not installed")
 @pytest.mark.parametrize("entry", [".", "postgresql"])
 def test_kustomize_renders(entry: str) -> None:

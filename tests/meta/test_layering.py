@@ -225,6 +225,7 @@ def test_cycle_finder_finds_one() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
 
 
+@pytest.mark.slow  # a real process
 def test_node_collector_loads_no_server_dashboard_or_pandas() -> None:
     """``dsmon collect`` runs on every training node: it must stay small."""
     import subprocess

@@ -231,6 +231,7 @@ def test_console_script_runs(tmp_path: Path) -> None:
     assert res.stderr == f"dsmon: cannot read {tmp_path / 'nope.log'}: No such file or directory\n"
 
 
+@pytest.mark.slow  # a real process
 def test_building_the_command_line_loads_no_heavy_library() -> None:
     """Every command starts by building the parser: it must not load pandas, the health rules,
     Streamlit or a database driver (a collector on every node would carry them)."""

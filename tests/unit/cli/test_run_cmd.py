@@ -108,6 +108,7 @@ def test_exit_status_is_the_jobs(tmp_path: Path) -> None:
     assert out.returncode == 3 and "bye" in out.stdout
 
 
+@pytest.mark.slow  # starts a dsmon process
 def test_no_command_is_a_usage_error(tmp_path: Path) -> None:
     out = dsmon_run(tmp_path)
     assert out.returncode == 2

@@ -290,6 +290,7 @@ def child_env(tmp_path: Path, probe: bool = True) -> dict[str, str]:
     return probe_env(base, tmp_path / "probe") if probe else base
 
 
+@pytest.mark.slow  # a real process
 def test_sitecustomize_loads_the_probe_in_a_fresh_python(tmp_path: Path) -> None:
     out = run_child(child_env(tmp_path), str(TRAIN_FAKE), "4", "2", "0.005")
     assert "trained 4 steps" in out.stdout and out.stderr == ""
@@ -300,6 +301,7 @@ def test_sitecustomize_loads_the_probe_in_a_fresh_python(tmp_path: Path) -> None
     assert recs[-1]["phase"] == "exited"
 
 
+@pytest.mark.slow  # a real process
 def test_probe_is_off_without_its_folder_variable(tmp_path: Path) -> None:
     env = child_env(tmp_path, probe=False)
     env["PYTHONPATH"] = os.pathsep.join([str(BOOT_DIR), str(FAKE_DS)])
@@ -308,6 +310,7 @@ def test_probe_is_off_without_its_folder_variable(tmp_path: Path) -> None:
     assert not (tmp_path / "probe").exists()
 
 
+@pytest.mark.slow  # a real process
 def test_an_existing_sitecustomize_still_runs(tmp_path: Path) -> None:
     theirs = tmp_path / "theirs"
     theirs.mkdir()
