@@ -20,6 +20,7 @@ the common good line gets faster.
 
 from __future__ import annotations
 
+import struct
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -49,6 +50,8 @@ _KIND = {struct: (cls.KIND, nests_freely(cls)) for struct, cls in _STRUCTS.items
 _GPU = next((struct for struct, cls in _STRUCTS.items() if cls is GpuSampleRecord), None)
 #: The kind whose decoded lines go on to the store (:attr:`CheckedLines.timers`).
 _TIMER = TimerRecord.KIND
+#: ``place_key``'s three parts as one bytes: its digests (8 bytes each) round a big-endian place.
+_pack_key = struct.Struct(">8sQ8s").pack
 #: A row from a tuple of its columns, without the keyword handling of ``RecordRow(...)``.
 _new = tuple.__new__
 _parse_time = datetime.fromisoformat
@@ -177,8 +180,8 @@ def check_lines(body: bytes) -> CheckedLines:
             tail = head.tails.get((form, src.sub, kind))
             if tail is None:  # the first of its (form, sub, kind) in the source
                 key = place_key(head, form, place, src.sub, kind)
-            else:  # place_key's, without the call
-                key = head.digest + place.to_bytes(8, "big") + tail
+            else:  # place_key's, without the call, packed at once
+                key = _pack_key(head.digest, place, tail)
         else:  # a time, or a place the key cannot hold exactly: the whole identity's digest
             pos = f"t{ts}" if form == "t" else f"{form}{place}"
             key = source_key(head, pos, src.sub, kind, position_order(pos))

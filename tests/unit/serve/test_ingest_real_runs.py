@@ -153,3 +153,5 @@ def test_stores_filled_by_the_server_and_by_records_hold_the_same(
         plain.close()
     assert all(served[t] for t in ("records", "gpu_samples", "timer_steps", "step_skips"))
     assert served == made
+    if store.backend.dialect.name == "sqlite":  # keys bound as bytearray: BLOBs all the same
+        assert store_sql(store, "SELECT DISTINCT typeof(key) FROM records") == [("blob",)]
