@@ -53,15 +53,23 @@ def parse_batch_rows(body: bytes) -> RowBatch:
         BatchError: 400 ``line N: field 'x': reason`` for the first bad line.
     """
     try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        bad_line = body[: exc.start].count(b"\n") + 1
-        raise BatchError(400, f"line {bad_line}: not UTF-8 at byte {exc.start}") from None
-    rows, samples, others, timers = check_lines(text)
+        rows, samples, others, timers = check_lines(body)
+    except UnicodeDecodeError:  # one line's: the body's first fault is named as the body's
+        _refuse_not_utf8(body)
+        raise
     if others:  # a line check_lines makes no row of is never bad: the first bad one is here
         _place(rows, samples, others)
         timers = {}  # rows moved: the store decodes the timer bodies itself
     return RowBatch(rows, samples, timers)
+
+
+def _refuse_not_utf8(body: bytes) -> None:
+    """The 400 naming the line and byte of the body's first byte that is not UTF-8, if any."""
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad_line = body[: exc.start].count(b"\n") + 1
+        raise BatchError(400, f"line {bad_line}: not UTF-8 at byte {exc.start}") from None
 
 
 def _place(rows: list[RecordRow], samples: list[SampleRow], others: list[Other]) -> None:

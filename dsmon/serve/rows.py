@@ -20,6 +20,7 @@ the common good line gets faster.
 
 from __future__ import annotations
 
+import struct
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -28,7 +29,7 @@ import msgspec
 from dsmon.model.check import MAX_JSON_DEPTH, MAX_NAME_BYTES
 from dsmon.model.records import KINDS, GpuSampleRecord, TimerRecord
 from dsmon.model.wire_types import decoder, line_structs, nests_freely
-from dsmon.store.gpu.rows import SampleRow, collector_sample_row
+from dsmon.store.gpu.rows import SampleRow, collector_ms, collector_sample_row
 from dsmon.store.records.keys import (
     MAX_PLACE,
     SourceHead,
@@ -49,11 +50,15 @@ _KIND = {struct: (cls.KIND, nests_freely(cls)) for struct, cls in _STRUCTS.items
 _GPU = next((struct for struct, cls in _STRUCTS.items() if cls is GpuSampleRecord), None)
 #: The kind whose decoded lines go on to the store (:attr:`CheckedLines.timers`).
 _TIMER = TimerRecord.KIND
+#: ``place_key``'s three parts as one bytes: its digests (8 bytes each) round a big-endian place.
+_pack_key = struct.Struct(">8sQ8s").pack
 #: A row from a tuple of its columns, without the keyword handling of ``RecordRow(...)``.
 _new = tuple.__new__
 _parse_time = datetime.fromisoformat
 #: A source not looked at yet (None: one left to ``parse_line``).
 _UNSEEN = SourceHead(b"", "", {})
+#: A time not looked at yet.
+_UNSEEN_TIME = datetime.min
 #: msgspec stops at Python's depth limit with a RecursionError.
 _REFUSED = (msgspec.MsgspecError, RecursionError)
 
@@ -80,10 +85,13 @@ class CheckedLines(NamedTuple):
 #: The whitespace JSON allows around a value (RFC 8259): ``str.strip()`` would also take
 #: vertical tabs, form feeds and Unicode spaces, which make a line bad JSON.
 JSON_SPACE = " \t\r\n"
+JSON_SPACE_BYTES = JSON_SPACE.encode()
+#: The first and last byte of a line that needs no stripping.
+_OPEN, _CLOSE = ord("{"), ord("}")
 
 
-def check_lines(text: str) -> CheckedLines:
-    """The rows of every line of ``text`` this path vouches for; the other lines, in order.
+def check_lines(body: bytes) -> CheckedLines:
+    """The rows of every line of ``body`` this path vouches for; the other lines, in order.
 
     A row is made only of a line ``parse_line`` accepts, and it is the row the store makes of
     that line's record with the (stripped) line as its body: ``record_row``, or for a GPU
@@ -92,23 +100,37 @@ def check_lines(text: str) -> CheckedLines:
     ``encoded_record`` re-encodes the line), a NUL in a name (allowed elsewhere), a long
     run or node name, deep nesting, a GPU sample not in the collector's form. Blank lines
     are skipped.
+
+    The body is cut into lines as bytes: msgspec reads a line's bytes, and only a row's body
+    becomes text. A body decoded whole is text as wide as its widest character: one emoji in
+    a log line (the real mix has some in every batch) makes every character of the batch four
+    bytes, and each line cut from it is scanned again for its own width. What a batch repeats
+    is looked at once: a source's names, a time's calendar check (on the real mix, two lines
+    in three carry a time an earlier line of their batch carried), a GPU poll's time.
+
+    Raises:
+        UnicodeDecodeError: a line that is not UTF-8 (msgspec refuses one too, and a line left
+            over is decoded here: the first such line is the body's first).
     """
     rows: list[RecordRow] = []
     samples: list[SampleRow] = []
     others: list[Other] = []
     timers: dict[int, Any] = {}
     heads: dict[tuple[str, str | None, str | None], SourceHead | None] = {}
+    times: dict[str, datetime | None] = {}  # None: no calendar has it
+    stamps: dict[str, int | None] = {}  # a GPU sample's t_ms; None: not the collector's form
+    append = rows.append
     number = 0
-    for line in text.split("\n"):
+    for raw in body.split(b"\n"):
         number += 1
-        if not line or line[0] != "{" or line[-1] != "}":
-            line = line.strip(JSON_SPACE)  # JSON's own: a vertical tab is no JSON space
-            if not line:
+        if not raw or raw[0] != _OPEN or raw[-1] != _CLOSE:
+            raw = raw.strip(JSON_SPACE_BYTES)  # JSON's own: a vertical tab is no JSON space
+            if not raw:
                 continue
         try:
-            rec = _decode(line)
+            rec = _decode(raw)
         except _REFUSED:
-            others.append(Other(number, line, len(rows), len(samples)))
+            others.append(Other(number, raw.decode(), len(rows), len(samples)))
             continue
         src = rec.src
         run, node, file, ts = src.run, src.node, src.file, rec.ts
@@ -117,25 +139,35 @@ def check_lines(text: str) -> CheckedLines:
         if head is _UNSEEN:
             head = heads[source] = _checked_source(run, node, file)
         if head is None:
-            others.append(Other(number, line, len(rows), len(samples)))
+            others.append(Other(number, raw.decode(), len(rows), len(samples)))
             continue
         if ts is not None:
-            try:
-                when = _parse_time(ts)  # a time no calendar has (a NUL too) is refused
-            except ValueError:
-                others.append(Other(number, line, len(rows), len(samples)))
+            when = times.get(ts, _UNSEEN_TIME)
+            if when is _UNSEEN_TIME:
+                when = times[ts] = _calendar_time(ts)
+            if when is None:
+                others.append(Other(number, raw.decode(), len(rows), len(samples)))
                 continue
+        else:
+            when = None
         cls = type(rec)
         if cls is _GPU:
-            sample = None if ts is None else collector_sample_row(rec, when)
+            sample = None
+            if when is not None:
+                if ts in stamps:
+                    t_ms = stamps[ts]
+                else:
+                    t_ms = stamps[ts] = collector_ms(ts, when)
+                if t_ms is not None:
+                    sample = collector_sample_row(rec, t_ms)
             if sample is None:
-                others.append(Other(number, line, len(rows), len(samples)))
+                others.append(Other(number, raw.decode(), len(rows), len(samples)))
             else:
                 samples.append(sample)
             continue
         kind, free = _KIND[cls]
-        if free and line.count("{") + line.count("[") > MAX_JSON_DEPTH:
-            others.append(Other(number, line, len(rows), len(samples)))
+        if free and raw.count(b"{") + raw.count(b"[") > MAX_JSON_DEPTH:
+            others.append(Other(number, raw.decode(), len(rows), len(samples)))
             continue
         offset, line_no = src.offset, src.line
         if offset is not None:
@@ -148,16 +180,28 @@ def check_lines(text: str) -> CheckedLines:
             tail = head.tails.get((form, src.sub, kind))
             if tail is None:  # the first of its (form, sub, kind) in the source
                 key = place_key(head, form, place, src.sub, kind)
-            else:  # place_key's, without the call
-                key = head.digest + place.to_bytes(8, "big") + tail
+            else:  # place_key's, without the call, packed at once
+                key = _pack_key(head.digest, place, tail)
         else:  # a time, or a place the key cannot hold exactly: the whole identity's digest
             pos = f"t{ts}" if form == "t" else f"{form}{place}"
             key = source_key(head, pos, src.sub, kind, position_order(pos))
-        row = (key, run, kind, rec.step, ts, node, src.rank, file, line_no, line)
         if kind == _TIMER:
             timers[len(rows)] = rec
-        rows.append(_new(RecordRow, row))
+        append(
+            _new(
+                RecordRow,
+                (key, run, kind, rec.step, ts, node, src.rank, file, line_no, raw.decode()),
+            )
+        )
     return CheckedLines(rows, samples, others, timers)
+
+
+def _calendar_time(ts: str) -> datetime | None:
+    """``ts`` read as a time, or None for one no calendar has (a NUL too)."""
+    try:
+        return _parse_time(ts)
+    except ValueError:
+        return None
 
 
 def _checked_source(run: str, node: str | None, file: str | None) -> SourceHead | None:

@@ -259,52 +259,88 @@ def sample_row(rec: GpuSampleRecord) -> SampleRow | None:
     return SampleRow(key, t_ms, fixed, tuple(values), extra)
 
 
-def collector_sample_row(sample: Any, when: datetime) -> SampleRow | None:
+def collector_ms(ts: str, when: datetime) -> int | None:
+    """A sample's time as :attr:`SampleRow.t_ms` if ``ts`` is in the collector's form, else None.
+
+    ``when`` is ``ts`` parsed. The collector's form is the millisecond time without a zone
+    that :func:`ms_ts` writes back the same; a sample at any other time keeps it in ``extra``.
+    The samples of one poll share their time: the ingest server asks once per time.
+    """
+    if not _COLLECTOR_TS(ts):
+        return None
+    delta = when - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+
+
+def collector_sample_row(sample: Any, t_ms: int) -> SampleRow | None:
     """:func:`sample_row` of a sample in the collector's own form, without building a record.
 
     The ingest server decodes a GPU line into a struct with the record's fields
-    (``dsmon.model.wire_types``) and checks its time (``when``: ``ts`` parsed). A collector's
-    sample has no source position, step or XID, a time to the millisecond without a zone,
-    and NVML's whole mW, mJ and KiB: such a one becomes its row here in a few
-    microseconds. Anything else returns None, and the caller builds the record and asks
-    :func:`sample_row`, which keeps what does not fit in ``extra``.
+    (``dsmon.model.wire_types``) and checks its time (``t_ms``: :func:`collector_ms`). A
+    collector's sample has no source position, step or XID, and NVML's whole mW, mJ and KiB:
+    such a one becomes its row here in a few microseconds, each field looked at once in
+    straight-line code rather than by a helper call per field. Anything else returns None,
+    and the caller builds the record and asks :func:`sample_row`, which keeps what does not
+    fit in ``extra``.
     """
     src = sample.src
     if (
-        when.tzinfo is not None
-        or src.file is not None
+        src.file is not None
         or src.line is not None
         or src.offset is not None
         or src.rank is not None
         or sample.step is not None
         or sample.xid is not None
-        or not _COLLECTOR_TS(sample.ts)  # parsed as ``when``: so written back the same
     ):
         return None
-    gpms = (sample.gpm_sm_active_pct, sample.gpm_tensor_active_pct, sample.gpm_dram_bw_pct)
-    gpm = None
-    if gpms != (None, None, None):  # a GPU without GPM (an A100) has none of the three
-        gpm, left = pack_gpm(gpms)
+    sm, tensor, dram = (
+        sample.gpm_sm_active_pct,
+        sample.gpm_tensor_active_pct,
+        sample.gpm_dram_bw_pct,
+    )
+    if sm is None and tensor is None and dram is None:  # a GPU without GPM (an A100)
+        gpm = None
+    elif type(sm) is type(tensor) is type(dram) is float and (
+        0 <= sm < _GPM_NONE and 0 <= tensor < _GPM_NONE and 0 <= dram < _GPM_NONE
+    ):  # pack_gpm's, of three finite percentages
+        sm_w, tensor_w, dram_w = round(sm * 100), round(tensor * 100), round(dram * 100)
+        if not (
+            sm_w < _GPM_NONE
+            and tensor_w < _GPM_NONE
+            and dram_w < _GPM_NONE
+            and sm_w / 100 == sm
+            and tensor_w / 100 == tensor
+            and dram_w / 100 == dram
+        ):
+            return None
+        gpm = sm_w | tensor_w << _GPM_BITS | dram_w << 2 * _GPM_BITS
+    else:
+        gpm, left = pack_gpm((sm, tensor, dram))
         if left:
             return None
-    scaled: list[int | None] = []
-    for value, sc in zip(
-        (
-            sample.mem_used_bytes,
-            sample.power_w,
-            sample.energy_j,
-            sample.pcie_tx_bytes_per_s,
-            sample.pcie_rx_bytes_per_s,
-        ),
-        SCALED_FIELDS,
-        strict=True,
-    ):
-        whole = _scaled(value, sc)
-        if whole is None and value is not None:
+    # SCALED_FIELDS, each as _scaled makes it (msgspec gives no bool for a number)
+    mem, power, energy = sample.mem_used_bytes, sample.power_w, sample.energy_j
+    tx, rx = sample.pcie_tx_bytes_per_s, sample.pcie_rx_bytes_per_s
+    if mem is not None:
+        mem = int(mem) // 1024
+        if mem * 1024 != sample.mem_used_bytes:
             return None
-        scaled.append(whole)
-    delta = when - _EPOCH
-    t_ms = (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+    if power is not None:
+        power = round(power * 1000)
+        if power / 1000 != sample.power_w:
+            return None
+    if energy is not None:
+        energy = round(energy * 1000)
+        if energy / 1000 != sample.energy_j:
+            return None
+    if tx is not None:
+        tx = int(tx) // 1024
+        if tx * 1024 != sample.pcie_tx_bytes_per_s:
+            return None
+    if rx is not None:
+        rx = int(rx) // 1024
+        if rx * 1024 != sample.pcie_rx_bytes_per_s:
+            return None
     values = (
         sample.util_gpu_pct,
         sample.util_mem_pct,
@@ -315,7 +351,11 @@ def collector_sample_row(sample: Any, when: datetime) -> SampleRow | None:
         sample.ecc_corrected,
         sample.ecc_uncorrected,
         gpm,
-        *scaled,
+        mem,
+        power,
+        energy,
+        tx,
+        rx,
     )
     key = _new(SeriesKey, (src.run, src.node or "", "", src.sub, sample.gpu_index))
     fixed = (sample.uuid, sample.name, sample.mem_total_bytes, sample.power_limit_w)

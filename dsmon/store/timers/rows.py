@@ -36,6 +36,9 @@ class _TypedBody(msgspec.Struct, gc=False):
 
 
 _decode = msgspec.json.Decoder(_TimerBody).decode
+#: A body as stored (a tuple: ``str | bytes | memoryview`` in the loop builds that union anew
+#: for every timer record a write takes in).
+_STORED = (str, bytes, memoryview)
 _decode_typed = msgspec.json.Decoder(_TypedBody).decode
 
 
@@ -75,7 +78,7 @@ def timer_rows(records: Iterable[Sequence[Any]]) -> TimerRows:
     out = TimerRows()
     names: dict[tuple[str, str], set[str]] = {}
     for rec_id, run, step, rank, body in records:
-        if isinstance(body, str | bytes | memoryview):
+        if isinstance(body, _STORED):
             raw = body if isinstance(body, bytes | str) else bytes(body)
             try:
                 typed = _decode_typed(raw)

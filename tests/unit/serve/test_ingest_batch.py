@@ -205,6 +205,43 @@ def test_not_json_and_not_utf8(decode: object) -> None:
     assert refused(decode, first + b"\xff\xfe\n") == (400, "line 2: not UTF-8 at byte 271")
 
 
+@pytest.mark.parametrize(
+    "lines",
+    [
+        # a bad line first, then a GPU sample with a byte that is not UTF-8 in a string
+        [b'{"kind":', b"GPU"],
+        [b"TIMER", b"  ", b"TIMER\xc3", b'{"kind":'],
+        [b"\xed\xa0\x80", b'{"kind":'],  # a surrogate's bytes, alone on a line
+        [b"TIMER", b'{"kind":', b" GPU \r"],
+    ],
+)
+def test_the_first_fault_is_named_whichever_line_holds_it(lines: list[bytes]) -> None:
+    """Lines are decoded one by one, yet a byte that is not UTF-8 is named before any line.
+
+    The text of a line in the middle of the body stays what the body decoded whole gives.
+    """
+    timer, gpu = timer_line().encode(), gpu_line(name="H\u00e9").encode()
+    body = b"\n".join(
+        line.replace(b"TIMER", timer).replace(b"GPU", gpu.replace(b"H\\u00e9", b"H\xe9"))
+        for line in lines
+    )
+    assert outcome(parse_batch_rows, body) == outcome(reference_rows, body)
+    assert isinstance(outcome(reference_rows, body), tuple)
+
+
+def test_lines_are_cut_at_newlines_only() -> None:
+    """A body's lines as the text's ``split("\\n")``: CR, spaces and blank lines as before."""
+    timer = timer_line(group="\U0001f600 \u00e9").encode()
+    text = json.loads(timer)["group"]
+    body = b"\r\n".join([timer, b"", b"  " + timer + b"\t", b"\r", timer.replace(b'"z2"', b'"z3"')])
+    got = parse_batch_rows(body + b"\n\n")
+    assert got == reference_rows(body + b"\n\n")
+    assert [wire.decode(r.body).group for r in got.rows] == [text] * 3  # type: ignore[attr-defined]
+    assert [r.body for r in got.rows] == [
+        line.strip() for line in body.decode().split("\n") if line.strip()
+    ]
+
+
 def test_surrogate_pairs_are_fine() -> None:
     line = timer_line(group="\U0001f600")
     assert "\\ud83d\\ude00" in line  # json.dumps escaped the emoji as a pair
@@ -247,7 +284,7 @@ def test_the_server_makes_the_rows_records_make(z2_log_records: list[Record]) ->
     assert got.rows == [record_row(r, wire.encode(r)) for r in z2_log_records]
     # GPU samples are stored in their own tables: their rows are those the record makes
     assert got.samples == [sample_row(gpu)]
-    assert not check_lines(body.decode()).others  # every line made without a record
+    assert not check_lines(body).others  # every line made without a record
 
 
 def gpu_line(**changes: object) -> str:
@@ -321,7 +358,7 @@ def test_gpu_samples_are_the_rows_their_records_make(
 ) -> None:
     """A collector's sample becomes its row without a record; any other, through its record."""
     body = gpu_line(**changes).encode()
-    assert (not check_lines(body.decode()).others) == fast
+    assert (not check_lines(body).others) == fast
     got = parse_batch_rows(body)
     assert got == reference_rows(body)
     (expected,) = reference_batch(body)
@@ -339,7 +376,7 @@ def test_lines_left_to_parse_line_keep_their_place() -> None:
         timer_line(src={"run": "z2", "line": 3}),
     ]
     body = "\n".join(lines).encode()
-    assert [o.number for o in check_lines(body.decode()).others] == [2, 4]
+    assert [o.number for o in check_lines(body).others] == [2, 4]
     got = parse_batch_rows(body)
     expected = reference_rows(body)
     assert [r.line for r in got.rows] == [1, 2, 3]
@@ -384,7 +421,7 @@ def test_lines_the_fast_path_leaves_alone_are_judged_as_before(line: str, fast: 
     except BatchError as exc:
         assert not fast and refused(parse_batch_rows, body) == (exc.status, exc.message)
         return
-    assert (not check_lines(line).others) == fast
+    assert (not check_lines(body).others) == fast
     (row,) = parse_batch_rows(body).rows
     assert row[:-1] == expected[0][:-1]
     assert wire.decode(row.body) == wire.decode(expected[0].body)
