@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import STORE_BACKENDS
 from locations import DATA, ROOT
 from server_support import reference_rows
+from shared_fixtures import STORE_BACKENDS
 from sql_support import store_sql
 
 from dsmon.model import wire
