@@ -37,10 +37,15 @@ class SortedValues:
 
     def add(self, values: np.ndarray) -> None:
         """Add values (NaN dropped)."""
-        values = values[~np.isnan(values)]
+        values = np.asarray(values, dtype=np.float64)
+        values = values[~np.isnan(values)]  # (a copy: sorted in place below)
         if not len(values):
             return
-        small = np.sort(np.concatenate([self._small, values]))
+        if len(self._small):
+            small = np.sort(np.concatenate([self._small, values]))
+        else:  # a first look's million values: sorted where they are, not copied twice more
+            values.sort()
+            small = values
         if len(small) < MERGE_VALUES:
             self._small = small
             return

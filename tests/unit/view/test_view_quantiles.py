@@ -127,6 +127,21 @@ def test_values_added_in_parts_read_as_one_sorted_set(monkeypatch: pytest.Monkey
         assert got.median() == np.median(np.concatenate([seen, more]))
 
 
+@pytest.mark.parametrize("n", [3, 50])  # kept small, and big at once
+def test_a_first_add_sorts_a_copy_and_leaves_the_values_given(
+    n: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(quantiles, "MERGE_VALUES", 5)
+    values = np.random.default_rng(n).random(n)
+    values[1] = np.nan
+    given = values.copy()
+    kept = quantiles.SortedValues()
+    kept.add(values)
+    np.testing.assert_array_equal(values, given)
+    known = np.sort(given[~np.isnan(given)])
+    assert kept.ranked(np.empty(0)).at(list(range(len(known)))) == known.tolist()
+
+
 def test_a_figure_of_no_steps_is_no_figure() -> None:
     empty = step_stats.ranked(pd.DataFrame(), step_stats.COMM_SHARE)
     assert empty.n == 0 and np.isnan(empty.median()) and step_stats.share_stats(empty) is None
