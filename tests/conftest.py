@@ -134,7 +134,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     in turn.
 
     The suite runs on every core (pytest-xdist, ``-n auto`` in pyproject.toml), which is what
-    keeps the fast lane near a minute and a half on two cores. Slow tests start real processes (a
+    keeps the fast lane under a minute on two cores. Slow tests start real processes (a
     dashboard, collectors, a browser, DeepSpeed jobs) whose deadlines assume they do not race
     each other, so they share one group (``--dist loadgroup``) and run one after another.
     """
