@@ -34,8 +34,15 @@ from locations import SYSTEM
 
 @pytest.hookimpl(tryfirst=True)  # before pytest's own: its temporary folders read basetemp
 def pytest_configure(config: pytest.Config) -> None:
-    """Tell ``lanes`` whether this run is the fast lane, before any test module is imported
-    (their decorators ask it how many examples to draw)."""
+    """Set the run up, before any test module is imported.
+
+    - ``lanes`` learns whether this run is the fast lane (test decorators ask it how many
+      examples to draw);
+    - a run xdist cannot group is refused (:func:`_check_grouping`);
+    - the fast lane's temporary folders go on a memory file system (:func:`_memory_basetemp`);
+    - where tests run (not xdist's controller), the shared fixtures load and a whole-frame
+      read becomes an error.
+    """
     lanes.FAST = "not slow" in (config.getoption("markexpr") or "")
     _check_grouping(config)
     if lanes.FAST and not hasattr(config, "workerinput") and config.option.basetemp is None:
