@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from lanes import head
+from lanes import LIVE_RECORDS, head
 from shared_fixtures import read_log
 
 from dsmon.model.records import Record
@@ -19,8 +19,8 @@ DATA = Path(__file__).parent / "data"
 
 def records_of(name: str) -> list[Record]:
     """The records of the real run ``tests/data/<name>/train.log``; in the fast lane, its
-    first 70 (:func:`lanes.head`)."""
-    return list(head(read_log(DATA / name / "train.log", name), 70))
+    first :data:`lanes.LIVE_RECORDS`."""
+    return list(head(read_log(DATA / name / "train.log", name), LIVE_RECORDS))
 
 
 def feed(

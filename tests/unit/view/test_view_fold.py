@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from lanes import first_fast, head
+from lanes import first_fast
+from live_feed_support import records_of
 from locations import DATA
 from shared_fixtures import read_log
 
@@ -46,11 +47,6 @@ STEP_FNS: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] = {
 }
 #: Runs with ZeRO-2 optimizer timers, gradient accumulation and ZeRO-3 coordinator timers.
 RUNS = ("z2", "grad_accum", "zero3_coordinator_v0100", "act_ckpt")
-
-
-def records_of(name: str) -> list[Record]:
-    """The real run's records; in the fast lane, its first 70 (:func:`lanes.head`)."""
-    return list(head(read_log(DATA / name / "train.log", name), 70))
 
 
 def assert_folds_equal(frames: RunFrames) -> None:

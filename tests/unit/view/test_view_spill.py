@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from lanes import first_fast, head
-from locations import DATA
-from shared_fixtures import read_log
+from lanes import first_fast
+from live_feed_support import records_of
 
 from dsmon.analysis import steps
-from dsmon.model.records import Record
 from dsmon.store.frames import pages
 from dsmon.store.store import Store
 from dsmon.view import cache, fold
@@ -26,11 +24,6 @@ from dsmon.view.step_views import STEP_FOLDS
 
 #: Runs with ZeRO-2 optimizer timers, gradient accumulation and ZeRO-3 coordinator timers.
 RUNS = ("z2", "grad_accum", "zero3_coordinator_v0100", "act_ckpt")
-
-
-def records_of(name: str) -> list[Record]:
-    """The real run's records; in the fast lane, its first 70 (:func:`lanes.head`)."""
-    return list(head(read_log(DATA / name / "train.log", name), 70))
 
 
 def assert_same(got: pd.DataFrame, expect: pd.DataFrame) -> None:
