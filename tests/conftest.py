@@ -45,7 +45,7 @@ def pytest_configure(config: pytest.Config) -> None:
     """
     lanes.FAST = "not slow" in (config.getoption("markexpr") or "")
     _check_grouping(config)
-    if lanes.FAST and not hasattr(config, "workerinput") and config.option.basetemp is None:
+    if lanes.FAST and not _is_worker(config) and config.option.basetemp is None:
         config.option.basetemp = _memory_basetemp()
     if not _is_controller(config):
         config.pluginmanager.import_plugin("shared_fixtures")
@@ -81,13 +81,18 @@ def _memory_basetemp() -> str | None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Remove the fast lane's folder on the memory file system (:func:`_memory_basetemp`)."""
     basetemp = config.option.basetemp
-    if basetemp and not hasattr(config, "workerinput") and Path(basetemp).parent == MEMORY_FS:
+    if basetemp and not _is_worker(config) and Path(basetemp).parent == MEMORY_FS:
         shutil.rmtree(basetemp, ignore_errors=True)
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    """Whether this process is a pytest-xdist worker (it runs tests the controller hands it)."""
+    return hasattr(config, "workerinput")
 
 
 def _is_controller(config: pytest.Config) -> bool:
     """Whether this process is pytest-xdist's controller, which only hands tests to workers."""
-    return not hasattr(config, "workerinput") and config.getoption("dist", "no") != "no"
+    return not _is_worker(config) and config.getoption("dist", "no") != "no"
 
 
 def _check_grouping(config: pytest.Config) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from locations import DATA, ROOT
 from streamlit.components.v2 import manifest_scanner
 from streamlit.testing.v1 import AppTest
 
@@ -28,14 +29,11 @@ from dsmon.model.records import GpuSampleRecord, Record, Source
 from dsmon.parse.base import Diagnostics
 from dsmon.store.store import open_store
 
-ROOT = Path(__file__).resolve().parent.parent
-
 # Every AppTest run makes Streamlit read the metadata of every installed package in search of
 # components (about 30 ms each, hundreds of runs); the packages do not change during the tests.
 manifest_scanner.scan_component_manifests = functools.cache(  # type: ignore[assignment]
     manifest_scanner.scan_component_manifests
 )
-DATA = Path(__file__).resolve().parent / "data"
 #: Run name -> corpus folder under tests/data/.
 RUNS = {
     "z2": "z2",

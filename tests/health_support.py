@@ -7,6 +7,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from locations import DATA
+
 from dsmon.ds_config.effective import ConfigView
 from dsmon.health import HealthInputs, RunFacts, evaluate
 from dsmon.health.gather import inputs_from_records
@@ -17,7 +19,6 @@ from dsmon.load.kinds import discover
 from dsmon.model.records import Record
 from dsmon.parse.base import Diagnostics
 
-DATA = Path(__file__).parent / "data"
 SEEDS = DATA / "health_seed_configs"
 CORPUS = DATA / "health_corpus"
 

@@ -5,16 +5,14 @@ as a run grows (sorted figures, trace positions)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 from lanes import LIVE_RECORDS, head
+from locations import DATA
 from shared_fixtures import read_log
 
 from dsmon.model.records import Record
 from dsmon.store.store import Store
 from dsmon.view.cache import RunFrames
-
-DATA = Path(__file__).parent / "data"
 
 
 def records_of(name: str) -> list[Record]:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from lanes import first_fast
+from locations import DATA
 
 from dsmon.analysis.steps import step_breakdown
 from dsmon.health.gather import (
@@ -26,7 +27,6 @@ from dsmon.health.run_state import judge, stored_state
 from dsmon.load.files import import_paths
 from dsmon.store.store import Store, open_store
 
-DATA = Path(__file__).parents[2] / "data"
 #: Real runs: timed and untimed timer lines (the default log level), sparse step lines,
 #: gradient accumulation, the probe, a crash, a hang, the Trainer's dicts, Megatron's lines.
 RUNS = (
