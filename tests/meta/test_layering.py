@@ -37,7 +37,9 @@ FORBIDDEN = {
 }  # fmt: skip
 
 
-#: One worker runs every check of this module, so each source file is parsed once a run.
+#: One worker runs every check of this module, so each source file is parsed once a run (the
+#: full suite's grouping; the fast lane hands out its tests by work stealing, which keeps a
+#: module's tests together on one worker unless that worker's share is taken over).
 pytestmark = pytest.mark.xdist_group("layering")
 
 #: The packages whose modules may not import each other in a circle.
