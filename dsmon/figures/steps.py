@@ -275,17 +275,16 @@ def distribution_figure(
     cap = OFF_SCALE * float(total.quantile(0.9)) if len(total) >= 10 else float("inf")
     shown = total[total <= cap]
     bins = histogram(shown, 40)
-    fig = go.Figure(
-        go.Bar(
-            x=bins["center"],
-            y=bins["count"],
-            width=bins["right"] - bins["left"],
-            name="steps",
-            marker_color=COLORS["fwd"],
-            customdata=bins[["left", "right"]],
-            hovertemplate="%{customdata[0]:.1f}-%{customdata[1]:.1f} ms: %{y} steps<extra></extra>",
-        )
-    )
+    bars = {
+        "type": "bar",
+        "x": bins["center"].to_numpy(),
+        "y": bins["count"].to_numpy(),
+        "width": (bins["right"] - bins["left"]).to_numpy(),
+        "name": "steps",
+        "marker": {"color": COLORS["fwd"]},
+        "customdata": bins[["left", "right"]].to_numpy(),
+        "hovertemplate": "%{customdata[0]:.1f}-%{customdata[1]:.1f} ms: %{y} steps<extra></extra>",
+    }
     dropped = len(total) - len(shown)
     note = f" ({dropped} step(s) above {cap:.0f} ms not binned)" if dropped else ""
     row = (
@@ -293,18 +292,39 @@ def distribution_figure(
         if stats is not None and "total_ms" in stats.index
         else {}
     )
-    for label, where in (("p50", "top left"), ("p90", "top right"), ("max", "top right")):
+    shapes, notes = [], []
+    for label, side in (("p50", "right"), ("p90", "left"), ("max", "left")):
         value = float(row.get(label, float("nan")))
         if value == value and value <= cap:  # known and on the axis
-            fig.add_vline(
-                x=value,
-                line_dash="dash",
-                annotation_text=f"{label} {value:.1f} ms",
-                annotation_position=where,
-            )
-    fig.update_xaxes(title_text=f"ms{note}")
-    fig.update_yaxes(title_text="steps")
-    return layout(fig, title, showlegend=False)
+            shapes.append(_vline(value))
+            notes.append(_vline_label(value, f"{label} {value:.1f} ms", side))
+    return go.Figure(
+        data=[bars],
+        layout={
+            "shapes": shapes,
+            "annotations": notes,
+            "xaxis": {"title": {"text": f"ms{note}"}},
+            "yaxis": {"title": {"text": "steps"}},
+            "showlegend": False,
+            **layout_props(title),
+        },
+    )
+
+
+def _vline(x: float) -> dict[str, Any]:
+    """A dashed vertical line at ``x`` across the plot, as ``Figure.add_vline`` draws it."""
+    return {"type": "line", "x0": x, "x1": x, "xref": "x", "y0": 0, "y1": 1, "yref": "y domain",
+            "line": {"dash": "dash"}}  # fmt: skip
+
+
+def _vline_label(x: float, text: str, side: str) -> dict[str, Any]:
+    """The label of a :func:`_vline` at its top, anchored on its ``side``.
+
+    As ``add_vline`` puts it: ``annotation_position="top right"`` is the text to the line's
+    right, anchored ``"left"``; ``"top left"`` anchored ``"right"``.
+    """
+    return {"text": text, "showarrow": False, "x": x, "xref": "x", "y": 1, "yref": "y domain",
+            "xanchor": side, "yanchor": "top"}  # fmt: skip
 
 
 def zero_timers_figure(
