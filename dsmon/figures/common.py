@@ -105,20 +105,13 @@ def step_line_props(part: pd.DataFrame, name: str, **kwargs: Any) -> dict[str, A
     )
 
 
-def capped_note(fig: go.Figure, drawn: int, total: int | None, unit: str = "steps") -> None:
-    """Say on the chart that it draws ``drawn`` of ``total`` points, when it draws fewer.
+def capped_annotation(drawn: int, total: int | None, unit: str = "steps") -> dict[str, Any] | None:
+    """The note saying a chart draws ``drawn`` of ``total`` points; None when it draws all.
 
     The dashboard draws about a screen's width of points per trace
     (:func:`dsmon.analysis.downsample.downsample` keeps each bucket's extremes, so spikes
     stay); a chart that hides it would pass for the whole run.
     """
-    note = capped_annotation(drawn, total, unit)
-    if note is not None:
-        fig.add_annotation(note)
-
-
-def capped_annotation(drawn: int, total: int | None, unit: str = "steps") -> dict[str, Any] | None:
-    """:func:`capped_note`'s annotation as a dict; None when the chart draws every point."""
     if total is None or drawn >= total:
         return None
     return {
@@ -135,7 +128,7 @@ def capped_annotation(drawn: int, total: int | None, unit: str = "steps") -> dic
     }
 
 
-#: The name of :func:`capped_note`'s annotation (tests and pages find it by it).
+#: The name of :func:`capped_annotation`'s note (tests and pages find it by it).
 CAPPED = "capped"
 
 

@@ -20,7 +20,6 @@ from dsmon.figures.common import (
     COLORS,
     OFF_SCALE,
     capped_annotation,
-    capped_note,
     clip_outliers,
     empty,
     layout,
@@ -238,25 +237,38 @@ def micro_figure(
     x = micro["step"] + micro["micro_step"].fillna(0) / n
     ordered = x.to_numpy().argsort(kind="stable")  # a filled line is drawn left to right
     micro, x = micro.iloc[ordered], x.iloc[ordered]
-    fig = go.Figure()
-    for column, name in breakdown_parts(micro):
-        if column in micro.columns:
-            fig.add_trace(
-                step_part(
-                    len(micro),
-                    x,
-                    micro[column],
-                    name,
-                    COLORS[name],
-                    customdata=micro["micro_step"],
-                    hovertemplate="step %{x:.2f} (micro %{customdata}): %{y:.2f} ms",
-                )
-            )
-    clip_outliers(fig, micro, "step", "total_ms")
-    fig.update_layout(barmode="stack", bargap=0.05)
-    fig.update_xaxes(title_text="optimizer step (micro-batches spread within it)")
-    capped_note(fig, len(micro), total, "micro-batches")
-    return layout(fig, title)
+    data = [
+        step_part(
+            len(micro),
+            x,
+            micro[column],
+            name,
+            COLORS[name],
+            customdata=micro["micro_step"],
+            hovertemplate="step %{x:.2f} (micro %{customdata}): %{y:.2f} ms",
+        )
+        for column, name in breakdown_parts(micro)
+        if column in micro.columns
+    ]
+    notes = []
+    y_axis: dict[str, Any] = {}
+    cut = off_scale(micro, "step", "total_ms")
+    if cut is not None:
+        y_axis["range"] = cut[0]
+        notes.append(cut[1])
+    capped = capped_annotation(len(micro), total, "micro-batches")
+    notes += [capped] if capped is not None else []
+    return go.Figure(
+        data=data,
+        layout={
+            "barmode": "stack",
+            "bargap": 0.05,
+            "xaxis": {"title": {"text": "optimizer step (micro-batches spread within it)"}},
+            "yaxis": y_axis,
+            "annotations": notes,
+            **layout_props(title),
+        },
+    )
 
 
 def distribution_figure(
@@ -333,13 +345,16 @@ def zero_timers_figure(
     """One line per ZeRO optimizer timer (``optimizer_allgather`` ...) against the step."""
     if zero.empty or not names:
         return empty("No ZeRO optimizer timer lines (ZeRO-0, or wall_clock_breakdown off).", title)
-    fig = go.Figure()
+    data = []
     for name in names:
         column = f"{name}_ms"
         if column in zero.columns:
             rows = zero.dropna(subset=[column])
-            fig.add_trace(
-                scatter(len(rows), x=rows["step"], y=rows[column], name=name, mode="lines+markers")
-            )
-    fig.update_xaxes(title_text="optimizer step")
-    return layout(fig, title)
+            data.append(
+                scatter_props(len(rows), x=rows["step"], y=rows[column], name=name,
+                              mode="lines+markers")
+            )  # fmt: skip
+    return go.Figure(
+        data=data,
+        layout={"xaxis": {"title": {"text": "optimizer step"}}, **layout_props(title)},
+    )
