@@ -18,6 +18,7 @@ from dsmon.analysis.downsample import histogram
 from dsmon.figures import plain
 from dsmon.figures.common import (
     COLORS,
+    HEIGHT,
     OFF_SCALE,
     capped_annotation,
     clip_outliers,
@@ -139,14 +140,25 @@ def steps_figure(
     grid.axis(grid.x[loss_row - 1])["title"] = {"text": "optimizer step"}
     capped = capped_annotation(len(breakdown), total)
     notes += [capped] if capped is not None else []
+    return _stacked(data, notes, grid.layout, title, height=560 if speed else 440)
+
+
+def _stacked(
+    data: list[dict[str, Any]],
+    notes: list[dict[str, Any]],
+    axes: dict[str, dict[str, Any]],
+    title: str,
+    height: int = HEIGHT,
+) -> go.Figure:
+    """A figure of stacked per-step parts: its traces, notes and axes, made once."""
     return go.Figure(
         data=data,
         layout={
-            **grid.layout,
+            **axes,
             "barmode": "stack",
             "bargap": 0.05,
             "annotations": notes,
-            **layout_props(title, height=560 if speed else 440),
+            **layout_props(title, height=height),
         },
     )
 
@@ -258,17 +270,8 @@ def micro_figure(
         notes.append(cut[1])
     capped = capped_annotation(len(micro), total, "micro-batches")
     notes += [capped] if capped is not None else []
-    return go.Figure(
-        data=data,
-        layout={
-            "barmode": "stack",
-            "bargap": 0.05,
-            "xaxis": {"title": {"text": "optimizer step (micro-batches spread within it)"}},
-            "yaxis": y_axis,
-            "annotations": notes,
-            **layout_props(title),
-        },
-    )
+    x_axis = {"title": {"text": "optimizer step (micro-batches spread within it)"}}
+    return _stacked(data, notes, {"xaxis": x_axis, "yaxis": y_axis}, title)
 
 
 def distribution_figure(
