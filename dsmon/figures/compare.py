@@ -5,10 +5,10 @@ from __future__ import annotations
 import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from dsmon.analysis.compare import METRICS
-from dsmon.figures.common import empty, layout, step_line
+from dsmon.figures import plain
+from dsmon.figures.common import empty, layout_props, step_line_props
 
 TITLE = "Runs compared, per optimizer step"
 ROW_HEIGHT = 190
@@ -17,39 +17,35 @@ ROW_HEIGHT = 190
 def compare_figure(series: pd.DataFrame, runs: list[str] | None = None) -> go.Figure:
     """Rows of :func:`dsmon.analysis.compare.overlay`: a run keeps its colour in every row.
 
-    ``runs`` is the order of the legend and colours (the order they were picked).
+    ``runs`` is the order of the legend and colours (the order they were picked). Built as a
+    dict and made a figure once (:mod:`dsmon.figures.plain`).
     """
     shown = [m for m in METRICS if not series.empty and m in set(series["metric"])]
     if not shown:
         return empty("None of these runs has step times, throughput or loss yet.", TITLE)
-    fig = make_subplots(
-        rows=len(shown),
-        cols=1,
-        shared_xaxes=True,
-        vertical_spacing=0.05,
-        subplot_titles=[METRICS[m] for m in shown],
-    )
+    grid = plain.rows([1.0] * len(shown), spacing=0.05)
     runs = [r for r in (runs or list(dict.fromkeys(series["run"]))) if r in set(series["run"])]
     colors = {run: px.colors.qualitative.Plotly[i % 10] for i, run in enumerate(runs)}
+    parts = dict(iter(series.groupby(["metric", "run"], sort=False, observed=True)))
+    data = []
     for row, metric in enumerate(shown, start=1):
         for run in runs:
-            part = series[(series["metric"] == metric) & (series["run"] == run)]
-            if part.empty:
+            part = parts.get((metric, run))
+            if part is None or part.empty:
                 continue
-            fig.add_trace(
-                step_line(
-                    part,
-                    run,
-                    legendgroup=run,
-                    showlegend=metric == _first_metric(series, run, shown),
-                    line={"color": colors[run]},
-                    marker={"color": colors[run]},
-                ),
-                row=row,
-                col=1,
+            line = step_line_props(
+                part,
+                run,
+                legendgroup=run,
+                showlegend=metric == _first_metric(series, run, shown),
+                line={"color": colors[run]},
+                marker={"color": colors[run]},
             )
-    fig.update_xaxes(title_text="optimizer step", row=len(shown), col=1)
-    return layout(fig, TITLE, height=80 + ROW_HEIGHT * len(shown))
+            data.append(grid.on(line, row))
+    grid.axis(grid.x[-1])["title"] = {"text": "optimizer step"}
+    titles = grid.titles([METRICS[m] for m in shown])
+    props = layout_props(TITLE, height=80 + ROW_HEIGHT * len(shown))
+    return go.Figure(data=data, layout={**grid.layout, "annotations": titles, **props})
 
 
 def _first_metric(series: pd.DataFrame, run: str, shown: list[str]) -> str | None:
