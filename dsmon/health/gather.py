@@ -216,7 +216,7 @@ def build_inputs(
     ``config`` (a file the user named) wins over a config recovered from the log; its
     version is the run's when the log names one.
     """
-    events = frames.get("event", pd.DataFrame())
+    events = _event_details(frames.get("event", pd.DataFrame()))
     version = _version(events)
     effective = _latest(configs, "effective")
     facts = _facts(frames, events, effective, version, node_names or set())
@@ -271,22 +271,33 @@ def _latest(configs: Sequence[Record], origin: str) -> ConfigRecord | None:
     return found[-1] if found else None
 
 
-def _events(events: pd.DataFrame, name: str) -> list[Mapping[str, Any]]:
-    """The ``detail`` dicts of one event name, in log order."""
-    if events.empty or "name" not in events.columns:
-        return []
-    rows = events[events["name"] == name]
-    return [d for d in rows["detail"] if isinstance(d, Mapping)]
+#: Event details by event name, in log order (:func:`_event_details`).
+EventDetails = Mapping[str, list[Mapping[str, Any]]]
 
 
-def _version(events: pd.DataFrame) -> Version | None:
+def _event_details(events: pd.DataFrame) -> EventDetails:
+    """The ``detail`` dicts of the run's events by name, in log order: read in one pass.
+
+    The run's facts ask for four names; filtering the frame once a name cost every health
+    check (and every page's status line) a comparison and a copy of the frame each.
+    """
+    if events.empty or "name" not in events.columns or "detail" not in events.columns:
+        return {}
+    out: dict[str, list[Mapping[str, Any]]] = {}
+    for name, detail in zip(events["name"].tolist(), events["detail"].tolist(), strict=True):
+        if isinstance(detail, Mapping):
+            out.setdefault(name, []).append(detail)
+    return out
+
+
+def _version(events: EventDetails) -> Version | None:
     """The DeepSpeed version from ``DeepSpeed info: version=...`` (the last one wins).
 
     Without that line (hidden at the default log level), the version dsmon's probe read from
     the engine.
     """
     for name in ("deepspeed_version", ENGINE_INFO):
-        found = [parse_version(str(d.get("version"))) for d in _events(events, name)]
+        found = [parse_version(str(d.get("version"))) for d in events.get(name, [])]
         found = [v for v in found if v is not None]
         if found:
             return found[-1]
@@ -308,16 +319,16 @@ def _gpu_names(frames: Mapping[str, pd.DataFrame]) -> tuple[str, ...]:
 
 def _facts(
     frames: Mapping[str, pd.DataFrame],
-    events: pd.DataFrame,
+    events: EventDetails,
     effective: ConfigRecord | None,
     version: Version | None,
     node_names: set[str],
 ) -> RunFacts:
     """What the run's own output says about where it runs."""
     sources: dict[str, str] = {}
-    world = _events(events, "world_info")
-    engine = _events(events, ENGINE_INFO)
-    backend = _first(_events(events, "dist_backend"), "backend") or _first(engine, "backend")
+    world = events.get("world_info", [])
+    engine = events.get(ENGINE_INFO, [])
+    backend = _first(events.get("dist_backend", []), "backend") or _first(engine, "backend")
     names = _gpu_names(frames)
     device = _device(backend, names, sources)
     world_size = _int(_first(world, "dist_world_size"))
