@@ -136,12 +136,12 @@ def latest_launch(events: pd.DataFrame) -> pd.DataFrame:
     if events.empty or "name" not in events.columns:
         return events
     ts = pd.to_datetime(events["ts"])
-    launch = (events["name"] == "world_info") & events["message"].astype(str).str.startswith(
-        LAUNCH_TEXT
-    )
     ends = ts[events["name"].isin((*FAILURE_EVENTS, "worker_exit", "job_end"))].dropna()
     if ends.empty:
         return events
+    launch = (events["name"] == "world_info") & events["message"].astype(str).str.startswith(
+        LAUNCH_TEXT
+    )
     later = ts[launch & (ts > ends.min())].dropna()
     if later.empty:
         return events
