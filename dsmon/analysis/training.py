@@ -81,10 +81,18 @@ def _points(
     """``frame[column]`` against its step, as long-form rows (none when absent)."""
     if frame.empty or column not in frame.columns or "step" not in frame.columns:
         return pd.DataFrame(columns=list(SERIES_COLUMNS))
-    values = pd.to_numeric(frame[column], errors="coerce").astype("float64") * scale
-    out = pd.DataFrame({"step": frame["step"].astype("Float64"), "value": values}).dropna()
-    return out.assign(
-        metric=_labels(metric, list(METRICS), len(out)), source=_labels(source, SOURCES, len(out))
+    values = pd.to_numeric(frame[column], errors="coerce").to_numpy("float64", na_value=np.nan)
+    steps = frame["step"].to_numpy("float64", na_value=np.nan)
+    known = ~(np.isnan(steps) | np.isnan(values))
+    n = int(known.sum())
+    return pd.DataFrame(
+        {
+            "step": pd.arrays.FloatingArray(steps[known], np.zeros(n, dtype=bool)),
+            "value": values[known] * scale,
+            "metric": _labels(metric, list(METRICS), n),
+            "source": _labels(source, SOURCES, n),
+        },
+        index=frame.index[known],
     )
 
 
