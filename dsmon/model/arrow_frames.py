@@ -140,15 +140,18 @@ def table_frame(kind: str, table: pa.Table) -> pd.DataFrame:
     texts = {f.name: _objects(table.column(f.name)) for f in table.schema if _is_text(f.type)}
     table = table.drop_columns([*listed, *texts])
     frame = table.to_pandas(types_mapper=_INT64.get)
+    index = frame.index
+    columns: dict[str, Any] = dict(frame.items())
     for name, objects in texts.items():  # (a bare array of str would become pandas' str dtype)
-        frame[name] = pd.Series(objects, index=frame.index, dtype=object)
-    for name in filter(None, meta.split(",")):
+        columns[name] = pd.Series(objects, index=index, dtype=object)
+    empty = {}.fromkeys(filter(None, meta.split(",")))
+    for name in empty:
         # one empty dict for all rows (nothing writes to a record's mapping): a dict per row
         # was 0.14 s of a 100k-step run's first page, for ZeRO timers' ``min_values_ms``
-        frame[name] = [{}] * len(frame)
+        columns[name] = pd.Series([{}] * len(index), index=index, dtype=object)
     for name, values in tuples.items():
-        frame[name] = values
-    return typed(frame[order], field_dtypes(kind))
+        columns[name] = pd.Series(values, index=index, dtype=object)
+    return typed({name: columns[name] for name in order}, field_dtypes(kind), index)
 
 
 def _is_text(kind: pa.DataType) -> bool:

@@ -11,7 +11,7 @@ pandas ``Int64``: missing stays NA and never turns into 0 or a float).
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -181,24 +181,23 @@ def _column(values: list[Any], dtype: Any, index: pd.RangeIndex) -> Any:
     return pd.array(values, dtype=dtype)
 
 
-def typed(frame: pd.DataFrame, dtypes: dict[str, str]) -> pd.DataFrame:
-    """Apply the declared dtypes; extra (timer) columns are float.
+def typed(columns: Mapping[str, Any], dtypes: dict[str, str], index: pd.Index) -> pd.DataFrame:
+    """A frame of ``columns`` (name -> Series, in order) in the declared dtypes.
 
-    Column by column into a new frame: ``DataFrame.astype`` with a mapping costs about half a
-    millisecond a column in pandas 3 whatever the length, so the few rows of a live refresh
+    Extra (timer) columns are float. Column by column into one new frame: ``DataFrame.astype`` with a mapping costs about half
+    a millisecond a column in pandas 3 whatever the length, so the few rows of a live refresh
     paid more to be cast than to be read. Columns already of their dtype (Arrow's frames come
     typed) are taken as they are.
     """
-    have = frame.dtypes
     out: dict[str, Any] = {}
-    for col in frame.columns:
-        values = frame[col]
+    for col, values in columns.items():
         if col == "ts":
             out[col] = pd.to_datetime(values, format="ISO8601")
             continue
         want = _BASE_DTYPES.get(col) or dtypes.get(col) or "float64"
-        out[col] = values if have[col] == want else _cast(values, want)
-    return pd.DataFrame(out, index=frame.index, copy=False)
+        series = values if isinstance(values, pd.Series) else pd.Series(values, index=index)
+        out[col] = series if series.dtype == want else _cast(series, want)
+    return pd.DataFrame(out, index=index, copy=False)
 
 
 def _cast(values: pd.Series, dtype: Any) -> Any:
