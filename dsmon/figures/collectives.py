@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from dsmon.figures.common import empty, layout, scatter
+from dsmon.figures.common import empty, hline, plot_figure, scatter_props, titled
 
 #: Messages smaller than this measure a collective's latency, not a link's bandwidth: a
 #: gradient norm's 4-byte all-reduce would draw at a millionth of the link.
@@ -28,7 +28,7 @@ def bandwidth_over_time(
     shown = shown[shown["bucket_bytes"] >= MIN_BANDWIDTH_BYTES] if not shown.empty else shown
     if shown.empty:
         return empty("No timed collective of 1 KiB or more yet.", title)
-    fig = go.Figure()
+    data = []
     for (op, size), part in shown.groupby(["op", "size"], sort=True):
         label = f"{op} {size}"
         hover = [
@@ -39,23 +39,20 @@ def bandwidth_over_time(
                 part["skew_ms"], strict=True,
             )
         ]  # fmt: skip
-        fig.add_trace(
-            scatter(
+        data.append(
+            scatter_props(
                 len(part),
-                x=part["step"],
-                y=part["busbw_gbps"],
+                x=part["step"].to_numpy(),
+                y=part["busbw_gbps"].to_numpy(),
                 mode="lines+markers" if len(part) < 60 else "lines",
                 name=label,
                 hovertext=hover,
                 hoverinfo="text",
             )
         )
-    if link_gbps:
-        fig.add_hline(
-            y=link_gbps,
-            line_dash="dash",
-            annotation_text=f"expected: {link_name} ({link_gbps:g} Gbit/s)",
-        )
-    fig.update_xaxes(title_text="optimizer step (first of the bucket)")
-    fig.update_yaxes(title_text="Gbit/s", type="log")
-    return layout(fig, title)
+    marks = [hline(link_gbps, f"expected: {link_name} ({link_gbps:g} Gbit/s)")] if link_gbps else []
+    axes = {
+        "xaxis": titled("optimizer step (first of the bucket)"),
+        "yaxis": titled("Gbit/s", type="log"),
+    }
+    return plot_figure(data, title, axes, marks)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from dsmon.analysis import comm
 from dsmon.figures import plain
@@ -12,12 +11,13 @@ from dsmon.figures.common import (
     COLORS,
     capped_annotation,
     empty,
-    layout,
+    hline,
     layout_props,
+    plot_figure,
     rank_label,
-    scatter,
     scatter_props,
     step_part,
+    titled,
 )
 
 
@@ -71,21 +71,15 @@ def bandwidth_figure(
             'No comms-logger output in this run (enable "comms_logger" and call log_summary()).',
             title,
         )
-    fig = go.Figure()
+    data = []
     for col, name in (("algbw_gbps", "algbw"), ("busbw_gbps", "busbw")):
         text = None
         if link_gbps:  # each bar labelled with its share of the link, the number that matters
             text = [f"{100 * v / link_gbps:.1f} % of link" if pd.notna(v) else "" for v in ops[col]]
-        fig.add_trace(go.Bar(x=ops["op"], y=ops[col], name=name, text=text, textposition="outside"))
-    if link_gbps:
-        fig.add_hline(
-            y=link_gbps,
-            line_dash="dash",
-            annotation_text=f"expected: {link_name} ({link_gbps:g} Gbps)",
-        )
-    fig.update_layout(barmode="group")
-    fig.update_yaxes(title_text="Gbps")
-    return layout(fig, title)
+        data.append({"type": "bar", "x": ops["op"].to_numpy(), "y": ops[col].to_numpy(),
+                     "name": name, "text": text, "textposition": "outside"})  # fmt: skip
+    marks = [hline(link_gbps, f"expected: {link_name} ({link_gbps:g} Gbps)")] if link_gbps else []
+    return plot_figure(data, title, {"barmode": "group", "yaxis": titled("Gbps")}, marks)
 
 
 def size_figure(
@@ -101,24 +95,22 @@ def size_figure(
     rows = by_size[by_size["msg_size_bytes"] > 0] if not by_size.empty else by_size
     if rows.empty:
         return empty("No comms-logger sizes in this run.", title)
-    fig = go.Figure()
-    for op, g in rows.groupby("op", sort=True):
-        fig.add_trace(
-            go.Scatter(
-                x=g["msg_size_bytes"],
-                y=g["busbw_gbps"],
-                mode="lines+markers",
-                name=str(op),
-                customdata=g[["count", "avg_latency_ms"]],
-                hovertemplate="%{x:.3s}B: %{y:.2f} Gbps, %{customdata[0]} calls, "
-                "avg %{customdata[1]:.2f} ms<extra>%{fullData.name}</extra>",
-            )
-        )
-    if link_gbps:
-        fig.add_hline(y=link_gbps, line_dash="dash", annotation_text=f"link {link_gbps:g} Gbps")
-    fig.update_xaxes(type="log", title_text="message size (bytes)")
-    fig.update_yaxes(title_text="busbw (Gbps)")
-    return layout(fig, title)
+    data = [
+        {
+            "type": "scatter",
+            "x": g["msg_size_bytes"].to_numpy(),
+            "y": g["busbw_gbps"].to_numpy(),
+            "mode": "lines+markers",
+            "name": str(op),
+            "customdata": g[["count", "avg_latency_ms"]],
+            "hovertemplate": "%{x:.3s}B: %{y:.2f} Gbps, %{customdata[0]} calls, "
+            "avg %{customdata[1]:.2f} ms<extra>%{fullData.name}</extra>",
+        }
+        for op, g in rows.groupby("op", sort=True)
+    ]
+    axes = {"xaxis": titled("message size (bytes)", type="log"), "yaxis": titled("busbw (Gbps)")}
+    marks = [hline(link_gbps, f"link {link_gbps:g} Gbps")] if link_gbps else []
+    return plot_figure(data, title, axes, marks)
 
 
 def latency_figure(
@@ -127,17 +119,15 @@ def latency_figure(
     """Where communication time went, op by op, with call counts in the hover."""
     if ops.empty:
         return empty("No comms-logger output in this run.", title)
-    fig = go.Figure(
-        go.Bar(
-            x=ops["op"],
-            y=ops["total_latency_ms"],
-            customdata=ops[["count", "avg_latency_ms"]],
-            hovertemplate="%{x}: %{y:.2f} ms over %{customdata[0]:.0f} calls (avg %{customdata[1]:.2f} ms)<extra></extra>",
-            marker_color=COLORS["comm"],
-        )
-    )
-    fig.update_yaxes(title_text="ms")
-    return layout(fig, title, showlegend=False)
+    bars = {
+        "type": "bar",
+        "x": ops["op"].to_numpy(),
+        "y": ops["total_latency_ms"].to_numpy(),
+        "customdata": ops[["count", "avg_latency_ms"]],
+        "hovertemplate": "%{x}: %{y:.2f} ms over %{customdata[0]:.0f} calls (avg %{customdata[1]:.2f} ms)<extra></extra>",
+        "marker": {"color": COLORS["comm"]},
+    }
+    return plot_figure([bars], title, {"yaxis": titled("ms"), "showlegend": False})
 
 
 def ratio_figure(
@@ -152,24 +142,19 @@ def ratio_figure(
     cols = [c for c in names if c in ratios.columns and ratios[c].notna().any()]
     if ratios.empty or not cols:
         return empty("No engine timer lines.", title)
-    fig = go.Figure()
+    data = []
     for rank, by_rank in ratios.groupby("rank", sort=True, dropna=False):
         suffix = rank_label(rank, " (rank {})")
         for col in cols:
             rows = by_rank.dropna(subset=[col])
             if not rows.empty:
-                fig.add_trace(
-                    scatter(
-                        len(rows),
-                        x=rows["step"],
-                        y=100.0 * rows[col],
-                        name=names[col] + suffix,
-                        mode="lines+markers",
-                    )
-                )
-    fig.update_yaxes(title_text="%", rangemode="tozero")
-    fig.update_xaxes(title_text="optimizer step")
-    return layout(fig, title)
+                data.append(
+                    scatter_props(len(rows), x=rows["step"].to_numpy(),
+                                  y=100.0 * rows[col].to_numpy(),
+                                  name=names[col] + suffix, mode="lines+markers")
+                )  # fmt: skip
+    axes = {"xaxis": titled("optimizer step"), "yaxis": titled("%", rangemode="tozero")}
+    return plot_figure(data, title, axes)
 
 
 #: The coordinator's three parts as the chart names and colours them.
@@ -190,28 +175,22 @@ def coordinator_figure(
     """
     if per_step.empty:
         return empty("No ZeRO-3 coordinator timer lines (DeepSpeed 0.10.0 printed them).", title)
-    fig = make_subplots(specs=[[{"secondary_y": True}]])
-    for col, name, color in COORDINATOR_PARTS:
-        fig.add_trace(step_part(len(per_step), per_step["step"], per_step[col], name, color))
-    fig.add_trace(
-        scatter(
-            len(per_step),
-            x=per_step["step"],
-            y=100.0 * per_step["wait_share"],
-            name="wait, % of fetch time",
-            mode="lines+markers",
-            line={"color": "#333333", "dash": "dot"},
-        ),
-        secondary_y=True,
+    grid = plain.rows([1.0], spacing=0.0, right=[1])
+    # the parts on the default axes (x, y); only the wait share names its right-hand axis
+    data = [step_part(len(per_step), per_step["step"], per_step[col], name, color)
+            for col, name, color in COORDINATOR_PARTS]  # fmt: skip
+    wait = scatter_props(
+        len(per_step),
+        x=per_step["step"],
+        y=100.0 * per_step["wait_share"],
+        name="wait, % of fetch time",
+        mode="lines+markers",
+        line={"color": "#333333", "dash": "dot"},
     )
-    fig.update_layout(barmode="stack")
-    fig.update_yaxes(title_text="ms", secondary_y=False)
-    fig.update_yaxes(
-        title_text="% wait",
-        range=[0, 100],
-        tickvals=[0, 25, 50, 75, 100],
-        showgrid=False,
-        secondary_y=True,
+    data.append(grid.on(wait, 1, right=True))
+    grid.axis(grid.y[0])["title"] = {"text": "ms"}
+    grid.axis(grid.right[1]).update(
+        title={"text": "% wait"}, range=[0, 100], tickvals=[0, 25, 50, 75, 100], showgrid=False
     )
-    fig.update_xaxes(title_text="optimizer step")
-    return layout(fig, title)
+    grid.axis(grid.x[0])["title"] = {"text": "optimizer step"}
+    return go.Figure(data=data, layout={**grid.layout, "barmode": "stack", **layout_props(title)})

@@ -254,3 +254,47 @@ def epoch_ms(values: Any) -> Any:
     """
     stamps = pd.to_datetime(pd.Series(values))
     return stamps.astype("datetime64[ms]").astype("int64").to_numpy(dtype="float64")
+
+
+def titled(text: str, **props: Any) -> dict[str, Any]:
+    """An axis's layout entry with the title ``text`` (and ``props``), for a figure built as one."""
+    return {"title": {"text": text}, **props}
+
+
+def hline(y: float, text: str, dash: str = "dash") -> tuple[dict[str, Any], dict[str, Any]]:
+    """A line across the plot at ``y`` and its label, as ``Figure.add_hline`` draws them.
+
+    The line is a layout shape, the label an annotation at its right end, just above it
+    (``add_hline``'s default place); :func:`plot_figure` draws the pair.
+    """
+    line = {"type": "line", "x0": 0, "x1": 1, "xref": "x domain", "y0": y, "y1": y, "yref": "y",
+            "line": {"dash": dash}}  # fmt: skip
+    label = {"text": text, "showarrow": False, "x": 1, "xref": "x domain", "xanchor": "right",
+             "y": y, "yref": "y", "yanchor": "bottom"}  # fmt: skip
+    return line, label
+
+
+def plot_figure(
+    data: list[dict[str, Any]],
+    title: str,
+    props: dict[str, Any] | None = None,
+    marks: list[tuple[dict[str, Any], dict[str, Any]]] | None = None,
+    height: int = HEIGHT,
+) -> go.Figure:
+    """A figure of one plot built as dicts, made once, with the dashboard's layout.
+
+    ``data``: the traces (dicts with their ``type``); ``props``: the rest of the layout
+    (axes, ``barmode``); ``marks``: shapes over the plot, each with its label (:func:`hline`).
+    plotly checks every property at each ``add_trace``, ``update_layout`` or ``add_hline``
+    (milliseconds each); a ``Figure`` made from the dicts checks them once
+    (:mod:`dsmon.figures.plain`).
+    """
+    return go.Figure(
+        data=data,
+        layout={
+            **(props or {}),
+            "shapes": [shape for shape, _ in marks or []],
+            "annotations": [label for _, label in marks or []],
+            **layout_props(title, height),
+        },
+    )

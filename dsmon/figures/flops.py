@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 import plotly.graph_objects as go
 
 from dsmon.analysis.peaks import ReferenceRange
-from dsmon.figures.common import COLORS, empty, layout, rank_label, scatter
+from dsmon.figures.common import (
+    COLORS,
+    empty,
+    hline,
+    plot_figure,
+    rank_label,
+    scatter_props,
+    titled,
+)
 
 METRIC_LABELS = {"params": "params", "macs": "fwd MACs", "fwd_latency": "fwd latency (ms)"}
 
@@ -21,8 +31,9 @@ def top_modules_figure(top: pd.DataFrame, metric: str) -> go.Figure:
         m if m == c else f"{m} ({c})"
         for m, c in zip(rows["module"], rows["module_class"], strict=True)
     ]
-    fig = go.Figure(go.Bar(x=rows["value"], y=labels, orientation="h", marker_color=COLORS["fwd"]))
-    return layout(fig, title, height=max(240, 28 * len(rows) + 100), showlegend=False)
+    bars = {"type": "bar", "x": rows["value"].to_numpy(), "y": labels, "orientation": "h",
+            "marker": {"color": COLORS["fwd"]}}  # fmt: skip
+    return plot_figure([bars], title, {"showlegend": False}, height=max(240, 28 * len(rows) + 100))
 
 
 #: The module tree's column per metric.
@@ -47,18 +58,17 @@ def tree_figure(tree: pd.DataFrame, metric: str) -> go.Figure:
         p.rsplit(".", 1)[-1] or c for p, c in zip(tree["path"], tree["module_class"], strict=True)
     ]
     text = [f"{c}" for c in tree["module_class"]]
-    fig = go.Figure(
-        go.Icicle(
-            ids=tree["path"],
-            parents=tree["parent"],
-            labels=labels,
-            values=tree[col].fillna(0),
-            branchvalues="remainder",
-            text=text,
-            hovertemplate="%{id}<br>%{text}<br>%{value:,.4g}<extra></extra>",
-        )
-    )
-    return layout(fig, title, height=480)
+    icicle = {
+        "type": "icicle",
+        "ids": tree["path"].to_numpy(),
+        "parents": tree["parent"].to_numpy(),
+        "labels": labels,
+        "values": tree[col].fillna(0).to_numpy(),
+        "branchvalues": "remainder",
+        "text": text,
+        "hovertemplate": "%{id}<br>%{text}<br>%{value:,.4g}<extra></extra>",
+    }
+    return plot_figure([icicle], title, height=480)
 
 
 def tflops_figure(
@@ -71,33 +81,34 @@ def tflops_figure(
     title = "Achieved TFLOPS per GPU (profiled FLOPs / step time)"
     if tflops.empty or tflops["tflops"].isna().all():
         return empty("No flops profile, or no engine timers to scale it by.", title)
-    fig = go.Figure()
-    for rank, rows in tflops.groupby("rank", sort=True, dropna=False):
-        name = rank_label(rank) or "TFLOPS"
-        fig.add_trace(
-            scatter(
-                len(rows),
-                x=rows["step"],
-                y=rows["tflops"],
-                name=name,
-                mode="lines+markers",
-                line={"color": COLORS["tflops"]},
-            )
+    data = [
+        scatter_props(
+            len(rows),
+            x=rows["step"].to_numpy(),
+            y=rows["tflops"].to_numpy(),
+            name=rank_label(rank) or "TFLOPS",
+            mode="lines+markers",
+            line={"color": COLORS["tflops"]},
         )
-    if reference is not None:
-        fig.add_hrect(
-            y0=reference.low_tflops,
-            y1=reference.high_tflops,
-            fillcolor="#54A24B",
-            opacity=0.15,
-            line_width=0,
-            annotation_text=f"reference: {reference.label}",
-            annotation_position="top left",
-        )
+        for rank, rows in tflops.groupby("rank", sort=True, dropna=False)
+    ]
+    marks = [_band(reference)] if reference is not None else []
     if peak:
-        fig.add_hline(
-            y=peak, line_dash="dash", annotation_text=f"dense peak {peak:g} TFLOPS {peak_label}"
-        )
-    fig.update_xaxes(title_text="optimizer step")
-    fig.update_yaxes(title_text="TFLOPS", rangemode="tozero")
-    return layout(fig, title)
+        marks.append(hline(peak, f"dense peak {peak:g} TFLOPS {peak_label}"))
+    axes = {"xaxis": titled("optimizer step"), "yaxis": titled("TFLOPS", rangemode="tozero")}
+    return plot_figure(data, title, axes, marks)
+
+
+def _band(reference: ReferenceRange) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The reference range as a green band across the plot, labelled at its top left.
+
+    As ``Figure.add_hrect`` draws it: a layout shape and an annotation, for a figure built
+    as one (:func:`dsmon.figures.common.plot_figure`).
+    """
+    band = {"type": "rect", "x0": 0, "x1": 1, "xref": "x domain", "y0": reference.low_tflops,
+            "y1": reference.high_tflops, "yref": "y", "fillcolor": "#54A24B", "opacity": 0.15,
+            "line": {"width": 0}}  # fmt: skip
+    label = {"text": f"reference: {reference.label}", "showarrow": False, "x": 0,
+             "xref": "x domain", "xanchor": "left", "y": reference.high_tflops, "yref": "y",
+             "yanchor": "top"}  # fmt: skip
+    return band, label

@@ -6,10 +6,10 @@ import math
 
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from dsmon.analysis.gpus import METRIC_BY_KEY
-from dsmon.figures.common import empty, epoch_ms, layout, layout_props, scatter, scatter_props
+from dsmon.figures import plain
+from dsmon.figures.common import empty, epoch_ms, layout_props, plot_figure, scatter_props, titled
 
 NO_SAMPLES = "No GPU samples in this run."
 
@@ -57,22 +57,23 @@ def heatmap_figure(grid: pd.DataFrame, metric: str) -> go.Figure:
         return empty(NO_SAMPLES, title)
     m = METRIC_BY_KEY[metric]
     pct = m.unit == "%"
-    fig = go.Figure(
-        go.Heatmap(
-            z=grid.to_numpy(),
-            x=epoch_ms(grid.columns),
-            y=[str(g) for g in grid.index],
-            colorscale="Viridis",
-            zmin=0 if pct else None,
-            zmax=100 if pct else None,
-            colorbar={"title": {"text": m.unit}},
-            hovertemplate="%{y} at %{x}: %{z:.1f} " + m.unit + "<extra></extra>",
-        )
-    )
-    fig.update_yaxes(autorange="reversed")  # first GPU on top, as in the tables
-    fig.update_xaxes(type="date")
+    cells = {
+        "type": "heatmap",
+        "z": grid.to_numpy(),
+        "x": epoch_ms(grid.columns),
+        "y": [str(g) for g in grid.index],
+        "colorscale": "Viridis",
+        "zmin": 0 if pct else None,
+        "zmax": 100 if pct else None,
+        "colorbar": {"title": {"text": m.unit}},
+        "hovertemplate": "%{y} at %{x}: %{z:.1f} " + m.unit + "<extra></extra>",
+    }
+    axes = {
+        "xaxis": {"type": "date"},
+        "yaxis": {"autorange": "reversed"},  # first GPU on top, as in the tables
+    }
     height = max(260, min(900, 22 * len(grid.index) + 120))
-    return layout(fig, title, height=height)
+    return plot_figure([cells], title, axes, height=height)
 
 
 def imbalance_figure(imb: pd.DataFrame, metric: str) -> go.Figure:
@@ -81,29 +82,24 @@ def imbalance_figure(imb: pd.DataFrame, metric: str) -> go.Figure:
     if imb.empty:
         return empty(NO_SAMPLES, title)
     unit = METRIC_BY_KEY[metric].unit
-    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    grid = plain.rows([1.0], spacing=0.0, right=[1])
     n, x = len(imb), epoch_ms(imb["ts"])
-    fig.add_trace(scatter(n, x=x, y=imb["max"], name="max", mode="lines", line={"width": 0.5}))
-    fig.add_trace(
-        scatter(
-            n,
-            x=x,
-            y=imb["min"],
-            name="min",
-            mode="lines",
-            line={"width": 0.5},
-            fill="tonexty",
-        )
+    # the spread on the default axes (x, y); only the CV names its right-hand axis
+    data = [
+        scatter_props(n, x=x, y=imb["max"].to_numpy(), name="max", mode="lines",
+                      line={"width": 0.5}),
+        scatter_props(n, x=x, y=imb["min"].to_numpy(), name="min", mode="lines",
+                      line={"width": 0.5}, fill="tonexty"),
+        scatter_props(n, x=x, y=imb["mean"].to_numpy(), name="mean", mode="lines"),
+    ]  # fmt: skip
+    cv = scatter_props(
+        n, x=x, y=imb["cv"].to_numpy(), name="CV (std/mean)", mode="lines", line={"dash": "dot"}
     )
-    fig.add_trace(scatter(n, x=x, y=imb["mean"], name="mean", mode="lines"))
-    fig.add_trace(
-        scatter(n, x=x, y=imb["cv"], name="CV (std/mean)", mode="lines", line={"dash": "dot"}),
-        secondary_y=True,
-    )
-    fig.update_xaxes(type="date")
-    fig.update_yaxes(title_text=unit, secondary_y=False)
-    fig.update_yaxes(title_text="CV", secondary_y=True, rangemode="tozero")
-    return layout(fig, title)
+    data.append(grid.on(cv, 1, right=True))
+    grid.axis(grid.x[0])["type"] = "date"
+    grid.axis(grid.y[0])["title"] = {"text": unit}
+    grid.axis(grid.right[1]).update(title={"text": "CV"}, rangemode="tozero")
+    return plot_figure(data, title, grid.layout)
 
 
 def throttle_figure(share: pd.DataFrame) -> go.Figure:
@@ -112,9 +108,10 @@ def throttle_figure(share: pd.DataFrame) -> go.Figure:
     reasons = [c for c in share.columns if c not in ("gpu", "samples")]
     if share.empty or not reasons:
         return empty("No clock-event reasons reported.", title)
-    fig = go.Figure()
-    for reason in reasons:
-        fig.add_trace(go.Bar(x=share["gpu"], y=share[reason], name=reason))
-    fig.update_layout(barmode="group")
-    fig.update_yaxes(title_text="% of samples", range=[0, 100])
-    return layout(fig, title)
+    labels = share["gpu"].to_numpy()
+    data = [
+        {"type": "bar", "x": labels, "y": share[reason].to_numpy(), "name": reason}
+        for reason in reasons
+    ]
+    axes = {"barmode": "group", "yaxis": titled("% of samples", range=[0, 100])}
+    return plot_figure(data, title, axes)

@@ -11,7 +11,15 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from dsmon.analysis.ranks import LINE_RANKS
-from dsmon.figures.common import COLORS, empty, layout, rank_label, scatter
+from dsmon.figures.common import (
+    COLORS,
+    empty,
+    hline,
+    plot_figure,
+    rank_label,
+    scatter_props,
+    titled,
+)
 
 NO_PROBE = "No per-rank data: start the job with dsmon run -- <launch command>."
 
@@ -30,41 +38,37 @@ def busy_figure(
     n_ranks = buckets["rank"].nunique()
     if n_ranks > LINE_RANKS:
         return _busy_heatmap(buckets, title)
-    fig = go.Figure()
-    for rank, rows in buckets.groupby("rank", sort=True):
-        fig.add_trace(
-            scatter(
-                len(rows),
-                x=rows["step"],
-                y=rows["busy_ms"],
-                name=rank_label(rank),
-                mode="lines",
-                customdata=rows[["min_ms", "max_ms"]].to_numpy(),
-                hovertemplate="step %{x}: %{y:.1f} ms (min %{customdata[0]:.1f}, "
-                "max %{customdata[1]:.1f})<extra>%{fullData.name}</extra>",
-            )
+    data = [
+        scatter_props(
+            len(rows),
+            x=rows["step"].to_numpy(),
+            y=rows["busy_ms"].to_numpy(),
+            name=rank_label(rank),
+            mode="lines",
+            customdata=rows[["min_ms", "max_ms"]].to_numpy(),
+            hovertemplate="step %{x}: %{y:.1f} ms (min %{customdata[0]:.1f}, "
+            "max %{customdata[1]:.1f})<extra>%{fullData.name}</extra>",
         )
-    fig.update_xaxes(title_text="optimizer step")
-    return layout(fig, title)
+        for rank, rows in buckets.groupby("rank", sort=True)
+    ]
+    return plot_figure(data, title, {"xaxis": titled("optimizer step")})
 
 
 def _busy_heatmap(buckets: pd.DataFrame, title: str) -> go.Figure:
     """Ranks x step buckets of the mean busy time."""
     grid = buckets.pivot_table(index="rank", columns="step", values="busy_ms", aggfunc="mean")
-    fig = go.Figure(
-        go.Heatmap(
-            z=grid.to_numpy(dtype="float32"),  # sent as 4 bytes a cell, not 8
-            x=grid.columns.to_numpy(),
-            y=[rank_label(r) for r in grid.index],
-            colorscale="Viridis",
-            colorbar={"title": {"text": "ms"}},
-            hovertemplate="%{y}, steps from %{x}: %{z:.1f} ms<extra></extra>",
-        )
-    )
-    fig.update_yaxes(autorange="reversed")  # rank 0 on top
-    fig.update_xaxes(title_text="optimizer step")
+    cells = {
+        "type": "heatmap",
+        "z": grid.to_numpy(dtype="float32"),  # sent as 4 bytes a cell, not 8
+        "x": grid.columns.to_numpy(),
+        "y": [rank_label(r) for r in grid.index],
+        "colorscale": "Viridis",
+        "colorbar": {"title": {"text": "ms"}},
+        "hovertemplate": "%{y}, steps from %{x}: %{z:.1f} ms<extra></extra>",
+    }
+    axes = {"xaxis": titled("optimizer step"), "yaxis": {"autorange": "reversed"}}  # rank 0 on top
     height = max(260, min(900, 14 * len(grid.index) + 120))
-    return layout(fig, title, height=height)
+    return plot_figure([cells], title, axes, height=height)
 
 
 def straggler_figure(
@@ -75,20 +79,17 @@ def straggler_figure(
     """The score per step, each point labelled with the step's slowest rank."""
     if strag.empty:
         return empty("Needs per-rank times from two or more ranks.", title)
-    fig = go.Figure(
-        scatter(
-            len(strag),
-            x=strag["step"],
-            y=strag["score"],
-            name="score",
-            mode="lines+markers",
-            customdata=strag["slowest_rank"],
-            hovertemplate="step %{x}: %{y:.2f}, slowest rank %{customdata}<extra></extra>",
-        )
+    score = scatter_props(
+        len(strag),
+        x=strag["step"].to_numpy(),
+        y=strag["score"].to_numpy(),
+        name="score",
+        mode="lines+markers",
+        customdata=strag["slowest_rank"].to_numpy(),
+        hovertemplate="step %{x}: %{y:.2f}, slowest rank %{customdata}<extra></extra>",
     )
-    fig.add_hline(y=warn, line_dash="dot", annotation_text=f"{warn:g}: worth a look")
-    fig.update_xaxes(title_text="optimizer step")
-    return layout(fig, title)
+    marks = [hline(warn, f"{warn:g}: worth a look", dash="dot")]
+    return plot_figure([score], title, {"xaxis": titled("optimizer step")}, marks)
 
 
 #: The phases of a rank's step drawn side by side, in the order they happen, and their colours.
@@ -116,7 +117,7 @@ def phases_figure(
     known = rows[["input_ms", "fwd_ms", "bwd_ms", "step_ms"]].sum(axis=1)
     rows = rows.assign(other_ms=(rows["total_ms"] - known).clip(lower=0.0))
     ranks = [f"rank {int(r)}" for r in rows["rank"]]
-    fig = go.Figure()
+    data = []
     for col, name, color in PHASES:
         hover = [
             f"{rank}: {name} {v:.1f} ms of {t:.1f} ms ({c:.1f} ms in collectives)"
@@ -124,13 +125,12 @@ def phases_figure(
                 ranks, rows[col], rows["total_ms"], rows["coll_ms"].fillna(0.0), strict=True
             )
         ]
-        fig.add_trace(
-            go.Bar(
-                y=ranks, x=rows[col], name=name, orientation="h", marker_color=color,
-                hovertext=hover, hoverinfo="text",
-            )
-        )  # fmt: skip
-    fig.update_layout(barmode="stack")
-    fig.update_xaxes(title_text="ms per step (mean over the run)")
-    fig.update_yaxes(autorange="reversed")
-    return layout(fig, title, height=max(220, 120 + 28 * len(ranks)))
+        data.append({"type": "bar", "y": ranks, "x": rows[col].to_numpy(), "name": name,
+                     "orientation": "h", "marker": {"color": color}, "hovertext": hover,
+                     "hoverinfo": "text"})  # fmt: skip
+    axes = {
+        "barmode": "stack",
+        "xaxis": titled("ms per step (mean over the run)"),
+        "yaxis": {"autorange": "reversed"},
+    }
+    return plot_figure(data, title, axes, height=max(220, 120 + 28 * len(ranks)))
