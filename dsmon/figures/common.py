@@ -37,24 +37,13 @@ COLORS = {
 }
 
 
-def scatter(n_points: int, **kwargs: Any) -> go.Scatter | go.Scattergl:
-    """A line/marker trace: SVG, but WebGL for markers alone past :data:`WEBGL_MIN_POINTS`.
+def scatter_props(n_points: int, **kwargs: Any) -> dict[str, Any]:
+    """A line/marker trace as a dict: SVG, but WebGL for markers alone past a thousand points.
 
-    Markers are drawn only up to :data:`MARKERS_MAX` points: each is an SVG path the browser
+    :data:`WEBGL_MIN_POINTS` sets where. Markers are drawn only up to :data:`MARKERS_MAX` points: each is an SVG path the browser
     styles one by one, and a line of a thousand markers shows no more than the line. A line
     stays SVG at any size (one path).
     """
-    return _line(scatter_props(n_points, **kwargs))
-
-
-def _line(props: dict[str, Any]) -> go.Scatter | go.Scattergl:
-    """The trace object of a :func:`scatter_props` dict."""
-    kind = props.pop("type")
-    return go.Scattergl(**props) if kind == "scattergl" else go.Scatter(**props)
-
-
-def scatter_props(n_points: int, **kwargs: Any) -> dict[str, Any]:
-    """:func:`scatter`'s trace as a dict (its ``type`` set), for a figure built as one."""
     mode = kwargs.get("mode")
     if n_points > MARKERS_MAX and mode == "lines+markers":
         kwargs["mode"] = mode = "lines"
@@ -88,13 +77,8 @@ def step_part(
     }
 
 
-def step_line(part: pd.DataFrame, name: str, **kwargs: Any) -> go.Scatter | go.Scattergl:
-    """A ``value`` against ``step`` trace; markers while the points are few enough to see."""
-    return _line(step_line_props(part, name, **kwargs))
-
-
 def step_line_props(part: pd.DataFrame, name: str, **kwargs: Any) -> dict[str, Any]:
-    """:func:`step_line`'s trace as a dict, for a figure built as one."""
+    """A ``value`` against ``step`` trace, as a dict: markers while the points are few."""
     return scatter_props(
         len(part),
         x=part["step"],
@@ -157,11 +141,13 @@ def layout_props(title: str, height: int = HEIGHT) -> dict[str, Any]:
 
 def empty(message: str, title: str = "", height: int = 200) -> go.Figure:
     """A figure that says why there is nothing to draw instead of showing blank axes."""
-    fig = go.Figure()
-    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
-    fig.update_xaxes(visible=False)
-    fig.update_yaxes(visible=False)
-    return layout(fig, title, height=height)
+    note = {"text": message, "showarrow": False, "x": 0.5, "y": 0.5, "xref": "paper",
+            "yref": "paper"}  # fmt: skip
+    hidden = {"visible": False}
+    return go.Figure(
+        layout={"annotations": [note], "xaxis": hidden, "yaxis": dict(hidden),
+                **layout_props(title, height)},
+    )  # fmt: skip
 
 
 def fmt_ms(value: Any) -> str:

@@ -26,7 +26,6 @@ from dsmon.figures.common import (
     layout,
     layout_props,
     off_scale,
-    scatter,
     scatter_props,
     step_part,
 )
@@ -225,15 +224,16 @@ def rank_totals_figure(
     """One line per rank of the total step time: stragglers stand out as the top line."""
     if breakdown.empty:
         return empty("No timer lines.", title)
-    fig = go.Figure()
-    for rank, rows in breakdown.groupby("rank", sort=True):
-        fig.add_trace(
-            scatter(
-                len(rows), x=rows["step"], y=rows["total_ms"], name=f"rank {rank}", mode="lines"
-            )
+    data = [
+        scatter_props(
+            len(rows), x=rows["step"], y=rows["total_ms"], name=f"rank {rank}", mode="lines"
         )
-    fig.update_xaxes(title_text="optimizer step")
-    return layout(fig, title)
+        for rank, rows in breakdown.groupby("rank", sort=True)
+    ]
+    return go.Figure(
+        data=data,
+        layout={"xaxis": {"title": {"text": "optimizer step"}}, **layout_props(title)},
+    )
 
 
 def micro_figure(

@@ -27,7 +27,7 @@ from dsmon.figures.common import (
     WEBGL_MIN_POINTS,
     empty,
     rank_label,
-    scatter,
+    scatter_props,
     step_part,
 )
 from dsmon.model.frames import records_frame
@@ -51,12 +51,13 @@ def trace_points(fig: go.Figure) -> int:
 
 
 def test_webgl_only_for_markers_past_a_thousand_points() -> None:
-    assert isinstance(scatter(WEBGL_MIN_POINTS, x=[1], y=[1], mode="markers"), go.Scatter)
-    assert isinstance(scatter(WEBGL_MIN_POINTS + 1, x=[1], y=[1], mode="markers"), go.Scattergl)
+    assert scatter_props(WEBGL_MIN_POINTS, x=[1], y=[1], mode="markers")["type"] == "scatter"
+    big = scatter_props(WEBGL_MIN_POINTS + 1, x=[1], y=[1], mode="markers")
+    assert isinstance(go.Figure(data=[big]).data[0], go.Scattergl)  # a trace plotly takes
     # a line is one SVG path at any size (its markers were dropped past MARKERS_MAX)
     for mode in ("lines", "lines+markers"):
-        trace = scatter(WEBGL_MIN_POINTS + 1, x=[1], y=[1], mode=mode)
-        assert isinstance(trace, go.Scatter) and trace.mode == "lines"
+        trace = scatter_props(WEBGL_MIN_POINTS + 1, x=[1], y=[1], mode=mode)
+        assert trace["type"] == "scatter" and trace["mode"] == "lines"
 
 
 def test_a_bar_per_step_while_they_are_few_then_a_filled_line() -> None:
@@ -70,9 +71,9 @@ def test_a_bar_per_step_while_they_are_few_then_a_filled_line() -> None:
 
 
 def test_markers_only_while_they_are_few() -> None:
-    assert scatter(MARKERS_MAX, x=[1], y=[1], mode="lines+markers").mode == "lines+markers"
-    assert scatter(MARKERS_MAX + 1, x=[1], y=[1], mode="lines+markers").mode == "lines"
-    assert scatter(MARKERS_MAX + 1, x=[1], y=[1], mode="markers").mode == "markers"
+    assert scatter_props(MARKERS_MAX, x=[1], y=[1], mode="lines+markers")["mode"] == "lines+markers"
+    assert scatter_props(MARKERS_MAX + 1, x=[1], y=[1], mode="lines+markers")["mode"] == "lines"
+    assert scatter_props(MARKERS_MAX + 1, x=[1], y=[1], mode="markers")["mode"] == "markers"
 
 
 def test_empty_figure_says_why() -> None:
