@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 from locations import DATA, ROOT
 from streamlit.components.v2 import manifest_scanner
-from streamlit.testing.v1 import AppTest
+from streamlit.testing.v1 import AppTest, local_script_runner
 
 from dsmon.load.files import import_paths, read_found
 from dsmon.load.kinds import discover
@@ -34,6 +34,24 @@ from dsmon.store.store import open_store
 manifest_scanner.scan_component_manifests = functools.cache(  # type: ignore[assignment]
     manifest_scanner.scan_component_manifests
 )
+
+
+def _wait_for_the_script(runner: local_script_runner.LocalScriptRunner, timeout: float = 3) -> None:
+    """Wait for an AppTest run by joining its script thread, not by polling every millisecond.
+
+    Streamlit's own wait (``require_widgets_deltas``) wakes every millisecond to look through
+    the runner's events: about a fourteenth of the app tests' CPU, taken from the script it
+    waits for (the same process, one interpreter lock). The thread ends after the run's end is
+    announced. A script that overruns is stopped and reported as Streamlit reports it.
+    """
+    runner._script_thread.join(timeout)  # started by LocalScriptRunner.run before it waits
+    if not runner.script_stopped():
+        runner.request_stop()
+        runner.join()
+        raise RuntimeError(f"AppTest script run timed out after {timeout}(s)")
+
+
+local_script_runner.require_widgets_deltas = _wait_for_the_script
 #: Run name -> corpus folder under tests/data/.
 RUNS = {
     "z2": "z2",
