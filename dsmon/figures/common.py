@@ -144,10 +144,8 @@ def empty(message: str, title: str = "", height: int = 200) -> go.Figure:
     note = {"text": message, "showarrow": False, "x": 0.5, "y": 0.5, "xref": "paper",
             "yref": "paper"}  # fmt: skip
     hidden = {"visible": False}
-    return go.Figure(
-        layout={"annotations": [note], "xaxis": hidden, "yaxis": dict(hidden),
-                **layout_props(title, height)},
-    )  # fmt: skip
+    return plot_figure([], title, {"xaxis": hidden, "yaxis": dict(hidden)}, height=height,
+                       notes=[note])  # fmt: skip
 
 
 def fmt_ms(value: Any) -> str:
@@ -260,17 +258,33 @@ def hline(y: float, text: str, dash: str = "dash") -> tuple[dict[str, Any], dict
     return line, label
 
 
+def vline(x: float, text: str, side: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A dashed line up the plot at ``x`` and its label at its top, as ``add_vline`` draws them.
+
+    ``side`` anchors the label: ``"left"`` puts its text to the line's right
+    (``annotation_position="top right"``), ``"right"`` to its left (``"top left"``).
+    """
+    line = {"type": "line", "x0": x, "x1": x, "xref": "x", "y0": 0, "y1": 1, "yref": "y domain",
+            "line": {"dash": "dash"}}  # fmt: skip
+    label = {"text": text, "showarrow": False, "x": x, "xref": "x", "y": 1, "yref": "y domain",
+             "xanchor": side, "yanchor": "top"}  # fmt: skip
+    return line, label
+
+
 def plot_figure(
     data: list[dict[str, Any]],
     title: str,
     props: dict[str, Any] | None = None,
     marks: list[tuple[dict[str, Any], dict[str, Any]]] | None = None,
     height: int = HEIGHT,
+    notes: list[dict[str, Any]] | None = None,
 ) -> go.Figure:
-    """A figure of one plot built as dicts, made once, with the dashboard's layout.
+    """A figure built as dicts, made once, with the dashboard's layout.
 
     ``data``: the traces (dicts with their ``type``); ``props``: the rest of the layout
-    (axes, ``barmode``); ``marks``: shapes over the plot, each with its label (:func:`hline`).
+    (axes, ``barmode``); ``marks``: shapes over the plot, each with its label (:func:`hline`,
+    :func:`vline`); ``notes``: annotations of their own (:func:`capped_annotation`, the
+    ``off_scale`` note), before the marks' labels.
     plotly checks every property at each ``add_trace``, ``update_layout`` or ``add_hline``
     (milliseconds each); a ``Figure`` made from the dicts checks them once
     (:mod:`dsmon.figures.plain`).
@@ -280,7 +294,7 @@ def plot_figure(
         layout={
             **(props or {}),
             "shapes": [shape for shape, _ in marks or []],
-            "annotations": [label for _, label in marks or []],
+            "annotations": [*(notes or []), *(label for _, label in marks or [])],
             **layout_props(title, height),
         },
     )

@@ -24,10 +24,12 @@ from dsmon.figures.common import (
     clip_outliers,
     empty,
     layout,
-    layout_props,
     off_scale,
+    plot_figure,
     scatter_props,
     step_part,
+    titled,
+    vline,
 )
 
 #: Stack order of the breakdown: bwd split into inner/allreduce when both were printed.
@@ -149,17 +151,9 @@ def _stacked(
     title: str,
     height: int = HEIGHT,
 ) -> go.Figure:
-    """A figure of stacked per-step parts: its traces, notes and axes, made once."""
-    return go.Figure(
-        data=data,
-        layout={
-            **axes,
-            "barmode": "stack",
-            "bargap": 0.05,
-            "annotations": notes,
-            **layout_props(title, height=height),
-        },
-    )
+    """A figure of stacked per-step parts: its traces, notes and axes."""
+    props = {**axes, "barmode": "stack", "bargap": 0.05}
+    return plot_figure(data, title, props, height=height, notes=notes)
 
 
 def _loss_row(
@@ -230,10 +224,7 @@ def rank_totals_figure(
         )
         for rank, rows in breakdown.groupby("rank", sort=True)
     ]
-    return go.Figure(
-        data=data,
-        layout={"xaxis": {"title": {"text": "optimizer step"}}, **layout_props(title)},
-    )
+    return plot_figure(data, title, {"xaxis": titled("optimizer step")})
 
 
 def micro_figure(
@@ -307,39 +298,13 @@ def distribution_figure(
         if stats is not None and "total_ms" in stats.index
         else {}
     )
-    shapes, notes = [], []
+    marks = []
     for label, side in (("p50", "right"), ("p90", "left"), ("max", "left")):
         value = float(row.get(label, float("nan")))
         if value == value and value <= cap:  # known and on the axis
-            shapes.append(_vline(value))
-            notes.append(_vline_label(value, f"{label} {value:.1f} ms", side))
-    return go.Figure(
-        data=[bars],
-        layout={
-            "shapes": shapes,
-            "annotations": notes,
-            "xaxis": {"title": {"text": f"ms{note}"}},
-            "yaxis": {"title": {"text": "steps"}},
-            "showlegend": False,
-            **layout_props(title),
-        },
-    )
-
-
-def _vline(x: float) -> dict[str, Any]:
-    """A dashed vertical line at ``x`` across the plot, as ``Figure.add_vline`` draws it."""
-    return {"type": "line", "x0": x, "x1": x, "xref": "x", "y0": 0, "y1": 1, "yref": "y domain",
-            "line": {"dash": "dash"}}  # fmt: skip
-
-
-def _vline_label(x: float, text: str, side: str) -> dict[str, Any]:
-    """The label of a :func:`_vline` at its top, anchored on its ``side``.
-
-    As ``add_vline`` puts it: ``annotation_position="top right"`` is the text to the line's
-    right, anchored ``"left"``; ``"top left"`` anchored ``"right"``.
-    """
-    return {"text": text, "showarrow": False, "x": x, "xref": "x", "y": 1, "yref": "y domain",
-            "xanchor": side, "yanchor": "top"}  # fmt: skip
+            marks.append(vline(value, f"{label} {value:.1f} ms", side))
+    axes = {"xaxis": titled(f"ms{note}"), "yaxis": titled("steps"), "showlegend": False}
+    return plot_figure([bars], title, axes, marks)
 
 
 def zero_timers_figure(
@@ -357,7 +322,4 @@ def zero_timers_figure(
                 scatter_props(len(rows), x=rows["step"], y=rows[column], name=name,
                               mode="lines+markers")
             )  # fmt: skip
-    return go.Figure(
-        data=data,
-        layout={"xaxis": {"title": {"text": "optimizer step"}}, **layout_props(title)},
-    )
+    return plot_figure(data, title, {"xaxis": titled("optimizer step")})
