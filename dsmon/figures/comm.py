@@ -12,7 +12,6 @@ from dsmon.figures.common import (
     capped_annotation,
     empty,
     hline,
-    layout_props,
     plot_figure,
     rank_label,
     scatter_props,
@@ -56,7 +55,7 @@ def share_figure(
     unit = "steps" if share["rank"].nunique() <= 1 else "rank-steps"
     capped = capped_annotation(len(share), total, unit)
     notes = [capped] if capped is not None else []
-    return go.Figure(data=data, layout={**grid.layout, "annotations": notes, **layout_props(title)})
+    return plot_figure(data, title, grid.layout, notes=notes)
 
 
 def bandwidth_figure(
@@ -193,4 +192,4 @@ def coordinator_figure(
         title={"text": "% wait"}, range=[0, 100], tickvals=[0, 25, 50, 75, 100], showgrid=False
     )
     grid.axis(grid.x[0])["title"] = {"text": "optimizer step"}
-    return go.Figure(data=data, layout={**grid.layout, "barmode": "stack", **layout_props(title)})
+    return plot_figure(data, title, {**grid.layout, "barmode": "stack"})

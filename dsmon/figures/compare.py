@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 
 from dsmon.analysis.compare import METRICS
 from dsmon.figures import plain
-from dsmon.figures.common import empty, layout_props, step_line_props
+from dsmon.figures.common import empty, plot_figure, step_line_props
 
 TITLE = "Runs compared, per optimizer step"
 ROW_HEIGHT = 190
@@ -44,8 +44,8 @@ def compare_figure(series: pd.DataFrame, runs: list[str] | None = None) -> go.Fi
             data.append(grid.on(line, row))
     grid.axis(grid.x[-1])["title"] = {"text": "optimizer step"}
     titles = grid.titles([METRICS[m] for m in shown])
-    props = layout_props(TITLE, height=80 + ROW_HEIGHT * len(shown))
-    return go.Figure(data=data, layout={**grid.layout, "annotations": titles, **props})
+    height = 80 + ROW_HEIGHT * len(shown)
+    return plot_figure(data, TITLE, grid.layout, height=height, notes=titles)
 
 
 def _first_metric(series: pd.DataFrame, run: str, shown: list[str]) -> str | None:
