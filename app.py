@@ -15,6 +15,7 @@ import streamlit as st
 
 from dsmon.env import REFRESH_ENV, default_store
 from dsmon.health.live import run_is_live
+from dsmon.health.run_state import OVER, RunState
 from dsmon.model.schema import MAX_STEP
 from dsmon.store.records.runs import RunInfo
 from dsmon.store.store import open_store
@@ -56,14 +57,22 @@ def default_refresh() -> float:
     return min(REFRESH_CHOICES, key=lambda c: abs(c - wanted))
 
 
-def run_label(info: RunInfo, now: datetime, live: bool | None = None) -> str:
-    """How a run is listed in the picker: name and live/finished.
+def run_label(info: RunInfo, now: datetime, state: RunState | None = None) -> str:
+    """How a run is listed in the picker: its name and what is known of it without reading it.
 
-    ``live`` is the selected run's, from its state (a run whose end was witnessed is not
-    live); the others are live while a collector writes to them.
+    ``state`` is the selected run's, judged only while a live sender writes to it
+    (:func:`judged_state`): a witnessed end is named (``finished``, ``crashed``, ``ended``).
+    Any other run is ``live`` while a sender writes to it, ``imported`` when none ever did
+    (``dsmon import``), else ``not live``: its sender has stopped, and how the run ended is
+    for its page to judge from the evidence, never for the picker to guess.
     """
-    state = "live" if (run_is_live(info, now) if live is None else live) else "finished"
-    return f"{info.name} · {state}"
+    if state is not None and state.state in OVER:
+        word = state.state.value
+    elif run_is_live(info, now):
+        word = "live"
+    else:
+        word = "imported" if info.received_at is None else "not live"
+    return f"{info.name} · {word}"
 
 
 def pick_run(runs: list[RunInfo], now: datetime, h: FrameHub) -> RunInfo | None:
@@ -79,12 +88,12 @@ def pick_run(runs: list[RunInfo], now: datetime, h: FrameHub) -> RunInfo | None:
     index = None if unknown else (names.index(wanted) if wanted in names else 0)
     by_name = {r.name: r for r in runs}
     shown = names[index] if index is not None else None
-    live = {shown: selected_live(h, by_name[shown], now)} if shown is not None else {}
+    states = {shown: judged_state(h, by_name[shown], now)} if shown is not None else {}
     name = st.sidebar.selectbox(
         "Run",
         names,
         index=index,
-        format_func=lambda n: run_label(by_name[n], now, live.get(n)),
+        format_func=lambda n: run_label(by_name[n], now, states.get(n)),
         placeholder="Choose a run",
     )
     if name is None:
@@ -129,17 +138,22 @@ def replay_controls(info: RunInfo) -> int | None:
     return int(step)
 
 
-def selected_live(h: FrameHub, info: RunInfo, now: datetime) -> bool:
-    """Whether the selected run is followed live, read after its newest records.
+def judged_state(h: FrameHub, info: RunInfo, now: datetime) -> RunState | None:
+    """The selected run's state, read after its newest records; None when no sender writes to it.
 
-    Live: a collector writes to it and no end was witnessed (an import never is). Its state
-    is judged only then: an imported long run is not read whole before its page is drawn.
+    Its state is judged only while a live sender writes to it: an imported long run is not
+    read whole before its page is drawn (the page judges it, under its reading spinner).
     """
     frames = h.run(info.name)
     frames.refresh()
     if not run_is_live(info, now):
-        return False
-    return shown_live(info, run_state(frames, info.name, OPEN, now), now)
+        return None
+    return run_state(frames, info.name, OPEN, now)
+
+
+def selected_live(h: FrameHub, info: RunInfo, now: datetime) -> bool:
+    """Whether the selected run is followed live: a live sender writes to it, no end was seen."""
+    return shown_live(info, judged_state(h, info, now), now)
 
 
 def build_view(url: str) -> View | None:

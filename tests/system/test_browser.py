@@ -143,7 +143,7 @@ def test_a_link_opens_the_same_view(server: str, browser: Any) -> None:
     _screenshot(page, "communication_comms_logger")
     # The run picker switches the run and writes it to the URL.
     page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"]').first.click()
-    page.get_by_role("option", name="z2 · finished").click()
+    page.get_by_role("option", name="z2 · imported").click()
     page.get_by_role("heading", name="Communication · z2").wait_for(timeout=60_000)
     wait_idle(page)
     assert "run=z2" in page.url

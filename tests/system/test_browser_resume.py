@@ -85,7 +85,7 @@ def tab(tmp_path: Path) -> Iterator[Tab]:
         page.goto(f"{url}/steps?run=z2")
         wait_idle(page)
         first = wait_until(page, lambda s: s[2] != "", 60)
-        assert first[:2] == ("z2 · finished", False)
+        assert first[:2] == ("z2 · imported", False)
         # imported: a complete record that stops at step 14 with no exit status
         assert first[2].startswith("ended: the record ends without an exit status")
         yield Tab(page, store, recs[cut:], errors)
@@ -105,11 +105,12 @@ def test_an_open_tab_follows_its_run_going_on_and_stopping(
         12,
     )
     # the live window passes: the page stops following it; no end was witnessed, so its state
-    # is not "finished" (steps arrived moments ago: still training, then silent)
+    # is not "finished", in the picker or the status line (steps arrived moments ago: still
+    # training, then silent)
     wait_until(
         tab.page,
         lambda s: (
-            s[0] == "z2 · finished"
+            s[0] == "z2 · not live"
             and not s[1]
             and s[2].startswith(("training: step 30 · ", "silent: no step for "))
         ),

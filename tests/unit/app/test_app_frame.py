@@ -26,7 +26,7 @@ def test_run_picker_follows_the_url(store_url: str) -> None:
     assert not at.exception
     picker = at.sidebar.selectbox[0]
     assert picker.label == "Run"
-    assert sorted(picker.options) == sorted(f"{r} · finished" for r in RUNS)
+    assert sorted(picker.options) == sorted(f"{r} · imported" for r in RUNS)
     assert picker.value == "comms_logger"
     assert at.header[0].value == "Health · comms_logger"  # the checklist is the front page
     # the run's status is drawn with the page (its live fragment), not in the sidebar
@@ -77,7 +77,7 @@ def test_a_live_run_refreshes_and_has_no_replay(
         store.add([StepRecord(src=Source(run="saved", file="f", line=1), ts=now, step=1)])
     monkeypatch.setenv("DSMON_STORE", url)
     front = app_at(url, "now")  # AppTest keeps the sidebar on the first page only
-    assert sorted(front.sidebar.selectbox[0].options) == ["now · live", "saved · finished"]
+    assert sorted(front.sidebar.selectbox[0].options) == ["now · live", "saved · imported"]
     assert front.sidebar.toggle[0].value is True
     assert not front.sidebar.slider
     at = app_at(url, "now", "steps")

@@ -1,5 +1,7 @@
 """An open page follows its run by itself: a finished run that goes on comes back live, and a
-live run that stops is called finished in the sidebar too, without the user clicking.
+live run that stops is no longer called live in the sidebar either, without the user clicking.
+The picker names only what the evidence shows: ``imported``, ``live``, a witnessed end, or
+``not live`` when the sender stopped (how the run ended is the status line's to judge).
 
 The real app (AppTest) on the real z2 run (DeepSpeed 0.19.8, ZeRO-2, 30 steps) cut at step 15,
 as a run stopped there and resumed from its checkpoint would be stored. Page timers are fired
@@ -78,7 +80,7 @@ def test_a_finished_run_that_goes_on_comes_back_live_by_itself(
 ) -> None:
     path, before, after = z2
     at = opened(path, before, live=False)  # read from the log after the fact: finished
-    assert sidebar(at) == (["z2 · finished"], False)
+    assert sidebar(at) == (["z2 · imported"], False)
     # its record stops at step 14 with no exit status: so the state says, as of its end
     assert status(at).startswith(ENDED) and "incomplete; last step 14 · " in status(at)
     assert status(at).count("last step") == 1
@@ -106,7 +108,7 @@ def test_a_finished_run_that_goes_on_comes_back_live_by_itself(
     assert list(timers.every.values()) == [LOOK_S]
 
 
-def test_a_live_run_that_stops_is_finished_in_the_sidebar_too(
+def test_a_live_run_that_stops_is_not_live_in_the_sidebar_too(
     z2: tuple[str, list[Record], list[Record]], timers: Timers, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path, before, _ = z2
@@ -124,7 +126,7 @@ def test_a_live_run_that_stops_is_finished_in_the_sidebar_too(
     time.sleep(0.6)
     timers.fire(at, REFRESH_S)
     assert timers.full_runs == 1 and not at.exception
-    assert sidebar(at) == (["z2 · finished"], False)
+    assert sidebar(at) == (["z2 · not live"], False)  # neither "finished" nor "live"
     # no end was witnessed: a run delivered live is silent, never called killed by a clock
     assert status(at).startswith("silent: no step for ")
     assert list(timers.every.values()) == [LOOK_S]  # it now looks for the run going on
@@ -137,7 +139,7 @@ def test_a_live_run_that_stops_is_finished_in_the_sidebar_too(
     ("live", "switched", "label", "periods"),
     [
         (True, False, "z2 · live", []),  # off on a live run: no redraw and no look
-        (False, True, "z2 · finished", [REFRESH_S]),  # on for a finished run: redraws
+        (False, True, "z2 · imported", [REFRESH_S]),  # on for a finished run: redraws
     ],
 )
 def test_the_users_live_refresh_switch_is_kept(
@@ -165,3 +167,16 @@ def test_a_replayed_step_is_not_left_for_new_records(
     at = opened(z2[0], z2[1], live=False, step="10")
     assert at.sidebar.slider[0].value == 10
     assert timers.every == {}
+
+
+def test_a_crash_seen_live_is_named_in_the_picker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run sent live whose crash the launcher reported is "crashed", not "finished"."""
+    path = str(tmp_path / "s.sqlite")
+    monkeypatch.setenv("DSMON_STORE", path)
+    add(path, read_records("events_crash_step17", "crash"), live=True)
+    at = app_at(path, "crash", "steps")
+    assert not at.exception
+    assert status(at).startswith("crashed: ")
+    assert sidebar(at) == (["crash · crashed"], False)
