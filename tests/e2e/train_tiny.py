@@ -3,8 +3,10 @@
 Run by DeepSpeed's launcher exactly as a user's script is:
 ``deepspeed --num_gpus 2 train_tiny.py --deepspeed_config ds_config.json --steps 300``.
 It prints nothing of its own but ``[train_tiny] step N loss L`` after each optimizer step, so
-every other line of the log is DeepSpeed's. ``--sleep`` paces the steps so that a test can look
-at the dashboard while training is still going.
+every other line of the log is DeepSpeed's. ``--pace-s`` paces the steps inside the model (every
+rank's forward takes that long, as a bigger model's compute would), so that a test can look at the
+dashboard while training is still going; ``--sleep`` waits after each step instead, in the
+training loop, outside DeepSpeed: time the probe sees before the next forward, as a data loader's.
 
 Faults a real job meets, each on purpose and on one rank (``tests/scenarios.py`` names them):
 
@@ -53,6 +55,7 @@ def main() -> None:
     p.add_argument("--local_rank", type=int, default=0)
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--sleep", type=float, default=0.0, help="seconds to wait after each step")
+    p.add_argument("--pace-s", type=float, default=0.0, help="every rank's forward takes it (s)")
     p.add_argument("--slow-rank", type=int, default=-1, help="the rank whose forward sleeps")
     p.add_argument("--slow-s", type=float, default=0.0, help="its sleep per forward (s)")
     p.add_argument("--stop-rank", type=int, default=-1, help="the rank that stops (SIGSTOP)")
@@ -70,6 +73,8 @@ def main() -> None:
     rank = int(os.environ.get("RANK", "0"))
     torch.manual_seed(0)
     layers = [nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64)]
+    if args.pace_s:
+        layers.append(Sleepy(args.pace_s))
     if args.slow_rank == rank:
         layers.append(Sleepy(args.slow_s))
     model = nn.Sequential(*layers)
