@@ -50,35 +50,45 @@ _FLOP_PREFIX = re.compile(r"([tgp])flop")
 
 
 def _int(v: float) -> int | None:
-    """A count or a byte figure as an integer; None for ``nan``, ``inf`` or past 64 bits.
+    """A byte figure as an integer; None for ``nan``, ``inf`` or past 64 bits.
 
     Megatron prints what its tensors hold: a corrupted run's memory line can read ``nan``,
-    and a number that overflows a float (``1e400``) reads as ``inf``. Neither is a count.
+    and a number that overflows a float (``1e400``) reads as ``inf``. Neither is a size.
     """
     if not math.isfinite(v) or not INT64_MIN <= v <= INT64_MAX:
         return None
     return round(v)
 
 
+def _count(v: float) -> int | None:
+    """A count as an integer; None for what :func:`_int` refuses, and for a fraction.
+
+    Megatron prints counts whole (``num zeros`` as ``0.0``): a fraction is a figure of another
+    field, such as a wrapped line's ``elapsed time per iteration (s)`` tail (``: 104.70``)
+    joined after a ``consumed tokens`` cut short, and rounding it would invent a count.
+    """
+    return _int(v) if v.is_integer() else None
+
+
 # meaning of a name (lower case, words joined by single spaces) -> (field, conversion)
 _FIELDS: dict[str, tuple[str, Callable[[float], Any]]] = {
-    "consumed samples": ("consumed_samples", _int),
-    "consumed tokens": ("consumed_tokens", _int),
+    "consumed samples": ("consumed_samples", _count),
+    "consumed tokens": ("consumed_tokens", _count),
     "learning rate": ("lr", float),
-    "global batch size": ("global_batch_size", _int),
-    "gloabl batch size": ("global_batch_size", _int),  # AscendSpeed's spelling
+    "global batch size": ("global_batch_size", _count),
+    "gloabl batch size": ("global_batch_size", _count),  # AscendSpeed's spelling
     "loss scale": ("loss_scale", float),
     "grad norm": ("grad_norm", float),
     "total grad norm": ("grad_norm", float),
-    "number of skipped iterations": ("skipped_iterations", _int),
-    "number of nan iterations": ("nan_iterations", _int),
+    "number of skipped iterations": ("skipped_iterations", _count),
+    "number of nan iterations": ("nan_iterations", _count),
     "samples per second": ("samples_per_s", float),
     "tokens per gpu per second": ("tokens_per_gpu_per_s", float),
     "tokens per gpu per second tgs": ("tokens_per_gpu_per_s", float),
     "tgs": ("tokens_per_gpu_per_s", float),
-    "actual seqlen": ("actual_seqlen", _int),
-    "num zeros": ("num_zeros", _int),
-    "number of zeros": ("num_zeros", _int),
+    "actual seqlen": ("actual_seqlen", _count),
+    "num zeros": ("num_zeros", _count),
+    "number of zeros": ("num_zeros", _count),
 }
 _ELAPSED = "elapsed time per iteration"
 _FLOPS = frozenset({"tflops", "throughput per gpu", "tflops per gpu"})

@@ -192,6 +192,13 @@ def test_each_parser_never_invents_a_value(name: str, lines: list[str]) -> None:
 
 #: Damaged field lines Hypothesis found reading a number nobody printed (``441.545`` + ``03``,
 #: ``=1`` + ``0.9``: a cut line joined to lines that were no continuation); every run tries them.
+#: The second and third lines of field excerpt 07's BLOOM iteration line, wrapped at 133.
+BLOOM_TAIL = (
+    ": 104.70 | learning rate: 1.150E-05 | global batch size: 2048 | lm loss: 1.979558E+00 "
+    "| grad norm: 0.132 | num zeros: 0.0 | number of sk",
+    "ipped iterations:  0 | number of nan iterations:  0 | samples per second: 19.561 "
+    "| TFLOPs: 149.77",
+)
 JOINED_CUTS = (
     [
         "    steps: 110 loss: 1.9161 i  ter time (s): 0.580 samples/sec: 441.545",
@@ -215,6 +222,15 @@ JOINED_CUTS = (
         "reduce | time (ms): 0.09 | msg size: 20.32 KB | algbw (Gbps): 1",
         "0.22314453125|cri_loss: 0.1396484375|unsuper_loss: 0.0",
     ],
+    [  # a wrapped BLOOM line (field 07), then one cut after a name: another field's seconds
+        "[default7]: iteration   85376/ 115311 | consumed samples:   158692272 | consumed tokens"
+        ": 325001773056 | elapsed time per iteration (s)",
+        *BLOOM_TAIL,
+        "",
+        "[default7]: iteration   85376/ 115311 | consumed samples:   158692272 | consumed tokens",
+        BLOOM_TAIL[0],
+        "worker-0:     betas: [0.8, 0.999]",
+    ],
 )
 
 
@@ -224,6 +240,7 @@ JOINED_CUTS = (
 @example(lines=JOINED_CUTS[1])
 @example(lines=JOINED_CUTS[2])
 @example(lines=JOINED_CUTS[3])
+@example(lines=JOINED_CUTS[4])
 def test_all_parsers_never_invent_a_value(lines: list[str]) -> None:
     assert_from_input(parse(lines), lines)
 
