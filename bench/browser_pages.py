@@ -25,6 +25,11 @@ its HTTP cache, as for anyone who opened the dashboard before); a first round, n
 opens every page once so that the server has read the store (``cold`` column: what the first
 visitor of a page waited). Medians of ``--rounds`` rounds (default 5).
 
+Beside the tables it prints what a new tab pays before any chart of Streamlit's can draw:
+the ``import()`` of Streamlit's plotly.js module (its ``PlotlyChart`` chunk, 4.7 MB, fetched
+from the HTTP cache), timed in a new tab of the baseline page once that page is done, one a
+round. The page's chart cannot come sooner than that after the page asked for the module.
+
 ``--live N`` then measures the live GPU sample: a writer stores one second of samples of the
 64 GPUs (``Store.add(..., live=True)``, what the ingest server does with a collector's
 batch) every ``1.3`` s while the GPUs page is open, and times each sample from its commit
@@ -407,6 +412,41 @@ def _med(values: list[float | None]) -> float:
     return statistics.median(known) if known else float("nan")
 
 
+def plotly_module(ctx: Any, url: str) -> str | None:
+    """The URL of Streamlit's plotly.js module, as a page that draws a chart loads it."""
+    page = ctx.new_page()
+    try:
+        page.goto(f"{url}/{PAGES[PLOTLY_PAGE]}?run={store_bench.RUN}")
+        page.evaluate(f"window.__bench.want = {TITLES[PLOTLY_PAGE]!r}")
+        _measure(page, Wire(), 0.0, 120, METER.look())
+        names = page.evaluate("performance.getEntriesByType('resource').map(e => e.name)")
+        return next((n for n in names if "/PlotlyChart." in n and n.endswith(".js")), None)
+    finally:
+        page.close()
+
+
+def import_ms(ctx: Any, url: str, baseline: str, module: str) -> float:
+    """Milliseconds to ``import()`` plotly.js's module in a new tab of the baseline page.
+
+    The page is done first (its script ended, nothing left to draw), so the figure is the
+    module's fetch from the HTTP cache, compilation and evaluation alone.
+    """
+    page = ctx.new_page()
+    try:
+        page.goto(f"{url}/{PAGES[baseline]}?run={store_bench.RUN}")
+        page.evaluate(f"window.__bench.want = {TITLES[baseline]!r}")
+        _measure(page, Wire(), 0.0, 120, METER.look())
+        return float(
+            page.evaluate(
+                "async (m) => { const t = performance.now(); await import(m); "
+                "return performance.now() - t; }",
+                module,
+            )
+        )
+    finally:
+        page.close()
+
+
 def run_pages(url: str, names: list[str], baseline: str, rounds: int, scale: float) -> bool:
     """Every page in turns with the baseline, opened by URL and from the menu; the tables.
 
@@ -414,10 +454,14 @@ def run_pages(url: str, names: list[str], baseline: str, rounds: int, scale: flo
     """
     runs = {"new tab": {n: ([], []) for n in names}, "menu": {n: ([], []) for n in names}}
     cold: dict[str, Load] = {}
+    floor: list[float] = []
     with browser() as ctx:
         for name in [baseline, *names]:
             cold[name] = open_page(ctx, url, name)
+        module = plotly_module(ctx, url)
         for _ in range(rounds):
+            if module is not None:
+                floor.append(import_ms(ctx, url, baseline, module))
             tab = Tab(ctx, url, baseline)
             for name in names:
                 base, loads = runs["new tab"][name]
@@ -427,6 +471,11 @@ def run_pages(url: str, names: list[str], baseline: str, rounds: int, scale: flo
                 loads.append(tab.switch(name))
                 base.append(tab.switch(baseline))
             tab.close()
+    if floor:
+        print(f"\nplotly.js's module alone, imported in a new tab of {baseline}: median "
+              f"{statistics.median(floor):.0f} ms (rounds: {' '.join(_fmt(x) for x in floor)})")  # fmt: skip
+    else:
+        print(f"\nplotly.js's module: not found ({PLOTLY_PAGE} drew no chart)")
     met = True
     for mode, table in runs.items():
         met = (

@@ -167,6 +167,7 @@ def test_browser_pages_prints_each_page_both_ways_and_the_live_sample() -> None:
     assert_lines(
         res.stdout,
         r"^run bench: [\d,]+ records, last step 200;",
+        rf"^plotly.js's module alone, imported in a new tab of autotuner: median {NUMBER} ms ",
         rf"^live GPU sample, commit to its time in the page's text: p50 {NUMBER} s, p99 "
         rf"{NUMBER} s, max {NUMBER} s \(2/2 seen; goal p99 <= 2.0 s\) {VERDICT}",
     )
