@@ -74,9 +74,10 @@ class RowBatch:
 
     rows: list[RecordRow]
     samples: list[SampleRow]
-    #: The timer lines the server decoded, by index in ``rows``: the timer tables read their
-    #: group and timers here instead of decoding the bodies again (any row left out is
-    #: decoded from its body). Not part of what the batch stores, so not compared.
+    #: The lines the server decoded of the kinds the summary tables read (timers, rank steps,
+    #: step lines), by index in ``rows``: the tables read their fields here instead of
+    #: decoding the bodies again (any row left out is decoded from its body). Not part of
+    #: what the batch stores, so not compared.
     decoded: Mapping[int, Any] = dataclasses.field(default_factory=dict, compare=False)
 
     def __len__(self) -> int:

@@ -12,7 +12,7 @@ about one row per step, a few thousand roll-up rows, one row per rank.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dsmon.model.records import HeartbeatRecord
@@ -22,7 +22,7 @@ from dsmon.store.ranks import sql
 from dsmon.store.ranks.rows import probe_rows
 from dsmon.store.ranks.sql import BUSY_LEVELS, PHASE_SUMS, STAT_COLUMNS
 from dsmon.store.records.added import Added
-from dsmon.store.records.rows import row_record
+from dsmon.store.records.rows import RecordRow, row_record
 
 if TYPE_CHECKING:  # pandas loads with the first read: the stores' writers never need it
     import pandas as pd
@@ -172,8 +172,9 @@ def _new_probe_records(db: Db, added: Added) -> list[Any]:
     steps, beats = added.of_kind("rank_step"), added.of_kind("heartbeat")
     if steps is None or beats is None:
         return db.rows(sql.new_probe_records(db.dialect), (added.after_id,))
+    first, decoded = added.first_id, added.decoded
     found: list[tuple[Any, ...]] = [
-        ("rank_step", r.run, r.step, r.rank, i, r.ts, r.line, r.body)
+        ("rank_step", r.run, r.step, r.rank, i, r.ts, r.line, _step_line(decoded, i - first, r))
         for i, r in steps
         if r.rank is not None and r.step is not None
     ]
@@ -183,6 +184,19 @@ def _new_probe_records(db: Db, added: Added) -> list[Any]:
         if r.rank is not None and r.ts is not None
     ]
     return found  # by kind, each in id order: probe_rows keeps the kinds apart
+
+
+def _step_line(decoded: Mapping[int, Any], index: int, row: RecordRow) -> Any:
+    """A ``rank_step``'s line as the server decoded it, where that reads as its body; or the body.
+
+    The decoded line has the record's defaults where the body's reader has None for a field
+    left out: they differ only in a collective's ``calls`` (0), so a line with a collective of
+    0 calls is read from its body.
+    """
+    line = decoded.get(index)
+    if line is None or any(c.calls == 0 for c in line.collectives):
+        return row.body
+    return line
 
 
 def _busy_query(

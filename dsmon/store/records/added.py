@@ -34,7 +34,8 @@ class Added:
     kinds: Collection[str]
     rows: Sequence[RecordRow] | None = None
     first_id: int = 0
-    #: Lines of ``rows`` decoded already, by index (the ingest server's timer lines).
+    #: Lines of ``rows`` decoded already, by index (the ingest server's timer, rank step and
+    #: step lines).
     decoded: Mapping[int, Any] = dataclasses.field(default_factory=dict)
 
     def of_kind(self, kind: str) -> list[tuple[int, RecordRow]] | None:
