@@ -78,18 +78,18 @@ class RankTables:
         d = db.dialect
         made = probe_rows(_new_probe_records(db, added))
         if made.steps:
-            db.execute_many(sql.upsert_steps(), made.steps)
+            db.insert_many(sql.upsert_steps(), made.steps)
             if made.comm:
-                db.execute_many(sql.upsert_comm(d), made.comm)
+                db.insert_many(sql.upsert_comm(d), made.comm)
             touched = _steps_by_run(made.touched())
             _update_stats(db, touched)
             _repack_stats(db, touched)
             for width in BUSY_LEVELS:  # finest first: each level sums the one below
                 db.execute_many(sql.update_busy(d, width), made.buckets(width))
         if made.beats:
-            db.execute_many(sql.upsert_beats(), made.beats)
+            db.insert_many(sql.upsert_beats(), made.beats)
         if made.beat_steps:
-            db.execute_many(sql.upsert_beats("rank_beat_steps"), made.beat_steps)
+            db.insert_many(sql.upsert_beats("rank_beat_steps"), made.beat_steps)
 
     def step_stats(self, run: str, after_id: int = 0, step_max: int | None = None) -> pd.DataFrame:
         """One row per step of ``rank_step_stats`` changed after ``after_id``, in step order.

@@ -116,11 +116,11 @@ def _write(db: Db, made: TimerRows, placed: bool = True) -> None:
     ``placed``: take the placed records out of ``timer_unplaced`` (records stored before).
     """
     for group, rows in made.steps.items():
-        db.execute_many(sql.upsert(group), rows)
+        db.insert_many(sql.upsert(group), rows)
     if made.names:
-        db.execute_many(sql.INSERT_NAMES, sorted(made.names))
+        db.insert_many(sql.INSERT_NAMES, sorted(made.names))
     if made.unplaced:
-        db.execute_many(sql.INSERT_UNPLACED, made.unplaced)
+        db.insert_many(sql.INSERT_UNPLACED, made.unplaced)
     if placed and made.placed:
         db.execute_many(sql.DELETE_UNPLACED, made.placed)
     for run, steps in made.touched().items():

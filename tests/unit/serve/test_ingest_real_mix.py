@@ -8,7 +8,8 @@ does not: rows made of checked lines without records, keys bound as ``bytearray`
 summary tables (per-rank, timers, skipped steps) fed from the batch in hand and from the
 lines it decoded. Here the same mix, in the sender's batches, fills two stores: one through
 the server's path, the other with its records, its summary tables read back from
-``records`` by SQL (no batch in hand, no decoded line). Every table must hold the same rows.
+``records`` by SQL (no batch in hand, no decoded line) and their rows written one to a
+statement. Every table must hold the same rows.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ from dsmon.model import wire
 from dsmon.model.records import Record
 from dsmon.parse.base import Diagnostics
 from dsmon.serve.batch import parse_batch_rows
+from dsmon.store.backend import Db
 from dsmon.store.records.added import Added
+from dsmon.store.sqlite import SQLiteDb
 from dsmon.store.store import open_store
 
 #: Records a sender puts in one batch.
@@ -96,8 +99,9 @@ def test_the_server_stores_the_real_mix_as_its_records_are_stored(
 
     with open_store(tmp_path / "served.sqlite") as store:
         served = [store.add(parse_batch_rows(body), live=True) for body in bodies]
-    with monkeypatch.context() as m:  # the reference: summary tables read back by SQL
-        m.setattr(Added, "of_kind", lambda self, kind: None)
+    with monkeypatch.context() as m:  # the reference: summary tables read back by SQL,
+        m.setattr(Added, "of_kind", lambda self, kind: None)  # their rows one to a statement
+        m.setattr(SQLiteDb, "insert_many", Db.insert_many)
         with open_store(tmp_path / "plain.sqlite") as store:
             plain = [store.add(part, live=True) for part in batches]
 
