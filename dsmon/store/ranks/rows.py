@@ -71,16 +71,18 @@ class ProbeRows:
         """The (run, step) pairs whose ``rank_step_stats`` row the write changes, sorted."""
         return sorted({(row[0], row[1]) for row in self.steps})
 
-    def buckets(self, width: int) -> list[tuple[int, str, int, int]]:
+    def buckets(
+        self, width: int, touched: Sequence[tuple[str, int]] | None = None
+    ) -> list[tuple[int, str, int, int]]:
         """The ``rank_busy`` buckets of ``width`` steps the write touched, sorted.
 
         Each as the parameters of :func:`dsmon.store.ranks.sql.update_busy`: the bucket, the
         run, and the range of what it sums: its steps at the finest level, else its eight
-        buckets of the level below.
+        buckets of the level below. ``touched``: :meth:`touched`, if the caller has it.
         """
         span = width if width == BUSY_LEVELS[0] else 8
         out = set()
-        for run, step in self.touched():
+        for run, step in self.touched() if touched is None else touched:
             b = _bucket(step, width)
             out.add((b, run, b * span, (b + 1) * span))
         return sorted(out)

@@ -22,7 +22,7 @@ from dsmon.store.ranks import sql
 from dsmon.store.ranks.rows import probe_rows
 from dsmon.store.ranks.sql import BUSY_LEVELS, PHASE_SUMS, STAT_COLUMNS
 from dsmon.store.records.added import Added
-from dsmon.store.records.rows import RecordRow, row_record
+from dsmon.store.records.rows import row_record
 
 if TYPE_CHECKING:  # pandas loads with the first read: the stores' writers never need it
     import pandas as pd
@@ -81,11 +81,12 @@ class RankTables:
             db.insert_many(sql.upsert_steps(), made.steps)
             if made.comm:
                 db.insert_many(sql.upsert_comm(d), made.comm)
-            touched = _steps_by_run(made.touched())
+            pairs = made.touched()
+            touched = _steps_by_run(pairs)
             _update_stats(db, touched)
             _repack_stats(db, touched)
             for width in BUSY_LEVELS:  # finest first: each level sums the one below
-                db.execute_many(sql.update_busy(d, width), made.buckets(width))
+                db.execute_many(sql.update_busy(d, width), made.buckets(width, pairs))
         if made.beats:
             db.insert_many(sql.upsert_beats(), made.beats)
         if made.beat_steps:
@@ -173,20 +174,21 @@ def _new_probe_records(db: Db, added: Added) -> list[Any]:
     if steps is None or beats is None:
         return db.rows(sql.new_probe_records(db.dialect), (added.after_id,))
     first, decoded = added.first_id, added.decoded
+    # run, step, ts, rank, line, body by position (RecordRow's order): a name costs a lookup
     found: list[tuple[Any, ...]] = [
-        ("rank_step", r.run, r.step, r.rank, i, r.ts, r.line, _step_line(decoded, i - first, r))
+        ("rank_step", r[1], r[3], r[6], i, r[4], r[8], _step_line(decoded, i - first, r[9]))
         for i, r in steps
-        if r.rank is not None and r.step is not None
+        if r[6] is not None and r[3] is not None
     ]
     found += [
-        ("heartbeat", r.run, r.step, r.rank, i, r.ts, r.line, None)
+        ("heartbeat", r[1], r[3], r[6], i, r[4], r[8], None)
         for i, r in beats
-        if r.rank is not None and r.ts is not None
+        if r[6] is not None and r[4] is not None
     ]
     return found  # by kind, each in id order: probe_rows keeps the kinds apart
 
 
-def _step_line(decoded: Mapping[int, Any], index: int, row: RecordRow) -> Any:
+def _step_line(decoded: Mapping[int, Any], index: int, body: str) -> Any:
     """A ``rank_step``'s line as the server decoded it, where that reads as its body; or the body.
 
     The decoded line has the record's defaults where the body's reader has None for a field
@@ -194,8 +196,11 @@ def _step_line(decoded: Mapping[int, Any], index: int, row: RecordRow) -> Any:
     0 calls is read from its body.
     """
     line = decoded.get(index)
-    if line is None or any(c.calls == 0 for c in line.collectives):
-        return row.body
+    if line is None:
+        return body
+    for c in line.collectives:
+        if c.calls == 0:
+            return body
     return line
 
 

@@ -49,9 +49,10 @@ class TimerTables:
         if found is None:
             records = db.rows(sql.new_timer_records(db.dialect), (added.after_id,))
         else:  # as new_timer_records reads them; a line the server decoded, as it decoded it
-            first, decoded = added.first_id, added.decoded
-            records = [(i, r.run, r.step, r.rank, decoded.get(i - first, r.body)) for i, r in found]
-        _write(db, timer_rows(records), placed=False)
+            first, get = added.first_id, added.decoded.get
+            # run, step, rank, body, by position (RecordRow's order): a name costs a lookup
+            records = [(i, r[1], r[3], r[6], get(i - first, r[9])) for i, r in found]
+        _write(db, timer_rows(records, placed=False), placed=False)
 
     @staticmethod
     def restamped(db: Db, keys: Sequence[bytes]) -> None:
