@@ -179,11 +179,12 @@ def check_lines(body: bytes) -> CheckedLines:
         else:
             form, place = "t", -1
         if 0 <= place < MAX_PLACE:
-            tail = head.tails.get((form, src.sub, kind))
+            # head's tails and digest by position: a NamedTuple field's name costs a lookup
+            tail = head[2].get((form, src.sub, kind))
             if tail is None:  # the first of its (form, sub, kind) in the source
                 key = place_key(head, form, place, src.sub, kind)
             else:  # place_key's, without the call, packed at once
-                key = _pack_key(head.digest, place, tail)
+                key = _pack_key(head[0], place, tail)
         else:  # a time, or a place the key cannot hold exactly: the whole identity's digest
             pos = f"t{ts}" if form == "t" else f"{form}{place}"
             key = source_key(head, pos, src.sub, kind, position_order(pos))

@@ -234,9 +234,9 @@ def start_ingest_server(
 def freeze_start_up() -> None:
     """Keep what the process made so far (modules, classes, the app) out of the collector's walks.
 
-    Every batch makes thousands of rows that live until they are stored, so the cyclic
-    garbage collector runs a full collection every few batches, which walked every object
-    the server's start-up made too: in ``dsmon serve``, a process of its own that keeps them
+    Every batch makes thousands of rows that live until they are stored, so now and then
+    the cyclic garbage collector runs a full collection, which walked every object the
+    server's start-up made too: in ``dsmon serve``, a process of its own that keeps them
     all until it ends, they are moved to the permanent generation (``gc.freeze``) once, before
     the first request (garbage collected first). Only cycles among them, which live as long
     as the process, are never collected.

@@ -114,12 +114,14 @@ def _null(value: None) -> None:
     return value
 
 
-# Python's driver (before 3.12) binds a None only after asking its adapter registry and, that
+# Python's driver (3.11) binds a None only after asking its adapter registry and, that
 # failing, looking up an ``__adapt__`` attribute that fails by raising and clearing an
-# AttributeError: about 1 us a value, for the NULLs of every ``records`` row without a step,
-# time or rank, of every summary row without a phase's time, of every GPU sample without a
-# clock or GPM reading. With an adapter registered the lookup succeeds; the value bound is
-# the same NULL. It is the process's registry: any connection binds None the same way.
+# AttributeError, as it does for a key bound as ``bytes`` (see insert_rows): about 2,000
+# instructions a NULL, and the ingest server binds one or two a record (a row without a
+# step, time or rank, a summary row without a phase's time, a GPU sample without a clock
+# or GPM reading). With an adapter registered the lookup succeeds (a third of a
+# microsecond less a NULL); the value bound is the same NULL. The registry is the
+# process's: any connection binds None the same way.
 sqlite3.register_adapter(type(None), _null)
 
 
@@ -169,7 +171,7 @@ def many_values(sql: str, n: int) -> str:
     head, mark, tail = sql.partition(" VALUES (")
     if not mark:
         raise ValueError(f"not an INSERT of one row of VALUES: {sql!r}")
-    one, close, rest = tail.partition(")")
+    one, _, rest = tail.partition(")")
     return f"{head} VALUES {', '.join([f'({one})'] * n)}{rest}"
 
 
