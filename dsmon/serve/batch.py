@@ -53,14 +53,14 @@ def parse_batch_rows(body: bytes) -> RowBatch:
         BatchError: 400 ``line N: field 'x': reason`` for the first bad line.
     """
     try:
-        rows, samples, others, timers = check_lines(body)
+        rows, samples, others, decoded = check_lines(body)
     except UnicodeDecodeError:  # one line's: the body's first fault is named as the body's
         _refuse_not_utf8(body)
         raise
     if others:  # a line check_lines makes no row of is never bad: the first bad one is here
         _place(rows, samples, others)
-        timers = {}  # rows moved: the store decodes the timer bodies itself
-    return RowBatch(rows, samples, timers)
+        decoded = {}  # rows moved: the store decodes the bodies itself
+    return RowBatch(rows, samples, decoded)
 
 
 def _refuse_not_utf8(body: bytes) -> None:

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from dsmon.model.check import MAX_JSON_DEPTH, MAX_NAME_BYTES
-from dsmon.model.records import KINDS, GpuSampleRecord, TimerRecord
+from dsmon.model.records import KINDS, GpuSampleRecord, RankStepRecord, StepRecord, TimerRecord
 from dsmon.model.wire_types import decoder, line_structs, nests_freely
 from dsmon.store.gpu.rows import SampleRow, collector_ms, collector_sample_row
 from dsmon.store.records.keys import (
@@ -48,8 +48,9 @@ _decode = decoder(_STRUCTS).decode
 _KIND = {struct: (cls.KIND, nests_freely(cls)) for struct, cls in _STRUCTS.items()}
 #: The GPU sample's struct: its lines become rows of the GPU tables.
 _GPU = next((struct for struct, cls in _STRUCTS.items() if cls is GpuSampleRecord), None)
-#: The kind whose decoded lines go on to the store (:attr:`CheckedLines.timers`).
-_TIMER = TimerRecord.KIND
+#: The kinds whose decoded lines go on to the store (:attr:`CheckedLines.decoded`): the
+#: summary tables read their fields there instead of decoding the stored bodies again.
+DECODED_KINDS = frozenset({TimerRecord.KIND, RankStepRecord.KIND, StepRecord.KIND})
 #: ``place_key``'s three parts as one bytes: its digests (8 bytes each) round a big-endian place.
 _pack_key = struct.Struct(">8sQ8s").pack
 #: A row from a tuple of its columns, without the keyword handling of ``RecordRow(...)``.
@@ -78,8 +79,9 @@ class CheckedLines(NamedTuple):
     rows: list[RecordRow]
     samples: list[SampleRow]
     others: list[Other]
-    #: The decoded timer lines, by index in ``rows`` (the store's timer tables read them).
-    timers: dict[int, Any]
+    #: The decoded lines of :data:`DECODED_KINDS`, by index in ``rows`` (the store's summary
+    #: tables read them).
+    decoded: dict[int, Any]
 
 
 #: The whitespace JSON allows around a value (RFC 8259): ``str.strip()`` would also take
@@ -115,7 +117,7 @@ def check_lines(body: bytes) -> CheckedLines:
     rows: list[RecordRow] = []
     samples: list[SampleRow] = []
     others: list[Other] = []
-    timers: dict[int, Any] = {}
+    decoded: dict[int, Any] = {}
     heads: dict[tuple[str, str | None, str | None], SourceHead | None] = {}
     times: dict[str, datetime | None] = {}  # None: no calendar has it
     stamps: dict[str, int | None] = {}  # a GPU sample's t_ms; None: not the collector's form
@@ -177,23 +179,24 @@ def check_lines(body: bytes) -> CheckedLines:
         else:
             form, place = "t", -1
         if 0 <= place < MAX_PLACE:
-            tail = head.tails.get((form, src.sub, kind))
+            # head's tails and digest by position: a NamedTuple field's name costs a lookup
+            tail = head[2].get((form, src.sub, kind))
             if tail is None:  # the first of its (form, sub, kind) in the source
                 key = place_key(head, form, place, src.sub, kind)
             else:  # place_key's, without the call, packed at once
-                key = _pack_key(head.digest, place, tail)
+                key = _pack_key(head[0], place, tail)
         else:  # a time, or a place the key cannot hold exactly: the whole identity's digest
             pos = f"t{ts}" if form == "t" else f"{form}{place}"
             key = source_key(head, pos, src.sub, kind, position_order(pos))
-        if kind == _TIMER:
-            timers[len(rows)] = rec
+        if kind in DECODED_KINDS:
+            decoded[len(rows)] = rec
         append(
             _new(
                 RecordRow,
                 (key, run, kind, rec.step, ts, node, src.rank, file, line_no, raw.decode()),
             )
         )
-    return CheckedLines(rows, samples, others, timers)
+    return CheckedLines(rows, samples, others, decoded)
 
 
 def _calendar_time(ts: str) -> datetime | None:

@@ -52,6 +52,15 @@ class Db(ABC):
         """Run a statement written with ``?`` placeholders once per row."""
         self.conn.cursor().executemany(self.dialect.q(sql), list(rows))
 
+    def insert_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Run an ``INSERT ... VALUES (?, ...)`` of one row once per row, in order.
+
+        What each row does is what it does alone: an upsert of a row that a row before it in
+        ``rows`` inserted updates that row. An engine may carry many rows in one statement
+        (SQLite), where a statement of many rows does just that.
+        """
+        self.execute_many(sql, rows)
+
     @abstractmethod
     def insert_records(self, rows: list[RecordRow]) -> Inserted:
         """Store the rows not stored yet with their bookkeeping; how many were new, and ids.

@@ -57,6 +57,9 @@ class _Skipped(msgspec.Struct, gc=False):
 
 
 _decode = msgspec.json.Decoder(_Skipped).decode
+#: A body as stored (anything else is the line as the ingest server decoded it: its
+#: ``skipped`` an integer or None, as the body's).
+_STORED = (str, bytes, memoryview)
 
 
 class StepSkips:
@@ -73,13 +76,18 @@ class StepSkips:
         found = added.of_kind(STEP_KIND)
         if found is None:
             lines = db.rows(_new_lines(db.dialect), (added.after_id,))
-        else:  # as _new_lines reads them
+        else:  # as _new_lines reads them; a line the server decoded, as it decoded it
+            first, decoded = added.first_id, added.decoded
             lines = [
-                (i, r.run, r.step, r.body) for i, r in found if r.step is not None and r.step > 0
+                (i, r.run, r.step, decoded.get(i - first, r.body))
+                for i, r in found
+                if r.step is not None and r.step > 0
             ]
         newest: dict[str, tuple[int, int, float]] = {}
         for rec_id, run, step, body in lines:
-            skipped = _decode(body if isinstance(body, bytes | str) else bytes(body)).skipped
+            if isinstance(body, _STORED):
+                body = _decode(body if isinstance(body, bytes | str) else bytes(body))
+            skipped = body.skipped
             if isinstance(skipped, bool) or not isinstance(skipped, int | float):
                 continue
             if run not in newest or (step, rec_id) > newest[run][:2]:

@@ -22,6 +22,7 @@ processes open their own on the same file. What is SQLite's own here:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import os
@@ -108,6 +109,22 @@ ON CONFLICT (run) DO UPDATE SET restamps = restamps + excluded.restamps
 _STAGE = f"INSERT OR IGNORE INTO temp.gpu_batch VALUES ({', '.join('?' * (len(STAGED) + 1))})"
 
 
+def _null(value: None) -> None:
+    """NULL's adapter: None as it is, which the driver binds as NULL."""
+    return value
+
+
+# Python's driver (3.11) binds a None only after asking its adapter registry and, that
+# failing, looking up an ``__adapt__`` attribute that fails by raising and clearing an
+# AttributeError, as it does for a key bound as ``bytes`` (see insert_rows): about 2,000
+# instructions a NULL, and the ingest server binds one or two a record (a row without a
+# step, time or rank, a summary row without a phase's time, a GPU sample without a clock
+# or GPM reading). With an adapter registered the lookup succeeds (a third of a
+# microsecond less a NULL); the value bound is the same NULL. The registry is the
+# process's: any connection binds None the same way.
+sqlite3.register_adapter(type(None), _null)
+
+
 @contextmanager
 def store_errors(where: str) -> Iterator[None]:
     """SQLite failures at run time (locked too long, disk full, corrupt file) as StoreError.
@@ -125,6 +142,39 @@ def store_errors(where: str) -> Iterator[None]:
         raise StoreError(f"store {where}: {exc}") from None
 
 
+def values_statements(
+    conn: sqlite3.Connection, sql: str, rows: Sequence[Sequence[Any]]
+) -> Iterator[tuple[str, list[Any]]]:
+    """``sql``, an INSERT of one row of ``VALUES``, as statements of many rows and their values.
+
+    The rows go :data:`ROWS_PER_INSERT` to a statement, in order: SQLite runs a statement's
+    ``VALUES`` rows one after the other, each as it would run alone (an upsert of a key a row
+    before it inserted updates that row), so the statements do what running ``sql`` once per
+    row does, without binding, stepping and resetting a statement per row.
+    """
+    query = many_values(sql, 1)
+    width = query.count("?")
+    most = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // width
+    start = 0
+    for size in ROWS_PER_INSERT:
+        if size > most:
+            continue
+        query = many_values(sql, size)
+        while len(rows) - start >= size:
+            yield query, list(_chain(rows[start : start + size]))
+            start += size
+
+
+@functools.cache
+def many_values(sql: str, n: int) -> str:
+    """``sql``, an INSERT with one row of ``VALUES (...)``, with ``n`` such rows."""
+    head, mark, tail = sql.partition(" VALUES (")
+    if not mark:
+        raise ValueError(f"not an INSERT of one row of VALUES: {sql!r}")
+    one, _, rest = tail.partition(")")
+    return f"{head} VALUES {', '.join([f'({one})'] * n)}{rest}"
+
+
 def insert_rows(conn: sqlite3.Connection, rows: Sequence[RecordRow]) -> None:
     """``INSERT OR IGNORE`` the rows, many to a statement (:data:`ROWS_PER_INSERT`).
 
@@ -133,33 +183,18 @@ def insert_rows(conn: sqlite3.Connection, rows: Sequence[RecordRow]) -> None:
     ``VALUES`` rows does that once, inserts them alike (in order, each ignored if its key is
     stored), and spends its time in SQLite with the GIL released.
 
-    The keys are bound as ``bytearray``: Python's driver binds a ``bytes`` (and a None) only
-    after asking its adapter registry and, failing that, the ``__adapt__`` of its protocol,
-    an attribute lookup that fails by raising and clearing an AttributeError: 2,300
-    instructions a key, 2 % of the ingest server's work a record. A ``bytearray`` is bound
-    as the same BLOB at once.
+    The keys are bound as ``bytearray``: Python's driver binds a ``bytes`` only after asking
+    its adapter registry and, failing that, the ``__adapt__`` of its protocol, an attribute
+    lookup that fails by raising and clearing an AttributeError: 2,300 instructions a key,
+    2 % of the ingest server's work a record. A ``bytearray`` is bound as the same BLOB at
+    once (a None: see :func:`_null`).
     """
-    start = 0
     width = len(ROW_COLUMNS)
-    most = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // width
-    for size in ROWS_PER_INSERT:
-        if size > most:
-            continue
-        sql = _INSERT_VALUES[size]
-        while len(rows) - start >= size:
-            params: list[Any] = list(_chain(rows[start : start + size]))
-            params[_KEY::width] = map(bytearray, params[_KEY::width])
-            conn.execute(sql, params)
-            start += size
+    for sql, params in values_statements(conn, INSERT, rows):
+        params[_KEY::width] = map(bytearray, params[_KEY::width])
+        conn.execute(sql, params)
 
 
-def _insert_values(n: int) -> str:
-    """The INSERT of ``n`` rows."""
-    one = f"({', '.join('?' for _ in ROW_COLUMNS)})"
-    return f"{INSERT.partition(' VALUES ')[0]} VALUES {', '.join([one] * n)}"
-
-
-_INSERT_VALUES = {n: _insert_values(n) for n in ROWS_PER_INSERT}
 _chain = itertools.chain.from_iterable
 _KEY = ROW_COLUMNS.index("key")
 
@@ -202,6 +237,16 @@ class SQLiteDb(Db):
     def execute_many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         """Run a statement once per row, rows taken as they come."""
         self.conn.executemany(sql, rows)
+
+    def insert_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Run an INSERT of one row once per row, many rows to a statement.
+
+        See :func:`values_statements`: it spares binding, stepping and resetting a statement
+        per row, a microsecond of each row of the timer and per-rank tables.
+        """
+        execute = self.conn.execute
+        for query, params in values_statements(self.conn, sql, rows):
+            execute(query, params)
 
     def insert_records(self, rows: list[RecordRow]) -> Inserted:
         """``INSERT OR IGNORE``, then the bookkeeping of the new rows.
@@ -264,7 +309,7 @@ class SQLiteDb(Db):
         """The connection's temporary table, made if new, emptied, filled (INSERT OR IGNORE)."""
         self.conn.execute(temp_ddl(SQLITE))
         self.conn.execute("DELETE FROM temp.gpu_batch")
-        self.conn.executemany(_STAGE, values)
+        self.insert_many(_STAGE, values)
 
 
 class SQLiteBackend(Backend):

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import operator
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
@@ -48,7 +49,7 @@ from dsmon.store.records import sql as records_sql
 from dsmon.store.records.added import Added
 from dsmon.store.records.filter import RecordFilter
 from dsmon.store.records.log import SCAN_BODY_ROWS, SCAN_ROWS, RecordLog
-from dsmon.store.records.rows import RecordRow, as_row
+from dsmon.store.records.rows import ROW_COLUMNS, RecordRow, as_row
 from dsmon.store.records.runs import KindStats, RunInfo
 from dsmon.store.skips import STEP_KIND, StepSkips
 from dsmon.store.skips import ddl as skips_ddl
@@ -59,6 +60,11 @@ from dsmon.store.url import redact_url, sqlite_file
 
 #: The kinds whose new records a write brings into summary tables (per-rank, timers, skips).
 _SUMMED_KINDS = RANK_KINDS | {timers_sql.TIMER_KIND, STEP_KIND}
+#: A row's run and kind, taken in compiled code (a field's name costs a lookup a row).
+_RUN, _KIND = (
+    operator.itemgetter(ROW_COLUMNS.index("run")),
+    operator.itemgetter(ROW_COLUMNS.index("kind")),
+)
 #: Records written per transaction: large enough to amortise the commit, small enough
 #: that a reader never waits long and memory stays flat on a 500 MB import.
 BATCH_ROWS = 5000
@@ -74,9 +80,10 @@ class RowBatch:
 
     rows: list[RecordRow]
     samples: list[SampleRow]
-    #: The timer lines the server decoded, by index in ``rows``: the timer tables read their
-    #: group and timers here instead of decoding the bodies again (any row left out is
-    #: decoded from its body). Not part of what the batch stores, so not compared.
+    #: The lines the server decoded of the kinds the summary tables read (timers, rank steps,
+    #: step lines), by index in ``rows``: the tables read their fields here instead of
+    #: decoding the bodies again (any row left out is decoded from its body). Not part of
+    #: what the batch stores, so not compared.
     decoded: Mapping[int, Any] = dataclasses.field(default_factory=dict, compare=False)
 
     def __len__(self) -> int:
@@ -156,10 +163,10 @@ class Store:
         ``decoded``: lines of ``rows`` decoded already, by index (:attr:`RowBatch.decoded`).
         """
         if live:
-            self._log.note_received(db, {r.run for r in rows} | {s.key.run for s in samples})
+            self._log.note_received(db, {*map(_RUN, rows), *(s.key.run for s in samples)})
         new = self.gpu.add(db, samples)
         if rows:
-            kinds = {r.kind for r in rows}
+            kinds = set(map(_KIND, rows))
             before = self._log.max_id(db) if kinds & _SUMMED_KINDS else 0
             inserted = db.insert_records(rows)
             if inserted.new and kinds & _SUMMED_KINDS:

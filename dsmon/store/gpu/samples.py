@@ -85,11 +85,12 @@ class GpuSamples:
         for i, row in enumerate(rows, first):
             key, t_ms, fixed, measured, extra = row
             info = known.get(key) or self._series_of(db, row)
-            if extra or fixed != info.fixed:
+            series, t0_ms, series_fixed = info  # by position: a field's name costs a lookup
+            if extra or fixed != series_fixed:
                 stored = stored_values(row, info)
                 values.append((*stored[:2], i, *stored[2:], t_ms))
             else:  # stored_values' of a collector's sample: nothing goes to extra
-                values.append((info.id, t_ms - info.t0_ms, i, *measured, None, t_ms))
+                values.append((series, t_ms - t0_ms, i, *measured, None, t_ms))
         db.stage_samples(values)
         self._drop_stored(db)
         cols = ", ".join(STAGED)

@@ -50,6 +50,8 @@ _COLLECTIVES = types.GenericAlias(list, (_Collective,)) | None
 _StepBody = _struct("_StepBody", _STEP_FIELDS, ("collectives", _COLLECTIVES, None))
 
 _decode_step = msgspec.json.Decoder(_StepBody).decode
+#: A body as stored (anything else is the line as the ingest server decoded it).
+_STORED = (str, bytes, memoryview)
 
 
 @dataclasses.dataclass
@@ -69,16 +71,18 @@ class ProbeRows:
         """The (run, step) pairs whose ``rank_step_stats`` row the write changes, sorted."""
         return sorted({(row[0], row[1]) for row in self.steps})
 
-    def buckets(self, width: int) -> list[tuple[int, str, int, int]]:
+    def buckets(
+        self, width: int, touched: Sequence[tuple[str, int]] | None = None
+    ) -> list[tuple[int, str, int, int]]:
         """The ``rank_busy`` buckets of ``width`` steps the write touched, sorted.
 
         Each as the parameters of :func:`dsmon.store.ranks.sql.update_busy`: the bucket, the
         run, and the range of what it sums: its steps at the finest level, else its eight
-        buckets of the level below.
+        buckets of the level below. ``touched``: :meth:`touched`, if the caller has it.
         """
         span = width if width == BUSY_LEVELS[0] else 8
         out = set()
-        for run, step in self.touched():
+        for run, step in self.touched() if touched is None else touched:
             b = _bucket(step, width)
             out.add((b, run, b * span, (b + 1) * span))
         return sorted(out)
@@ -94,7 +98,8 @@ def probe_rows(found: Iterable[Sequence[Any]]) -> ProbeRows:
     """The per-rank tables' rows of the new probe records ``found``, in id order.
 
     ``found``: rows of :func:`dsmon.store.ranks.sql.new_probe_records` (kind, run, step,
-    rank, id, ts, line, and the body of a ``rank_step``).
+    rank, id, ts, line, and the body of a ``rank_step``, or its line as the ingest server
+    decoded and checked it: the record's fields, a float field a float).
     """
     steps: dict[tuple[str, int, int], tuple[Any, ...]] = {}
     comm: dict[tuple[str, int, str, int, int], list[Any]] = {}
@@ -102,7 +107,7 @@ def probe_rows(found: Iterable[Sequence[Any]]) -> ProbeRows:
     beat_steps: dict[tuple[str, int, int], tuple[Any, ...]] = {}
     for kind, run, step, rank, rec_id, ts, line, body in found:
         if kind == "rank_step":
-            parsed = _decode_step(body)
+            parsed = _decode_step(body) if isinstance(body, _STORED) else body
             steps[(run, step, rank)] = step_row(run, step, rank, rec_id, ts, parsed)
             if parsed.collectives:
                 _add_comm(comm, run, step, rec_id, parsed.collectives)

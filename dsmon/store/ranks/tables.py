@@ -12,7 +12,7 @@ about one row per step, a few thousand roll-up rows, one row per rank.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dsmon.model.records import HeartbeatRecord
@@ -78,18 +78,19 @@ class RankTables:
         d = db.dialect
         made = probe_rows(_new_probe_records(db, added))
         if made.steps:
-            db.execute_many(sql.upsert_steps(), made.steps)
+            db.insert_many(sql.upsert_steps(), made.steps)
             if made.comm:
-                db.execute_many(sql.upsert_comm(d), made.comm)
-            touched = _steps_by_run(made.touched())
+                db.insert_many(sql.upsert_comm(d), made.comm)
+            pairs = made.touched()
+            touched = _steps_by_run(pairs)
             _update_stats(db, touched)
             _repack_stats(db, touched)
             for width in BUSY_LEVELS:  # finest first: each level sums the one below
-                db.execute_many(sql.update_busy(d, width), made.buckets(width))
+                db.execute_many(sql.update_busy(d, width), made.buckets(width, pairs))
         if made.beats:
-            db.execute_many(sql.upsert_beats(), made.beats)
+            db.insert_many(sql.upsert_beats(), made.beats)
         if made.beat_steps:
-            db.execute_many(sql.upsert_beats("rank_beat_steps"), made.beat_steps)
+            db.insert_many(sql.upsert_beats("rank_beat_steps"), made.beat_steps)
 
     def step_stats(self, run: str, after_id: int = 0, step_max: int | None = None) -> pd.DataFrame:
         """One row per step of ``rank_step_stats`` changed after ``after_id``, in step order.
@@ -172,17 +173,35 @@ def _new_probe_records(db: Db, added: Added) -> list[Any]:
     steps, beats = added.of_kind("rank_step"), added.of_kind("heartbeat")
     if steps is None or beats is None:
         return db.rows(sql.new_probe_records(db.dialect), (added.after_id,))
+    first, decoded = added.first_id, added.decoded
+    # run, step, ts, rank, line, body by position (RecordRow's order): a name costs a lookup
     found: list[tuple[Any, ...]] = [
-        ("rank_step", r.run, r.step, r.rank, i, r.ts, r.line, r.body)
+        ("rank_step", r[1], r[3], r[6], i, r[4], r[8], _step_line(decoded, i - first, r[9]))
         for i, r in steps
-        if r.rank is not None and r.step is not None
+        if r[6] is not None and r[3] is not None
     ]
     found += [
-        ("heartbeat", r.run, r.step, r.rank, i, r.ts, r.line, None)
+        ("heartbeat", r[1], r[3], r[6], i, r[4], r[8], None)
         for i, r in beats
-        if r.rank is not None and r.ts is not None
+        if r[6] is not None and r[4] is not None
     ]
     return found  # by kind, each in id order: probe_rows keeps the kinds apart
+
+
+def _step_line(decoded: Mapping[int, Any], index: int, body: str) -> Any:
+    """A ``rank_step``'s line as the server decoded it, where that reads as its body; or the body.
+
+    The decoded line has the record's defaults where the body's reader has None for a field
+    left out: they differ only in a collective's ``calls`` (0), so a line with a collective of
+    0 calls is read from its body.
+    """
+    line = decoded.get(index)
+    if line is None:
+        return body
+    for c in line.collectives:
+        if c.calls == 0:
+            return body
+    return line
 
 
 def _busy_query(

@@ -12,6 +12,7 @@ takes them from here, and reads them back only otherwise.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -34,11 +35,31 @@ class Added:
     kinds: Collection[str]
     rows: Sequence[RecordRow] | None = None
     first_id: int = 0
-    #: Lines of ``rows`` decoded already, by index (the ingest server's timer lines).
+    #: Lines of ``rows`` decoded already, by index (the ingest server's timer, rank step and
+    #: step lines).
     decoded: Mapping[int, Any] = dataclasses.field(default_factory=dict)
+
+    #: The indexes of ``rows`` by kind, made by the first :meth:`of_kind` (one pass for all
+    #: the parts that ask, in compiled code but for the grouping).
+    _by_kind: dict[str, list[int]] = dataclasses.field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     def of_kind(self, kind: str) -> list[tuple[int, RecordRow]] | None:
         """``(id, row)`` of the added rows of ``kind``, in id order; None: read them back."""
-        if self.rows is None:
+        rows = self.rows
+        if rows is None:
             return None
-        return [(i, row) for i, row in enumerate(self.rows, self.first_id) if row[2] == kind]
+        by_kind = self._by_kind
+        if not by_kind and rows:
+            for i, row_kind in enumerate(map(_KIND, rows)):
+                found = by_kind.get(row_kind)
+                if found is None:
+                    by_kind[row_kind] = [i]
+                else:
+                    found.append(i)
+        first = self.first_id
+        return [(first + i, rows[i]) for i in by_kind.get(kind, ())]
+
+
+_KIND = operator.itemgetter(2)  # a row's kind (RecordRow's order)

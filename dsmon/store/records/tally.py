@@ -29,18 +29,22 @@ def kind_rows(rows: Sequence[RecordRow], first_id: int) -> list[KindRow]:
     """
     acc: dict[tuple[str, str], list[Any]] = {}
     for i, row in enumerate(rows):
-        ts, step = row.ts, row.step
-        found = acc.get((row.run, row.kind))
+        # ts, step, run, kind by position (RecordRow's order): a field's name costs a lookup
+        ts, step, key = row[4], row[3], (row[1], row[2])
+        found = acc.get(key)
         if found is None:
-            acc[(row.run, row.kind)] = [1, ts, ts, step, i]
+            acc[key] = [1, ts, ts, step, i]
             continue
         found[0] += 1
         found[4] = i
-        if ts is not None:
-            if found[1] is None or ts < found[1]:
-                found[1] = ts
-            if found[2] is None or ts > found[2]:
+        if ts is not None:  # first and last are None together; a log's times mostly grow
+            last = found[2]
+            if last is None:
+                found[1] = found[2] = ts
+            elif ts > last:
                 found[2] = ts
+            elif ts < found[1]:
+                found[1] = ts
         if step is not None and (found[3] is None or step > found[3]):
             found[3] = step
     return [

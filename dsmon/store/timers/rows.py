@@ -9,6 +9,7 @@ breakdown has it NaN.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -57,19 +58,32 @@ class TimerRows:
     placed: list[tuple[str, int]] = dataclasses.field(default_factory=list)
 
     def touched(self) -> dict[str, list[int]]:
-        """The steps of each run whose rows these change."""
+        """The steps of each run whose rows these change.
+
+        A write's rows are nearly always of one run: their steps are then taken in compiled
+        code, not row by row.
+        """
         out: dict[str, list[int]] = {}
         for rows in self.steps.values():
+            runs = set(map(_RUN, rows))
+            if len(runs) == 1:
+                out.setdefault(runs.pop(), []).extend(map(_STEP, rows))
+                continue
             for row in rows:
                 out.setdefault(row[0], []).append(row[1])
         return out
 
 
-def timer_rows(records: Iterable[Sequence[Any]]) -> TimerRows:
+_RUN, _STEP = operator.itemgetter(0), operator.itemgetter(1)
+
+
+def timer_rows(records: Iterable[Sequence[Any]], placed: bool = True) -> TimerRows:
     """The rows of ``records``: (id, run, step, rank, body) each, in id order.
 
     A body is the stored JSON, or the line as the ingest server decoded and checked it
     (:mod:`dsmon.model.wire_types`: ``group`` a string, ``values_ms`` floats).
+    ``placed``: note the records placed (:attr:`TimerRows.placed`); records never stored
+    before were never unplaced, and need not be.
 
     Per record, only what differs from one to the next is done in Python: the names a
     group printed are gathered per (run, group) as sets of its timers' names, and a row's
@@ -102,17 +116,19 @@ def timer_rows(records: Iterable[Sequence[Any]]) -> TimerRows:
             if group == GLOBAL:
                 out.unplaced.append((run, rec_id))
             continue
-        head = (run, step, NO_RANK if rank is None else rank, rec_id)
+        if rank is None:
+            rank = NO_RANK
         if floats:
-            row = (*head, *map(values.get, table[1]))
+            row = (run, step, rank, rec_id, *map(values.get, table[1]))
         else:
-            row = (*head, *(_ms(values, t) for t in table[1]))
+            row = (run, step, rank, rec_id, *(_ms(values, t) for t in table[1]))
         got = out.steps.get(group)
         if got is None:
             out.steps[group] = [row]
         else:
             got.append(row)
-        out.placed.append((run, rec_id))
+        if placed:
+            out.placed.append((run, rec_id))
     out.names = {(run, group, name) for (run, group), seen in names.items() for name in seen}
     return out
 

@@ -49,9 +49,10 @@ class TimerTables:
         if found is None:
             records = db.rows(sql.new_timer_records(db.dialect), (added.after_id,))
         else:  # as new_timer_records reads them; a line the server decoded, as it decoded it
-            first, decoded = added.first_id, added.decoded
-            records = [(i, r.run, r.step, r.rank, decoded.get(i - first, r.body)) for i, r in found]
-        _write(db, timer_rows(records), placed=False)
+            first, get = added.first_id, added.decoded.get
+            # run, step, rank, body, by position (RecordRow's order): a name costs a lookup
+            records = [(i, r[1], r[3], r[6], get(i - first, r[9])) for i, r in found]
+        _write(db, timer_rows(records, placed=False), placed=False)
 
     @staticmethod
     def restamped(db: Db, keys: Sequence[bytes]) -> None:
@@ -116,11 +117,11 @@ def _write(db: Db, made: TimerRows, placed: bool = True) -> None:
     ``placed``: take the placed records out of ``timer_unplaced`` (records stored before).
     """
     for group, rows in made.steps.items():
-        db.execute_many(sql.upsert(group), rows)
+        db.insert_many(sql.upsert(group), rows)
     if made.names:
-        db.execute_many(sql.INSERT_NAMES, sorted(made.names))
+        db.insert_many(sql.INSERT_NAMES, sorted(made.names))
     if made.unplaced:
-        db.execute_many(sql.INSERT_UNPLACED, made.unplaced)
+        db.insert_many(sql.INSERT_UNPLACED, made.unplaced)
     if placed and made.placed:
         db.execute_many(sql.DELETE_UNPLACED, made.placed)
     for run, steps in made.touched().items():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 import threading
@@ -15,7 +16,13 @@ from server_support import LIMIT, TOKEN, auth, call, ndjson, post, small_batch, 
 
 from dsmon.model import wire
 from dsmon.model.records import Record, Source, StepRecord
-from dsmon.serve.run import IngestServer, ServeError, bind_socket, start_ingest_server
+from dsmon.serve.run import (
+    IngestServer,
+    ServeError,
+    bind_socket,
+    freeze_start_up,
+    start_ingest_server,
+)
 from dsmon.serve.seal import PageSealer
 from dsmon.store.errors import StoreError
 from dsmon.store.store import Store, open_store
@@ -292,3 +299,12 @@ def test_store_failure_is_503_and_nothing_is_acknowledged(tmp_path: Path) -> Non
 def test_port_in_use_is_a_clear_error(srv: IngestServer, tmp_path: Path) -> None:
     with pytest.raises(ServeError, match=f"cannot listen on 127.0.0.1:{srv.port}"):
         start_ingest_server(str(tmp_path / "other.sqlite"), TOKEN, "127.0.0.1", srv.port)
+
+
+def test_the_foreground_server_keeps_its_start_up_out_of_the_collectors_walks() -> None:
+    gc.unfreeze()
+    try:
+        freeze_start_up()
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()

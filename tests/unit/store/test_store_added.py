@@ -9,6 +9,7 @@ gives are the ones the rows are taken under, GPU samples' ids taken in between t
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -104,20 +105,48 @@ def test_sqlite_numbers_a_new_batch_in_row_order_after_gpu_ids(tmp_path: Path) -
     assert [ids[r.key] for r in rows[:30]] == [*range(1, 11), *range(18, 38)]
 
 
-def test_timer_lines_the_server_decoded_fill_the_tables_as_their_bodies_do(
+def test_lines_the_server_decoded_fill_the_tables_as_their_bodies_do(
     tmp_path: Path,
 ) -> None:
-    recs = [*folder_records("z2", "z2"), *folder_records("fp16_zero2", "fp16")]
+    recs = [*real_records(), *folder_records("probe_monitored", "monitored")]  # collectives
     body = "\n".join(wire.encode(r) for r in recs).encode()
     batch = parse_batch_rows(body)
-    assert len(batch.decoded) == sum(r.KIND == "timer" for r in recs)
+    summed = ("timer", "rank_step", "step")
+    assert len(batch.decoded) == sum(r.KIND in summed for r in recs)
     with open_store(tmp_path / "decoded.sqlite") as store:
         store.add(batch)
     with open_store(tmp_path / "bodies.sqlite") as store:
         store.add(RowBatch(batch.rows, batch.samples))
     decoded, bodies = tables(tmp_path / "decoded.sqlite"), tables(tmp_path / "bodies.sqlite")
-    assert decoded["timer_steps"] and decoded["timer_optimizer_steps"]
+    assert all(decoded[t] for t in ("timer_steps", "rank_steps", "rank_comm", "step_skips"))
     assert decoded == bodies
+
+
+def test_a_rank_step_with_a_collective_of_no_calls_is_read_from_its_body(
+    tmp_path: Path,
+) -> None:
+    """A collective's ``calls`` left out reads as NULL from the body, 0 from the decoded line."""
+    recs = [r for r in folder_records("probe_monitored", "probe") if r.KIND == "rank_step"]
+    lines = [wire.encode(r) for r in recs if r.collectives][:3]  # type: ignore[attr-defined]
+    assert len(lines) == 3
+    body = "\n".join(_without_calls(line) for line in lines).encode()
+    batch = parse_batch_rows(body)
+    assert len(batch.decoded) == 3
+    with open_store(tmp_path / "decoded.sqlite") as store:
+        store.add(batch)
+    with open_store(tmp_path / "bodies.sqlite") as store:
+        store.add(RowBatch(batch.rows, batch.samples))
+    decoded, bodies = tables(tmp_path / "decoded.sqlite"), tables(tmp_path / "bodies.sqlite")
+    assert decoded["rank_comm"] and all(row[6] is None for row in decoded["rank_comm"])
+    assert decoded == bodies
+
+
+def _without_calls(line: str) -> str:
+    """A rank step's line with every collective's ``calls`` left out."""
+    obj = json.loads(line)
+    for c in obj["collectives"]:
+        del c["calls"]
+    return json.dumps(obj)
 
 
 def test_a_batch_cut_in_slices_keeps_each_decoded_line_with_its_row(

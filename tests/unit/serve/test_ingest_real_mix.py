@@ -1,0 +1,115 @@
+"""The ingest server's stores against a reference, on the real record mix the benchmark sends.
+
+``bench/ingest.py`` measures the server on every record dsmon makes of the real runs of
+``tests/data`` (their logs and the probe's per-rank files) and of the bundled demo run, copied
+as from several runs, with an 8-GPU node's NVML samples mixed in: timers, rank steps,
+heartbeats, step lines, events, GPU samples. The server's path takes shortcuts the plain path
+does not: rows made of checked lines without records, keys bound as ``bytearray``, the
+summary tables (per-rank, timers, skipped steps) fed from the batch in hand and from the
+lines it decoded. Here the same mix, in the sender's batches, fills two stores: one through
+the server's path, the other with its records, its summary tables read back from
+``records`` by SQL (no batch in hand, no decoded line) and their rows written one to a
+statement. Every table must hold the same rows.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+from fakes import eight_gpus_two_models
+from locations import DATA, ROOT
+from sql_support import sqlite_sql
+
+from collectors.gpu.nvml import NvmlPoller
+from dsmon.load.files import read_found
+from dsmon.load.kinds import discover
+from dsmon.load.rotated import Carries
+from dsmon.model import wire
+from dsmon.model.records import Record
+from dsmon.parse.base import Diagnostics
+from dsmon.serve.batch import parse_batch_rows
+from dsmon.store.backend import Db
+from dsmon.store.records.added import Added
+from dsmon.store.sqlite import SQLiteDb
+from dsmon.store.store import open_store
+
+#: Records a sender puts in one batch.
+BATCH = 2000
+#: A poll of 8 GPUs after this many log records: a tenth of the mix, as the benchmark's.
+POLL_EVERY = 72
+
+
+def copy_records(copy: str) -> list[Record]:
+    """Every record of the real runs and the demo run, each run named ``<folder>-<copy>``.
+
+    Each folder is read as ``dsmon import`` reads it (logs, the probe's files, side files);
+    a collector's GPU polls are mixed in.
+    """
+    folders = [*sorted(p for p in DATA.iterdir() if p.is_dir()), ROOT / "dsmon" / "data" / "demo"]
+    recs: list[Record] = []
+    for folder in folders:
+        carries: Carries = {}
+        run = f"{folder.name}-{copy}"
+        for found in discover(folder):
+            recs += read_found(found, run, Diagnostics(), carries=carries)
+    polls = gpu_polls(f"gpus-{copy}")
+    out: list[Record] = []
+    for i, rec in enumerate(recs):
+        out.append(rec)
+        if i % POLL_EVERY == POLL_EVERY - 1:
+            out += next(polls)
+    return out
+
+
+def gpu_polls(run: str) -> Iterator[list[Record]]:
+    """A collector's polls of a node's 8 GPUs (four H100s, four A100s), one a second."""
+    clock = [datetime(2026, 12, 1, 8, 0, 0)]
+
+    def now() -> datetime:
+        clock[0] += timedelta(seconds=1)
+        return clock[0]
+
+    logging.getLogger("collectors").setLevel(logging.ERROR)  # the A100s' "no GPM" notes
+    poller = NvmlPoller(eight_gpus_two_models(), run=run, node="node00", now=now)
+    poller.start()
+    while True:
+        yield list(poller.poll())
+
+
+def every_table(path: Path) -> dict[str, list[tuple[object, ...]]]:
+    """Every table of a SQLite store, rows sorted (a run's ``received_at`` is the clock's)."""
+    names = sqlite_sql(path, "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+    out = {}
+    for (name,) in names:
+        cols = "run, restamps" if name == "run_activity" else "*"
+        out[str(name)] = sorted(sqlite_sql(path, f"SELECT {cols} FROM {name}"), key=repr)
+    return out
+
+
+def test_the_server_stores_the_real_mix_as_its_records_are_stored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    records = [*copy_records("a"), *copy_records("b")]
+    batches = [records[i : i + BATCH] for i in range(0, len(records), BATCH)]
+    bodies = [("\n".join(wire.encode(r) for r in part) + "\n").encode() for part in batches]
+
+    with open_store(tmp_path / "served.sqlite") as store:
+        served = [store.add(parse_batch_rows(body), live=True) for body in bodies]
+    with monkeypatch.context() as m:  # the reference: summary tables read back by SQL,
+        m.setattr(Added, "of_kind", lambda self, kind: None)  # their rows one to a statement
+        m.setattr(SQLiteDb, "insert_many", Db.insert_many)
+        with open_store(tmp_path / "plain.sqlite") as store:
+            plain = [store.add(part, live=True) for part in batches]
+
+    assert served == plain == [len(part) for part in batches]
+    got, want = every_table(tmp_path / "served.sqlite"), every_table(tmp_path / "plain.sqlite")
+    assert got.keys() == want.keys()
+    for name in ("records", "gpu_samples", "rank_steps", "rank_comm", "rank_beats",
+                 "timer_steps", "timer_optimizer_steps", "step_skips"):  # fmt: skip
+        assert got[name], name  # the mix reaches every summary table
+    for name in got:
+        assert got[name] == want[name], name
