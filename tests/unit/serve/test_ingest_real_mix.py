@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from fakes import eight_gpus_two_models
+from lanes import sample
 from locations import DATA, ROOT
 from sql_support import sqlite_sql
 
@@ -49,7 +50,12 @@ def copy_records(copy: str) -> list[Record]:
     Each folder is read as ``dsmon import`` reads it (logs, the probe's files, side files);
     a collector's GPU polls are mixed in.
     """
-    folders = [*sorted(p for p in DATA.iterdir() if p.is_dir()), ROOT / "dsmon" / "data" / "demo"]
+    runs = sorted(p for p in DATA.iterdir() if p.is_dir())
+    # the probe's runs whole (only they fill the per-rank tables); of the logs, the fast lane
+    # takes every fourth
+    probed = [p for p in runs if (p / "probe").is_dir()]
+    logs = sample([p for p in runs if p not in probed])
+    folders = [*probed, *logs, ROOT / "dsmon" / "data" / "demo"]
     recs: list[Record] = []
     for folder in folders:
         carries: Carries = {}
