@@ -151,10 +151,14 @@ ORDER BY g.step, g.rank LIMIT ?
 """
 
 #: The lowest step of either table that a record after id ``?`` changed (NULL: none).
+#: ``step + 0``: SQLite answers a plain ``MIN(step)`` by walking the primary key (run, step,
+#: rank) from the run's first step until a row's id is past ``?``, which a live refresh's
+#: recent id makes the whole run (0.13 s a table at a million steps); the expression leaves
+#: it the (run, id) index, which finds the few rows after ``?`` at once.
 CHANGED_FROM = f"""
 SELECT MIN(step) FROM (
-    SELECT MIN(step) AS step FROM {_G} WHERE run = ? AND id > ?
-    UNION ALL SELECT MIN(step) AS step FROM {_O} WHERE run = ? AND id > ?
+    SELECT MIN(step + 0) AS step FROM {_G} WHERE run = ? AND id > ?
+    UNION ALL SELECT MIN(step + 0) AS step FROM {_O} WHERE run = ? AND id > ?
 ) changed
 """
 #: The newest record id either table took in (NULL: none).

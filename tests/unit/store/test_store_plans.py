@@ -23,6 +23,7 @@ from dsmon.store.ranks import sql as ranks_sql
 from dsmon.store.records import sql as records_sql
 from dsmon.store.records.filter import RecordFilter
 from dsmon.store.store import Store, open_store
+from dsmon.store.timers import sql as timers_sql
 
 #: The filters the product reads with: a kind's frame (whole, then page by page), a kind's new
 #: rows, and the ingest API's ``GET /v1/records`` without a kind.
@@ -141,3 +142,20 @@ def test_pg_no_statement_scans_or_sorts_the_records_table(z2_log_records: list[R
         "records_run_id"
         in plans["SELECT id, body FROM records WHERE run = %s AND id > %s ORDER BY id LIMIT %s"]
     )
+
+
+def test_sqlite_a_refresh_finds_the_timer_steps_changed_since_by_their_ids(
+    tmp_path: Path,
+) -> None:
+    """A live refresh asks the lowest step changed after a recent id: the (run, id) index.
+
+    SQLite answered ``MIN(step)`` by walking the primary key (run, step, rank) from the
+    run's first step until an id was past the one asked: the whole run at every refresh.
+    """
+    store = open_store(tmp_path / "s.sqlite")
+    conn = store.backend._conn
+    plan = [str(r[-1]) for r in conn.execute("EXPLAIN QUERY PLAN " + timers_sql.CHANGED_FROM,
+                                             ("z2", 40, "z2", 40))]  # fmt: skip
+    store.close()
+    for table, _ in timers_sql.TABLES.values():
+        assert f"SEARCH {table} USING COVERING INDEX {table}_run_id (run=? AND id>?)" in plan, plan
