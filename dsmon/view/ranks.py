@@ -26,6 +26,7 @@ from dsmon.store.ranks.tables import bucket_width
 from dsmon.view.cache import RunFrames
 from dsmon.view.cutoff import OPEN, Cutoff
 from dsmon.view.quantiles import SortedValues
+from dsmon.view.rowbuffer import RowBuffer
 
 # ------------------------------------------------------------------------------------------
 # The straggler summary of a live run, kept up to date with the steps that changed.
@@ -36,10 +37,21 @@ from dsmon.view.quantiles import SortedValues
 # and growing with the run. A :class:`LiveStragglers` takes in the per-step rows the store
 # changed since the last refresh (``dsmon.view.ranks``): a step every rank reported is
 # final, and its figures go into sorted values (:class:`dsmon.view.quantiles.SortedValues`)
-# and counts once; a step still waiting for a rank is kept aside until it is complete. What
-# would change a final step (a step stored again, a rank that was not there before) takes
+# and counts once; a step still waiting for a rank is kept aside until it is complete, or
+# until the run is :data:`OPEN_STEPS` steps past it: a rank that stopped reporting (dead, or
+# its node's collector gone) leaves every later step waiting, and a refresh that looked at
+# every waiting step grew with the run from then on. Such a step, never a straggler step
+# (``dsmon.analysis.ranks.stragglers`` keeps the steps every rank reported), counts only its
+# step time, taken in for good. What would change a step taken in (a step stored again, a
+# rank that was not there before, a late rank's line of a step taken in by age) takes
 # everything in again. The answers equal :func:`dsmon.analysis.stragglers.straggler_summary`
 # of the same rows (``tests/unit/store/test_rank_tables.py``).
+
+#: Steps behind the newest after which a step some rank has not reported is taken in as it
+#: is. A lagging node's lines come a few hundred steps late at most (a second of 10 ms
+#: steps); a line later than this costs one reading of the whole table again, not a wrong
+#: figure.
+OPEN_STEPS = 4096
 
 
 class LiveStragglers:
@@ -61,10 +73,19 @@ class LiveStragglers:
         self._final = 0  # steady steps taken in for good (every rank reported them)
         self._n, self._first, self._last, self._waited = 0, -1, -1, False
         self._open: dict[int, tuple[float, bool]] = {}  # step -> (median step time, waited)
+        self._newest = -1  # the highest steady step taken in
+        self._aged = -1  # the highest step taken in by age, some rank missing
 
-    def update(self, before: pd.DataFrame | None, new: pd.DataFrame, after: pd.DataFrame) -> None:
-        """Take in ``new`` rows; ``before``/``after``: the whole table without and with them."""
-        if before is None or self._whole is not None or self._changes_final(before, new):
+    def again(self, before: pd.DataFrame | None, new: pd.DataFrame) -> bool:
+        """Whether ``new`` rows change what was taken in, so the whole table must be again.
+
+        Asked before the table takes them in: ``before`` is the whole table without them.
+        """
+        return before is None or self._whole is not None or self._changes_final(before, new)
+
+    def update(self, new: pd.DataFrame, after: pd.DataFrame, again: bool) -> None:
+        """Take in ``new`` rows; ``after``: the whole table with them; ``again``: :meth:`again`."""
+        if again:
             self._rebuild(after)
         else:
             self._take(new[new["step"] > self.warmup])
@@ -99,11 +120,17 @@ class LiveStragglers:
         if (steady["ranks"] > self._ranks).any() and self._final:
             return True  # the steps every rank reported so far lack the new rank
         held = before["step"].to_numpy()
-        at = np.searchsorted(held, steady["step"].to_numpy())
+        new_steps = steady["step"].to_numpy()
+        at = np.searchsorted(held, new_steps)
         found = at < len(held)
-        found[found] = held[at[found]] == steady["step"].to_numpy()[found]
+        found[found] = held[at[found]] == new_steps[found]
         old = before["ranks"].to_numpy()[at[found]]
-        return bool((old == self._ranks).any())
+        return bool((old == self._ranks).any() or (new_steps[found] <= self._aged).any())
+
+    @property
+    def open_steps(self) -> int:
+        """Steps kept aside, waiting for a rank: at most about :data:`OPEN_STEPS`."""
+        return len(self._open)
 
     def _rebuild(self, table: pd.DataFrame) -> None:
         """Take in the whole table again."""
@@ -119,27 +146,75 @@ class LiveStragglers:
         """Take in steady rows: the complete ones for good, the others aside until complete."""
         if rows.empty:
             return
+        steps_in = rows["step"].to_numpy().astype(np.int64)
+        self._forget_open(steps_in)  # what comes again replaces what was kept aside
         self._ranks = max(self._ranks, int(rows["ranks"].max()))
+        self._newest = max(self._newest, int(steps_in.max()))
+        horizon = self._newest - OPEN_STEPS
         final = (rows["ranks"] == self._ranks).to_numpy()
+        aged = ~final & (steps_in <= horizon)
+        if aged.any():
+            self._take_aged(
+                steps_in[aged],
+                rows["median_total_ms"].to_numpy(dtype=np.float64)[aged],
+                rows["waited"].to_numpy()[aged] > 0,
+            )
+        waiting = ~final & ~aged
         for step, total, waited in zip(
-            rows["step"].to_numpy()[~final].astype(np.int64),
-            rows["median_total_ms"].to_numpy()[~final],
-            (rows["waited"].to_numpy() > 0)[~final],
+            steps_in[waiting],
+            rows["median_total_ms"].to_numpy()[waiting],
+            (rows["waited"].to_numpy() > 0)[waiting],
             strict=True,
         ):
             self._open[int(step)] = (float(total), bool(waited))
+        self._age_open(horizon)
         done = rows if final.all() else rows[final]  # (a mask copies every column)
         if done.empty:
             return
-        if self._open:  # the open steps now complete (not a pop per row: a million at first)
-            held = np.fromiter(self._open, dtype=np.int64, count=len(self._open))
-            for step in np.intersect1d(held, done["step"].to_numpy().astype(np.int64)):
-                del self._open[int(step)]
         self._final += len(done)
         self._step_ms.add(done["median_total_ms"].to_numpy(dtype=np.float64))
         self._waited = self._waited or bool((done["waited"] > 0).any())
         if self._ranks >= 2:  # a straggler needs two ranks
             self._take_scores(done)
+
+    def _forget_open(self, steps_in: np.ndarray) -> None:
+        """Drop the steps kept aside that ``steps_in`` brings again."""
+        if not self._open:
+            return
+        if len(steps_in) < len(self._open):  # a refresh: a few rows
+            for step in steps_in.tolist():
+                self._open.pop(step, None)
+            return
+        held = np.fromiter(self._open, dtype=np.int64, count=len(self._open))
+        for step in np.intersect1d(held, steps_in).tolist():  # not a pop per row of a million
+            del self._open[step]
+
+    def _take_aged(self, steps_in: np.ndarray, total: np.ndarray, waited: np.ndarray) -> None:
+        """Take in for good steps some rank never reported: their step time, whether waited."""
+        self._step_ms.add(total)
+        self._waited = self._waited or bool(waited.any())
+        self._aged = max(self._aged, int(steps_in.max()))
+
+    def _age_open(self, horizon: int) -> None:
+        """Take in for good the steps kept aside that the run is :data:`OPEN_STEPS` past.
+
+        Kept aside in the order they came, which is step order but for a late line: the
+        oldest are first, and the loop stops at the first step still young enough.
+        """
+        aged: list[tuple[int, float, bool]] = []
+        while self._open:
+            step = next(iter(self._open))
+            if step > horizon:
+                break
+            total, waited = self._open.pop(step)
+            aged.append((step, total, waited))
+        if aged:
+            steps_aged, totals, waits = zip(*aged, strict=True)
+            self._take_aged(
+                np.array(steps_aged, dtype=np.int64),
+                np.array(totals, dtype=np.float64),
+                np.array(waits, dtype=bool),
+            )
 
     def _take_scores(self, done: pd.DataFrame) -> None:
         """The straggler figures of steps every rank reported."""
@@ -197,10 +272,18 @@ BUSY_CELLS = 8000
 
 
 class _LiveStats:
-    """A run's per-step table, extended with the rows the store changed since the last read."""
+    """A run's per-step table, extended with the rows the store changed since the last read.
+
+    Once live rows come, the table is held in a :class:`dsmon.view.rowbuffer.RowBuffer`: a
+    refresh writes the rows from the first step it changed on (the newest step or two, as
+    ranks report them) and the table is read as views, where joining frames copied a
+    million steps' every column at every refresh. A table the buffer cannot hold (times
+    with a zone) is joined as frames.
+    """
 
     def __init__(self) -> None:
         self.frame: pd.DataFrame | None = None
+        self.buffer: RowBuffer | None = None
         self.after_id = 0
         self.counted = -1  # the run's rank_step records when last read
         self.stragglers = LiveStragglers()
@@ -215,16 +298,44 @@ class _LiveStats:
             self.counted = counted
             new = frames.store.ranks.step_stats(frames.run, self.after_id)
             before = self.frame
+            changed = before is None or not new.empty
+            again = self.stragglers.again(before, new) if changed else False
             if before is None or before.empty:
                 merged = new
             else:
-                merged = _merged(before, new) if not new.empty else before
-            if before is None or not new.empty:
-                self.stragglers.update(before, new, merged)
+                merged = self._joined(before, new) if not new.empty else before
+            if changed:
+                self.stragglers.update(new, merged, again)
             self.frame = merged
             if not new.empty:
                 self.after_id = int(new["id"].max())
             return self.frame
+
+    def _joined(self, held: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
+        """``held`` with the steps of ``new`` replaced or added, in step order.
+
+        Written into the buffer from the first step ``new`` holds: only the rows from there
+        on are joined as frames. ``held``'s rows from there on change with it (a view).
+        """
+        steps_held = held["step"].to_numpy()
+        if not _sorted(steps_held):
+            return _merged(held, new)
+        if self.buffer is None or self.buffer.rows != len(held):
+            self.buffer = RowBuffer.of(held)  # the first live rows: the table copied once
+            if self.buffer is None:
+                return _merged(held, new)
+        at = int(np.searchsorted(steps_held, new["step"].min(), side="left"))
+        part = _merged(held.iloc[at:], new) if at < len(held) else new
+        if not self.buffer.fits(part):
+            self.buffer = None
+            return _merged(held, new)
+        self.buffer.write(at, part)
+        return self.buffer.frame(self.buffer.rows)
+
+
+def _sorted(steps_held: np.ndarray) -> bool:
+    """Whether steps are in order (NaN nowhere): what a search for a step needs."""
+    return bool(len(steps_held) < 2 or np.all(steps_held[1:] >= steps_held[:-1]))
 
 
 def _merged(held: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:

@@ -7,8 +7,8 @@ columns are numpy arrays with room to spare (doubled when full), new rows are wr
 the old ones, and a reader gets a frame whose columns are views of the first ``n`` rows:
 nothing is copied.
 
-Only numeric, boolean, pandas' masked (``Int64``, ``Float64``, ``boolean``) and categorical
-columns are held this way (a categorical as its codes: every part of a fold's result has the
+Only numeric, boolean, time (numpy's ``datetime64``, no zone), pandas' masked (``Int64``,
+``Float64``, ``boolean``) and categorical columns are held this way (a categorical as its codes: every part of a fold's result has the
 same categories, or it does not fit); a frame with any other column (strings, objects) is
 not, and its fold keeps joining frames as before. The views are read-only: a reader that
 tried to change the rows in place would raise instead of corrupting what the next refresh
@@ -44,7 +44,7 @@ MASKED = (
 def _holdable(dtype: Any) -> bool:
     """Whether a column of ``dtype`` can live in a buffer (numbers, masked numbers, categories)."""
     if isinstance(dtype, np.dtype):
-        return dtype.kind in "fiub"
+        return dtype.kind in "fiubM"
     return isinstance(dtype, (*MASKED, pd.CategoricalDtype))
 
 

@@ -223,6 +223,17 @@ def _summary_figures(s: StragglerSummary) -> tuple[object, ...]:
             *(None if m != m else m for m in medians))  # fmt: skip
 
 
+def _refreshed(store: Store, frames: RunFrames, batch: list[Record]) -> StragglerSummary:
+    """Store ``batch``, refresh: the live table and summary equal the store's and a fresh one."""
+    store.add(batch)
+    frames.refresh()
+    live = rank_views.stragglers(frames)
+    table = store.ranks.step_stats(RUN)
+    assert _summary_figures(live) == _summary_figures(straggler_summary(table))
+    pd.testing.assert_frame_equal(rank_views.stats(frames), table)
+    return live
+
+
 def test_the_live_straggler_summary_equals_the_whole_runs_at_every_refresh(store: Store) -> None:
     """Kept step by step as ranks report, redone steps and all, it says what a fresh one says."""
     recs = probe_records("probe_straggler")
@@ -236,9 +247,32 @@ def test_the_live_straggler_summary_equals_the_whole_runs_at_every_refresh(store
     batches += [by_rank[0][6:20], by_rank[1][4:25], by_rank[0][20:], by_rank[1][25:], redone]
     frames = RunFrames(store, RUN)
     for batch in batches:
-        store.add(batch)
-        frames.refresh()
-        live = rank_views.stragglers(frames)
-        table = store.ranks.step_stats(RUN)
-        assert _summary_figures(live) == _summary_figures(straggler_summary(table))
+        live = _refreshed(store, frames, batch)
     assert live.steps == 18 and live.counts == {1: 18}  # steps 3-20, rank 1 the slowest
+
+
+def test_steps_a_silent_rank_never_reports_are_taken_in_by_age(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rank that stops reporting leaves the steps after it waiting: they are not kept forever.
+
+    Rank 1's lines stop at step 8 while rank 0 goes on one step a refresh; the run passes
+    steps by more than ``OPEN_STEPS`` (three here), so each is taken in as it is and the
+    steps kept aside stay bounded, where they grew by one a step. Then rank 1's lines of
+    steps 9-12 come late: steps taken in by age change, and the figures are made again.
+    At every refresh they equal a fresh summary of the table.
+    """
+    monkeypatch.setattr(rank_views, "OPEN_STEPS", 3)
+    recs = [r for r in probe_records("probe_straggler") if r.KIND == "rank_step"]
+    by_rank = {k: sorted((r for r in recs if r.src.rank == k), key=lambda r: r.step or 0)
+               for k in (0, 1)}  # fmt: skip
+    batches = [by_rank[0][:8] + by_rank[1][:8]]
+    batches += [[r] for r in by_rank[0][8:]]
+    batches += [by_rank[1][8:12], by_rank[1][12:]]
+    frames = RunFrames(store, RUN)
+    kept_aside = []
+    for batch in batches:
+        live = _refreshed(store, frames, batch)
+        kept_aside.append(rank_views._live(frames).stragglers.open_steps)
+    assert max(kept_aside[:13]) <= 4, kept_aside  # steps 9-20 waited on rank 1, 3 at a time
+    assert live.steps == 18 and live.counts == {1: 18}  # every step reported again in the end
