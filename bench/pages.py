@@ -299,6 +299,11 @@ def main() -> None:
     ap.add_argument("--store", help="reuse a store an earlier run built (path; --keep prints it)")
     ap.add_argument("--keep", action="store_true", help="keep the store built, print its path")
     ap.add_argument("--ticks", type=int, default=TICKS, help="live ticks a refresh is timed over")
+    ap.add_argument(
+        "--no-probe-reads",
+        action="store_true",
+        help="skip the per-rank reads (their 'before' way takes minutes at 1M steps)",
+    )
     ap.add_argument("--child", help=argparse.SUPPRESS)  # page,step,second[,ticks]: one page
     args = ap.parse_args()
     global RANKS
@@ -321,7 +326,7 @@ def main() -> None:
     last_s = int((span["last_ts"].max() - pd.Timestamp(T0)).total_seconds()) if len(span) else 0
     store.close()
     print(f"run: {info.n_records:,} records, last step {info.last_step:,}")
-    if RANKS:
+    if RANKS and not args.no_probe_reads:
         for how in ("now", "replay", "before"):
             print(f"per-rank reads, {how}: {_child(path, f'probe,{how}', RANKS)}", flush=True)
     print(
