@@ -37,9 +37,10 @@ from dsmon.model import wire
 from dsmon.model.records import Record, Source, TimerRecord
 from dsmon.parse.base import LineParser
 from dsmon.parse.families import timers
+from dsmon.parse.families.progress import PLAIN_THROUGHPUT, STEP_MESSAGE
 from dsmon.parse.launches import START_LOGGERS
 from dsmon.parse.linereader import RawLine, capped_lines, note_cut
-from dsmon.parse.lines import DEEPSPEED_HEADER, RANK_TAG, valid_date
+from dsmon.parse.lines import DEEPSPEED_HEADER, LEVELS, RANK_TAG, LogLine, valid_date
 from dsmon.parse.log import LogParser
 from dsmon.parse.run_files import with_rank
 from dsmon.store.records.keys import MAX_PLACE, identity_digest, place_key, source_head
@@ -57,6 +58,12 @@ PROGRESS_EVERY = 1 << 20
 #: A plain timer line whole: optional logger header, optional ``[Rank N]``, the message.
 PLAIN_TIMER_LINE = f"^(?:{DEEPSPEED_HEADER})?(?:{RANK_TAG})?{timers.PLAIN_MESSAGE}$"
 _FIELD_VALUE = f": {timers.PLAIN_VALUE}"
+#: What the line cleaner takes off a line before its message: logger header, ``[Rank N]``.
+_HEADS = f"^(?:{DEEPSPEED_HEADER})?(?:{RANK_TAG})?"
+#: A plain progress line whole: the step line, or the v0.8+ ThroughputTimer line of plain
+#: figures (digits and spaces in ASCII only, as ``(?-u)`` reads ``\\d`` and ``\\s``: a subset
+#: of what the progress parser's own regexes read).
+PLAIN_PROGRESS_LINE = f"{_HEADS}(?-u:{STEP_MESSAGE}|{PLAIN_THROUGHPUT})$"
 #: What the line cleaner would act on (a ``\r`` that splits tqdm redraws, ANSI colours, a
 #: second ``[`` inside the logger header, where a glued line could start): such a line is
 #: left to the per-line path.
@@ -78,38 +85,52 @@ def available() -> bool:
         return False
 
 
-class PlainTimers:
-    """The plain timer lines of one chunk, in file order (parallel lists, index in the chunk)."""
+class PlainLines:
+    """The plain timer and progress lines of one chunk, in file order (parallel lists).
 
-    __slots__ = ("index", "ts", "rank", "shape", "values")
+    ``index`` is the line's place in the chunk, ``timer`` whether it is a timer line (else a
+    progress line); ``shape`` and ``values`` are a timer line's, ``level``, ``logger`` and
+    ``message`` a progress line's (what the line cleaner would make of it).
+    """
+
+    __slots__ = ("index", "timer", "ts", "rank", "shape", "values", "level", "logger", "message")
 
     def __init__(self, frame: pl.DataFrame) -> None:
         self.index: list[int] = frame["i"].to_list()
+        self.timer: list[bool] = frame["timer"].to_list()
         self.ts: list[str | None] = frame["ts"].to_list()
         self.rank: list[int | None] = frame["rank"].to_list()
-        self.shape: list[str] = frame["shape"].to_list()
-        self.values: list[str] = frame["values"].to_list()
+        self.shape: list[str | None] = frame["shape"].to_list()
+        self.values: list[str | None] = frame["values"].to_list()
+        self.level: list[str | None] = frame["level"].to_list()
+        self.logger: list[str | None] = frame["logger"].to_list()
+        self.message: list[str | None] = frame["message"].to_list()
 
 
-def find_plain_timers(texts: Sequence[str]) -> PlainTimers:
-    """The lines of ``texts`` (decoded, newline kept or not) that are plain timer lines."""
+def find_plain_lines(texts: Sequence[str]) -> PlainLines:
+    """The lines of ``texts`` (decoded, newline kept or not) that are plain timer or progress lines."""
     import polars as pl
 
     t = pl.col("t")
     frame = (
         pl.DataFrame({"t": pl.Series(texts, dtype=pl.String)})
         .with_row_index("i")
-        .filter(t.str.contains("time (ms) |", literal=True))  # the cheap test first
+        .filter(t.str.contains_any(["time (ms) |", "step="]))  # the cheap test first
         .with_columns(t.str.strip_chars_end("\r\n"))
-        .filter(t.str.contains(PLAIN_TIMER_LINE), ~t.str.contains(_CLEANED, literal=False))
+        .with_columns(timer=t.str.contains(PLAIN_TIMER_LINE))
+        .filter(
+            pl.col("timer") | t.str.contains(PLAIN_PROGRESS_LINE),
+            ~t.str.contains(_CLEANED, literal=False),
+        )
     )
     head = t.str.starts_with("[") & ~t.str.starts_with("[Rank ")
     frame = frame.with_columns(
         date=pl.when(head).then(t.str.slice(1, 10)),
         time=pl.when(head).then(t.str.slice(12, 8)),
+        level=t.str.extract(r"^\[[^\]]+\] \[([A-Z]+)\] \[", 1),
         logger=t.str.extract(r"^\[[^\]]+\] \[[A-Z]+\] \[([^\]:]+):", 1),
-        rank=t.str.extract(r"\[Rank (-?\d+)\] time \(ms\)", 1),
-        body=t.str.extract(r"time \(ms\) \|(.*)$", 1),
+        rank=t.str.extract(r"\[Rank (-?\d+)\] (?:time \(ms\)|step=|epoch=)", 1),
+        body=pl.when("timer").then(t.str.extract(r"time \(ms\) \|(.*)$", 1)),
     )
     bad_dates = [d for d in frame["date"].drop_nulls().unique().to_list() if not valid_date(d)]
     time = pl.col("time")
@@ -123,14 +144,18 @@ def find_plain_timers(texts: Sequence[str]) -> PlainTimers:
         pl.col("rank").is_null() | pl.col("rank").str.contains(r"^[0-9]{1,9}$"),  # a plain rank
     ).select(
         "i",
+        "timer",
         pl.col("rank").cast(pl.Int64),
+        "level",
+        "logger",
         ts=pl.concat_str(pl.col("date"), pl.lit("T"), time, pl.lit("."), t.str.slice(21, 3)),
         shape=body.str.replace_all(_FIELD_VALUE, ": #"),
         values=body.str.extract_all(_FIELD_VALUE)
         .list.eval(pl.element().str.slice(2).str.replace(_TRAILING_ZERO, "${1}"))
         .list.join(","),
+        message=pl.when(~pl.col("timer")).then(t.str.replace(_HEADS, "")),
     )
-    return PlainTimers(frame)
+    return PlainLines(frame)
 
 
 class TimerRows:
@@ -232,32 +257,65 @@ def log_rows(
     records; ``rank`` is the file's rank, given to records whose line names none.
     """
     rows = TimerRows(parser, rank)
+    takes_progress = parser.takes_progress()
     lines = capped_lines(stream)
     offset = reported = lineno = 0
     while chunk := list(islice(lines, CHUNK_LINES)):
         texts = [raw.data.decode("utf-8", "replace") for raw in chunk]
         starts = [offset + s for s in accumulate((0, *(raw.size for raw in chunk[:-1])))]
-        plain = find_plain_timers(texts)
+        plain = find_plain_lines(texts)
         out: list[Record | RecordRow] = []
         pos = 0
         quiet = False
-        for j, ts, line_rank, printed, values in zip(
-            plain.index, plain.ts, plain.rank, plain.shape, plain.values, strict=True
+        for j, timer, ts, line_rank, printed, values, level, logger, message in zip(
+            plain.index,
+            plain.timer,
+            plain.ts,
+            plain.rank,
+            plain.shape,
+            plain.values,
+            plain.level,
+            plain.logger,
+            plain.message,
+            strict=True,
         ):
             if pos < j:
                 _feed(parser, chunk, texts, starts, lineno, pos, j, rank, out)
                 quiet = parser.quiet()
             elif pos == 0:
                 quiet = parser.quiet()
-            known = rows.shape(printed) if quiet and not chunk[j].cut else None
-            if known is None:
-                _feed(parser, chunk, texts, starts, lineno, j, j + 1, rank, out)
+            pos = j + 1
+            at = lineno + pos
+            if not quiet or chunk[j].cut:
+                _feed(parser, chunk, texts, starts, lineno, j, pos, rank, out)
+                quiet = parser.quiet()
+            elif timer:
+                assert printed is not None and values is not None
+                known = rows.shape(printed)
+                if known is None:
+                    _feed(parser, chunk, texts, starts, lineno, j, pos, rank, out)
+                    quiet = parser.quiet()
+                else:
+                    facts = parser.take_timer(at, starts[j], ts, line_rank, known[0])
+                    out.append(rows.row(at, starts[j], facts, line_rank, values, known))
+            elif takes_progress:
+                assert message is not None
+                line = LogLine(
+                    text=message,
+                    line=at,
+                    offset=starts[j],
+                    ts=ts,
+                    level=None if level is None else LEVELS.get(level, level),
+                    logger=logger,
+                    rank=line_rank,
+                )
+                recs = parser.take_progress(line)
+                if recs:
+                    out.extend(recs if rank is None else with_rank(recs, rank))
                 quiet = parser.quiet()
             else:
-                at = lineno + j + 1
-                facts = parser.take_timer(at, starts[j], ts, line_rank, known[0])
-                out.append(rows.row(at, starts[j], facts, line_rank, values, known))
-            pos = j + 1
+                _feed(parser, chunk, texts, starts, lineno, j, pos, rank, out)
+                quiet = parser.quiet()
         _feed(parser, chunk, texts, starts, lineno, pos, len(chunk), rank, out)
         yield from out
         lineno += len(chunk)

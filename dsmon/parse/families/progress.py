@@ -22,11 +22,14 @@ from dsmon.model.records import IterationRecord, Record, StepRecord, ThroughputR
 from dsmon.parse.base import NEED_MORE, ParseContext
 from dsmon.parse.lines import LogLine
 
-# ``mom`` holds numbers, tuples and lists only: a wrapped line joined with the next line's
-# header (``mom=`` + ``[`` + ``[2023-04-18 01:47:43,854] [INFO]``) must not read as momentum.
-_STEP = re.compile(
+#: The step line's message (``mom`` holds numbers, tuples and lists only: a wrapped line joined
+#: with the next line's header, ``mom=`` + ``[`` + ``[2023-04-18 01:47:43,854] [INFO]``, must not
+#: read as momentum). A pattern text, also matched in compiled code by the vector path
+#: (``dsmon.load.vector``), there with ASCII digits and spaces only.
+STEP_MESSAGE = (
     r"step=(\d+), skipped=(\d+), lr=(\[[-+.\deEinfa\s,]*\]), mom=(\[[-+.\deE\s,()\[\]]*\])\s*$"
 )
+_STEP = re.compile(STEP_MESSAGE)
 _STEP_HEAD = re.compile(r"step=\d+, skipped=\d+, ")
 _NUM = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:inf|nan)")
 _GROUP = re.compile(r"[(\[]([^()\[\]]*)[)\]]")
@@ -42,6 +45,16 @@ _PIPE = re.compile(
 _PIPE_LOSS = re.compile(rf"([^:]+?): ({_N}) ")
 _DIGITS = re.compile(r"\d*")
 _TPUT_END = re.compile(r"MaxMemAllocated=\d+(?:\.\d+)?GB\s*$")
+_PLAIN_RATE = r"[0-9]+(?:\.[0-9]+)?(?:e[-+]?[0-9]+)?"
+_PLAIN_GB = r"[0-9]+(?:\.[0-9]+)?GB"
+#: The ThroughputTimer line of v0.8+ as it almost always is: every figure a plain number, the
+#: four keys in DeepSpeed's order. A subset of what :class:`ProgressParser` reads (which reads
+#: such a line whole), matched in compiled code by the vector path (``dsmon.load.vector``).
+PLAIN_THROUGHPUT = (
+    r"epoch=[0-9]+/micro_step=[0-9]+/global_step=[0-9]+, "
+    rf"RunningAvgSamplesPerSec={_PLAIN_RATE}, CurrSamplesPerSec={_PLAIN_RATE}, "
+    rf"MemAllocated={_PLAIN_GB}, MaxMemAllocated={_PLAIN_GB}"
+)
 #: How each line begins, up to where its own regex can tell a cut line (``#`` = digits).
 _STEP_START = ("step=", "#", ", skipped=", "#", ", lr=[")
 _TPUT_START = ("epoch=", "#", "/micro_step=", "#", "/global_step=", "#", ", ")

@@ -1,7 +1,7 @@
 """The vector path of a saved log stores what the per-line path stores, on every corpus file.
 
-``dsmon import`` and ``dsmon parse`` read a log's plain timer lines in compiled code
-(``dsmon.load.vector``) and every other line with the log parser; the live tail reads every
+``dsmon import`` and ``dsmon parse`` find a log's plain timer and progress lines in compiled
+code (``dsmon.load.vector``) and read every other line with the log parser; the live tail reads every
 line with the log parser. The two must give the same rows (key, columns and JSON body, in
 the same order) and the same diagnostics, whatever a file holds.
 """
@@ -12,6 +12,7 @@ import importlib.util
 import io
 from pathlib import Path
 
+import lanes
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,10 +20,12 @@ from lanes import examples, sample
 from locations import DATA, ROOT
 
 from dsmon.load import vector
-from dsmon.load.files import LOG, read_found, read_found_rows
+from dsmon.load.files import LOG, read_found, read_found_rows, read_log
 from dsmon.load.kinds import Found, classify, discover
 from dsmon.load.rotated import Carries
+from dsmon.model.records import Record
 from dsmon.parse.base import Diagnostics
+from dsmon.parse.lines import LogLine
 from dsmon.parse.log import LogParser
 from dsmon.store.records.rows import RecordRow, as_row
 
@@ -61,10 +64,11 @@ def both_ways(found: Found) -> tuple[list[RecordRow], Diagnostics, list[RecordRo
 TAKEN: list[int] = []
 
 
-def test_every_corpus_file_gives_the_same_rows() -> None:
+def test_every_corpus_file_gives_the_same_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     every = corpus_files()
     assert len(every) > 100  # tests/data alone holds more logs than this
     files = sample(every)
+    progress = _count_progress(monkeypatch)
     for path in files:
         found = _as_log(path)
         assert found is not None
@@ -73,6 +77,23 @@ def test_every_corpus_file_gives_the_same_rows() -> None:
         assert vec_diag == line_diag, path
     # the vector path itself took the timer lines (3,500 of them in all, 500 in the fast lane)
     assert sum(TAKEN[-len(files) :]) > 200
+    # and step and throughput lines (376 in all, 155 in the fast lane), of every momentum form
+    assert len(progress) > 100
+    assert {m.split("=")[0] for m in progress} == {"step", "epoch"}
+    assert lanes.FAST or any("mom=[[" in m for m in progress)  # DeepSpeed before 0.7's lists
+
+
+def _count_progress(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The messages of the progress lines the vector path reads from now on."""
+    taken: list[str] = []
+    take = LogParser.take_progress
+
+    def counting(self: LogParser, line: LogLine) -> list[Record]:
+        taken.append(line.text)
+        return take(self, line)
+
+    monkeypatch.setattr(LogParser, "take_progress", counting)
+    return taken
 
 
 def test_every_run_folder_gives_the_same_rows() -> None:
@@ -186,6 +207,28 @@ def test_plain_timer_lines_skip_the_line_parser() -> None:
     assert fed < 5
 
 
+def test_plain_progress_lines_skip_the_line_parser(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the demo run the step and throughput lines never reach ``LogParser.feed`` once the
+    steps are known, and give the rows the per-line path gives."""
+    fed: list[str] = []
+
+    class Counting(LogParser):
+        def feed(self, raw: str, offset: int | None = None, line: int | None = None) -> list:  # type: ignore[type-arg]
+            if "step=" in raw:
+                fed.append(raw)
+            return super().feed(raw, offset, line)
+
+    taken = _count_progress(monkeypatch)
+    data = DEMO.read_bytes()
+    read = list(vector.log_rows(io.BytesIO(data), Counting("demo", "train.log")))
+    steps = [r for r in read if not isinstance(r, RecordRow) and r.KIND in {"step", "throughput"}]
+    assert len(steps) == 13
+    assert len(taken) >= 12
+    assert len(fed) <= 2  # ``step=0`` at the engine's start, before any step is known
+    per_line = list(read_log(io.BytesIO(data), LogParser("demo", "train.log")))
+    assert [as_row(r) for r in read] == [as_row(r) for r in per_line]
+
+
 def test_progress_counts_every_byte_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The import's progress bar is fed as the per-line path feeds it: all bytes, once."""
     monkeypatch.setattr(vector, "CHUNK_LINES", 512)
@@ -223,6 +266,33 @@ def _timer_lines(draw: st.DrawFn) -> str:
     )
 
 
+#: Progress messages of real runs (tests/data, the demo run): the step line of every momentum
+#: form, the v0.8+ ThroughputTimer line, and look-alikes the vector path leaves to the parser.
+_PROGRESS = st.sampled_from(
+    [
+        STEP,
+        "step=2000, skipped=1995, lr=[0.001, 0.001], mom=[0.0, 0.0]",
+        "step=25, skipped=5, lr=[1.446140557591026e-05], mom=[[0.8, 0.999]]",
+        "step=5, skipped=0, lr=[9.999999999999999e-06, 9.999999999999999e-06], mom=[(0.9, 0.999), (0.9, 0.999)]",
+        "epoch=0/micro_step=5/global_step=5, RunningAvgSamplesPerSec=141.04703749267884, CurrSamplesPerSec=127.54886405854509, MemAllocated=0.42GB, MaxMemAllocated=0.42GB",
+        "epoch=0/micro_step=10/global_step=10, RunningAvgSamplesPerSec=-inf, CurrSamplesPerSec=-inf, MemAllocated=0.42GB, MaxMemAllocated=0.43GB",
+        "step=0, skipped=0, lr=[inf], mom=[(0.9, 0.999)]",
+        "step=١, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]",
+        "step=5, skipped=0, lr=[0.0001], mom=",
+    ]
+)  # fmt: skip
+
+
+@st.composite
+def _progress_lines(draw: st.DrawFn) -> str:
+    return (
+        draw(_PIECES)
+        + draw(_PIECES)
+        + draw(_PROGRESS)
+        + draw(st.sampled_from(["", " ", "\r", "`", "\t"]))
+    )
+
+
 @settings(
     max_examples=examples(60),
     deadline=None,
@@ -230,12 +300,18 @@ def _timer_lines(draw: st.DrawFn) -> str:
 )
 @given(
     lines=st.lists(
-        st.one_of(_timer_lines(), st.sampled_from([H + STEP, f"[Rank 0] {GLOBAL}", "ti", ""])),
+        st.one_of(
+            _timer_lines(),
+            _progress_lines(),
+            st.sampled_from([H + STEP, f"[Rank 0] {GLOBAL}", f"[Rank 0] {MICRO}", "ti", ""]),
+        ),
         min_size=1,
         max_size=40,
     )
 )
-def test_any_mix_of_timer_lines_gives_the_same_rows(tmp_path: Path, lines: list[str]) -> None:
+def test_any_mix_of_timer_and_progress_lines_gives_the_same_rows(
+    tmp_path: Path, lines: list[str]
+) -> None:
     per_line, line_diag, vectored, vec_diag = both_ways(_log(tmp_path, "\n".join(lines) + "\n"))
     assert vectored == per_line
     assert vec_diag == line_diag
