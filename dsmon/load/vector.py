@@ -31,19 +31,16 @@ from collections.abc import Callable, Iterator, Sequence
 from itertools import accumulate, islice
 from typing import TYPE_CHECKING, BinaryIO
 
-import orjson
-
-from dsmon.model import wire
-from dsmon.model.records import Record, Source, TimerRecord
+from dsmon.load.plain_rows import ProgressRows, TimerRows
+from dsmon.model.records import Record
 from dsmon.parse.base import LineParser
 from dsmon.parse.families import timers
 from dsmon.parse.families.progress import PLAIN_THROUGHPUT, STEP_MESSAGE
 from dsmon.parse.launches import START_LOGGERS
 from dsmon.parse.linereader import RawLine, capped_lines, note_cut
-from dsmon.parse.lines import DEEPSPEED_HEADER, LEVELS, RANK_TAG, LogLine, valid_date
+from dsmon.parse.lines import DEEPSPEED_HEADER, RANK_TAG, valid_date
 from dsmon.parse.log import LogParser
 from dsmon.parse.run_files import with_rank
-from dsmon.store.records.keys import MAX_PLACE, identity_digest, place_key, source_head
 from dsmon.store.records.rows import RecordRow
 
 if TYPE_CHECKING:
@@ -72,11 +69,6 @@ _CLEANED = r"[\r\x1b]|^\[[^\]]*\] \[[A-Z]+\] \[[^\]]*\["
 _TRAILING_ZERO = r"^(\d+\.\d)0$"
 
 
-def _json(value: object) -> str:
-    """A value as the record codec writes it."""
-    return orjson.dumps(value).decode("utf-8")
-
-
 def available() -> bool:
     """Whether polars is installed (the full install's), so that the vector path can run."""
     try:
@@ -89,11 +81,11 @@ class PlainLines:
     """The plain timer and progress lines of one chunk, in file order (parallel lists).
 
     ``index`` is the line's place in the chunk, ``timer`` whether it is a timer line (else a
-    progress line); ``shape`` and ``values`` are a timer line's, ``level``, ``logger`` and
-    ``message`` a progress line's (what the line cleaner would make of it).
+    progress line); ``shape`` and ``values`` are a timer line's, ``message`` a progress
+    line's (what the line cleaner would leave of it).
     """
 
-    __slots__ = ("index", "timer", "ts", "rank", "shape", "values", "level", "logger", "message")
+    __slots__ = ("index", "timer", "ts", "rank", "shape", "values", "message")
 
     def __init__(self, frame: pl.DataFrame) -> None:
         self.index: list[int] = frame["i"].to_list()
@@ -102,8 +94,6 @@ class PlainLines:
         self.rank: list[int | None] = frame["rank"].to_list()
         self.shape: list[str | None] = frame["shape"].to_list()
         self.values: list[str | None] = frame["values"].to_list()
-        self.level: list[str | None] = frame["level"].to_list()
-        self.logger: list[str | None] = frame["logger"].to_list()
         self.message: list[str | None] = frame["message"].to_list()
 
 
@@ -127,7 +117,6 @@ def find_plain_lines(texts: Sequence[str]) -> PlainLines:
     frame = frame.with_columns(
         date=pl.when(head).then(t.str.slice(1, 10)),
         time=pl.when(head).then(t.str.slice(12, 8)),
-        level=t.str.extract(r"^\[[^\]]+\] \[([A-Z]+)\] \[", 1),
         logger=t.str.extract(r"^\[[^\]]+\] \[[A-Z]+\] \[([^\]:]+):", 1),
         rank=t.str.extract(r"\[Rank (-?\d+)\] (?:time \(ms\)|step=|epoch=)", 1),
         body=pl.when("timer").then(t.str.extract(r"time \(ms\) \|(.*)$", 1)),
@@ -146,8 +135,6 @@ def find_plain_lines(texts: Sequence[str]) -> PlainLines:
         "i",
         "timer",
         pl.col("rank").cast(pl.Int64),
-        "level",
-        "logger",
         ts=pl.concat_str(pl.col("date"), pl.lit("T"), time, pl.lit("."), t.str.slice(21, 3)),
         shape=body.str.replace_all(_FIELD_VALUE, ": #"),
         values=body.str.extract_all(_FIELD_VALUE)
@@ -156,93 +143,6 @@ def find_plain_lines(texts: Sequence[str]) -> PlainLines:
         message=pl.when(~pl.col("timer")).then(t.str.replace(_HEADS, "")),
     )
     return PlainLines(frame)
-
-
-class TimerRows:
-    """Rows of one file's plain timer lines: each as the per-line path would store its record.
-
-    The JSON body comes from a template the record codec writes for a sample record of the
-    file (so field order and encoding are the codec's), filled per line with the values that
-    differ; the key is :func:`~dsmon.store.records.keys.identity_digest`'s of the same identity
-    (:func:`~dsmon.store.records.keys.place_key`, its source's parts made once).
-    """
-
-    #: The fields filled per line, in the order :meth:`row` gives them to the template.
-    _FILLED = ("line", "offset", "rank", "step", "micro_step", "ts", "group", "values_ms", "legacy")
-
-    def __init__(self, parser: LogParser, file_rank: int | None) -> None:
-        ctx = parser.ctx
-        self.run, self.file, self.node = ctx.run, ctx.file, ctx.node
-        self.file_rank = file_rank
-        self._head = source_head(self.run, self.node or "", self.file or "")
-        self._shapes: dict[str, tuple[timers.PlainShape, str, str] | None] = {}
-        # Stand-ins written into the sample record, found again in its JSON.
-        ints = {"line": 918273601, "offset": 918273602, "rank": 918273603, "step": 918273604}
-        ints["micro_step"] = 918273605
-        ts, group, values = "\x01ts", "\x01group", {"\x01v": 0.5}
-        sample = TimerRecord(
-            src=Source(run=ctx.run, file=ctx.file, line=ints["line"], offset=ints["offset"],
-                       node=ctx.node, rank=ints["rank"], sub=0),
-            ts=ts, step=ints["step"], group=group, values_ms=values,
-            micro_step=ints["micro_step"], legacy=True,
-        )  # fmt: skip
-        printed = {name: f'"{name}":{value}' for name, value in ints.items()}
-        printed["ts"] = f'"ts":{_json(ts)}'
-        printed["group"] = f'"group":{_json(group)}'
-        printed["values_ms"] = f'"values_ms":{_json(values)}'
-        printed["legacy"] = '"legacy":true'
-        text = wire.encode(sample).replace("{", "{{").replace("}", "}}")
-        for name, json_text in printed.items():
-            escaped = json_text.replace("{", "{{").replace("}", "}}")
-            if text.count(escaped) != 1:
-                raise AssertionError(f"timer record JSON: {json_text} not found once in {text}")
-            text = text.replace(escaped, f'"{name}":{{{self._FILLED.index(name)}}}')
-        self._template = text
-
-    def shape(self, printed: str) -> tuple[timers.PlainShape, str, str] | None:
-        """How the timer parser reads a line of this shape; its values' template and legacy flag."""
-        if printed in self._shapes:
-            return self._shapes[printed]
-        known = timers.plain_shape(printed.replace(": #", ": 0.00"))
-        made = None
-        if known is not None:
-            names = ",".join(f"{_json(n).replace('%', '%%')}:%s" for n in known.names)
-            made = known, "{" + names + "}", "true" if known.legacy else "false"
-        self._shapes[printed] = made
-        return made
-
-    def row(
-        self,
-        line: int,
-        offset: int,
-        facts: tuple[int | None, int | None, str, str | None],
-        rank: int | None,
-        values: str,
-        shape: tuple[timers.PlainShape, str, str],
-    ) -> RecordRow:
-        """The stored row of one plain timer line (``facts``: ``LogParser.take_timer``'s)."""
-        step, micro, group, ts = facts
-        if rank is None:
-            rank = self.file_rank
-        body = self._template.format(
-            line,
-            offset,
-            "null" if rank is None else rank,
-            "null" if step is None else step,
-            "null" if micro is None else micro,
-            "null" if ts is None else f'"{ts}"',
-            f'"{group}"',
-            shape[1] % tuple(values.split(",")),
-            shape[2],
-        )
-        key = (
-            place_key(self._head, "o", offset, 0, "timer")
-            if 0 <= offset < MAX_PLACE
-            else identity_digest(
-                self.run, self.node or "", self.file or "", f"o{offset}", 0, "timer"
-            )
-        )
-        return RecordRow(key, self.run, "timer", step, ts, self.node, rank, self.file, line, body)
 
 
 def log_rows(
@@ -257,6 +157,7 @@ def log_rows(
     records; ``rank`` is the file's rank, given to records whose line names none.
     """
     rows = TimerRows(parser, rank)
+    progress_rows = ProgressRows(parser)
     takes_progress = parser.takes_progress()
     lines = capped_lines(stream)
     offset = reported = lineno = 0
@@ -267,15 +168,13 @@ def log_rows(
         out: list[Record | RecordRow] = []
         pos = 0
         quiet = False
-        for j, timer, ts, line_rank, printed, values, level, logger, message in zip(
+        for j, timer, ts, line_rank, printed, values, message in zip(
             plain.index,
             plain.timer,
             plain.ts,
             plain.rank,
             plain.shape,
             plain.values,
-            plain.level,
-            plain.logger,
             plain.message,
             strict=True,
         ):
@@ -298,21 +197,12 @@ def log_rows(
                 else:
                     facts = parser.take_timer(at, starts[j], ts, line_rank, known[0])
                     out.append(rows.row(at, starts[j], facts, line_rank, values, known))
-            elif takes_progress:
-                assert message is not None
-                line = LogLine(
-                    text=message,
-                    line=at,
-                    offset=starts[j],
-                    ts=ts,
-                    level=None if level is None else LEVELS.get(level, level),
-                    logger=logger,
-                    rank=line_rank,
-                )
-                recs = parser.take_progress(line)
-                if recs:
-                    out.extend(recs if rank is None else with_rank(recs, rank))
-                quiet = parser.quiet()
+            elif (
+                takes_progress
+                and message is not None
+                and (made := progress_rows.row(at, starts[j], ts, line_rank, message))
+            ):
+                out.append(made)  # the clock only anchored: the parser stays quiet
             else:
                 _feed(parser, chunk, texts, starts, lineno, j, pos, rank, out)
                 quiet = parser.quiet()

@@ -35,9 +35,7 @@ _LOGGERS = (
 #: second character says which can match (``[Rank 0]`` lines try one regex, not four).
 _DATED_LOGGERS = _LOGGERS[:3]
 _LEVEL_LOGGERS = _LOGGERS[3:]
-#: A logger header's level as stored: one letter (ezpz's ``[I]``) names its level in full; the
-#: vector path (``dsmon.load.vector``) maps the level of the headers it reads alike.
-LEVELS = {"D": "DEBUG", "I": "INFO", "W": "WARNING", "E": "ERROR", "C": "CRITICAL"}
+_LEVELS = {"D": "DEBUG", "I": "INFO", "W": "WARNING", "E": "ERROR", "C": "CRITICAL"}
 #: print_dist's and log_dist's ``[Rank N] `` before a message (a pattern text, as above).
 RANK_TAG = r"\[Rank (-?\d+)\] "
 _RANK = re.compile(RANK_TAG)
@@ -191,7 +189,7 @@ def _strip_logger(text: str, out: LogLine) -> str:
         if m:
             parts = m.groupdict()
             _set_ts(out, parts["date"], parts["time"], parts.get("ms") or "000")
-            out.level = LEVELS.get(parts["level"], parts["level"])
+            out.level = _LEVELS.get(parts["level"], parts["level"])
             out.logger = parts.get("logger")
             return text[m.end() :]
     return text

@@ -113,7 +113,7 @@ class LogParser:
         second = self._parsers[1] if len(self._parsers) > 1 else None
         #: The progress parser when it sees every line second, after the timer parser (which
         #: reads no progress line): then the vector path may read plain progress lines for it
-        #: (``take_progress``).
+        #: (``take_progress_row``).
         self._progress = (
             second if self._timers is not None and isinstance(second, ProgressParser) else None
         )
@@ -245,45 +245,39 @@ class LogParser:
         ctx.final = False
 
     def takes_progress(self) -> bool:
-        """Whether :meth:`take_progress` may be used at all (the default parsers, offline)."""
+        """Whether :meth:`take_progress_row` may be used at all (the default parsers, offline)."""
         return self._progress is not None and not self.live
 
-    def take_progress(self, line: LogLine) -> list[Record]:
-        """A plain progress line the vector path read (``dsmon.load.vector``), while :meth:`quiet`.
+    def take_progress_row(
+        self, line: int, offset: int, ts: str | None, rank: int | None, step: int, timed: bool
+    ) -> tuple[int | None, str | None]:
+        """A plain progress line whose row the vector path makes itself, while :meth:`quiet`.
 
-        ``line`` is the logical line the cleaner would make of it (the vector path reads only
-        lines the cleaner takes nothing but a DeepSpeed logger header and ``[Rank N]`` off, with
-        a valid time, no launcher's logger, no paste, colour, bar or glued line about them);
-        the step line or the v0.8+ ThroughputTimer line whose every figure is plain
-        (``progress.STEP_MESSAGE``, ``progress.PLAIN_THROUGHPUT``). The parser moves, and the
-        line's records are made, as :meth:`feed` would: the cleaner's state, the counts, the
-        last time read, then the progress parser's own reading (the timer parser, offered the
-        line first, takes none such), its records stamped, fitted and counted as any line's.
+        ``step`` is the ``step=N`` of a step line, or a throughput line's ``global_step``
+        (``timed``). The parser moves as :meth:`feed` would move it (the cleaner, the counts,
+        the last time read, the step clock, the progress parser's memory of the last
+        ``step=``); returned is what the line's record holds beside the line's own figures:
+        ``(step, ts)``. Such a line has no launcher or paste about it and a valid time (the
+        vector path leaves out every other), so it starts nothing; its figures are ones the
+        record holds as they are (``dsmon.load.plain_rows.ProgressRows`` gives every other to
+        :meth:`feed`), so it is counted nowhere. The timer parser, offered such a line first
+        by :meth:`feed`, takes none.
         """
         ctx = self.ctx
-        self._read_plain(line.line, line.offset)
-        clock = self._note_launch(line)
-        rel = clock.rel
+        self._read_plain(line, offset)
+        if ts is not None:
+            ctx.last_ts = ts
         progress = self._progress
         assert progress is not None  # takes_progress() says so
-        try:
-            recs = progress.feed(line, ctx)
-        except Exception as exc:  # noqa: BLE001 - as feed: no line may stop a log
-            self._failed_on(line, type(progress).__name__, exc)
-            recs = []
-        if not isinstance(recs, list) or recs is NEED_MORE:
-            raise AssertionError(f"vector path: a progress line the parser does not read: {line}")
-        out: list[Record] = []
-        if ctx.pending:
-            self._drain(rel, out)
-        if clock.retro and clock.take_retro():
-            rel -= 1
-        self._stamp(recs, rel, out)
-        self._last = line
-        records = self._fitted(self._assign_steps(out))
-        if ctx.diag.unparsed:
-            records += self._told(line, final=False)
-        return records
+        if timed:
+            own = progress.timed(step, ctx)
+        else:
+            progress.stepped(step, ctx)
+            own = step
+        self._last = None
+        self._plain_last = (line, offset, ts, rank)
+        ctx.diag.records += 1
+        return own, ctx.last_ts
 
     def feed_lines(self, lines: Iterable[str]) -> Iterator[Record]:
         """Parse a whole stream, then finish it."""
@@ -454,7 +448,14 @@ class LogParser:
         Returns whether a parser took the line.
         """
         ctx = self.ctx
-        clock = self._note_launch(line)
+        if line.ts is not None:
+            ctx.last_ts = line.ts
+        clock = ctx.clock
+        if clock.counting:
+            if is_relaunch(line):
+                clock.relaunch()
+        elif clock.base is None and clock.rel == 0 and is_start(line):
+            clock.mark_start()
         rel = clock.rel
         for p in self._ordered():
             try:
@@ -479,22 +480,6 @@ class LogParser:
         if ctx.pending:
             self._drain(rel, out)
         return False
-
-    def _note_launch(self, line: LogLine) -> StepClock:
-        """What a line tells before the parsers read it; the step clock.
-
-        The last time read, and whether a job starts (or starts again) here.
-        """
-        ctx = self.ctx
-        if line.ts is not None:
-            ctx.last_ts = line.ts
-        clock = ctx.clock
-        if clock.counting:
-            if is_relaunch(line):
-                clock.relaunch()
-        elif clock.base is None and clock.rel == 0 and is_start(line):
-            clock.mark_start()
-        return clock
 
     def _failed_on(self, line: LogLine | None, who: str, exc: Exception) -> None:
         """A parser raised on a line: count the line as not understood and go on with the next.

@@ -45,13 +45,18 @@ _PIPE = re.compile(
 _PIPE_LOSS = re.compile(rf"([^:]+?): ({_N}) ")
 _DIGITS = re.compile(r"\d*")
 _TPUT_END = re.compile(r"MaxMemAllocated=\d+(?:\.\d+)?GB\s*$")
-_PLAIN_RATE = r"[0-9]+(?:\.[0-9]+)?(?:e[-+]?[0-9]+)?"
-_PLAIN_GB = r"[0-9]+(?:\.[0-9]+)?GB"
-#: The ThroughputTimer line of v0.8+ as it almost always is: every figure a plain number, the
-#: four keys in DeepSpeed's order. A subset of what :class:`ProgressParser` reads (which reads
-#: such a line whole), matched in compiled code by the vector path (``dsmon.load.vector``).
+_PLAIN_RATE = r"([0-9]+(?:\.[0-9]+)?(?:e[-+]?[0-9]+)?)"
+#: A memory figure whose bytes an int64 holds.
+_PLAIN_GB = r"([0-9]{1,9}(?:\.[0-9]+)?)GB"
+#: A count that is a step a record may name (below ``schema.MAX_STEP``).
+_PLAIN_COUNT = r"([0-9]{1,15})"
+#: The ThroughputTimer line of v0.8+ as it almost always is: every figure a plain number that
+#: its record holds as it is, the four keys in DeepSpeed's order. A subset of what
+#: :class:`ProgressParser` reads whole, matched in compiled code by the vector path
+#: (``dsmon.load.vector``); groups: epoch, micro_step, global_step, the running and the
+#: current rate, memory and peak memory in GB.
 PLAIN_THROUGHPUT = (
-    r"epoch=[0-9]+/micro_step=[0-9]+/global_step=[0-9]+, "
+    rf"epoch={_PLAIN_COUNT}/micro_step={_PLAIN_COUNT}/global_step={_PLAIN_COUNT}, "
     rf"RunningAvgSamplesPerSec={_PLAIN_RATE}, CurrSamplesPerSec={_PLAIN_RATE}, "
     rf"MemAllocated={_PLAIN_GB}, MaxMemAllocated={_PLAIN_GB}"
 )
@@ -100,12 +105,30 @@ class ProgressParser:
             ts=ctx.ts(line),
             step=step,
             skipped=int(m.group(2)),
-            lr=tuple(_numbers(m.group(3))),
+            lr=tuple(numbers(m.group(3))),
             mom=parse_mom(m.group(4)),
         )
-        ctx.clock.anchor(max(step, 1))  # step=0 at init: step 1 is next
-        self._last_step = (ctx.clock.rel, step)
+        self.stepped(step, ctx)
         return [rec]
+
+    def stepped(self, step: int, ctx: ParseContext) -> None:
+        """A ``step=N`` line read, here or by the vector path: N anchors the clock.
+
+        ``step=0`` is printed at init: step 1 is next. The throughput line that follows in
+        the same step takes N as its own (:meth:`timed`).
+        """
+        ctx.clock.anchor(max(step, 1))
+        self._last_step = (ctx.clock.rel, step)
+
+    def timed(self, global_step: int | None, ctx: ParseContext) -> int | None:
+        """A throughput line read, here or by the vector path: its engine step.
+
+        Its ``global_step`` anchors weakly; its step is the ``step=`` read just before it,
+        else that count (:meth:`_own_step`).
+        """
+        if global_step is not None:
+            ctx.clock.anchor(global_step, weak=True)
+        return self._own_step(ctx, global_step)
 
     def _throughput_line(self, text: str, line: LogLine, ctx: ParseContext) -> list[Record] | None:
         """A ThroughputTimer line of any version -> ThroughputRecord."""
@@ -136,18 +159,17 @@ class ProgressParser:
     ) -> Record:
         """The record of a parsed throughput line; its ``global_step`` anchors weakly."""
         global_step = int(m.group(3)) if new else None
-        if global_step is not None:
-            ctx.clock.anchor(global_step, weak=True)
+        step = self.timed(global_step, ctx)
         running = kv.get("RunningAvgSamplesPerSec", kv.get("SamplesPerSec"))
         return ThroughputRecord(
             src=ctx.src(line, rank=_rank0(line)),
             ts=ctx.ts(line),
-            step=self._own_step(ctx, global_step),
+            step=step,
             epoch=int(m.group(1)),
             micro_step=int(m.group(2)),
             global_step=global_step,
-            samples_per_s=_rate(kv.get("CurrSamplesPerSec")),
-            running_avg_samples_per_s=_rate(running),
+            samples_per_s=rate(kv.get("CurrSamplesPerSec")),
+            running_avg_samples_per_s=rate(running),
             mem_allocated_bytes=units.parse_gb_bytes(kv.get("MemAllocated")),
             max_mem_allocated_bytes=units.parse_gb_bytes(kv.get("MaxMemAllocated")),
         )
@@ -198,11 +220,11 @@ def parse_mom(text: str) -> tuple[tuple[float, ...], ...]:
     """
     inner = text.strip()[1:-1]
     if "(" in inner or "[" in inner:
-        return tuple(tuple(_numbers(g)) for g in _GROUP.findall(inner))
-    return tuple((v,) for v in _numbers(inner))
+        return tuple(tuple(numbers(g)) for g in _GROUP.findall(inner))
+    return tuple((v,) for v in numbers(inner))
 
 
-def _numbers(text: str) -> list[float]:
+def numbers(text: str) -> list[float]:
     """Every number in a printed list (``0``, ``5e-05``, ``0.0009000000000000001``)."""
     return [float(x) for x in _NUM.findall(text)]
 
@@ -230,7 +252,7 @@ def _valid(key: str, value: str) -> bool:
     return _NUM.fullmatch(value) is not None
 
 
-def _rate(value: str | None) -> float | None:
+def rate(value: str | None) -> float | None:
     """Samples per second; ``-inf`` (no step timed yet) is unknown."""
     if value is None:
         return None

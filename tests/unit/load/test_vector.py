@@ -22,10 +22,9 @@ from locations import DATA, ROOT
 from dsmon.load import vector
 from dsmon.load.files import LOG, read_found, read_found_rows, read_log
 from dsmon.load.kinds import Found, classify, discover
+from dsmon.load.plain_rows import ProgressRows
 from dsmon.load.rotated import Carries
-from dsmon.model.records import Record
 from dsmon.parse.base import Diagnostics
-from dsmon.parse.lines import LogLine
 from dsmon.parse.log import LogParser
 from dsmon.store.records.rows import RecordRow, as_row
 
@@ -84,15 +83,19 @@ def test_every_corpus_file_gives_the_same_rows(monkeypatch: pytest.MonkeyPatch) 
 
 
 def _count_progress(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The messages of the progress lines the vector path reads from now on."""
+    """The messages of the progress lines the vector path makes rows of from now on."""
     taken: list[str] = []
-    take = LogParser.take_progress
+    row = ProgressRows.row
 
-    def counting(self: LogParser, line: LogLine) -> list[Record]:
-        taken.append(line.text)
-        return take(self, line)
+    def counting(
+        self: ProgressRows, line: int, offset: int, ts: str | None, rank: int | None, message: str
+    ) -> RecordRow | None:
+        made = row(self, line, offset, ts, rank, message)
+        if made is not None:
+            taken.append(message)
+        return made
 
-    monkeypatch.setattr(LogParser, "take_progress", counting)
+    monkeypatch.setattr(ProgressRows, "row", counting)
     return taken
 
 
@@ -127,6 +130,8 @@ MICRO = "time (ms) | fwd_microstep: 12.30 | bwd_microstep: 30.00 | bwd_inner_mic
 GLOBAL = "time (ms) | fwd: 12.30 | bwd: 30.00 | bwd_inner: 22.41 | bwd_allreduce: 8.34 | step: 11.74"  # fmt: skip
 ZERO = "time (ms) | optimizer_allgather: 11.76 | optimizer_gradients: 51.28 | optimizer_step: 77.51"  # fmt: skip
 STEP = "step=5, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]"
+RESUMED_STEP = "step=136005, skipped=0, lr=[2.012568679065123e-05, 2.012568679065123e-05], mom=[(0.9, 0.95), (0.9, 0.95)]"  # fmt: skip
+RESUMED_TPUT = "[2025-11-10 09:43:39,573] [INFO] [timer.py:264:stop] epoch=0/micro_step=5/global_step=5, RunningAvgSamplesPerSec=2443.9516881034883, CurrSamplesPerSec=2553.443452275532, MemAllocated=3.71GB, MaxMemAllocated=39.0GB"  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -172,8 +177,33 @@ STEP = "step=5, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]"
             "[Rank 0] time (ms) | fwd: 1.00",
             "[Rank 0] time (ms) | fwd: 1.00 | fwd: 2.00",
         ],
+        # progress lines: a resumed run's (its ThroughputTimer counts again from 0; the
+        # field corpus's Aurora run), then figures a record does not hold as printed
+        [H + STEP, f"[Rank 0] {GLOBAL}"]
+        + [
+            line
+            for progress in [
+                [f"{H}[Rank 0] {RESUMED_STEP}", RESUMED_TPUT],
+                [RESUMED_TPUT],
+                [f"{H}[Rank 0] step=9999999999999999, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]"],
+                [
+                    f"{H}[Rank 0] step=7, skipped=12345678901234567890, lr=[0.0001], mom=[[0.9, 0.999]]"
+                ],
+                [f"{H}[Rank 0] step=8, skipped=0, lr=[inf, 0.1], mom=[(0.9, 0.999)]"],
+                [f"{H}[Rank 0] step=9, skipped=0, lr=[0.1], mom=[(1e999, 0.999)]"],
+                [f"{H}[Rank 0] step=9, skipped=0, lr=[0.1], mom=[(0.9, 0.999]]"],
+                [RESUMED_TPUT.replace("MemAllocated=3.71GB", "MemAllocated=12345678901.5GB")],
+                [
+                    RESUMED_TPUT.replace(
+                        "CurrSamplesPerSec=2553.443452275532", "CurrSamplesPerSec=1e400"
+                    )
+                ],
+                [RESUMED_TPUT.replace("global_step=5", "global_step=99999999999999999")],
+            ]
+            for line in [*progress, f"[Rank 0] {MICRO}", f"[Rank 0] {GLOBAL}"]
+        ],
     ],  # fmt: skip
-    ids=["held", "headers-relaunch", "cut-and-odd", "pipeline"],
+    ids=["held", "headers-relaunch", "cut-and-odd", "pipeline", "progress"],
 )
 def test_hand_made_logs_give_the_same_rows(tmp_path: Path, lines: list[str]) -> None:
     per_line, line_diag, vectored, vec_diag = both_ways(_log(tmp_path, "\n".join(lines) + "\n"))
@@ -209,7 +239,7 @@ def test_plain_timer_lines_skip_the_line_parser() -> None:
 
 def test_plain_progress_lines_skip_the_line_parser(monkeypatch: pytest.MonkeyPatch) -> None:
     """On the demo run the step and throughput lines never reach ``LogParser.feed`` once the
-    steps are known, and give the rows the per-line path gives."""
+    steps are known: their rows are made in the vector path, the rows the per-line path makes."""
     fed: list[str] = []
 
     class Counting(LogParser):
@@ -221,10 +251,9 @@ def test_plain_progress_lines_skip_the_line_parser(monkeypatch: pytest.MonkeyPat
     taken = _count_progress(monkeypatch)
     data = DEMO.read_bytes()
     read = list(vector.log_rows(io.BytesIO(data), Counting("demo", "train.log")))
-    steps = [r for r in read if not isinstance(r, RecordRow) and r.KIND in {"step", "throughput"}]
-    assert len(steps) == 13
-    assert len(taken) >= 12
-    assert len(fed) <= 2  # ``step=0`` at the engine's start, before any step is known
+    steps = [r for r in read if isinstance(r, RecordRow) and r.kind in {"step", "throughput"}]
+    assert len(steps) == len(taken) == 12
+    assert len(fed) == 1  # ``step=0`` at the engine's start, before any step is known
     per_line = list(read_log(io.BytesIO(data), LogParser("demo", "train.log")))
     assert [as_row(r) for r in read] == [as_row(r) for r in per_line]
 
