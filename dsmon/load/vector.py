@@ -1,27 +1,38 @@
-"""The vector path of a saved log: lines read in chunks, the plain timer lines found in compiled code.
+"""The vector path of a saved log: lines read in chunks, plain timer and progress lines found in compiled code.
 
 A long run's log is mostly engine timer lines (``[Rank 0] time (ms) | fwd: 12.27 | ...``), one
-to three per step. Offered one by one to the Python parsers, each costs a line cleaning, a
-dispatch through the sub-parsers, and a record built, checked and encoded. Here a chunk of
-lines becomes one polars column, and one regex composed of the patterns the per-line path
-owns (the logger header and ``[Rank N]`` of :mod:`dsmon.parse.lines`, the timer fields of
-:mod:`dsmon.parse.families.timers`) picks out, in compiled code, the timer lines whose every
-field is a plain value; polars extracts their time, rank, field names and values.
+to three per step, and DeepSpeed's progress lines every ``steps_per_print`` steps: the step
+line (``step=N, skipped=S, lr=[...], mom=[...]``) and the ThroughputTimer's
+(``epoch=E/micro_step=M/global_step=G, RunningAvgSamplesPerSec=...``). Offered one by one to
+the Python parsers, each costs a line cleaning, a dispatch through the sub-parsers, and a
+record built, checked and encoded. Here a chunk of lines becomes one polars column, and two
+regexes composed of the patterns the per-line path owns (the logger header and ``[Rank N]``
+of :mod:`dsmon.parse.lines`; the timer fields of :mod:`dsmon.parse.families.timers`; the step
+message and the plain throughput line of :mod:`dsmon.parse.families.progress`) pick out, in
+compiled code, the timer lines whose every field is a plain value and the progress lines of
+those forms; polars extracts their time and rank, a timer line's field names and values, a
+progress line's message.
 
 The log parser is then given every line in file order: each other line goes through
-:meth:`LogParser.feed <dsmon.parse.log.LogParser.feed>` as before, each plain timer line
-through :meth:`LogParser.take_timer <dsmon.parse.log.LogParser.take_timer>`, which moves
-the parser's state (step clock, last time, counts) as ``feed`` would, whenever the parser is
+:meth:`LogParser.feed <dsmon.parse.log.LogParser.feed>` as before; whenever the parser is
 quiet (:meth:`LogParser.quiet <dsmon.parse.log.LogParser.quiet>`: no block open, no line
-joined on trial, steps known). Such a line's record is made straight into the row the store
-keeps (:class:`~dsmon.store.records.rows.RecordRow`), with the JSON body and the key the
-record would have, written from a template the record codec itself made: no record object,
-no check, no encoder call per line.
+joined on trial, steps known), each plain timer line goes through
+:meth:`LogParser.take_timer <dsmon.parse.log.LogParser.take_timer>` and each plain progress
+line through :meth:`LogParser.take_progress_row <dsmon.parse.log.LogParser.take_progress_row>`,
+which move the parser's state (step clock, last time, counts, the progress parser's last
+``step=``) as ``feed`` would. Such a line's record is made straight into the row the store
+keeps (:mod:`dsmon.load.plain_rows`), with the JSON body and the key the record would have,
+written from a template the record codec itself made: no record object, no check, no
+encoder call per line. A progress line with a figure its record would not hold as printed
+(a learning rate that is not finite, a step past the largest a record names) goes to
+``feed`` instead, before anything moved.
 
-Only for files (``dsmon import``, ``dsmon parse``); the live tail parses line by line. polars
-comes with the full install: without it :func:`available` is False and callers read line by
-line. Both ways give the same rows (tests/unit/load/test_vector.py parses every corpus log
-both ways).
+Every other line still costs ``feed``: the training script's own prints, the flops
+profiler's blocks, loss-scale messages (rare, and a skipped step's lines are read with the
+step they belong to), a line the parser reads while it is not quiet. Only for files
+(``dsmon import``, ``dsmon parse``); the live tail parses line by line. polars comes with the
+full install: without it :func:`available` is False and callers read line by line. Both ways
+give the same rows (tests/unit/load/test_vector.py parses every corpus log both ways).
 """
 
 from __future__ import annotations
