@@ -1,9 +1,9 @@
 """The vector path of a saved log stores what the per-line path stores, on every corpus file.
 
 ``dsmon import`` and ``dsmon parse`` find a log's plain timer and progress lines in compiled
-code (``dsmon.load.vector``) and read every other line with the log parser; the live tail reads every
-line with the log parser. The two must give the same rows (key, columns and JSON body, in
-the same order) and the same diagnostics, whatever a file holds.
+code (``dsmon.load.vector``) and read every other line with the log parser; the live tail
+reads every line with the log parser. The two must give the same rows (key, columns and JSON
+body, in the same order) and the same diagnostics, whatever a file holds.
 """
 
 from __future__ import annotations
