@@ -1,27 +1,38 @@
-"""The vector path of a saved log: lines read in chunks, the plain timer lines found in compiled code.
+"""The vector path of a saved log: lines read in chunks, plain timer and progress lines found in compiled code.
 
 A long run's log is mostly engine timer lines (``[Rank 0] time (ms) | fwd: 12.27 | ...``), one
-to three per step. Offered one by one to the Python parsers, each costs a line cleaning, a
-dispatch through the sub-parsers, and a record built, checked and encoded. Here a chunk of
-lines becomes one polars column, and one regex composed of the patterns the per-line path
-owns (the logger header and ``[Rank N]`` of :mod:`dsmon.parse.lines`, the timer fields of
-:mod:`dsmon.parse.families.timers`) picks out, in compiled code, the timer lines whose every
-field is a plain value; polars extracts their time, rank, field names and values.
+to three per step, and DeepSpeed's progress lines every ``steps_per_print`` steps: the step
+line (``step=N, skipped=S, lr=[...], mom=[...]``) and the ThroughputTimer's
+(``epoch=E/micro_step=M/global_step=G, RunningAvgSamplesPerSec=...``). Offered one by one to
+the Python parsers, each costs a line cleaning, a dispatch through the sub-parsers, and a
+record built, checked and encoded. Here a chunk of lines becomes one polars column, and two
+regexes composed of the patterns the per-line path owns (the logger header and ``[Rank N]``
+of :mod:`dsmon.parse.lines`; the timer fields of :mod:`dsmon.parse.families.timers`; the step
+message and the plain throughput line of :mod:`dsmon.parse.families.progress`) pick out, in
+compiled code, the timer lines whose every field is a plain value and the progress lines of
+those forms; polars extracts their time and rank, a timer line's field names and values, a
+progress line's message.
 
 The log parser is then given every line in file order: each other line goes through
-:meth:`LogParser.feed <dsmon.parse.log.LogParser.feed>` as before, each plain timer line
-through :meth:`LogParser.take_timer <dsmon.parse.log.LogParser.take_timer>`, which moves
-the parser's state (step clock, last time, counts) as ``feed`` would, whenever the parser is
+:meth:`LogParser.feed <dsmon.parse.log.LogParser.feed>` as before; whenever the parser is
 quiet (:meth:`LogParser.quiet <dsmon.parse.log.LogParser.quiet>`: no block open, no line
-joined on trial, steps known). Such a line's record is made straight into the row the store
-keeps (:class:`~dsmon.store.records.rows.RecordRow`), with the JSON body and the key the
-record would have, written from a template the record codec itself made: no record object,
-no check, no encoder call per line.
+joined on trial, steps known), each plain timer line goes through
+:meth:`LogParser.take_timer <dsmon.parse.log.LogParser.take_timer>` and each plain progress
+line through :meth:`LogParser.take_progress_row <dsmon.parse.log.LogParser.take_progress_row>`,
+which move the parser's state (step clock, last time, counts, the progress parser's last
+``step=``) as ``feed`` would. Such a line's record is made straight into the row the store
+keeps (:mod:`dsmon.load.plain_rows`), with the JSON body and the key the record would have,
+written from a template the record codec itself made: no record object, no check, no
+encoder call per line. A progress line with a figure its record would not hold as printed
+(a learning rate that is not finite, a step past the largest a record names) goes to
+``feed`` instead, before anything moved.
 
-Only for files (``dsmon import``, ``dsmon parse``); the live tail parses line by line. polars
-comes with the full install: without it :func:`available` is False and callers read line by
-line. Both ways give the same rows (tests/unit/load/test_vector.py parses every corpus log
-both ways).
+Every other line still costs ``feed``: the training script's own prints, the flops
+profiler's blocks, loss-scale messages (rare, and a skipped step's lines are read with the
+step they belong to), a line the parser reads while it is not quiet. Only for files
+(``dsmon import``, ``dsmon parse``); the live tail parses line by line. polars comes with the
+full install: without it :func:`available` is False and callers read line by line. Both ways
+give the same rows (tests/unit/load/test_vector.py parses every corpus log both ways).
 """
 
 from __future__ import annotations
@@ -31,18 +42,16 @@ from collections.abc import Callable, Iterator, Sequence
 from itertools import accumulate, islice
 from typing import TYPE_CHECKING, BinaryIO
 
-import orjson
-
-from dsmon.model import wire
-from dsmon.model.records import Record, Source, TimerRecord
+from dsmon.load.plain_rows import ProgressRows, TimerRows
+from dsmon.model.records import Record
 from dsmon.parse.base import LineParser
 from dsmon.parse.families import timers
+from dsmon.parse.families.progress import PLAIN_THROUGHPUT, STEP_MESSAGE
 from dsmon.parse.launches import START_LOGGERS
 from dsmon.parse.linereader import RawLine, capped_lines, note_cut
 from dsmon.parse.lines import DEEPSPEED_HEADER, RANK_TAG, valid_date
 from dsmon.parse.log import LogParser
 from dsmon.parse.run_files import with_rank
-from dsmon.store.records.keys import MAX_PLACE, identity_digest, place_key, source_head
 from dsmon.store.records.rows import RecordRow
 
 if TYPE_CHECKING:
@@ -57,17 +66,18 @@ PROGRESS_EVERY = 1 << 20
 #: A plain timer line whole: optional logger header, optional ``[Rank N]``, the message.
 PLAIN_TIMER_LINE = f"^(?:{DEEPSPEED_HEADER})?(?:{RANK_TAG})?{timers.PLAIN_MESSAGE}$"
 _FIELD_VALUE = f": {timers.PLAIN_VALUE}"
+#: What the line cleaner takes off a line before its message: logger header, ``[Rank N]``.
+_HEADS = f"^(?:{DEEPSPEED_HEADER})?(?:{RANK_TAG})?"
+#: A plain progress line whole: the step line, or the v0.8+ ThroughputTimer line of plain
+#: figures (digits and spaces in ASCII only, as ``(?-u)`` reads ``\\d`` and ``\\s``: a subset
+#: of what the progress parser's own regexes read).
+PLAIN_PROGRESS_LINE = f"{_HEADS}(?-u:{STEP_MESSAGE}|{PLAIN_THROUGHPUT})$"
 #: What the line cleaner would act on (a ``\r`` that splits tqdm redraws, ANSI colours, a
 #: second ``[`` inside the logger header, where a glued line could start): such a line is
 #: left to the per-line path.
 _CLEANED = r"[\r\x1b]|^\[[^\]]*\] \[[A-Z]+\] \[[^\]]*\["
 #: ``12.30`` is the float 12.3, which the record's JSON writes ``12.3`` (``0.00``: ``0.0``).
 _TRAILING_ZERO = r"^(\d+\.\d)0$"
-
-
-def _json(value: object) -> str:
-    """A value as the record codec writes it."""
-    return orjson.dumps(value).decode("utf-8")
 
 
 def available() -> bool:
@@ -78,38 +88,49 @@ def available() -> bool:
         return False
 
 
-class PlainTimers:
-    """The plain timer lines of one chunk, in file order (parallel lists, index in the chunk)."""
+class PlainLines:
+    """The plain timer and progress lines of one chunk, in file order (parallel lists).
 
-    __slots__ = ("index", "ts", "rank", "shape", "values")
+    ``index`` is the line's place in the chunk, ``timer`` whether it is a timer line (else a
+    progress line); ``shape`` and ``values`` are a timer line's, ``message`` a progress
+    line's (what the line cleaner would leave of it).
+    """
+
+    __slots__ = ("index", "timer", "ts", "rank", "shape", "values", "message")
 
     def __init__(self, frame: pl.DataFrame) -> None:
         self.index: list[int] = frame["i"].to_list()
+        self.timer: list[bool] = frame["timer"].to_list()
         self.ts: list[str | None] = frame["ts"].to_list()
         self.rank: list[int | None] = frame["rank"].to_list()
-        self.shape: list[str] = frame["shape"].to_list()
-        self.values: list[str] = frame["values"].to_list()
+        self.shape: list[str | None] = frame["shape"].to_list()
+        self.values: list[str | None] = frame["values"].to_list()
+        self.message: list[str | None] = frame["message"].to_list()
 
 
-def find_plain_timers(texts: Sequence[str]) -> PlainTimers:
-    """The lines of ``texts`` (decoded, newline kept or not) that are plain timer lines."""
+def find_plain_lines(texts: Sequence[str]) -> PlainLines:
+    """The lines of ``texts`` (decoded, newline kept or not) that are plain timer or progress lines."""
     import polars as pl
 
     t = pl.col("t")
     frame = (
         pl.DataFrame({"t": pl.Series(texts, dtype=pl.String)})
         .with_row_index("i")
-        .filter(t.str.contains("time (ms) |", literal=True))  # the cheap test first
+        .filter(t.str.contains_any(["time (ms) |", "step="]))  # the cheap test first
         .with_columns(t.str.strip_chars_end("\r\n"))
-        .filter(t.str.contains(PLAIN_TIMER_LINE), ~t.str.contains(_CLEANED, literal=False))
+        .with_columns(timer=t.str.contains(PLAIN_TIMER_LINE))
+        .filter(
+            pl.col("timer") | t.str.contains(PLAIN_PROGRESS_LINE),
+            ~t.str.contains(_CLEANED, literal=False),
+        )
     )
     head = t.str.starts_with("[") & ~t.str.starts_with("[Rank ")
     frame = frame.with_columns(
         date=pl.when(head).then(t.str.slice(1, 10)),
         time=pl.when(head).then(t.str.slice(12, 8)),
         logger=t.str.extract(r"^\[[^\]]+\] \[[A-Z]+\] \[([^\]:]+):", 1),
-        rank=t.str.extract(r"\[Rank (-?\d+)\] time \(ms\)", 1),
-        body=t.str.extract(r"time \(ms\) \|(.*)$", 1),
+        rank=t.str.extract(r"\[Rank (-?\d+)\] (?:time \(ms\)|step=|epoch=)", 1),
+        body=pl.when("timer").then(t.str.extract(r"time \(ms\) \|(.*)$", 1)),
     )
     bad_dates = [d for d in frame["date"].drop_nulls().unique().to_list() if not valid_date(d)]
     time = pl.col("time")
@@ -123,101 +144,16 @@ def find_plain_timers(texts: Sequence[str]) -> PlainTimers:
         pl.col("rank").is_null() | pl.col("rank").str.contains(r"^[0-9]{1,9}$"),  # a plain rank
     ).select(
         "i",
+        "timer",
         pl.col("rank").cast(pl.Int64),
         ts=pl.concat_str(pl.col("date"), pl.lit("T"), time, pl.lit("."), t.str.slice(21, 3)),
         shape=body.str.replace_all(_FIELD_VALUE, ": #"),
         values=body.str.extract_all(_FIELD_VALUE)
         .list.eval(pl.element().str.slice(2).str.replace(_TRAILING_ZERO, "${1}"))
         .list.join(","),
+        message=pl.when(~pl.col("timer")).then(t.str.replace(_HEADS, "")),
     )
-    return PlainTimers(frame)
-
-
-class TimerRows:
-    """Rows of one file's plain timer lines: each as the per-line path would store its record.
-
-    The JSON body comes from a template the record codec writes for a sample record of the
-    file (so field order and encoding are the codec's), filled per line with the values that
-    differ; the key is :func:`~dsmon.store.records.keys.identity_digest`'s of the same identity
-    (:func:`~dsmon.store.records.keys.place_key`, its source's parts made once).
-    """
-
-    #: The fields filled per line, in the order :meth:`row` gives them to the template.
-    _FILLED = ("line", "offset", "rank", "step", "micro_step", "ts", "group", "values_ms", "legacy")
-
-    def __init__(self, parser: LogParser, file_rank: int | None) -> None:
-        ctx = parser.ctx
-        self.run, self.file, self.node = ctx.run, ctx.file, ctx.node
-        self.file_rank = file_rank
-        self._head = source_head(self.run, self.node or "", self.file or "")
-        self._shapes: dict[str, tuple[timers.PlainShape, str, str] | None] = {}
-        # Stand-ins written into the sample record, found again in its JSON.
-        ints = {"line": 918273601, "offset": 918273602, "rank": 918273603, "step": 918273604}
-        ints["micro_step"] = 918273605
-        ts, group, values = "\x01ts", "\x01group", {"\x01v": 0.5}
-        sample = TimerRecord(
-            src=Source(run=ctx.run, file=ctx.file, line=ints["line"], offset=ints["offset"],
-                       node=ctx.node, rank=ints["rank"], sub=0),
-            ts=ts, step=ints["step"], group=group, values_ms=values,
-            micro_step=ints["micro_step"], legacy=True,
-        )  # fmt: skip
-        printed = {name: f'"{name}":{value}' for name, value in ints.items()}
-        printed["ts"] = f'"ts":{_json(ts)}'
-        printed["group"] = f'"group":{_json(group)}'
-        printed["values_ms"] = f'"values_ms":{_json(values)}'
-        printed["legacy"] = '"legacy":true'
-        text = wire.encode(sample).replace("{", "{{").replace("}", "}}")
-        for name, json_text in printed.items():
-            escaped = json_text.replace("{", "{{").replace("}", "}}")
-            if text.count(escaped) != 1:
-                raise AssertionError(f"timer record JSON: {json_text} not found once in {text}")
-            text = text.replace(escaped, f'"{name}":{{{self._FILLED.index(name)}}}')
-        self._template = text
-
-    def shape(self, printed: str) -> tuple[timers.PlainShape, str, str] | None:
-        """How the timer parser reads a line of this shape; its values' template and legacy flag."""
-        if printed in self._shapes:
-            return self._shapes[printed]
-        known = timers.plain_shape(printed.replace(": #", ": 0.00"))
-        made = None
-        if known is not None:
-            names = ",".join(f"{_json(n).replace('%', '%%')}:%s" for n in known.names)
-            made = known, "{" + names + "}", "true" if known.legacy else "false"
-        self._shapes[printed] = made
-        return made
-
-    def row(
-        self,
-        line: int,
-        offset: int,
-        facts: tuple[int | None, int | None, str, str | None],
-        rank: int | None,
-        values: str,
-        shape: tuple[timers.PlainShape, str, str],
-    ) -> RecordRow:
-        """The stored row of one plain timer line (``facts``: ``LogParser.take_timer``'s)."""
-        step, micro, group, ts = facts
-        if rank is None:
-            rank = self.file_rank
-        body = self._template.format(
-            line,
-            offset,
-            "null" if rank is None else rank,
-            "null" if step is None else step,
-            "null" if micro is None else micro,
-            "null" if ts is None else f'"{ts}"',
-            f'"{group}"',
-            shape[1] % tuple(values.split(",")),
-            shape[2],
-        )
-        key = (
-            place_key(self._head, "o", offset, 0, "timer")
-            if 0 <= offset < MAX_PLACE
-            else identity_digest(
-                self.run, self.node or "", self.file or "", f"o{offset}", 0, "timer"
-            )
-        )
-        return RecordRow(key, self.run, "timer", step, ts, self.node, rank, self.file, line, body)
+    return PlainLines(frame)
 
 
 def log_rows(
@@ -232,32 +168,55 @@ def log_rows(
     records; ``rank`` is the file's rank, given to records whose line names none.
     """
     rows = TimerRows(parser, rank)
+    progress_rows = ProgressRows(parser)
+    takes_progress = parser.takes_progress()
     lines = capped_lines(stream)
     offset = reported = lineno = 0
     while chunk := list(islice(lines, CHUNK_LINES)):
         texts = [raw.data.decode("utf-8", "replace") for raw in chunk]
         starts = [offset + s for s in accumulate((0, *(raw.size for raw in chunk[:-1])))]
-        plain = find_plain_timers(texts)
+        plain = find_plain_lines(texts)
         out: list[Record | RecordRow] = []
         pos = 0
         quiet = False
-        for j, ts, line_rank, printed, values in zip(
-            plain.index, plain.ts, plain.rank, plain.shape, plain.values, strict=True
+        for j, timer, ts, line_rank, printed, values, message in zip(
+            plain.index,
+            plain.timer,
+            plain.ts,
+            plain.rank,
+            plain.shape,
+            plain.values,
+            plain.message,
+            strict=True,
         ):
             if pos < j:
                 _feed(parser, chunk, texts, starts, lineno, pos, j, rank, out)
                 quiet = parser.quiet()
             elif pos == 0:
                 quiet = parser.quiet()
-            known = rows.shape(printed) if quiet and not chunk[j].cut else None
-            if known is None:
-                _feed(parser, chunk, texts, starts, lineno, j, j + 1, rank, out)
-                quiet = parser.quiet()
-            else:
-                at = lineno + j + 1
-                facts = parser.take_timer(at, starts[j], ts, line_rank, known[0])
-                out.append(rows.row(at, starts[j], facts, line_rank, values, known))
             pos = j + 1
+            at = lineno + pos
+            if not quiet or chunk[j].cut:
+                _feed(parser, chunk, texts, starts, lineno, j, pos, rank, out)
+                quiet = parser.quiet()
+            elif timer:
+                assert printed is not None and values is not None
+                known = rows.shape(printed)
+                if known is None:
+                    _feed(parser, chunk, texts, starts, lineno, j, pos, rank, out)
+                    quiet = parser.quiet()
+                else:
+                    facts = parser.take_timer(at, starts[j], ts, line_rank, known[0])
+                    out.append(rows.row(at, starts[j], facts, line_rank, values, known))
+            elif (
+                takes_progress
+                and message is not None
+                and (made := progress_rows.row(at, starts[j], ts, line_rank, message))
+            ):
+                out.append(made)  # the clock only anchored: the parser stays quiet
+            else:
+                _feed(parser, chunk, texts, starts, lineno, j, pos, rank, out)
+                quiet = parser.quiet()
         _feed(parser, chunk, texts, starts, lineno, pos, len(chunk), rank, out)
         yield from out
         lineno += len(chunk)

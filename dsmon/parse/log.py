@@ -110,6 +110,13 @@ class LogParser:
         #: The timer parser when it sees every line first: then the vector path may read
         #: plain timer lines for it (``take_timer``).
         self._timers = first if isinstance(first, TimerParser) else None
+        second = self._parsers[1] if len(self._parsers) > 1 else None
+        #: The progress parser when it sees every line second, after the timer parser (which
+        #: reads no progress line): then the vector path may read plain progress lines for it
+        #: (``take_progress_row``).
+        self._progress = (
+            second if self._timers is not None and isinstance(second, ProgressParser) else None
+        )
         self._cleaner = LineCleaner()
         self._lineno = 0
         self._carry: LogLine | None = None
@@ -208,15 +215,7 @@ class LogParser:
         starts nothing and is counted nowhere.
         """
         ctx = self.ctx
-        self._lineno = line
-        ctx.diag.lines += 1
-        if self._at_start:
-            self._at_start = False
-            if offset == 0:
-                ctx.clock.file_start()
-        self._cleaner.plain_line()
-        ctx.bar = None
-        ctx.final = False
+        self._read_plain(line, offset)
         if ts is not None:
             ctx.last_ts = ts
         clock = ctx.clock
@@ -227,6 +226,58 @@ class LogParser:
         self._plain_last = (line, offset, ts, rank)
         ctx.diag.records += 1
         return clock.stamp(rel), micro, group, ctx.last_ts
+
+    def _read_plain(self, line: int, offset: int | None) -> None:
+        """A line the vector path read whole is read: what :meth:`feed` does before the parsers.
+
+        Such a line starts with a header, ``[Rank N]`` or a word, and holds no bar, paste or
+        second line (``LineCleaner.plain_line``).
+        """
+        ctx = self.ctx
+        self._lineno = line
+        ctx.diag.lines += 1
+        if self._at_start:
+            self._at_start = False
+            if offset == 0:
+                ctx.clock.file_start()
+        self._cleaner.plain_line()
+        ctx.bar = None
+        ctx.final = False
+
+    def takes_progress(self) -> bool:
+        """Whether :meth:`take_progress_row` may be used at all (the default parsers, offline)."""
+        return self._progress is not None and not self.live
+
+    def take_progress_row(
+        self, line: int, offset: int, ts: str | None, rank: int | None, step: int, timed: bool
+    ) -> tuple[int | None, str | None]:
+        """A plain progress line whose row the vector path makes itself, while :meth:`quiet`.
+
+        ``step`` is the ``step=N`` of a step line, or a throughput line's ``global_step``
+        (``timed``). The parser moves as :meth:`feed` would move it (the cleaner, the counts,
+        the last time read, the step clock, the progress parser's memory of the last
+        ``step=``); returned is what the line's record holds beside the line's own figures:
+        ``(step, ts)``. Such a line has no launcher or paste about it and a valid time (the
+        vector path leaves out every other), so it starts nothing; its figures are ones the
+        record holds as they are (``dsmon.load.plain_rows.ProgressRows`` gives every other to
+        :meth:`feed`), so it is counted nowhere. The timer parser, offered such a line first
+        by :meth:`feed`, takes none.
+        """
+        ctx = self.ctx
+        self._read_plain(line, offset)
+        if ts is not None:
+            ctx.last_ts = ts
+        progress = self._progress
+        assert progress is not None  # takes_progress() says so
+        if timed:
+            own = progress.timed(step, ctx)
+        else:
+            progress.stepped(step, ctx)
+            own = step
+        self._last = None
+        self._plain_last = (line, offset, ts, rank)
+        ctx.diag.records += 1
+        return own, ctx.last_ts
 
     def feed_lines(self, lines: Iterable[str]) -> Iterator[Record]:
         """Parse a whole stream, then finish it."""

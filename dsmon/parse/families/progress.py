@@ -22,11 +22,14 @@ from dsmon.model.records import IterationRecord, Record, StepRecord, ThroughputR
 from dsmon.parse.base import NEED_MORE, ParseContext
 from dsmon.parse.lines import LogLine
 
-# ``mom`` holds numbers, tuples and lists only: a wrapped line joined with the next line's
-# header (``mom=`` + ``[`` + ``[2023-04-18 01:47:43,854] [INFO]``) must not read as momentum.
-_STEP = re.compile(
+#: The step line's message (``mom`` holds numbers, tuples and lists only: a wrapped line joined
+#: with the next line's header, ``mom=`` + ``[`` + ``[2023-04-18 01:47:43,854] [INFO]``, must not
+#: read as momentum). A pattern text, also matched in compiled code by the vector path
+#: (``dsmon.load.vector``), there with ASCII digits and spaces only.
+STEP_MESSAGE = (
     r"step=(\d+), skipped=(\d+), lr=(\[[-+.\deEinfa\s,]*\]), mom=(\[[-+.\deE\s,()\[\]]*\])\s*$"
 )
+_STEP = re.compile(STEP_MESSAGE)
 _STEP_HEAD = re.compile(r"step=\d+, skipped=\d+, ")
 _NUM = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:inf|nan)")
 _GROUP = re.compile(r"[(\[]([^()\[\]]*)[)\]]")
@@ -42,6 +45,21 @@ _PIPE = re.compile(
 _PIPE_LOSS = re.compile(rf"([^:]+?): ({_N}) ")
 _DIGITS = re.compile(r"\d*")
 _TPUT_END = re.compile(r"MaxMemAllocated=\d+(?:\.\d+)?GB\s*$")
+_PLAIN_RATE = r"([0-9]+(?:\.[0-9]+)?(?:e[-+]?[0-9]+)?)"
+#: A memory figure whose bytes an int64 holds.
+_PLAIN_GB = r"([0-9]{1,9}(?:\.[0-9]+)?)GB"
+#: A count that is a step a record may name (below ``schema.MAX_STEP``).
+_PLAIN_COUNT = r"([0-9]{1,15})"
+#: The ThroughputTimer line of v0.8+ as it almost always is: every figure a plain number that
+#: its record holds as it is, the four keys in DeepSpeed's order. A subset of what
+#: :class:`ProgressParser` reads whole, matched in compiled code by the vector path
+#: (``dsmon.load.vector``); groups: epoch, micro_step, global_step, the running and the
+#: current rate, memory and peak memory in GB.
+PLAIN_THROUGHPUT = (
+    rf"epoch={_PLAIN_COUNT}/micro_step={_PLAIN_COUNT}/global_step={_PLAIN_COUNT}, "
+    rf"RunningAvgSamplesPerSec={_PLAIN_RATE}, CurrSamplesPerSec={_PLAIN_RATE}, "
+    rf"MemAllocated={_PLAIN_GB}, MaxMemAllocated={_PLAIN_GB}"
+)
 #: How each line begins, up to where its own regex can tell a cut line (``#`` = digits).
 _STEP_START = ("step=", "#", ", skipped=", "#", ", lr=[")
 _TPUT_START = ("epoch=", "#", "/micro_step=", "#", "/global_step=", "#", ", ")
@@ -87,12 +105,30 @@ class ProgressParser:
             ts=ctx.ts(line),
             step=step,
             skipped=int(m.group(2)),
-            lr=tuple(_numbers(m.group(3))),
+            lr=tuple(numbers(m.group(3))),
             mom=parse_mom(m.group(4)),
         )
-        ctx.clock.anchor(max(step, 1))  # step=0 at init: step 1 is next
-        self._last_step = (ctx.clock.rel, step)
+        self.stepped(step, ctx)
         return [rec]
+
+    def stepped(self, step: int, ctx: ParseContext) -> None:
+        """A ``step=N`` line read, here or by the vector path: N anchors the clock.
+
+        ``step=0`` is printed at init: step 1 is next. The throughput line that follows in
+        the same step takes N as its own (:meth:`timed`).
+        """
+        ctx.clock.anchor(max(step, 1))
+        self._last_step = (ctx.clock.rel, step)
+
+    def timed(self, global_step: int | None, ctx: ParseContext) -> int | None:
+        """A throughput line read, here or by the vector path: its engine step.
+
+        Its ``global_step`` anchors weakly; its step is the ``step=`` read just before it,
+        else that count (:meth:`_own_step`).
+        """
+        if global_step is not None:
+            ctx.clock.anchor(global_step, weak=True)
+        return self._own_step(ctx, global_step)
 
     def _throughput_line(self, text: str, line: LogLine, ctx: ParseContext) -> list[Record] | None:
         """A ThroughputTimer line of any version -> ThroughputRecord."""
@@ -123,18 +159,17 @@ class ProgressParser:
     ) -> Record:
         """The record of a parsed throughput line; its ``global_step`` anchors weakly."""
         global_step = int(m.group(3)) if new else None
-        if global_step is not None:
-            ctx.clock.anchor(global_step, weak=True)
+        step = self.timed(global_step, ctx)
         running = kv.get("RunningAvgSamplesPerSec", kv.get("SamplesPerSec"))
         return ThroughputRecord(
             src=ctx.src(line, rank=_rank0(line)),
             ts=ctx.ts(line),
-            step=self._own_step(ctx, global_step),
+            step=step,
             epoch=int(m.group(1)),
             micro_step=int(m.group(2)),
             global_step=global_step,
-            samples_per_s=_rate(kv.get("CurrSamplesPerSec")),
-            running_avg_samples_per_s=_rate(running),
+            samples_per_s=rate(kv.get("CurrSamplesPerSec")),
+            running_avg_samples_per_s=rate(running),
             mem_allocated_bytes=units.parse_gb_bytes(kv.get("MemAllocated")),
             max_mem_allocated_bytes=units.parse_gb_bytes(kv.get("MaxMemAllocated")),
         )
@@ -185,11 +220,11 @@ def parse_mom(text: str) -> tuple[tuple[float, ...], ...]:
     """
     inner = text.strip()[1:-1]
     if "(" in inner or "[" in inner:
-        return tuple(tuple(_numbers(g)) for g in _GROUP.findall(inner))
-    return tuple((v,) for v in _numbers(inner))
+        return tuple(tuple(numbers(g)) for g in _GROUP.findall(inner))
+    return tuple((v,) for v in numbers(inner))
 
 
-def _numbers(text: str) -> list[float]:
+def numbers(text: str) -> list[float]:
     """Every number in a printed list (``0``, ``5e-05``, ``0.0009000000000000001``)."""
     return [float(x) for x in _NUM.findall(text)]
 
@@ -217,7 +252,7 @@ def _valid(key: str, value: str) -> bool:
     return _NUM.fullmatch(value) is not None
 
 
-def _rate(value: str | None) -> float | None:
+def rate(value: str | None) -> float | None:
     """Samples per second; ``-inf`` (no step timed yet) is unknown."""
     if value is None:
         return None

@@ -1,9 +1,9 @@
 """The vector path of a saved log stores what the per-line path stores, on every corpus file.
 
-``dsmon import`` and ``dsmon parse`` read a log's plain timer lines in compiled code
-(``dsmon.load.vector``) and every other line with the log parser; the live tail reads every
-line with the log parser. The two must give the same rows (key, columns and JSON body, in
-the same order) and the same diagnostics, whatever a file holds.
+``dsmon import`` and ``dsmon parse`` find a log's plain timer and progress lines in compiled
+code (``dsmon.load.vector``) and read every other line with the log parser; the live tail
+reads every line with the log parser. The two must give the same rows (key, columns and JSON
+body, in the same order) and the same diagnostics, whatever a file holds.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import importlib.util
 import io
 from pathlib import Path
 
+import lanes
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,8 +20,9 @@ from lanes import examples, sample
 from locations import DATA, ROOT
 
 from dsmon.load import vector
-from dsmon.load.files import LOG, read_found, read_found_rows
+from dsmon.load.files import LOG, read_found, read_found_rows, read_log
 from dsmon.load.kinds import Found, classify, discover
+from dsmon.load.plain_rows import ProgressRows
 from dsmon.load.rotated import Carries
 from dsmon.parse.base import Diagnostics
 from dsmon.parse.log import LogParser
@@ -61,10 +63,11 @@ def both_ways(found: Found) -> tuple[list[RecordRow], Diagnostics, list[RecordRo
 TAKEN: list[int] = []
 
 
-def test_every_corpus_file_gives_the_same_rows() -> None:
+def test_every_corpus_file_gives_the_same_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     every = corpus_files()
     assert len(every) > 100  # tests/data alone holds more logs than this
     files = sample(every)
+    progress = _count_progress(monkeypatch)
     for path in files:
         found = _as_log(path)
         assert found is not None
@@ -73,6 +76,27 @@ def test_every_corpus_file_gives_the_same_rows() -> None:
         assert vec_diag == line_diag, path
     # the vector path itself took the timer lines (3,500 of them in all, 500 in the fast lane)
     assert sum(TAKEN[-len(files) :]) > 200
+    # and step and throughput lines (376 in all, 155 in the fast lane), of every momentum form
+    assert len(progress) > 100
+    assert {m.split("=")[0] for m in progress} == {"step", "epoch"}
+    assert lanes.FAST or any("mom=[[" in m for m in progress)  # DeepSpeed before 0.7's lists
+
+
+def _count_progress(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The messages of the progress lines the vector path makes rows of from now on."""
+    taken: list[str] = []
+    row = ProgressRows.row
+
+    def counting(
+        self: ProgressRows, line: int, offset: int, ts: str | None, rank: int | None, message: str
+    ) -> RecordRow | None:
+        made = row(self, line, offset, ts, rank, message)
+        if made is not None:
+            taken.append(message)
+        return made
+
+    monkeypatch.setattr(ProgressRows, "row", counting)
+    return taken
 
 
 def test_every_run_folder_gives_the_same_rows() -> None:
@@ -106,6 +130,8 @@ MICRO = "time (ms) | fwd_microstep: 12.30 | bwd_microstep: 30.00 | bwd_inner_mic
 GLOBAL = "time (ms) | fwd: 12.30 | bwd: 30.00 | bwd_inner: 22.41 | bwd_allreduce: 8.34 | step: 11.74"  # fmt: skip
 ZERO = "time (ms) | optimizer_allgather: 11.76 | optimizer_gradients: 51.28 | optimizer_step: 77.51"  # fmt: skip
 STEP = "step=5, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]"
+RESUMED_STEP = "step=136005, skipped=0, lr=[2.012568679065123e-05, 2.012568679065123e-05], mom=[(0.9, 0.95), (0.9, 0.95)]"  # fmt: skip
+RESUMED_TPUT = "[2025-11-10 09:43:39,573] [INFO] [timer.py:264:stop] epoch=0/micro_step=5/global_step=5, RunningAvgSamplesPerSec=2443.9516881034883, CurrSamplesPerSec=2553.443452275532, MemAllocated=3.71GB, MaxMemAllocated=39.0GB"  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -151,8 +177,33 @@ STEP = "step=5, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]"
             "[Rank 0] time (ms) | fwd: 1.00",
             "[Rank 0] time (ms) | fwd: 1.00 | fwd: 2.00",
         ],
+        # progress lines: a resumed run's (its ThroughputTimer counts again from 0; the
+        # field corpus's Aurora run), then figures a record does not hold as printed
+        [H + STEP, f"[Rank 0] {GLOBAL}"]
+        + [
+            line
+            for progress in [
+                [f"{H}[Rank 0] {RESUMED_STEP}", RESUMED_TPUT],
+                [RESUMED_TPUT],
+                [f"{H}[Rank 0] step=9999999999999999, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]"],
+                [
+                    f"{H}[Rank 0] step=7, skipped=12345678901234567890, lr=[0.0001], mom=[[0.9, 0.999]]"
+                ],
+                [f"{H}[Rank 0] step=8, skipped=0, lr=[inf, 0.1], mom=[(0.9, 0.999)]"],
+                [f"{H}[Rank 0] step=9, skipped=0, lr=[0.1], mom=[(1e999, 0.999)]"],
+                [f"{H}[Rank 0] step=9, skipped=0, lr=[0.1], mom=[(0.9, 0.999]]"],
+                [RESUMED_TPUT.replace("MemAllocated=3.71GB", "MemAllocated=12345678901.5GB")],
+                [
+                    RESUMED_TPUT.replace(
+                        "CurrSamplesPerSec=2553.443452275532", "CurrSamplesPerSec=1e400"
+                    )
+                ],
+                [RESUMED_TPUT.replace("global_step=5", "global_step=99999999999999999")],
+            ]
+            for line in [*progress, f"[Rank 0] {MICRO}", f"[Rank 0] {GLOBAL}"]
+        ],
     ],  # fmt: skip
-    ids=["held", "headers-relaunch", "cut-and-odd", "pipeline"],
+    ids=["held", "headers-relaunch", "cut-and-odd", "pipeline", "progress"],
 )
 def test_hand_made_logs_give_the_same_rows(tmp_path: Path, lines: list[str]) -> None:
     per_line, line_diag, vectored, vec_diag = both_ways(_log(tmp_path, "\n".join(lines) + "\n"))
@@ -184,6 +235,27 @@ def test_plain_timer_lines_skip_the_line_parser() -> None:
     timers = sum(1 for r in rows if isinstance(r, RecordRow) and r.kind == "timer")
     assert timers > 80
     assert fed < 5
+
+
+def test_plain_progress_lines_skip_the_line_parser(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the demo run the step and throughput lines never reach ``LogParser.feed`` once the
+    steps are known: their rows are made in the vector path, the rows the per-line path makes."""
+    fed: list[str] = []
+
+    class Counting(LogParser):
+        def feed(self, raw: str, offset: int | None = None, line: int | None = None) -> list:  # type: ignore[type-arg]
+            if "step=" in raw:
+                fed.append(raw)
+            return super().feed(raw, offset, line)
+
+    taken = _count_progress(monkeypatch)
+    data = DEMO.read_bytes()
+    read = list(vector.log_rows(io.BytesIO(data), Counting("demo", "train.log")))
+    steps = [r for r in read if isinstance(r, RecordRow) and r.kind in {"step", "throughput"}]
+    assert len(steps) == len(taken) == 12
+    assert len(fed) == 1  # ``step=0`` at the engine's start, before any step is known
+    per_line = list(read_log(io.BytesIO(data), LogParser("demo", "train.log")))
+    assert [as_row(r) for r in read] == [as_row(r) for r in per_line]
 
 
 def test_progress_counts_every_byte_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -223,6 +295,33 @@ def _timer_lines(draw: st.DrawFn) -> str:
     )
 
 
+#: Progress messages of real runs (tests/data, the demo run): the step line of every momentum
+#: form, the v0.8+ ThroughputTimer line, and look-alikes the vector path leaves to the parser.
+_PROGRESS = st.sampled_from(
+    [
+        STEP,
+        "step=2000, skipped=1995, lr=[0.001, 0.001], mom=[0.0, 0.0]",
+        "step=25, skipped=5, lr=[1.446140557591026e-05], mom=[[0.8, 0.999]]",
+        "step=5, skipped=0, lr=[9.999999999999999e-06, 9.999999999999999e-06], mom=[(0.9, 0.999), (0.9, 0.999)]",
+        "epoch=0/micro_step=5/global_step=5, RunningAvgSamplesPerSec=141.04703749267884, CurrSamplesPerSec=127.54886405854509, MemAllocated=0.42GB, MaxMemAllocated=0.42GB",
+        "epoch=0/micro_step=10/global_step=10, RunningAvgSamplesPerSec=-inf, CurrSamplesPerSec=-inf, MemAllocated=0.42GB, MaxMemAllocated=0.43GB",
+        "step=0, skipped=0, lr=[inf], mom=[(0.9, 0.999)]",
+        "step=١, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]",
+        "step=5, skipped=0, lr=[0.0001], mom=",
+    ]
+)  # fmt: skip
+
+
+@st.composite
+def _progress_lines(draw: st.DrawFn) -> str:
+    return (
+        draw(_PIECES)
+        + draw(_PIECES)
+        + draw(_PROGRESS)
+        + draw(st.sampled_from(["", " ", "\r", "`", "\t"]))
+    )
+
+
 @settings(
     max_examples=examples(60),
     deadline=None,
@@ -230,12 +329,18 @@ def _timer_lines(draw: st.DrawFn) -> str:
 )
 @given(
     lines=st.lists(
-        st.one_of(_timer_lines(), st.sampled_from([H + STEP, f"[Rank 0] {GLOBAL}", "ti", ""])),
+        st.one_of(
+            _timer_lines(),
+            _progress_lines(),
+            st.sampled_from([H + STEP, f"[Rank 0] {GLOBAL}", f"[Rank 0] {MICRO}", "ti", ""]),
+        ),
         min_size=1,
         max_size=40,
     )
 )
-def test_any_mix_of_timer_lines_gives_the_same_rows(tmp_path: Path, lines: list[str]) -> None:
+def test_any_mix_of_timer_and_progress_lines_gives_the_same_rows(
+    tmp_path: Path, lines: list[str]
+) -> None:
     per_line, line_diag, vectored, vec_diag = both_ways(_log(tmp_path, "\n".join(lines) + "\n"))
     assert vectored == per_line
     assert vec_diag == line_diag
