@@ -27,7 +27,7 @@ from dsmon.serve.batch import (
 )
 from dsmon.serve.rows import check_lines
 from dsmon.store.gpu.rows import sample_row
-from dsmon.store.records.rows import record_row
+from dsmon.store.records.rows import RecordRow, record_row
 from dsmon.store.store import RowBatch
 
 #: The batch decoders a bad line must be refused by alike: the records' and the server's.
@@ -236,10 +236,9 @@ def test_lines_are_cut_at_newlines_only() -> None:
     body = b"\r\n".join([timer, b"", b"  " + timer + b"\t", b"\r", timer.replace(b'"z2"', b'"z3"')])
     got = parse_batch_rows(body + b"\n\n")
     assert got == reference_rows(body + b"\n\n")
-    assert [wire.decode(r.body).group for r in got.rows] == [text] * 3  # type: ignore[attr-defined]
-    assert [r.body for r in got.rows] == [
-        line.strip() for line in body.decode().split("\n") if line.strip()
-    ]
+    bodies = [RecordRow._make(r).body for r in got.rows]  # rows are plain tuples
+    assert [wire.decode(b).group for b in bodies] == [text] * 3  # type: ignore[attr-defined]
+    assert bodies == [line.strip() for line in body.decode().split("\n") if line.strip()]
 
 
 def test_surrogate_pairs_are_fine() -> None:
@@ -379,7 +378,7 @@ def test_lines_left_to_parse_line_keep_their_place() -> None:
     assert [o.number for o in check_lines(body).others] == [2, 4]
     got = parse_batch_rows(body)
     expected = reference_rows(body)
-    assert [r.line for r in got.rows] == [1, 2, 3]
+    assert [RecordRow._make(r).line for r in got.rows] == [1, 2, 3]
     assert got == expected
     assert [s.t_ms for s in got.samples] == sorted(s.t_ms for s in got.samples)
 
@@ -424,7 +423,7 @@ def test_lines_the_fast_path_leaves_alone_are_judged_as_before(line: str, fast: 
     assert (not check_lines(body).others) == fast
     (row,) = parse_batch_rows(body).rows
     assert row[:-1] == expected[0][:-1]
-    assert wire.decode(row.body) == wire.decode(expected[0].body)
+    assert wire.decode(RecordRow._make(row).body) == wire.decode(RecordRow._make(expected[0]).body)
 
 
 def outcome(decode: object, body: bytes) -> object:
