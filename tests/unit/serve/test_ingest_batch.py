@@ -402,6 +402,10 @@ def test_the_server_keys_every_place_as_records_do(place: dict[str, int | None])
     assert row == record_row(wire.decode(line), line)
 
 
+#: An event line with its ``detail`` (free-form JSON) in the place of ``{}``.
+_EVENT = '{{"kind": "event", "src": {{"run": "z2", "line": 3}}, "name": "x", "detail": {}}}'
+
+
 @pytest.mark.parametrize(
     ("line", "fast"),
     [
@@ -411,6 +415,19 @@ def test_the_server_keys_every_place_as_records_do(place: dict[str, int | None])
         (timer_line(values_ms={"fwd": float("nan")}), False),  # NaN: stored re-encoded as null
         (timer_line(values_ms={"fwd": True}), False),  # a bool for a float: the model takes it
         (timer_line(group="Infinity and NaN"), True),  # only in a string: stored as sent
+        # free-form JSON is read through, not built: what its full decode refuses is refused,
+        # bar a number past a float's range, which parse_line takes as the line it came in
+        (_EVENT.format('{"a": {"b": [1, 2e400, "\\u00e9", null]}, "c": -1e999}'), True),
+        (_EVENT.format('{"a": "\\ud83d\\ude00"}'), True),  # a surrogate pair
+        (_EVENT.format('{"a": "\\ud800"}'), False),  # a lone surrogate: refused
+        (_EVENT.format('{"a": "x\ty"}'), False),  # a control character in a string: refused
+        (_EVENT.format('{"a": [1,]}'), False),  # not JSON: refused
+        (_EVENT.format("[1]"), False),  # a detail that is no object: refused
+        (
+            '{"kind": "config", "src": {"run": "z2"}, "origin": "user", '
+            '"config": {"zero": {"stage": 1e400}}}',
+            True,
+        ),
     ],
 )
 def test_lines_the_fast_path_leaves_alone_are_judged_as_before(line: str, fast: bool) -> None:
