@@ -26,8 +26,14 @@ records/s. ``--stages`` also times the server's stages on the same bodies in thi
 and dropped per round; ``scripts/start-postgres.sh`` starts one): ``direct`` is then psycopg's
 ``executemany`` of the same rows.
 
+``--instructions`` counts instead the instructions a record of the server's stages, which the
+machine's load does not move: valgrind's callgrind runs this script on 10 of the batches (every
+fifth of the first 50, after one batch that warms imports and caches) in a fresh SQLite store,
+in process, with ``PYTHONHASHSEED=0``, once per stage reached (none, inflate, decode and check,
+``store.add(live=True)``); the differences of the totals, over the records, are the stages'.
+
 Usage: ``python bench/ingest.py [--records 100000] [--rounds 5] [--clients 1] [--stages]
-[--gpu-share 0.1] [--store-url URL]``
+[--gpu-share 0.1] [--store-url URL] [--instructions]``
 """
 
 from __future__ import annotations
@@ -38,9 +44,13 @@ import dataclasses
 import gzip
 import json
 import os
+import pickle
 import queue
+import re
+import shutil
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -393,6 +403,67 @@ def report_stages(times: dict[str, float], n: int, http_s: float) -> None:
         print(f"{name:<40} {sec:8.2f} {sec / n * 1e6:7.1f} {sec / http_s * 100:6.1f}")
 
 
+# --- instructions a record (callgrind) -----------------------------------------------------
+
+#: The stages a callgrind run goes through, each including the ones before it.
+CALLGRIND_LEVELS = ("none", "inflate", "decode+check", "store.add")
+#: The batches counted: every fifth of the first 50 (the mix's kinds change along a batch's
+#: copies of the runs), after the warm-up batch.
+COUNTED_BATCHES = range(0, 50, 5)
+WARM_BATCH = 1
+
+
+def instructions(payloads: list[bytes], tmp: Path) -> dict[str, float]:
+    """Instructions a record of each server stage, from callgrind runs of this script.
+
+    Each run reaches one more stage on the same batches; its total minus the previous run's
+    is the stage's. Imports, the store's opening and the warm-up batch are in every run alike.
+    """
+    if shutil.which("valgrind") is None:
+        raise SystemExit("bench: --instructions needs valgrind (apt-get install valgrind)")
+    counted = [payloads[i] for i in COUNTED_BATCHES if i < len(payloads)]
+    path = tmp / "bodies.pickle"
+    path.write_bytes(pickle.dumps([payloads[WARM_BATCH], *counted]))
+    n = sum(len(inflate(b, "gzip", 1 << 30).splitlines()) for b in counted)
+    totals = []
+    for level in CALLGRIND_LEVELS:
+        out = tmp / f"callgrind.{level}"
+        done = subprocess.run(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
+             __file__, "--callgrind-child", str(path), level],
+            env={**os.environ, "PYTHONHASHSEED": "0"}, capture_output=True, text=True,
+        )  # fmt: skip
+        found = re.search(r"Collected : (\d+)", done.stderr)
+        if done.returncode or found is None:
+            raise SystemExit(f"bench: callgrind of {level} failed: {done.stderr[-2000:]}")
+        totals.append(int(found.group(1)))
+    stages = {
+        level: (total - before) / n
+        for level, before, total in zip(CALLGRIND_LEVELS[1:], totals[:-1], totals[1:], strict=True)
+    }
+    stages["total"] = (totals[-1] - totals[0]) / n
+    print(f"instructions a record (callgrind, {len(counted)} batches, {n} records, in-process):")
+    for name, value in stages.items():
+        print(f"  {name:<14} {value / 1000:7.1f}k")
+    return stages
+
+
+def callgrind_child(path: Path, level: str) -> None:
+    """What one callgrind run executes: the warm-up batch whole, the rest up to ``level``."""
+    warm, *counted = pickle.loads(path.read_bytes())
+    reach = CALLGRIND_LEVELS.index(level)
+    with tempfile.TemporaryDirectory(prefix="dsmon-callgrind-") as name:
+        store = open_store(Path(name) / "store.sqlite")
+        store.add(parse_batch_rows(inflate(warm, "gzip", 1 << 30)), live=True)
+        for body in counted if reach else ():
+            raw = inflate(body, "gzip", 1 << 30)
+            if reach >= 2:
+                rows = parse_batch_rows(raw)
+                if reach >= 3:
+                    store.add(rows, live=True)
+        store.close()
+
+
 # --- the databases of a round ---------------------------------------------------------------
 
 
@@ -531,12 +602,25 @@ def main() -> None:
         "--gpu-share", type=float, default=0.1, help="share of GPU samples in the mix (0.1)"
     )
     ap.add_argument("--store-url", help="a PostgreSQL server's URL: measure it instead of SQLite")
+    ap.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count the server stages' instructions a record with callgrind instead",
+    )
+    ap.add_argument("--callgrind-child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.callgrind_child:
+        callgrind_child(Path(args.callgrind_child[0]), args.callgrind_child[1])
+        return
     if args.rounds < MIN_ROUNDS:
         print(f"note: fewer than {MIN_ROUNDS} rounds: not a figure for bench/README.md")
     records = real_mix(args.records, args.gpu_share)
     payloads = bodies(records)
     describe(records, payloads)
+    if args.instructions:
+        with tempfile.TemporaryDirectory(prefix="dsmon-ingest-") as name:
+            instructions(payloads, Path(name))
+        return
     with tempfile.TemporaryDirectory(prefix="dsmon-ingest-") as name:
         tmp = Path(name)
         rows = stored_rows(tmp, records)
