@@ -221,14 +221,19 @@ def stored_rows(tmp: Path, records: list[Record]) -> StoredRows:
     path = tmp / "scratch.sqlite"
     with open_store(path) as store:
         store.add(records)
+    return read_rows(path, len(records))
+
+
+def read_rows(path: Path, n: int) -> StoredRows:
+    """Every row a scratch store of ``n`` records holds, in id order, in batches; then delete it."""
     conn = sqlite3.connect(path)
     rec = conn.execute(f"SELECT id, {_RECORD_COLS} FROM records ORDER BY id").fetchall()
     smp = conn.execute(f"SELECT {_SAMPLE_COLS} FROM gpu_samples ORDER BY id").fetchall()
     series = conn.execute(f"SELECT {_SERIES_COLS} FROM gpu_series ORDER BY id").fetchall()
     conn.close()
     path.unlink()
-    if len(rec) + len(smp) != len(records):
-        raise SystemExit(f"bench: the scratch store holds {len(rec) + len(smp)} of {len(records)}")
+    if len(rec) + len(smp) != n:
+        raise SystemExit(f"bench: the scratch store holds {len(rec) + len(smp)} of {n}")
     merged = sorted([(r[0], 0, r[1:]) for r in rec] + [(s[0], 1, s) for s in smp])
     batches = []
     for start in range(0, len(merged), BATCH):
@@ -242,12 +247,13 @@ def _insert_sql(table: str, cols: str, mark: str, ignore: str, tail: str) -> str
     return f"INSERT {ignore}INTO {table} ({cols}) VALUES ({', '.join([mark] * n)}){tail}"
 
 
-def direct_sqlite(path: Path, rows: StoredRows) -> Direct:
+def direct_sqlite(path: Path, rows: StoredRows, batches: int | None = None) -> Direct:
     """Executemany the rows into a fresh store file, one transaction per batch: its times.
 
     The time in COMMIT is mostly SQLite's automatic checkpoints, which copy the WAL into the
     database file and wait for the disk to sync it (every 1,000 pages, about every third
     batch): this disk wait is the part of the baseline that moves most from round to round.
+    ``batches``: only the first so many (``--instructions``' run without any).
     """
     open_store(path).close()  # the store's schema and WAL mode
     conn = sqlite3.connect(path, isolation_level=None)
@@ -260,7 +266,7 @@ def direct_sqlite(path: Path, rows: StoredRows) -> Direct:
 
     def insert() -> None:
         nonlocal commit
-        for rec, smp in rows.batches:
+        for rec, smp in rows.batches[:batches]:
             conn.execute("BEGIN IMMEDIATE")
             conn.executemany(ins_rec, rec)
             conn.executemany(ins_smp, smp)
@@ -274,7 +280,8 @@ def direct_sqlite(path: Path, rows: StoredRows) -> Direct:
     n = conn.execute("SELECT (SELECT COUNT(*) FROM records) + (SELECT COUNT(*) FROM gpu_samples)")
     stored = n.fetchone()[0]
     conn.close()
-    _check(stored, rows)
+    if batches is None:
+        _check(stored, rows)
     return Direct(seconds, cpu, commit)
 
 
@@ -407,6 +414,8 @@ def report_stages(times: dict[str, float], n: int, http_s: float) -> None:
 
 #: The stages a callgrind run goes through, each including the ones before it.
 CALLGRIND_LEVELS = ("none", "inflate", "decode+check", "store.add")
+#: ``direct`` on the same records: its setup alone, then its inserts.
+DIRECT_LEVELS = ("direct-none", "direct")
 #: The batches counted: every fifth of the first 50 (the mix's kinds change along a batch's
 #: copies of the runs), after the warm-up batch.
 COUNTED_BATCHES = range(0, 50, 5)
@@ -418,6 +427,7 @@ def instructions(payloads: list[bytes], tmp: Path) -> dict[str, float]:
 
     Each run reaches one more stage on the same batches; its total minus the previous run's
     is the stage's. Imports, the store's opening and the warm-up batch are in every run alike.
+    ``direct`` is counted alike on the rows a scratch store holds for the same batches.
     """
     if shutil.which("valgrind") is None:
         raise SystemExit("bench: --instructions needs valgrind (apt-get install valgrind)")
@@ -425,8 +435,12 @@ def instructions(payloads: list[bytes], tmp: Path) -> dict[str, float]:
     path = tmp / "bodies.pickle"
     path.write_bytes(pickle.dumps([payloads[WARM_BATCH], *counted]))
     n = sum(len(inflate(b, "gzip", 1 << 30).splitlines()) for b in counted)
+    with open_store(tmp / "scratch.sqlite") as store:
+        for body in counted:
+            store.add(parse_batch_rows(inflate(body, "gzip", 1 << 30)))
+    (tmp / "rows.pickle").write_bytes(pickle.dumps(read_rows(tmp / "scratch.sqlite", n)))
     totals = []
-    for level in CALLGRIND_LEVELS:
+    for level in (*CALLGRIND_LEVELS, *DIRECT_LEVELS):
         out = tmp / f"callgrind.{level}"
         done = subprocess.run(
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
@@ -437,19 +451,30 @@ def instructions(payloads: list[bytes], tmp: Path) -> dict[str, float]:
         if done.returncode or found is None:
             raise SystemExit(f"bench: callgrind of {level} failed: {done.stderr[-2000:]}")
         totals.append(int(found.group(1)))
+    server = totals[: len(CALLGRIND_LEVELS)]
     stages = {
         level: (total - before) / n
-        for level, before, total in zip(CALLGRIND_LEVELS[1:], totals[:-1], totals[1:], strict=True)
+        for level, before, total in zip(CALLGRIND_LEVELS[1:], server[:-1], server[1:], strict=True)
     }
-    stages["total"] = (totals[-1] - totals[0]) / n
+    stages["total"] = (server[-1] - server[0]) / n
+    stages["direct"] = (totals[-1] - totals[-2]) / n
     print(f"instructions a record (callgrind, {len(counted)} batches, {n} records, in-process):")
     for name, value in stages.items():
         print(f"  {name:<14} {value / 1000:7.1f}k")
+    print(f"  total/direct   {stages['total'] / stages['direct']:7.2f}x")
     return stages
 
 
 def callgrind_child(path: Path, level: str) -> None:
-    """What one callgrind run executes: the warm-up batch whole, the rest up to ``level``."""
+    """What one callgrind run executes: the warm-up batch whole, the rest up to ``level``.
+
+    A ``direct`` level executemanies the rows beside ``path`` instead (none of them first).
+    """
+    if level in DIRECT_LEVELS:
+        rows = pickle.loads((path.parent / "rows.pickle").read_bytes())
+        with tempfile.TemporaryDirectory(prefix="dsmon-callgrind-") as name:
+            direct_sqlite(Path(name) / "direct.sqlite", rows, None if level == "direct" else 0)
+        return
     warm, *counted = pickle.loads(path.read_bytes())
     reach = CALLGRIND_LEVELS.index(level)
     with tempfile.TemporaryDirectory(prefix="dsmon-callgrind-") as name:
