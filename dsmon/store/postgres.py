@@ -33,7 +33,7 @@ import psycopg
 from dsmon.store.backend import Backend, Db
 from dsmon.store.dialect import POSTGRES
 from dsmon.store.errors import StoreDataError, StoreError
-from dsmon.store.gpu.sql import STAGED, temp_ddl
+from dsmon.store.gpu.sql import STAGED, batch_rollup_ddl, temp_ddl
 from dsmon.store.records.rows import ROW_COLUMNS, Inserted, Row
 from dsmon.store.schema import (
     INSERT_META,
@@ -176,6 +176,7 @@ class PostgresBackend(Backend):
         conn = psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
         conn.execute(STAGING)
         conn.execute(temp_ddl(POSTGRES))
+        conn.execute(batch_rollup_ddl(POSTGRES))
         return conn
 
     def _live(self) -> psycopg.Connection[Any]:

@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 from dsmon.store.backend import Backend, Db
 from dsmon.store.dialect import SQLITE
 from dsmon.store.errors import StoreDataError, StoreError
-from dsmon.store.gpu.sql import STAGED, temp_ddl
+from dsmon.store.gpu.sql import STAGED, batch_rollup_ddl, temp_ddl
 from dsmon.store.records.rows import ROW_COLUMNS, Inserted, RecordRow, Row
 from dsmon.store.records.sql import MAX_ID
 from dsmon.store.records.tally import kind_rows, source_rows
@@ -306,8 +306,12 @@ class SQLiteDb(Db):
         return int(row[0]) + 1
 
     def stage_samples(self, values: list[tuple[Any, ...]]) -> None:
-        """The connection's temporary table, made if new, emptied, filled (INSERT OR IGNORE)."""
+        """The connection's temporary tables made if new; the samples' emptied and filled.
+
+        The samples go in by INSERT OR IGNORE; the batch's roll-up table is the writer's.
+        """
         self.conn.execute(temp_ddl(SQLITE))
+        self.conn.execute(batch_rollup_ddl(SQLITE))
         self.conn.execute("DELETE FROM temp.gpu_batch")
         self.insert_many(_STAGE, values)
 
