@@ -26,8 +26,14 @@ records/s. ``--stages`` also times the server's stages on the same bodies in thi
 and dropped per round; ``scripts/start-postgres.sh`` starts one): ``direct`` is then psycopg's
 ``executemany`` of the same rows.
 
+``--instructions`` counts instead the instructions a record of the server's stages, which the
+machine's load does not move: valgrind's callgrind runs this script on 10 of the batches (every
+fifth of the first 50, after one batch that warms imports and caches) in a fresh SQLite store,
+in process, with ``PYTHONHASHSEED=0``, once per stage reached (none, inflate, decode and check,
+``store.add(live=True)``); the differences of the totals, over the records, are the stages'.
+
 Usage: ``python bench/ingest.py [--records 100000] [--rounds 5] [--clients 1] [--stages]
-[--gpu-share 0.1] [--store-url URL]``
+[--gpu-share 0.1] [--store-url URL] [--instructions]``
 """
 
 from __future__ import annotations
@@ -38,9 +44,13 @@ import dataclasses
 import gzip
 import json
 import os
+import pickle
 import queue
+import re
+import shutil
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -211,14 +221,19 @@ def stored_rows(tmp: Path, records: list[Record]) -> StoredRows:
     path = tmp / "scratch.sqlite"
     with open_store(path) as store:
         store.add(records)
+    return read_rows(path, len(records))
+
+
+def read_rows(path: Path, n: int) -> StoredRows:
+    """Every row a scratch store of ``n`` records holds, in id order, in batches; then delete it."""
     conn = sqlite3.connect(path)
     rec = conn.execute(f"SELECT id, {_RECORD_COLS} FROM records ORDER BY id").fetchall()
     smp = conn.execute(f"SELECT {_SAMPLE_COLS} FROM gpu_samples ORDER BY id").fetchall()
     series = conn.execute(f"SELECT {_SERIES_COLS} FROM gpu_series ORDER BY id").fetchall()
     conn.close()
     path.unlink()
-    if len(rec) + len(smp) != len(records):
-        raise SystemExit(f"bench: the scratch store holds {len(rec) + len(smp)} of {len(records)}")
+    if len(rec) + len(smp) != n:
+        raise SystemExit(f"bench: the scratch store holds {len(rec) + len(smp)} of {n}")
     merged = sorted([(r[0], 0, r[1:]) for r in rec] + [(s[0], 1, s) for s in smp])
     batches = []
     for start in range(0, len(merged), BATCH):
@@ -232,12 +247,13 @@ def _insert_sql(table: str, cols: str, mark: str, ignore: str, tail: str) -> str
     return f"INSERT {ignore}INTO {table} ({cols}) VALUES ({', '.join([mark] * n)}){tail}"
 
 
-def direct_sqlite(path: Path, rows: StoredRows) -> Direct:
+def direct_sqlite(path: Path, rows: StoredRows, batches: int | None = None) -> Direct:
     """Executemany the rows into a fresh store file, one transaction per batch: its times.
 
     The time in COMMIT is mostly SQLite's automatic checkpoints, which copy the WAL into the
     database file and wait for the disk to sync it (every 1,000 pages, about every third
     batch): this disk wait is the part of the baseline that moves most from round to round.
+    ``batches``: only the first so many (``--instructions``' run without any).
     """
     open_store(path).close()  # the store's schema and WAL mode
     conn = sqlite3.connect(path, isolation_level=None)
@@ -250,7 +266,7 @@ def direct_sqlite(path: Path, rows: StoredRows) -> Direct:
 
     def insert() -> None:
         nonlocal commit
-        for rec, smp in rows.batches:
+        for rec, smp in rows.batches[:batches]:
             conn.execute("BEGIN IMMEDIATE")
             conn.executemany(ins_rec, rec)
             conn.executemany(ins_smp, smp)
@@ -264,7 +280,8 @@ def direct_sqlite(path: Path, rows: StoredRows) -> Direct:
     n = conn.execute("SELECT (SELECT COUNT(*) FROM records) + (SELECT COUNT(*) FROM gpu_samples)")
     stored = n.fetchone()[0]
     conn.close()
-    _check(stored, rows)
+    if batches is None:
+        _check(stored, rows)
     return Direct(seconds, cpu, commit)
 
 
@@ -391,6 +408,85 @@ def report_stages(times: dict[str, float], n: int, http_s: float) -> None:
     print(f"{'server stage (same bodies, in-process)':<40} {'seconds':>8} {'us/rec':>7} {'%':>6}")
     for name, sec in rows.items():
         print(f"{name:<40} {sec:8.2f} {sec / n * 1e6:7.1f} {sec / http_s * 100:6.1f}")
+
+
+# --- instructions a record (callgrind) -----------------------------------------------------
+
+#: The stages a callgrind run goes through, each including the ones before it.
+CALLGRIND_LEVELS = ("none", "inflate", "decode+check", "store.add")
+#: ``direct`` on the same records: its setup alone, then its inserts.
+DIRECT_LEVELS = ("direct-none", "direct")
+#: The batches counted: every fifth of the first 50 (the mix's kinds change along a batch's
+#: copies of the runs), after the warm-up batch.
+COUNTED_BATCHES = range(0, 50, 5)
+WARM_BATCH = 1
+
+
+def instructions(payloads: list[bytes], tmp: Path) -> dict[str, float]:
+    """Instructions a record of each server stage, from callgrind runs of this script.
+
+    Each run reaches one more stage on the same batches; its total minus the previous run's
+    is the stage's. Imports, the store's opening and the warm-up batch are in every run alike.
+    ``direct`` is counted alike on the rows a scratch store holds for the same batches.
+    """
+    if shutil.which("valgrind") is None:
+        raise SystemExit("bench: --instructions needs valgrind (apt-get install valgrind)")
+    counted = [payloads[i] for i in COUNTED_BATCHES if i < len(payloads)]
+    path = tmp / "bodies.pickle"
+    path.write_bytes(pickle.dumps([payloads[WARM_BATCH], *counted]))
+    n = sum(len(inflate(b, "gzip", 1 << 30).splitlines()) for b in counted)
+    with open_store(tmp / "scratch.sqlite") as store:
+        for body in counted:
+            store.add(parse_batch_rows(inflate(body, "gzip", 1 << 30)))
+    (tmp / "rows.pickle").write_bytes(pickle.dumps(read_rows(tmp / "scratch.sqlite", n)))
+    totals = []
+    for level in (*CALLGRIND_LEVELS, *DIRECT_LEVELS):
+        out = tmp / f"callgrind.{level}"
+        done = subprocess.run(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
+             __file__, "--callgrind-child", str(path), level],
+            env={**os.environ, "PYTHONHASHSEED": "0"}, capture_output=True, text=True,
+        )  # fmt: skip
+        found = re.search(r"Collected : (\d+)", done.stderr)
+        if done.returncode or found is None:
+            raise SystemExit(f"bench: callgrind of {level} failed: {done.stderr[-2000:]}")
+        totals.append(int(found.group(1)))
+    server = totals[: len(CALLGRIND_LEVELS)]
+    stages = {
+        level: (total - before) / n
+        for level, before, total in zip(CALLGRIND_LEVELS[1:], server[:-1], server[1:], strict=True)
+    }
+    stages["total"] = (server[-1] - server[0]) / n
+    stages["direct"] = (totals[-1] - totals[-2]) / n
+    print(f"instructions a record (callgrind, {len(counted)} batches, {n} records, in-process):")
+    for name, value in stages.items():
+        print(f"  {name:<14} {value / 1000:7.1f}k")
+    print(f"  total/direct   {stages['total'] / stages['direct']:7.2f}x")
+    return stages
+
+
+def callgrind_child(path: Path, level: str) -> None:
+    """What one callgrind run executes: the warm-up batch whole, the rest up to ``level``.
+
+    A ``direct`` level executemanies the rows beside ``path`` instead (none of them first).
+    """
+    if level in DIRECT_LEVELS:
+        rows = pickle.loads((path.parent / "rows.pickle").read_bytes())
+        with tempfile.TemporaryDirectory(prefix="dsmon-callgrind-") as name:
+            direct_sqlite(Path(name) / "direct.sqlite", rows, None if level == "direct" else 0)
+        return
+    warm, *counted = pickle.loads(path.read_bytes())
+    reach = CALLGRIND_LEVELS.index(level)
+    with tempfile.TemporaryDirectory(prefix="dsmon-callgrind-") as name:
+        store = open_store(Path(name) / "store.sqlite")
+        store.add(parse_batch_rows(inflate(warm, "gzip", 1 << 30)), live=True)
+        for body in counted if reach else ():
+            raw = inflate(body, "gzip", 1 << 30)
+            if reach >= 2:
+                rows = parse_batch_rows(raw)
+                if reach >= 3:
+                    store.add(rows, live=True)
+        store.close()
 
 
 # --- the databases of a round ---------------------------------------------------------------
@@ -531,12 +627,25 @@ def main() -> None:
         "--gpu-share", type=float, default=0.1, help="share of GPU samples in the mix (0.1)"
     )
     ap.add_argument("--store-url", help="a PostgreSQL server's URL: measure it instead of SQLite")
+    ap.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count the server stages' instructions a record with callgrind instead",
+    )
+    ap.add_argument("--callgrind-child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.callgrind_child:
+        callgrind_child(Path(args.callgrind_child[0]), args.callgrind_child[1])
+        return
     if args.rounds < MIN_ROUNDS:
         print(f"note: fewer than {MIN_ROUNDS} rounds: not a figure for bench/README.md")
     records = real_mix(args.records, args.gpu_share)
     payloads = bodies(records)
     describe(records, payloads)
+    if args.instructions:
+        with tempfile.TemporaryDirectory(prefix="dsmon-ingest-") as name:
+            instructions(payloads, Path(name))
+        return
     with tempfile.TemporaryDirectory(prefix="dsmon-ingest-") as name:
         tmp = Path(name)
         rows = stored_rows(tmp, records)

@@ -113,9 +113,16 @@ def _type_of(tp: Any, bounds: tuple[float, float] | None = None) -> Any:
     """The msgspec type accepting exactly the JSON values :mod:`dsmon.model.check` accepts.
 
     ``bounds``: the closed range of the field's numbers (``dsmon.model.schema.bounds_of``).
+    A free-form value (``Any``: a config's, an event's detail) is kept as its raw JSON: msgspec
+    still reads it through, refusing what its full decode refuses (bad syntax, a control
+    character or lone surrogate in a string, nesting past the recursion limit) bar a number out
+    of a float's range, which ``parse_line`` takes too, and the bytes of a string, which the
+    caller decodes with the whole line; but it builds no dict or list of it that nothing reads
+    (the ingest server stores the line as it came). A config line's nested dicts were a tenth
+    of the server's decoding.
     """
     if tp is Any:
-        return Any
+        return msgspec.Raw
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (types.UnionType, typing.Union):
         members = tuple(_type_of(a, bounds) for a in args)

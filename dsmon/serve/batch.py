@@ -22,7 +22,7 @@ from dsmon.model.wire import EncodedRecord, WireError
 from dsmon.serve.body import MAX_GZIP_MEMBERS, BatchError, check_length, inflate
 from dsmon.serve.rows import Other, check_lines
 from dsmon.store.gpu.rows import SampleRow
-from dsmon.store.records.rows import RecordRow
+from dsmon.store.records.rows import RecordRow, Row
 from dsmon.store.store import RowBatch, stored_as
 
 __all__ = [
@@ -72,7 +72,7 @@ def _refuse_not_utf8(body: bytes) -> None:
         raise BatchError(400, f"line {bad_line}: not UTF-8 at byte {exc.start}") from None
 
 
-def _place(rows: list[RecordRow], samples: list[SampleRow], others: list[Other]) -> None:
+def _place(rows: list[Row], samples: list[SampleRow], others: list[Other]) -> None:
     """Check the lines left over with ``parse_line``; put each one's row at its line's place."""
     made = [(other, stored_as(_checked(other.number, other.line))) for other in others]
     for other, row in reversed(made):  # from the last, so the earlier places stay put

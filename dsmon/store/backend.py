@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from dsmon.store.dialect import Dialect
 
 if TYPE_CHECKING:
-    from dsmon.store.records.rows import Inserted, RecordRow
+    from dsmon.store.records.rows import Inserted, Row
 
 T = TypeVar("T")
 
@@ -62,7 +62,7 @@ class Db(ABC):
         self.execute_many(sql, rows)
 
     @abstractmethod
-    def insert_records(self, rows: list[RecordRow]) -> Inserted:
+    def insert_records(self, rows: list[Row]) -> Inserted:
         """Store the rows not stored yet with their bookkeeping; how many were new, and ids.
 
         The bookkeeping is ``run_kinds`` and ``run_sources`` of the new rows, and the step of

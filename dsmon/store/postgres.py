@@ -33,8 +33,8 @@ import psycopg
 from dsmon.store.backend import Backend, Db
 from dsmon.store.dialect import POSTGRES
 from dsmon.store.errors import StoreDataError, StoreError
-from dsmon.store.gpu.sql import STAGED, temp_ddl
-from dsmon.store.records.rows import ROW_COLUMNS, Inserted, RecordRow
+from dsmon.store.gpu.sql import STAGED, batch_rollup_ddl, temp_ddl
+from dsmon.store.records.rows import ROW_COLUMNS, Inserted, Row
 from dsmon.store.schema import (
     INSERT_META,
     MADE_BY_ROW,
@@ -56,6 +56,7 @@ CONNECT_TIMEOUT_S = 10
 _DATA_SQLSTATES = ("22", "23", "54")
 
 COLS = ", ".join(ROW_COLUMNS)
+_STEP = ROW_COLUMNS.index("step")  # a row's step (the server's rows are plain tuples)
 # Column types of the staging table (the records table's, without constraints).
 _ROW_TYPES = {"key": "BYTEA", "step": "BIGINT", "rank": "BIGINT", "line": "BIGINT"}
 # The staging table lives per connection and empties itself at every commit.
@@ -118,7 +119,7 @@ class PostgresDb(Db):
 
     dialect = POSTGRES
 
-    def insert_records(self, rows: list[RecordRow]) -> Inserted:
+    def insert_records(self, rows: list[Row]) -> Inserted:
         """COPY the rows to the staging table and move the new ones, bookkeeping and all.
 
         No ``first_id``: other sessions take numbers of the identity's sequence meanwhile,
@@ -130,7 +131,7 @@ class PostgresDb(Db):
                     copy.write_row((seq, *row))
             found = cur.execute(MOVE).fetchone()
             new = int(found[0]) if found else 0
-            if new < len(rows) and any(r.step is not None for r in rows):
+            if new < len(rows) and any(r[_STEP] is not None for r in rows):
                 cur.execute(RESTAMP)
         return Inserted(new)
 
@@ -175,6 +176,7 @@ class PostgresBackend(Backend):
         conn = psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
         conn.execute(STAGING)
         conn.execute(temp_ddl(POSTGRES))
+        conn.execute(batch_rollup_ddl(POSTGRES))
         return conn
 
     def _live(self) -> psycopg.Connection[Any]:

@@ -78,10 +78,11 @@ class StepSkips:
             lines = db.rows(_new_lines(db.dialect), (added.after_id,))
         else:  # as _new_lines reads them; a line the server decoded, as it decoded it
             first, decoded = added.first_id, added.decoded
+            # run, step, body by position (RecordRow's order): a name costs a lookup
             lines = [
-                (i, r.run, r.step, decoded.get(i - first, r.body))
+                (i, r[1], r[3], decoded.get(i - first, r[9]))
                 for i, r in found
-                if r.step is not None and r.step > 0
+                if r[3] is not None and r[3] > 0
             ]
         newest: dict[str, tuple[int, int, float]] = {}
         for rec_id, run, step, body in lines:

@@ -36,8 +36,8 @@ from typing import Any, TypeVar
 from dsmon.store.backend import Backend, Db
 from dsmon.store.dialect import SQLITE
 from dsmon.store.errors import StoreDataError, StoreError
-from dsmon.store.gpu.sql import STAGED, temp_ddl
-from dsmon.store.records.rows import ROW_COLUMNS, Inserted, RecordRow
+from dsmon.store.gpu.sql import STAGED, batch_rollup_ddl, temp_ddl
+from dsmon.store.records.rows import ROW_COLUMNS, Inserted, RecordRow, Row
 from dsmon.store.records.sql import MAX_ID
 from dsmon.store.records.tally import kind_rows, source_rows
 from dsmon.store.schema import (
@@ -175,7 +175,7 @@ def many_values(sql: str, n: int) -> str:
     return f"{head} VALUES {', '.join([f'({one})'] * n)}{rest}"
 
 
-def insert_rows(conn: sqlite3.Connection, rows: Sequence[RecordRow]) -> None:
+def insert_rows(conn: sqlite3.Connection, rows: Sequence[Row]) -> None:
     """``INSERT OR IGNORE`` the rows, many to a statement (:data:`ROWS_PER_INSERT`).
 
     ``executemany`` runs its statement once per row, and binding, stepping and resetting it
@@ -248,7 +248,7 @@ class SQLiteDb(Db):
         for query, params in values_statements(self.conn, sql, rows):
             execute(query, params)
 
-    def insert_records(self, rows: list[RecordRow]) -> Inserted:
+    def insert_records(self, rows: list[Row]) -> Inserted:
         """``INSERT OR IGNORE``, then the bookkeeping of the new rows.
 
         When every row was new it is added up from the rows (:mod:`dsmon.store.records.tally`),
@@ -273,11 +273,11 @@ class SQLiteDb(Db):
             self._restamp(rows)
         return Inserted(new)
 
-    def _restamp(self, rows: list[RecordRow]) -> None:
+    def _restamp(self, rows: list[Row]) -> None:
         """Give stored rows without a step the step their copy in ``rows`` carries."""
         conn = self.conn
         by_run: dict[str, list[RecordRow]] = {}
-        for row in rows:
+        for row in map(RecordRow._make, rows):  # plain tuples from the server
             if row.step is not None:
                 by_run.setdefault(row.run, []).append(row)
         for run, cands in by_run.items():
@@ -306,8 +306,12 @@ class SQLiteDb(Db):
         return int(row[0]) + 1
 
     def stage_samples(self, values: list[tuple[Any, ...]]) -> None:
-        """The connection's temporary table, made if new, emptied, filled (INSERT OR IGNORE)."""
+        """The connection's temporary tables made if new; the samples' emptied and filled.
+
+        The samples go in by INSERT OR IGNORE; the batch's roll-up table is the writer's.
+        """
         self.conn.execute(temp_ddl(SQLITE))
+        self.conn.execute(batch_rollup_ddl(SQLITE))
         self.conn.execute("DELETE FROM temp.gpu_batch")
         self.insert_many(_STAGE, values)
 

@@ -49,7 +49,7 @@ from dsmon.store.records import sql as records_sql
 from dsmon.store.records.added import Added
 from dsmon.store.records.filter import RecordFilter
 from dsmon.store.records.log import SCAN_BODY_ROWS, SCAN_ROWS, RecordLog
-from dsmon.store.records.rows import ROW_COLUMNS, RecordRow, as_row
+from dsmon.store.records.rows import ROW_COLUMNS, RecordRow, Row, as_row
 from dsmon.store.records.runs import KindStats, RunInfo
 from dsmon.store.skips import STEP_KIND, StepSkips
 from dsmon.store.skips import ddl as skips_ddl
@@ -78,7 +78,7 @@ class RowBatch:
     (``dsmon.serve.rows``); :meth:`Store.add` stores them as they are.
     """
 
-    rows: list[RecordRow]
+    rows: list[Row]
     samples: list[SampleRow]
     #: The lines the server decoded of the kinds the summary tables read (timers, rank steps,
     #: step lines), by index in ``rows``: the tables read their fields here instead of
@@ -153,7 +153,7 @@ class Store:
     def _write(
         self,
         db: Db,
-        rows: list[RecordRow],
+        rows: list[Row],
         samples: list[SampleRow],
         live: bool,
         decoded: Mapping[int, Any],
@@ -179,7 +179,9 @@ class Store:
                 self.skips.update(db, added)
             if inserted.new < len(rows) and timers_sql.TIMER_KIND in kinds:  # restamps, or twice
                 stamped = [
-                    r.key for r in rows if r.kind == timers_sql.TIMER_KIND and r.step is not None
+                    r.key
+                    for r in map(RecordRow._make, rows)  # plain tuples from the server
+                    if r.kind == timers_sql.TIMER_KIND and r.step is not None
                 ]
                 self.timers.restamped(db, stamped)
             new += inserted.new
@@ -301,7 +303,7 @@ def open_store(url: str | Path, *, create: bool = True) -> Store:
 
 def split(
     records: Iterable[Record | EncodedRecord | RecordRow] | RowBatch,
-) -> Iterator[tuple[list[RecordRow], list[SampleRow], Mapping[int, Any]]]:
+) -> Iterator[tuple[list[Row], list[SampleRow], Mapping[int, Any]]]:
     """Records in batches: rows for the records table, GPU samples for their own tables.
 
     A :class:`RowBatch` (the ingest server's checked lines) is cut in slices, not looked at
@@ -321,7 +323,7 @@ def split(
         for start in range(0, len(records), BATCH_ROWS):
             yield records[start : start + BATCH_ROWS], [], {}
         return
-    rows: list[RecordRow] = []
+    rows: list[Row] = []
     samples: list[SampleRow] = []
     for item in records:
         made = item if isinstance(item, RecordRow) else stored_as(item)  # rows: no call

@@ -95,8 +95,11 @@ class GpuSamples:
         self._drop_stored(db)
         cols = ", ".join(STAGED)
         db.execute(f"INSERT INTO gpu_samples ({cols}) SELECT {cols} FROM {d.temp}gpu_batch")
+        db.execute(f"DELETE FROM {d.temp}gpu_batch_rollup")  # made with the staging table
+        finest = sql.LEVELS_S[0]
+        db.execute(sql.batch_rollup(d), (finest * 1000,))
         for level in sql.LEVELS_S:
-            db.execute(sql.rollup(d), (level, level * 1000))
+            db.execute(sql.rollup(d), (level, level // finest))
         return self._bookkeeping(db)
 
     @staticmethod

@@ -94,28 +94,28 @@ def temp_ddl(d: Dialect) -> str:
 STAGED = ("series", "t_ms", "id", *SAMPLE_COLUMNS)
 
 
-def rollup(d: Dialect) -> str:
-    """INSERT ... SELECT of the staged batch's buckets at one level, merged into existing ones.
+def batch_rollup_ddl(d: Dialect) -> str:
+    """The per-connection table of a batch's own buckets at the finest level."""
+    stats = ", ".join(f"{c} {_stat_type(d, c)}" for c in BUCKET_STATS)
+    return f"""CREATE TEMP TABLE IF NOT EXISTS gpu_batch_rollup (
+        series {d.integer} NOT NULL, bucket {d.integer} NOT NULL, n {d.integer} NOT NULL,
+        {stats}
+    ){d.temp_suffix}"""
 
-    Parameters: the level (s) and its width (ms).
-    """
-    sel = ["COUNT(*)"]
-    merge = ["n = gpu_rollup.n + excluded.n"]
 
-    def add(col: str, agg: str, how: str) -> None:
-        sel.append(agg)
-        merge.append(f"{col} = " + how.format(f"gpu_rollup.{col}", f"excluded.{col}"))
-
+def _stats(d: Dialect) -> list[tuple[str, str, str]]:
+    """Each bucket statistic: its column, its aggregate of samples ``b``, how two merge."""
+    out = []
     total = "COALESCE({0}, 0) + COALESCE({1}, 0)"
     for prefix, _, column, _ in BUCKET_METRICS:
         expr = f"b.{column}"
-        add(f"{prefix}_n", f"COUNT({expr})", "{0} + {1}")
-        add(f"{prefix}_sum", f"SUM({expr})", total)
-        add(f"{prefix}_min", f"MIN({expr})", d.least)
-        add(f"{prefix}_max", f"MAX({expr})", d.greatest)
-    add("thr_n", "COUNT(b.throttle_reasons)", "{0} + {1}")
+        out.append((f"{prefix}_n", f"COUNT({expr})", "{0} + {1}"))
+        out.append((f"{prefix}_sum", f"SUM({expr})", total))
+        out.append((f"{prefix}_min", f"MIN({expr})", d.least))
+        out.append((f"{prefix}_max", f"MAX({expr})", d.greatest))
+    out.append(("thr_n", "COUNT(b.throttle_reasons)", "{0} + {1}"))
     for bit in THROTTLE_BITS:
-        add(f"thr_{bit}", d.bit_count.format("b.throttle_reasons", bit), total)
+        out.append((f"thr_{bit}", d.bit_count.format("b.throttle_reasons", bit), total))
     for col, agg, src in (
         ("ecc_c_min", "MIN", "b.ecc_corrected"),
         ("ecc_c_max", "MAX", "b.ecc_corrected"),
@@ -124,11 +124,41 @@ def rollup(d: Dialect) -> str:
         ("t_min_ms", "MIN", "b.abs_ms"),
         ("t_max_ms", "MAX", "b.abs_ms"),
     ):
-        add(col, f"{agg}({src})", d.least if agg == "MIN" else d.greatest)
+        out.append((col, f"{agg}({src})", d.least if agg == "MIN" else d.greatest))
+    return out
+
+
+def batch_rollup(d: Dialect) -> str:
+    """INSERT ... SELECT of the staged batch's buckets at the finest level into their table.
+
+    Parameter: the finest level's width (ms). Every level is summed from these few rows
+    (:func:`rollup`), not from the batch's samples: some forty statistics aggregated over
+    every sample once per level were a twentieth of the ingest server's work a record.
+    """
+    cols = ", ".join(["series", "bucket", "n", *BUCKET_STATS])
+    sel = ", ".join(["COUNT(*)", *(agg for _, agg, _ in _stats(d))])
+    return (
+        f"INSERT INTO {d.temp}gpu_batch_rollup ({cols}) SELECT b.series, b.abs_ms / ?, {sel} "
+        f"FROM {d.temp}gpu_batch b GROUP BY 1, 2"
+    )
+
+
+def rollup(d: Dialect) -> str:
+    """INSERT ... SELECT of the batch's buckets at one level, merged into existing ones.
+
+    Parameters: the level (s) and how many of the finest level's buckets make one of its
+    own. The batch's buckets are summed from its finest ones (:func:`batch_rollup`): counts
+    and sums added, least and greatest kept, as a reader merges roll-up rows.
+    """
+    merge = ["n = gpu_rollup.n + excluded.n"]
+    merge += [
+        f"{col} = " + how.format(f"gpu_rollup.{col}", f"excluded.{col}")
+        for col, _, how in _stats(d)
+    ]
     cols = ", ".join(["level_s", "series", "bucket", "n", *BUCKET_STATS])
     return (
-        f"INSERT INTO gpu_rollup ({cols}) SELECT ?, b.series, b.abs_ms / ?, "
-        f"{', '.join(sel)} FROM {d.temp}gpu_batch b GROUP BY 2, 3 "
+        f"INSERT INTO gpu_rollup ({cols}) SELECT ?, r.series, r.bucket / ?, "
+        f"{stats_from_rollups(d)} FROM {d.temp}gpu_batch_rollup r GROUP BY 2, 3 "
         f"ON CONFLICT (level_s, series, bucket) DO UPDATE SET {', '.join(merge)}"
     )
 

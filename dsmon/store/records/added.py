@@ -16,7 +16,7 @@ import operator
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from dsmon.store.records.rows import RecordRow
+from dsmon.store.records.rows import Row
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -33,7 +33,7 @@ class Added:
 
     after_id: int
     kinds: Collection[str]
-    rows: Sequence[RecordRow] | None = None
+    rows: Sequence[Row] | None = None
     first_id: int = 0
     #: Lines of ``rows`` decoded already, by index (the ingest server's timer, rank step and
     #: step lines).
@@ -45,7 +45,7 @@ class Added:
         default_factory=dict, compare=False, repr=False
     )
 
-    def of_kind(self, kind: str) -> list[tuple[int, RecordRow]] | None:
+    def of_kind(self, kind: str) -> list[tuple[int, Row]] | None:
         """``(id, row)`` of the added rows of ``kind``, in id order; None: read them back."""
         rows = self.rows
         if rows is None:

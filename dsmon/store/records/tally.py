@@ -15,13 +15,13 @@ import operator
 from collections.abc import Sequence
 from typing import Any
 
-from dsmon.store.records.rows import RecordRow
+from dsmon.store.records.rows import Row
 
 #: A ``run_kinds`` row: run, kind, n, first ts, last ts, last step, last id.
 KindRow = tuple[str, str, int, str | None, str | None, int | None, int]
 
 
-def kind_rows(rows: Sequence[RecordRow], first_id: int) -> list[KindRow]:
+def kind_rows(rows: Sequence[Row], first_id: int) -> list[KindRow]:
     """Per (run, kind) of ``rows``, stored as ids ``first_id`` on: what ``run_kinds`` adds.
 
     The same as SQL's ``COUNT(*), MIN(ts), MAX(ts), MAX(step), MAX(id)``: NULLs are skipped,
@@ -53,7 +53,7 @@ def kind_rows(rows: Sequence[RecordRow], first_id: int) -> list[KindRow]:
     ]
 
 
-def source_rows(rows: Sequence[RecordRow]) -> list[tuple[str, str, int]]:
+def source_rows(rows: Sequence[Row]) -> list[tuple[str, str, int]]:
     """The (run, node, rank) of ``rows``, sorted: ``run_sources`` keys ('' and -1: unknown).
 
     The distinct (run, node, rank) are found in compiled code; only those few are looked at.

@@ -27,7 +27,7 @@ from dsmon.serve.batch import (
 )
 from dsmon.serve.rows import check_lines
 from dsmon.store.gpu.rows import sample_row
-from dsmon.store.records.rows import record_row
+from dsmon.store.records.rows import RecordRow, record_row
 from dsmon.store.store import RowBatch
 
 #: The batch decoders a bad line must be refused by alike: the records' and the server's.
@@ -236,10 +236,9 @@ def test_lines_are_cut_at_newlines_only() -> None:
     body = b"\r\n".join([timer, b"", b"  " + timer + b"\t", b"\r", timer.replace(b'"z2"', b'"z3"')])
     got = parse_batch_rows(body + b"\n\n")
     assert got == reference_rows(body + b"\n\n")
-    assert [wire.decode(r.body).group for r in got.rows] == [text] * 3  # type: ignore[attr-defined]
-    assert [r.body for r in got.rows] == [
-        line.strip() for line in body.decode().split("\n") if line.strip()
-    ]
+    bodies = [RecordRow._make(r).body for r in got.rows]  # rows are plain tuples
+    assert [wire.decode(b).group for b in bodies] == [text] * 3  # type: ignore[attr-defined]
+    assert bodies == [line.strip() for line in body.decode().split("\n") if line.strip()]
 
 
 def test_surrogate_pairs_are_fine() -> None:
@@ -379,7 +378,7 @@ def test_lines_left_to_parse_line_keep_their_place() -> None:
     assert [o.number for o in check_lines(body).others] == [2, 4]
     got = parse_batch_rows(body)
     expected = reference_rows(body)
-    assert [r.line for r in got.rows] == [1, 2, 3]
+    assert [RecordRow._make(r).line for r in got.rows] == [1, 2, 3]
     assert got == expected
     assert [s.t_ms for s in got.samples] == sorted(s.t_ms for s in got.samples)
 
@@ -403,6 +402,10 @@ def test_the_server_keys_every_place_as_records_do(place: dict[str, int | None])
     assert row == record_row(wire.decode(line), line)
 
 
+#: An event line with its ``detail`` (free-form JSON) in the place of ``{}``.
+_EVENT = '{{"kind": "event", "src": {{"run": "z2", "line": 3}}, "name": "x", "detail": {}}}'
+
+
 @pytest.mark.parametrize(
     ("line", "fast"),
     [
@@ -412,6 +415,19 @@ def test_the_server_keys_every_place_as_records_do(place: dict[str, int | None])
         (timer_line(values_ms={"fwd": float("nan")}), False),  # NaN: stored re-encoded as null
         (timer_line(values_ms={"fwd": True}), False),  # a bool for a float: the model takes it
         (timer_line(group="Infinity and NaN"), True),  # only in a string: stored as sent
+        # free-form JSON is read through, not built: what its full decode refuses is refused,
+        # bar a number past a float's range, which parse_line takes as the line it came in
+        (_EVENT.format('{"a": {"b": [1, 2e400, "\\u00e9", null]}, "c": -1e999}'), True),
+        (_EVENT.format('{"a": "\\ud83d\\ude00"}'), True),  # a surrogate pair
+        (_EVENT.format('{"a": "\\ud800"}'), False),  # a lone surrogate: refused
+        (_EVENT.format('{"a": "x\ty"}'), False),  # a control character in a string: refused
+        (_EVENT.format('{"a": [1,]}'), False),  # not JSON: refused
+        (_EVENT.format("[1]"), False),  # a detail that is no object: refused
+        (
+            '{"kind": "config", "src": {"run": "z2"}, "origin": "user", '
+            '"config": {"zero": {"stage": 1e400}}}',
+            True,
+        ),
     ],
 )
 def test_lines_the_fast_path_leaves_alone_are_judged_as_before(line: str, fast: bool) -> None:
@@ -424,7 +440,7 @@ def test_lines_the_fast_path_leaves_alone_are_judged_as_before(line: str, fast: 
     assert (not check_lines(body).others) == fast
     (row,) = parse_batch_rows(body).rows
     assert row[:-1] == expected[0][:-1]
-    assert wire.decode(row.body) == wire.decode(expected[0].body)
+    assert wire.decode(RecordRow._make(row).body) == wire.decode(RecordRow._make(expected[0]).body)
 
 
 def outcome(decode: object, body: bytes) -> object:
