@@ -39,8 +39,12 @@ DEMO = ROOT / "dsmon" / "data" / "demo" / "train.log"
 
 
 def corpus_files() -> list[Path]:
-    """Every file of tests/data and of the shared corpus that dsmon would read as a log."""
-    files = sorted(p for root in (DATA, SHARED) if root.is_dir() for p in root.rglob("*"))
+    """Every file of tests/data and of the shared corpus that dsmon would read as a log.
+
+    tests/data's first, then the corpus's, each in path order: the fast lane's sample (every
+    fourth) is then the same wherever the checkout and the corpus beside it live.
+    """
+    files = [p for root in (DATA, SHARED) if root.is_dir() for p in sorted(root.rglob("*"))]
     return [p for p in files if p.is_file() and _as_log(p) is not None]
 
 
@@ -76,8 +80,8 @@ def test_every_corpus_file_gives_the_same_rows(monkeypatch: pytest.MonkeyPatch) 
         assert vec_diag == line_diag, path
     # the vector path itself took the timer lines (3,500 of them in all, 500 in the fast lane)
     assert sum(TAKEN[-len(files) :]) > 200
-    # and step and throughput lines (376 in all, 155 in the fast lane), of every momentum form
-    assert len(progress) > 100
+    # and step and throughput lines (376 in all, 48 in the fast lane), of every momentum form
+    assert len(progress) > (40 if lanes.FAST else 300)
     assert {m.split("=")[0] for m in progress} == {"step", "epoch"}
     assert lanes.FAST or any("mom=[[" in m for m in progress)  # DeepSpeed before 0.7's lists
 
@@ -102,7 +106,7 @@ def _count_progress(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def test_every_run_folder_gives_the_same_rows() -> None:
     """Folders as ``dsmon import`` reads them: rank logs, rotated logs with their step clock
     carried from file to file, side files."""
-    folders = sorted(p for root in (DATA, SHARED) if root.is_dir() for p in root.glob("*/"))
+    folders = [p for root in (DATA, SHARED) if root.is_dir() for p in sorted(root.glob("*/"))]
     for folder in sample(folders):
         line_carries: Carries = {}
         vec_carries: Carries = {}
