@@ -34,7 +34,7 @@ from dsmon.parse.families.flops_profiler import FACTOR_OFFSET
 from dsmon.parse.log import LogParser, default_parsers
 from dsmon.parse.side_files import parse_profile_file
 from dsmon.serve.batch import BatchError, parse_batch_rows
-from dsmon.store.records.rows import RecordRow
+from dsmon.store.records.rows import Row
 from dsmon.store.store import RowBatch
 
 #: Hypothesis explores every parser for a while: the slow lane runs it, CI replays one sequence.
@@ -319,10 +319,11 @@ def decode_or_refuse(body: bytes) -> list[Record] | None:
     return [e.record for e in got]
 
 
-def same_row(row: RecordRow) -> tuple[object, ...]:
+def same_row(row: Row) -> tuple[object, ...]:
     """A row with its body as the record it holds: a line with "NaN" in a string is stored
-    as sent by one path and re-encoded by the other, the same record either way."""
-    return (*row[:-1], wire.decode(row.body))
+    as sent by one path and re-encoded by the other, the same record either way. (The
+    server's rows are plain tuples in ``RecordRow``'s order, the body last.)"""
+    return (*row[:-1], wire.decode(row[-1]))
 
 
 def test_real_encoded_records_are_there() -> None:
