@@ -80,8 +80,9 @@ def test_every_corpus_file_gives_the_same_rows(monkeypatch: pytest.MonkeyPatch) 
         assert vec_diag == line_diag, path
     # the vector path itself took the timer lines (3,500 of them in all, 500 in the fast lane)
     assert sum(TAKEN[-len(files) :]) > 200
-    # and step and throughput lines (376 in all, 48 in the fast lane), of every momentum form
-    assert len(progress) > (40 if lanes.FAST else 300)
+    # and step and throughput lines, of every momentum form: tests/data's give 180 (28 in the
+    # fast lane), with the corpus beside the checkout 376 (48)
+    assert len(progress) > (20 if lanes.FAST else 150)
     assert {m.split("=")[0] for m in progress} == {"step", "epoch"}
     assert lanes.FAST or any("mom=[[" in m for m in progress)  # DeepSpeed before 0.7's lists
 
