@@ -26,6 +26,7 @@ from dsmon.model.records import Record, Source, StepRecord, ThroughputRecord, Ti
 from dsmon.model.units import parse_gb_bytes
 from dsmon.parse.families import timers
 from dsmon.parse.families.progress import (
+    PLAIN_COUNT_DIGITS,
     PLAIN_THROUGHPUT,
     STEP_MESSAGE,
     numbers,
@@ -48,7 +49,6 @@ _STEP = re.compile(STEP_MESSAGE)
 _THROUGHPUT = re.compile(PLAIN_THROUGHPUT)
 #: The largest ``skipped`` count a record holds as it is (an int64).
 _MAX_SKIPPED_DIGITS = 18
-_PLAIN_STEP_DIGITS = 15
 
 
 def _json(value: object) -> str:
@@ -203,7 +203,7 @@ class ProgressRows(_Rows):
         """The row of a step line (``m``: its message's match), or None before the parser moves."""
         line, offset, ts, rank = where
         step, skipped = m.group(1), m.group(2)
-        if len(step) > _PLAIN_STEP_DIGITS or len(skipped) > _MAX_SKIPPED_DIGITS:
+        if len(step) > PLAIN_COUNT_DIGITS or len(skipped) > _MAX_SKIPPED_DIGITS:
             return None
         lr = _cached(self._lr, m.group(3), _lr_json)
         mom = _cached(self._mom, m.group(4), _mom_json)

@@ -196,27 +196,21 @@ def log_rows(
                 quiet = parser.quiet()
             pos = j + 1
             at = lineno + pos
-            if not quiet or chunk[j].cut:
+            made: RecordRow | None = None
+            if quiet and not chunk[j].cut:
+                if timer:
+                    assert printed is not None and values is not None
+                    known = rows.shape(printed)
+                    if known is not None:
+                        facts = parser.take_timer(at, starts[j], ts, line_rank, known[0])
+                        made = rows.row(at, starts[j], facts, line_rank, values, known)
+                elif takes_progress and message is not None:
+                    made = progress_rows.row(at, starts[j], ts, line_rank, message)
+            if made is None:  # the line as the per-line path reads it
                 _feed(parser, chunk, texts, starts, lineno, j, pos, rank, out)
                 quiet = parser.quiet()
-            elif timer:
-                assert printed is not None and values is not None
-                known = rows.shape(printed)
-                if known is None:
-                    _feed(parser, chunk, texts, starts, lineno, j, pos, rank, out)
-                    quiet = parser.quiet()
-                else:
-                    facts = parser.take_timer(at, starts[j], ts, line_rank, known[0])
-                    out.append(rows.row(at, starts[j], facts, line_rank, values, known))
-            elif (
-                takes_progress
-                and message is not None
-                and (made := progress_rows.row(at, starts[j], ts, line_rank, message))
-            ):
-                out.append(made)  # the clock only anchored: the parser stays quiet
-            else:
-                _feed(parser, chunk, texts, starts, lineno, j, pos, rank, out)
-                quiet = parser.quiet()
+            else:  # the parser moved as feed moves it, and stays quiet
+                out.append(made)
         _feed(parser, chunk, texts, starts, lineno, pos, len(chunk), rank, out)
         yield from out
         lineno += len(chunk)

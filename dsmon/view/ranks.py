@@ -316,26 +316,19 @@ class _LiveStats:
 
         Written into the buffer from the first step ``new`` holds: only the rows from there
         on are joined as frames. ``held``'s rows from there on change with it (a view).
+        ``held`` is in step order, as the store gives the steps and :func:`_merged` keeps them.
         """
-        steps_held = held["step"].to_numpy()
-        if not _sorted(steps_held):
-            return _merged(held, new)
         if self.buffer is None or self.buffer.rows != len(held):
             self.buffer = RowBuffer.of(held)  # the first live rows: the table copied once
             if self.buffer is None:
                 return _merged(held, new)
-        at = int(np.searchsorted(steps_held, new["step"].min(), side="left"))
+        at = int(np.searchsorted(held["step"].to_numpy(), new["step"].min(), side="left"))
         part = _merged(held.iloc[at:], new) if at < len(held) else new
         if not self.buffer.fits(part):
             self.buffer = None
             return _merged(held, new)
         self.buffer.write(at, part)
         return self.buffer.frame(self.buffer.rows)
-
-
-def _sorted(steps_held: np.ndarray) -> bool:
-    """Whether steps are in order (NaN nowhere): what a search for a step needs."""
-    return bool(len(steps_held) < 2 or np.all(steps_held[1:] >= steps_held[:-1]))
 
 
 def _merged(held: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:

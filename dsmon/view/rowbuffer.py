@@ -8,11 +8,11 @@ the old ones, and a reader gets a frame whose columns are views of the first ``n
 nothing is copied.
 
 Only numeric, boolean, time (numpy's ``datetime64``, no zone), pandas' masked (``Int64``,
-``Float64``, ``boolean``) and categorical columns are held this way (a categorical as its codes: every part of a fold's result has the
-same categories, or it does not fit); a frame with any other column (strings, objects) is
-not, and its fold keeps joining frames as before. The views are read-only: a reader that
-tried to change the rows in place would raise instead of corrupting what the next refresh
-builds on.
+``Float64``, ``boolean``) and categorical columns are held this way (a categorical as its
+codes: every part of a fold's result has the same categories, or it does not fit); a frame
+with any other column (strings, objects, times with a zone) is not, and its fold keeps
+joining frames as before. The views are read-only: a reader that tried to change the rows
+in place would raise instead of corrupting what the next refresh builds on.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ MASKED = (
 
 
 def _holdable(dtype: Any) -> bool:
-    """Whether a column of ``dtype`` can live in a buffer (numbers, masked numbers, categories)."""
+    """Whether a column of ``dtype`` can live in a buffer (numbers, times, masked, categories)."""
     if isinstance(dtype, np.dtype):
         return dtype.kind in "fiubM"
     return isinstance(dtype, (*MASKED, pd.CategoricalDtype))

@@ -48,8 +48,9 @@ _TPUT_END = re.compile(r"MaxMemAllocated=\d+(?:\.\d+)?GB\s*$")
 _PLAIN_RATE = r"([0-9]+(?:\.[0-9]+)?(?:e[-+]?[0-9]+)?)"
 #: A memory figure whose bytes an int64 holds.
 _PLAIN_GB = r"([0-9]{1,9}(?:\.[0-9]+)?)GB"
-#: A count that is a step a record may name (below ``schema.MAX_STEP``).
-_PLAIN_COUNT = r"([0-9]{1,15})"
+#: Digits of a count that is a step a record may name (below ``schema.MAX_STEP``).
+PLAIN_COUNT_DIGITS = 15
+_PLAIN_COUNT = rf"([0-9]{{1,{PLAIN_COUNT_DIGITS}}})"
 #: The ThroughputTimer line of v0.8+ as it almost always is: every figure a plain number that
 #: its record holds as it is, the four keys in DeepSpeed's order. A subset of what
 #: :class:`ProgressParser` reads whole, matched in compiled code by the vector path
