@@ -18,6 +18,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from dsmon.analysis.percentiles import Percentiles
+
 
 class Slowdown(NamedTuple):
     """Recent steps against earlier ones: medians, their ratio, and how sure.
@@ -37,13 +39,18 @@ class Slowdown(NamedTuple):
 
 
 def slowdown(earlier: np.ndarray, recent: np.ndarray) -> Slowdown:
-    """Compare ``recent`` values with ``earlier`` ones (NaN dropped; both non-empty)."""
-    a = np.asarray(earlier, dtype=np.float64)
-    b = np.asarray(recent, dtype=np.float64)
-    a, b = a[~np.isnan(a)], b[~np.isnan(b)]
+    """Compare ``recent`` values with ``earlier`` ones (NaN dropped; both non-empty).
+
+    Each group is sorted once, and the test reads both from the sorted arrays: a live
+    dashboard asks this of a long run's every step on each refresh, where numpy's medians and
+    two ``np.unique`` passes (each sorting a million values again) cost 50 ms.
+    """
+    a = np.sort(np.asarray(earlier, dtype=np.float64))
+    b = np.sort(np.asarray(recent, dtype=np.float64))
+    a, b = a[: np.searchsorted(a, np.nan)], b[: np.searchsorted(b, np.nan)]  # NaN sort last
     if not len(a) or not len(b):
         raise ValueError("slowdown needs values on both sides")
-    med_a, med_b = float(np.median(a)), float(np.median(b))
+    med_a, med_b = _sorted_median(a), _sorted_median(b)
     u, p = _mann_whitney_greater(b, a)
     return Slowdown(
         earlier_median=med_a,
@@ -56,17 +63,26 @@ def slowdown(earlier: np.ndarray, recent: np.ndarray) -> Slowdown:
     )
 
 
+def _sorted_median(values: np.ndarray) -> float:
+    """``np.median`` of sorted values, read from them instead of partitioning a copy."""
+    return Percentiles.merged(values, values[:0]).median()
+
+
 def _mann_whitney_greater(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     """U of ``x`` over ``y`` and the one-sided p-value that ``x`` is not greater.
 
     The normal approximation with the tie correction and a continuity correction of 0.5, as
     statistics texts (and scipy's ``mannwhitneyu(..., alternative="greater")``) give it.
+    ``x`` sorted, without NaN: a value's mid-rank in the union is where the union's run of
+    values equal to it begins and ends. Ranks are half-integers far below 2**52, so their sum
+    is exact in any order.
     """
     n1, n2 = len(x), len(y)
-    both = np.concatenate([x, y])
-    ranks = _ranks(both)
-    u = float(ranks[:n1].sum() - n1 * (n1 + 1) / 2.0)
-    _, counts = np.unique(both, return_counts=True)
+    both = np.sort(np.concatenate([x, y]))
+    left = np.searchsorted(both, x, side="left")
+    right = np.searchsorted(both, x, side="right")
+    u = float(((left + 1 + right) / 2.0).sum() - n1 * (n1 + 1) / 2.0)
+    counts = _run_lengths(both)
     n = n1 + n2
     ties = float((counts**3 - counts).sum())
     var = n1 * n2 / 12.0 * ((n + 1) - ties / (n * (n - 1))) if n > 1 else 0.0
@@ -76,8 +92,7 @@ def _mann_whitney_greater(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return u, 0.5 * math.erfc(z / math.sqrt(2.0))
 
 
-def _ranks(values: np.ndarray) -> np.ndarray:
-    """1-based ranks, ties given the mean of the ranks they span."""
-    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
-    ends = np.cumsum(counts)
-    return ((ends - counts + 1 + ends) / 2.0)[inverse]
+def _run_lengths(values: np.ndarray) -> np.ndarray:
+    """How many times each distinct value occurs in sorted ``values`` (``np.unique``'s counts)."""
+    starts = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
+    return np.diff(np.append(starts, len(values)))
