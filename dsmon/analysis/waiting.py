@@ -40,6 +40,11 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from dsmon.analysis.steps import max_per_step
+
+#: The figure :func:`reduction_wire_shares` gives, as a live dashboard names it to the
+#: checklist (``HealthInputs.stats``).
+REDUCTION_WIRE_OF_BWD = "wire.allreduce_of_bwd"
 #: Columns of :func:`comm_split`.
 SPLIT_COLUMNS = ("step", "wall_ms", "wire_ms", "wait_ms", "wire_share", "wait_share")
 #: The ranks must be seen blocked in collectives for at least this share of a step (wire
@@ -49,19 +54,21 @@ SPLIT_COLUMNS = ("step", "wall_ms", "wire_ms", "wait_ms", "wire_share", "wait_sh
 BLOCKED_MIN_SHARE = 0.01
 
 
-def comm_split(stats: pd.DataFrame) -> pd.DataFrame:
+def comm_split(stats: pd.DataFrame, n_ranks: int | None = None) -> pd.DataFrame:
     """Per step every rank reported: wall time, wire time, waiting, and both as shares.
 
     From :func:`dsmon.analysis.ranks.step_stats` rows. A step is kept as
     :func:`dsmon.analysis.ranks.stragglers` keeps one (as many ranks as reported any step,
     at least two, and seen in a collective): live, a step missing its slowest rank would
-    split wrong.
+    split wrong. ``n_ranks``: every rank's count when ``stats`` are some steps of a run
+    (default: the most ranks a step of ``stats`` was reported by).
     """
     needed = {"step", "ranks", "slowest_ms", "fastest_ms", "wall_ms", "waited"}
     if stats.empty or not needed <= set(stats.columns):
         return pd.DataFrame({c: pd.Series(dtype="float64") for c in SPLIT_COLUMNS})
     n = stats["ranks"].to_numpy(dtype=np.float64)
-    keep = (n >= 2) & (n == n.max()) & (stats["waited"].to_numpy(dtype=np.float64) > 0)
+    every = n.max() if n_ranks is None else n_ranks
+    keep = (n >= 2) & (n == every) & (stats["waited"].to_numpy(dtype=np.float64) > 0)
     wall = stats["wall_ms"].to_numpy(dtype=np.float64)[keep]
     slowest = stats["slowest_ms"].to_numpy(dtype=np.float64)[keep]
     fastest = stats["fastest_ms"].to_numpy(dtype=np.float64)[keep]
@@ -81,6 +88,28 @@ def comm_split(stats: pd.DataFrame) -> pd.DataFrame:
         },
         copy=False,
     )
+
+
+def reduction_wire_shares(timers: pd.DataFrame, split: pd.DataFrame) -> np.ndarray:
+    """Per step of both: (bwd_allreduce - wait) / (bwd - wait), the steps' order kept.
+
+    ``timers``: breakdown rows (``bwd_allreduce_ms``, ``bwd_ms``; the slowest row of a step
+    counts); ``split``: :func:`comm_split` rows. Rank 0's ``bwd_allreduce`` holds its wait for
+    the slowest rank, and ``bwd`` holds it too; the wait taken out is never more than the
+    timer holds. A step whose ``bwd`` is all waiting has no share. One definition for a
+    whole run and for the steps a live dashboard adds (:mod:`dsmon.view.wire_steps`).
+    """
+    rows = timers[["step", "bwd_allreduce_ms", "bwd_ms"]].dropna()
+    if rows.empty or split.empty:
+        return np.empty(0, dtype=np.float64)
+    # the slowest rank's per step, grouped only when a step has several rows (rank 0's
+    # timers have one: grouping a million of them cost a long run's first look)
+    per_step = pd.DataFrame({c: max_per_step(rows, c) for c in ("bwd_allreduce_ms", "bwd_ms")})
+    joined = per_step.join(split.set_index("step")["wait_ms"], how="inner")
+    taken = joined[["bwd_allreduce_ms", "wait_ms"]].min(axis=1)  # no more than the timer holds
+    base = joined["bwd_ms"] - taken
+    share = (joined["bwd_allreduce_ms"] - taken) / base.where(base > 0)
+    return share.dropna().to_numpy(dtype=np.float64)
 
 
 def _measured(stats: pd.DataFrame, keep: np.ndarray, column: str) -> np.ndarray:

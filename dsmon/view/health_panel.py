@@ -18,6 +18,9 @@ from typing import NamedTuple
 
 import pandas as pd
 
+from dsmon.analysis import waiting
+from dsmon.analysis.percentiles import Percentiles
+from dsmon.analysis.step_stats import StatSource
 from dsmon.health.gather import FRAME_KINDS, inputs_from_frames, store_kind_stamps
 from dsmon.health.inputs import (
     BREAKDOWN,
@@ -40,7 +43,7 @@ from dsmon.health.run_state import RunState, judge
 from dsmon.health.triage import Triage, triage
 from dsmon.store.records.runs import RunInfo
 from dsmon.view import ranks as rank_views
-from dsmon.view import step_views, timer_steps
+from dsmon.view import step_views, timer_steps, wire_steps
 from dsmon.view.cache import GPU, STORED_KINDS, STORED_PREFIX, RunFrames
 from dsmon.view.cutoff import OPEN, Cutoff
 
@@ -109,10 +112,22 @@ def _inputs(frames: RunFrames, cutoff: Cutoff, run: str) -> HealthInputs:
         gpu_summary=summary,
         views=views,
         present=lambda kind: _present(frames, kind, cutoff),
-        stats=timer_steps.stat_source(frames, cutoff),
+        stats=_stat_source(frames, cutoff),
         stragglers=lambda: rank_views.stragglers(frames, cutoff),
     )
     return inputs
+
+
+def _stat_source(frames: RunFrames, cutoff: Cutoff) -> StatSource:
+    """The whole-run figures the dashboard keeps live: the timers', and the wire share's."""
+    timers = timer_steps.stat_source(frames, cutoff)
+
+    def stat(name: str) -> Percentiles | None:
+        if name == waiting.REDUCTION_WIRE_OF_BWD:
+            return wire_steps.stat(frames, cutoff)
+        return timers(name)
+
+    return stat
 
 
 def inputs_of(frames: RunFrames, run: str, cutoff: Cutoff) -> HealthInputs:

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -59,6 +61,10 @@ class LiveStragglers:
 
     def __init__(self, warmup: int = steps.WARMUP_STEPS) -> None:
         self.warmup = warmup
+        #: Changes whenever a step at or below :attr:`settled` changes (a reading again of
+        #: the whole table, or a late row for such a step), so a reader keeping figures of
+        #: the settled steps knows to start again.
+        self.generation = 0
         self._reset()
 
     def _reset(self) -> None:
@@ -132,8 +138,25 @@ class LiveStragglers:
         """Steps kept aside, waiting for a rank: at most about :data:`OPEN_STEPS`."""
         return len(self._open)
 
+    @property
+    def ranks(self) -> int:
+        """The most ranks a steady step was reported by: every rank, as far as one knows."""
+        return self._ranks
+
+    @property
+    def settled(self) -> int:
+        """The step up to which every steady step is taken in for good (-1: none is).
+
+        Complete, or taken in by age: a later row of such a step makes a new
+        :attr:`generation`. The steps after it wait for a rank.
+        """
+        if self._whole is not None or self._newest < 0:
+            return -1
+        return min(self._open) - 1 if self._open else self._newest
+
     def _rebuild(self, table: pd.DataFrame) -> None:
         """Take in the whole table again."""
+        self.generation += 1
         self._reset()
         steady = _after(table, self.warmup)
         if steady.empty:  # no step after the warm-up yet: the figures are over every step
@@ -147,6 +170,8 @@ class LiveStragglers:
         if rows.empty:
             return
         steps_in = rows["step"].to_numpy().astype(np.int64)
+        if int(steps_in.min()) <= self.settled:
+            self.generation += 1  # a late row of a settled step (one no rank had reported)
         self._forget_open(steps_in)  # what comes again replaces what was kept aside
         self._ranks = max(self._ranks, int(rows["ranks"].max()))
         self._newest = max(self._newest, int(steps_in.max()))
@@ -358,6 +383,25 @@ def stats(frames: RunFrames, cutoff: Cutoff = OPEN) -> pd.DataFrame:
             lambda: frames.store.ranks.step_stats(frames.run, step_max=upto),
         )
     return _from_records(frames, "ranks.stats", "rank_step", cutoff, ranks.step_stats)
+
+
+class Settled(NamedTuple):
+    """The live per-step table and how much of it is settled (:attr:`LiveStragglers.settled`)."""
+
+    table: pd.DataFrame
+    generation: int
+    settled: int
+    ranks: int
+
+
+@contextmanager
+def settled(frames: RunFrames) -> Iterator[Settled]:
+    """The live table brought up to date, held still (no other refresh writes it) meanwhile."""
+    live = _live(frames)
+    table = live.update(frames)
+    with live.lock:
+        kept = live.stragglers
+        yield Settled(table, kept.generation, kept.settled, kept.ranks)
 
 
 def stragglers(frames: RunFrames, cutoff: Cutoff = OPEN) -> StragglerSummary:

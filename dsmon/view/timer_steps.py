@@ -16,6 +16,9 @@ breakdown is folded from the records as before; so it is for a replay position.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import NamedTuple
 
 import pandas as pd
 
@@ -153,6 +156,27 @@ def stat(frames: RunFrames, cutoff: Cutoff, name: str) -> Percentiles:
         if kept is not None:
             return kept
     return step_stats.ranked(steps.steady(bd), name)
+
+
+class Finished(NamedTuple):
+    """The live breakdown, its epoch and how many of its rows are of finished steps."""
+
+    breakdown: pd.DataFrame
+    epoch: int
+    stable: int
+
+
+@contextmanager
+def finished(frames: RunFrames) -> Iterator[Finished | None]:
+    """The live breakdown brought up to date and held still meanwhile (None: not kept live).
+
+    For a figure kept over the finished steps as :meth:`_LiveBreakdown.stat` keeps its own
+    (``dsmon.view.wire_steps``).
+    """
+    bd = breakdown(frames, OPEN)
+    live = _live(frames)
+    with live.lock:
+        yield Finished(bd, live.epoch, live.stable) if live.result is bd else None
 
 
 def stat_source(frames: RunFrames, cutoff: Cutoff) -> StatSource:

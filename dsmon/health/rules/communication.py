@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from dsmon.analysis import comm, step_stats, steps, waiting
+from dsmon.analysis import comm, step_stats, waiting
+from dsmon.analysis.percentiles import Percentiles
 from dsmon.analysis.waiting import CommSplit
 from dsmon.health import measures as m
 from dsmon.health import probe_measures as pm
@@ -325,23 +326,18 @@ _WIRE_SRC = "timers less the wait for the slowest rank (dsmon run's probe), medi
 
 
 def _reduction_wire_share(inputs: HealthInputs, bd: pd.DataFrame) -> float | None:
-    """Median over steps of (bwd_allreduce - wait) / (bwd - wait); None without the split."""
+    """Median over steps of (bwd_allreduce - wait) / (bwd - wait); None without the split.
+
+    From :attr:`HealthInputs.stats` when the caller keeps it (a live dashboard, whose values
+    grow with new steps only), else from the whole breakdown and the probe's steps.
+    """
     if comm_split(inputs) is None or "bwd_allreduce_ms" not in bd.columns:
         return None
-    per = waiting.comm_split(m.steady(pm.rank_stats(inputs)))
-    rows = bd[["step", "bwd_allreduce_ms", "bwd_ms"]].dropna()
-    if per.empty or rows.empty:
-        return None
-    # the slowest rank's per step, grouped only when a step has several rows (rank 0's
-    # timers have one: grouping a million of them cost a long run's first look)
-    timers = pd.DataFrame({c: steps.max_per_step(rows, c) for c in ("bwd_allreduce_ms", "bwd_ms")})
-    joined = timers.join(per.set_index("step")["wait_ms"], how="inner")
-    if joined.empty:
-        return None
-    taken = joined[["bwd_allreduce_ms", "wait_ms"]].min(axis=1)  # no more than the timer holds
-    base = joined["bwd_ms"] - taken
-    share = ((joined["bwd_allreduce_ms"] - taken) / base.where(base > 0)).dropna()
-    return m.median(share) if not share.empty else None
+    kept = inputs.stats(waiting.REDUCTION_WIRE_OF_BWD) if inputs.stats is not None else None
+    if kept is None:
+        per = waiting.comm_split(m.steady(pm.rank_stats(inputs)))
+        kept = Percentiles.of(waiting.reduction_wire_shares(bd, per))
+    return kept.median() if kept.n else None
 
 
 @rule(
