@@ -14,13 +14,15 @@ import dataclasses
 from datetime import datetime
 
 import numpy as np
+import pandas as pd
 import pytest
 from store_support import folder_records
 
-from dsmon.analysis import steps, waiting
+from dsmon.analysis import ranks, steps, waiting
 from dsmon.analysis.percentiles import Percentiles
 from dsmon.health.gather import inputs_from_store
 from dsmon.health.registry import evaluate
+from dsmon.model.frames import records_frame
 from dsmon.model.records import Record
 from dsmon.store.store import Store
 from dsmon.view import fold, quantiles, step_views, wire_steps
@@ -120,3 +122,30 @@ def test_the_live_checklist_says_what_the_store_says(store: Store) -> None:
     want = [r for r in full.results if r.rule_id == "comm.phase_share"]
     assert phase[0].evidence == want[0].evidence
     assert any("less waiting" in e.label for e in phase[0].evidence)  # the split was made
+
+
+def _joined_definition(timers: pd.DataFrame, split: pd.DataFrame) -> np.ndarray:
+    """The figure's per-step values as pandas says them: a join of the two tables by step."""
+    rows = timers[["step", "bwd_allreduce_ms", "bwd_ms"]].dropna()
+    per_step = rows.groupby("step")[["bwd_allreduce_ms", "bwd_ms"]].max()
+    joined = per_step.join(split.set_index("step")["wait_ms"], how="inner")
+    taken = joined[["bwd_allreduce_ms", "wait_ms"]].min(axis=1)
+    base = joined["bwd_ms"] - taken
+    return ((joined["bwd_allreduce_ms"] - taken) / base.where(base > 0)).dropna().to_numpy()
+
+
+def test_each_steps_value_is_the_join_of_the_timers_and_the_split() -> None:
+    """Matched by binary search in step order, and by a join otherwise; an unknown wait
+    takes nothing out, and a step all waiting has no value."""
+    recs = _records()
+    bd = steps.step_breakdown(records_frame("timer", [r for r in recs if r.KIND == "timer"]))
+    split = waiting.comm_split(ranks.step_stats(records_frame("rank_step", recs)))
+    assert len(split) > 40
+    split.loc[split.index[3], "wait_ms"] = np.nan
+    split.loc[split.index[5:7], "wait_ms"] = 1e9  # more than the all-reduce took
+    all_waiting = bd["step"] == split["step"].iloc[6]
+    bd.loc[all_waiting, "bwd_ms"] = bd.loc[all_waiting, "bwd_allreduce_ms"]
+    for case in (split, split.sample(frac=1.0, random_state=2)):
+        got = waiting.reduction_wire_shares(bd, case)
+        np.testing.assert_array_equal(got, _joined_definition(bd, case))
+    assert len(got) == len(split) - 1 and got[5] == 0.0
