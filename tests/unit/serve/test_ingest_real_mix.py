@@ -23,7 +23,8 @@ import pytest
 from fakes import eight_gpus_two_models
 from lanes import sample
 from locations import DATA, ROOT
-from sql_support import sqlite_sql
+from shared_fixtures import STORE_BACKENDS
+from sql_support import store_sql
 
 from collectors.gpu.nvml import NvmlPoller
 from dsmon.load.files import read_found
@@ -36,7 +37,7 @@ from dsmon.serve.batch import parse_batch_rows
 from dsmon.store.backend import Db
 from dsmon.store.records.added import Added
 from dsmon.store.sqlite import SQLiteDb
-from dsmon.store.store import open_store
+from dsmon.store.store import Store
 
 #: Records a sender puts in one batch.
 BATCH = 2000
@@ -86,33 +87,45 @@ def gpu_polls(run: str) -> Iterator[list[Record]]:
         yield list(poller.poll())
 
 
-def every_table(path: Path) -> dict[str, list[tuple[object, ...]]]:
-    """Every table of a SQLite store, rows sorted (a run's ``received_at`` is the clock's)."""
-    names = sqlite_sql(path, "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+def every_table(store: Store) -> dict[str, list[tuple[object, ...]]]:
+    """Every table of a store, rows sorted (a run's ``received_at`` is the clock's)."""
+    if store.backend.dialect.name == "sqlite":
+        listed = "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
+    else:
+        listed = (
+            "SELECT table_name FROM information_schema.tables "
+            "WHERE table_schema = current_schema() ORDER BY table_name"
+        )
     out = {}
-    for (name,) in names:
+    for (name,) in store_sql(store, listed):
         cols = "run, restamps" if name == "run_activity" else "*"
-        out[str(name)] = sorted(sqlite_sql(path, f"SELECT {cols} FROM {name}"), key=repr)
+        out[str(name)] = sorted(store_sql(store, f"SELECT {cols} FROM {name}"), key=repr)
     return out
 
 
+@pytest.mark.parametrize("backend_store", list(STORE_BACKENDS))
 def test_the_server_stores_the_real_mix_as_its_records_are_stored(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    backend_store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """On each backend (PostgreSQL has no bulk insert of its own to set aside)."""
     records = [*copy_records("a"), *copy_records("b")]
     batches = [records[i : i + BATCH] for i in range(0, len(records), BATCH)]
     bodies = [("\n".join(wire.encode(r) for r in part) + "\n").encode() for part in batches]
+    opener = STORE_BACKENDS[backend_store]
+    (tmp_path / "served").mkdir()
+    (tmp_path / "plain").mkdir()
 
-    with open_store(tmp_path / "served.sqlite") as store:
+    with opener(tmp_path / "served") as store:
         served = [store.add(parse_batch_rows(body), live=True) for body in bodies]
+        got = every_table(store)
     with monkeypatch.context() as m:  # the reference: summary tables read back by SQL,
         m.setattr(Added, "of_kind", lambda self, kind: None)  # their rows one to a statement
         m.setattr(SQLiteDb, "insert_many", Db.insert_many)
-        with open_store(tmp_path / "plain.sqlite") as store:
+        with opener(tmp_path / "plain") as store:
             plain = [store.add(part, live=True) for part in batches]
+            want = every_table(store)
 
     assert served == plain == [len(part) for part in batches]
-    got, want = every_table(tmp_path / "served.sqlite"), every_table(tmp_path / "plain.sqlite")
     assert got.keys() == want.keys()
     for name in ("records", "gpu_samples", "rank_steps", "rank_comm", "rank_beats",
                  "timer_steps", "timer_optimizer_steps", "step_skips"):  # fmt: skip
