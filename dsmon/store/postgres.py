@@ -34,7 +34,7 @@ from dsmon.store.backend import Backend, Db
 from dsmon.store.dialect import POSTGRES
 from dsmon.store.errors import StoreDataError, StoreError
 from dsmon.store.gpu.sql import STAGED, batch_rollup_ddl, temp_ddl
-from dsmon.store.records.rows import ROW_COLUMNS, Inserted, Row
+from dsmon.store.records.rows import ROW_COLUMNS, STEP_AT, Inserted, Row
 from dsmon.store.schema import (
     INSERT_META,
     MADE_BY_ROW,
@@ -56,7 +56,6 @@ CONNECT_TIMEOUT_S = 10
 _DATA_SQLSTATES = ("22", "23", "54")
 
 COLS = ", ".join(ROW_COLUMNS)
-_STEP = ROW_COLUMNS.index("step")  # a row's step (the server's rows are plain tuples)
 # Column types of the staging table (the records table's, without constraints).
 _ROW_TYPES = {"key": "BYTEA", "step": "BIGINT", "rank": "BIGINT", "line": "BIGINT"}
 # The staging table lives per connection and empties itself at every commit.
@@ -131,7 +130,7 @@ class PostgresDb(Db):
                     copy.write_row((seq, *row))
             found = cur.execute(MOVE).fetchone()
             new = int(found[0]) if found else 0
-            if new < len(rows) and any(r[_STEP] is not None for r in rows):
+            if new < len(rows) and any(r[STEP_AT] is not None for r in rows):
                 cur.execute(RESTAMP)
         return Inserted(new)
 

@@ -18,6 +18,7 @@ import msgspec
 from dsmon.store.backend import Backend, Db
 from dsmon.store.dialect import Dialect
 from dsmon.store.records.added import Added
+from dsmon.store.records.rows import BODY_AT, RUN_AT, STEP_AT
 
 #: The kind whose lines are kept here.
 STEP_KIND = "step"
@@ -78,11 +79,10 @@ class StepSkips:
             lines = db.rows(_new_lines(db.dialect), (added.after_id,))
         else:  # as _new_lines reads them; a line the server decoded, as it decoded it
             first, decoded = added.first_id, added.decoded
-            # run, step, body by position (RecordRow's order): a name costs a lookup
             lines = [
-                (i, r[1], r[3], decoded.get(i - first, r[9]))
+                (i, r[RUN_AT], r[STEP_AT], decoded.get(i - first, r[BODY_AT]))
                 for i, r in found
-                if r[3] is not None and r[3] > 0
+                if r[STEP_AT] is not None and r[STEP_AT] > 0
             ]
         newest: dict[str, tuple[int, int, float]] = {}
         for rec_id, run, step, body in lines:

@@ -37,7 +37,7 @@ from dsmon.store.backend import Backend, Db
 from dsmon.store.dialect import SQLITE
 from dsmon.store.errors import StoreDataError, StoreError
 from dsmon.store.gpu.sql import STAGED, batch_rollup_ddl, temp_ddl
-from dsmon.store.records.rows import ROW_COLUMNS, Inserted, RecordRow, Row
+from dsmon.store.records.rows import KEY_AT, ROW_COLUMNS, Inserted, RecordRow, Row
 from dsmon.store.records.sql import MAX_ID
 from dsmon.store.records.tally import kind_rows, source_rows
 from dsmon.store.schema import (
@@ -191,12 +191,11 @@ def insert_rows(conn: sqlite3.Connection, rows: Sequence[Row]) -> None:
     """
     width = len(ROW_COLUMNS)
     for sql, params in values_statements(conn, INSERT, rows):
-        params[_KEY::width] = map(bytearray, params[_KEY::width])
+        params[KEY_AT::width] = map(bytearray, params[KEY_AT::width])
         conn.execute(sql, params)
 
 
 _chain = itertools.chain.from_iterable
-_KEY = ROW_COLUMNS.index("key")
 
 
 class Transaction:

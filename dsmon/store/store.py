@@ -49,7 +49,7 @@ from dsmon.store.records import sql as records_sql
 from dsmon.store.records.added import Added
 from dsmon.store.records.filter import RecordFilter
 from dsmon.store.records.log import SCAN_BODY_ROWS, SCAN_ROWS, RecordLog
-from dsmon.store.records.rows import ROW_COLUMNS, RecordRow, Row, as_row
+from dsmon.store.records.rows import KIND_AT, RUN_AT, RecordRow, Row, as_row
 from dsmon.store.records.runs import KindStats, RunInfo
 from dsmon.store.skips import STEP_KIND, StepSkips
 from dsmon.store.skips import ddl as skips_ddl
@@ -62,8 +62,8 @@ from dsmon.store.url import redact_url, sqlite_file
 _SUMMED_KINDS = RANK_KINDS | {timers_sql.TIMER_KIND, STEP_KIND}
 #: A row's run and kind, taken in compiled code (a field's name costs a lookup a row).
 _RUN, _KIND = (
-    operator.itemgetter(ROW_COLUMNS.index("run")),
-    operator.itemgetter(ROW_COLUMNS.index("kind")),
+    operator.itemgetter(RUN_AT),
+    operator.itemgetter(KIND_AT),
 )
 #: Records written per transaction: large enough to amortise the commit, small enough
 #: that a reader never waits long and memory stays flat on a 500 MB import.

@@ -22,7 +22,15 @@ from dsmon.store.ranks import sql
 from dsmon.store.ranks.rows import probe_rows
 from dsmon.store.ranks.sql import BUSY_LEVELS, PHASE_SUMS, STAT_COLUMNS
 from dsmon.store.records.added import Added
-from dsmon.store.records.rows import row_record
+from dsmon.store.records.rows import (
+    BODY_AT,
+    LINE_AT,
+    RANK_AT,
+    RUN_AT,
+    STEP_AT,
+    TS_AT,
+    row_record,
+)
 
 if TYPE_CHECKING:  # pandas loads with the first read: the stores' writers never need it
     import pandas as pd
@@ -174,16 +182,16 @@ def _new_probe_records(db: Db, added: Added) -> list[Any]:
     if steps is None or beats is None:
         return db.rows(sql.new_probe_records(db.dialect), (added.after_id,))
     first, decoded = added.first_id, added.decoded
-    # run, step, ts, rank, line, body by position (RecordRow's order): a name costs a lookup
     found: list[tuple[Any, ...]] = [
-        ("rank_step", r[1], r[3], r[6], i, r[4], r[8], _step_line(decoded, i - first, r[9]))
+        ("rank_step", r[RUN_AT], r[STEP_AT], r[RANK_AT], i, r[TS_AT], r[LINE_AT],
+         _step_line(decoded, i - first, r[BODY_AT]))
         for i, r in steps
-        if r[6] is not None and r[3] is not None
-    ]
+        if r[RANK_AT] is not None and r[STEP_AT] is not None
+    ]  # fmt: skip
     found += [
-        ("heartbeat", r[1], r[3], r[6], i, r[4], r[8], None)
+        ("heartbeat", r[RUN_AT], r[STEP_AT], r[RANK_AT], i, r[TS_AT], r[LINE_AT], None)
         for i, r in beats
-        if r[6] is not None and r[4] is not None
+        if r[RANK_AT] is not None and r[TS_AT] is not None
     ]
     return found  # by kind, each in id order: probe_rows keeps the kinds apart
 

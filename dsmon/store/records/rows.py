@@ -9,7 +9,7 @@ records (``dsmon.serve.rows``).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from dsmon.model import wire
 from dsmon.model.records import Record
@@ -33,6 +33,19 @@ class RecordRow(NamedTuple):
 
 
 ROW_COLUMNS = RecordRow._fields
+#: Each column's position in a row: writers read the server's plain tuples (:data:`Row`) by
+#: position, where a named tuple's field name would cost a lookup a row. Literals, so the
+#: type checker knows each column's type (``tests/unit/store/test_store_tally.py`` checks
+#: them against :data:`ROW_COLUMNS`).
+KEY_AT: Final = 0
+RUN_AT: Final = 1
+KIND_AT: Final = 2
+STEP_AT: Final = 3
+TS_AT: Final = 4
+RANK_AT: Final = 6
+LINE_AT: Final = 8
+BODY_AT: Final = 9
+
 #: A row as a plain tuple of :class:`RecordRow`'s columns, in its order: what the ingest
 #: server makes of a line, and what every writer takes (a :class:`RecordRow` is one). Building
 #: a named tuple of a tuple costs a call and a copy, about a microsecond of the server's per

@@ -15,7 +15,7 @@ import operator
 from collections.abc import Sequence
 from typing import Any
 
-from dsmon.store.records.rows import Row
+from dsmon.store.records.rows import KIND_AT, RUN_AT, STEP_AT, TS_AT, Row
 
 #: A ``run_kinds`` row: run, kind, n, first ts, last ts, last step, last id.
 KindRow = tuple[str, str, int, str | None, str | None, int | None, int]
@@ -29,8 +29,7 @@ def kind_rows(rows: Sequence[Row], first_id: int) -> list[KindRow]:
     """
     acc: dict[tuple[str, str], list[Any]] = {}
     for i, row in enumerate(rows):
-        # ts, step, run, kind by position (RecordRow's order): a field's name costs a lookup
-        ts, step, key = row[4], row[3], (row[1], row[2])
+        ts, step, key = row[TS_AT], row[STEP_AT], (row[RUN_AT], row[KIND_AT])
         found = acc.get(key)
         if found is None:
             acc[key] = [1, ts, ts, step, i]

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from dsmon.store import blocks
 from dsmon.store.backend import Backend, Db
 from dsmon.store.records.added import Added
+from dsmon.store.records.rows import BODY_AT, RANK_AT, RUN_AT, STEP_AT
 from dsmon.store.timers import sql
 from dsmon.store.timers.rows import TimerRows, timer_rows
 
@@ -50,8 +51,9 @@ class TimerTables:
             records = db.rows(sql.new_timer_records(db.dialect), (added.after_id,))
         else:  # as new_timer_records reads them; a line the server decoded, as it decoded it
             first, get = added.first_id, added.decoded.get
-            # run, step, rank, body, by position (RecordRow's order): a name costs a lookup
-            records = [(i, r[1], r[3], r[6], get(i - first, r[9])) for i, r in found]
+            records = [
+                (i, r[RUN_AT], r[STEP_AT], r[RANK_AT], get(i - first, r[BODY_AT])) for i, r in found
+            ]
         _write(db, timer_rows(records, placed=False), placed=False)
 
     @staticmethod

@@ -12,6 +12,7 @@ import dataclasses
 from pathlib import Path
 
 from dsmon.model.records import Record
+from dsmon.store.records import rows
 from dsmon.store.records.rows import RecordRow, record_row
 from dsmon.store.records.tally import kind_rows, source_rows
 from dsmon.store.store import Store, open_store
@@ -85,3 +86,10 @@ def test_kind_rows_of_interleaved_kinds_keep_falsy_steps() -> None:
         ("r", "timer", 1, None, None, 5, 3),
     ]
     assert source_rows(rows) == [("q", "", -1), ("r", "", -1)]
+
+
+def test_the_positions_writers_read_rows_by_name_their_columns() -> None:
+    """The writers read the server's plain tuples by position: each is its column's."""
+    named = {"key": rows.KEY_AT, "run": rows.RUN_AT, "kind": rows.KIND_AT, "step": rows.STEP_AT,
+             "ts": rows.TS_AT, "rank": rows.RANK_AT, "line": rows.LINE_AT, "body": rows.BODY_AT}  # fmt: skip
+    assert {name: rows.ROW_COLUMNS[at] for name, at in named.items()} == {n: n for n in named}
