@@ -97,10 +97,7 @@ def reduction_wire_shares(timers: pd.DataFrame, split: pd.DataFrame) -> np.ndarr
     timer holds. A step whose ``bwd`` is all waiting has no share. One definition for a
     whole run and for the steps a live dashboard adds (:mod:`dsmon.view.wire_steps`).
     """
-    step, reduce_ms, bwd = (
-        timers[c].to_numpy(dtype=np.float64, na_value=np.nan)
-        for c in ("step", "bwd_allreduce_ms", "bwd_ms")
-    )
+    step, reduce_ms, bwd = (_floats(timers[c]) for c in ("step", "bwd_allreduce_ms", "bwd_ms"))
     known = ~(np.isnan(step) | np.isnan(reduce_ms) | np.isnan(bwd))
     if not known.all():
         step, reduce_ms, bwd = step[known], reduce_ms[known], bwd[known]
@@ -130,6 +127,13 @@ def reduction_wire_shares(timers: pd.DataFrame, split: pd.DataFrame) -> np.ndarr
     with np.errstate(divide="ignore", invalid="ignore"):
         share = (reduce_ms - taken) / np.where(base > 0, base, np.nan)
     return share[~np.isnan(share)]
+
+
+def _floats(column: pd.Series) -> np.ndarray:
+    """A column as float64, NaN where missing; a float64 column as it is, not copied."""
+    if column.dtype == np.float64:
+        return column.to_numpy()
+    return column.to_numpy(dtype=np.float64, na_value=np.nan)
 
 
 def _measured(stats: pd.DataFrame, keep: np.ndarray, column: str) -> np.ndarray:
