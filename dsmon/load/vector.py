@@ -130,7 +130,8 @@ def find_plain_lines(texts: Sequence[str]) -> PlainLines:
         time=pl.when(head).then(t.str.slice(12, 8)),
         logger=t.str.extract(r"^\[[^\]]+\] \[[A-Z]+\] \[([^\]:]+):", 1),
         rank=t.str.extract(r"\[Rank (-?\d+)\] (?:time \(ms\)|step=|epoch=)", 1),
-        body=pl.when("timer").then(t.str.extract(r"time \(ms\) \|(.*)$", 1)),
+        # what follows the first ``time (ms) |`` (a literal split: a regex search cost 3x)
+        body=pl.when("timer").then(t.str.splitn("time (ms) |", 2).struct.field("field_1")),
     )
     bad_dates = [d for d in frame["date"].drop_nulls().unique().to_list() if not valid_date(d)]
     time = pl.col("time")
