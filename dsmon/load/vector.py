@@ -76,8 +76,9 @@ PLAIN_PROGRESS_LINE = f"{_HEADS}(?-u:{STEP_MESSAGE}|{PLAIN_THROUGHPUT})$"
 #: second ``[`` inside the logger header, where a glued line could start): such a line is
 #: left to the per-line path.
 _CLEANED = r"[\r\x1b]|^\[[^\]]*\] \[[A-Z]+\] \[[^\]]*\["
-#: ``12.30`` is the float 12.3, which the record's JSON writes ``12.3`` (``0.00``: ``0.0``).
-_TRAILING_ZERO = r"^(\d+\.\d)0$"
+#: ``12.30`` is the float 12.3, which the record's JSON writes ``12.3`` (``0.00``: ``0.0``):
+#: each value of a line's comma-joined values, whose every value has two decimals.
+_TRAILING_ZERO = r"(\d\.\d)0(,|$)"
 
 
 def available() -> bool:
@@ -150,8 +151,9 @@ def find_plain_lines(texts: Sequence[str]) -> PlainLines:
         ts=pl.concat_str(pl.col("date"), pl.lit("T"), time, pl.lit("."), t.str.slice(21, 3)),
         shape=body.str.replace_all(_FIELD_VALUE, ": #"),
         values=body.str.extract_all(_FIELD_VALUE)
-        .list.eval(pl.element().str.slice(2).str.replace(_TRAILING_ZERO, "${1}"))
-        .list.join(","),
+        .list.join(",")
+        .str.replace_all(": ", "", literal=True)  # (no value holds one)
+        .str.replace_all(_TRAILING_ZERO, "${1}${2}"),
         message=pl.when(~pl.col("timer")).then(t.str.replace(_HEADS, "")),
     )
     return PlainLines(frame)
