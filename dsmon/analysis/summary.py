@@ -19,7 +19,7 @@ import pandas as pd
 from dsmon.analysis.comm import exposed_comm_share
 from dsmon.analysis.steps import slowest_steps, step_stats, timed_steps
 from dsmon.analysis.stragglers import straggler_summary
-from dsmon.analysis.summary_scan import median_of, step_breakdown_of
+from dsmon.analysis.summary_scan import breakdown_of, median_of
 from dsmon.analysis.waiting import CommSplit
 from dsmon.ds_config.read import preferred_config, section, section_enabled, zero_stage
 from dsmon.model.records import ENGINE_INFO, EventRecord
@@ -178,7 +178,7 @@ def run_summary(store: Store, run: str, outcome: str | None = None) -> RunSummar
         "config": _config(store, run) if "config" in info.kinds else {},
         **(_events(store, run) if "event" in info.kinds else {}),
     }
-    breakdown = step_breakdown_of(store, run) if "timer" in info.kinds else pd.DataFrame()
+    breakdown = breakdown_of(store, run) if "timer" in info.kinds else pd.DataFrame()
     share = exposed_comm_share(breakdown) if not breakdown.empty else None
     return RunSummary(
         info=info,

@@ -16,8 +16,10 @@ step, its time) the log parser says (``LogParser.take_timer``, ``take_progress_r
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections.abc import Callable
+from typing import Any
 
 import orjson
 
@@ -102,6 +104,8 @@ class TimerRows(_Rows):
         super().__init__(parser)
         self.file_rank = file_rank
         self._shapes: dict[str, tuple[timers.PlainShape, str, str] | None] = {}
+        #: A whole body's template per values template, legacy flag and group (:meth:`_line_template`).
+        self._lines: dict[tuple[str, str, str], tuple[str, Callable[[tuple[Any, ...]], Any]]] = {}
         sample = TimerRecord(
             src=self._src, ts=_TS, step=_INTS["step"], group="\x01group",
             values_ms={"\x01v": 0.5}, micro_step=_INTS["micro_step"], legacy=True,
@@ -133,19 +137,49 @@ class TimerRows(_Rows):
         step, micro, group, ts = facts
         if rank is None:
             rank = self.file_rank
-        body = self._template.format(
-            line,
-            offset,
-            "null" if rank is None else rank,
-            "null" if step is None else step,
-            "null" if micro is None else micro,
-            "null" if ts is None else f'"{ts}"',
-            f'"{group}"',
-            shape[1] % tuple(values.split(",")),
-            shape[2],
+        made = self._lines.get((shape[1], shape[2], group))
+        if made is None:
+            made = self._line_template(shape, group)
+        template, ordered = made
+        body = template % ordered(
+            (
+                line,
+                offset,
+                "null" if rank is None else rank,
+                "null" if step is None else step,
+                "null" if micro is None else micro,
+                "null" if ts is None else f'"{ts}"',
+                *values.split(","),
+            )
         )
         key = self.key(offset, "timer")
         return RecordRow(key, self.run, "timer", step, ts, self.node, rank, self.file, line, body)
+
+    def _line_template(
+        self, shape: tuple[timers.PlainShape, str, str], group: str
+    ) -> tuple[str, Callable[[tuple[Any, ...]], Any]]:
+        """The body of a line of ``shape`` and ``group`` as one ``%`` template, kept.
+
+        Its group, timer names and legacy flag are written in; its line, offset, rank, step,
+        micro-step, time and values are ``%s`` slots, in the order the record's JSON has
+        them. Returned with what puts :meth:`row`'s figures (those six, then the values) in
+        that order: one formatting a line, not three. Kept by the shape's values template
+        and legacy flag (what it writes) and the group.
+        """
+        if len(self._lines) >= MAX_CACHED:
+            self._lines.clear()
+        count = len(shape[0].names)
+        marks = [f"\x00{i}\x00" for i in range(6 + count)]  # no JSON holds a raw NUL
+        pairs = zip(shape[0].names, marks[6:], strict=True)
+        values = "{" + ",".join(f"{_json(n)}:{mark}" for n, mark in pairs) + "}"
+        text = self._template.format(*marks[:6], f'"{group}"', values, shape[2])
+        order = sorted(range(len(marks)), key=lambda i: text.index(marks[i]))
+        text = text.replace("%", "%%")
+        for mark in marks:
+            text = text.replace(mark, "%s")
+        made = text, operator.itemgetter(*order)
+        self._lines[(shape[1], shape[2], group)] = made
+        return made
 
 
 class ProgressRows(_Rows):

@@ -167,7 +167,9 @@ class LogParser:
                 self._carry, self._chain = None, []
                 self._failed_on(logical, "joining", exc)
         self._last = logicals[-1]
-        records = self._fitted(self._assign_steps(out))
+        # most lines make no record and release none held: nothing to number or fit
+        held = self._held or self._sent_unstamped
+        records = self._fitted(self._assign_steps(out)) if out or held else out
         if self.ctx.diag.unparsed and self._carry is None:  # a join on trial may be undone
             records += self._told(self._last, final=False)
         return records

@@ -333,8 +333,8 @@ class TracebackAssembler:
 
     @property
     def open(self) -> bool:
-        """A traceback is waiting for its exception line."""
-        return any(tb.exc is None for tb in self._open.values())
+        """A traceback is waiting for its exception line (asked after every line the parser sees)."""
+        return bool(self._open) and any(tb.exc is None for tb in self._open.values())
 
     def feed(self, line: LogLine, ctx: ParseContext) -> list[Record] | None:
         """Events for a traceback line, [] for a claimed one, None for any other line."""

@@ -19,6 +19,7 @@ print (``ModuleList``) keeps them None.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -116,8 +117,13 @@ def _normalise(label: str) -> tuple[str, float | None]:
     return text, float(m.group(1)) if m else None
 
 
+@functools.lru_cache(maxsize=1024)
 def summary_field(label: str) -> tuple[str, Parse, float | None] | None:
-    """The record field a summary label stands for, its reader and its ``= N *`` factor."""
+    """The record field a summary label stands for, its reader and its ``= N *`` factor.
+
+    Kept per label: a profiled run prints the same twenty labels in every block, and
+    normalising one and trying it against :data:`SUMMARY_LABELS` cost half a block's reading.
+    """
     text, factor = _normalise(label)
     for pattern, name, parse in SUMMARY_LABELS:
         if pattern.match(text):
@@ -146,6 +152,8 @@ def apply_stats(module: ModuleProfile, m: re.Match[str]) -> ModuleProfile:
 
 
 KIND = FlopsProfileRecord.KIND
+#: Aggregated entries kept for the next block (:meth:`FlopsProfilerParser._top_pairs`).
+MAX_ENTRIES = 4096
 
 _TITLE = re.compile(r"^-{5,} (?:DeepSpeed )?Flops Profiler -{5,}\s*$")
 _AT_STEP = re.compile(r"^Profile Summary at step (\d+):?\s*$")
@@ -205,6 +213,9 @@ class FlopsProfilerParser:
     def __init__(self) -> None:
         self._block: _Block | None = None
         self.in_block = False
+        #: The aggregated rows' entries read so far, by (depth, metric, class, printed value):
+        #: a profiled run prints the same top modules in every block, and an entry is frozen.
+        self._entries: dict[tuple[int, str, str, str], ModuleAggregate] = {}
 
     def _start(self, block: _Block | None) -> None:
         """Enter a new block, or leave the current one (None)."""
@@ -345,20 +356,25 @@ class FlopsProfilerParser:
         self._top_pairs(block, m.group("metric"), m.group("body"), line, ctx)
         return []
 
-    @staticmethod
     def _top_pairs(
-        block: _Block, printed: str, body: str, line: LogLine, ctx: ParseContext
+        self, block: _Block, printed: str, body: str, line: LogLine, ctx: ParseContext
     ) -> None:
         """The ``{'Class': 'value', ...}`` of one aggregated row, at the current depth."""
-        assert block.depth is not None
+        depth = block.depth
+        assert depth is not None
         metric, parse = AGG_METRICS[printed]
+        entries = self._entries
         for cls, raw in _PAIR.findall(body):
-            value = parse(raw)
-            if value is None:
+            entry = entries.get((depth, printed, cls, raw))
+            if entry is None:
+                value = parse(raw)
+                entry = ModuleAggregate(depth=depth, metric=metric, module_class=cls, value=value)
+                if len(entries) >= MAX_ENTRIES:
+                    entries.clear()
+                entries[(depth, printed, cls, raw)] = entry
+            if entry.value is None:
                 _bad(ctx, line, f"{metric}[{cls}]")
-            block.top.append(
-                ModuleAggregate(depth=block.depth, metric=metric, module_class=cls, value=value)
-            )
+            block.top.append(entry)
 
     def _tree(self, block: _Block, line: LogLine, ctx: ParseContext) -> list[Record] | None:
         """One line of the printed module tree."""

@@ -30,11 +30,12 @@ from dsmon.analysis.steps import (
     step_stats,
 )
 from dsmon.analysis.summary import run_summary
-from dsmon.analysis.summary_scan import median_of, step_breakdown_of
+from dsmon.analysis.summary_scan import breakdown_of, median_of, step_breakdown_of
 from dsmon.load.files import import_paths
 from dsmon.model import wire
 from dsmon.model.frames import records_frame
 from dsmon.model.records import Record
+from dsmon.parse.log import LogParser
 from dsmon.store.store import Store, open_store
 
 _STEP = re.compile(r"(step=|global_step=|micro_step=|global_steps )(\d+)")
@@ -103,8 +104,13 @@ def test_streamed_inputs_match_the_stores_frames(store: Store, tmp_path: Path, r
     streamed = step_breakdown_of(store, run)
     assert not expected.empty and expected["total_ms"].notna().all()
     pd.testing.assert_frame_equal(streamed, expected)
+    assert store.timers.placed(run)
+    pd.testing.assert_frame_equal(breakdown_of(store, run), expected)  # from the timer tables
     throughput = store.frames.frame(run, "throughput")["samples_per_s"].median()
     assert median_of(store, run, "throughput", "samples_per_s") == pytest.approx(throughput)
+    flops = store.frames.frame(run, "flops_profile")["flops_per_s_per_gpu"].median()
+    got = median_of(store, run, "flops_profile", "flops_per_s_per_gpu")
+    assert got == (None if pd.isna(flops) else pytest.approx(flops))
     assert [r.step for r in store.scan(run, "step", chunk=7)] == [
         r.step for r in store.records(run, "step")
     ]
@@ -146,6 +152,33 @@ def test_summary_reads_no_frame_and_gives_the_whole_frames_figures(
     slow = slowest_steps(whole, 3)
     assert s.slowest == tuple(zip(slow["step"], slow["total_ms"], strict=True))
     assert share is not None and s.comm_share == share.p50
+
+
+def test_summary_reads_the_timer_tables_when_they_place_every_timer(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run whose every global timer has a step: the breakdown comes from ``Store.timers``,
+    no timer record is read; one the tables cannot place yet (a live collector's timers
+    before the log named their step) is read from its records, with the same result."""
+    import_paths(store, [DATA / "z2"], run="z2")
+    lines = (DATA / "z2" / "train.log").read_text(encoding="utf-8").splitlines()
+    start = next(i for i, ln in enumerate(lines) if "[train.py] step 12 " in ln)
+    tail = lines[start:]
+    anchor = next(i for i, ln in enumerate(tail) if "step=15," in ln)
+    parser = LogParser("late", "train.log", live=True)
+    store.add([rec for raw in tail[:anchor] for rec in parser.feed(raw)])
+    assert store.timers.placed("z2") and not store.timers.placed("late")
+    want = {run: step_breakdown(store.frames.frame(run, "timer")) for run in ("z2", "late")}
+    scan_bodies = store.scan_bodies
+
+    def bodies(run: str, kind: str, chunk: int = 5000) -> object:
+        assert (run, kind) != ("z2", "timer"), "the summary read the timer records"
+        return scan_bodies(run, kind, chunk)
+
+    monkeypatch.setattr(store, "scan_bodies", bodies)
+    pd.testing.assert_frame_equal(breakdown_of(store, "z2"), want["z2"])
+    pd.testing.assert_frame_equal(breakdown_of(store, "late"), want["late"])
+    assert run_summary(store, "z2").timed_steps == want["z2"]["step"].nunique() > 10
 
 
 def _tiled(breakdown: pd.DataFrame, columns: list[str], times: int) -> pd.DataFrame:

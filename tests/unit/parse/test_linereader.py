@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 from dashboard_support import DATA
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from lanes import examples
 
 import collectors.tail.follower
 from cli.main import main
@@ -22,7 +25,13 @@ from collectors.tail.tailer import Tailer
 from dsmon.load.files import read_log
 from dsmon.model.records import Record, TimerRecord
 from dsmon.parse import linereader
-from dsmon.parse.linereader import LONG_LINE, MAX_LINE_BYTES, RawLine, capped_lines
+from dsmon.parse.linereader import (
+    LONG_LINE,
+    MAX_LINE_BYTES,
+    RawLine,
+    capped_chunks,
+    capped_lines,
+)
 from dsmon.parse.log import LogParser
 
 LOG = DATA / "z2" / "train.log"
@@ -154,3 +163,55 @@ def test_the_collector_reads_a_hole_as_import_does(tmp_path: Path) -> None:
         (r.src.line, r.src.offset, r.KIND, r.step) for r in imported
     ]
     assert imported[0].step == 1  # read from its start, named no step: numbered from its start
+
+
+@given(
+    pieces=st.lists(
+        st.sampled_from([b"ab", b"x" * 9, b"\n", b"\r\n", b"\0", b"\0\0\n", b"\xe2\x82", b"cd\n"]),
+        max_size=40,
+    ),
+    limit=st.integers(1, 12),
+    block=st.integers(1, 16),
+    lines=st.integers(1, 5),
+    buffered=st.booleans(),
+)
+@settings(max_examples=examples(400), deadline=None)
+def test_chunks_hold_the_lines_read_one_by_one(
+    pieces: list[bytes], limit: int, block: int, lines: int, buffered: bool
+) -> None:
+    """Read a block at a time, or line by line once a long line or a NUL byte comes, the
+    chunks hold the lines ``capped_lines`` gives, ``lines`` a chunk (short lines, long ones,
+    holes, a last line without its newline, lines across blocks)."""
+    text = b"".join(pieces)
+    want = list(capped_lines(io.BytesIO(text), limit))
+    stream = io.BytesIO(text) if buffered else _Unbuffered(text)
+    chunks = list(capped_chunks(stream, lines, limit, block))
+    got = [RawLine(*fields) for c in chunks for fields in zip(c.data, c.size, c.cut, strict=True)]
+    assert got == want
+    assert [len(c.data) for c in chunks[:-1]] == [lines] * (len(chunks) - 1)
+    assert all(0 < len(c.data) <= lines for c in chunks)
+
+
+class _Unbuffered:
+    """A stream read only by line, as a compressed rotation is (``dsmon.load.rotated``)."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = io.BytesIO(data)
+
+    def readline(self, limit: int = -1) -> bytes:
+        return self._data.readline(limit)
+
+    def read(self, n: int = -1) -> bytes:
+        raise AssertionError("read by block")
+
+
+def test_a_plain_file_is_read_a_block_at_a_time(tmp_path: Path) -> None:
+    """The z2 log from a file: every line at its size, none cut, in blocks of a few lines."""
+    raw = LOG.read_bytes()
+    path = tmp_path / "train.log"
+    path.write_bytes(raw)
+    with path.open("rb") as f:
+        chunks = list(capped_chunks(f, 100, block=4096))
+    assert [d for c in chunks for d in c.data] == raw.splitlines(keepends=True)
+    assert sum(sum(c.size) for c in chunks) == len(raw)
+    assert not any(cut for c in chunks for cut in c.cut)

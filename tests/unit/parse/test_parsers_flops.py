@@ -426,6 +426,28 @@ def test_unreadable_value_is_counted_and_named() -> None:
     assert diag.examples["flops_profile"][0].startswith("train.log:205: field 'fwd latency': ")
 
 
+def test_a_block_printed_again_reads_alike_and_counts_its_unreadable_entries_again() -> None:
+    """z0's block three times, an aggregated entry damaged in the first and the last: the
+    parser keeps the entries it read for the next block, and a damaged one is counted at
+    each line that prints it, never taken from the block before."""
+    lines = (DATA / "flops_z0/train.log").read_text().splitlines()
+    first = next(i for i, ln in enumerate(lines) if "Flops Profiler ---" in ln)
+    last = next(i for i in range(len(lines) - 1, first, -1) if lines[i].startswith("-----"))
+    block = lines[first : last + 1]
+    damaged = [ln.replace("{'TinyGPT': '932.61 K'}", "{'TinyGPT': '932.61 Q'}") for ln in block]
+    assert damaged != block
+    recs, diag = parse_lines(damaged + block + damaged)
+    one, two, three = recs
+    assert isinstance(one, FlopsProfileRecord) and isinstance(two, FlopsProfileRecord)
+    assert two.top_modules == parse_log("flops_z0/train.log")[0][0].top_modules
+    assert one.top_modules[0].value is None and two.top_modules[0].value == 932610.0
+    assert three == dataclasses.replace(one, src=three.src)
+    assert diag.unparsed == {"flops_profile": 2}
+    where = [e.split(": field")[0] for e in diag.examples["flops_profile"]]
+    at = next(i for i, ln in enumerate(block) if "'932.61 K'" in ln) + 1
+    assert where == [f"train.log:{at}", f"train.log:{at + 2 * len(block)}"]
+
+
 def test_leaf_line_wrapped_by_the_terminal_is_joined() -> None:
     """flops_detailed_stdout with the long ``(ln1): LayerNorm(...)`` line cut at column 80."""
     lines = (DATA / "flops_detailed_stdout/train.log").read_text().splitlines()
