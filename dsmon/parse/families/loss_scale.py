@@ -209,6 +209,10 @@ def _overflow(text: str) -> _Msg | None:
     printed_rank, attempted, reduced, hyst_from, hyst_to = m.groups()
     rank = None if printed_rank is None else int(printed_rank)  # 0.3's ZeRO names none
     if hyst_from is not None:
+        # DeepSpeed prints h, then h - 1: anything else is a line cut inside its number, or
+        # one joined with the next line's digits (``... to 1`` + ``32768``), not a wrap
+        if int(hyst_to) != int(hyst_from) - 1:
+            return None
         return _Msg("hysteresis", rank, attempted_scale=_scale(attempted), hysteresis=int(hyst_to))
     before, after = _scale(attempted), _scale(reduced)
     if not _plausible("overflow", before, after):

@@ -156,3 +156,13 @@ def test_line_cut_inside_its_last_number_is_counted_not_stored() -> None:
     down = lines[245]  # "... Reducing dynamic loss scale from 34359738368.0 to 17179869184.0"
     got, parser = parse([down[:-5]])
     assert got == [] and parser.diag.unparsed["loss_scale"] == 1
+
+
+def test_a_number_printed_after_a_hysteresis_message_is_not_joined_to_it() -> None:
+    """The message waits for the next line (a wrapped one goes on there); a script's bare
+    number after it (``32768``) is no continuation: ``Reducing hysteresis to 1`` + ``32768``
+    would read a hysteresis of 132768. DeepSpeed prints h, then h - 1."""
+    line = next(ln for ln in lines_of("loss_scale_old_versions/issue931_v09.log")
+                if "Reducing hysteresis" in ln)  # fmt: skip
+    got, _ = parse([line, "32768"])
+    assert [(r.event, r.attempted_scale, r.hysteresis) for r in got] == [("hysteresis", 65536.0, 1)]
