@@ -398,8 +398,9 @@ class Settled(NamedTuple):
 def settled(frames: RunFrames) -> Iterator[Settled]:
     """The live table brought up to date, held still (no other refresh writes it) meanwhile."""
     live = _live(frames)
-    table = live.update(frames)
-    with live.lock:
+    live.update(frames)
+    with live.lock:  # the table as the figures took it in: another refresh may have gone on
+        table = live.frame if live.frame is not None else pd.DataFrame()
         kept = live.stragglers
         yield Settled(table, kept.generation, kept.settled, kept.ranks)
 
