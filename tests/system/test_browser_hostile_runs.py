@@ -32,8 +32,10 @@ from ui.text import NO_LINK
 
 pytestmark = pytest.mark.slow
 
-#: Copies of z2's 30 steps in the long run: enough for the first look to take over 0.5 s.
-COPIES = 1500
+#: Copies of z2's 30 steps in the long run: enough for the first look to take over 0.5 s
+#: (Streamlit's spinner delay) with room to spare. At 1,500 copies the spinner once never
+#: showed on an idle machine, once the reads had got faster.
+COPIES = 4500
 PAGES = ("health", "steps", "training", "communication", "gpus", "flops", "autotuner")
 
 
