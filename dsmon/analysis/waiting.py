@@ -40,6 +40,8 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from dsmon.analysis.steps import max_per_step
+
 #: The figure :func:`reduction_wire_shares` gives, as a live dashboard names it to the
 #: checklist (``HealthInputs.stats``).
 REDUCTION_WIRE_OF_BWD = "wire.allreduce_of_bwd"
@@ -89,7 +91,7 @@ def comm_split(stats: pd.DataFrame, n_ranks: int | None = None) -> pd.DataFrame:
 
 
 def reduction_wire_shares(timers: pd.DataFrame, split: pd.DataFrame) -> np.ndarray:
-    """Per step of both: (bwd_allreduce - wait) / (bwd - wait), in step order.
+    """Per step of both: (bwd_allreduce - wait) / (bwd - wait), the steps' order kept.
 
     ``timers``: breakdown rows (``bwd_allreduce_ms``, ``bwd_ms``; the slowest row of a step
     counts); ``split``: :func:`comm_split` rows. Rank 0's ``bwd_allreduce`` holds its wait for
@@ -97,43 +99,17 @@ def reduction_wire_shares(timers: pd.DataFrame, split: pd.DataFrame) -> np.ndarr
     timer holds. A step whose ``bwd`` is all waiting has no share. One definition for a
     whole run and for the steps a live dashboard adds (:mod:`dsmon.view.wire_steps`).
     """
-    step, reduce_ms, bwd = (_floats(timers[c]) for c in ("step", "bwd_allreduce_ms", "bwd_ms"))
-    known = ~(np.isnan(step) | np.isnan(reduce_ms) | np.isnan(bwd))
-    if not known.all():
-        step, reduce_ms, bwd = step[known], reduce_ms[known], bwd[known]
-    if not len(step) or split.empty:
+    rows = timers[["step", "bwd_allreduce_ms", "bwd_ms"]].dropna()
+    if rows.empty or split.empty:
         return np.empty(0, dtype=np.float64)
-    if not (np.diff(step) > 0).all():  # several rows a step: the slowest rank's counts
-        rows = pd.DataFrame({"step": step, "reduce": reduce_ms, "bwd": bwd})
-        per_step = rows.groupby("step")[["reduce", "bwd"]].max()
-        step = per_step.index.to_numpy(dtype=np.float64)
-        reduce_ms, bwd = per_step["reduce"].to_numpy(), per_step["bwd"].to_numpy()
-    split_steps = split["step"].to_numpy(dtype=np.float64)
-    if (np.diff(split_steps) > 0).all():  # a row a step in step order, as the store gives
-        # matched by binary search: a pandas join of a long run's first look took 0.1 s
-        at = np.minimum(np.searchsorted(split_steps, step), len(split_steps) - 1)
-        both = split_steps[at] == step
-        reduce_ms, bwd = reduce_ms[both], bwd[both]
-        wait = split["wait_ms"].to_numpy(dtype=np.float64)[at[both]]
-    else:
-        per_step = pd.DataFrame({"reduce": reduce_ms, "bwd": bwd}, index=pd.Index(step))
-        wait_ms = split.set_index(split["step"].astype(np.float64))["wait_ms"]
-        joined = per_step.join(wait_ms, how="inner")
-        reduce_ms, bwd, wait = (
-            joined[c].to_numpy(dtype=np.float64) for c in ("reduce", "bwd", "wait_ms")
-        )
-    taken = np.fmin(reduce_ms, wait)  # no more than the timer holds; NaN: none known
-    base = bwd - taken
-    with np.errstate(divide="ignore", invalid="ignore"):
-        share = (reduce_ms - taken) / np.where(base > 0, base, np.nan)
-    return share[~np.isnan(share)]
-
-
-def _floats(column: pd.Series) -> np.ndarray:
-    """A column as float64, NaN where missing; a float64 column as it is, not copied."""
-    if column.dtype == np.float64:
-        return column.to_numpy()
-    return column.to_numpy(dtype=np.float64, na_value=np.nan)
+    # the slowest rank's per step, grouped only when a step has several rows (rank 0's
+    # timers have one: grouping a million of them cost a long run's first look)
+    per_step = pd.DataFrame({c: max_per_step(rows, c) for c in ("bwd_allreduce_ms", "bwd_ms")})
+    joined = per_step.join(split.set_index("step")["wait_ms"], how="inner")
+    taken = joined[["bwd_allreduce_ms", "wait_ms"]].min(axis=1)  # no more than the timer holds
+    base = joined["bwd_ms"] - taken
+    share = (joined["bwd_allreduce_ms"] - taken) / base.where(base > 0)
+    return share.dropna().to_numpy(dtype=np.float64)
 
 
 def _measured(stats: pd.DataFrame, keep: np.ndarray, column: str) -> np.ndarray:

@@ -135,8 +135,8 @@ def _joined_definition(timers: pd.DataFrame, split: pd.DataFrame) -> np.ndarray:
 
 
 def test_each_steps_value_is_the_join_of_the_timers_and_the_split() -> None:
-    """Matched by binary search in step order, and by a join otherwise; an unknown wait
-    takes nothing out, and a step all waiting has no value."""
+    """The steps of both tables, in step order and shuffled; an unknown wait takes nothing
+    out, and a step all waiting has no value."""
     recs = _records()
     bd = steps.step_breakdown(records_frame("timer", [r for r in recs if r.KIND == "timer"]))
     split = waiting.comm_split(ranks.step_stats(records_frame("rank_step", recs)))
