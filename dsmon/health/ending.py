@@ -45,6 +45,12 @@ PEER_LOST = re.compile(
     r"|DistNetworkError|pair closure|recvBytes|Connection refused",
     re.IGNORECASE,
 )
+#: Of those, the words that say the peer's process is gone (its end of the connection closed),
+#: not that a collective timed out: a rank that hangs keeps its connections open.
+PEER_GONE = re.compile(
+    r"Connection closed by peer|Connection reset by peer|Broken pipe|remote process exited",
+    re.IGNORECASE,
+)
 #: The exception torchrun's agent raises when a worker failed: its report, not a worker's death.
 TORCHRUN_FAILED = "ChildFailedError"
 #: Characters of an error message kept in a summary.
@@ -77,7 +83,10 @@ class Death:
     ``rank`` is None when no witness says which rank; ``how`` is ``signal 9 (SIGKILL)``,
     ``exit code 1`` or the exception (``RuntimeError: ...``); ``at`` is when it died, or its
     last sign of life before (a rank killed by a signal says nothing as it dies); ``peer``:
-    its error says it failed because a peer went away; ``source`` names the witnesses.
+    its error says it failed because a peer went away; ``signal``: the launcher's negative
+    exit code names how it died; ``silent``: no witness tells how, only that it was gone when
+    the others failed (they lost their connection to it, it printed nothing);
+    ``source`` names the witnesses.
     """
 
     rank: int | None
@@ -86,6 +95,7 @@ class Death:
     source: str
     peer: bool = False
     signal: bool = False
+    silent: bool = False
     step: int | None = None
 
     def who(self) -> str:
@@ -303,11 +313,37 @@ def _deaths(
                 signal=True,
                 step=step,
             )
+    elif by_rank and all(d.peer and PEER_GONE.search(d.how) for d in by_rank.values()):
+        _add_silent_rank(inputs, beats, by_rank)
     elif codes and not by_rank:
         by_rank[None] = Death(None, f"exit code {codes[0]}", None, "the launcher")
     never = pd.Timestamp.max
     return tuple(
         sorted(by_rank.values(), key=lambda d: (d.peer, d.at if d.at is not None else never))
+    )
+
+
+def _add_silent_rank(
+    inputs: HealthInputs, beats: pd.DataFrame, by_rank: dict[int | None, Death]
+) -> None:
+    """The rank the others lost their connection to, when it printed nothing itself.
+
+    DeepSpeed's launcher reports only the first failed worker it polls, so when a rank is
+    killed and its peers fail a moment later on the closed connection, the exit code it
+    prints is often a victim's (1), not the killed rank's (-9): the rank that went away is
+    then known only as the one that printed no error (or whose heartbeats just stop).
+    """
+    rank, at, step, how_known = _killed_rank(inputs, beats, by_rank)
+    if rank is None or rank in by_rank:
+        return
+    lost = ", ".join(d.who() for d in by_rank.values())
+    by_rank[rank] = Death(
+        rank,
+        "no error of its own in the record",
+        at,
+        f"{lost}: connection to a peer closed{how_known}",
+        silent=True,
+        step=step,
     )
 
 

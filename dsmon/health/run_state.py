@@ -148,7 +148,7 @@ def _judge(inputs: HealthInputs) -> RunState:
     end = ending(inputs)
     live = inputs.now is not None and not end.ended
     first = end.first
-    if first is not None and not first.peer:
+    if first is not None and not (first.peer or first.silent):
         crashed = _crashed(end, first, live)
         if _last_step(inputs) is None:  # died starting: a config it refused explains it
             return dataclasses.replace(crashed, follows=START_REFUSALS)
@@ -183,9 +183,11 @@ def _judge(inputs: HealthInputs) -> RunState:
 
 def _death_text(d: Death) -> str:
     """``killed by signal 9 (SIGKILL), no traceback, last heard in step 8``, or the error."""
+    heard = f", last heard in step {d.step + 1:,}" if d.step is not None else ""
     if d.signal:
-        heard = f", last heard in step {d.step + 1:,}" if d.step is not None else ""
         return f"killed by {d.how}, no traceback{heard}"
+    if d.silent:
+        return f"{d.how}{heard}"
     after = f" (after step {d.step:,})" if d.step else ""
     return f"{d.how}{after}"
 
@@ -201,7 +203,8 @@ def crash_text(end: Ending, first: Death) -> str:
         if end.ended and end.code not in (None, 0):
             parts.append(f"exit status {end.code}")
         return "; ".join(parts)
-    lead = f"{first.who()} died first" if victims else f"{first.who()} died"
+    verb = "stopped" if first.silent else "died"
+    lead = f"{first.who()} {verb} first" if victims else f"{first.who()} {verb}"
     parts = [f"{lead}: {_death_text(first)}"]
     if victims:
         shown = victims[:3]
@@ -242,6 +245,13 @@ def crash_fix(first: Death) -> str:
         return (
             f"{first.how}: the line before the launcher's names the cause (SIGABRT: a C++ "
             f"abort; SIGSEGV: a crash in native code); look at {node}'s kernel log"
+        )
+    if first.silent:
+        return (
+            f"{first.who()} printed no error while the others lost their connection to it: a "
+            "signal most often killed it (the host's out-of-memory killer: dmesg -T | grep -i "
+            f"-e oom -e killed  # on {node}; the launcher reports only the first failed worker "
+            "it finds, so its exit code may be another rank's), or its output is elsewhere"
         )
     if first.peer:
         return (

@@ -10,7 +10,8 @@ no terminal. Headless Chromium then checks, while training is still running:
 - the Health page reports no crash and no kill;
 
 then one rank is killed with SIGKILL, DeepSpeed's launcher tears the job down, and the Health
-page must turn to a failure that names the exit code, by itself (live refresh, no reload).
+page must turn to a failure that names the killed rank first and the exit code the launcher
+printed, by itself (live refresh, no reload).
 
 DeepSpeed and torch live in their own virtualenv, as a user's training environment does:
 ``$DSMON_DEEPSPEED_BIN`` names its ``bin`` folder (``.ci/run`` builds it), else ``deepspeed``
@@ -163,8 +164,15 @@ def test_real_deepspeed_job_live_then_a_rank_killed(job: dict[str, Any]) -> None
             [watch],
         )
         health = page_text(page)
-        assert "-9" in health
         page.screenshot(path=str(job["tmp"] / "health-after-kill.png"), full_page=True)
     log = (job["tmp"] / "run1" / "train.log").read_text(errors="replace")
     assert "step=" not in log  # DeepSpeed's default log level: no step lines at all
-    assert "exits with return code = -9" in log
+    # The launcher polls its workers once a second, in no set order, and reports the first
+    # failed one it finds: rank 1's -9, or rank 0's 1 when rank 0 had already failed on the
+    # closed connection (it did in CI). Either way the page names the code it printed, and
+    # rank 1 first: killed by the signal, or the one that printed no error.
+    codes = re.findall(r"exits with return code = (-?\d+)", log)
+    assert codes in (["-9"], ["1"]), codes
+    assert f"return code = {codes[0]}" in health
+    first = "rank 1 died first: killed by signal 9" if codes == ["-9"] else "rank 1 stopped first"
+    assert first in health, health

@@ -15,6 +15,7 @@ What differs from the after-the-fact judgement of the same scenarios
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -141,7 +142,16 @@ def test_a_sigkilled_rank_is_named_first_once_the_launcher_ends(job: Any) -> Non
     assert code != 0, job.output()
     state = job.state()
     assert state.state is State.CRASHED and state.cause == "run.errors"
-    assert state.detail.startswith("rank 1 died first: killed by signal 9 (SIGKILL)")
+    # The launcher reports the first failed worker its once-a-second poll finds: rank 1's -9,
+    # or on a loaded machine rank 0's 1 (it failed on the closed connection in between).
+    log = (job.folder / "train.log").read_text(errors="replace")
+    codes = re.findall(r"exits with return code = (-?\d+)", log)
+    assert codes in (["-9"], ["1"]), codes
+    if codes == ["-9"]:
+        assert state.detail.startswith("rank 1 died first: killed by signal 9 (SIGKILL)")
+    else:  # no code is rank 1's: its heartbeats just stop, and it printed nothing
+        assert state.detail.startswith("rank 1 stopped first: no error of its own"), state.detail
+        assert state.detail.endswith("; exit status 1")
     assert "then rank 0 failed because a peer was gone" in state.detail
     assert not job.live()
 

@@ -19,7 +19,7 @@ from dsmon.health import measures as m
 from dsmon.health import probe_measures as pm
 from dsmon.health import thresholds as th
 from dsmon.health.collective_timeout import DESCRIBED
-from dsmon.health.ending import ending, signal_name
+from dsmon.health.ending import Death, ending, signal_name
 from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Evidence, Finding, Status, Tier
 from dsmon.health.registry import rule
@@ -103,12 +103,17 @@ def check_errors(inputs: HealthInputs) -> Finding:
     if first is None:
         return Finding(Status.FAIL, summary, ev, _failure_fix(bad), "text")
     deaths = tuple(
-        Evidence(d.who() + (" died first" if i == 0 else ""), d.how, d.source)
+        Evidence(d.who() + (_first(d) if i == 0 else ""), d.how, d.source)
         for i, d in enumerate(end.deaths[:3])
     )
     return Finding(
         Status.FAIL, f"{crash_text(end, first)}; {summary}", deaths + ev, crash_fix(first), "text"
     )
+
+
+def _first(death: Death) -> str:
+    """``" died first"``, or ``" stopped first"`` for a rank known only by its silence."""
+    return " stopped first" if death.silent else " died first"
 
 
 def _failures(events: pd.DataFrame, exits: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -110,3 +110,31 @@ def test_overflow_messages_count_the_skipped_steps_without_step_lines() -> None:
     assert skipped.summary.startswith("37 of 40 steps skipped (92.5%)")
     assert evidence(skipped)["skipped steps"] == "37 (OVERFLOW messages)"
     assert skipped.fix is None
+
+
+def test_the_silent_rank_comes_first_when_the_launcher_reports_a_victims_code() -> None:
+    """tests/data/events_sigkill_victim_code: rank 1 SIGKILLed, rank 0 failed on the closed
+    connection (line 94) before the launcher looked, so it printed rank 0's ``return code = 1``
+    (line 97). Rank 1 printed nothing: it is the one that went away, though no code names it."""
+    recs = records(DATA / "events_sigkill_victim_code")
+    errors = check(inputs_from_records(recs, run="v"), "run.errors")
+    assert errors.status.name == "FAIL"
+    assert errors.summary.startswith(
+        "rank 1 stopped first: no error of its own in the record; then rank 0 failed because a "
+        "peer was gone (RuntimeError: Read error "
+    )
+    assert "; exit status 1;" in errors.summary  # the launcher's, not said to be rank 1's
+    first = evidence(errors)["rank 1 stopped first"]
+    assert first.startswith("no error of its own in the record (rank 0: connection to a peer")
+    assert "the only one of 2 ranks that printed no error" in first
+    assert "SIGKILL" not in errors.summary  # no code says how rank 1 went: none is guessed
+    assert "printed no error while the others lost their connection" in (errors.fix or "")
+    state = check(inputs_from_records(recs, run="v"), "run.state")
+    assert state.summary.startswith("crashed: rank 1 stopped first")
+
+
+def test_a_timeout_names_no_silent_rank() -> None:
+    """tests/data/events_failures: every error is a collective's timeout. A rank that hangs
+    keeps its connections open, so a rank that printed nothing is not said to have gone."""
+    errors = check(inputs_from_records(records(DATA / "events_failures"), run="f"), "run.errors")
+    assert "stopped first" not in errors.summary and "failed waiting for a peer" in errors.summary
