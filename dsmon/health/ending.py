@@ -97,10 +97,13 @@ class Death:
     signal: bool = False
     silent: bool = False
     step: int | None = None
+    local_rank: int | None = None
 
     def who(self) -> str:
-        """``rank 1``, or ``a worker`` when no witness says which."""
-        return "a worker" if self.rank is None else f"rank {self.rank}"
+        """``rank 1``; ``local rank 1`` when only torchrun's agent named it; else ``a worker``."""
+        if self.rank is not None:
+            return f"rank {self.rank}"
+        return "a worker" if self.local_rank is None else f"local rank {self.local_rank}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +232,27 @@ def _launcher(events: pd.DataFrame) -> tuple[list[int], int, int, pd.Timestamp |
     return codes, ok, killed, last
 
 
+def _torchrun_exit(events: pd.DataFrame) -> Mapping[str, object]:
+    """What torchrun's agent said of the first failed worker it found; empty if it said none.
+
+    ``failed (exitcode: -9) local_rank: 1 (pid: N)``: unlike the command line DeepSpeed's
+    launcher prints, its ``local_rank`` is the failed worker's own.
+    """
+    exits = events[events["name"] == "worker_exit"] if not events.empty else events
+    for _, row in exits.iterrows():
+        d = _detail(row)
+        if d.get("launcher") == "torchrun" and d.get("return_code") not in (None, 0):
+            return d
+    return {}
+
+
+def _exit_witness(code: int, torchrun: Mapping[str, object]) -> str:
+    """Who reported the exit code: ``the launcher: return code = -9``, or torchrun's agent."""
+    if torchrun:
+        return f"torchrun: exitcode {code} of local_rank {torchrun.get('local_rank')}"
+    return f"the launcher: return code = {code}"
+
+
 def _torchrun_report(events: pd.DataFrame) -> pd.Timestamp | None:
     """When torchrun reported a failed worker and ended the job (its time, or the epoch)."""
     if events.empty:
@@ -269,10 +293,11 @@ def _ending(inputs: HealthInputs) -> Ending:
     elif codes or ok or killed:
         code = codes[0] if codes else (0 if ok and not killed else None)
         if codes:
-            what = f"return code = {codes[0]}"
+            witness = _exit_witness(codes[0], _torchrun_exit(events))
         else:
             what = f"{ok} worker(s) exited successfully" if ok else f"killed {killed} worker(s)"
-        witness, at = f"the launcher: {what}", launcher_at
+            witness = f"the launcher: {what}"
+        at = launcher_at
     elif torchrun := _torchrun_report(events):
         code, at, witness = 1, torchrun, "torchrun: a worker failed (ChildFailedError)"
     elif all_ended:
@@ -302,21 +327,28 @@ def _deaths(
             step=_step_before(b.get("step")),
         )
     signalled = [c for c in codes if c < 0]
+    torchrun = _torchrun_exit(events)
+    local = _rank(torchrun.get("local_rank")) if torchrun else None
     if signalled:
         rank, at, step, how_known = _killed_rank(inputs, beats, by_rank)
+        if rank is None and local is not None and inputs.facts.nodes == 1:
+            rank, how_known = local, "; one node: its local rank is its rank"
         if rank is None or rank not in by_rank:
             by_rank[rank] = Death(
                 rank,
                 signal_name(signalled[0]),
                 at,
-                f"the launcher: return code = {signalled[0]}{how_known}",
+                _exit_witness(signalled[0], torchrun) + how_known,
                 signal=True,
                 step=step,
+                local_rank=local if rank is None else None,
             )
     elif by_rank and all(d.peer and PEER_GONE.search(d.how) for d in by_rank.values()):
         _add_silent_rank(inputs, beats, by_rank)
     elif codes and not by_rank:
-        by_rank[None] = Death(None, f"exit code {codes[0]}", None, "the launcher")
+        by_rank[None] = Death(
+            None, f"exit code {codes[0]}", None, _exit_witness(codes[0], torchrun), local_rank=local
+        )
     never = pd.Timestamp.max
     return tuple(
         sorted(by_rank.values(), key=lambda d: (d.peer, d.at if d.at is not None else never))

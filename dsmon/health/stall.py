@@ -123,10 +123,10 @@ def _judge(inputs: HealthInputs) -> Finding:
 
 def _finished(inputs: HealthInputs) -> Finding | None:
     """PASS with how the run ended, when it did; None while it has not."""
+    if ended := pm.ended_ranks(inputs):  # each rank's own end says more than the launcher
+        return Finding(Status.PASS, f"{pm.ended_text(ended)}: run finished")
     if m.job_finished(inputs):  # needs no clock: a replay says it too, as ``dsmon check`` does
         return Finding(Status.PASS, "the launcher reported the workers' exit: run finished")
-    if ended := pm.ended_ranks(inputs):
-        return Finding(Status.PASS, f"{pm.ended_text(ended)}: run finished")
     if ending(inputs).ended:
         return Finding(Status.PASS, f"{ending(inputs).witness}: run finished")
     return None

@@ -52,7 +52,8 @@ class Sleepy(nn.Module):
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--local_rank", type=int, default=0)
+    # DeepSpeed's launcher passes --local_rank; torchrun sets LOCAL_RANK only
+    p.add_argument("--local_rank", type=int, default=int(os.environ.get("LOCAL_RANK", "0")))
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--sleep", type=float, default=0.0, help="seconds to wait after each step")
     p.add_argument("--pace-s", type=float, default=0.0, help="every rank's forward takes it (s)")

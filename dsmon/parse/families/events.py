@@ -173,6 +173,16 @@ LINE_EVENTS: tuple[tuple[str, re.Pattern[str], _Detail], ...] = (
         re.compile(r"^(.*) exits with return code = (-?\d+)\s*$"),
         lambda m: {"return_code": int(m[2]), "local_rank": _local_rank(m[1]), "cmd": m[1]},
     ),
+    (  # torchrun's agent (torch.distributed.elastic), as glog or logging framed it
+        "worker_exit",
+        re.compile(r"\bfailed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)"),
+        lambda m: {
+            "return_code": int(m[1]),
+            "local_rank": int(m[2]),
+            "pid": int(m[3]),
+            "launcher": "torchrun",
+        },
+    ),
     (
         "worker_exit",
         re.compile(r"^Killing subprocess (\d+)"),
@@ -192,6 +202,7 @@ EVENT_WORDS = (
     "DeepSpeed info: ", "Initializing TorchBackend", "WORLD INFO DICT", "nnodes=",
     "dist_world_size=", "Optimizer = ", "ZeRO stage", "exits ", "Killing subprocess",
     "bucket size", "persistent param", "terminate called", "allocator cache flushes",
+    "failed (exitcode: ",
     RUN_END_TEXT, "STAGE_PARAMS=",
 )  # fmt: skip
 INIT_BACKEND = re.compile(r"Initialize \w+ backend")

@@ -138,3 +138,19 @@ def test_a_timeout_names_no_silent_rank() -> None:
     keeps its connections open, so a rank that printed nothing is not said to have gone."""
     errors = check(inputs_from_records(records(DATA / "events_failures"), run="f"), "run.errors")
     assert "stopped first" not in errors.summary and "failed waiting for a peer" in errors.summary
+
+
+def test_a_worker_torchrun_saw_killed_is_a_crash() -> None:
+    """tests/data/events_torchrun_sigkill: rank 1 SIGKILLed, rank 0 SIGTERMed by torchrun, no
+    traceback. dsmon said "ended: exit status 1 with no worker error seen"; torchrun's agent
+    said which worker failed and how (line 62)."""
+    inputs = inputs_from_records(records(DATA / "events_torchrun_sigkill"), run="t")
+    state = check(inputs, "run.state")
+    assert state.status.name == "FAIL"
+    assert state.summary == "crashed: local rank 1 died: killed by signal 9 (SIGKILL), no traceback"
+    assert evidence(state)["local rank 1 (first)"] == (
+        "signal 9 (SIGKILL) (torchrun: exitcode -9 of local_rank 1)"
+    )
+    errors = check(inputs, "run.errors")
+    assert evidence(errors)["worker exit code"] == "-9 (SIGKILL) (launcher)"
+    assert "out-of-memory killer" in (errors.fix or "")

@@ -52,7 +52,9 @@ def test_ended_ranks_are_not_called_normal_and_the_first_to_die_is_named() -> No
     assert errors.summary.startswith(
         f"rank 1 died first: {CRASH} (after step 7); then rank 0 failed because a peer was gone"
     )
-    assert errors.summary.endswith("exit status 1; 3 error event(s), 0 failed worker(s)")
+    # torchrun's agent line 87: "failed (exitcode: 1) local_rank: 1": one failed worker
+    assert errors.summary.endswith("exit status 1; 3 error event(s), 1 failed worker(s)")
+    assert evidence(errors)["worker exit code"] == "1 (launcher)"
 
 
 def test_without_the_log_the_probe_alone_fails_the_run(tmp_path: Path) -> None:

@@ -332,3 +332,19 @@ def test_allocator_flush_warning_of_zero3() -> None:
     ]
     assert flushes[0].ts == "2026-12-01T13:02:15.240"
     assert flushes[0].message.startswith("3 pytorch allocator cache flushes since last step.")
+
+
+def test_torchruns_agent_line_is_the_failed_workers_exit() -> None:
+    """tests/data/events_torchrun_sigkill line 62 and probe_crash_torchrun line 87: torchrun's
+    agent names the failed worker's exit code and local rank (its own, unlike the command line
+    DeepSpeed's launcher prints)."""
+    for rel, line, code, pid in (
+        ("events_torchrun_sigkill/train.log", 62, -9, 11752),
+        ("probe_crash_torchrun/train.log", 87, 1, 23325),
+    ):
+        evs, _ = events(rel)
+        (ex,) = [e for e in evs if e.name == "worker_exit"]
+        assert ex.src.line == line
+        assert ex.detail == {
+            "return_code": code, "local_rank": 1, "pid": pid, "launcher": "torchrun"
+        }  # fmt: skip
