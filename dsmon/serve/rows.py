@@ -136,7 +136,8 @@ def check_lines(body: bytes) -> CheckedLines:
         end = find(b"\n", start)
         if end < 0:
             end = size
-        raw = body[start:end]
+        # a line left over goes on as it came: a refusal names a column of the line sent
+        raw = line = body[start:end]
         start = end + 1
         number += 1
         if not raw or raw[0] != _OPEN or raw[-1] != _CLOSE:
@@ -146,7 +147,7 @@ def check_lines(body: bytes) -> CheckedLines:
         try:
             rec = _decode(raw)
         except _REFUSED:
-            others.append(Other(number, raw.decode(), len(rows), len(samples)))
+            others.append(Other(number, line.decode(), len(rows), len(samples)))
             continue
         src = rec.src
         run, node, file, ts = src.run, src.node, src.file, rec.ts
@@ -159,7 +160,7 @@ def check_lines(body: bytes) -> CheckedLines:
                 head = heads[source] = _checked_source(run, node, file)
             last_run, last_node, last_file, last_head = run, node, file, head
         if head is None:
-            others.append(Other(number, raw.decode(), len(rows), len(samples)))
+            others.append(Other(number, line.decode(), len(rows), len(samples)))
             continue
         if ts is None:
             when = None
@@ -171,7 +172,7 @@ def check_lines(body: bytes) -> CheckedLines:
                 when = times[ts] = _calendar_time(ts)
             last_ts, last_when = ts, when
         if ts is not None and when is None:
-            others.append(Other(number, raw.decode(), len(rows), len(samples)))
+            others.append(Other(number, line.decode(), len(rows), len(samples)))
             continue
         cls = type(rec)
         if cls is _GPU:
@@ -184,13 +185,13 @@ def check_lines(body: bytes) -> CheckedLines:
                 if t_ms is not None:
                     sample = collector_sample_row(rec, t_ms)
             if sample is None:
-                others.append(Other(number, raw.decode(), len(rows), len(samples)))
+                others.append(Other(number, line.decode(), len(rows), len(samples)))
             else:
                 samples.append(sample)
             continue
         kind, free = _KIND[cls]
         if free and raw.count(b"{") + raw.count(b"[") > MAX_JSON_DEPTH:
-            others.append(Other(number, raw.decode(), len(rows), len(samples)))
+            others.append(Other(number, line.decode(), len(rows), len(samples)))
             continue
         offset, line_no = src.offset, src.line
         if offset is not None:
