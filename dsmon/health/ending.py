@@ -53,6 +53,9 @@ PEER_GONE = re.compile(
 )
 #: The exception torchrun's agent raises when a worker failed: its report, not a worker's death.
 TORCHRUN_FAILED = "ChildFailedError"
+#: The exception torchrun's agent raises when it is itself signalled (Ctrl-C, the scheduler's
+#: cancel or time limit): it stops its workers first, and no worker failed.
+TORCHRUN_SIGNALLED = re.compile(r"SignalException\b.*\bgot signal: (\d+)")
 #: Characters of an error message kept in a summary.
 _SHORT = 120
 
@@ -191,9 +194,29 @@ def _event_deaths(events: pd.DataFrame) -> dict[int | None, Death]:
 
 
 def _is_torchrun_report(row: pd.Series) -> bool:
-    """Torchrun's own traceback as it ends the job (``ChildFailedError``)."""
-    exc = _detail(row).get("exception")
-    return row["name"] == "traceback" and str(exc or "").endswith(TORCHRUN_FAILED)
+    """Torchrun's own traceback as it ends the job (``ChildFailedError``, or the signal it got)."""
+    if row["name"] != "traceback":
+        return False
+    exc = str(_detail(row).get("exception") or "")
+    return exc.endswith(TORCHRUN_FAILED) or torchrun_signal(row) is not None
+
+
+def torchrun_signal(row: pd.Series) -> int | None:
+    """The signal torchrun's agent got, from its ``SignalException: Process N got signal: 15``."""
+    if row["name"] != "traceback":
+        return None
+    m = TORCHRUN_SIGNALLED.search(str(row.get("message") or ""))
+    return int(m.group(1)) if m else None
+
+
+def stopped_by(events: pd.DataFrame) -> int | None:
+    """The signal that stopped the launcher itself, where it says so (torchrun's agent)."""
+    if events.empty:
+        return None
+    for _, row in events[events["name"] == "traceback"].iterrows():
+        if (sig := torchrun_signal(row)) is not None:
+            return sig
+    return None
 
 
 def _ts(value: object) -> pd.Timestamp | None:
@@ -294,6 +317,8 @@ def _ending(inputs: HealthInputs) -> Ending:
         code = codes[0] if codes else (0 if ok and not killed else None)
         if codes:
             witness = _exit_witness(codes[0], _torchrun_exit(events))
+        elif (sig := stopped_by(events)) is not None:
+            witness = f"torchrun got {signal_name(-sig)} and stopped {killed} worker(s)"
         else:
             what = f"{ok} worker(s) exited successfully" if ok else f"killed {killed} worker(s)"
             witness = f"the launcher: {what}"

@@ -19,7 +19,7 @@ from dsmon.health import measures as m
 from dsmon.health import probe_measures as pm
 from dsmon.health import thresholds as th
 from dsmon.health.collective_timeout import DESCRIBED
-from dsmon.health.ending import Death, ending, signal_name
+from dsmon.health.ending import Death, ending, signal_name, stopped_by, torchrun_signal
 from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Evidence, Finding, Status, Tier
 from dsmon.health.registry import rule
@@ -119,6 +119,8 @@ def _first(death: Death) -> str:
 def _failures(events: pd.DataFrame, exits: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The error events (traceback, OOM, NCCL error) and, of ``exits``, the non-zero ones."""
     bad = events[events["name"].isin(FAILURE_EVENTS)]
+    if not bad.empty:  # torchrun's traceback for the signal it got: it was stopped, none failed
+        bad = bad[[torchrun_signal(r) is None for _, r in bad.iterrows()]]
     codes = [d.get("return_code") if isinstance(d, Mapping) else None for d in exits["detail"]]
     # a boolean Series, not a list: an empty list would select no columns, not no rows
     return bad, exits[pd.Series([c not in (None, 0) for c in codes], index=exits.index, dtype=bool)]
@@ -205,6 +207,16 @@ def _clean_end(inputs: HealthInputs, events: pd.DataFrame, exits: pd.DataFrame) 
     """
     details = exits["detail"].tolist() if "detail" in exits.columns else []
     killed = [d for d in details if isinstance(d, Mapping) and d.get("killed")]
+    if killed and (sig := stopped_by(events)) is not None:
+        return Finding(
+            Status.WARN,
+            f"torchrun got {signal_name(-sig)} and stopped its {len(killed)} worker(s): the "
+            "job was stopped from outside (Ctrl-C, the scheduler's cancel or time limit), no "
+            "worker failed",
+            (Evidence("workers stopped", len(killed), "torchrun"),),
+            "nothing failed in the job: check the scheduler's record for why it was stopped",
+            "text",
+        )
     if killed:
         return Finding(
             Status.WARN,

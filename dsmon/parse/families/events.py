@@ -183,6 +183,11 @@ LINE_EVENTS: tuple[tuple[str, re.Pattern[str], _Detail], ...] = (
             "launcher": "torchrun",
         },
     ),
+    (  # torchrun's agent stopping its workers (a worker failed, or it was stopped itself)
+        "worker_exit",
+        re.compile(r"\bSending process (\d+) closing signal (SIG[A-Z]+)"),
+        lambda m: {"pid": int(m[1]), "killed": True, "signal": m[2], "launcher": "torchrun"},
+    ),
     (
         "worker_exit",
         re.compile(r"^Killing subprocess (\d+)"),
@@ -202,7 +207,7 @@ EVENT_WORDS = (
     "DeepSpeed info: ", "Initializing TorchBackend", "WORLD INFO DICT", "nnodes=",
     "dist_world_size=", "Optimizer = ", "ZeRO stage", "exits ", "Killing subprocess",
     "bucket size", "persistent param", "terminate called", "allocator cache flushes",
-    "failed (exitcode: ",
+    "failed (exitcode: ", "closing signal",
     RUN_END_TEXT, "STAGE_PARAMS=",
 )  # fmt: skip
 INIT_BACKEND = re.compile(r"Initialize \w+ backend")

@@ -154,3 +154,21 @@ def test_a_worker_torchrun_saw_killed_is_a_crash() -> None:
     errors = check(inputs, "run.errors")
     assert evidence(errors)["worker exit code"] == "-9 (SIGKILL) (launcher)"
     assert "out-of-memory killer" in (errors.fix or "")
+
+
+def test_torchrun_stopped_by_a_signal_is_no_crash() -> None:
+    """tests/data/events_torchrun_sigterm: torchrun got SIGTERM and stopped its workers. Its
+    own traceback (``SignalException: Process N got signal: 15``) was taken for a worker's:
+    "crashed: a worker died: ...SignalException...". No worker failed."""
+    inputs = inputs_from_records(records(DATA / "events_torchrun_sigterm"), run="s")
+    state = check(inputs, "run.state")
+    assert state.status.name == "WARN"
+    assert state.summary.startswith("ended: the launcher killed its workers with no failure seen")
+    assert state.summary.endswith("(torchrun got signal 15 (SIGTERM) and stopped 2 worker(s))")
+    errors = check(inputs, "run.errors")
+    assert errors.status.name == "WARN"
+    assert errors.summary.startswith(
+        "torchrun got signal 15 (SIGTERM) and stopped its 2 worker(s): the job was stopped from "
+        "outside"
+    )
+    assert "crash" not in state.summary + errors.summary

@@ -102,7 +102,8 @@ def test_word_tests_answer_as_the_regexes_they_replace() -> None:
     replaced = {
         events.EVENT_WORDS: r"DeepSpeed info: |Initializing TorchBackend|WORLD INFO DICT|nnodes="
         r"|dist_world_size=|Optimizer = |ZeRO stage|exits |Killing subprocess|bucket size"
-        r"|persistent param|terminate called|allocator cache flushes|failed \(exitcode: "
+        r"|persistent param|terminate called|allocator cache flushes"
+        r"|failed \(exitcode: |closing signal"
         r"|dsmon run: the job ended with status|STAGE_PARAMS=",
         events._FAILURE_WORDS: r"out of memory|OutOfMemoryError|NCCL",
         loss_scale._KEYWORDS: r"verflow|OVERFLOW|oss scal|ysteresis|dynamic loss",

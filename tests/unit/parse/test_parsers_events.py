@@ -343,8 +343,23 @@ def test_torchruns_agent_line_is_the_failed_workers_exit() -> None:
         ("probe_crash_torchrun/train.log", 87, 1, 23325),
     ):
         evs, _ = events(rel)
-        (ex,) = [e for e in evs if e.name == "worker_exit"]
+        (ex,) = [e for e in evs if e.name == "worker_exit" and not e.detail.get("killed")]
         assert ex.src.line == line
         assert ex.detail == {
             "return_code": code, "local_rank": 1, "pid": pid, "launcher": "torchrun"
         }  # fmt: skip
+
+
+def test_torchruns_agent_stopping_its_workers_is_a_kill() -> None:
+    """tests/data/events_torchrun_sigterm lines 118-119: torchrun, sent SIGTERM, stops its two
+    workers (``Sending process N closing signal SIGTERM``); so does it after a worker failed
+    (events_torchrun_sigkill line 61, its surviving worker)."""
+    for rel, pids in (
+        ("events_torchrun_sigterm/train.log", [(118, 19834), (119, 19835)]),
+        ("events_torchrun_sigkill/train.log", [(61, 11751)]),
+    ):
+        evs, _ = events(rel)
+        stopped = [e for e in evs if e.name == "worker_exit" and e.detail.get("killed")]
+        assert [(e.src.line, e.detail["pid"]) for e in stopped] == pids
+        assert {e.detail["signal"] for e in stopped} == {"SIGTERM"}
+        assert {e.detail["launcher"] for e in stopped} == {"torchrun"}
