@@ -306,7 +306,8 @@ def _ending(inputs: HealthInputs) -> Ending:
     codes, ok, killed, launcher_at = _launcher(events)
     run_code, run_at = _job_end(events)
     beats = _probe_ranks(inputs)
-    deaths = _deaths(inputs, events, beats, codes)
+    agent_exit = _torchrun_exit(events)
+    deaths = _deaths(inputs, events, beats, codes, agent_exit)
     all_ended = not beats.empty and bool(beats["phase"].isin(ENDED_PHASES).all())
     code: int | None = None
     at: pd.Timestamp | None = None
@@ -316,7 +317,7 @@ def _ending(inputs: HealthInputs) -> Ending:
     elif codes or ok or killed:
         code = codes[0] if codes else (0 if ok and not killed else None)
         if codes:
-            witness = _exit_witness(codes[0], _torchrun_exit(events))
+            witness = _exit_witness(codes[0], agent_exit)
         elif (sig := stopped_by(events)) is not None:
             witness = f"torchrun got {signal_name(-sig)} and stopped {killed} worker(s)"
         else:
@@ -335,7 +336,11 @@ def _ending(inputs: HealthInputs) -> Ending:
 
 
 def _deaths(
-    inputs: HealthInputs, events: pd.DataFrame, beats: pd.DataFrame, codes: list[int]
+    inputs: HealthInputs,
+    events: pd.DataFrame,
+    beats: pd.DataFrame,
+    codes: list[int],
+    torchrun: Mapping[str, object],
 ) -> tuple[Death, ...]:
     """Every rank's death the witnesses show, the cause first, then the victims in time order."""
     by_rank = _event_deaths(events)
@@ -352,7 +357,6 @@ def _deaths(
             step=_step_before(b.get("step")),
         )
     signalled = [c for c in codes if c < 0]
-    torchrun = _torchrun_exit(events)
     local = _rank(torchrun.get("local_rank")) if torchrun else None
     if signalled:
         rank, at, step, how_known = _killed_rank(inputs, beats, by_rank)
