@@ -158,10 +158,13 @@ class StepClock:
         log read on its own), so the start is only taken (:meth:`settle`) once more than
         :data:`WEAK_START_STEPS` global lines went by with no line naming a step, or at the
         end of the log: at INFO level a ``step=N`` line comes before that, and numbers the
-        steps as usual.
+        steps as usual. Its micro-batches are counted from 0 on the same assumption: left
+        unknown, a first window's two micro lines shared one index and one of them was lost
+        from the per-micro breakdown.
         """
         if self.base is None and self.rel == 0 and not self.counting:
             self.weak_start = True
+            self.micro = 0
 
     def settle(self) -> None:
         """Take the file's start for the job's start, if nothing better came (see file_start)."""
