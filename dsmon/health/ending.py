@@ -53,9 +53,11 @@ PEER_GONE = re.compile(
 )
 #: The exception torchrun's agent raises when a worker failed: its report, not a worker's death.
 TORCHRUN_FAILED = "ChildFailedError"
-#: The exception torchrun's agent raises when it is itself signalled (Ctrl-C, the scheduler's
-#: cancel or time limit): it stops its workers first, and no worker failed.
-TORCHRUN_SIGNALLED = re.compile(r"SignalException\b.*\bgot signal: (\d+)")
+#: The error Python's SIGINT raises (Ctrl-C reaches every process of the job): a rank that
+#: was stopped, not one that failed, whether its traceback or the probe's heartbeat says it.
+INTERRUPTED = "KeyboardInterrupt"
+#: How each launcher that says which signal stopped it is named in a verdict.
+_LAUNCHERS = {"deepspeed": "DeepSpeed's launcher", "torchrun": "torchrun"}
 #: Characters of an error message kept in a summary.
 _SHORT = 120
 
@@ -110,6 +112,32 @@ class Death:
 
 
 @dataclass(frozen=True, slots=True)
+class Stop:
+    """The signal that stopped the job from outside, and who said it got it.
+
+    ``signal`` is its name (``SIGINT``); ``who`` is a launcher (``torchrun``) or a rank whose
+    Python raised ``KeyboardInterrupt``; ``source`` is the line that says so.
+    """
+
+    signal: str
+    who: str
+    source: str
+
+    def exit_code(self) -> int | None:
+        """The exit status a process killed by this signal has (``-2`` for SIGINT)."""
+        number = getattr(signal.Signals, self.signal, None)
+        return -number.value if number is not None else None
+
+    def why(self) -> str:
+        """What most often sends that signal, for the user to check."""
+        if self.signal == "SIGINT":
+            return "Ctrl-C"
+        if self.signal == "SIGTERM":
+            return "the scheduler's cancel or time limit, a pod's termination"
+        return "sent by another process"
+
+
+@dataclass(frozen=True, slots=True)
 class Ending:
     """Whether the job ended, how, and its ranks' deaths in order (the cause first).
 
@@ -125,6 +153,7 @@ class Ending:
     at: pd.Timestamp | None = None
     deaths: tuple[Death, ...] = ()
     killed: int = 0
+    stop: Stop | None = None
 
     @property
     def first(self) -> Death | None:
@@ -152,7 +181,8 @@ def latest_launch(events: pd.DataFrame) -> pd.DataFrame:
     if events.empty or "name" not in events.columns:
         return events
     ts = pd.to_datetime(events["ts"])
-    ends = ts[events["name"].isin((*FAILURE_EVENTS, "worker_exit", "job_end"))].dropna()
+    ends = ts[events["name"].isin((*FAILURE_EVENTS, "worker_exit", "job_end", "signalled"))]
+    ends = ends.dropna()
     if ends.empty:
         return events
     launch = (events["name"] == "world_info") & events["message"].astype(str).str.startswith(
@@ -194,29 +224,38 @@ def _event_deaths(events: pd.DataFrame) -> dict[int | None, Death]:
 
 
 def _is_torchrun_report(row: pd.Series) -> bool:
-    """Torchrun's own traceback as it ends the job (``ChildFailedError``, or the signal it got)."""
+    """Torchrun's own traceback as it ends the job after a worker failed (``ChildFailedError``)."""
     if row["name"] != "traceback":
         return False
-    exc = str(_detail(row).get("exception") or "")
-    return exc.endswith(TORCHRUN_FAILED) or torchrun_signal(row) is not None
+    return str(_detail(row).get("exception") or "").endswith(TORCHRUN_FAILED)
 
 
-def torchrun_signal(row: pd.Series) -> int | None:
-    """The signal torchrun's agent got, from its ``SignalException: Process N got signal: 15``."""
-    if row["name"] != "traceback":
-        return None
-    m = TORCHRUN_SIGNALLED.search(str(row.get("message") or ""))
-    return int(m.group(1)) if m else None
+def stopped_by(inputs: HealthInputs, events: pd.DataFrame) -> Stop | None:
+    """The signal that stopped the job from outside, where the record says so.
 
-
-def stopped_by(events: pd.DataFrame) -> int | None:
-    """The signal that stopped the launcher itself, where it says so (torchrun's agent)."""
-    if events.empty:
-        return None
-    for _, row in events[events["name"] == "traceback"].iterrows():
-        if (sig := torchrun_signal(row)) is not None:
-            return sig
-    return None
+    A launcher's own line (DeepSpeed's ``Main process received SIGINT``, torchrun's ``Received
+    2 death signal``) is taken first; else a rank that says it got SIGINT: its
+    ``KeyboardInterrupt`` traceback, or the probe's last heartbeat naming it.
+    """
+    rows = events[events["name"] == "signalled"] if not events.empty else events
+    found: Stop | None = None
+    for _, row in rows.iterrows():
+        d = _detail(row)
+        where = f"{row.get('file')}:{row.get('line')}"
+        launcher = d.get("launcher")
+        if isinstance(launcher, str):
+            return Stop(str(d.get("signal")), _LAUNCHERS.get(launcher, launcher), where)
+        rank = _rank(row.get("rank"))
+        who = f"rank {rank}" if rank is not None else "the launch command"
+        found = found or Stop(str(d.get("signal")), who, f"{INTERRUPTED} ({where})")
+    if found is None:
+        beats = _probe_ranks(inputs)
+        errors = beats["error"] if "error" in beats.columns else pd.Series(dtype=str)
+        hit = beats[errors.astype(str).str.startswith(INTERRUPTED)]
+        if not hit.empty:
+            rank = _rank(hit.iloc[0]["rank"])
+            found = Stop("SIGINT", f"rank {rank}", f"{INTERRUPTED} (the probe's last heartbeat)")
+    return found
 
 
 def _ts(value: object) -> pd.Timestamp | None:
@@ -307,7 +346,8 @@ def _ending(inputs: HealthInputs) -> Ending:
     run_code, run_at = _job_end(events)
     beats = _probe_ranks(inputs)
     agent_exit = _torchrun_exit(events)
-    deaths = _deaths(inputs, events, beats, codes, agent_exit)
+    stop = stopped_by(inputs, events)
+    deaths = _deaths(inputs, events, beats, _not_the_stop(codes, stop), agent_exit)
     all_ended = not beats.empty and bool(beats["phase"].isin(ENDED_PHASES).all())
     code: int | None = None
     at: pd.Timestamp | None = None
@@ -318,8 +358,8 @@ def _ending(inputs: HealthInputs) -> Ending:
         code = codes[0] if codes else (0 if ok and not killed else None)
         if codes:
             witness = _exit_witness(codes[0], agent_exit)
-        elif (sig := stopped_by(events)) is not None:
-            witness = f"torchrun got {signal_name(-sig)} and stopped {killed} worker(s)"
+        elif stop is not None:
+            witness = f"{stop.who} got {stop.signal} and stopped {killed} worker(s)"
         else:
             what = f"{ok} worker(s) exited successfully" if ok else f"killed {killed} worker(s)"
             witness = f"the launcher: {what}"
@@ -330,9 +370,22 @@ def _ending(inputs: HealthInputs) -> Ending:
         code = None if beats["phase"].eq("failed").any() else 0
         at = _ts(beats["ts"].max())
         witness = f"every rank's last heartbeat ({len(beats)} ranks)"
+    elif stop is not None:  # no launcher line: a plain python launch that got Ctrl-C
+        witness = f"{stop.who} got {stop.signal}"
     else:
         return Ending(False, deaths=deaths, killed=killed)
-    return Ending(True, code, witness, at, deaths, killed)
+    return Ending(True, code, witness, at, deaths, killed, stop)
+
+
+def _not_the_stop(codes: list[int], stop: Stop | None) -> list[int]:
+    """The launcher's exit codes, less a worker's death by the very signal that stopped the job.
+
+    Python dies of SIGINT after its ``KeyboardInterrupt``: a launcher that polls such a worker
+    before its own handler runs reports ``return code = -2``, which is the stop, not a crash.
+    """
+    if stop is None:
+        return codes
+    return [c for c in codes if c != stop.exit_code()]
 
 
 def _deaths(
@@ -347,6 +400,8 @@ def _deaths(
     for _, b in beats[beats["phase"] == "failed"].iterrows():
         rank = _rank(b["rank"])
         error = str(b.get("error") or "an uncaught exception")
+        if error.startswith(INTERRUPTED):
+            continue  # stopped by Ctrl-C (stopped_by), not failed
         seen = by_rank.get(rank)
         by_rank[rank] = Death(
             rank,

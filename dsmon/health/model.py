@@ -124,6 +124,8 @@ class Finding:
     problem would explain this one (:mod:`dsmon.health.triage` shows it under the first of
     them that is a problem): None keeps the ones the rule was registered with, ``()`` says
     that this verdict stands on its own (the rule measured around the usual cause).
+    ``explains`` False says that this problem causes no other rule's, though they name its
+    rule: a job stopped from outside made no step slow and no collective wait, as a crash does.
     """
 
     status: Status
@@ -133,6 +135,7 @@ class Finding:
     fix_lang: str = "json"
     steps: tuple[int, int] | None = None
     follows: tuple[str, ...] | None = None
+    explains: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +176,7 @@ class CheckResult:
     steps: tuple[int, int] | None = None
     tier: Tier = Tier.MEASURED
     follows: tuple[str, ...] = ()
+    explains: bool = True
 
     @property
     def problem(self) -> bool:

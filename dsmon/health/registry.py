@@ -125,6 +125,7 @@ def run_rule(r: Rule, inputs: HealthInputs) -> CheckResult:
         steps=f.steps,
         tier=r.tier,
         follows=r.follows if f.follows is None else f.follows,
+        explains=f.explains,
     )
 
 

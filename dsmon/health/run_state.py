@@ -15,7 +15,9 @@ clock ran out. Here the state is read from what the run itself says:
   lines for a while: what is known is said, above all whether the ranks' heartbeats are
   alive: a silent job with live heartbeats is never called killed);
 - **ended**: a complete record (saved output, an import) that stops without any exit status:
-  killed from outside, or cut; **unknown**: nothing tells.
+  a warning where something in it would have recorded a normal end (DeepSpeed's launcher's
+  exit lines, the probe), so the job was killed or the record cut; where nothing would have
+  (torchrun prints no line when it succeeds) it says it cannot tell; **unknown**: nothing tells.
 
 ``HealthInputs.now`` is the wall clock for a run delivered live, None for a complete record,
 which is judged as of its end: what a live look at that moment would have shown. The rule
@@ -34,6 +36,7 @@ from enum import StrEnum
 import pandas as pd
 
 from dsmon.analysis.ranks import rank_states
+from dsmon.ds_config.schema import Version
 from dsmon.health import measures as m
 from dsmon.health import probe_measures as pm
 from dsmon.health import thresholds as th
@@ -43,7 +46,7 @@ from dsmon.health.hang import judge_hang
 from dsmon.health.inputs import HealthInputs, evaluated
 from dsmon.health.model import Evidence, Finding, Status
 from dsmon.health.stall import STEP_TIME_KINDS, judge_stall, last_ts
-from dsmon.model.records import ENDED_PHASES, STARTING_PHASES
+from dsmon.model.records import ENDED_PHASES, LAUNCH_TEXT, STARTING_PHASES
 from dsmon.store.store import Store
 
 
@@ -267,6 +270,18 @@ def crash_fix(first: Death) -> str:
 def _ended(end: Ending) -> RunState:
     """The end was witnessed and no rank died."""
     ev = (Evidence("end", end.witness),)
+    if end.stop is not None:
+        status = f"; exit status {end.code}" if end.code is not None else ""
+        return RunState(
+            State.ENDED,
+            f"stopped from outside by {end.stop.signal} ({end.stop.why()}), no worker failed "
+            f"({end.witness}{status})",
+            Status.WARN,
+            False,
+            (*ev, Evidence("signal", end.stop.signal, end.stop.source)),
+            "run.errors",
+            end.code,
+        )
     if end.code == 0:
         return RunState(State.FINISHED, f"exit status 0 ({end.witness})", Status.PASS, False, ev,
                         exit_code=0)  # fmt: skip
@@ -309,26 +324,77 @@ def _last_step(inputs: HealthInputs) -> int | None:
     return max(found) if found else None
 
 
+#: The first release whose launcher prints a worker's clean exit (``Process N exits
+#: successfully.``, launch.py): before it a job that succeeded left no line of its end.
+CLEAN_EXIT_LINE_SINCE: Version = (0, 5, 6)
+
+
+def _end_expected(inputs: HealthInputs, events: pd.DataFrame) -> str | None:
+    """What would have recorded the run's end had it ended on its own, if anything in it would.
+
+    dsmon's probe writes each rank's end, and DeepSpeed's launcher (0.5.6 and later) prints
+    each worker's exit: a record holding them that stops without an end was cut short or
+    its job killed. torchrun (at its default log level) and a plain ``python`` launch print
+    nothing when they succeed, so their silence says nothing.
+    """
+    if not pm.last_beats(inputs).empty:
+        return "dsmon's probe records each rank's end"
+    if launcher_prints_exit(inputs, events):
+        return "DeepSpeed's launcher prints each worker's exit"
+    return None
+
+
+def launcher_prints_exit(inputs: HealthInputs, events: pd.DataFrame) -> bool:
+    """Whether DeepSpeed's launcher ran, at a level and release that print each worker's exit.
+
+    Its ``WORLD INFO DICT`` line says it ran at INFO, the level of its exit lines; before
+    0.5.6 it printed no line for a worker that succeeded.
+    """
+    launch = events[events["name"] == "world_info"] if not events.empty else events
+    if launch.empty or not launch["message"].astype(str).str.startswith(LAUNCH_TEXT).any():
+        return False
+    version = inputs.facts.ds_version
+    return version is None or version >= CLEAN_EXIT_LINE_SINCE
+
+
 def _record_over(inputs: HealthInputs) -> RunState:
-    """A complete record that stops with no end witnessed."""
+    """A complete record that stops with no end witnessed.
+
+    It warns only where something in the record would have witnessed a normal end; without
+    such a witness the record cannot tell a finished run from a killed one and says so.
+    """
     step = _last_step(inputs)
     events = inputs.frame("event")
     launched = not events.empty and bool(events["name"].isin(("world_info", "job_end")).any())
     beats = pm.last_beats(inputs)
-    if launched or not beats.empty or step is not None:
-        last = f"; last step {step:,}" if step is not None else "; no step was made"
-        return RunState(
-            State.ENDED,
-            "the record ends without an exit status: the job was killed (SIGKILL, time limit, "
-            f"node loss) or the record is incomplete{last}",
-            Status.WARN,
-            False,
-            (Evidence("exit status", "none", "launcher, dsmon run, the probe's heartbeats"),),
-            "run.errors",
-            names_last_step=True,
+    if not (launched or not beats.empty or step is not None):
+        return RunState(State.UNKNOWN, "nothing in the record says how the run went",
+                        Status.UNKNOWN, False)  # fmt: skip
+    last = f"; last step {step:,}" if step is not None else "; no step was made"
+    if expected := _end_expected(inputs, events):
+        detail = (
+            f"the record ends without an exit status, though {expected}: the job was killed "
+            f"(SIGKILL, time limit, node loss) or the record is incomplete{last}"
         )
-    return RunState(State.UNKNOWN, "nothing in the record says how the run went", Status.UNKNOWN,
-                    False)  # fmt: skip
+        status, fix = Status.WARN, None
+    else:
+        detail = (
+            "the record ends with no exit status and no launcher line that would have printed "
+            "one (torchrun and a plain python launch print none on success): it cannot tell a "
+            f"finished run from a stopped one{last}"
+        )
+        status = Status.UNKNOWN
+        fix = "run the job under dsmon run, or with dsmon's probe, to record how it ends"
+    return RunState(
+        State.ENDED,
+        detail,
+        status,
+        False,
+        (Evidence("exit status", "none", "launcher, dsmon run, the probe's heartbeats"),),
+        "run.errors",
+        fix=fix,
+        names_last_step=True,
+    )
 
 
 def _ranks_text(inputs: HealthInputs, now: pd.Timestamp) -> tuple[str, bool]:

@@ -38,14 +38,17 @@ def severity_key(
 def causes(checklist: Checklist) -> dict[str, str]:
     """The cause of each problem that is a symptom: rule id -> the root cause's rule id.
 
-    A problem follows the first rule it names that is a problem too; that rule's own cause,
-    if it has one, is followed in turn, so a symptom sits under the root of its chain. Rules
-    that name each other in a loop explain nothing: each stays a finding of its own.
+    A problem follows the first rule it names that is a problem too and whose finding
+    explains others' (``Finding.explains``); that rule's own cause, if it has one, is
+    followed in turn, so a symptom sits under the root of its chain. Rules that name each
+    other in a loop explain nothing: each stays a finding of its own.
     """
     problems = {r.rule_id: r for r in checklist.results if r.problem}
     direct = {}
     for rid, r in problems.items():
-        cause = next((c for c in r.follows if c in problems and c != rid), None)
+        cause = next(
+            (c for c in r.follows if c in problems and c != rid and problems[c].explains), None
+        )
         if cause is not None:
             direct[rid] = cause
     out: dict[str, str] = {}

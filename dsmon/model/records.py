@@ -324,6 +324,7 @@ EVENT_NAMES = (
     "zero_init",  # ZeRO set-up figures: bucket sizes, ZeRO-3 persistent parameters
     "worker_exit",  # launcher: Process N exits successfully / exits with return code = N
     "job_end",  # dsmon run: the job ended with status N (the launch command's exit status)
+    "signalled",  # stopped by a signal: a launcher's "received SIGINT", a KeyboardInterrupt
     "traceback",  # a worker's exception (last line of a [rankN]: traceback, C++ terminate)
     "oom",  # CUDA out of memory
     "nccl_error",  # NCCL timeout / watchdog / error

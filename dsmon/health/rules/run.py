@@ -19,11 +19,11 @@ from dsmon.health import measures as m
 from dsmon.health import probe_measures as pm
 from dsmon.health import thresholds as th
 from dsmon.health.collective_timeout import DESCRIBED
-from dsmon.health.ending import Death, ending, signal_name, stopped_by, torchrun_signal
+from dsmon.health.ending import Death, Stop, ending, signal_name
 from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Evidence, Finding, Status, Tier
 from dsmon.health.registry import rule
-from dsmon.health.run_state import crash_fix, crash_text, has_run, judge
+from dsmon.health.run_state import crash_fix, crash_text, has_run, judge, launcher_prints_exit
 from dsmon.health.stall import judge_stall
 from dsmon.health.verdicts import not_applicable
 from dsmon.model.records import FAILURE_EVENTS, LAUNCH_TEXT
@@ -39,7 +39,9 @@ _NO_ERROR = "no crash, OOM or NCCL error in the log"
     "silent for N s (with whether the ranks' heartbeats are alive), stalled or hung, finished "
     "(its exit status, from dsmon run, the launcher or every rank's last heartbeat), crashed "
     "(the rank that died first and how, apart from the ranks that failed because of it), "
-    "ended without an exit status (a saved record that just stops), unknown. A crash, hang "
+    "ended (stopped from outside by a signal the record names, or a saved record that stops "
+    "without an exit status: a warning where the launcher or the probe would have recorded "
+    "one), unknown. A crash, hang "
     "or stall fails.",
     "runtime",
     page="steps",
@@ -77,7 +79,7 @@ def check_errors(inputs: HealthInputs) -> Finding:
             Status.UNKNOWN, "no launcher, error or step lines to check (or a config checked alone)"
         )
     exits = ev_frame[ev_frame["name"] == "worker_exit"]
-    bad, failed = _failures(ev_frame, exits)
+    bad, failed = _failures(ev_frame, exits, ending(inputs).stop)
     if bad.empty and failed.empty:
         return _probe_failure(inputs) or _clean_end(inputs, ev_frame, exits)
     ev = _failure_evidence(bad, failed)
@@ -116,14 +118,20 @@ def _first(death: Death) -> str:
     return " stopped first" if death.silent else " died first"
 
 
-def _failures(events: pd.DataFrame, exits: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The error events (traceback, OOM, NCCL error) and, of ``exits``, the non-zero ones."""
+def _failures(
+    events: pd.DataFrame, exits: pd.DataFrame, stop: Stop | None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The error events (traceback, OOM, NCCL error) and, of ``exits``, the non-zero ones.
+
+    A worker's death by the signal that stopped the whole job (``return code = -2`` after
+    Ctrl-C) is the stop, not a failure.
+    """
     bad = events[events["name"].isin(FAILURE_EVENTS)]
-    if not bad.empty:  # torchrun's traceback for the signal it got: it was stopped, none failed
-        bad = bad[[torchrun_signal(r) is None for _, r in bad.iterrows()]]
+    stopped = stop.exit_code() if stop is not None else None
     codes = [d.get("return_code") if isinstance(d, Mapping) else None for d in exits["detail"]]
+    failed = [c not in (None, 0, stopped) for c in codes]
     # a boolean Series, not a list: an empty list would select no columns, not no rows
-    return bad, exits[pd.Series([c not in (None, 0) for c in codes], index=exits.index, dtype=bool)]
+    return bad, exits[pd.Series(failed, index=exits.index, dtype=bool)]
 
 
 def _failure_evidence(bad: pd.DataFrame, failed: pd.DataFrame) -> tuple[Evidence, ...]:
@@ -207,15 +215,18 @@ def _clean_end(inputs: HealthInputs, events: pd.DataFrame, exits: pd.DataFrame) 
     """
     details = exits["detail"].tolist() if "detail" in exits.columns else []
     killed = [d for d in details if isinstance(d, Mapping) and d.get("killed")]
-    if killed and (sig := stopped_by(events)) is not None:
+    end = ending(inputs)
+    if (stop := end.stop) is not None:
+        workers = f" and stopped its {len(killed)} worker(s)" if killed else ""
         return Finding(
             Status.WARN,
-            f"torchrun got {signal_name(-sig)} and stopped its {len(killed)} worker(s): the "
-            "job was stopped from outside (Ctrl-C, the scheduler's cancel or time limit), no "
-            "worker failed",
-            (Evidence("workers stopped", len(killed), "torchrun"),),
-            "nothing failed in the job: check the scheduler's record for why it was stopped",
+            f"{stop.who} got {stop.signal}{workers}: the job was stopped from outside "
+            f"({stop.why()}), no worker failed",
+            (Evidence("signal", stop.signal, stop.source),),
+            "nothing failed in the job: if nobody meant to stop it, the scheduler's record "
+            "says who did (a SIGTERM is most often its cancel or time limit)",
             "text",
+            explains=False,
         )
     if killed:
         return Finding(
@@ -226,8 +237,8 @@ def _clean_end(inputs: HealthInputs, events: pd.DataFrame, exits: pd.DataFrame) 
             "look for the first worker's exit code or traceback before these lines (an exit "
             "code of -9 with no traceback is most often the host's out-of-memory killer)",
             "text",
+            explains=False,
         )
-    end = ending(inputs)
     if end.ended and end.code not in (None, 0) and not end.deaths:
         code = end.code if end.code is not None else 0
         how = signal_name(code) if code < 0 else f"status {code}"
@@ -238,9 +249,14 @@ def _clean_end(inputs: HealthInputs, events: pd.DataFrame, exits: pd.DataFrame) 
             (Evidence("exit status", _exit_code(code), end.witness),),
             "check the scheduler's job record and the nodes' kernel logs (OOM killer)",
             "text",
+            explains=False,
         )
-    launched = bool((events["name"] == "world_info").any())
-    if inputs.now is None and launched and exits.empty and not end.ended:
+    if (
+        inputs.now is None
+        and launcher_prints_exit(inputs, events)
+        and exits.empty
+        and not end.ended
+    ):
         steps = inputs.frame("step")
         last = f"; last step line: step {int(steps['step'].max())}" if not steps.empty else ""
         return Finding(
@@ -250,6 +266,7 @@ def _clean_end(inputs: HealthInputs, events: pd.DataFrame, exits: pd.DataFrame) 
             (Evidence("launcher exit lines", "none", "deepspeed launcher log"),),
             "check the scheduler's job record and the nodes' kernel logs (OOM killer)",
             "text",
+            explains=False,
         )
     return Finding(Status.PASS, _NO_ERROR)
 

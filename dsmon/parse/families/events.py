@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -188,6 +189,16 @@ LINE_EVENTS: tuple[tuple[str, re.Pattern[str], _Detail], ...] = (
         re.compile(r"\bSending process (\d+) closing signal (SIG[A-Z]+)"),
         lambda m: {"pid": int(m[1]), "killed": True, "signal": m[2], "launcher": "torchrun"},
     ),
+    (  # DeepSpeed's launcher (launch.py, 0.5.0 and later) stopped by Ctrl-C or SIGTERM
+        "signalled",
+        re.compile(r"\bMain process received (SIG[A-Z]+), exiting"),
+        lambda m: {"signal": m[1], "launcher": "deepspeed"},
+    ),
+    (  # torchrun's agent stopped by a signal: it stops its workers, then raises SignalException
+        "signalled",
+        re.compile(r"\bReceived (\d+) death signal, shutting down workers"),
+        lambda m: {"signal": signal_text(int(m[1])), "launcher": "torchrun"},
+    ),
     (
         "worker_exit",
         re.compile(r"^Killing subprocess (\d+)"),
@@ -207,7 +218,7 @@ EVENT_WORDS = (
     "DeepSpeed info: ", "Initializing TorchBackend", "WORLD INFO DICT", "nnodes=",
     "dist_world_size=", "Optimizer = ", "ZeRO stage", "exits ", "Killing subprocess",
     "bucket size", "persistent param", "terminate called", "allocator cache flushes",
-    "failed (exitcode: ", "closing signal",
+    "failed (exitcode: ", "closing signal", "Main process received", "death signal",
     RUN_END_TEXT, "STAGE_PARAMS=",
 )  # fmt: skip
 INIT_BACKEND = re.compile(r"Initialize \w+ backend")
@@ -306,6 +317,8 @@ def event(
 
 _FRAME = re.compile(r'^\s*File "(.*)", line (\d+), in (.*)$')
 _EXC_TYPE = re.compile(r"^([A-Za-z_][\w.]*)(?::|$)")
+#: torchrun's ``SignalException: Process 19830 got signal: 15``.
+_TORCHRUN_SIGNAL = re.compile(r"Process (\d+) got signal: (\d+)")
 _TB_HEADER = "Traceback (most recent call last):"
 _CHAIN_MARKERS = (
     "During handling of the above exception, another exception occurred:",
@@ -413,9 +426,10 @@ class TracebackAssembler:
     def _emit(self, tb: _Traceback, line: LogLine, ctx: ParseContext) -> list[Record]:
         text = line.text.strip()
         m = _EXC_TYPE.match(text)
+        exception = m.group(1) if m else None
         file, lineno, func = tb.last_frame or (None, None, None)
         detail = {
-            "exception": m.group(1) if m else None,
+            "exception": exception,
             "frames": tb.frames,
             "file": file,
             "line": lineno,
@@ -423,8 +437,34 @@ class TracebackAssembler:
             "chained": tb.chained,
             "first_line": tb.start.line,
         }
+        if (signalled := _signal_of(exception, text)) is not None:
+            return [event(ctx, line, 0, "signalled", text, detail | signalled)]
         out: list[Record] = [event(ctx, line, 0, "traceback", text, detail)]
         return out + failure_events(line, ctx, k0=1)
+
+
+def _signal_of(exception: str | None, text: str) -> dict[str, Any] | None:
+    """The signal a traceback reports, when it ends on one and on no failure of its own.
+
+    Python raises ``KeyboardInterrupt`` on SIGINT (Ctrl-C reaches every process of the job);
+    torchrun's agent raises ``SignalException`` for the signal it got (Ctrl-C, the scheduler),
+    after stopping its workers. Both are the job being stopped from outside.
+    """
+    if exception == "KeyboardInterrupt":
+        return {"signal": "SIGINT"}
+    if exception is not None and exception.endswith("SignalException"):
+        m = _TORCHRUN_SIGNAL.search(text)
+        if m:
+            return {"signal": signal_text(int(m[2])), "launcher": "torchrun", "pid": int(m[1])}
+    return None
+
+
+def signal_text(number: int) -> str:
+    """``2`` -> ``SIGINT``, the name a launcher's line uses; ``signal 99`` for an unknown one."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 class EventParser:

@@ -129,8 +129,9 @@ def test_outcome_of_a_crash(store: Store) -> None:
 def test_outcome_of_a_killed_job(store: Store) -> None:
     """tests/data/events_sigkill_all: the whole job was SIGKILLed; the log just stops."""
     assert outcome(store, "events_sigkill_all") == (
-        "Outcome     ended: the record ends without an exit status: the job was killed (SIGKILL, "
-        "time limit, node loss) or the record is incomplete; last step 13"
+        "Outcome     ended: the record ends without an exit status, though DeepSpeed's launcher "
+        "prints each worker's exit: the job was killed (SIGKILL, time limit, node loss) or the "
+        "record is incomplete; last step 13"
     )
 
 
@@ -176,8 +177,9 @@ def test_outcome_while_a_rank_has_not_exited(store: Store, tmp_path: Path) -> No
         for kind in res_kinds(store, res.run):
             cut.add([r for r in store.scan(res.run, kind) if r != last_of_1])
         assert outcome_of(cut, res.run) == (
-            "Outcome     ended: the record ends without an exit status: the job was killed "
-            "(SIGKILL, time limit, node loss) or the record is incomplete; last step 80"
+            "Outcome     ended: the record ends without an exit status, though dsmon's probe "
+            "records each rank's end: the job was killed (SIGKILL, time limit, node loss) or the "
+            "record is incomplete; last step 80"
         )
 
 

@@ -163,12 +163,57 @@ def test_torchrun_stopped_by_a_signal_is_no_crash() -> None:
     inputs = inputs_from_records(records(DATA / "events_torchrun_sigterm"), run="s")
     state = check(inputs, "run.state")
     assert state.status.name == "WARN"
-    assert state.summary.startswith("ended: the launcher killed its workers with no failure seen")
-    assert state.summary.endswith("(torchrun got signal 15 (SIGTERM) and stopped 2 worker(s))")
+    assert state.summary == (
+        "ended: stopped from outside by SIGTERM (the scheduler's cancel or time limit, a pod's "
+        "termination), no worker failed (torchrun got SIGTERM and stopped 2 worker(s))"
+    )
+    assert evidence(state)["signal"] == "SIGTERM (train.log:117)"  # its agent's own line
     errors = check(inputs, "run.errors")
     assert errors.status.name == "WARN"
     assert errors.summary.startswith(
-        "torchrun got signal 15 (SIGTERM) and stopped its 2 worker(s): the job was stopped from "
-        "outside"
+        "torchrun got SIGTERM and stopped its 2 worker(s): the job was stopped from outside"
     )
     assert "crash" not in state.summary + errors.summary
+
+
+def test_ctrl_c_is_a_stop_under_every_launcher() -> None:
+    """Real jobs stopped by Ctrl-C (SIGINT to the job's whole process group) under DeepSpeed's
+    launcher, torchrun and a plain ``python`` launch: every worker prints a
+    ``KeyboardInterrupt`` traceback. Each read "crashed: rank 0 died first: KeyboardInterrupt"."""
+    for folder, said, who in (
+        ("events_sigint_deepspeed", "train.log:115", "DeepSpeed's launcher got SIGINT and "
+         "stopped 2 worker(s)"),
+        ("events_torchrun_sigint", "train.log:61", "torchrun got SIGINT and stopped 2 worker(s)"),
+        ("events_sigint_python", "KeyboardInterrupt (train.log:58)", "rank 0 got SIGINT"),
+    ):  # fmt: skip
+        inputs = inputs_from_records(records(DATA / folder), run="c")
+        state = check(inputs, "run.state")
+        assert (state.status.name, state.summary) == (
+            "WARN", f"ended: stopped from outside by SIGINT (Ctrl-C), no worker failed ({who})"
+        ), folder  # fmt: skip
+        assert evidence(state)["signal"] == f"SIGINT ({said})", folder
+        errors = check(inputs, "run.errors")
+        assert errors.status.name == "WARN", folder
+        assert "no worker failed" in errors.summary, folder
+
+
+def test_a_torchrun_job_that_succeeded_is_not_called_killed() -> None:
+    """tests/data/events_torchrun_ok: a 20-step torchrun job that exited 0. torchrun prints no
+    line when its workers succeed: the record cannot tell, and says so rather than "killed"."""
+    state = check(inputs_from_records(records(DATA / "events_torchrun_ok"), run="t"), "run.state")
+    assert state.status.name == "UNKNOWN"
+    assert state.summary.startswith("ended: the record ends with no exit status")
+    assert "cannot tell a finished run from a stopped one; last step 20" in state.summary
+    assert "killed" not in state.summary
+    assert "dsmon run" in (state.fix or "")
+
+
+def test_a_kill_no_line_places_names_no_rank() -> None:
+    """tests/data/events_sigkill_unnamed: rank 1 SIGKILLed, the launcher found it before rank 0
+    failed and killed rank 0 silently. Its ``return code = -9`` comes with its last worker's
+    command line whichever failed, and no rank printed an error: no rank is named."""
+    state = check(
+        inputs_from_records(records(DATA / "events_sigkill_unnamed"), run="u"), "run.state"
+    )
+    assert state.status.name == "FAIL"
+    assert state.summary == "crashed: a worker died: killed by signal 9 (SIGKILL), no traceback"

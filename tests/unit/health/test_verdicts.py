@@ -159,3 +159,17 @@ def test_fp16_overflows_headline_the_skipped_steps(run: str, tmp_path: Path) -> 
             assert by_id[rid].status is not Status.WARN and by_id[rid].status is not Status.FAIL
         assert not causes(checklist)  # nothing here follows from another finding
     assert head.evidence_lines()[0].startswith("skipped steps = ")
+
+
+def test_a_stopped_job_explains_no_communication_share() -> None:
+    """tests/data/events_sigint_deepspeed, a real job stopped by Ctrl-C: its communication
+    share (gloo on CPU) was listed under the stop as what it explains. A stop makes no
+    collective wait; a crash does (events_crash_step17: its phase share stays under it)."""
+    stopped = triage(evaluate(from_folder(DATA / "events_sigint_deepspeed")))
+    assert stopped.headline().rule_id == "run.state"
+    assert [s.rule_id for s in stopped.headline().symptoms] == ["run.errors"]
+    shares = [r for r in stopped.problems if r.rule_id.startswith("comm.")]
+    assert {r.rule_id for r in shares} == {"comm.share", "comm.phase_share"}  # problems alone
+    crashed = triage(evaluate(from_folder(DATA / "events_crash_step17")))
+    assert crashed.headline().rule_id == "run.state"
+    assert "comm.phase_share" in [s.rule_id for s in crashed.headline().symptoms]

@@ -103,7 +103,7 @@ def test_word_tests_answer_as_the_regexes_they_replace() -> None:
         events.EVENT_WORDS: r"DeepSpeed info: |Initializing TorchBackend|WORLD INFO DICT|nnodes="
         r"|dist_world_size=|Optimizer = |ZeRO stage|exits |Killing subprocess|bucket size"
         r"|persistent param|terminate called|allocator cache flushes"
-        r"|failed \(exitcode: |closing signal"
+        r"|failed \(exitcode: |closing signal|Main process received|death signal"
         r"|dsmon run: the job ended with status|STAGE_PARAMS=",
         events._FAILURE_WORDS: r"out of memory|OutOfMemoryError|NCCL",
         loss_scale._KEYWORDS: r"verflow|OVERFLOW|oss scal|ysteresis|dynamic loss",

@@ -363,3 +363,40 @@ def test_torchruns_agent_stopping_its_workers_is_a_kill() -> None:
         assert [(e.src.line, e.detail["pid"]) for e in stopped] == pids
         assert {e.detail["signal"] for e in stopped} == {"SIGTERM"}
         assert {e.detail["launcher"] for e in stopped} == {"torchrun"}
+
+
+def test_a_signal_that_stopped_the_job_is_no_traceback() -> None:
+    """Real jobs stopped from outside. Each process that says it got the signal is a
+    ``signalled`` event: DeepSpeed's launcher's ``Main process received SIGINT`` (line 115),
+    the workers' and the ``deepspeed`` command's own ``KeyboardInterrupt`` tracebacks, torchrun's
+    agent's ``Received 2 death signal`` (line 61) and its ``SignalException`` traceback (line
+    103; it was a ``traceback`` event, which the health rules then had to take back out)."""
+    want = {
+        "events_sigint_deepspeed/train.log": [
+            (69, 0, {"signal": "SIGINT"}),
+            (113, 1, {"signal": "SIGINT"}),
+            (115, None, {"signal": "SIGINT", "launcher": "deepspeed"}),
+            (130, None, {"signal": "SIGINT"}),  # the `deepspeed` command (runner.py) itself
+        ],
+        "events_torchrun_sigint/train.log": [
+            (61, None, {"signal": "SIGINT", "launcher": "torchrun"}),
+            (69, 1, {"signal": "SIGINT"}),
+            (75, 0, {"signal": "SIGINT"}),
+            (103, None, {"signal": "SIGINT", "launcher": "torchrun", "pid": 6761}),
+        ],
+        "events_torchrun_sigterm/train.log": [
+            (117, None, {"signal": "SIGTERM", "launcher": "torchrun"}),
+            (147, None, {"signal": "SIGTERM", "launcher": "torchrun", "pid": 19830}),
+        ],
+        "events_sigint_python/train.log": [(58, 0, {"signal": "SIGINT"})],
+    }
+    for rel, expected in want.items():
+        evs, _ = events(rel)
+        got = [
+            (e.src.line, e.src.rank, {k: e.detail[k] for k in ("signal", "launcher", "pid")
+                                      if k in e.detail})
+            for e in evs
+            if e.name == "signalled"
+        ]  # fmt: skip
+        assert got == expected, rel
+        assert not [e for e in evs if e.name == "traceback"], rel  # no failure among them
