@@ -20,7 +20,7 @@ RUN_END_TEXT = "dsmon run: the job ended with status"
 START_LOGGERS = frozenset({"runner.py", "launch.py", RUN_START_LOGGER})
 _START_TEXTS = ("DeepSpeed info:", "Initializing TorchBackend", "DeepSpeedEngine configuration")
 #: torchrun's warning as it starts the workers (``W1204 ... torch/distributed/run.py:874]
-#: Setting OMP_NUM_THREADS environment variable for each process ...``): both words present.
+#: Setting OMP_NUM_THREADS environment variable for each process ...``): its logger and words.
 _TORCHRUN_START, _TORCHRUN_LOGGER = "Setting OMP_NUM_THREADS", "torch/distributed/run.py"
 _END_TEXTS = ("Process ", "Killing subprocess")
 #: What DeepSpeed's launchers say as they start a job: ``runner.py``'s ``cmd = ...`` and
@@ -41,7 +41,7 @@ def is_start(line: LogLine) -> bool:
             and "exits with return code" not in text
             and not text.startswith(RUN_END_TEXT)
         )
-    return text.startswith(_START_TEXTS) or (_TORCHRUN_START in text and _TORCHRUN_LOGGER in text)
+    return text.startswith(_START_TEXTS) or _torchrun_start(line)
 
 
 def is_relaunch(line: LogLine) -> bool:
@@ -53,9 +53,15 @@ def is_relaunch(line: LogLine) -> bool:
     last timer line. The first test is cheap because it runs on every line of a training log.
     """
     logger = line.logger
-    if logger is not None:
-        if logger == RUN_START_LOGGER:
-            return not line.text.startswith(RUN_END_TEXT)
-        return logger in START_LOGGERS and line.text.startswith(_LAUNCH_TEXTS)
-    text = line.text
-    return text.startswith("W") and _TORCHRUN_START in text and _TORCHRUN_LOGGER in text
+    if logger is None:
+        return False
+    if logger == RUN_START_LOGGER:
+        return not line.text.startswith(RUN_END_TEXT)
+    return (logger in START_LOGGERS and line.text.startswith(_LAUNCH_TEXTS)) or _torchrun_start(
+        line
+    )
+
+
+def _torchrun_start(line: LogLine) -> bool:
+    """The warning torchrun prints as it starts the workers (its glog header taken off)."""
+    return line.logger == _TORCHRUN_LOGGER and line.text.startswith(_TORCHRUN_START)

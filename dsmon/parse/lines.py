@@ -31,6 +31,13 @@ _LOGGERS = (
     # The pre-0.3 logger (DeepSpeedLight, 2020): [INFO 2020-02-06 19:53:56] message
     re.compile(rf"\[(?P<level>[A-Z]+) {_DATE}\] "),
 )
+#: glog's header, as torch's C++ and torchrun's Python logging print it:
+#: ``W1207 15:45:09.671000 6761 torch/distributed/elastic/agent/server/api.py:753] message``
+#: (level, month and day, time to the microsecond, thread or process id, source file: line).
+_GLOG = re.compile(
+    r"(?P<level>[IWEF])(?P<month>\d\d)(?P<day>\d\d) (?P<time>\d\d:\d\d:\d\d)\.(?P<us>\d{6}) +"
+    r"\d+ (?P<logger>[^\s\]:]+):\d+\] ?"
+)
 #: The headers that start with their date, and the one that starts with its level: a line's
 #: second character says which can match (``[Rank 0]`` lines try one regex, not four).
 _DATED_LOGGERS = _LOGGERS[:3]
@@ -101,11 +108,27 @@ class LogLine:
     host: str | None = None
     traceback: bool = False
     bad_ts: str | None = None
+    yearless: str | None = None
 
     @property
     def prefixed(self) -> bool:
         """The line had a header of its own, so it cannot continue a wrapped line."""
-        return self.ts is not None or self.rank is not None or self.traceback
+        return self.ts is not None or self.rank is not None or self.traceback or bool(self.yearless)
+
+    def date_in_year_of(self, last_ts: str | None) -> None:
+        """Give a glog time (``yearless``: no year printed) the year of the run's last stamp.
+
+        The month and day a glog header prints follow the last stamped line's: a month more
+        than half a year before that line's comes after New Year's Eve (two processes' lines
+        a moment apart around midnight stay in one year). With no stamp before it (the first
+        lines of a log) the line keeps no time.
+        """
+        if self.yearless is None or self.ts is not None or last_ts is None:
+            return
+        year = int(last_ts[:4]) + (int(self.yearless[:2]) + 6 < int(last_ts[5:7]))
+        date = f"{year:04d}-{self.yearless[:5]}"
+        if valid_date(date):
+            self.ts = f"{date}T{self.yearless[6:]}"
 
 
 def _looks_like_host(token: str, rest: str, known: set[str]) -> bool:
@@ -172,6 +195,8 @@ def _strip_headers(text: str, out: LogLine) -> str:
             out.rank = int(m.group(1))
             out.traceback = True
             text = text[m.end() :]
+    if text[:1] in "IWEF" and text[1:2].isdigit():
+        return _strip_glog(text, out)
     if text.startswith("["):
         text = _strip_logger(text, out)
         if text.startswith("[Rank "):
@@ -193,6 +218,17 @@ def _strip_logger(text: str, out: LogLine) -> str:
             out.logger = parts.get("logger")
             return text[m.end() :]
     return text
+
+
+def _strip_glog(text: str, out: LogLine) -> str:
+    """Take off a glog header (torchrun's own lines), keeping its time without its year."""
+    m = _GLOG.match(text)
+    if m is None or not valid_time(m["time"]):
+        return text
+    out.yearless = f"{m['month']}-{m['day']}T{m['time']}.{m['us'][:3]}"
+    out.level = _LEVELS[m["level"]] if m["level"] != "F" else "FATAL"
+    out.logger = m["logger"]
+    return text[m.end() :]
 
 
 def _set_ts(out: LogLine, date: str, time: str, millis: str) -> None:

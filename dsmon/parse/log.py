@@ -450,6 +450,8 @@ class LogParser:
         Returns whether a parser took the line.
         """
         ctx = self.ctx
+        if line.yearless is not None:  # torchrun's glog header: no year printed
+            line.date_in_year_of(ctx.last_ts)
         if line.ts is not None:
             ctx.last_ts = line.ts
         clock = ctx.clock

@@ -400,3 +400,32 @@ def test_a_signal_that_stopped_the_job_is_no_traceback() -> None:
         ]  # fmt: skip
         assert got == expected, rel
         assert not [e for e in evs if e.name == "traceback"], rel  # no failure among them
+
+
+def test_torchruns_lines_keep_their_own_time() -> None:
+    """torchrun's lines carry a glog header (``W1207 15:45:09.671000 6761 torch/...py:753]``)
+    with no year. They took the time of the last DeepSpeed line before them, 36 s early in
+    events_torchrun_sigterm (its last timer line came long before torchrun got SIGTERM)."""
+    evs, _ = events("events_torchrun_sigterm/train.log")
+    by_line = {e.src.line: e.ts for e in evs}
+    assert by_line[117] == "2026-12-07T14:26:05.444"  # Received 15 death signal
+    assert by_line[118] == "2026-12-07T14:26:05.445"  # Sending process N closing signal
+    assert by_line[147] == "2026-12-07T14:26:05.450"  # its traceback: the glog line before it
+
+
+def test_a_glog_time_takes_the_year_of_the_stamp_before_it() -> None:
+    """The glog header prints no year: a line's month is put in the last stamp's year, the next
+    year's when it is more than half a year before the stamp's month (New Year's Eve)."""
+    real = (DATA / "events_torchrun_sigint/train.log").read_text("utf-8").splitlines()[60]
+    dec, jan = real, real.replace("W1207 ", "W0101 ", 1)
+    got = {}
+    for text, before in ((dec, "2026-12-07 15:45:08,000"), (jan, "2026-12-31 23:59:58,000"),
+                         (dec, "2026-12-08 00:00:01,000")):  # fmt: skip
+        log = f"[{before}] [INFO] [launch.py:1:main] dist_world_size=2\n{text}\n"
+        evs = [e for e in parse_text(log, run="r", file="f")[0] if isinstance(e, EventRecord)]
+        got[(text[:5], before[:10])] = [e.ts for e in evs if e.name == "signalled"]
+    assert got == {
+        ("W1207", "2026-12-07"): ["2026-12-07T15:45:09.671"],
+        ("W0101", "2026-12-31"): ["2027-01-01T15:45:09.671"],
+        ("W1207", "2026-12-08"): ["2026-12-07T15:45:09.671"],  # another process's line, earlier
+    }
