@@ -284,6 +284,8 @@ def _launcher(events: pd.DataFrame) -> tuple[list[int], int, int, pd.Timestamp |
     for _, row in exits.iterrows():
         d = _detail(row)
         code = d.get("return_code")
+        if d.get("root_cause"):
+            continue  # torchrun's report repeats the failed worker its agent's line named
         if d.get("killed"):
             killed += 1
         elif isinstance(code, int) and code == 0:
@@ -295,21 +297,30 @@ def _launcher(events: pd.DataFrame) -> tuple[list[int], int, int, pd.Timestamp |
 
 
 def _torchrun_exit(events: pd.DataFrame) -> Mapping[str, object]:
-    """What torchrun's agent said of the first failed worker it found; empty if it said none.
+    """What torchrun said of the first failed worker; empty if it said nothing.
 
-    ``failed (exitcode: -9) local_rank: 1 (pid: N)``: unlike the command line DeepSpeed's
-    launcher prints, its ``local_rank`` is the failed worker's own.
+    Its agent's ``failed (exitcode: -9) local_rank: 1 (pid: N)`` names the worker's own local
+    rank (unlike the command line DeepSpeed's launcher prints); the root cause of its failure
+    report (``rank : 1 (local_rank: 1)``) adds its global rank and host, and is taken first.
     """
     exits = events[events["name"] == "worker_exit"] if not events.empty else events
+    agent: Mapping[str, object] = {}
     for _, row in exits.iterrows():
         d = _detail(row)
         if d.get("launcher") == "torchrun" and d.get("return_code") not in (None, 0):
-            return d
-    return {}
+            if d.get("root_cause"):
+                return d
+            agent = agent or d
+    return agent
 
 
 def _exit_witness(code: int, torchrun: Mapping[str, object]) -> str:
-    """Who reported the exit code: ``the launcher: return code = -9``, or torchrun's agent."""
+    """Who reported the exit code: ``the launcher: return code = -9``, or torchrun."""
+    if torchrun.get("root_cause"):
+        return (
+            f"torchrun's root cause: exitcode {code} of rank {torchrun.get('rank')} "
+            f"(local_rank {torchrun.get('local_rank')}) on {torchrun.get('host')}"
+        )
     if torchrun:
         return f"torchrun: exitcode {code} of local_rank {torchrun.get('local_rank')}"
     return f"the launcher: return code = {code}"
@@ -413,9 +424,12 @@ def _deaths(
         )
     signalled = [c for c in codes if c < 0]
     local = _rank(torchrun.get("local_rank")) if torchrun else None
+    named = _rank(torchrun.get("rank")) if torchrun else None  # its root cause's global rank
     if signalled:
         rank, at, step, how_known = _killed_rank(inputs, beats, by_rank)
-        if rank is None and local is not None and inputs.facts.nodes == 1:
+        if named is not None and rank != named:  # torchrun said which: no inference needed
+            rank, at, step, how_known = named, None, None, ""
+        elif rank is None and local is not None and inputs.facts.nodes == 1:
             rank, how_known = local, "; one node: its local rank is its rank"
         if rank is None or rank not in by_rank:
             by_rank[rank] = Death(
@@ -430,8 +444,12 @@ def _deaths(
     elif by_rank and all(d.peer and PEER_GONE.search(d.how) for d in by_rank.values()):
         _add_silent_rank(inputs, beats, by_rank)
     elif codes and not by_rank:
-        by_rank[None] = Death(
-            None, f"exit code {codes[0]}", None, _exit_witness(codes[0], torchrun), local_rank=local
+        by_rank[named] = Death(
+            named,
+            f"exit code {codes[0]}",
+            None,
+            _exit_witness(codes[0], torchrun),
+            local_rank=local if named is None else None,
         )
     never = pd.Timestamp.max
     return tuple(

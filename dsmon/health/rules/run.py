@@ -128,8 +128,11 @@ def _failures(
     """
     bad = events[events["name"].isin(FAILURE_EVENTS)]
     stopped = stop.exit_code() if stop is not None else None
-    codes = [d.get("return_code") if isinstance(d, Mapping) else None for d in exits["detail"]]
-    failed = [c not in (None, 0, stopped) for c in codes]
+    details = [d if isinstance(d, Mapping) else {} for d in exits["detail"]]
+    # torchrun's root cause repeats the failed worker its agent's line named: counted once
+    failed = [
+        d.get("return_code") not in (None, 0, stopped) and not d.get("root_cause") for d in details
+    ]
     # a boolean Series, not a list: an empty list would select no columns, not no rows
     return bad, exits[pd.Series(failed, index=exits.index, dtype=bool)]
 

@@ -467,27 +467,118 @@ def signal_text(number: int) -> str:
         return f"signal {number}"
 
 
-class EventParser:
-    """One-line events plus per-rank traceback assembly.
+#: torchrun's failure report (``ChildFailedError``) names the first failed worker after this.
+ROOT_CAUSE = "Root Cause (first observed failure):"
+#: One field of that report's entry: ``  rank      : 1 (local_rank: 1)``.
+_REPORT_FIELD = re.compile(r"^\s+(time|host|rank|exitcode|error_file|traceback)\s*: ?(.*?)\s*$")
+_REPORT_RANK = re.compile(r"^(\d+) \(local_rank: (\d+)\)")
+_REPORT_EXIT = re.compile(r"^(-?\d+) \(pid: (\d+)\)")
+_ENTRY = re.compile(r"\[\d+\]:\s*")
+#: Lines a root cause entry may take before it counts as cut.
+_REPORT_LINES = 12
 
-    ``in_block`` is set while a traceback is open, so its frame lines reach this parser first.
+
+class RootCause:
+    """torchrun's report of the first failed worker, read into one ``worker_exit`` event.
+
+    After a worker fails, torchrun's agent ends on ``ChildFailedError`` and prints which
+    worker failed first, with its *global* rank, where its own ``failed (exitcode: -9)
+    local_rank: 1`` line names only the local one::
+
+        Root Cause (first observed failure):
+        [0]:
+          time      : 2026-12-07_13:18:27
+          host      : localhost
+          rank      : 1 (local_rank: 1)
+          exitcode  : -9 (pid: 11752)  (SIGKILL)
+        ======================================================
+    """
+
+    def __init__(self) -> None:
+        self._start: LogLine | None = None
+        self._fields: dict[str, str] = {}
+        self._lines = 0
+
+    @property
+    def open(self) -> bool:
+        """An entry is being read."""
+        return self._start is not None
+
+    def feed(self, line: LogLine, ctx: ParseContext) -> list[Record] | None:
+        """[] for a line of the entry, its event at its end, None for any other line."""
+        text = line.text
+        if self._start is None:
+            if text.strip() != ROOT_CAUSE:
+                return None
+            self._start, self._fields, self._lines = line, {}, 0
+            return []
+        self._lines += 1
+        m = _REPORT_FIELD.match(text)
+        if m is not None:
+            self._fields[m[1]] = m[2]
+            return []
+        if _ENTRY.fullmatch(text) and not self._fields:
+            return []
+        if self._lines > _REPORT_LINES or not self._fields:
+            return self._cut(ctx)
+        return self._emit(ctx)  # the report's closing ``=====`` line
+
+    def finish(self, ctx: ParseContext) -> list[Record]:
+        """An entry at the end of input: what it holds, if it names its worker."""
+        return self._emit(ctx) if self._start is not None else []
+
+    def _cut(self, ctx: ParseContext) -> list[Record] | None:
+        assert self._start is not None
+        ctx.cut_block("torchrun_report", self._start)
+        self._start = None
+        return None
+
+    def _emit(self, ctx: ParseContext) -> list[Record]:
+        start, fields = self._start, self._fields
+        assert start is not None
+        self._start = None
+        rank = _REPORT_RANK.match(fields.get("rank", ""))
+        code = _REPORT_EXIT.match(fields.get("exitcode", ""))
+        if rank is None or code is None:
+            ctx.cut_block("torchrun_report", start)
+            return []
+        detail: dict[str, Any] = {
+            "return_code": int(code[1]),
+            "rank": int(rank[1]),
+            "local_rank": int(rank[2]),
+            "pid": int(code[2]),
+            "host": fields.get("host") or None,
+            "launcher": "torchrun",
+            "root_cause": True,
+        }
+        return [event(ctx, start, 0, "worker_exit", ROOT_CAUSE, detail)]
+
+
+class EventParser:
+    """One-line events plus per-rank traceback assembly and torchrun's failure report.
+
+    ``in_block`` is set while a traceback or the report is open, so its lines reach this
+    parser first.
     """
 
     def __init__(self) -> None:
         self._tracebacks = TracebackAssembler()
+        self._report = RootCause()
         self.in_block = False
 
     def feed(self, line: LogLine, ctx: ParseContext) -> list[Record] | None:
         """Records for one line, or None when the line is no event."""
-        recs = self._tracebacks.feed(line, ctx)
-        self.in_block = self._tracebacks.open
+        recs = self._report.feed(line, ctx)
+        if recs is None:
+            recs = self._tracebacks.feed(line, ctx)
+        self.in_block = self._tracebacks.open or self._report.open
         if recs is not None:
             return recs
         return self._line_event(line, ctx)
 
     def finish(self, ctx: ParseContext) -> list[Record]:
-        """Tracebacks still open at the end: complete ones are emitted, cut ones counted."""
-        recs = self._tracebacks.finish(ctx)
+        """Blocks still open at the end: complete ones are emitted, cut ones counted."""
+        recs = self._tracebacks.finish(ctx) + self._report.finish(ctx)
         self.in_block = False
         return recs
 

@@ -143,17 +143,28 @@ def test_a_timeout_names_no_silent_rank() -> None:
 def test_a_worker_torchrun_saw_killed_is_a_crash() -> None:
     """tests/data/events_torchrun_sigkill: rank 1 SIGKILLed, rank 0 SIGTERMed by torchrun, no
     traceback. dsmon said "ended: exit status 1 with no worker error seen"; torchrun's agent
-    said which worker failed and how (line 62)."""
-    inputs = inputs_from_records(records(DATA / "events_torchrun_sigkill"), run="t")
+    said which worker failed and how (line 62), its failure report's root cause which global
+    rank it was (line 92)."""
+    recs = records(DATA / "events_torchrun_sigkill")
+    inputs = inputs_from_records(recs, run="t")
     state = check(inputs, "run.state")
     assert state.status.name == "FAIL"
+    assert state.summary == "crashed: rank 1 died: killed by signal 9 (SIGKILL), no traceback"
+    assert evidence(state)["rank 1 (first)"] == (
+        "signal 9 (SIGKILL) (torchrun's root cause: exitcode -9 of rank 1 (local_rank 1) on "
+        "localhost)"
+    )
+    errors = check(inputs, "run.errors")
+    assert evidence(errors)["worker exit code"] == "-9 (SIGKILL) (launcher)"
+    assert "1 failed worker(s)" in errors.summary  # the report repeats the agent's worker
+    assert "out-of-memory killer" in (errors.fix or "")
+    # the same log cut before torchrun's report: its agent's line names the local rank only
+    cut = [r for r in recs if not (isinstance(r, EventRecord) and r.detail.get("root_cause"))]
+    state = check(inputs_from_records(cut, run="t"), "run.state")
     assert state.summary == "crashed: local rank 1 died: killed by signal 9 (SIGKILL), no traceback"
     assert evidence(state)["local rank 1 (first)"] == (
         "signal 9 (SIGKILL) (torchrun: exitcode -9 of local_rank 1)"
     )
-    errors = check(inputs, "run.errors")
-    assert evidence(errors)["worker exit code"] == "-9 (SIGKILL) (launcher)"
-    assert "out-of-memory killer" in (errors.fix or "")
 
 
 def test_torchrun_stopped_by_a_signal_is_no_crash() -> None:

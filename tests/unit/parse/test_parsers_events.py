@@ -343,7 +343,12 @@ def test_torchruns_agent_line_is_the_failed_workers_exit() -> None:
         ("probe_crash_torchrun/train.log", 87, 1, 23325),
     ):
         evs, _ = events(rel)
-        (ex,) = [e for e in evs if e.name == "worker_exit" and not e.detail.get("killed")]
+        (ex,) = [
+            e
+            for e in evs
+            if e.name == "worker_exit"
+            and not e.detail.get("killed") and not e.detail.get("root_cause")
+        ]  # fmt: skip
         assert ex.src.line == line
         assert ex.detail == {
             "return_code": code, "local_rank": 1, "pid": pid, "launcher": "torchrun"
@@ -429,3 +434,21 @@ def test_a_glog_time_takes_the_year_of_the_stamp_before_it() -> None:
         ("W0101", "2026-12-31"): ["2027-01-01T15:45:09.671"],
         ("W1207", "2026-12-08"): ["2026-12-07T15:45:09.671"],  # another process's line, earlier
     }
+
+
+def test_torchruns_root_cause_names_the_failed_workers_global_rank() -> None:
+    """torchrun's failure report (after its ``ChildFailedError`` traceback) names the first
+    failed worker's global rank, local rank, exit code, pid and host: events_torchrun_sigkill
+    lines 92-99 (rank 1 SIGKILLed), probe_crash_torchrun lines 117-124 (rank 1 raised). Its
+    ``Failures:`` entries before it are the workers torchrun stopped itself (SIGTERM)."""
+    for rel, line, code, pid in (
+        ("events_torchrun_sigkill/train.log", 92, -9, 11752),
+        ("probe_crash_torchrun/train.log", 117, 1, 23325),
+    ):
+        evs, cut = events(rel)
+        (root,) = [e for e in evs if e.detail.get("root_cause")]
+        assert (root.name, root.src.line, cut) == ("worker_exit", line, {}), rel
+        assert root.detail == {
+            "return_code": code, "rank": 1, "local_rank": 1, "pid": pid, "host": "localhost",
+            "launcher": "torchrun", "root_cause": True,
+        }  # fmt: skip
