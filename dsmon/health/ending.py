@@ -307,16 +307,18 @@ def _torchrun_exit(events: pd.DataFrame) -> Mapping[str, object]:
     agent: Mapping[str, object] = {}
     for _, row in exits.iterrows():
         d = _detail(row)
-        if d.get("launcher") == "torchrun" and d.get("return_code") not in (None, 0):
-            if d.get("root_cause"):
-                return d
+        if d.get("launcher") != "torchrun" or d.get("return_code") in (None, 0):
+            continue
+        if not d.get("root_cause"):
             agent = agent or d
+        elif not agent or d.get("pid") == agent.get("pid"):
+            return d  # the same worker (a job restarted with --max-restarts reports its last)
     return agent
 
 
 def _exit_witness(code: int, torchrun: Mapping[str, object]) -> str:
     """Who reported the exit code: ``the launcher: return code = -9``, or torchrun."""
-    if torchrun.get("root_cause"):
+    if torchrun.get("root_cause") and torchrun.get("return_code") == code:
         return (
             f"torchrun's root cause: exitcode {code} of rank {torchrun.get('rank')} "
             f"(local_rank {torchrun.get('local_rank')}) on {torchrun.get('host')}"

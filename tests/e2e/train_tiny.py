@@ -15,7 +15,8 @@ Faults a real job meets, each on purpose and on one rank (``tests/scenarios.py``
 - ``--stop-rank R --stop-step N``: rank R stops itself (SIGSTOP) after step N, as a process
   stuck in a driver call does: alive, silent, its peers waiting in the next collective;
 - ``--die-rank R --die-step N --die-signal KILL``: rank R is killed by that signal after step
-  N, as the kernel's OOM killer or a node's agent does;
+  N, as the kernel's OOM killer or a node's agent does; with ``--die-once`` only in torchrun's
+  first attempt (``TORCHELASTIC_RESTART_COUNT`` 0), so a job with ``--max-restarts`` goes on;
 - ``--start-delay S``: every rank waits S seconds, silently, between ``deepspeed.initialize``
   and its first step, as a job that compiles or loads data before training does;
 - ``--loss-factor F``: the loss is multiplied by F, which overflows fp16 (the loss scaler then
@@ -64,6 +65,7 @@ def main() -> None:
     p.add_argument("--die-rank", type=int, default=-1, help="the rank that is killed")
     p.add_argument("--die-step", type=int, default=0, help="after this step")
     p.add_argument("--die-signal", default="KILL", help="by this signal (KILL, TERM, ...)")
+    p.add_argument("--die-once", action="store_true", help="only in torchrun's first attempt")
     p.add_argument("--start-delay", type=float, default=0.0, help="silent seconds before step 1")
     p.add_argument("--loss-factor", type=float, default=1.0, help="the loss is multiplied by it")
     p.add_argument("--client-optimizer", action="store_true", help="AdamW made here, not by DS")
@@ -98,7 +100,8 @@ def main() -> None:
             print(f"[train_tiny] step {step} loss {loss.item():.4f}", flush=True)
         if rank == args.stop_rank and step == args.stop_step:
             os.kill(os.getpid(), signal.SIGSTOP)
-        if rank == args.die_rank and step == args.die_step:
+        first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+        if rank == args.die_rank and step == args.die_step and (first_attempt or not args.die_once):
             os.kill(os.getpid(), getattr(signal, f"SIG{args.die_signal}"))
         time.sleep(args.sleep)
 

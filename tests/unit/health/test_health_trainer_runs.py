@@ -228,3 +228,18 @@ def test_a_kill_no_line_places_names_no_rank() -> None:
     )
     assert state.status.name == "FAIL"
     assert state.summary == "crashed: a worker died: killed by signal 9 (SIGKILL), no traceback"
+
+
+def test_a_restarted_torchrun_job_keeps_its_first_death() -> None:
+    """tests/data/events_torchrun_restart: local rank 1 SIGKILLed (line 106), torchrun restarted
+    the workers, the restart failed to connect (rank 0, exit code 1), and the failure report's
+    root cause (line 186) names that second attempt's rank 0. It was read as the first death's
+    witness: "exitcode -9 of rank 0", a code and a rank of two different workers."""
+    state = check(
+        inputs_from_records(records(DATA / "events_torchrun_restart"), run="r"), "run.state"
+    )
+    assert state.summary.startswith(
+        "crashed: local rank 1 died first: killed by signal 9 (SIGKILL), no traceback; then "
+        "rank 0 failed because a peer was gone"
+    )
+    assert evidence(state)["end"] == "torchrun: exitcode -9 of local_rank 1"
