@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -157,7 +158,7 @@ def _follow_job(
     ui_url: str,
 ) -> int:
     """Run the job to its end (or a signal); keep the dashboard (at ``ui_url``) up until Ctrl-C."""
-    from collectors.job import probe_env, start_job
+    from collectors.job import JOB_OWN_STOP_S, probe_env, start_job
 
     stop = stop_on_signals()
     try:
@@ -171,7 +172,7 @@ def _follow_job(
         flush=True,
     )
     wait_for_signal(lambda: job.proc.poll() is not None, stop)
-    status = exit_status(job.stop())
+    status = exit_status(job.stop(JOB_OWN_STOP_S if stop.signum == signal.SIGINT else 0.0))
     if ui is not None and not stop.is_set():
         # A short job can end before Streamlit is up: say the dashboard is up once it is.
         wait_until_ready(ui_url, ui, stop=stop)

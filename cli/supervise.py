@@ -31,15 +31,30 @@ def end_child(child: subprocess.Popen[bytes], timeout_s: float = STOP_TIMEOUT_S)
             child.wait()
 
 
-def stop_on_signals() -> threading.Event:
+class StopEvent(threading.Event):
+    """The event :func:`stop_on_signals` sets, with the first signal that set it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.signum: int | None = None
+
+    def on_signal(self, signum: int, _frame: object) -> None:
+        """The handler: remember which signal came first, and stop."""
+        if self.signum is None:
+            self.signum = signum
+        self.set()
+
+
+def stop_on_signals() -> StopEvent:
     """An event that SIGINT and SIGTERM set from now on, instead of ending the process.
 
     A supervisor installs it once and waits on it as often as it likes, so a signal that
-    arrives between two waits is not lost.
+    arrives between two waits is not lost; it tells which signal came (Ctrl-C reaches the
+    whole process group, a SIGTERM most often this process alone).
     """
-    stop = threading.Event()
+    stop = StopEvent()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, stop.on_signal)
     return stop
 
 

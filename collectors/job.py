@@ -11,6 +11,7 @@ of the per-rank files. The job's output is shown as usual and also written to a 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -31,6 +32,8 @@ from dsmon.parse.launches import RUN_END_TEXT, RUN_START_LOGGER
 PROBE_DIR_ENV = "DSMON_PROBE_DIR"
 #: The folder whose ``sitecustomize`` loads the probe.
 BOOT_DIR = Path(collectors.probe.__file__).resolve().parent / "boot"
+#: Seconds a job that got Ctrl-C with dsmon run is given to end on its own, before SIGTERM.
+JOB_OWN_STOP_S = 10.0
 #: Seconds a job is given to end after SIGTERM before it is killed.
 JOB_STOP_S = 30.0
 
@@ -97,13 +100,21 @@ class Job:
     tee: threading.Thread
     log: Path | None = None
 
-    def stop(self) -> int:
+    def stop(self, own_s: float = 0.0) -> int:
         """SIGTERM (DeepSpeed's launcher passes it to the ranks), SIGKILL after a while.
+
+        ``own_s``: seconds the job is first given to end on its own. Ctrl-C reaches the job's
+        processes as it reaches dsmon run (one process group), and their launcher is already
+        stopping them: a SIGTERM sent at once ended DeepSpeed's ``deepspeed`` command by that
+        signal (status -15), which read as a stop from outside by SIGTERM.
 
         Returns the job's return code (negative: killed by that signal), which it also writes
         at the end of the log (:func:`run_end_line`): what ends the run for dsmon, under any
         launcher, where DeepSpeed's launcher lines are missing (torchrun) or cut short.
         """
+        if own_s > 0 and self.proc.poll() is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):  # still going: stopped below
+                self.proc.wait(timeout=own_s)
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:

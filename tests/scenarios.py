@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -51,6 +52,8 @@ class Scenario:
     ``kill_after_s``: the whole job is killed (SIGKILL to the launcher's process group) this
     many seconds after the probe last heard from ``kill_after_silent_rank``, as a scheduler's
     time limit or a user's Ctrl-C ends a hung job; None lets the job end by itself.
+    ``interrupt_at_step``: SIGINT goes to the whole process group (``dsmon run``, the launcher,
+    the ranks) once rank 0 printed that step, as Ctrl-C in the job's terminal sends it.
     """
 
     name: str
@@ -58,6 +61,7 @@ class Scenario:
     config: Mapping[str, Any]
     args: tuple[str, ...]
     kill_after_s: float | None = None
+    interrupt_at_step: int | None = None
     kill_after_silent_rank: int = 1
     env: Mapping[str, str] = field(default_factory=dict)
     needs_fp16: bool = False
@@ -118,6 +122,13 @@ SCENARIOS: dict[str, Scenario] = {
             "rank 1 is SIGKILLed after step 12; rank 0 fails on the broken connection",
             BASE,
             ("--steps", "40", "--pace-s", "0.05", "--die-rank", "1", "--die-step", "12"),
+        ),
+        Scenario(
+            "ctrl_c",
+            "Ctrl-C after step 15: SIGINT to dsmon run, the launcher and the ranks at once",
+            BASE,
+            ("--steps", "400", "--pace-s", "0.05"),
+            interrupt_at_step=15,
         ),
         Scenario(
             "bf16",
@@ -228,14 +239,29 @@ def last_beat_age_s(folder: Path, rank: int) -> float | None:
     return time.time() - max(f.stat().st_mtime for f in files)
 
 
+def printed_step(folder: Path) -> int:
+    """The last ``[train_tiny] step N`` rank 0 printed in the job's log (0 before any)."""
+    log = folder / "train.log"
+    steps = (
+        re.findall(r"\[train_tiny\] step (\d+)", log.read_text(errors="replace"))
+        if log.exists()
+        else []
+    )
+    return int(steps[-1]) if steps else 0
+
+
 def finish(scenario: Scenario, proc: subprocess.Popen[bytes], folder: Path, limit_s: float) -> int:
     """Wait for the job's end, killing it as the scenario says; returns its exit status."""
     deadline = time.monotonic() + limit_s
+    interrupt = scenario.interrupt_at_step
     while proc.poll() is None and time.monotonic() < deadline:
         age = last_beat_age_s(folder, scenario.kill_after_silent_rank)
         if scenario.kill_after_s is not None and age is not None and age >= scenario.kill_after_s:
             os.killpg(proc.pid, signal.SIGKILL)
             break
+        if interrupt is not None and printed_step(folder) >= interrupt:
+            os.killpg(proc.pid, signal.SIGINT)
+            interrupt = None  # once: the job then ends by itself
         time.sleep(0.5)
     if proc.poll() is None and time.monotonic() >= deadline:
         os.killpg(proc.pid, signal.SIGKILL)

@@ -175,13 +175,23 @@ def _judge(inputs: HealthInputs) -> RunState:
             State.STALLED, stall.summary, Status.FAIL, live, stall.evidence, "run.stalled",
             end.code, stall.fix,
         )  # fmt: skip
-    if first is not None:
+    if first is not None and not stop_explains(end):
         return _crashed(end, first, live)
     if end.ended:
         return _ended(end)
     if not live:
         return _record_over(inputs)
     return _going(inputs)
+
+
+def stop_explains(end: Ending) -> bool:
+    """Whether a signal that stopped the job explains every death: none was a rank's own.
+
+    The launcher kills a rank as it stops the job, and its peers fail on the closed
+    connection a moment before their own ``KeyboardInterrupt``: such deaths (a peer gone, a
+    rank that said nothing) are the stop's. A rank's own error before it is still a crash.
+    """
+    return end.stop is not None and all(d.peer or d.silent for d in end.deaths)
 
 
 def _death_text(d: Death) -> str:
@@ -271,11 +281,13 @@ def _ended(end: Ending) -> RunState:
     """The end was witnessed and no rank died."""
     ev = (Evidence("end", end.witness),)
     if end.stop is not None:
-        status = f"; exit status {end.code}" if end.code is not None else ""
+        said = f"{end.stop.who} got {end.stop.signal}"
+        # the witness says it, or is another (dsmon run's status, every rank's heartbeat)
+        said = end.witness if end.witness.startswith(said) else f"{said}; {end.witness}"
         return RunState(
             State.ENDED,
             f"stopped from outside by {end.stop.signal} ({end.stop.why()}), no worker failed "
-            f"({end.witness}{status})",
+            f"({said})",
             Status.WARN,
             False,
             (*ev, Evidence("signal", end.stop.signal, end.stop.source)),

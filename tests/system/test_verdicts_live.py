@@ -179,3 +179,22 @@ def test_a_silent_start_is_silent_with_live_heartbeats_never_killed(job: Any) ->
     assert not [s for s in seen if s.state in (State.ENDED, State.UNKNOWN, State.HUNG)]
     assert scenarios.finish(job.scenario, proc, job.folder, DEADLINE_S + 120) == 0
     assert job.state().state is State.FINISHED
+
+
+def test_ctrl_c_is_a_stop_and_the_job_keeps_its_own_status(job: Any) -> None:
+    """Ctrl-C reaches dsmon run, the launcher and the ranks at once (one process group).
+    dsmon run sent the job SIGTERM at once, so its status was -15, read as a SIGTERM from
+    outside; a rank failing on the connection its killed peer closed read as a crash."""
+    proc = job.start("ctrl_c")
+    code = scenarios.finish(job.scenario, proc, job.folder, DEADLINE_S)
+    assert code == 130, job.output()  # dsmon run's own status: 128 + SIGINT
+    log = (job.folder / "train.log").read_text(errors="replace")
+    assert "Main process received SIGINT" in log
+    (status,) = re.findall(r"dsmon run: the job ended with status (-?\d+)", log)
+    assert status != "-15", log[-2000:]
+    state = job.state()
+    assert state.state is State.ENDED and state.status is Status.WARN, state.line()
+    assert state.detail.startswith(
+        "stopped from outside by SIGINT (Ctrl-C), no worker failed (DeepSpeed's launcher got SIGINT"
+    ), state.detail
+    assert not job.live()

@@ -23,7 +23,14 @@ from dsmon.health.ending import Death, Stop, ending, signal_name
 from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Evidence, Finding, Status, Tier
 from dsmon.health.registry import rule
-from dsmon.health.run_state import crash_fix, crash_text, has_run, judge, launcher_prints_exit
+from dsmon.health.run_state import (
+    crash_fix,
+    crash_text,
+    has_run,
+    judge,
+    launcher_prints_exit,
+    stop_explains,
+)
 from dsmon.health.stall import judge_stall
 from dsmon.health.verdicts import not_applicable
 from dsmon.model.records import FAILURE_EVENTS, LAUNCH_TEXT
@@ -79,9 +86,12 @@ def check_errors(inputs: HealthInputs) -> Finding:
             Status.UNKNOWN, "no launcher, error or step lines to check (or a config checked alone)"
         )
     exits = ev_frame[ev_frame["name"] == "worker_exit"]
-    bad, failed = _failures(ev_frame, exits, ending(inputs).stop)
+    end = ending(inputs)
+    bad, failed = _failures(ev_frame, exits, end.stop)
     if bad.empty and failed.empty:
         return _probe_failure(inputs) or _clean_end(inputs, ev_frame, exits)
+    if end.stop is not None and stop_explains(end):
+        return _stopped(end.stop, _killed(exits), len(bad) + len(failed))
     ev = _failure_evidence(bad, failed)
     summary = f"{len(bad)} error event(s), {len(failed)} failed worker(s)"
     relaunch = _relaunch_after(ev_frame, pd.concat([bad["ts"], failed["ts"]]))
@@ -209,6 +219,36 @@ def _relaunch_after(events: pd.DataFrame, failure_ts: pd.Series) -> pd.Timestamp
     return None if later.empty else pd.Timestamp(later.min())
 
 
+def _killed(exits: pd.DataFrame) -> int:
+    """How many workers the launcher killed (it does so when one fails or when it is stopped)."""
+    details = exits["detail"].tolist() if "detail" in exits.columns else []
+    return sum(1 for d in details if isinstance(d, Mapping) and d.get("killed"))
+
+
+def _stopped(stop: Stop, killed: int, victims: int) -> Finding:
+    """The job was stopped from outside by a signal; ``victims``: errors that followed from it.
+
+    A rank the launcher killed first leaves its peers failing on the closed connection a
+    moment before their own ``KeyboardInterrupt``: those errors are the stop's, not a crash.
+    """
+    workers = f" and stopped its {killed} worker(s)" if killed else ""
+    after = (
+        f"; {victims} error(s) only say a peer was gone as the workers were stopped"
+        if victims
+        else ""
+    )
+    return Finding(
+        Status.WARN,
+        f"{stop.who} got {stop.signal}{workers}: the job was stopped from outside "
+        f"({stop.why()}), no worker failed{after}",
+        (Evidence("signal", stop.signal, stop.source),),
+        "nothing failed in the job: if nobody meant to stop it, the scheduler's record "
+        "says who did (a SIGTERM is most often its cancel or time limit)",
+        "text",
+        explains=False,
+    )
+
+
 def _clean_end(inputs: HealthInputs, events: pd.DataFrame, exits: pd.DataFrame) -> Finding:
     """No error lines: pass, unless the launcher killed workers or a finished log stops short.
 
@@ -216,27 +256,16 @@ def _clean_end(inputs: HealthInputs, events: pd.DataFrame, exits: pd.DataFrame) 
     traceback: the log just ends. The launcher prints one exit line per worker when they end,
     so a replayed launcher log without them did not end normally. Live, it is still running.
     """
-    details = exits["detail"].tolist() if "detail" in exits.columns else []
-    killed = [d for d in details if isinstance(d, Mapping) and d.get("killed")]
+    killed = _killed(exits)
     end = ending(inputs)
     if (stop := end.stop) is not None:
-        workers = f" and stopped its {len(killed)} worker(s)" if killed else ""
-        return Finding(
-            Status.WARN,
-            f"{stop.who} got {stop.signal}{workers}: the job was stopped from outside "
-            f"({stop.why()}), no worker failed",
-            (Evidence("signal", stop.signal, stop.source),),
-            "nothing failed in the job: if nobody meant to stop it, the scheduler's record "
-            "says who did (a SIGTERM is most often its cancel or time limit)",
-            "text",
-            explains=False,
-        )
+        return _stopped(stop, killed, 0)
     if killed:
         return Finding(
             Status.WARN,
-            f"the launcher killed {len(killed)} worker(s): it does so when a worker fails or "
+            f"the launcher killed {killed} worker(s): it does so when a worker fails or "
             "when it is stopped itself (Ctrl-C, the scheduler); no line says which",
-            (Evidence("Killing subprocess", len(killed), "deepspeed launcher log"),),
+            (Evidence("Killing subprocess", killed, "deepspeed launcher log"),),
             "look for the first worker's exit code or traceback before these lines (an exit "
             "code of -9 with no traceback is most often the host's out-of-memory killer)",
             "text",

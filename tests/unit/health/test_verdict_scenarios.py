@@ -210,4 +210,23 @@ SCENARIOS = {
     "hang_then_kill": State.HUNG.value,
     "sigkill_rank": State.CRASHED.value,
     "silent_start": State.FINISHED.value,
+    "ctrl_c": State.ENDED.value,
 }
+
+
+def test_ctrl_c_is_a_stop_though_a_rank_failed_on_the_closed_connection() -> None:
+    """tests/data/verdict_ctrl_c: Ctrl-C after step 15. The launcher killed rank 0 at once, so
+    rank 1 failed on the closed connection (line 44) before its own KeyboardInterrupt: it read
+    "crashed: rank 0 stopped first ...; then rank 1 failed because a peer was gone". dsmon
+    run gave the job time to end by itself: its status is the launcher's SIGINT, not -15."""
+    line = state_line("ctrl_c")
+    assert line == (
+        "ended: stopped from outside by SIGINT (Ctrl-C), no worker failed (DeepSpeed's "
+        "launcher got SIGINT; dsmon run: the job ended with status -2)"
+    )
+    inputs, _ = inputs_from_paths([str(folder("ctrl_c"))])
+    errors = {r.rule_id: r for r in evaluate(inputs).results}["run.errors"]
+    assert errors.status is Status.WARN
+    assert errors.summary.endswith(
+        "no worker failed; 1 error(s) only say a peer was gone as the workers were stopped"
+    )
