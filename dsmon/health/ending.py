@@ -281,11 +281,14 @@ def _launcher(events: pd.DataFrame) -> tuple[list[int], int, int, pd.Timestamp |
     exits = events[events["name"] == "worker_exit"] if not events.empty else events
     codes: list[int] = []
     ok = killed = 0
+    named: set[object] = set()  # the pids torchrun's agent said failed
     for _, row in exits.iterrows():
         d = _detail(row)
         code = d.get("return_code")
-        if d.get("root_cause"):
+        if d.get("root_cause") and d.get("pid") in named:
             continue  # torchrun's report repeats the failed worker its agent's line named
+        if d.get("launcher") == "torchrun" and not d.get("killed"):
+            named.add(d.get("pid"))
         if d.get("killed"):
             killed += 1
         elif isinstance(code, int) and code == 0:

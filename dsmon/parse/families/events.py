@@ -467,10 +467,11 @@ def signal_text(number: int) -> str:
         return f"signal {number}"
 
 
-#: torchrun's failure report (``ChildFailedError``) names the first failed worker after this.
-ROOT_CAUSE = "Root Cause (first observed failure):"
+#: torchrun's failure report (``ChildFailedError``) names the first failed worker after this
+#: (``Root Cause:`` in the torch 1.9 elastic launcher's first format).
+ROOT_CAUSE = re.compile(r"Root Cause(?: \(first observed failure\))?:")
 #: One field of that report's entry: ``  rank      : 1 (local_rank: 1)``.
-_REPORT_FIELD = re.compile(r"^\s+(time|host|rank|exitcode|error_file|traceback)\s*: ?(.*?)\s*$")
+_REPORT_FIELD = re.compile(r"^\s+(time|host|rank|exitcode|error_file|traceback|msg)\s*: ?(.*?)\s*$")
 _REPORT_RANK = re.compile(r"^(\d+) \(local_rank: (\d+)\)")
 _REPORT_EXIT = re.compile(r"^(-?\d+) \(pid: (\d+)\)")
 _ENTRY = re.compile(r"\[\d+\]:\s*")
@@ -508,7 +509,7 @@ class RootCause:
         """[] for a line of the entry, its event at its end, None for any other line."""
         text = line.text
         if self._start is None:
-            if text.strip() != ROOT_CAUSE:
+            if not text.startswith("Root Cause") or not ROOT_CAUSE.fullmatch(text.strip()):
                 return None
             self._start, self._fields, self._lines = line, {}, 0
             return []
@@ -551,7 +552,7 @@ class RootCause:
             "launcher": "torchrun",
             "root_cause": True,
         }
-        return [event(ctx, start, 0, "worker_exit", ROOT_CAUSE, detail)]
+        return [event(ctx, start, 0, "worker_exit", start.text.strip(), detail)]
 
 
 class EventParser:

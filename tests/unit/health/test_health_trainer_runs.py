@@ -11,6 +11,7 @@ from dsmon.load.files import read_found
 from dsmon.load.kinds import discover
 from dsmon.model.records import EventRecord, Record
 from dsmon.parse.base import Diagnostics
+from dsmon.parse.log import parse_text
 
 
 def records(path: object) -> list[Record]:
@@ -243,3 +244,13 @@ def test_a_restarted_torchrun_job_keeps_its_first_death() -> None:
         "rank 0 failed because a peer was gone"
     )
     assert evidence(state)["end"] == "torchrun: exitcode -9 of local_rank 1"
+
+
+def test_torchruns_report_alone_names_the_failed_rank() -> None:
+    """The end of events_torchrun_sigkill from torchrun's traceback on (line 63), as people
+    paste it into an issue: no agent line, only the failure report. Its root cause alone
+    says that rank 1 was killed by SIGKILL."""
+    lines = (DATA / "events_torchrun_sigkill" / "train.log").read_text("utf-8").splitlines()
+    recs, _ = parse_text("\n".join(lines[62:]) + "\n", run="p", file="train.log")
+    state = check(inputs_from_records(recs, run="p"), "run.state")
+    assert state.summary == "crashed: rank 1 died: killed by signal 9 (SIGKILL), no traceback"
