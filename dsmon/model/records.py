@@ -336,8 +336,8 @@ EVENT_NAMES = (
 )
 #: The events that report a failure of a worker.
 FAILURE_EVENTS = ("traceback", "oom", "nccl_error")
-#: The ``detail`` key of a failure event printed on a line without a time of its own (a
-#: worker's traceback): its ``ts`` is the last stamped line's, a time it came after.
+#: The ``detail`` key of a failure or ``signalled`` event printed on a line without a time of
+#: its own (a worker's traceback): its ``ts`` is the last stamped line's, a time it came after.
 UNSTAMPED = "unstamped"
 #: The event of dsmon's probe that stands in for the version and launcher lines a log at
 #: DeepSpeed's default level lacks.

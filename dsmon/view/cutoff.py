@@ -43,9 +43,10 @@ class Cutoff:
         return frame[keep]
 
 
-#: Events DeepSpeed's launcher and ``dsmon run`` print through a logger: their times are their
-#: own, so they bound the time of an unstamped line before them in the same file.
-_BOUNDING = ("worker_exit", "job_end", "world_info")
+#: Events DeepSpeed's launcher, torchrun and ``dsmon run`` print through a logger: their
+#: times are their own (when not ``unstamped``), so they bound the time of an unstamped line
+#: before them in the same file.
+_BOUNDING = ("worker_exit", "job_end", "world_info", "signalled")
 
 
 def _printed_after(events: pd.DataFrame, cutoff: Cutoff) -> pd.Series:
@@ -59,7 +60,7 @@ def _printed_after(events: pd.DataFrame, cutoff: Cutoff) -> pd.Series:
     flagged = events["detail"].map(lambda d: isinstance(d, Mapping) and bool(d.get(UNSTAMPED)))
     if not flagged.any():
         return pd.Series(False, index=events.index)
-    bounds = events[events["name"].isin(_BOUNDING) & events["ts"].notna()]
+    bounds = events[events["name"].isin(_BOUNDING) & events["ts"].notna() & ~flagged]
 
     def after(row: pd.Series) -> bool:
         later = bounds[(bounds["file"] == row["file"]) & (bounds["line"] > row["line"])]

@@ -300,11 +300,12 @@ def event(
 ) -> EventRecord:
     """The ``k``-th event of a line (``k`` tells several apart in the store, as ``src.sub``).
 
-    A failure on a line without a time of its own (a worker's traceback) takes the last
-    stamped line's, which says only that it came later: its detail says ``unstamped``, so a
-    replay position does not show a crash printed after it (``dsmon.view.cutoff``).
+    A failure or a stop on a line without a time of its own (a worker's traceback, its
+    ``KeyboardInterrupt``) takes the last stamped line's, which says only that it came later:
+    its detail says ``unstamped``, so a replay position does not show a crash or a stop
+    printed after it (``dsmon.view.cutoff``).
     """
-    if line.ts is None and name in FAILURE_EVENTS:
+    if line.ts is None and (name in FAILURE_EVENTS or name == "signalled"):
         detail = {**detail, UNSTAMPED: True}
     return EventRecord(
         src=ctx.src(line, k, rank=rank),

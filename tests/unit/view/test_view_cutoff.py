@@ -13,7 +13,7 @@ from dashboard_support import read_records
 
 from dsmon.model.frames import records_frame
 from dsmon.model.records import UNSTAMPED
-from dsmon.view.cutoff import OPEN, Cutoff
+from dsmon.view.cutoff import OPEN, Cutoff, step_cutoff
 
 
 def events() -> pd.DataFrame:
@@ -58,3 +58,27 @@ def test_a_stamped_failure_keeps_its_own_time() -> None:
     stamped.at[row, "detail"] = {k: v for k, v in ev.at[row, "detail"].items() if k != UNSTAMPED}
     at = pd.Timestamp(stamped.at[row, "ts"])
     assert names(Cutoff(step=5, ts=at).apply(stamped)).count("traceback") == 1
+
+
+def test_a_stop_printed_after_the_position_is_not_shown() -> None:
+    """tests/data/events_sigint_python and events_sigint_deepspeed, real jobs stopped by
+    Ctrl-C: a worker's ``KeyboardInterrupt`` has no time of its own either. It carried the
+    first stamped line's time, so a replay at step 3 already read "stopped from outside"."""
+    for folder, bounded in (("events_sigint_python", False), ("events_sigint_deepspeed", True)):
+        recs = read_records(folder, "s")
+        ev = records_frame("event", [r for r in recs if r.KIND == "event"])
+        timers = records_frame("timer", [r for r in recs if r.KIND == "timer"])
+        at_3 = step_cutoff(timers, 3)
+        interrupts = ev[ev["name"] == "signalled"]
+        unstamped = [bool(d.get(UNSTAMPED)) for d in interrupts["detail"]]
+        assert unstamped.count(True) >= 1, folder  # the KeyboardInterrupt tracebacks
+        assert "signalled" not in names(at_3.apply(ev)), folder
+        # as the run stands (or once the launcher's own stamped line came), they are shown
+        shown = names(OPEN.apply(ev)).count("signalled")
+        assert shown == len(interrupts), folder
+        if bounded:  # the launcher's "Main process received SIGINT" (line 115) bounds those
+            # before it: the ranks' (lines 69, 113) and itself; the `deepspeed` command's own
+            # KeyboardInterrupt (line 130) comes after the last stamped line
+            end = Cutoff(step=10**6, ts=pd.Timestamp(ev["ts"].max()))
+            kept = end.apply(ev)
+            assert list(kept.loc[kept["name"] == "signalled", "line"]) == [69, 113, 115], folder
