@@ -254,6 +254,13 @@ def crash_fix(first: Death) -> str:
             f"(dmesg -T | grep -i -e oom -e killed  # on {node}) or the scheduler's time or "
             "memory limit; the other ranks' errors only follow from it"
         )
+    if first.signal and "SIGTERM" in first.how:
+        return (
+            f"SIGTERM with no traceback: another process asked {first.who()} to stop, most "
+            "often the scheduler (its cancel, time limit or preemption) or the node's agent; "
+            f"the scheduler's job record says which (for {node}); the other ranks' errors only "
+            "follow from it"
+        )
     if first.signal:
         return (
             f"{first.how}: the line before the launcher's names the cause (SIGABRT: a C++ "

@@ -254,3 +254,16 @@ def test_torchruns_report_alone_names_the_failed_rank() -> None:
     recs, _ = parse_text("\n".join(lines[62:]) + "\n", run="p", file="train.log")
     state = check(inputs_from_records(recs, run="p"), "run.state")
     assert state.summary == "crashed: rank 1 died: killed by signal 9 (SIGKILL), no traceback"
+
+
+def test_a_rank_stopped_by_sigterm_points_to_who_sent_it() -> None:
+    """tests/data/events_sigterm_rank: rank 1 got SIGTERM, the launcher printed -15 (line 122).
+    The fix said "the line before the launcher's names the cause (SIGABRT: a C++ abort;
+    SIGSEGV: ...)", which fits a native crash, not a signal another process sent."""
+    state = check(inputs_from_records(records(DATA / "events_sigterm_rank"), run="t"), "run.state")
+    assert state.summary.startswith(
+        "crashed: rank 1 died first: killed by signal 15 (SIGTERM), no traceback; then rank 0 "
+        "failed because a peer was gone"
+    )
+    assert (state.fix or "").startswith("SIGTERM with no traceback: another process asked rank 1")
+    assert "SIGABRT" not in (state.fix or "")
