@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 import signal
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -281,14 +281,12 @@ def _launcher(events: pd.DataFrame) -> tuple[list[int], int, int, pd.Timestamp |
     exits = events[events["name"] == "worker_exit"] if not events.empty else events
     codes: list[int] = []
     ok = killed = 0
-    named: set[object] = set()  # the pids torchrun's agent said failed
-    for _, row in exits.iterrows():
+    repeats = repeated_root_causes([_detail(row) for _, row in exits.iterrows()])
+    for (_, row), repeat in zip(exits.iterrows(), repeats, strict=True):
         d = _detail(row)
         code = d.get("return_code")
-        if d.get("root_cause") and d.get("pid") in named:
-            continue  # torchrun's report repeats the failed worker its agent's line named
-        if d.get("launcher") == "torchrun" and not d.get("killed"):
-            named.add(d.get("pid"))
+        if repeat:
+            continue
         if d.get("killed"):
             killed += 1
         elif isinstance(code, int) and code == 0:
@@ -297,6 +295,21 @@ def _launcher(events: pd.DataFrame) -> tuple[list[int], int, int, pd.Timestamp |
             codes.append(code)
     last = _ts(exits["ts"].max()) if not exits.empty else None
     return codes, ok, killed, last
+
+
+def repeated_root_causes(details: Sequence[Mapping[str, object]]) -> list[bool]:
+    """Per ``worker_exit`` detail: whether it repeats a worker already counted.
+
+    torchrun's failure report names its root cause after the agent's own ``failed (exitcode:
+    N)`` line named the same worker (the same pid): it is counted once. A report pasted alone
+    is no repeat.
+    """
+    agent = {
+        d.get("pid")
+        for d in details
+        if d.get("launcher") == "torchrun" and not d.get("killed") and not d.get("root_cause")
+    }
+    return [bool(d.get("root_cause")) and d.get("pid") in agent for d in details]
 
 
 def _torchrun_exit(events: pd.DataFrame) -> Mapping[str, object]:

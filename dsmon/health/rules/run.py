@@ -19,7 +19,7 @@ from dsmon.health import measures as m
 from dsmon.health import probe_measures as pm
 from dsmon.health import thresholds as th
 from dsmon.health.collective_timeout import DESCRIBED
-from dsmon.health.ending import Death, Stop, ending, signal_name
+from dsmon.health.ending import Death, Stop, ending, repeated_root_causes, signal_name
 from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Evidence, Finding, Status, Tier
 from dsmon.health.registry import rule
@@ -139,12 +139,9 @@ def _failures(
     bad = events[events["name"].isin(FAILURE_EVENTS)]
     stopped = stop.exit_code() if stop is not None else None
     details = [d if isinstance(d, Mapping) else {} for d in exits["detail"]]
-    agent = {d.get("pid") for d in details if not d.get("root_cause") and not d.get("killed")}
-    # torchrun's root cause repeats the failed worker its agent's line named: counted once
     failed = [
-        d.get("return_code") not in (None, 0, stopped)
-        and not (d.get("root_cause") and d.get("pid") in agent)
-        for d in details
+        d.get("return_code") not in (None, 0, stopped) and not repeat
+        for d, repeat in zip(details, repeated_root_causes(details), strict=True)
     ]
     # a boolean Series, not a list: an empty list would select no columns, not no rows
     return bad, exits[pd.Series(failed, index=exits.index, dtype=bool)]
