@@ -130,8 +130,13 @@ class SqliteBench:
     """The typed store and the JSON-row baseline as SQLite files in a temporary folder."""
 
     def __init__(self) -> None:
-        self.tmp = Path(tempfile.mkdtemp(prefix="dsmon-gpu-bench-"))
+        self._dir = tempfile.TemporaryDirectory(prefix="dsmon-gpu-bench-")
+        self.tmp = Path(self._dir.name)
         self.url = str(self.tmp / "typed.sqlite")
+
+    def close(self) -> None:
+        """Remove both stores: a day of samples is hundreds of MB in the temporary folder."""
+        self._dir.cleanup()
 
     def typed_sizes(self) -> tuple[int, int]:
         """The typed store's file as written and after VACUUM (roll-ups, indexes included)."""
@@ -177,6 +182,9 @@ class PgBench:
             if store.runs():
                 raise SystemExit(f"{url}: not empty; --store-url needs an empty database")
 
+    def close(self) -> None:
+        """Nothing to remove: the database named is the caller's."""
+
     def _size(self, tables: tuple[str, ...]) -> int:
         with self.psycopg.connect(self.url, autocommit=True) as conn:
             for table in tables:
@@ -220,6 +228,14 @@ def main() -> None:
     ap.add_argument("--store-url", help="postgresql://... (an empty database); default SQLite")
     args = ap.parse_args()
     bench = PgBench(args.store_url) if args.store_url else SqliteBench()
+    try:
+        measure(args, bench)
+    finally:
+        bench.close()
+
+
+def measure(args: argparse.Namespace, bench: SqliteBench | PgBench) -> None:
+    """Write the samples, then print the typed layout's figures beside the baseline's."""
     seconds = int(args.hours * 3600)
     store = open_store(bench.url)
     start = time.perf_counter()

@@ -6,6 +6,7 @@ this checks the whole chain works from a script; what the figures are is for ben
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -22,10 +23,11 @@ NUMBER = r"\d+(?:\.\d+)?"
 VERDICT = r"-> (?:met|NOT met)$"
 
 
-def bench(script: str, *args: str) -> str:
+def bench(script: str, *args: str, tmp: Path | None = None) -> str:
     res = subprocess.run(
         [sys.executable, str(ROOT / "bench" / script), *args],
         cwd=ROOT,
+        env={**os.environ, "TMPDIR": str(tmp)} if tmp is not None else None,
         capture_output=True,
         text=True,
         timeout=180,
@@ -110,7 +112,7 @@ def test_probe_overhead_prints_the_cost_per_step() -> None:
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
-def test_gpu_page_prints_size_loads_and_ratios(backend: str) -> None:
+def test_gpu_page_prints_size_loads_and_ratios(backend: str, tmp_path: Path) -> None:
     url: list[str] = []
     writes = ["--live", "--gpm"]  # each node's second per add, as a live run posts them
     if backend == "postgresql":
@@ -118,7 +120,8 @@ def test_gpu_page_prints_size_loads_and_ratios(backend: str) -> None:
         url, writes = ["--store-url", pg], ["--batch-seconds", "10"]
     try:
         out = bench(
-            "gpu_page.py", "--hours", "0.02", *writes, "--baseline-hours", "0.01", *url
+            "gpu_page.py", "--hours", "0.02", *writes, "--baseline-hours", "0.01", *url,
+            tmp=tmp_path,
         )  # fmt: skip
     finally:
         if url:
@@ -137,6 +140,7 @@ def test_gpu_page_prints_size_loads_and_ratios(backend: str) -> None:
         rf"^refresh after 64 new samples: {NUMBER} s",
         rf"^ratio bytes/sample typed/baseline: {NUMBER}$",
     )
+    assert not list(tmp_path.iterdir()), "the benchmark left its stores behind"
 
 
 def test_pages_prints_every_page_it_was_asked_for() -> None:
