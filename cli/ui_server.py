@@ -144,9 +144,10 @@ def streamlit_command(app: Path, port: int, address: str, module: str = "streaml
 
     No forced garbage collection after each script run (``runner.postScriptGC``): Streamlit
     runs a full ``gc.collect()`` after every run, and a live page reruns at every refresh.
-    Each took 30-60 ms of the interpreter (whatever the run's size: it walks the ~140,000
-    objects of the loaded modules), and the dashboard of ``bench/soak.py`` spent 4.59 CPU-s
-    a minute with it, 2.65 without, its memory the same. A run's frames are numpy arrays,
+    Each took 36-64 ms of the interpreter in a dashboard on a 100,000-step run, and about
+    as long at a million steps (the ~140,000 objects it walks are as many at either size);
+    the dashboard of ``bench/soak.py`` spent 4.59 CPU-s a minute with it, 2.65 without, its
+    memory the same. A run's frames are numpy arrays,
     freed by reference counting, and Python's own collector still runs.
     """
     return [
