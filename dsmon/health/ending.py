@@ -281,12 +281,11 @@ def _launcher(events: pd.DataFrame) -> tuple[list[int], int, int, pd.Timestamp |
     exits = events[events["name"] == "worker_exit"] if not events.empty else events
     codes: list[int] = []
     ok = killed = 0
-    repeats = repeated_root_causes([_detail(row) for _, row in exits.iterrows()])
-    for (_, row), repeat in zip(exits.iterrows(), repeats, strict=True):
-        d = _detail(row)
-        code = d.get("return_code")
+    details = [_detail(row) for _, row in exits.iterrows()]
+    for d, repeat in zip(details, repeated_root_causes(details), strict=True):
         if repeat:
             continue
+        code = d.get("return_code")
         if d.get("killed"):
             killed += 1
         elif isinstance(code, int) and code == 0:
