@@ -33,7 +33,8 @@ _NO_STEPS = (
     f"{th.REGRESSION_P:g}): a few samples or a bimodal run do not make a regression.",
     "runtime",
     page="steps",
-    follows=("run.errors", "ranks.hang", "run.stalled", "ranks.straggler", "gpu.throttling"),
+    # what slows every recent step; not the run's ending, which stops the step it hits
+    follows=("ranks.straggler", "gpu.throttling"),
 )
 def check_regression(inputs: HealthInputs) -> Finding:
     """Compare the recent window's step times with the earlier steps', with a rank test."""
@@ -110,7 +111,8 @@ def check_regression(inputs: HealthInputs) -> Finding:
     "data stalls or a straggling rank.",
     "runtime",
     page="steps",
-    follows=("run.errors", "ranks.hang", "run.stalled"),
+    # no finding explains a spike: the run's ending stops the step it hits, so that step is
+    # never timed, and a straggler slows every step, not a few
 )
 def check_spikes(inputs: HealthInputs) -> Finding:
     """List the steps slower than SPIKE_FACTOR x the median."""
