@@ -88,8 +88,8 @@ class Death:
     ``rank`` is None when no witness says which rank; ``how`` is ``signal 9 (SIGKILL)``,
     ``exit code 1`` or the exception (``RuntimeError: ...``); ``at`` is when it died, or its
     last sign of life before (a rank killed by a signal says nothing as it dies); ``peer``:
-    its error says it failed because a peer went away; ``signal``: the launcher's negative
-    exit code names how it died; ``silent``: no witness tells how, only that it was gone when
+    its error says it failed because a peer went away; ``signal``: the signal that killed it,
+    as the launcher's negative exit code names it (None: it did not die of a signal); ``silent``: no witness tells how, only that it was gone when
     the others failed (they lost their connection to it, it printed nothing);
     ``source`` names the witnesses.
     """
@@ -99,7 +99,7 @@ class Death:
     at: pd.Timestamp | None
     source: str
     peer: bool = False
-    signal: bool = False
+    signal: int | None = None
     silent: bool = False
     step: int | None = None
     local_rank: int | None = None
@@ -454,7 +454,7 @@ def _deaths(
                 signal_name(signalled[0]),
                 at,
                 _exit_witness(signalled[0], torchrun) + how_known,
-                signal=True,
+                signal=-signalled[0],
                 step=step,
                 local_rank=local if rank is None else None,
             )

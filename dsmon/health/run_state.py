@@ -29,6 +29,7 @@ it first); the pages' status line, ``dsmon check``, the watcher's alerts and ``/
 from __future__ import annotations
 
 import dataclasses
+import signal
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -197,7 +198,7 @@ def stop_explains(end: Ending) -> bool:
 def _death_text(d: Death) -> str:
     """``killed by signal 9 (SIGKILL), no traceback, last heard in step 8``, or the error."""
     heard = f", last heard in step {d.step + 1:,}" if d.step is not None else ""
-    if d.signal:
+    if d.signal is not None:
         return f"killed by {d.how}, no traceback{heard}"
     if d.silent:
         return f"{d.how}{heard}"
@@ -226,7 +227,7 @@ def crash_text(end: Ending, first: Death) -> str:
             parts.append(f"then {names} failed because a peer was gone ({shown[0].how})")
         else:
             parts.append(f"then {names} failed ({shown[0].how})")
-    if end.ended and end.code not in (None, 0) and not first.signal:
+    if end.ended and end.code not in (None, 0) and first.signal is None:
         parts.append(f"exit status {end.code}")  # a signal's death says more than its status
     return "; ".join(parts)
 
@@ -248,20 +249,20 @@ def _crashed(end: Ending, first: Death, live: bool) -> RunState:
 def crash_fix(first: Death) -> str:
     """Where to look for the cause of the first death."""
     node = f"{first.who()}'s node" if first.rank is not None else "each node"
-    if first.signal and "SIGKILL" in first.how:
+    if first.signal == signal.SIGKILL:
         return (
             f"SIGKILL with no traceback is most often the host's out-of-memory killer "
             f"(dmesg -T | grep -i -e oom -e killed  # on {node}) or the scheduler's time or "
             "memory limit; the other ranks' errors only follow from it"
         )
-    if first.signal and "SIGTERM" in first.how:
+    if first.signal == signal.SIGTERM:
         return (
             f"SIGTERM with no traceback: another process asked {first.who()} to stop, most "
             "often the scheduler (its cancel, time limit or preemption) or the node's agent; "
             f"the scheduler's job record says which (for {node}); the other ranks' errors only "
             "follow from it"
         )
-    if first.signal:
+    if first.signal is not None:
         return (
             f"{first.how}: the line before the launcher's names the cause (SIGABRT: a C++ "
             f"abort; SIGSEGV: a crash in native code); look at {node}'s kernel log"
