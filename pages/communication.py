@@ -285,4 +285,4 @@ def body() -> None:
 
 
 page_header("Communication", view)
-live_body(view, body)
+live_body(view, body, charts=True)

@@ -165,4 +165,4 @@ def body() -> None:
 
 
 page_header("FLOPS", view)
-live_body(view, body)
+live_body(view, body, charts=True)

@@ -107,4 +107,4 @@ def tiles() -> None:
 
 page_header("GPUs", view)
 live_store_part(view, TILES_S, tiles)
-live_body(view, body)
+live_body(view, body, charts=True)

@@ -298,4 +298,4 @@ def body() -> None:
 
 
 page_header("Steps", view)
-live_body(view, body)
+live_body(view, body, charts=True)

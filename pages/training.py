@@ -84,4 +84,4 @@ def body() -> None:
 
 
 page_header("Training", view)
-live_body(view, body)
+live_body(view, body, charts=True)
