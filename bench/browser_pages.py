@@ -148,8 +148,17 @@ PROBE = """
     }
   }
   function schedule() { if (!queued) { queued = true; requestAnimationFrame(look); } }
-  new MutationObserver(schedule).observe(document, {subtree: true, childList: true,
-    attributes: true, characterData: true});
+  // A short script run can start and end between two frames: its 'running' is seen here, in
+  // the mutation's old value, or the run's end would wait for the next one (a fragment's).
+  function watch(records) {
+    for (const r of records) {
+      if (r.attributeName === 'data-test-script-state' && (r.oldValue === 'running'
+          || r.target.getAttribute(r.attributeName) === 'running')) ran = true;
+    }
+    schedule();
+  }
+  new MutationObserver(watch).observe(document, {subtree: true, childList: true,
+    attributes: true, attributeOldValue: true, characterData: true});
   setInterval(schedule, 50);
 })();
 """
@@ -259,6 +268,30 @@ class Wire:
     def total(self) -> int:
         return sum(len(d) for _, d in self.frames)
 
+    def finished(self, origin_ms: float) -> float | None:
+        """When (ms since the epoch) the first full script run since ``origin_ms`` ended, if it did.
+
+        Read from Streamlit's own message (``script_finished``), for a run too short for the
+        page to show it: its start and end can reach the browser together, and React then
+        never writes ``running`` in the page (``PROBE`` would wait for the next run's end, a
+        fragment's, 5 s later).
+        """
+        from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+        msg = ForwardMsg()
+        for t, d in self.frames:
+            if t * 1000 < origin_ms:
+                continue
+            try:
+                msg.ParseFromString(d)
+            except Exception:  # noqa: BLE001 - not a ForwardMsg (text frames)
+                continue
+            if msg.WhichOneof("type") == "script_finished" and (
+                msg.script_finished == ForwardMsg.FINISHED_SUCCESSFULLY
+            ):
+                return t * 1000
+        return None
+
     def sent_chart(self, origin_ms: float) -> bool:
         """Whether a chart's figure came since ``origin_ms`` (ms since the epoch).
 
@@ -318,6 +351,21 @@ def browser() -> Iterator[Any]:
             b.close()
 
 
+#: How long after its run's end (Streamlit's message) the page may take to show it.
+SHOW_END_MS = 500
+
+
+def _missed_end(page: Any, wire: Wire, origin: float, title: float) -> None:
+    """The run's end from Streamlit's message, when the page never showed the run.
+
+    :meth:`Wire.finished` of the run that drew the title (``title``: ms from ``origin``):
+    none that ended well before it.
+    """
+    end = wire.finished(origin + title - SHOW_END_MS)
+    if end is not None and time.time() * 1000 - end > SHOW_END_MS:
+        page.evaluate(f"(t => {{ t.idle = Math.max({end - origin}, t.title); }})(window.__bench)")
+
+
 def _measure(
     page: Any, wire: Wire, origin: float, timeout_s: float, cpu: tuple[float, dict[int, float]]
 ) -> Load:
@@ -329,6 +377,8 @@ def _measure(
     got: dict[str, Any] = {}
     while time.monotonic() < deadline:
         got = page.evaluate(DONE)
+        if got.get("idle") is None and got.get("title") is not None:
+            _missed_end(page, wire, origin, float(got["title"]))
         # a page whose figure came over the websocket is done when the chart is drawn
         if got.get("done") and (got.get("chart") is not None or not wire.sent_chart(origin)):
             break
