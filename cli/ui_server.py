@@ -239,12 +239,23 @@ def check_port(port: int, flag: str, command: str, address: str | None) -> None:
 def check_ports(command: str, *ports: tuple[int, str, str | None]) -> None:
     """:func:`check_port` for several ``(port, flag, address)``: every number first.
 
+    Two of them on one port of one interface are refused next: ``dashboard --port 8502``
+    started its ingest API on 8502 (``--ingest-port``'s default), then told the user to stop
+    what used the port, which was itself.
+
     A number no TCP port can have is the user's typo whatever else runs on the machine, so it
     is named even when another of the ports is taken too.
     """
     for port, flag, _ in ports:
         if not 0 < port < 65536:
             raise CommandError(f"{command}: {flag} {port}: not a TCP port (1-65535)")
+    for i, (port, flag, address) in enumerate(ports):
+        for other, other_flag, other_address in ports[i + 1 :]:
+            if port == other and _overlap(address, other_address):
+                raise CommandError(
+                    f"{command}: {flag} {port}: {other_flag} is {other} too; one port cannot "
+                    "serve both servers, give one of them another"
+                )
     for port, flag, address in ports:
         problem = None if address is None else _bind_problem(address, port)
         if problem is not None:
@@ -252,6 +263,20 @@ def check_ports(command: str, *ports: tuple[int, str, str | None]) -> None:
                 f"{command}: {flag} {port}: cannot listen on {address}:{port} ({problem}); "
                 f"stop what uses it, or give another {flag}"
             )
+
+
+#: Addresses that listen on every interface of their family.
+_EVERY_INTERFACE = ("", "0.0.0.0", "::")
+
+
+def _overlap(address: str | None, other: str | None) -> bool:
+    """Whether servers on these addresses would want the same port of one interface.
+
+    None is the command's own address (an option left out), so it overlaps with anything.
+    """
+    if address is None or other is None or address == other:
+        return True
+    return address in _EVERY_INTERFACE or other in _EVERY_INTERFACE
 
 
 def _bind_problem(address: str, port: int) -> str | None:

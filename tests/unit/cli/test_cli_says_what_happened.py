@@ -116,6 +116,16 @@ def test_a_port_in_use_is_the_first_and_last_thing_said(
             ["dashboard", "--no-browser", "--port", "{port}", "--ingest-port", "70000"],
             "dashboard: --ingest-port 70000: not a TCP port (1-65535)",
         ),
+        (  # the ingest API's default port: dsmon's own server would hold it
+            ["dashboard", "--no-browser", "--port", "8502"],
+            "dashboard: --port 8502: --ingest-port is 8502 too; one port cannot serve both "
+            "servers, give one of them another",
+        ),
+        (
+            ["watch", "train.log", "--port", "{port}", "--ingest-port", "{port}"],
+            "watch: --port {port}: --ingest-port is {port} too; one port cannot serve both "
+            "servers, give one of them another",
+        ),
         (
             ["watch", "train.log", "--port", "{port}", "--alert-webhook", "ftp://h.example/x"],
             "watch: alert webhook ftp://h.example/...: not an http(s) URL",
@@ -127,7 +137,7 @@ def test_a_bad_option_is_named_before_a_port_in_use(
 ) -> None:
     """A typo is the user's whatever else runs here: it is said, not the busy port."""
     assert cli.main([a.format(port=taken_port) for a in argv]) == 1
-    assert capsys.readouterr() == ("", f"dsmon: {said}\n")
+    assert capsys.readouterr() == ("", f"dsmon: {said.format(port=taken_port)}\n")
     assert files(in_tmp) == set()
 
 
