@@ -88,10 +88,10 @@ class Death:
     ``rank`` is None when no witness says which rank; ``how`` is ``signal 9 (SIGKILL)``,
     ``exit code 1`` or the exception (``RuntimeError: ...``); ``at`` is when it died, or its
     last sign of life before (a rank killed by a signal says nothing as it dies); ``peer``:
-    its error says it failed because a peer went away; ``signal``: the signal that killed it,
-    as the launcher's negative exit code names it (None: it did not die of a signal); ``silent``: no witness tells how, only that it was gone when
-    the others failed (they lost their connection to it, it printed nothing);
-    ``source`` names the witnesses.
+    its error says it failed because a peer went away; ``signal``: the number of the signal
+    that killed it, as the launcher's negative exit code names it (None: no signal did);
+    ``silent``: no witness tells how, only that it was gone when the others failed (they lost
+    their connection to it, it printed nothing); ``source`` names the witnesses.
     """
 
     rank: int | None
