@@ -15,6 +15,7 @@ from dsmon.health.gather import GPU_SUMMARY
 from dsmon.health.inputs import HealthInputs
 from dsmon.health.model import Evidence, Finding, Status, percent
 from dsmon.health.registry import rule
+from dsmon.health.stall import STEP_TIME_KINDS, last_ts
 from dsmon.health.verdicts import not_applicable
 from dsmon.store.gpu.rows import SW_POWER_CAP, SW_THERMAL, THROTTLE_BITS
 
@@ -45,14 +46,50 @@ def per_gpu_mean(df: pd.DataFrame, col: str) -> pd.Series:
     return df.set_index("gpu")[col].dropna().astype("float64").sort_values()
 
 
+#: The rules of the run's ending (a crash, a hang, a stall): a low mean follows them only through
+#: the samples taken after the last step, while the GPUs had no step to run (:func:`_low_causes`).
+_ENDINGS = ("run.errors", "ranks.hang", "run.stalled")
+
+
+def _after_last_step(inputs: HealthInputs, df: pd.DataFrame) -> tuple[float, float] | None:
+    """Seconds of the samples' window after the run's last step, and the window's seconds.
+
+    None when the window or the last step's time is not known.
+    """
+    first, last = df["first_ts"].dropna(), df["last_ts"].dropna()
+    step = last_ts(inputs, STEP_TIME_KINDS)
+    if first.empty or last.empty or step is None:
+        return None
+    window = (last.max() - first.min()).total_seconds()
+    return max((last.max() - step).total_seconds(), 0.0), window
+
+
+def _low_causes(inputs: HealthInputs, df: pd.DataFrame, low: float) -> tuple[Evidence, ...]:
+    """Evidence of the samples after the last step, when an ending could explain ``low``.
+
+    An ending lowers a GPU's mean only through the samples taken after it, while the GPU had
+    no step to run: it could explain the finding only if the mean over the rest, with those
+    samples taken as idle, reaches the goal. Empty when it could not (or is not known).
+    """
+    tail = _after_last_step(inputs, df)
+    if tail is None:
+        return ()
+    after, window = tail
+    if not 0 < after < window or low * window / (window - after) < th.GPU_UTIL_WARN:
+        return ()
+    return (Evidence("samples after the last step", f"{after:.0f} s of {window:.0f} s"),)
+
+
 @rule(
     "gpu.utilization",
     f"Every GPU is busy at least {th.GPU_UTIL_WARN:g} % of the time",
     "Mean NVML utilization.gpu (kernel-active time, not SM occupancy) per GPU over the "
-    f"samples: below {th.GPU_UTIL_WARN:g} % the GPU waits on data, communication or the host.",
+    f"samples: below {th.GPU_UTIL_WARN:g} % the GPU waits on data, communication or the host. "
+    "A crash, a hang or a stall is named as its cause only when the samples after the run's "
+    "last step, taken as idle, are enough to bring the mean that low.",
     "gpu",
     page="gpus",
-    follows=("run.errors", "ranks.hang", "run.stalled", "ranks.straggler"),
+    follows=(*_ENDINGS, "ranks.straggler"),
 )
 def check_utilization(inputs: HealthInputs) -> Finding:
     """Judge the least busy GPU."""
@@ -70,12 +107,14 @@ def check_utilization(inputs: HealthInputs) -> Finding:
     if low >= th.GPU_UTIL_WARN:
         return Finding(Status.PASS, f"least busy GPU {low_gpu}: {low:.1f} %", ev)
     status = Status.FAIL if low < th.GPU_UTIL_FAIL else Status.WARN
+    after = _low_causes(inputs, df, low)
     return Finding(
         status,
         f"{low_gpu} is kernel-active only {low:.1f} % of the time (< {th.GPU_UTIL_WARN:g} %)",
-        ev,
+        ev + after,
         "check comm.share and data loading (num_workers, pin_memory)",
         "text",
+        follows=None if after else ("ranks.straggler",),
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -153,3 +154,43 @@ def test_store_summary_gives_the_verdicts_of_records_in_memory(tmp_path: Path) -
     stored = inputs_from_store(store, recs[0].src.run)
     for rule_id in ("gpu.utilization", "gpu.balance", "gpu.memory", "gpu.throttling", "gpu.errors"):
         assert check(stored, rule_id).summary == check(inputs(recs), rule_id).summary
+
+
+def _crashed_with_gpus(utils: list[float]) -> list[Any]:
+    """The real crash of tests/data/events_crash_step17 (steps 14:16:05-14:16:11, rank 0's
+    RuntimeError at step 17) with two GPUs sampled once a second from 14:16:05, the n-th
+    sample of each at ``utils[n]`` %."""
+    from shared_fixtures import DATA
+
+    from dsmon.parse.log import parse_text
+
+    recs: list[Any] = parse_text((DATA / "events_crash_step17" / "train.log").read_text(), "r")[0]
+    for t, util in enumerate(utils):
+        at = f"2026-11-29T14:16:{5 + t:02d}.000"
+        recs += [dataclasses.replace(s, ts=at) for s in run_of([util, util], n=1)]
+    return recs
+
+
+def test_a_crash_explains_low_utilisation_only_by_the_samples_after_it() -> None:
+    """Idle GPUs after the last step lower the mean: a crash explains a low figure only when
+    those samples, taken as idle, are enough to make it. Sampled while the steps ran, a low
+    utilisation is a problem of its own, not a symptom of the crash."""
+    from dsmon.health.registry import evaluate
+    from dsmon.health.triage import triage
+
+    during = inputs(_crashed_with_gpus([20.0] * 8))  # 14:16:05-14:16:12: the steps' time only
+    r = check(during, "gpu.utilization")
+    assert r.status is Status.FAIL
+    assert r.follows == ("ranks.straggler",)
+    assert "samples after the last step" not in evidence(r)
+    laid = triage(evaluate(during))
+    assert "gpu.utilization" not in [s.rule_id for s in laid.headline().symptoms]
+    assert "gpu.utilization" in [p.rule_id for p in laid.problems]
+
+    after = inputs(_crashed_with_gpus([90.0] * 8 + [0.0] * 28))  # then idle to 14:16:40
+    r = check(after, "gpu.utilization")
+    assert r.status is Status.FAIL  # 20 % over the whole window
+    assert evidence(r)["samples after the last step"] == "28 s of 35 s"
+    laid = triage(evaluate(after))
+    assert laid.headline().rule_id == "run.state"
+    assert "gpu.utilization" in [s.rule_id for s in laid.headline().symptoms]
