@@ -249,11 +249,20 @@ def _tree_cpu(pid: int) -> float:
 FIGURE = b'{"data":['
 
 
+#: A message this short may be Streamlit's ``script_finished`` (a few bytes); a longer one is a
+#: delta, not parsed (:meth:`Wire.finished`).
+SHORT_MESSAGE = 256
+
+
 @dataclass
 class Wire:
-    """Bytes received over the page's websockets, and when each frame came."""
+    """Bytes received over the page's websockets, and when each frame came.
+
+    ``ends``: when each full script run's ``script_finished`` message came (seconds).
+    """
 
     frames: list[tuple[float, bytes]] = field(default_factory=list)
+    ends: list[float] = field(default_factory=list)
 
     def attach(self, page: Any) -> None:
         def on_ws(ws: Any) -> None:
@@ -263,7 +272,10 @@ class Wire:
 
     def _got(self, payload: Any) -> None:
         data = payload if isinstance(payload, bytes) else str(payload).encode()
-        self.frames.append((time.time(), data))
+        now = time.time()
+        self.frames.append((now, data))
+        if len(data) <= SHORT_MESSAGE and _run_ended(data):
+            self.ends.append(now)
 
     def total(self) -> int:
         return sum(len(d) for _, d in self.frames)
@@ -276,21 +288,7 @@ class Wire:
         never writes ``running`` in the page (``PROBE`` would wait for the next run's end, a
         fragment's, 5 s later).
         """
-        from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
-
-        msg = ForwardMsg()
-        for t, d in self.frames:
-            if t * 1000 < origin_ms:
-                continue
-            try:
-                msg.ParseFromString(d)
-            except Exception:  # noqa: BLE001 - not a ForwardMsg (text frames)
-                continue
-            if msg.WhichOneof("type") == "script_finished" and (
-                msg.script_finished == ForwardMsg.FINISHED_SUCCESSFULLY
-            ):
-                return t * 1000
-        return None
+        return next((t * 1000 for t in self.ends if t * 1000 >= origin_ms), None)
 
     def sent_chart(self, origin_ms: float) -> bool:
         """Whether a chart's figure came since ``origin_ms`` (ms since the epoch).
@@ -298,6 +296,20 @@ class Wire:
         Streamlit sends a plotly figure as its JSON (``{"data":[...``) inside the message.
         """
         return any(t * 1000 >= origin_ms and FIGURE in d for t, d in self.frames)
+
+
+def _run_ended(data: bytes) -> bool:
+    """Whether a websocket frame is Streamlit's message that a full script run ended."""
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+    msg = ForwardMsg()
+    try:
+        msg.ParseFromString(data)
+    except Exception:  # noqa: BLE001 - not a ForwardMsg (a text frame)
+        return False
+    return msg.WhichOneof("type") == "script_finished" and (
+        msg.script_finished == ForwardMsg.FINISHED_SUCCESSFULLY
+    )
 
 
 def _free_port() -> int:

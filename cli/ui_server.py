@@ -147,8 +147,8 @@ def streamlit_command(app: Path, port: int, address: str, module: str = "streaml
     Each took 36-64 ms of the interpreter in a dashboard on a 100,000-step run, and about
     as long at a million steps (the ~140,000 objects it walks are as many at either size);
     the dashboard of ``bench/soak.py`` spent 4.59 CPU-s a minute with it, 2.65 without, its
-    memory the same. A run's frames are numpy arrays,
-    freed by reference counting, and Python's own collector still runs.
+    memory the same. A run's frames are numpy arrays, freed by reference counting, and
+    Python's own collector still runs.
     """
     return [
         sys.executable, "-m", module, "run", str(app),
@@ -174,9 +174,13 @@ def browser_available() -> bool:
     return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
+#: Addresses that listen on every interface of their family.
+EVERY_INTERFACE = ("", "0.0.0.0", "::")
+
+
 def dashboard_url(port: int, address: str) -> str:
     """The URL a browser on this machine opens (a wildcard address is reached on loopback)."""
-    host = "127.0.0.1" if address in ("0.0.0.0", "::", "") else address
+    host = "127.0.0.1" if address in EVERY_INTERFACE else address
     return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
 
 
@@ -265,10 +269,6 @@ def check_ports(command: str, *ports: tuple[int, str, str | None]) -> None:
             )
 
 
-#: Addresses that listen on every interface of their family.
-_EVERY_INTERFACE = ("", "0.0.0.0", "::")
-
-
 def _overlap(address: str | None, other: str | None) -> bool:
     """Whether servers on these addresses would want the same port of one interface.
 
@@ -276,7 +276,7 @@ def _overlap(address: str | None, other: str | None) -> bool:
     """
     if address is None or other is None or address == other:
         return True
-    return address in _EVERY_INTERFACE or other in _EVERY_INTERFACE
+    return address in EVERY_INTERFACE or other in EVERY_INTERFACE
 
 
 def _bind_problem(address: str, port: int) -> str | None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from dsmon.health.live import run_is_live
 from dsmon.store.records.runs import RunInfo
@@ -73,7 +74,7 @@ def _empty_chart() -> dict[str, Any]:
     }
 
 
-def ask_for_charts() -> Callable[[], None]:
+def ask_for_charts() -> DeltaGenerator | None:
     """In a session's first run of a page that draws charts: have the browser load plotly.js now.
 
     Streamlit's browser side loads plotly.js, a 4.7 MB module that a new tab compiles in
@@ -81,18 +82,15 @@ def ask_for_charts() -> Callable[[], None]:
     run and built its figures. An empty chart sent before that work makes the load overlap
     it. In a new tab, with 100,000 steps, this brought the first chart 200 ms sooner on the
     Steps page and 330 ms on Communication (``bench/README.md``). Once a tab has the module
-    nothing is sent. Returns what takes the empty chart off the page once the page is drawn.
+    nothing is sent. Returns the chart's slot, to empty once the page is drawn (None: nothing
+    sent).
     """
     if st.session_state.get(CHARTS_ASKED_KEY):
-        return lambda: None
+        return None
     st.session_state[CHARTS_ASKED_KEY] = True
     slot = st.empty()
     slot.plotly_chart(Sent(_empty_chart()), key="dsmon.ask", theme=None)
-
-    def take_off() -> None:
-        slot.empty()
-
-    return take_off
+    return slot
 
 
 def live_body(view: View, render: Callable[[], None], charts: bool = False) -> None:
@@ -112,7 +110,7 @@ def live_body(view: View, render: Callable[[], None], charts: bool = False) -> N
             view.frames.refresh()
         info, now = view.frames.info(), datetime.now()
         caption = st.empty()  # the status line, above the body, once the state is known
-        take_off = ask_for_charts() if charts else None
+        early_chart = ask_for_charts() if charts else None
         # Shown only if judging and drawing take over half a second (Streamlit's own delay):
         # a long run's first look reads it whole to judge its state, then draws from that.
         with st.spinner(md_escape(reading_line(view.run, info)), show_time=True):
@@ -127,8 +125,8 @@ def live_body(view: View, render: Callable[[], None], charts: bool = False) -> N
             try:
                 render()
             finally:
-                if take_off is not None:
-                    take_off()
+                if early_chart is not None:
+                    early_chart.empty()
 
     st.fragment(run_every=view.refresh_s if view.live else None)(tick)()
     if view.look_s is not None:
