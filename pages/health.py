@@ -92,11 +92,40 @@ def item(result: CheckResult, symptoms: tuple[CheckResult, ...] = ()) -> None:
 
 
 def collapsed(status: Status, heading: str, results: list[CheckResult]) -> None:
-    """Rules of one status in a section, together in one collapsed list."""
+    """Rules of one status in a section, together in one collapsed list.
+
+    Each rule is one line of a single markdown element (a rule that could not tell with its
+    evidence and fix under it): a browser draws one element, not the five of a rule's box.
+    """
     with st.expander(f"{badge(status)} {len(results)} {heading}", expanded=False):
-        st.markdown(
-            "\n".join(f"- **{r.title}** `{r.rule_id}`: {md_escape(r.summary)}" for r in results)
-        )
+        st.markdown("\n".join(line for r in results for line in listed(r)))
+        for r in results:
+            if r.status is Status.UNKNOWN and r.fix and not one_line(r.fix):
+                st.caption(f"Fix for `{r.rule_id}`:")
+                st.code(r.fix, language=r.fix_lang if r.fix_lang != "text" else None)
+
+
+def listed(result: CheckResult) -> list[str]:
+    """A rule's lines in a collapsed list: title, id and summary.
+
+    A rule that could not tell also has its evidence (what it did see, such as the FLOPS
+    achieved when the GPU's peak is unknown) and a one-line fix under it; a longer fix
+    follows the list (:func:`collapsed`).
+    """
+    lines = [f"- **{result.title}** `{result.rule_id}`: {md_escape(result.summary)}"]
+    if result.status is not Status.UNKNOWN:
+        return lines
+    lines += [f"    - {md_escape(e.text())}" for e in result.evidence]
+    if result.fix and one_line(result.fix):
+        lines.append(f"    - fix: `{result.fix}`")
+    elif result.fix:
+        lines.append("    - fix: below the list")
+    return lines
+
+
+def one_line(fix: str) -> bool:
+    """Whether a fix can be shown as inline code: one line, no backtick."""
+    return "\n" not in fix and "`" not in fix
 
 
 def render() -> None:
@@ -112,6 +141,8 @@ def render() -> None:
         st.subheader(heading)
         for result in section.problems:
             item(result, p.laid.symptoms_of(result))
+        if section.unknown:
+            collapsed(Status.UNKNOWN, "rules could not tell", section.unknown)
         if section.passing:
             collapsed(Status.PASS, "rules pass", section.passing)
         if section.not_applicable:

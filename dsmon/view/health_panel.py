@@ -211,23 +211,25 @@ class Section(NamedTuple):
     """One category's results as the page lays them out."""
 
     problems: list[CheckResult]
+    unknown: list[CheckResult]
     passing: list[CheckResult]
     not_applicable: list[CheckResult]
 
 
 def by_category(laid: Triage, category: str) -> Section:
-    """One category's results: problems worst first, the passes, the rules that do not apply.
+    """One category's results: problems, rules that could not tell, passes, rules that do not apply.
 
-    Problems (and the rules that could not tell, after them) are shown one by one, the
-    problems in :mod:`dsmon.health.triage`'s order; a problem that follows from another is
-    not among them but under its cause (:meth:`Triage.symptoms_of`). Passes are listed
-    together, and the rules that do not apply in a list of their own, so the page leads with
-    what needs attention and never presents an unchecked rule as a pass.
+    Problems are shown one by one, in :mod:`dsmon.health.triage`'s order; a problem that
+    follows from another is not among them but under its cause (:meth:`Triage.symptoms_of`).
+    The rules that could not tell, the passes and the rules that do not apply are each listed
+    together, so the page leads with what needs attention and never presents an unchecked
+    rule as a pass. A run with no ds_config leaves some twenty rules unable to tell: one box
+    each buried its problems under them, and cost a browser 0.2 s to draw on every visit.
     """
     rows = [r for r in laid.rest if r.category == category]
     return Section(
-        [r for r in laid.problems if r.category == category]
-        + [r for r in rows if r.status is Status.UNKNOWN],
+        [r for r in laid.problems if r.category == category],
+        [r for r in rows if r.status is Status.UNKNOWN],
         [r for r in rows if r.status is Status.PASS],
         [r for r in rows if r.status is Status.NOT_APPLICABLE],
     )

@@ -21,6 +21,7 @@ def stored(tmp_path_factory: pytest.TempPathFactory) -> str:
     with open_store(path) as s:
         import_paths(s, [corpus_dir("fp16_zero2")], run="fp16_zero2")
         import_paths(s, [corpus_dir("crash_step17")], run="crash_step17")
+        import_paths(s, [DATA / "config_v03_issue679"], run="dump_cut_short")
     return str(path)
 
 
@@ -87,6 +88,29 @@ def test_crash_is_shown_with_a_link_to_its_chart(store: str) -> None:
     links = [(p.label, p.proto.page) for p in at.get("page_link")]  # type: ignore[attr-defined]
     assert ("See the chart: steps", "steps") in links
     assert ("See the chart: communication", "communication") in links
+
+
+def test_rules_that_could_not_tell_are_listed_together_with_what_they_saw(store: str) -> None:
+    # A DeepSpeed 0.3 config dump cut short: no run, no usable config; no rule can tell.
+    at = app_at(store, "dump_cut_short", "health")
+    assert not at.exception
+    unknown = [label for label in labels(at) if label.startswith(":gray-badge[UNKNOWN]")]
+    # one list per section, never a box per rule (40 boxes buried the page and cost a
+    # browser 0.2 s to draw at every visit)
+    assert unknown == [
+        ":gray-badge[UNKNOWN] 9 rules could not tell",  # the run
+        ":gray-badge[UNKNOWN] 5 rules could not tell",  # GPUs
+        ":gray-badge[UNKNOWN] 26 rules could not tell",  # the configuration
+    ], labels(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Unknown"] == "40"
+    text = "\n".join(str(m.value) for m in at.markdown)
+    # each rule says why it could not tell; the run's state keeps its evidence and its fix
+    state = next(line for line in text.splitlines() if "`run.state`" in line)
+    assert state.startswith("- **What the run is doing** `run.state`: ended: "), state
+    assert "    - exit status = none (launcher, dsmon run, the probe's heartbeats)" in text
+    assert "    - fix: `run the job under dsmon run, or with dsmon's probe," in text
+    assert "- **Model FLOPs utilisation is at least 30 %** `flops.mfu`: " in text
 
 
 def test_replay_position_changes_the_verdicts(store: str) -> None:
