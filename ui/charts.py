@@ -26,7 +26,6 @@ noise (``bench/README.md``, ``browser_pages``).
 
 from __future__ import annotations
 
-import base64
 import hashlib
 from typing import Any
 
@@ -50,8 +49,7 @@ def chart(fig: go.Figure, key: str, where: Any = st) -> None:
         where: a container or column to draw in (default: the page).
     """
     full = KEY_PREFIX + key
-    spec = fig.to_dict()
-    spec["data"] = plain_arrays(spec["data"])
+    spec = spec_of(fig)
     layout = spec["layout"]
     apply_look(layout)
     layout.pop("datarevision", None)
@@ -78,21 +76,33 @@ class Sent(go.Figure):
         return self._spec
 
 
-def plain_arrays(value: Any) -> Any:
-    """``value`` with each base64 typed array of plotly.py made a list (a JSON array).
+def spec_of(fig: go.Figure) -> dict[str, Any]:
+    """The figure's dict, as ``fig.to_dict()`` has it, with each numeric array a list.
 
-    plotly.py sends a numpy array of numbers as a base64 typed array, which plotly.js takes
-    for new data whenever the figure is handed to it again (see the module's docstring).
+    ``to_dict`` deep-copies the figure and writes every numeric numpy array as a base64 typed
+    array, which plotly.js takes for new data whenever the figure is handed to it again (see
+    the module's docstring), so each had to be decoded again: a tenth of the Steps page's
+    script on the server. Read here from the figure's checked properties (plotly's
+    ``_data`` and ``_layout``, which ``to_dict`` copies; ``tests/unit/app/test_charts.py``
+    compares the two on real pages), copied as the dict is built, the figure left as it is.
+    As in ``to_dict``, keys named in :data:`UNCONVERTED` keep their arrays (the JSON encoder
+    writes those).
     """
+    return {"data": [_plain(trace) for trace in fig._data], "layout": _plain(fig._layout)}
+
+
+#: Keys whose arrays ``to_dict`` leaves as they are (plotly's ``is_skipped_key``).
+UNCONVERTED = frozenset({"geojson", "layer", "layers", "range"})
+
+
+def _plain(value: Any, key: str = "") -> Any:
+    """``value`` copied, each numeric numpy array (not under :data:`UNCONVERTED`) a list."""
     if isinstance(value, dict):
-        if "bdata" in value and "dtype" in value:
-            array = np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"])
-            if "shape" in value:
-                array = array.reshape([int(n) for n in str(value["shape"]).split(",")])
-            return array.tolist()
-        return {k: plain_arrays(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [plain_arrays(v) if isinstance(v, dict | list) else v for v in value]
+        return {k: _plain(v, k) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf" and key not in UNCONVERTED:
+        return value.tolist()
     return value
 
 

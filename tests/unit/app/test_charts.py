@@ -99,6 +99,50 @@ def test_a_real_page_sends_its_charts_the_same_way(monkeypatch: pytest.MonkeyPat
         assert spec["layout"]["datarevision"]
 
 
+def _decoded(value: Any) -> Any:
+    """``value`` with each base64 typed array of plotly.py's ``to_dict`` made a list."""
+    import base64
+
+    import numpy as np
+
+    if isinstance(value, dict):
+        if "bdata" in value and "dtype" in value:
+            array = np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"])
+            if "shape" in value:
+                array = array.reshape([int(n) for n in str(value["shape"]).split(",")])
+            return array.tolist()
+        return {k: _decoded(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_decoded(v) for v in value]
+    return value
+
+
+@pytest.mark.parametrize("page", ["steps", "communication", "training", "flops"])
+def test_a_chart_sends_what_plotly_writes_of_its_figure(
+    page: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``spec_of`` reads the figure's own properties: the same figure as ``to_dict``'s."""
+    import plotly.io as pio
+
+    import ui.charts
+
+    url = shared_store()
+    monkeypatch.setenv("DSMON_STORE", url)
+    compared: list[str] = []
+    spec_of = ui.charts.spec_of
+
+    def checked(fig: go.Figure) -> dict[str, Any]:
+        made = spec_of(fig)
+        assert pio.to_json(made) == pio.to_json(_decoded(fig.to_dict()))
+        compared.append(str(made["layout"].get("title", {}).get("text", "")))
+        return made
+
+    monkeypatch.setattr(ui.charts, "spec_of", checked)
+    at = app_at(url, "z2", page)
+    assert not at.exception
+    assert len(compared) == len(at.get("plotly_chart")) > 0, compared
+
+
 def test_the_look_fills_every_axis_and_keeps_the_figures_own() -> None:
     fig = go.Figure(layout={"xaxis3": {"showgrid": True}, "font": {"size": 9}})
     layout = fig.to_dict()["layout"]
