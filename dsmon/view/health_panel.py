@@ -224,7 +224,7 @@ def by_category(laid: Triage, category: str) -> Section:
     The rules that could not tell, the passes and the rules that do not apply are each listed
     together, so the page leads with what needs attention and never presents an unchecked
     rule as a pass. A run with no ds_config leaves some twenty rules unable to tell: one box
-    each buried its problems under them, and cost a browser 0.2 s to draw on every visit.
+    each buried its problems under them, and cost a browser about 0.15 s at every visit.
     """
     rows = [r for r in laid.rest if r.category == category]
     return Section(
