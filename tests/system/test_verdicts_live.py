@@ -147,6 +147,14 @@ def test_a_sigkilled_rank_is_named_first_once_the_launcher_ends(job: Any) -> Non
     log = (job.folder / "train.log").read_text(errors="replace")
     codes = re.findall(r"exits with return code = (-?\d+)", log)
     assert codes in (["-9"], ["1"]), codes
+    if "Connection closed by peer" not in log:
+        # Under load the launcher's SIGKILL can reach rank 0 before gloo tells it its peer is
+        # gone (seen once in CI): neither rank printed an error, both ranks' heartbeats just
+        # stop, and the launcher's line names no rank. Nothing says which died first, so the
+        # state must not name one.
+        assert codes == ["-9"], codes
+        assert state.detail.startswith("a worker died: killed by signal 9 (SIGKILL)"), state.detail
+        return
     if codes == ["-9"]:
         assert state.detail.startswith("rank 1 died first: killed by signal 9 (SIGKILL)")
     else:  # no code is rank 1's: its heartbeats just stop, and it printed nothing
